@@ -1,0 +1,200 @@
+// The C ABI: argument checks, the exception barrier, and Status -> dlock_status. Nothing else.
+#include "dlock/dlock.h"
+
+#include <new>
+#include <string>
+
+#include "core/client.h"
+#include "core/options.h"
+#include "core/status.h"
+
+struct dlock_client {
+  std::shared_ptr<dlock::Client> impl;
+};
+
+struct dlock_lock {
+  std::shared_ptr<dlock::Client> client;  // keeps the client's core alive for late releases
+  std::shared_ptr<dlock::LockState> state;
+};
+
+struct dlock_options {
+  dlock::AcquireOptions impl;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+dlock_status Report(const dlock::Status& s) {
+  last_error = s.message();
+  return static_cast<dlock_status>(s.code());
+}
+
+dlock_status Invalid(const char* message) {
+  last_error = message;
+  return DLOCK_EINVAL;
+}
+
+// Runs fn, turning any exception into a status: no exception crosses the C boundary.
+template <typename Fn>
+dlock_status Guard(Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    last_error = "out of memory";
+    return DLOCK_ENOMEM;
+  } catch (const std::exception& e) {
+    last_error = std::string("internal error: ") + e.what();
+    return DLOCK_EINTERNAL;
+  } catch (...) {
+    last_error = "internal error";
+    return DLOCK_EINTERNAL;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* dlock_status_str(dlock_status s) {
+  switch (s) {
+    case DLOCK_OK: return "DLOCK_OK";
+    case DLOCK_NOT_ACQUIRED: return "DLOCK_NOT_ACQUIRED";
+    case DLOCK_NOT_HELD: return "DLOCK_NOT_HELD";
+    case DLOCK_EINVAL: return "DLOCK_EINVAL";
+    case DLOCK_EIO: return "DLOCK_EIO";
+    case DLOCK_EBACKEND: return "DLOCK_EBACKEND";
+    case DLOCK_EAUTH: return "DLOCK_EAUTH";
+    case DLOCK_ECANCELLED: return "DLOCK_ECANCELLED";
+    case DLOCK_ENOMEM: return "DLOCK_ENOMEM";
+    case DLOCK_EINTERNAL: return "DLOCK_EINTERNAL";
+  }
+  return "DLOCK_UNKNOWN";
+}
+
+const char* dlock_last_error(void) { return last_error.c_str(); }
+
+const char* dlock_version(void) { return "0.1.0"; }
+
+dlock_status dlock_client_open(const char* url, dlock_client** out) {
+  return Guard([&] {
+    if (url == nullptr) return Invalid("url is NULL");
+    if (out == nullptr) return Invalid("out is NULL");
+    std::shared_ptr<dlock::Client> impl;
+    dlock::Status s = dlock::Client::Open(url, &impl);
+    if (!s.ok()) return Report(s);
+    *out = new dlock_client{std::move(impl)};
+    return Report(s);
+  });
+}
+
+void dlock_client_close(dlock_client* c) {
+  if (c == nullptr) return;
+  (void)Guard([&] {
+    c->impl->Close();
+    delete c;
+    return DLOCK_OK;
+  });
+}
+
+dlock_options* dlock_options_new(void) { return new (std::nothrow) dlock_options(); }
+
+void dlock_options_free(dlock_options* o) { delete o; }
+
+dlock_status dlock_options_set_lease_ms(dlock_options* o, uint64_t ms) {
+  if (o == nullptr) return Invalid("options is NULL");
+  dlock::Status s = dlock::CheckLease(ms);
+  if (s.ok()) o->impl.lease_ms = ms;
+  return Report(s);
+}
+
+dlock_status dlock_options_set_heartbeat_ms(dlock_options* o, uint64_t ms) {
+  if (o == nullptr) return Invalid("options is NULL");
+  o->impl.heartbeat_ms = ms;
+  return Report(dlock::Status::Ok());
+}
+
+dlock_status dlock_options_set_wait_ms(dlock_options* o, int64_t ms) {
+  if (o == nullptr) return Invalid("options is NULL");
+  if (ms < -1) return Invalid("wait_ms must be 0 (one try), a positive number of ms, or -1 (no limit)");
+  o->impl.wait_ms = ms;
+  return Report(dlock::Status::Ok());
+}
+
+dlock_status dlock_options_set_retry_ms(dlock_options* o, uint64_t min_ms, uint64_t max_ms) {
+  if (o == nullptr) return Invalid("options is NULL");
+  if (min_ms < 1 || min_ms > max_ms || max_ms > 3600000) {
+    return Invalid("retry_ms needs 1 <= min_ms <= max_ms <= 3600000");
+  }
+  o->impl.retry_min_ms = min_ms;
+  o->impl.retry_max_ms = max_ms;
+  return Report(dlock::Status::Ok());
+}
+
+dlock_status dlock_options_set_owner(dlock_options* o, const char* owner) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    dlock::Status s = dlock::CheckOwner(owner);
+    if (s.ok()) o->impl.owner = owner == nullptr ? "" : owner;
+    return Report(s);
+  });
+}
+
+dlock_status dlock_options_set_on_lost(dlock_options* o, dlock_lost_fn fn, void* arg) {
+  if (o == nullptr) return Invalid("options is NULL");
+  o->impl.on_lost = fn;
+  o->impl.on_lost_arg = arg;
+  return Report(dlock::Status::Ok());
+}
+
+dlock_status dlock_acquire(dlock_client* c, const char* name, const dlock_options* o,
+                           dlock_lock** out) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (out == nullptr) return Invalid("out is NULL");
+    dlock::Status s = dlock::CheckLockName(name);
+    if (!s.ok()) return Report(s);
+    static const dlock::AcquireOptions kDefaults;
+    const dlock::AcquireOptions& options = o != nullptr ? o->impl : kDefaults;
+    s = options.Validate();
+    if (!s.ok()) return Report(s);
+    std::shared_ptr<dlock::LockState> state;
+    s = c->impl->Acquire(name, options, &state);
+    if (!s.ok()) return Report(s);
+    *out = new dlock_lock{c->impl, std::move(state)};
+    return Report(s);
+  });
+}
+
+dlock_status dlock_release(dlock_lock* l) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    std::unique_ptr<dlock_lock> owned(l);  // freed whatever happens
+    return Report(owned->client->Release(owned->state));
+  });
+}
+
+dlock_status dlock_extend(dlock_lock* l, uint64_t lease_ms) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    return Report(l->client->Extend(l->state, lease_ms));
+  });
+}
+
+uint64_t dlock_lock_fencing_token(const dlock_lock* l) {
+  return l == nullptr ? 0 : l->state->fencing_token;
+}
+
+int dlock_lock_is_valid(const dlock_lock* l) { return l != nullptr && l->state->IsValid() ? 1 : 0; }
+
+int64_t dlock_lock_remaining_ms(const dlock_lock* l) {
+  return l == nullptr ? 0 : l->state->RemainingMs();
+}
+
+uint32_t dlock_lock_attempts(const dlock_lock* l) { return l == nullptr ? 0 : l->state->attempts; }
+
+const char* dlock_lock_name(const dlock_lock* l) {
+  return l == nullptr ? nullptr : l->state->name.c_str();
+}
+
+}  // extern "C"

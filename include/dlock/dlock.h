@@ -1,0 +1,160 @@
+/* dlock: distributed locks with fencing tokens and lease heartbeats.
+ *
+ * ---------------------------------------------------------------------------------------------
+ * Conventions
+ * ---------------------------------------------------------------------------------------------
+ * Handles. Every object is an opaque pointer made by a create/open call and destroyed by its
+ *   matching call: dlock_client_open / dlock_client_close, dlock_options_new / dlock_options_free,
+ *   dlock_acquire / dlock_release. Destroy functions accept NULL.
+ *
+ * Errors. Every call that can fail returns a dlock_status. DLOCK_OK (0) is success. On failure,
+ *   dlock_last_error() returns a message for the calling thread that says what went wrong (it
+ *   names the bad argument, URL part or server address). Output parameters are written only on
+ *   success. A failed call changes nothing: no lock is left behind, no handle is freed, except
+ *   that dlock_release always frees its lock.
+ *
+ * Strings. Arguments are NUL-terminated UTF-8 (lock names may hold any byte but NUL), copied
+ *   before the call returns. Returned strings belong to the library: dlock_status_str and
+ *   dlock_version return static strings; dlock_last_error's string stays valid until the calling
+ *   thread's next dlock call.
+ *
+ * Integers. Fixed-width types only. Durations are milliseconds. Fencing tokens are uint64_t.
+ *
+ * Threads. A dlock_client is thread-safe: any number of threads may acquire, extend and release
+ *   through one client at once; blocking calls do not serialize on one connection. A dlock_lock
+ *   may be used from any thread, but not from two threads at the same time. Each client owns one
+ *   background thread (libevent) that runs heartbeats, pub/sub wake-ups and lost-lock callbacks.
+ *
+ * Callbacks. The on_lost callback runs on the client's background thread. It may call any dlock
+ *   function, including dlock_release on the lost lock, but must not call dlock_client_close on
+ *   its own client.
+ *
+ * Exceptions. None cross this boundary; C++ errors inside become DLOCK_EINTERNAL or DLOCK_ENOMEM.
+ *
+ * ABI. Only symbols named dlock_* are exported. Status numbers never change; new codes and new
+ *   functions are only appended. The SONAME changes only with the major version.
+ * ---------------------------------------------------------------------------------------------
+ *
+ * URLs (dlock_client_open):
+ *   redis://[[user]:password@]host[:port][/db][?params]     one Redis server, default port 6379
+ *   redis+unix://[[user]:password@]/path/to.sock[?db=N&params]
+ *   Common params: prefix= (key prefix, default "dlock:"), connect_timeout_ms= (default 2000),
+ *   timeout_ms= (per command, default 3000). Unknown parameters are an error.
+ *
+ * Redis keys for lock NAME: <prefix>{NAME} holds the owner, <prefix>{NAME}:fence the fencing
+ * counter (never expires); releases are published on <prefix>{NAME}:released.
+ */
+#ifndef DLOCK_DLOCK_H_
+#define DLOCK_DLOCK_H_
+
+#include <stdint.h>
+
+#include "dlock/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+
+/* Longest lock name, in bytes. */
+#define DLOCK_MAX_NAME_BYTES 1024
+/* Longest owner label, in bytes. */
+#define DLOCK_MAX_OWNER_BYTES 256
+
+typedef struct dlock_client dlock_client;   /* thread-safe; one backend; owns its connections */
+typedef struct dlock_lock dlock_lock;       /* one held lock; freed by dlock_release */
+typedef struct dlock_options dlock_options; /* acquire options; NULL means defaults */
+
+typedef enum dlock_status { /* numbers never change; new codes only appended */
+  DLOCK_OK = 0,
+  DLOCK_NOT_ACQUIRED = 1, /* someone else holds it and the wait ran out */
+  DLOCK_NOT_HELD = 2,     /* release/extend of a lock that expired or was taken over */
+  DLOCK_EINVAL = 3,       /* bad argument, URL or option */
+  DLOCK_EIO = 4,          /* cannot reach the backend, or it timed out */
+  DLOCK_EBACKEND = 5,     /* the backend answered with an error */
+  DLOCK_EAUTH = 6,        /* credentials refused */
+  DLOCK_ECANCELLED = 7,
+  DLOCK_ENOMEM = 8,
+  DLOCK_EINTERNAL = 9
+} dlock_status;
+
+/* Callback for a lock that was lost (expired, overwritten, or its lease could not be renewed
+ * before the local deadline). Runs once per lock, on the client's background thread. */
+typedef void (*dlock_lost_fn)(const char *name, uint64_t fencing_token, void *arg);
+
+/* ----- library ---------------------------------------------------------------------------- */
+
+/* A static string naming the status, e.g. "DLOCK_NOT_HELD". Unknown values give "DLOCK_UNKNOWN". */
+DLOCK_API const char *dlock_status_str(dlock_status s);
+/* The calling thread's last detailed error message; "" if none. */
+DLOCK_API const char *dlock_last_error(void);
+/* "MAJOR.MINOR.PATCH". */
+DLOCK_API const char *dlock_version(void);
+
+/* ----- clients ---------------------------------------------------------------------------- */
+
+/* Opens a client for the backend named by url (see URLs above) and checks that the backend
+ * answers (connects and authenticates once). DLOCK_EINVAL for a bad URL, DLOCK_EIO when the
+ * server cannot be reached, DLOCK_EAUTH when credentials are refused. */
+DLOCK_API dlock_status dlock_client_open(const char *url, dlock_client **out);
+/* Stops heartbeats, releases every lock the client still holds, closes its connections and
+ * joins its thread. Lock handles still owned by the caller stay valid to pass to dlock_release
+ * (which then frees them and returns DLOCK_NOT_HELD). NULL is ok. */
+DLOCK_API void dlock_client_close(dlock_client *c);
+
+/* ----- acquire options -------------------------------------------------------------------- */
+
+DLOCK_API dlock_options *dlock_options_new(void); /* NULL only when out of memory */
+DLOCK_API void dlock_options_free(dlock_options *o);
+/* Lease: how long the server keeps the lock without a renewal. Default 10000. 0 = no expiry
+ * (fail-closed: held until released). At most 10 years. */
+DLOCK_API dlock_status dlock_options_set_lease_ms(dlock_options *o, uint64_t ms);
+/* Heartbeat period: the lease is renewed in the background this often. Default lease/3.
+ * 0 = no heartbeats. Must be less than the lease. */
+DLOCK_API dlock_status dlock_options_set_heartbeat_ms(dlock_options *o, uint64_t ms);
+/* How long acquire waits for a held lock. 0 = one try (default), N = up to N ms, -1 = no limit.
+ * A waiter sleeps until the holder releases (pub/sub) or its lease runs out, whichever is first,
+ * with a jittered retry (see retry_ms) as the fallback. */
+DLOCK_API dlock_status dlock_options_set_wait_ms(dlock_options *o, int64_t ms);
+/* Bounds of the jittered, exponentially growing fallback retry while waiting.
+ * Default 50..1000. Requires 1 <= min_ms <= max_ms. */
+DLOCK_API dlock_status dlock_options_set_retry_ms(dlock_options *o, uint64_t min_ms, uint64_t max_ms);
+/* A label stored with the lock for people and tools (not the owner token, which is random and
+ * secret). At most DLOCK_MAX_OWNER_BYTES. NULL clears it. */
+DLOCK_API dlock_status dlock_options_set_owner(dlock_options *o, const char *owner);
+/* Called when the lock is lost; see dlock_lost_fn. NULL clears it. */
+DLOCK_API dlock_status dlock_options_set_on_lost(dlock_options *o, dlock_lost_fn fn, void *arg);
+
+/* ----- locks ------------------------------------------------------------------------------ */
+
+/* Acquires the lock called name (1..DLOCK_MAX_NAME_BYTES bytes). On DLOCK_OK *out is a held
+ * lock whose fencing token is greater than every token issued before for this name.
+ * DLOCK_NOT_ACQUIRED when someone else holds it and the wait ran out. Not reentrant: a second
+ * acquire of a name this client holds waits like any other contender. o may be NULL. */
+DLOCK_API dlock_status dlock_acquire(dlock_client *c, const char *name, const dlock_options *o,
+                                     dlock_lock **out);
+/* Releases the lock if this owner still holds it and frees l (always, whatever the result).
+ * DLOCK_NOT_HELD when it had expired or was taken over. NULL gives DLOCK_EINVAL. */
+DLOCK_API dlock_status dlock_release(dlock_lock *l);
+/* Sets the lock's lease to lease_ms from now (0 = no expiry) if this owner still holds it; the
+ * heartbeat period follows (lease/3 unless set explicitly). DLOCK_NOT_HELD when it was lost. */
+DLOCK_API dlock_status dlock_extend(dlock_lock *l, uint64_t lease_ms);
+/* The fencing token of this acquisition; 0 for NULL. Heartbeats and extends keep it. */
+DLOCK_API uint64_t dlock_lock_fencing_token(const dlock_lock *l);
+/* 1 while the local deadline holds and the lock was not found lost; 0 otherwise. */
+DLOCK_API int dlock_lock_is_valid(const dlock_lock *l);
+/* Milliseconds left before the local deadline; INT64_MAX for no expiry; 0 when lost. */
+DLOCK_API int64_t dlock_lock_remaining_ms(const dlock_lock *l);
+/* How many acquire attempts it took (1 = first try). */
+DLOCK_API uint32_t dlock_lock_attempts(const dlock_lock *l);
+/* The lock's name, as given to dlock_acquire; valid until the lock is released. */
+DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DLOCK_DLOCK_H_ */

@@ -1,0 +1,89 @@
+# shellcheck shell=bash
+# Shared helpers for scripts/demo and scripts/test: source it after `set -euo pipefail`.
+#
+#   free_port                   prints a free TCP port on 127.0.0.1
+#   start_redis DIR             starts a throwaway redis-server (no persistence) with its files
+#                               in DIR; sets REDIS_PID, REDIS_PORT, REDIS_URL
+#   stop_redis                  stops it (SIGTERM, SIGKILL after 2 s); safe to call twice
+#   configure DIR [ARGS...]     cmake -S <repo> -B DIR [-G Ninja for a new DIR] ARGS...
+
+# shellcheck disable=SC2034 # REDIS_* are for the scripts that source this file
+DLOCK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REDIS_PID=""
+REDIS_PORT=""
+REDIS_URL=""
+
+log() { printf '\n==> %s\n' "$*" >&2; }
+
+free_port() {
+  if command -v python3 >/dev/null 2>&1 &&
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()' 2>/dev/null; then
+    return 0
+  fi
+  # No python3: pick random high ports until one refuses connections.
+  local port
+  for _ in $(seq 200); do
+    port=$(((RANDOM * 32768 + RANDOM) % 25000 + 30000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return 0
+    fi
+  done
+  echo "free_port: no free port found" >&2
+  return 1
+}
+
+start_redis() {
+  local dir=$1 port attempt
+  command -v redis-server >/dev/null || { echo "start_redis: redis-server not found" >&2; return 1; }
+  command -v redis-cli >/dev/null || { echo "start_redis: redis-cli not found" >&2; return 1; }
+  for attempt in 1 2 3 4 5; do
+    port=$(free_port)
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+      --daemonize no --logfile "$dir/redis.log" --unixsocket "$dir/redis.sock" \
+      --unixsocketperm 700 </dev/null >"$dir/redis.stdout" 2>&1 &
+    REDIS_PID=$!
+    for _ in $(seq 100); do  # up to 5 s
+      if ! kill -0 "$REDIS_PID" 2>/dev/null; then break; fi
+      # Ours, not some other server that raced us to the port?
+      if [[ $(redis-cli -p "$port" info server 2>/dev/null | tr -d '\r' |
+        sed -n 's/^process_id://p') == "$REDIS_PID" ]]; then
+        REDIS_PORT=$port
+        REDIS_URL="redis://127.0.0.1:$port"
+        return 0
+      fi
+      sleep 0.05
+    done
+    stop_redis
+    echo "start_redis: attempt $attempt on port $port failed:" >&2
+    tail -n 5 "$dir/redis.log" "$dir/redis.stdout" >&2 2>/dev/null || true
+  done
+  return 1
+}
+
+stop_redis() {
+  local pid=$REDIS_PID
+  REDIS_PID=""
+  [[ -n $pid ]] || return 0
+  if kill -TERM "$pid" 2>/dev/null; then
+    for _ in $(seq 40); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+configure() {
+  local dir=$1
+  shift
+  local generator=()
+  # Keep the generator of an existing build dir (cmake refuses to switch).
+  if [[ ! -f $dir/CMakeCache.txt ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
+  cmake -S "$DLOCK_ROOT" -B "$dir" "${generator[@]}" "$@"
+}

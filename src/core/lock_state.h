@@ -1,0 +1,98 @@
+// The state of one acquisition, shared by the caller's handle, the client's registry and the
+// heartbeat scheduler. Fields that change after acquisition are atomics: the caller's thread
+// reads validity while the loop thread renews it.
+#ifndef DLOCK_CORE_LOCK_STATE_H_
+#define DLOCK_CORE_LOCK_STATE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "core/clock.h"
+#include "core/options.h"
+
+namespace dlock {
+
+enum class LockPhase : int {
+  kHeld = 0,
+  kLost = 1,      // expired, taken over, or not renewed in time; reported once
+  kReleased = 2,  // released by its owner
+  kClosed = 3,    // released because its client was closed
+};
+
+struct LockState {
+  LockState(std::string name_in, std::string owner_value_in, uint64_t token, uint32_t tries,
+            const AcquireOptions& options, TimePoint sent)
+      : name(std::move(name_in)),
+        owner_value(std::move(owner_value_in)),
+        fencing_token(token),
+        attempts(tries),
+        heartbeat_explicit(options.heartbeat_ms.has_value()),
+        on_lost(options.on_lost),
+        on_lost_arg(options.on_lost_arg),
+        lease_ms(options.lease_ms),
+        heartbeat_ms(options.HeartbeatFor(options.lease_ms)) {
+    SetDeadline(sent, options.lease_ms);
+  }
+
+  const std::string name;
+  const std::string owner_value;  // what the server stores: secret token [+ "|" + label]
+  const uint64_t fencing_token;
+  const uint32_t attempts;
+  const bool heartbeat_explicit;
+  const LostCallback on_lost;
+  void* const on_lost_arg;
+
+  std::atomic<uint64_t> lease_ms;
+  std::atomic<uint64_t> heartbeat_ms;
+  std::atomic<int64_t> deadline_ns{kNoDeadline};
+  std::atomic<int> phase{static_cast<int>(LockPhase::kHeld)};
+
+  LockPhase Phase() const { return static_cast<LockPhase>(phase.load()); }
+
+  // Local validity (DESIGN guarantee 3): sent + lease - drift on the monotonic clock.
+  void SetDeadline(TimePoint sent, uint64_t lease) {
+    deadline_ns.store(lease == 0 ? kNoDeadline : ToNanos(sent + Millis(lease) - LeaseDrift(lease)));
+  }
+  // Moves the deadline later only: a late reply to an older renewal must not shorten it.
+  void ExtendDeadline(TimePoint sent, uint64_t lease) {
+    int64_t want = lease == 0 ? kNoDeadline : ToNanos(sent + Millis(lease) - LeaseDrift(lease));
+    int64_t cur = deadline_ns.load();
+    while (want > cur && !deadline_ns.compare_exchange_weak(cur, want)) {
+    }
+  }
+  bool IsValid() const {
+    return Phase() == LockPhase::kHeld && ToNanos(Now()) < deadline_ns.load();
+  }
+  int64_t RemainingMs() const {
+    if (Phase() != LockPhase::kHeld) return 0;
+    int64_t d = deadline_ns.load();
+    if (d == kNoDeadline) return INT64_MAX;
+    int64_t left = (d - ToNanos(Now())) / 1000000;
+    return left > 0 ? left : 0;
+  }
+  // Moves kHeld to `to`; true for the one caller that made the move.
+  bool Transition(LockPhase to) {
+    int expected = static_cast<int>(LockPhase::kHeld);
+    return phase.compare_exchange_strong(expected, static_cast<int>(to));
+  }
+
+  // Why the lock was lost, for the caller's next release/extend error.
+  void SetLostReason(std::string reason) {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    lost_reason_ = std::move(reason);
+  }
+  std::string LostReason() const {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    return lost_reason_;
+  }
+
+ private:
+  mutable std::mutex reason_mu_;
+  std::string lost_reason_;
+};
+
+}  // namespace dlock
+
+#endif  // DLOCK_CORE_LOCK_STATE_H_

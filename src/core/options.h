@@ -1,0 +1,44 @@
+// Acquire options (dlock_options) and their validation.
+#ifndef DLOCK_CORE_OPTIONS_H_
+#define DLOCK_CORE_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+
+namespace dlock {
+
+using LostCallback = void (*)(const char* name, uint64_t fencing_token, void* arg);
+
+constexpr uint64_t kDefaultLeaseMs = 10000;
+constexpr uint64_t kMaxLeaseMs = 10ull * 366 * 24 * 3600 * 1000;  // ten years
+constexpr uint64_t kDefaultRetryMinMs = 50;
+constexpr uint64_t kDefaultRetryMaxMs = 1000;
+constexpr size_t kMaxNameBytes = 1024;
+constexpr size_t kMaxOwnerBytes = 256;
+
+struct AcquireOptions {
+  uint64_t lease_ms = kDefaultLeaseMs;       // 0 = no expiry
+  std::optional<uint64_t> heartbeat_ms;      // unset = lease/3; 0 = none
+  int64_t wait_ms = 0;                       // 0 = one try, -1 = no limit
+  uint64_t retry_min_ms = kDefaultRetryMinMs;
+  uint64_t retry_max_ms = kDefaultRetryMaxMs;
+  std::string owner;                         // label for people and tools
+  LostCallback on_lost = nullptr;
+  void* on_lost_arg = nullptr;
+
+  // Checks the combination (single values are checked by the setters).
+  Status Validate() const;
+  // The heartbeat period in ms for a lease, 0 for none.
+  uint64_t HeartbeatFor(uint64_t lease) const;
+};
+
+Status CheckLease(uint64_t lease_ms);
+Status CheckLockName(const char* name);
+Status CheckOwner(const char* owner);
+
+}  // namespace dlock
+
+#endif  // DLOCK_CORE_OPTIONS_H_

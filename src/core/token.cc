@@ -1,0 +1,37 @@
+#include "core/token.h"
+
+#include <openssl/err.h>
+#include <openssl/rand.h>
+
+#include <random>
+
+namespace dlock {
+
+Status NewOwnerToken(std::string* out) {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    return Status::Internal("RAND_bytes failed: no randomness for the owner token (OpenSSL error " +
+                            std::to_string(ERR_get_error()) + ")");
+  }
+  static const char kHex[] = "0123456789abcdef";
+  out->resize(32);
+  for (int i = 0; i < 16; ++i) {
+    (*out)[2 * i] = kHex[bytes[i] >> 4];
+    (*out)[2 * i + 1] = kHex[bytes[i] & 0xf];
+  }
+  return Status::Ok();
+}
+
+uint64_t RandomBetween(uint64_t lo, uint64_t hi) {
+  if (hi <= lo) return lo;
+  thread_local std::mt19937_64 gen([] {
+    uint64_t seed = 0;
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&seed), sizeof seed) != 1) {
+      seed = std::random_device{}();
+    }
+    return seed;
+  }());
+  return std::uniform_int_distribution<uint64_t>(lo, hi)(gen);
+}
+
+}  // namespace dlock

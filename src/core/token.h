@@ -1,0 +1,20 @@
+// Randomness: owner tokens (secret, unguessable) and retry jitter.
+#ifndef DLOCK_CORE_TOKEN_H_
+#define DLOCK_CORE_TOKEN_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace dlock {
+
+// A fresh 128-bit owner token from OpenSSL's CSPRNG, as 32 lowercase hex characters.
+Status NewOwnerToken(std::string* out);
+
+// A uniformly random integer in [lo, hi], for jitter (not secret; per-thread generator).
+uint64_t RandomBetween(uint64_t lo, uint64_t hi);
+
+}  // namespace dlock
+
+#endif  // DLOCK_CORE_TOKEN_H_

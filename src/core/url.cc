@@ -1,0 +1,233 @@
+#include "core/url.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+namespace dlock {
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+Status PercentDecode(const std::string& in, const std::string& what, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out->push_back(in[i]);
+      continue;
+    }
+    int hi = i + 1 < in.size() ? HexValue(in[i + 1]) : -1;
+    int lo = i + 2 < in.size() ? HexValue(in[i + 2]) : -1;
+    if (hi < 0 || lo < 0) return Status::InvalidArgument("bad percent-escape in URL " + what);
+    out->push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return Status::Ok();
+}
+
+Status ParseHostPort(const std::string& text, HostPort* out) {
+  std::string host = text;
+  std::string port;
+  if (!text.empty() && text[0] == '[') {
+    size_t close = text.find(']');
+    if (close == std::string::npos) {
+      return Status::InvalidArgument("unclosed '[' in URL host '" + text + "'");
+    }
+    host = text.substr(1, close - 1);
+    std::string rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') return Status::InvalidArgument("junk after ']' in URL host '" + text + "'");
+      port = rest.substr(1);
+      if (port.empty()) return Status::InvalidArgument("empty port in URL host '" + text + "'");
+    }
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon != std::string::npos) {
+      host = text.substr(0, colon);
+      port = text.substr(colon + 1);
+      if (port.empty()) return Status::InvalidArgument("empty port in URL host '" + text + "'");
+    }
+  }
+  if (host.empty()) return Status::InvalidArgument("empty host in URL");
+  for (char c : host) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+          c == ':')) {
+      return Status::InvalidArgument("bad character in URL host '" + host + "'");
+    }
+  }
+  out->host = host;
+  out->port = 0;
+  if (!port.empty()) {
+    int64_t p;
+    Status s = ParseInt(port, 1, 65535, "URL port", &p);
+    if (!s.ok()) return s;
+    out->port = static_cast<int>(p);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseInt(const std::string& text, int64_t lo, int64_t hi, const std::string& what,
+                int64_t* out) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < lo || v > hi) {
+    return Status::InvalidArgument(what + " '" + text + "' is not an integer in " +
+                                   std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+std::string RedactUrl(const std::string& text) {
+  size_t scheme_end = text.find("://");
+  if (scheme_end == std::string::npos) return text;
+  size_t auth_start = scheme_end + 3;
+  size_t auth_end = text.find_first_of("/?#", auth_start);
+  if (auth_end == std::string::npos) auth_end = text.size();
+  size_t at = text.rfind('@', auth_end - (auth_end > auth_start ? 1 : 0));
+  if (at == std::string::npos || at < auth_start || at >= auth_end) return text;
+  size_t colon = text.find(':', auth_start);
+  if (colon == std::string::npos || colon > at) return text;
+  return text.substr(0, colon + 1) + "***" + text.substr(at);
+}
+
+Status ParseUrl(const std::string& text, Url* out) {
+  *out = Url();
+  const std::string shown = "'" + RedactUrl(text) + "'";
+  size_t scheme_end = text.find("://");
+  if (scheme_end == std::string::npos || scheme_end == 0) {
+    return Status::InvalidArgument("URL " + shown + " has no scheme (expected e.g. redis://host:port)");
+  }
+  for (size_t i = 0; i < scheme_end; ++i) {
+    char c = text[i];
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.')) {
+      return Status::InvalidArgument("URL " + shown + " has a bad scheme");
+    }
+    out->scheme.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  if (text.find('#') != std::string::npos) {
+    return Status::InvalidArgument("URL " + shown + " has a fragment ('#'), which means nothing here");
+  }
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      return Status::InvalidArgument("URL " + shown + " contains a space or control character");
+    }
+  }
+  size_t auth_start = scheme_end + 3;
+  size_t auth_end = text.find_first_of("/?", auth_start);
+  if (auth_end == std::string::npos) auth_end = text.size();
+  std::string authority = text.substr(auth_start, auth_end - auth_start);
+
+  size_t at = authority.rfind('@');
+  if (at != std::string::npos) {
+    std::string userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    size_t colon = userinfo.find(':');
+    std::string user = userinfo.substr(0, colon);
+    std::string decoded;
+    Status s = PercentDecode(user, "user name", &decoded);
+    if (!s.ok()) return s;
+    out->user = decoded;
+    if (colon != std::string::npos) {
+      s = PercentDecode(userinfo.substr(colon + 1), "password", &decoded);
+      if (!s.ok()) return s;
+      out->password = decoded;
+    }
+  }
+  if (!authority.empty()) {
+    size_t start = 0;
+    while (true) {
+      size_t comma = authority.find(',', start);
+      std::string part = authority.substr(start, comma == std::string::npos ? std::string::npos
+                                                                            : comma - start);
+      HostPort hp;
+      Status s = ParseHostPort(part, &hp);
+      if (!s.ok()) return Status::InvalidArgument(s.message() + " " + shown);
+      out->hosts.push_back(hp);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+
+  size_t query_start = text.find('?', auth_end);
+  std::string raw_path = text.substr(auth_end, (query_start == std::string::npos ? text.size()
+                                                                                  : query_start) -
+                                                   auth_end);
+  Status s = PercentDecode(raw_path, "path", &out->path);
+  if (!s.ok()) return s;
+  if (query_start != std::string::npos) {
+    std::string query = text.substr(query_start + 1);
+    size_t start = 0;
+    while (start <= query.size()) {
+      size_t amp = query.find('&', start);
+      std::string item = query.substr(start, amp == std::string::npos ? std::string::npos
+                                                                      : amp - start);
+      if (!item.empty()) {
+        size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          return Status::InvalidArgument("URL query item '" + item + "' is not name=value");
+        }
+        std::string key, value;
+        Status ks = PercentDecode(item.substr(0, eq), "query name", &key);
+        if (!ks.ok()) return ks;
+        ks = PercentDecode(item.substr(eq + 1), "query value", &value);
+        if (!ks.ok()) return ks;
+        for (const auto& kv : out->query) {
+          if (kv.first == key) {
+            return Status::InvalidArgument("URL parameter '" + key + "' is given twice");
+          }
+        }
+        out->query.emplace_back(key, value);
+      }
+      if (amp == std::string::npos) break;
+      start = amp + 1;
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseCommonParams(const Url& url, const std::vector<std::string>& backend_params,
+                         CommonParams* out,
+                         std::vector<std::pair<std::string, std::string>>* backend_values) {
+  *out = CommonParams();
+  backend_values->clear();
+  for (const auto& [key, value] : url.query) {
+    int64_t v;
+    if (key == "prefix") {
+      if (value.find_first_of("{}") != std::string::npos) {
+        return Status::InvalidArgument("URL parameter prefix='" + value +
+                                       "' must not contain '{' or '}' (they choose the hash slot)");
+      }
+      if (value.size() > 256) {
+        return Status::InvalidArgument("URL parameter prefix is longer than 256 bytes");
+      }
+      out->prefix = value;
+    } else if (key == "connect_timeout_ms") {
+      Status s = ParseInt(value, 1, 3600000, "URL parameter connect_timeout_ms", &v);
+      if (!s.ok()) return s;
+      out->connect_timeout_ms = static_cast<int>(v);
+    } else if (key == "timeout_ms") {
+      Status s = ParseInt(value, 1, 3600000, "URL parameter timeout_ms", &v);
+      if (!s.ok()) return s;
+      out->timeout_ms = static_cast<int>(v);
+    } else if (std::find(backend_params.begin(), backend_params.end(), key) !=
+               backend_params.end()) {
+      backend_values->emplace_back(key, value);
+    } else {
+      std::string known = "prefix, connect_timeout_ms, timeout_ms";
+      for (const auto& p : backend_params) known += ", " + p;
+      return Status::InvalidArgument("unknown URL parameter '" + key + "' for " + url.scheme +
+                                     ":// (known: " + known + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dlock

@@ -1,0 +1,134 @@
+#include "loop/event_loop.h"
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include <condition_variable>
+#include <future>
+
+namespace dlock {
+
+Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
+  // libevent needs its locking callbacks before any base exists that several threads touch.
+  static const int threads_ok = evthread_use_pthreads();
+  if (threads_ok != 0) return Status::Internal("evthread_use_pthreads failed");
+  std::unique_ptr<EventLoop> loop(new EventLoop());
+  loop->base_ = event_base_new();
+  if (loop->base_ == nullptr) return Status::Internal("event_base_new failed");
+  loop->wake_ = event_new(loop->base_, -1, 0, &EventLoop::OnWake, loop.get());
+  if (loop->wake_ == nullptr) return Status::Internal("event_new failed");
+  EventLoop* self = loop.get();
+  std::promise<void> started;
+  auto started_future = started.get_future();
+  loop->thread_ = std::thread([self, &started] {
+    self->thread_id_.store(std::this_thread::get_id());
+    started.set_value();
+    event_base_loop(self->base_, EVLOOP_NO_EXIT_ON_EMPTY);
+  });
+  started_future.wait();
+  *out = std::move(loop);
+  return Status::Ok();
+}
+
+EventLoop::~EventLoop() {
+  Stop();
+  if (wake_ != nullptr) event_free(wake_);
+  if (base_ != nullptr) event_base_free(base_);
+}
+
+void EventLoop::OnWake(int, short, void* arg) { static_cast<EventLoop*>(arg)->RunTasks(); }
+
+void EventLoop::RunTasks() {
+  std::deque<std::function<void()>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& task : tasks) task();
+}
+
+void EventLoop::Post(std::function<void()> fn) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    first = tasks_.empty();
+    tasks_.push_back(std::move(fn));
+  }
+  // event_active is thread-safe once evthread is on; one activation drains the whole queue.
+  if (first) event_active(wake_, EV_READ, 0);
+}
+
+void EventLoop::RunSync(const std::function<void()>& fn) {
+  if (InLoopThread()) {
+    fn();
+    return;
+  }
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+  }
+  Post([&] {
+    fn();
+    std::lock_guard<std::mutex> lock(done_mu);
+    done = true;
+    done_cv.notify_one();
+  });
+  std::unique_lock<std::mutex> lock(done_mu);
+  done_cv.wait(lock, [&] { return done; });
+}
+
+void EventLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back([this] { event_base_loopbreak(base_); });
+      if (tasks_.size() == 1) event_active(wake_, EV_READ, 0);
+    }
+    thread_.join();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = true;
+  tasks_.clear();
+}
+
+Timer::Timer(EventLoop* loop, std::function<void()> fn) : fn_(std::move(fn)) {
+  ev_ = evtimer_new(loop->base(), &Timer::OnFire, this);
+}
+
+Timer::~Timer() {
+  if (ev_ != nullptr) event_free(ev_);
+}
+
+void Timer::OnFire(int, short, void* arg) { static_cast<Timer*>(arg)->fn_(); }
+
+void Timer::StartAfter(Millis delay) {
+  if (delay.count() < 0) delay = Millis(0);
+  timeval tv;
+  tv.tv_sec = static_cast<time_t>(delay.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((delay.count() % 1000) * 1000);
+  evtimer_add(ev_, &tv);
+}
+
+void Timer::StartAt(TimePoint when) {
+  auto delay = std::chrono::duration_cast<std::chrono::microseconds>(when - Now());
+  if (delay.count() < 0) delay = std::chrono::microseconds(0);
+  timeval tv;
+  tv.tv_sec = static_cast<time_t>(delay.count() / 1000000);
+  tv.tv_usec = static_cast<suseconds_t>(delay.count() % 1000000);
+  evtimer_add(ev_, &tv);
+}
+
+void Timer::Cancel() { evtimer_del(ev_); }
+
+bool Timer::pending() const { return evtimer_pending(ev_, nullptr) != 0; }
+
+}  // namespace dlock

@@ -1,0 +1,75 @@
+// A libevent event_base and the thread the library owns to run it. Everything that touches a
+// hiredis async context, a timer or a heartbeat runs on this thread; other threads hand work
+// over with Post().
+#ifndef DLOCK_LOOP_EVENT_LOOP_H_
+#define DLOCK_LOOP_EVENT_LOOP_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/clock.h"
+#include "core/status.h"
+
+struct event_base;
+struct event;
+
+namespace dlock {
+
+class EventLoop {
+ public:
+  // Creates an event_base and starts a thread running it.
+  static Status Start(std::unique_ptr<EventLoop>* out);
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  event_base* base() const { return base_; }
+  bool InLoopThread() const { return std::this_thread::get_id() == thread_id_.load(); }
+
+  // Runs fn on the loop thread soon. Thread-safe. Tasks posted after Stop() are dropped.
+  void Post(std::function<void()> fn);
+  // Runs fn on the loop thread and waits for it; inline when called on the loop thread.
+  void RunSync(const std::function<void()>& fn);
+  // Runs what is queued, stops the loop and joins its thread. Idempotent.
+  void Stop();
+
+ private:
+  EventLoop() = default;
+  static void OnWake(int, short, void* arg);
+  void RunTasks();
+
+  event_base* base_ = nullptr;
+  event* wake_ = nullptr;
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
+  std::mutex mu_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+};
+
+// A one-shot timer on a loop; re-armable. Use on the loop thread only.
+class Timer {
+ public:
+  Timer(EventLoop* loop, std::function<void()> fn);
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  void StartAfter(Millis delay);
+  void StartAt(TimePoint when);
+  void Cancel();
+  bool pending() const;
+
+ private:
+  static void OnFire(int, short, void* arg);
+  event* ev_ = nullptr;
+  std::function<void()> fn_;
+};
+
+}  // namespace dlock
+
+#endif  // DLOCK_LOOP_EVENT_LOOP_H_

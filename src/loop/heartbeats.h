@@ -1,0 +1,61 @@
+// Heartbeats (DESIGN guarantee 4): renews held leases in the background, on the loop thread.
+// All renewals due in one tick go to the backend as one batch (one round trip for Redis).
+// A renewal refused because the owner no longer matches marks the lock lost at once; transient
+// errors are retried until the lock's local deadline passes, then the lock is lost. Losses
+// are reported through the lock's on_lost callback, once.
+#ifndef DLOCK_LOOP_HEARTBEATS_H_
+#define DLOCK_LOOP_HEARTBEATS_H_
+
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "core/backend.h"
+#include "loop/event_loop.h"
+
+namespace dlock {
+
+class Heartbeats : public RenewSink {
+ public:
+  Heartbeats(EventLoop* loop, Backend* backend);
+  ~Heartbeats() override;
+
+  // Any thread. Starts (or, after an extend, restarts) renewing lock; no-op without heartbeat.
+  void Track(std::shared_ptr<LockState> lock);
+  // Any thread. Stops renewing lock (released or lost).
+  void Untrack(const std::shared_ptr<LockState>& lock);
+  // Loop thread. Forgets everything; renewals still in flight are ignored when they answer.
+  void StopOnLoop();
+
+  void OnRenewed(const RenewRequest& request, const Status& status) override;
+
+  // For tests and benchmarks: how many batches were sent.
+  uint64_t batches_sent() const { return batches_sent_.load(); }
+
+ private:
+  struct Entry {
+    std::shared_ptr<LockState> lock;
+    TimePoint due;             // when the next renewal (or the loss check) is due
+    bool in_flight = false;
+    std::string last_error;
+  };
+  void TrackOnLoop(std::shared_ptr<LockState> lock);
+  void Schedule(Entry* entry, TimePoint due);
+  void Unschedule(Entry* entry);
+  void Tick();
+  void ArmTimer();
+  void ReportLost(std::shared_ptr<LockState> lock, const std::string& reason);
+
+  EventLoop* loop_;
+  Backend* backend_;
+  Timer timer_;
+  bool stopped_ = false;
+  std::unordered_map<LockState*, Entry> entries_;
+  std::set<std::pair<TimePoint, LockState*>> queue_;  // by due time
+  std::atomic<uint64_t> batches_sent_{0};
+};
+
+}  // namespace dlock
+
+#endif  // DLOCK_LOOP_HEARTBEATS_H_

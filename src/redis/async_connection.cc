@@ -1,0 +1,150 @@
+#include "redis/async_connection.h"
+
+#include <hiredis/adapters/libevent.h>
+
+#include "redis/reply.h"
+#include "redis/sync_connection.h"
+
+namespace dlock::redis {
+
+struct AsyncConnection::Pending {
+  AsyncConnection* self;
+  Callback cb;
+};
+
+AsyncConnection::AsyncConnection(EventLoop* loop, const RedisConfig& config)
+    : loop_(loop),
+      config_(config),
+      server_(config.Describe()),
+      timeout_timer_(loop, [this] { CheckTimeout(); }) {}
+
+AsyncConnection::~AsyncConnection() { Drop("connection closed"); }
+
+bool AsyncConnection::EnsureConnected(std::string* error) {
+  if (ctx_ != nullptr) return true;
+  redisAsyncContext* ac = config_.socket_path.empty()
+                              ? redisAsyncConnect(config_.host.c_str(), config_.port)
+                              : redisAsyncConnectUnix(config_.socket_path.c_str());
+  if (ac == nullptr) {
+    *error = "out of memory";
+    return false;
+  }
+  if (ac->err != 0) {
+    *error = "cannot connect to " + server_ + ": " + ac->errstr;
+    redisAsyncFree(ac);
+    return false;
+  }
+  ac->data = this;
+  redisLibeventAttach(ac, loop_->base());
+  redisAsyncSetConnectCallback(ac, &AsyncConnection::OnConnect);
+  redisAsyncSetDisconnectCallback(ac, &AsyncConnection::OnDisconnect);
+  ctx_ = ac;
+  drop_reason_.clear();
+  // Queued before anything else, so they run first once connected.
+  if (config_.password.has_value()) {
+    std::vector<std::string> auth{"AUTH"};
+    if (config_.user.has_value()) auth.push_back(*config_.user);
+    auth.push_back(*config_.password);
+    Command(auth, [](redisReply*, const Status&) {});
+  }
+  if (config_.db != 0) Command({"SELECT", std::to_string(config_.db)}, [](redisReply*, const Status&) {});
+  return true;
+}
+
+void AsyncConnection::OnConnect(const redisAsyncContext* ac, int status) {
+  auto* self = static_cast<AsyncConnection*>(ac->data);
+  if (status != REDIS_OK && self != nullptr && self->ctx_ == ac) {
+    // hiredis frees the context after this callback and fails its pending commands.
+    self->drop_reason_ = std::string("cannot connect to ") + self->server_ + ": " + ac->errstr;
+    self->ctx_ = nullptr;
+  }
+}
+
+void AsyncConnection::OnDisconnect(const redisAsyncContext* ac, int) {
+  auto* self = static_cast<AsyncConnection*>(ac->data);
+  if (self != nullptr && self->ctx_ == ac) {
+    if (self->drop_reason_.empty()) {
+      self->drop_reason_ = self->server_ + " closed the connection" +
+                           (ac->err != 0 ? std::string(": ") + ac->errstr : std::string());
+    }
+    self->ctx_ = nullptr;
+  }
+}
+
+void AsyncConnection::OnReply(redisAsyncContext* ac, void* reply, void* privdata) {
+  std::unique_ptr<Pending> pending(static_cast<Pending*>(privdata));
+  AsyncConnection* self = pending->self;
+  if (!self->sent_.empty()) self->sent_.pop_front();
+  if (reply == nullptr) {
+    std::string why = self->drop_reason_;
+    if (why.empty()) why = ac->errstr[0] != '\0' ? self->server_ + ": " + ac->errstr
+                                                  : self->server_ + ": connection lost";
+    pending->cb(nullptr, Status::IoError(why));
+    return;
+  }
+  pending->cb(static_cast<redisReply*>(reply), Status::Ok());
+}
+
+void AsyncConnection::Command(const std::vector<std::string>& argv, Callback cb) {
+  std::string error;
+  if (!EnsureConnected(&error)) {
+    cb(nullptr, Status::IoError(error));
+    return;
+  }
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  for (const auto& a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* pending = new Pending{this, std::move(cb)};
+  if (redisAsyncCommandArgv(ctx_, &AsyncConnection::OnReply, pending,
+                            static_cast<int>(ptrs.size()), ptrs.data(), lens.data()) != REDIS_OK) {
+    std::unique_ptr<Pending> owned(pending);
+    owned->cb(nullptr, Status::IoError(server_ + ": connection is closing"));
+    return;
+  }
+  sent_.push_back(Now());
+  if (!timeout_timer_.pending()) ArmTimeout();
+}
+
+void AsyncConnection::Eval(const Script& script, const std::vector<std::string>& keys,
+                           const std::vector<std::string>& args, Callback cb) {
+  auto argv = EvalShaArgv(script, keys, args);
+  Command(argv, [this, &script, argv, cb = std::move(cb)](redisReply* reply, const Status& error) {
+    if (!IsNoScript(reply)) {
+      cb(reply, error);
+      return;
+    }
+    // The server lost its script cache: load it, then retry, in order on this connection.
+    Command({"SCRIPT", "LOAD", script.body}, [](redisReply*, const Status&) {});
+    Command(argv, cb);
+  });
+}
+
+void AsyncConnection::ArmTimeout() {
+  if (sent_.empty()) return;
+  timeout_timer_.StartAt(sent_.front() + Millis(config_.params.timeout_ms));
+}
+
+void AsyncConnection::CheckTimeout() {
+  if (sent_.empty()) return;
+  if (Now() - sent_.front() >= Millis(config_.params.timeout_ms)) {
+    Drop(server_ + " did not answer within timeout_ms=" + std::to_string(config_.params.timeout_ms));
+    return;
+  }
+  ArmTimeout();
+}
+
+void AsyncConnection::Drop(const std::string& why) {
+  timeout_timer_.Cancel();
+  redisAsyncContext* ac = ctx_;
+  if (ac == nullptr) return;
+  drop_reason_ = why;
+  ctx_ = nullptr;
+  // Fails every pending command (their callbacks see a null reply and drop_reason_).
+  redisAsyncFree(ac);
+  sent_.clear();
+}
+
+}  // namespace dlock::redis

@@ -1,0 +1,61 @@
+// A hiredis async connection on the client's event loop (loop thread only). Commands issued in
+// one loop iteration leave in one write: that is how heartbeats are pipelined. hiredis 0.14 has
+// no async timeouts, so this class enforces timeout_ms itself: when the oldest command waits
+// longer, the connection is dropped and every pending command fails with EIO.
+#ifndef DLOCK_REDIS_ASYNC_CONNECTION_H_
+#define DLOCK_REDIS_ASYNC_CONNECTION_H_
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "loop/event_loop.h"
+#include "redis/redis_url.h"
+#include "redis/scripts.h"
+
+namespace dlock::redis {
+
+class AsyncConnection {
+ public:
+  // reply is null exactly when error is not ok. The reply is freed after the callback.
+  using Callback = std::function<void(redisReply* reply, const Status& error)>;
+
+  AsyncConnection(EventLoop* loop, const RedisConfig& config);
+  ~AsyncConnection();
+  AsyncConnection(const AsyncConnection&) = delete;
+  AsyncConnection& operator=(const AsyncConnection&) = delete;
+
+  // Sends argv (connecting first when needed); cb runs exactly once.
+  void Command(const std::vector<std::string>& argv, Callback cb);
+  // EVALSHA with one SCRIPT LOAD + retry on NOSCRIPT.
+  void Eval(const Script& script, const std::vector<std::string>& keys,
+            const std::vector<std::string>& args, Callback cb);
+  // Drops the connection; pending commands fail with EIO carrying why.
+  void Drop(const std::string& why);
+
+ private:
+  struct Pending;
+  static void OnReply(redisAsyncContext* ac, void* reply, void* privdata);
+  static void OnConnect(const redisAsyncContext* ac, int status);
+  static void OnDisconnect(const redisAsyncContext* ac, int status);
+  bool EnsureConnected(std::string* error);
+  void CheckTimeout();
+  void ArmTimeout();
+
+  EventLoop* loop_;
+  RedisConfig config_;
+  std::string server_;
+  redisAsyncContext* ctx_ = nullptr;
+  std::string drop_reason_;
+  std::deque<TimePoint> sent_;  // send times of pending commands, oldest first
+  Timer timeout_timer_;
+};
+
+}  // namespace dlock::redis
+
+#endif  // DLOCK_REDIS_ASYNC_CONNECTION_H_

@@ -1,0 +1,202 @@
+#include "redis/redis_backend.h"
+
+#include <mutex>
+#include <vector>
+
+#include "redis/async_connection.h"
+#include "redis/redis_url.h"
+#include "redis/reply.h"
+#include "redis/scripts.h"
+#include "redis/subscriber.h"
+#include "redis/sync_connection.h"
+
+namespace dlock::redis {
+namespace {
+
+// Idle blocking connections kept for reuse; more are opened when more threads call at once.
+constexpr size_t kMaxIdleConnections = 64;
+
+class RedisBackend : public Backend {
+ public:
+  RedisBackend(EventLoop* loop, RedisConfig config)
+      : loop_(loop),
+        config_(std::move(config)),
+        server_(config_.Describe()),
+        renewals_(loop, config_),
+        subscriber_(loop, config_) {}
+
+  std::string Describe() const override { return server_; }
+
+  Status Check() override {
+    return WithConnection([&](SyncConnection& conn) {
+      ReplyPtr reply;
+      Status s = conn.Command({"PING"}, &reply);
+      if (!s.ok()) return s;
+      if (reply->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(reply.get(), server_);
+      return Status::Ok();
+    });
+  }
+
+  Status TryAcquire(const std::string& name, const std::string& owner_value, uint64_t lease_ms,
+                    AcquireAttempt* out) override {
+    LockKeys keys(config_.params.prefix, name);
+    ReplyPtr reply;
+    // Safe to retry: acquire.lua answers the same to an owner that already holds the lock.
+    Status s = WithConnection([&](SyncConnection& conn) {
+      return conn.Eval(GetScript(ScriptId::kAcquire), {keys.holder, keys.fence},
+                       {owner_value, std::to_string(lease_ms)}, &reply);
+    });
+    if (s.code() == Code::kIoError) {
+      // The attempt may have reached the server before the connection failed: if it did, the
+      // lock is ours and nobody knows it. Give it back, best effort, on a fresh connection.
+      Lease cleanup(this);
+      if (cleanup.Open().ok()) {
+        ReplyPtr ignored;
+        (void)cleanup->Eval(GetScript(ScriptId::kRelease), {keys.holder},
+                            {owner_value, keys.channel}, &ignored);
+      }
+      return s;
+    }
+    return ParseAcquireReply(reply.get(), server_, out);
+  }
+
+  Status Release(const LockState& lock) override {
+    LockKeys keys(config_.params.prefix, lock.name);
+    ReplyPtr reply;
+    Status s = WithConnection([&](SyncConnection& conn) {
+      return conn.Eval(GetScript(ScriptId::kRelease), {keys.holder},
+                       {lock.owner_value, keys.channel}, &reply);
+    });
+    if (!s.ok()) return s;
+    return ParseOwnedReply(reply.get(), server_, lock.name);
+  }
+
+  void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
+    // One pipeline for all of them: closing a client holding 10,000 locks is one round trip.
+    Lease conn(this);
+    if (!conn.Open().ok()) return;
+    const Script& script = GetScript(ScriptId::kRelease);
+    if (!conn->LoadScript(script).ok()) return;
+    for (const auto& lock : locks) {
+      LockKeys keys(config_.params.prefix, lock->name);
+      conn->Append(EvalShaArgv(script, {keys.holder}, {lock->owner_value, keys.channel}));
+    }
+    for (size_t i = 0; i < locks.size(); ++i) {
+      ReplyPtr reply;
+      if (!conn->ReadReply(&reply).ok()) return;
+    }
+  }
+
+  Status Extend(const LockState& lock, uint64_t lease_ms) override {
+    LockKeys keys(config_.params.prefix, lock.name);
+    ReplyPtr reply;
+    Status s = WithConnection([&](SyncConnection& conn) {
+      return conn.Eval(GetScript(ScriptId::kExtend), {keys.holder},
+                       {lock.owner_value, std::to_string(lease_ms)}, &reply);
+    });
+    if (!s.ok()) return s;
+    return ParseOwnedReply(reply.get(), server_, lock.name);
+  }
+
+  void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) override {
+    // All commands issued here leave in one write on the async connection: one round trip.
+    for (auto& request : batch) {
+      LockKeys keys(config_.params.prefix, request.lock->name);
+      renewals_.Eval(GetScript(ScriptId::kExtend), {keys.holder},
+                     {request.lock->owner_value, std::to_string(request.lease_ms)},
+                     [this, sink, request](redisReply* reply, const Status& error) {
+                       if (!error.ok()) {
+                         sink->OnRenewed(request, error);
+                         return;
+                       }
+                       sink->OnRenewed(request, ParseOwnedReply(reply, server_, request.lock->name));
+                     });
+    }
+  }
+
+  void Watch(const std::string& name, WakeSignal* signal) override {
+    subscriber_.Watch(LockKeys(config_.params.prefix, name).channel, signal);
+  }
+  void Unwatch(const std::string& name, WakeSignal* signal) override {
+    subscriber_.Unwatch(LockKeys(config_.params.prefix, name).channel, signal);
+  }
+
+  void ShutdownOnLoop() override {
+    renewals_.Drop("client closed");
+    subscriber_.ShutdownOnLoop();
+  }
+
+ private:
+  // Runs fn on a pooled connection. A pooled connection that fails with an I/O error has most
+  // likely gone stale (server restarted, idle timeout): the pool is dropped and fn runs once
+  // more on a fresh connection. A fresh connection's failure is final.
+  template <typename Fn>
+  Status WithConnection(Fn&& fn) {
+    for (int round = 0;; ++round) {
+      Lease conn(this);
+      Status s = conn.Open();
+      if (!s.ok()) return s;
+      s = fn(*conn.get());
+      if (s.code() != Code::kIoError) return s;
+      {
+        std::lock_guard<std::mutex> lock(pool_mu_);
+        idle_.clear();
+      }
+      if (!conn.reused() || round > 0) return s;
+    }
+  }
+
+  // A pooled blocking connection for the duration of one call.
+  class Lease {
+   public:
+    explicit Lease(RedisBackend* backend) : backend_(backend) {}
+    ~Lease() {
+      if (conn_ == nullptr || conn_->broken()) return;
+      std::lock_guard<std::mutex> lock(backend_->pool_mu_);
+      if (backend_->idle_.size() < kMaxIdleConnections) backend_->idle_.push_back(std::move(conn_));
+    }
+    Status Open() {
+      {
+        std::lock_guard<std::mutex> lock(backend_->pool_mu_);
+        if (!backend_->idle_.empty()) {
+          conn_ = std::move(backend_->idle_.back());
+          backend_->idle_.pop_back();
+          reused_ = true;
+          return Status::Ok();
+        }
+      }
+      return SyncConnection::Connect(backend_->config_, &conn_);
+    }
+    SyncConnection* operator->() { return conn_.get(); }
+    SyncConnection* get() { return conn_.get(); }
+    bool reused() const { return reused_; }
+
+   private:
+    RedisBackend* backend_;
+    bool reused_ = false;
+    std::unique_ptr<SyncConnection> conn_;
+  };
+
+  EventLoop* loop_;
+  RedisConfig config_;
+  std::string server_;
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<SyncConnection>> idle_;
+  AsyncConnection renewals_;  // loop thread only
+  Subscriber subscriber_;
+};
+
+}  // namespace
+}  // namespace dlock::redis
+
+namespace dlock {
+
+Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
+  redis::RedisConfig config;
+  Status s = redis::ParseRedisUrl(url, &config);
+  if (!s.ok()) return s;
+  *out = std::make_unique<redis::RedisBackend>(loop, std::move(config));
+  return Status::Ok();
+}
+
+}  // namespace dlock

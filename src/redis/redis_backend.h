@@ -1,0 +1,17 @@
+// The single-server Redis backend (redis://, redis+unix://).
+#ifndef DLOCK_REDIS_REDIS_BACKEND_H_
+#define DLOCK_REDIS_REDIS_BACKEND_H_
+
+#include <memory>
+
+#include "core/backend.h"
+#include "core/url.h"
+#include "loop/event_loop.h"
+
+namespace dlock {
+
+Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out);
+
+}  // namespace dlock
+
+#endif  // DLOCK_REDIS_REDIS_BACKEND_H_

@@ -1,0 +1,57 @@
+#include "redis/redis_url.h"
+
+namespace dlock::redis {
+
+std::string RedisConfig::Describe() const {
+  if (!socket_path.empty()) return "redis unix:" + socket_path;
+  bool v6 = host.find(':') != std::string::npos;
+  return "redis " + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+Status ParseRedisUrl(const Url& url, RedisConfig* out) {
+  *out = RedisConfig();
+  const bool unix_socket = url.scheme == "redis+unix";
+  std::vector<std::pair<std::string, std::string>> extra;
+  Status s = ParseCommonParams(url, unix_socket ? std::vector<std::string>{"db"}
+                                                : std::vector<std::string>{},
+                               &out->params, &extra);
+  if (!s.ok()) return s;
+  if (url.user.has_value() && !url.user->empty()) out->user = url.user;
+  out->password = url.password;
+  if (out->user.has_value() && !out->password.has_value()) {
+    return Status::InvalidArgument("URL names user '" + *out->user +
+                                   "' without a password (use user:password@ or :password@)");
+  }
+  if (unix_socket) {
+    if (!url.hosts.empty()) {
+      return Status::InvalidArgument("redis+unix:// URL must not name a host: use redis+unix:///path/to.sock");
+    }
+    if (url.path.empty() || url.path == "/") {
+      return Status::InvalidArgument("redis+unix:// URL has no socket path (expected redis+unix:///path/to.sock)");
+    }
+    out->socket_path = url.path;
+    for (const auto& [key, value] : extra) {
+      int64_t db;
+      s = ParseInt(value, 0, 1 << 30, "URL parameter db", &db);
+      if (!s.ok()) return s;
+      out->db = static_cast<int>(db);
+    }
+    return Status::Ok();
+  }
+  if (url.hosts.empty()) return Status::InvalidArgument("redis:// URL has no host (expected redis://host[:port][/db])");
+  if (url.hosts.size() > 1) {
+    return Status::InvalidArgument("redis:// URL names " + std::to_string(url.hosts.size()) +
+                                   " hosts; it takes one (several independent masters are redlock://)");
+  }
+  out->host = url.hosts[0].host;
+  if (url.hosts[0].port != 0) out->port = url.hosts[0].port;
+  if (!url.path.empty() && url.path != "/") {
+    int64_t db;
+    s = ParseInt(url.path.substr(1), 0, 1 << 30, "URL database number", &db);
+    if (!s.ok()) return s;
+    out->db = static_cast<int>(db);
+  }
+  return Status::Ok();
+}
+
+}  // namespace dlock::redis

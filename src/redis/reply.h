@@ -1,0 +1,38 @@
+// Reading hiredis replies: error classification and the scripts' reply shapes, shared by the
+// blocking and the async paths so that both read the server the same way.
+#ifndef DLOCK_REDIS_REPLY_H_
+#define DLOCK_REDIS_REPLY_H_
+
+#include <hiredis/hiredis.h>
+
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "core/status.h"
+
+namespace dlock::redis {
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+// Key names for lock NAME: all three share the hash tag {NAME}, hence one cluster slot.
+struct LockKeys {
+  LockKeys(const std::string& prefix, const std::string& name)
+      : holder(prefix + "{" + name + "}"), fence(holder + ":fence"), channel(holder + ":released") {}
+  std::string holder, fence, channel;
+};
+
+bool IsNoScript(const redisReply* r);
+// An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise).
+Status ErrorReplyStatus(const redisReply* r, const std::string& server);
+// acquire.lua: {1, token} or {0, pttl}.
+Status ParseAcquireReply(const redisReply* r, const std::string& server, AcquireAttempt* out);
+// release.lua / extend.lua: 1 -> Ok, 0 -> NotHeld.
+Status ParseOwnedReply(const redisReply* r, const std::string& server, const std::string& name);
+
+}  // namespace dlock::redis
+
+#endif  // DLOCK_REDIS_REPLY_H_

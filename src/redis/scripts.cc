@@ -1,0 +1,41 @@
+#include "redis/scripts.h"
+
+#include <openssl/sha.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace dlock::redis {
+namespace {
+
+Script Load(const char* name) {
+  for (int i = 0; i < kScriptCount; ++i) {
+    if (std::strcmp(kScriptSources[i].name, name) != 0) continue;
+    Script s{name, kScriptSources[i].body, {}};
+    unsigned char digest[SHA_DIGEST_LENGTH];
+    SHA1(reinterpret_cast<const unsigned char*>(s.body.data()), s.body.size(), digest);
+    static const char kHex[] = "0123456789abcdef";
+    for (unsigned char b : digest) {
+      s.sha1.push_back(kHex[b >> 4]);
+      s.sha1.push_back(kHex[b & 0xf]);
+    }
+    return s;
+  }
+  std::abort();  // a build error: lua/NAME.lua was not embedded
+}
+
+}  // namespace
+
+const Script& GetScript(ScriptId id) {
+  static const Script acquire = Load("acquire");
+  static const Script release = Load("release");
+  static const Script extend = Load("extend");
+  switch (id) {
+    case ScriptId::kAcquire: return acquire;
+    case ScriptId::kRelease: return release;
+    case ScriptId::kExtend: return extend;
+  }
+  std::abort();
+}
+
+}  // namespace dlock::redis

@@ -1,0 +1,233 @@
+// Acquire, release, extend and fencing tokens against a real redis-server.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/redis_server.h"
+#include "test_util.h"
+
+namespace dlock_test {
+namespace {
+
+class RedisBasicTest : public ::testing::Test {
+ protected:
+  RedisServer redis_;
+};
+
+TEST_F(RedisBasicTest, AcquireReleaseAndKeyLayout) {
+  ASSERT_TRUE(redis_.running());
+  Client client(redis_.url());
+  Options opts;
+  opts.lease(5000).owner("worker-7");
+  dlock_lock* lock = nullptr;
+  ASSERT_EQ(dlock_acquire(client.get(), "jobs/nightly", opts.get(), &lock), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_lock_attempts(lock), 1u);
+  EXPECT_EQ(dlock_lock_is_valid(lock), 1);
+  EXPECT_STREQ(dlock_lock_name(lock), "jobs/nightly");
+  int64_t remaining = dlock_lock_remaining_ms(lock);
+  EXPECT_GT(remaining, 4000);
+  EXPECT_LE(remaining, 5000);
+  // The server holds it: holder key with a lease, the label after the secret token.
+  std::string holder = redis_.Cli({"GET", "dlock:{jobs/nightly}"});
+  EXPECT_EQ(holder.size(), 32u + 1 + 8) << holder;
+  EXPECT_EQ(holder.substr(32), "|worker-7");
+  int pttl = std::stoi(redis_.Cli({"PTTL", "dlock:{jobs/nightly}"}));
+  EXPECT_GT(pttl, 4000);
+  EXPECT_EQ(redis_.Cli({"GET", "dlock:{jobs/nightly}:fence"}), std::to_string(dlock_lock_fencing_token(lock)));
+  EXPECT_EQ(redis_.Cli({"TTL", "dlock:{jobs/nightly}:fence"}), "-1");  // the counter never expires
+
+  EXPECT_EQ(dlock_release(lock), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{jobs/nightly}"}), "0");
+}
+
+TEST_F(RedisBasicTest, SecondAcquireFailsWhileHeldAndSucceedsAfterRelease) {
+  Client a(redis_.url()), b(redis_.url());
+  dlock_lock *la = nullptr, *lb = nullptr;
+  ASSERT_EQ(dlock_acquire(a.get(), "x", nullptr, &la), DLOCK_OK);
+  EXPECT_EQ(dlock_acquire(b.get(), "x", nullptr, &lb), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(std::string(dlock_last_error()).find("held by another owner"), std::string::npos)
+      << dlock_last_error();
+  EXPECT_EQ(lb, nullptr);
+  ASSERT_EQ(dlock_release(la), DLOCK_OK);
+  ASSERT_EQ(dlock_acquire(b.get(), "x", nullptr, &lb), DLOCK_OK);
+  EXPECT_EQ(dlock_release(lb), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, NotReentrant) {
+  Client a(redis_.url());
+  dlock_lock *l1 = nullptr, *l2 = nullptr;
+  ASSERT_EQ(dlock_acquire(a.get(), "re", nullptr, &l1), DLOCK_OK);
+  EXPECT_EQ(dlock_acquire(a.get(), "re", nullptr, &l2), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, TokensRiseAcrossReleaseExpiryAndTakeover) {
+  Client a(redis_.url()), b(redis_.url());
+  uint64_t last = 0;
+  for (int i = 0; i < 20; ++i) {  // release
+    dlock_lock* l;
+    ASSERT_EQ(dlock_acquire(i % 2 ? a.get() : b.get(), "t", nullptr, &l), DLOCK_OK);
+    EXPECT_GT(dlock_lock_fencing_token(l), last);
+    last = dlock_lock_fencing_token(l);
+    ASSERT_EQ(dlock_release(l), DLOCK_OK);
+  }
+  // Expiry and takeover: a holds with a short lease and no heartbeat; b takes over after it.
+  Options short_lease;
+  short_lease.lease(100).heartbeat(0);
+  dlock_lock* expired;
+  ASSERT_EQ(dlock_acquire(a.get(), "t", short_lease.get(), &expired), DLOCK_OK);
+  EXPECT_GT(dlock_lock_fencing_token(expired), last);
+  last = dlock_lock_fencing_token(expired);
+  Options waiting;
+  waiting.wait(2000);
+  dlock_lock* taker;
+  ASSERT_EQ(dlock_acquire(b.get(), "t", waiting.get(), &taker), DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(dlock_lock_fencing_token(taker), last);
+  EXPECT_GE(dlock_lock_attempts(taker), 2u);
+  EXPECT_EQ(dlock_lock_is_valid(expired), 0);
+  EXPECT_EQ(dlock_release(expired), DLOCK_NOT_HELD);  // the old holder learns it lost it
+  EXPECT_EQ(dlock_release(taker), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, TokensRiseAcrossARestartThatLostAllData) {
+  Client a(redis_.url());
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "r", nullptr, &l), DLOCK_OK);
+  uint64_t before = dlock_lock_fencing_token(l);
+  ASSERT_EQ(dlock_release(l), DLOCK_OK);
+  redis_.Kill();
+  ASSERT_TRUE(redis_.Restart());
+  ASSERT_EQ(redis_.Cli({"EXISTS", "dlock:{r}:fence"}), "0");  // the counter is gone
+  // The same client reconnects (its pooled connections went stale) and the token still rises.
+  ASSERT_EQ(dlock_acquire(a.get(), "r", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(dlock_lock_fencing_token(l), before);
+  ASSERT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, ExtendChangesTheServerLease) {
+  Client a(redis_.url());
+  Options opts;
+  opts.lease(1000).heartbeat(0);
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "e", opts.get(), &l), DLOCK_OK);
+  uint64_t token = dlock_lock_fencing_token(l);
+  ASSERT_EQ(dlock_extend(l, 60000), DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(std::stoi(redis_.Cli({"PTTL", "dlock:{e}"})), 50000);
+  EXPECT_GT(dlock_lock_remaining_ms(l), 50000);
+  EXPECT_EQ(dlock_lock_fencing_token(l), token);  // extending keeps the token
+  ASSERT_EQ(dlock_extend(l, 0), DLOCK_OK);         // no expiry
+  EXPECT_EQ(redis_.Cli({"PTTL", "dlock:{e}"}), "-1");
+  EXPECT_EQ(dlock_lock_remaining_ms(l), INT64_MAX);
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, ExtendOfALostLockIsNotHeld) {
+  Client a(redis_.url());
+  Options opts;
+  opts.lease(5000).heartbeat(0);
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "gone", opts.get(), &l), DLOCK_OK);
+  redis_.Cli({"DEL", "dlock:{gone}"});
+  EXPECT_EQ(dlock_extend(l, 5000), DLOCK_NOT_HELD);
+  EXPECT_NE(std::string(dlock_last_error()).find("gone"), std::string::npos) << dlock_last_error();
+  EXPECT_EQ(dlock_lock_is_valid(l), 0);
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+}
+
+TEST_F(RedisBasicTest, ZeroLeaseNeverExpires) {
+  Client a(redis_.url());
+  Options opts;
+  opts.lease(0);
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "forever", opts.get(), &l), DLOCK_OK);
+  EXPECT_EQ(redis_.Cli({"PTTL", "dlock:{forever}"}), "-1");
+  EXPECT_EQ(dlock_lock_remaining_ms(l), INT64_MAX);
+  Client b(redis_.url());
+  dlock_lock* other;
+  EXPECT_EQ(dlock_acquire(b.get(), "forever", nullptr, &other), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(std::string(dlock_last_error()).find("no expiry"), std::string::npos) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, ScriptsAreReloadedAfterScriptFlush) {
+  Client a(redis_.url());
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "s", nullptr, &l), DLOCK_OK);
+  ASSERT_EQ(redis_.Cli({"SCRIPT", "FLUSH"}), "OK");
+  ASSERT_EQ(dlock_extend(l, 8000), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(redis_.Cli({"SCRIPT", "FLUSH"}), "OK");
+  ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(redis_.Cli({"SCRIPT", "FLUSH"}), "OK");
+  ASSERT_EQ(dlock_acquire(a.get(), "s", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, PrefixAndDatabaseFromTheUrl) {
+  Client a(redis_.url() + "/2?prefix=app:");
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "p", nullptr, &l), DLOCK_OK);
+  EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{p}"}), "0");
+  EXPECT_EQ(redis_.Cli({"EXISTS", "app:{p}"}), "0");  // not in db 0
+  // Cli talks to db 0; look in db 2 through a MOVE-free check: SELECT is per connection.
+  EXPECT_EQ(redis_.Cli({"EVAL", "redis.call('SELECT', 2) return redis.call('EXISTS', KEYS[1])", "1", "app:{p}"}), "1");
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, UnixSocket) {
+  Client a("redis+unix://" + redis_.unix_socket());
+  ASSERT_NE(a.get(), nullptr);
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "u", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{u}"}), "1");
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, NamesAreBinarySafeUpTo1024Bytes) {
+  Client a(redis_.url());
+  std::string name(1024, 'n');
+  name[3] = '}';
+  name[7] = ' ';
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), name.c_str(), nullptr, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{" + name + "}"}), "1");
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, CloseReleasesWhatTheClientHolds) {
+  dlock_client* a;
+  ASSERT_EQ(dlock_client_open(redis_.url().c_str(), &a), DLOCK_OK);
+  dlock_lock *l1, *l2;
+  ASSERT_EQ(dlock_acquire(a, "c1", nullptr, &l1), DLOCK_OK);
+  ASSERT_EQ(dlock_acquire(a, "c2", nullptr, &l2), DLOCK_OK);
+  ASSERT_EQ(dlock_release(l2), DLOCK_OK);
+  dlock_client_close(a);
+  EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{c1}"}), "0");
+  // The handle outlives its client: releasing it now frees it and says it is not held.
+  EXPECT_EQ(dlock_lock_is_valid(l1), 0);
+  EXPECT_EQ(dlock_release(l1), DLOCK_NOT_HELD);
+  EXPECT_NE(std::string(dlock_last_error()).find("closed"), std::string::npos);
+}
+
+TEST_F(RedisBasicTest, AuthWithPasswordAndAclUser) {
+  RedisServer secured({"--requirepass", "s3cret"});
+  ASSERT_TRUE(secured.running());
+  std::string base = "redis://:s3cret@" + secured.address();
+  Client a(base);
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "auth", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+  ASSERT_EQ(secured.Cli({"ACL", "SETUSER", "locker", "on", ">pw2", "~*", "&*", "+@all"}), "OK");
+  Client user("redis://locker:pw2@" + secured.address());
+  ASSERT_EQ(dlock_acquire(user.get(), "auth", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+
+  dlock_client* c = nullptr;
+  EXPECT_EQ(dlock_client_open(("redis://:wrong@" + secured.address()).c_str(), &c), DLOCK_EAUTH);
+  EXPECT_EQ(std::string(dlock_last_error()).find("wrong"), std::string::npos) << "leaks the password";
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(dlock_client_open(secured.url().c_str(), &c), DLOCK_EAUTH);  // no password at all
+  EXPECT_NE(std::string(dlock_last_error()).find(secured.address()), std::string::npos) << dlock_last_error();
+}
+
+}  // namespace
+}  // namespace dlock_test

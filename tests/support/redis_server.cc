@@ -1,0 +1,436 @@
+#include "redis_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace dlock_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+constexpr auto kReadyTimeout = std::chrono::seconds(5);
+constexpr int kStartAttempts = 5;
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// Blocks SIGPIPE on this thread for the scope, and swallows one raised meanwhile: hiredis 0.14
+// writes with write(2), and a server that dies mid-command must not kill the test process.
+class ScopedNoSigpipe {
+ public:
+  ScopedNoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~ScopedNoSigpipe() {
+    if (!was_pending_) {
+      struct timespec zero = {0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+struct ContextDeleter {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+timeval Tv(int ms) {
+  timeval tv;
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  return tv;
+}
+
+ReplyPtr Command(redisContext* c, const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  return ReplyPtr(static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
+}
+
+std::string Render(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+      return std::string(r->str, r->len);
+    case REDIS_REPLY_INTEGER:
+      return std::to_string(r->integer);
+    case REDIS_REPLY_NIL:
+      return "(nil)";
+    case REDIS_REPLY_ERROR:
+      return "ERR: " + std::string(r->str, r->len);
+    case REDIS_REPLY_ARRAY: {
+      std::string out;
+      for (size_t i = 0; i < r->elements; ++i) {
+        if (i) out += '\n';
+        out += Render(r->element[i]);
+      }
+      return out;
+    }
+    default:
+      return "(reply type " + std::to_string(r->type) + ")";
+  }
+}
+
+// Connects over TCP (or the unix socket when unix_path is set), authenticating when password is
+// set. On failure returns null and says why.
+ContextPtr Connect(int port, const std::string& unix_path, const std::string& password,
+                   int connect_timeout_ms, int io_timeout_ms, std::string* why) {
+  ContextPtr c(unix_path.empty()
+                   ? redisConnectWithTimeout("127.0.0.1", port, Tv(connect_timeout_ms))
+                   : redisConnectUnixWithTimeout(unix_path.c_str(), Tv(connect_timeout_ms)));
+  if (!c) {
+    *why = "CONNECT FAILED: cannot allocate a hiredis context";
+    return nullptr;
+  }
+  if (c->err) {
+    *why = std::string("CONNECT FAILED: ") + c->errstr;
+    return nullptr;
+  }
+  redisSetTimeout(c.get(), Tv(io_timeout_ms));
+  if (!password.empty()) {
+    ReplyPtr r = Command(c.get(), {"AUTH", password});
+    if (!r) {
+      *why = std::string("IO FAILED: ") + c->errstr;
+      return nullptr;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+      *why = Render(r.get());
+      return nullptr;
+    }
+  }
+  return c;
+}
+
+std::string FindOnPath(const std::string& name) {
+  if (const char* env = getenv("DLOCK_REDIS_SERVER"); env && *env) return env;
+  const char* path = getenv("PATH");
+  std::string p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::stringstream ss(p);
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+std::string MakeTempDir(std::string* why) {
+  // The unix socket path must fit in sun_path (108 bytes): fall back to /tmp for a long TMPDIR.
+  std::string base = "/tmp";
+  if (const char* t = getenv("TMPDIR"); t && *t && strlen(t) < 60) base = t;
+  std::string tmpl = base + "/dlock-redis-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) {
+    *why = "mkdtemp(" + tmpl + ") failed: " + strerror(errno);
+    return "";
+  }
+  std::error_code ec;
+  fs::path abs = fs::absolute(buf.data(), ec);
+  return ec ? std::string(buf.data()) : abs.string();
+}
+
+std::string ReadTail(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (s.size() > max_bytes) s = "..." + s.substr(s.size() - max_bytes);
+  return s;
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "stopped (status " + std::to_string(status) + ")";
+}
+
+}  // namespace
+
+int FreeTcpPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
+  for (size_t i = 0; i < extra_args_.size(); ++i) {
+    const std::string& a = extra_args_[i];
+    if (a == "--requirepass" && i + 1 < extra_args_.size()) {
+      password_ = extra_args_[i + 1];
+    } else if (a.rfind("--requirepass ", 0) == 0) {
+      password_ = a.substr(strlen("--requirepass "));
+    }
+  }
+  redis_path_ = FindOnPath("redis-server");
+  if (redis_path_.empty()) {
+    ADD_FAILURE() << "RedisServer: redis-server not found on PATH";
+    return;
+  }
+  std::string why;
+  dir_ = MakeTempDir(&why);
+  if (dir_.empty()) {
+    ADD_FAILURE() << "RedisServer: " << why;
+    return;
+  }
+  for (int attempt = 1; attempt <= kStartAttempts; ++attempt) {
+    port_ = FreeTcpPort();
+    if (port_ <= 0) {
+      why = std::string("no free TCP port on 127.0.0.1: ") + strerror(errno);
+      continue;
+    }
+    if (Spawn(&why) && WaitReady(&why)) return;
+    Reap(SIGKILL, 0);
+    // Only a port taken between FreeTcpPort() and the bind is worth another try.
+    std::string log = ReadTail(dir_ + "/redis.log", 4096) + ReadTail(dir_ + "/stdout.log", 4096);
+    if (log.find("Address already in use") == std::string::npos &&
+        log.find("another process is listening") == std::string::npos) {
+      break;
+    }
+  }
+  ADD_FAILURE() << "RedisServer: could not start " << redis_path_ << " on port " << port_ << ": "
+                << why << "\n--- server log ---\n"
+                << LogTail();
+}
+
+RedisServer::~RedisServer() {
+  if (::testing::Test::HasFailure() && !dir_.empty() && running()) {
+    fprintf(stderr, "--- redis-server on port %d (pid %d), end of its log ---\n%s\n", port_,
+            static_cast<int>(pid_), LogTail().c_str());
+  }
+  Stop();
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+std::string RedisServer::address() const { return host() + ":" + std::to_string(port_); }
+std::string RedisServer::url() const { return "redis://" + address(); }
+std::string RedisServer::unix_socket() const { return dir_.empty() ? "" : dir_ + "/redis.sock"; }
+
+bool RedisServer::Spawn(std::string* why) {
+  std::vector<std::string> args = {redis_path_,
+                                   "--port", std::to_string(port_),
+                                   "--bind", "127.0.0.1",
+                                   "--unixsocket", unix_socket(),
+                                   "--unixsocketperm", "700",
+                                   "--save", "",
+                                   "--appendonly", "no",
+                                   "--dir", dir_,
+                                   "--daemonize", "no",
+                                   "--logfile", dir_ + "/redis.log"};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  // Everything the child needs is prepared here: between fork and exec a multithreaded process
+  // may only call async-signal-safe functions.
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::string out_path = dir_ + "/stdout.log";
+  int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (out < 0 || devnull < 0) {
+    *why = "cannot open " + out_path + " or /dev/null: " + strerror(errno);
+    if (out >= 0) close(out);
+    if (devnull >= 0) close(devnull);
+    return false;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Die with the thread that started us, even if the test process is SIGKILLed.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);
+    dup2(devnull, 0);
+    dup2(out, 1);
+    dup2(out, 2);
+    // Do not keep the test's sockets open (a closed client must look closed to its server).
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
+      long max = sysconf(_SC_OPEN_MAX);
+      if (max < 0 || max > 65536) max = 65536;
+      for (int fd = 3; fd < max; ++fd) close(fd);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int saved_errno = errno;
+  close(out);
+  close(devnull);
+  if (pid < 0) {
+    *why = std::string("fork failed: ") + strerror(saved_errno);
+    return false;
+  }
+  pid_ = pid;
+  return true;
+}
+
+bool RedisServer::WaitReady(std::string* why) {
+  ScopedNoSigpipe no_sigpipe;
+  const auto deadline = Clock::now() + kReadyTimeout;
+  std::string last = "no answer yet";
+  while (Clock::now() < deadline) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_ || (r < 0 && errno == ECHILD)) {
+      *why = "redis-server " + (r == pid_ ? DescribeWaitStatus(status) : "vanished") +
+             " before answering PING";
+      pid_ = -1;
+      return false;
+    }
+    std::string err;
+    if (ContextPtr c = Connect(port_, "", password_, 200, 1000, &err)) {
+      ReplyPtr pong = Command(c.get(), {"PING"});
+      ReplyPtr info = pong ? Command(c.get(), {"INFO", "server"}) : nullptr;
+      if (pong && info && pong->type == REDIS_REPLY_STATUS && Render(pong.get()) == "PONG" &&
+          info->type == REDIS_REPLY_STRING) {
+        // Make sure it is our server that answers, not another test's that raced us to the port.
+        std::string text = Render(info.get());
+        std::string want = "process_id:" + std::to_string(pid_) + "\r";
+        if (text.find(want) != std::string::npos) {
+          if (ContextPtr u = Connect(0, unix_socket(), password_, 200, 1000, &err)) {
+            ReplyPtr upong = Command(u.get(), {"PING"});
+            if (upong && upong->type == REDIS_REPLY_STATUS) return true;
+          }
+          last = "unix socket " + unix_socket() + ": " + err;
+        } else {
+          last = "port " + std::to_string(port_) + " answered by another redis-server";
+        }
+      } else {
+        last = pong ? "PING/INFO answered: " + Render(pong.get()) : "PING failed: " +
+                                                                        std::string(c->errstr);
+      }
+    } else {
+      last = err;
+    }
+    SleepMs(20);
+  }
+  *why = "no PING answer within 5 s (" + last + ")";
+  return false;
+}
+
+void RedisServer::Reap(int first_signal, int grace_ms) {
+  if (pid_ <= 0) return;
+  kill(pid_, first_signal);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(grace_ms);
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_ || (r < 0 && errno != EINTR)) {
+      pid_ = -1;
+      return;
+    }
+    if (Clock::now() >= deadline) break;
+    SleepMs(5);
+  }
+  kill(pid_, SIGKILL);
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+void RedisServer::Kill() { Reap(SIGKILL, 0); }
+
+void RedisServer::Stop() { Reap(SIGTERM, 2000); }
+
+bool RedisServer::Restart() {
+  Stop();
+  if (dir_.empty() || port_ <= 0 || redis_path_.empty()) {
+    ADD_FAILURE() << "RedisServer::Restart: the server was never started";
+    return false;
+  }
+  // Empty data: drop anything a test may have saved (SAVE, BGREWRITEAOF...), keep the logs.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name != "redis.log" && name != "stdout.log") fs::remove_all(entry.path(), ec);
+  }
+  std::string why;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    if (Spawn(&why) && WaitReady(&why)) return true;
+    Reap(SIGKILL, 0);
+    SleepMs(200);  // the port may be briefly taken by someone else; try the same port again
+  }
+  ADD_FAILURE() << "RedisServer::Restart on port " << port_ << ": " << why
+                << "\n--- server log ---\n"
+                << LogTail();
+  return false;
+}
+
+std::string RedisServer::Cli(const std::vector<std::string>& args) const {
+  if (port_ <= 0) return "CONNECT FAILED: the server was never started";
+  ScopedNoSigpipe no_sigpipe;
+  std::string why;
+  ContextPtr c = Connect(port_, "", password_, 2000, 10000, &why);
+  if (!c) return why;
+  ReplyPtr r = Command(c.get(), args);
+  if (!r) return std::string("IO FAILED: ") + c->errstr;
+  return Render(r.get());
+}
+
+std::string RedisServer::LogTail() const {
+  if (dir_.empty()) return "";
+  std::string s = ReadTail(dir_ + "/redis.log", 3000);
+  std::string out = ReadTail(dir_ + "/stdout.log", 1000);
+  if (!out.empty()) s += "\n--- stdout/stderr ---\n" + out;
+  return s;
+}
+
+}  // namespace dlock_test

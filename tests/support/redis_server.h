@@ -1,0 +1,84 @@
+// A real, throwaway redis-server for integration tests.
+//
+//   dlock_test::RedisServer redis;                 // starts it, or ADD_FAILURE()s
+//   ASSERT_TRUE(redis.running());
+//   dlock_client_open(redis.url().c_str(), &c);   // "redis://127.0.0.1:PORT"
+//   EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{job}"}), "1");
+//   redis.Kill();  redis.Restart();                // crash, then come back empty on the same port
+//
+// Each server gets a free loopback port, its own temp dir (also holding its unix socket and its
+// log) and no persistence, so tests may run in parallel (ctest -j) and never share state. The
+// server is started with PR_SET_PDEATHSIG, so it dies with the thread that created it even if
+// the test process is killed: create servers on a thread that outlives them (normally the
+// test's own thread). It does not inherit the test's file descriptors or signal mask.
+//
+// When extra_args contain `--requirepass PASSWORD`, Cli() and the readiness check authenticate
+// with it (a plain hiredis connection does not).
+#ifndef DLOCK_TESTS_SUPPORT_REDIS_SERVER_H_
+#define DLOCK_TESTS_SUPPORT_REDIS_SERVER_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace dlock_test {
+
+class RedisServer {
+ public:
+  // Starts `redis-server` (found on PATH) on a free 127.0.0.1 port with no persistence
+  // (--save "" --appendonly no), in a fresh temp dir, also listening on a unix socket in that
+  // dir; waits until it answers PING (up to 5 s). Retries on a new port if the port was taken
+  // in the meantime. On failure, ADD_FAILURE() with the reason (and the server's log) and
+  // running() is false.
+  explicit RedisServer(std::vector<std::string> extra_args = {});
+  // Always stops it (SIGTERM, then SIGKILL after 2 s), reaps it, removes the temp dir. If the
+  // current test has failed, the tail of the server's log is printed first.
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  bool running() const { return pid_ > 0; }
+  int port() const { return port_; }
+  std::string host() const { return "127.0.0.1"; }
+  std::string address() const;      // "127.0.0.1:PORT"
+  std::string url() const;          // "redis://127.0.0.1:PORT"
+  std::string unix_socket() const;  // absolute path of the socket
+  std::string dir() const { return dir_; }  // the temp dir (log: dir() + "/redis.log")
+  pid_t pid() const { return pid_; }        // -1 when not running
+
+  // SIGKILL + reap (simulates a crash); running() becomes false.
+  void Kill();
+  // SIGTERM (SIGKILL after 2 s) + reap; running() becomes false.
+  void Stop();
+  // Starts again on the SAME port with empty data (stops it first if it is running). True when
+  // it answers PING within 5 s; otherwise ADD_FAILURE() with the reason and false.
+  bool Restart();
+
+  // Runs one command over a fresh hiredis connection (TCP) and renders the reply as text:
+  // status/string -> its text, integer -> decimal, nil -> "(nil)", error -> "ERR: <message>",
+  // array -> elements rendered the same way and joined by "\n" (empty array -> "").
+  // Connection failure -> "CONNECT FAILED: <reason>"; an I/O error or timeout (10 s) after
+  // connecting -> "IO FAILED: <reason>". Safe to call when the server is not running.
+  std::string Cli(const std::vector<std::string>& args) const;
+
+ private:
+  bool Spawn(std::string* why);                  // fork/exec on port_; sets pid_
+  bool WaitReady(std::string* why);              // PING (and our pid) within the deadline
+  void Reap(int first_signal, int grace_ms);
+  std::string LogTail() const;
+
+  std::vector<std::string> extra_args_;
+  std::string password_;  // from --requirepass, if any
+  std::string redis_path_;
+  std::string dir_;
+  int port_ = -1;
+  pid_t pid_ = -1;
+};
+
+// A free TCP port on 127.0.0.1 (bind to port 0, read it back, close). -1 on failure.
+int FreeTcpPort();
+
+}  // namespace dlock_test
+
+#endif  // DLOCK_TESTS_SUPPORT_REDIS_SERVER_H_

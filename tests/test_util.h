@@ -1,0 +1,79 @@
+// Small RAII helpers over the C ABI for the integration tests.
+#ifndef DLOCK_TESTS_TEST_UTIL_H_
+#define DLOCK_TESTS_TEST_UTIL_H_
+
+#include <dlock/dlock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+namespace dlock_test {
+
+class Client {
+ public:
+  explicit Client(const std::string& url) {
+    dlock_status s = dlock_client_open(url.c_str(), &c_);
+    EXPECT_EQ(s, DLOCK_OK) << dlock_last_error();
+  }
+  ~Client() { dlock_client_close(c_); }
+  Client(const Client&) = delete;
+  dlock_client* get() const { return c_; }
+  dlock_client* release() {
+    dlock_client* c = c_;
+    c_ = nullptr;
+    return c;
+  }
+
+ private:
+  dlock_client* c_ = nullptr;
+};
+
+class Options {
+ public:
+  Options() : o_(dlock_options_new()) {}
+  ~Options() { dlock_options_free(o_); }
+  Options(const Options&) = delete;
+  Options& lease(uint64_t ms) { EXPECT_EQ(dlock_options_set_lease_ms(o_, ms), DLOCK_OK); return *this; }
+  Options& heartbeat(uint64_t ms) { EXPECT_EQ(dlock_options_set_heartbeat_ms(o_, ms), DLOCK_OK); return *this; }
+  Options& wait(int64_t ms) { EXPECT_EQ(dlock_options_set_wait_ms(o_, ms), DLOCK_OK); return *this; }
+  Options& retry(uint64_t lo, uint64_t hi) { EXPECT_EQ(dlock_options_set_retry_ms(o_, lo, hi), DLOCK_OK); return *this; }
+  Options& owner(const char* label) { EXPECT_EQ(dlock_options_set_owner(o_, label), DLOCK_OK); return *this; }
+  Options& on_lost(dlock_lost_fn fn, void* arg) { EXPECT_EQ(dlock_options_set_on_lost(o_, fn, arg), DLOCK_OK); return *this; }
+  const dlock_options* get() const { return o_; }
+  dlock_options* mutable_get() { return o_; }
+
+ private:
+  dlock_options* o_;
+};
+
+// Records on_lost calls.
+struct LostRecorder {
+  std::atomic<int> calls{0};
+  std::atomic<uint64_t> token{0};
+  std::atomic<bool> on_caller_thread{false};
+  std::thread::id caller = std::this_thread::get_id();
+  static void Fn(const char*, uint64_t token, void* arg) {
+    auto* self = static_cast<LostRecorder*>(arg);
+    self->token = token;
+    if (std::this_thread::get_id() == self->caller) self->on_caller_thread = true;
+    self->calls++;
+  }
+};
+
+// Polls cond every 5 ms for up to `limit`; true once it holds.
+template <typename Cond>
+bool WaitFor(Cond cond, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
+
+}  // namespace dlock_test
+
+#endif  // DLOCK_TESTS_TEST_UTIL_H_

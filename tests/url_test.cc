@@ -1,0 +1,100 @@
+// URL parsing: every part, and errors that name what is wrong without echoing secrets.
+#include <gtest/gtest.h>
+
+#include "core/url.h"
+#include "redis/redis_url.h"
+
+namespace dlock {
+namespace {
+
+Status ParseRedis(const std::string& text, redis::RedisConfig* config) {
+  Url url;
+  Status s = ParseUrl(text, &url);
+  if (!s.ok()) return s;
+  return redis::ParseRedisUrl(url, config);
+}
+
+TEST(UrlTest, ParsesFullRedisUrl) {
+  redis::RedisConfig c;
+  ASSERT_TRUE(ParseRedis("redis://alice:s%40cret@db.example.com:6380/3?prefix=app:&timeout_ms=250", &c).ok());
+  EXPECT_EQ(c.host, "db.example.com");
+  EXPECT_EQ(c.port, 6380);
+  EXPECT_EQ(*c.user, "alice");
+  EXPECT_EQ(*c.password, "s@cret");
+  EXPECT_EQ(c.db, 3);
+  EXPECT_EQ(c.params.prefix, "app:");
+  EXPECT_EQ(c.params.timeout_ms, 250);
+  EXPECT_EQ(c.params.connect_timeout_ms, 2000);
+  EXPECT_EQ(c.Describe(), "redis db.example.com:6380");
+}
+
+TEST(UrlTest, DefaultsAndPasswordOnly) {
+  redis::RedisConfig c;
+  ASSERT_TRUE(ParseRedis("redis://:pw@localhost", &c).ok());
+  EXPECT_EQ(c.port, 6379);
+  EXPECT_FALSE(c.user.has_value());
+  EXPECT_EQ(*c.password, "pw");
+  EXPECT_EQ(c.db, 0);
+  EXPECT_EQ(c.params.prefix, "dlock:");
+}
+
+TEST(UrlTest, Ipv6Host) {
+  redis::RedisConfig c;
+  ASSERT_TRUE(ParseRedis("redis://[::1]:7000", &c).ok());
+  EXPECT_EQ(c.host, "::1");
+  EXPECT_EQ(c.port, 7000);
+  EXPECT_EQ(c.Describe(), "redis [::1]:7000");
+}
+
+TEST(UrlTest, UnixSocket) {
+  redis::RedisConfig c;
+  ASSERT_TRUE(ParseRedis("redis+unix:///run/redis.sock?db=2", &c).ok());
+  EXPECT_EQ(c.socket_path, "/run/redis.sock");
+  EXPECT_EQ(c.db, 2);
+  EXPECT_EQ(c.Describe(), "redis unix:/run/redis.sock");
+}
+
+struct BadUrl {
+  const char* url;
+  const char* message_part;
+};
+
+class BadUrlTest : public ::testing::TestWithParam<BadUrl> {};
+
+TEST_P(BadUrlTest, IsRejectedWithAMessageNamingTheProblem) {
+  redis::RedisConfig c;
+  Status s = ParseRedis(GetParam().url, &c);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << GetParam().url;
+  EXPECT_NE(s.message().find(GetParam().message_part), std::string::npos)
+      << "message: " << s.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, BadUrlTest,
+    ::testing::Values(BadUrl{"", "no scheme"}, BadUrl{"localhost:6379", "no scheme"},
+                      BadUrl{"redis://", "no host"}, BadUrl{"redis://host:0", "port"},
+                      BadUrl{"redis://host:99999", "port"}, BadUrl{"redis://host:abc", "port"},
+                      BadUrl{"redis://host:", "empty port"}, BadUrl{"redis://host/x", "database"},
+                      BadUrl{"redis://host/-1", "database"},
+                      BadUrl{"redis://host?bogus=1", "unknown URL parameter 'bogus'"},
+                      BadUrl{"redis://host?timeout_ms=0", "timeout_ms"},
+                      BadUrl{"redis://host?timeout_ms=1&timeout_ms=2", "twice"},
+                      BadUrl{"redis://host?prefix=a{b", "prefix"},
+                      BadUrl{"redis://a:1,b:2", "one"}, BadUrl{"redis://ho st", "space"},
+                      BadUrl{"redis://[::1", "unclosed"}, BadUrl{"redis://host#frag", "fragment"},
+                      BadUrl{"redis://user@host", "without a password"},
+                      BadUrl{"redis://host/%zz", "percent"},
+                      BadUrl{"redis+unix://host/sock", "must not name a host"},
+                      BadUrl{"redis+unix://", "no socket path"},
+                      BadUrl{"redis://h?db=1", "unknown URL parameter 'db'"}));
+
+TEST(UrlTest, ErrorsNeverShowThePassword) {
+  Url url;
+  Status s = ParseUrl("redis://user:hunter2@host:bad", &url);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find("hunter2"), std::string::npos) << s.message();
+  EXPECT_EQ(RedactUrl("redis://user:hunter2@host:1/0"), "redis://user:***@host:1/0");
+}
+
+}  // namespace
+}  // namespace dlock
