@@ -74,7 +74,11 @@ const char* dlock_status_str(dlock_status s) {
 
 const char* dlock_last_error(void) { return last_error.c_str(); }
 
-const char* dlock_version(void) { return "0.1.0"; }
+#define DLOCK_STR2(x) #x
+#define DLOCK_STR(x) DLOCK_STR2(x)
+const char* dlock_version(void) {
+  return DLOCK_STR(DLOCK_VERSION_MAJOR) "." DLOCK_STR(DLOCK_VERSION_MINOR) "." DLOCK_STR(DLOCK_VERSION_PATCH);
+}
 
 dlock_status dlock_client_open(const char* url, dlock_client** out) {
   return Guard([&] {

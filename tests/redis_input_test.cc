@@ -1,1 +1,131 @@
+// DESIGN guarantee 6: bad input gets DLOCK_EINVAL with a message saying what was wrong, and
+// changes nothing on the server.
 #include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/redis_server.h"
+#include "test_util.h"
+
+namespace dlock_test {
+namespace {
+
+std::string LastError() { return dlock_last_error(); }
+
+class RedisInputTest : public ::testing::Test {
+ protected:
+  void ExpectNothingOnTheServer() { EXPECT_EQ(redis_.Cli({"DBSIZE"}), "0"); }
+  RedisServer redis_;
+};
+
+TEST_F(RedisInputTest, OpenRejectsBadArguments) {
+  dlock_client* c = nullptr;
+  EXPECT_EQ(dlock_client_open(nullptr, &c), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("url"), std::string::npos);
+  EXPECT_EQ(dlock_client_open(redis_.url().c_str(), nullptr), DLOCK_EINVAL);
+  const char* bad[] = {"", "redis", "http://127.0.0.1:6379", "redis://127.0.0.1:notaport",
+                       "redis://127.0.0.1:6379?nope=1", "redis://127.0.0.1:6379/x"};
+  for (const char* url : bad) {
+    EXPECT_EQ(dlock_client_open(url, &c), DLOCK_EINVAL) << url;
+    EXPECT_FALSE(LastError().empty()) << url;
+  }
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(dlock_client_open("http://127.0.0.1:6379", &c), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("unsupported URL scheme 'http://'"), std::string::npos) << LastError();
+  EXPECT_EQ(dlock_client_open((redis_.url() + "?nope=1").c_str(), &c), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("'nope'"), std::string::npos) << LastError();
+  std::string huge = "redis://" + std::string(100000, 'h') + ":1";
+  EXPECT_NE(dlock_client_open(huge.c_str(), &c), DLOCK_OK);
+  EXPECT_EQ(dlock_client_open((redis_.url() + "/99999").c_str(), &c), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("database 99999"), std::string::npos) << LastError();
+}
+
+TEST_F(RedisInputTest, AcquireRejectsBadNamesAndLeavesNothing) {
+  Client client(redis_.url());
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(dlock_acquire(nullptr, "x", nullptr, &l), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("client"), std::string::npos);
+  EXPECT_EQ(dlock_acquire(client.get(), nullptr, nullptr, &l), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("NULL"), std::string::npos);
+  EXPECT_EQ(dlock_acquire(client.get(), "", nullptr, &l), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("empty"), std::string::npos);
+  std::string too_long(1025, 'x');
+  EXPECT_EQ(dlock_acquire(client.get(), too_long.c_str(), nullptr, &l), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("1024"), std::string::npos);
+  std::string huge(10 << 20, 'x');
+  EXPECT_EQ(dlock_acquire(client.get(), huge.c_str(), nullptr, &l), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_acquire(client.get(), "x", nullptr, nullptr), DLOCK_EINVAL);
+  EXPECT_EQ(l, nullptr);
+  ExpectNothingOnTheServer();
+}
+
+TEST_F(RedisInputTest, OptionSettersRejectBadValues) {
+  Options opts;
+  dlock_options* o = opts.mutable_get();
+  EXPECT_EQ(dlock_options_set_lease_ms(nullptr, 1), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_options_set_wait_ms(o, -2), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("wait_ms"), std::string::npos);
+  EXPECT_EQ(dlock_options_set_retry_ms(o, 0, 10), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_options_set_retry_ms(o, 20, 10), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("min_ms"), std::string::npos);
+  EXPECT_EQ(dlock_options_set_lease_ms(o, UINT64_MAX), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("lease_ms"), std::string::npos);
+  std::string long_owner(257, 'o');
+  EXPECT_EQ(dlock_options_set_owner(o, long_owner.c_str()), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("owner"), std::string::npos);
+  EXPECT_EQ(dlock_options_set_owner(o, nullptr), DLOCK_OK);
+  EXPECT_EQ(dlock_options_set_heartbeat_ms(nullptr, 1), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_options_set_on_lost(nullptr, nullptr, nullptr), DLOCK_EINVAL);
+}
+
+TEST_F(RedisInputTest, InconsistentOptionsAreRefusedAtAcquire) {
+  Client client(redis_.url());
+  Options opts;
+  opts.lease(1000).heartbeat(1000);
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(dlock_acquire(client.get(), "x", opts.get(), &l), DLOCK_EINVAL);
+  EXPECT_NE(LastError().find("heartbeat_ms"), std::string::npos) << LastError();
+  Options tiny;
+  tiny.lease(5);
+  EXPECT_EQ(dlock_acquire(client.get(), "x", tiny.get(), &l), DLOCK_EINVAL);
+  ExpectNothingOnTheServer();
+}
+
+TEST_F(RedisInputTest, ReleaseAndExtendRejectBadArguments) {
+  Client client(redis_.url());
+  EXPECT_EQ(dlock_release(nullptr), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_extend(nullptr, 1000), DLOCK_EINVAL);
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(client.get(), "x", nullptr, &l), DLOCK_OK);
+  EXPECT_EQ(dlock_extend(l, 5), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_extend(l, UINT64_MAX), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_lock_is_valid(l), 1) << "a refused extend must not lose the lock";
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+  EXPECT_EQ(dlock_lock_fencing_token(nullptr), 0u);
+  EXPECT_EQ(dlock_lock_is_valid(nullptr), 0);
+  EXPECT_EQ(dlock_lock_remaining_ms(nullptr), 0);
+  EXPECT_EQ(dlock_lock_attempts(nullptr), 0u);
+  EXPECT_EQ(dlock_lock_name(nullptr), nullptr);
+  dlock_client_close(nullptr);
+  dlock_options_free(nullptr);
+}
+
+TEST(StatusTest, EveryStatusHasAName) {
+  EXPECT_STREQ(dlock_status_str(DLOCK_OK), "DLOCK_OK");
+  EXPECT_STREQ(dlock_status_str(DLOCK_NOT_ACQUIRED), "DLOCK_NOT_ACQUIRED");
+  EXPECT_STREQ(dlock_status_str(DLOCK_NOT_HELD), "DLOCK_NOT_HELD");
+  EXPECT_STREQ(dlock_status_str(DLOCK_EINVAL), "DLOCK_EINVAL");
+  EXPECT_STREQ(dlock_status_str(DLOCK_EIO), "DLOCK_EIO");
+  EXPECT_STREQ(dlock_status_str(DLOCK_EBACKEND), "DLOCK_EBACKEND");
+  EXPECT_STREQ(dlock_status_str(DLOCK_EAUTH), "DLOCK_EAUTH");
+  EXPECT_STREQ(dlock_status_str(DLOCK_ECANCELLED), "DLOCK_ECANCELLED");
+  EXPECT_STREQ(dlock_status_str(DLOCK_ENOMEM), "DLOCK_ENOMEM");
+  EXPECT_STREQ(dlock_status_str(DLOCK_EINTERNAL), "DLOCK_EINTERNAL");
+  EXPECT_STREQ(dlock_status_str(static_cast<dlock_status>(42)), "DLOCK_UNKNOWN");
+  std::string version = std::to_string(DLOCK_VERSION_MAJOR) + "." + std::to_string(DLOCK_VERSION_MINOR) +
+                        "." + std::to_string(DLOCK_VERSION_PATCH);
+  EXPECT_EQ(dlock_version(), version);
+}
+
+}  // namespace
+}  // namespace dlock_test

@@ -79,6 +79,9 @@ SyncConnection::~SyncConnection() { redisFree(ctx_); }
 
 Status SyncConnection::IoError(const char* doing) {
   broken_ = true;
+  if (ctx_->err == REDIS_ERR_PROTOCOL) {
+    return Status::BackendError(server_ + " does not speak the Redis protocol: " + ctx_->errstr);
+  }
   std::string why = ctx_->err != 0 ? ctx_->errstr : "connection lost";
   if (ctx_->err == REDIS_ERR_IO && (why.find("Resource temporarily unavailable") != std::string::npos)) {
     why = "timed out waiting for a reply";
