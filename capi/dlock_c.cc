@@ -174,7 +174,10 @@ dlock_status dlock_release(dlock_lock* l) {
   return Guard([&] {
     if (l == nullptr) return Invalid("lock is NULL");
     std::unique_ptr<dlock_lock> owned(l);  // freed whatever happens
-    return Report(owned->client->Release(owned->state));
+    dlock::Status s = owned->client->Release(owned->state);
+    // Wait out an on_lost call in progress: after release returns, the caller may free its arg.
+    std::lock_guard<std::recursive_mutex> wait_for_callback(owned->state->callback_mu);
+    return Report(s);
   });
 }
 

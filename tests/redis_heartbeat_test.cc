@@ -137,9 +137,32 @@ TEST_F(LostTest, KeyReplacedWithAnotherType) {
 }
 
 TEST_F(LostTest, RedisKilledLosesTheLockByItsLocalDeadline) {
-  // Transient errors are retried until the local deadline (lease - drift after the last
-  // successful renewal, so at most 3000 ms from now), then the lock is lost.
+  // A dead server is a transient error (it may come back with the key): renewals are retried
+  // until the local deadline, lease - drift after the last successful renewal, so at most
+  // 3000 ms after the kill; then the lock is lost and reported.
   ExpectLostWithin([&] { redis_.Kill(); }, 3200ms);
+}
+
+TEST_F(RedisHeartbeatTest, ReleaseWaitsForARunningLostCallback) {
+  Client client(redis_.url());
+  struct Ctx {
+    std::atomic<bool> started{false}, finished{false};
+  } ctx;
+  Options opts;
+  opts.lease(2000).heartbeat(100).on_lost(
+      [](const char*, uint64_t, void* arg) {
+        auto* c = static_cast<Ctx*>(arg);
+        c->started = true;
+        std::this_thread::sleep_for(300ms);
+        c->finished = true;
+      },
+      &ctx);
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(client.get(), "slowcb", opts.get(), &l), DLOCK_OK);
+  redis_.Cli({"DEL", "dlock:{slowcb}"});
+  ASSERT_TRUE(WaitFor([&] { return ctx.started.load(); }, 2000ms));
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+  EXPECT_TRUE(ctx.finished.load()) << "release returned while on_lost was still running";
 }
 
 TEST_F(RedisHeartbeatTest, ReleaseFromInsideTheLostCallback) {

@@ -27,7 +27,8 @@
  *
  * Callbacks. The on_lost callback runs on the client's background thread. It may call any dlock
  *   function, including dlock_release on the lost lock, but must not call dlock_client_close on
- *   its own client.
+ *   its own client. Once dlock_release returns, that lock's on_lost is neither running nor
+ *   going to run (unless release was called from inside the callback), so its arg may be freed.
  *
  * Exceptions. None cross this boundary; C++ errors inside become DLOCK_EINTERNAL or DLOCK_ENOMEM.
  *
@@ -81,8 +82,12 @@ typedef enum dlock_status { /* numbers never change; new codes only appended */
   DLOCK_EINTERNAL = 9
 } dlock_status;
 
-/* Callback for a lock that was lost (expired, overwritten, or its lease could not be renewed
- * before the local deadline). Runs once per lock, on the client's background thread. */
+/* Callback for a lock found lost in the background: a heartbeat found the server no longer has
+ * this owner's lock (expired, deleted or taken over), or renewals kept failing until the local
+ * deadline passed. Runs at most once per lock, on the client's background thread. A loss found
+ * by the caller's own dlock_extend/dlock_release is reported by their DLOCK_NOT_HELD instead,
+ * and a lock released by dlock_client_close is not "lost". Without heartbeats, nothing runs in
+ * the background: dlock_lock_is_valid turning 0 is the signal. */
 typedef void (*dlock_lost_fn)(const char *name, uint64_t fencing_token, void *arg);
 
 /* ----- library ---------------------------------------------------------------------------- */
@@ -115,7 +120,8 @@ DLOCK_API dlock_status dlock_options_set_lease_ms(dlock_options *o, uint64_t ms)
 /* Heartbeat period: the lease is renewed in the background this often. Default lease/3.
  * 0 = no heartbeats. Must be less than the lease. */
 DLOCK_API dlock_status dlock_options_set_heartbeat_ms(dlock_options *o, uint64_t ms);
-/* How long acquire waits for a held lock. 0 = one try (default), N = up to N ms, -1 = no limit.
+/* How long acquire waits for a held lock. 0 = one try (default), N = up to N ms, -1 = no limit;
+ * below -1 is DLOCK_EINVAL.
  * A waiter sleeps until the holder releases (pub/sub) or its lease runs out, whichever is first,
  * with a jittered retry (see retry_ms) as the fallback. */
 DLOCK_API dlock_status dlock_options_set_wait_ms(dlock_options *o, int64_t ms);
@@ -150,7 +156,7 @@ DLOCK_API int dlock_lock_is_valid(const dlock_lock *l);
 DLOCK_API int64_t dlock_lock_remaining_ms(const dlock_lock *l);
 /* How many acquire attempts it took (1 = first try). */
 DLOCK_API uint32_t dlock_lock_attempts(const dlock_lock *l);
-/* The lock's name, as given to dlock_acquire; valid until the lock is released. */
+/* The lock's name, as given to dlock_acquire; valid until the lock is released. NULL for NULL. */
 DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
 
 #ifdef __cplusplus

@@ -78,6 +78,10 @@ struct LockState {
     return phase.compare_exchange_strong(expected, static_cast<int>(to));
   }
 
+  // Held while on_lost runs; release takes it so that, once release returns, the callback is
+  // neither running nor going to run (recursive: the callback may release its own lock).
+  std::recursive_mutex callback_mu;
+
   // Why the lock was lost, for the caller's next release/extend error.
   void SetLostReason(std::string reason) {
     std::lock_guard<std::mutex> lock(reason_mu_);

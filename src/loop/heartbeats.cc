@@ -167,6 +167,7 @@ void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, const std::string& 
     Unschedule(&it->second);
     entries_.erase(it);
   }
+  std::lock_guard<std::recursive_mutex> callback_guard(lock->callback_mu);
   lock->SetLostReason(reason);
   if (!lock->Transition(LockPhase::kLost)) return;  // released meanwhile: nothing to report
   if (lock->on_lost != nullptr) lock->on_lost(lock->name.c_str(), lock->fencing_token, lock->on_lost_arg);

@@ -1,0 +1,516 @@
+/* dlock benchmarks, through the public C ABI, side by side with raw hiredis.
+ *
+ *   dlock_bench uncontended PORT SECONDS ROUNDS
+ *       One thread. Per round, for SECONDS each: dlock_acquire + dlock_release on one name;
+ *       raw hiredis SET NX PX + EVALSHA compare-and-delete; and (diagnostic) raw hiredis
+ *       running dlock's own acquire/release scripts. Medians over ROUNDS.
+ *   dlock_bench contended PORT SECONDS PROCS
+ *       PROCS forked processes loop acquire(wait_ms=-1) + release on one name for SECONDS.
+ *   dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S
+ *       One client acquires LOCKS distinct locks (heartbeat = lease/3) and holds them for
+ *       HOLD_S: background-thread CPU, RSS per lock, and proof that leases were renewed.
+ *
+ * Each mode prints key=value lines on stdout (bench/run turns them into a table). It talks to
+ * an existing redis-server on 127.0.0.1:PORT that nothing else uses. Timings are reported,
+ * never asserted; a wrong reply (a lock not acquired, a release refused) is a fatal error. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlock/dlock.h>
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef DLOCK_LUA_DIR
+#error "DLOCK_LUA_DIR must name the source tree's lua/ directory"
+#endif
+
+static int g_port;
+
+/* ----- small helpers ------------------------------------------------------------------------ */
+
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "dlock_bench: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(1);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static void check(dlock_status s, const char *what) {
+  if (s != DLOCK_OK) die("%s: %s: %s", what, dlock_status_str(s), dlock_last_error());
+}
+
+static dlock_client *open_client(void) {
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
+  dlock_client *c;
+  check(dlock_client_open(url, &c), "dlock_client_open");
+  return c;
+}
+
+static redisContext *raw_connect(void) {
+  redisContext *r = redisConnect("127.0.0.1", g_port);
+  if (r == NULL || r->err) die("cannot connect to redis on port %d", g_port);
+  return r;
+}
+
+/* One command; dies on I/O errors and error replies. The caller frees the reply. */
+static redisReply *raw_cmd(redisContext *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *rep = redisvCommand(r, fmt, ap);
+  va_end(ap);
+  if (rep == NULL) die("redis: %s", r->errstr);
+  if (rep->type == REDIS_REPLY_ERROR) die("redis: %s", rep->str);
+  return rep;
+}
+
+/* A number from INFO <section>, on the line starting with key (e.g. "used_cpu_user:" or
+ * "cmdstat_evalsha:calls="); 0 when absent (a command never called has no line). */
+static double info_number(redisContext *r, const char *section, const char *key) {
+  redisReply *rep = raw_cmd(r, "INFO %s", section);
+  double v = 0;
+  size_t klen = strlen(key);
+  for (const char *line = rep->str; line != NULL && *line != '\0';) {
+    if (strncmp(line, key, klen) == 0) {
+      v = strtod(line + klen, NULL);
+      break;
+    }
+    line = strchr(line, '\n');
+    if (line != NULL) line++;
+  }
+  freeReplyObject(rep);
+  return v;
+}
+
+/* CPU seconds the redis-server process has used. */
+static double server_cpu_s(redisContext *mon) {
+  return info_number(mon, "cpu", "used_cpu_user:") + info_number(mon, "cpu", "used_cpu_sys:");
+}
+
+/* CPU seconds this whole process (all threads) has used. */
+static double process_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* CPU seconds (utime + stime from /proc/self/task/TID/stat) used by every thread but the main
+ * one. With one dlock client open, that is the client's background (libevent) thread. */
+static double other_threads_cpu_s(int *threads) {
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL) die("opendir /proc/self/task: %s", strerror(errno));
+  long main_tid = (long)getpid();
+  unsigned long long ticks = 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    long tid = strtol(e->d_name, NULL, 10);
+    if (tid <= 0 || tid == main_tid) continue;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue; /* the thread just exited */
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    /* Fields after "(comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt
+     * cmajflt utime stime (fields 3..15 of proc(5)). comm may hold spaces: skip to the last ')'. */
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                            &st) != 2) {
+      die("cannot parse %s", path);
+    }
+    ticks += ut + st;
+    n++;
+  }
+  closedir(d);
+  if (threads != NULL) *threads = n;
+  return (double)ticks / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Resident set size of this process, in bytes. */
+static long rss_bytes(void) {
+  long size = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL || fscanf(f, "%ld %ld", &size, &resident) != 2) die("cannot read /proc/self/statm");
+  fclose(f);
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A fresh 128-bit token per cycle for the raw client, like dlock's owner token. */
+static void raw_token(char out[33]) {
+  static uint64_t s;
+  if (s == 0) s = ((uint64_t)getpid() << 32) ^ (uint64_t)(now_s() * 1e9) ^ 0x9e3779b97f4a7c15ull;
+  uint64_t w[2];
+  for (int i = 0; i < 2; i++) { /* xorshift64* */
+    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+    w[i] = s * 0x2545f4914f6cdd1dull;
+  }
+  snprintf(out, 33, "%016" PRIx64 "%016" PRIx64, w[0], w[1]);
+}
+
+/* Loads a script (a string, or a file under DLOCK_LUA_DIR) and returns its SHA1 (static). */
+static const char *load_script(redisContext *r, const char *body, const char *file) {
+  char *text = NULL;
+  if (file != NULL) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", DLOCK_LUA_DIR, file);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) die("cannot open %s: %s", path, strerror(errno));
+    text = calloc(1, 1 << 16);
+    if (text == NULL || fread(text, 1, (1 << 16) - 1, f) == 0) die("cannot read %s", path);
+    fclose(f);
+    body = text;
+  }
+  redisReply *rep = raw_cmd(r, "SCRIPT LOAD %s", body);
+  char *sha = strdup(rep->str);
+  freeReplyObject(rep);
+  free(text);
+  return sha;
+}
+
+/* ----- 1. uncontended ------------------------------------------------------------------------ */
+
+/* The raw client's release: delete the key only if it still holds our token. */
+static const char kCompareAndDelete[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+typedef struct {
+  dlock_client *c;     /* dlock variant */
+  redisContext *r;     /* raw variants */
+  const char *cad_sha; /* compare-and-delete */
+  const char *acq_sha, *rel_sha; /* dlock's lua/acquire.lua and lua/release.lua */
+} unc_ctx;
+
+/* Each runs acquire+release cycles until the monotonic clock passes `until`; returns cycles. */
+typedef long (*cycle_fn)(unc_ctx *x, double until);
+
+static long dlock_cycles(unc_ctx *x, double until) {
+  long n = 0;
+  do {
+    dlock_lock *l;
+    check(dlock_acquire(x->c, "bench:uncontended", NULL, &l), "dlock_acquire");
+    check(dlock_release(l), "dlock_release");
+    n++;
+  } while (now_s() < until);
+  return n;
+}
+
+static long raw_cycles(unc_ctx *x, double until) {
+  long n = 0;
+  char token[33];
+  do {
+    raw_token(token);
+    redisReply *rep = raw_cmd(x->r, "SET bench:raw %s NX PX 10000", token);
+    if (rep->type != REDIS_REPLY_STATUS) die("raw SET NX did not acquire");
+    freeReplyObject(rep);
+    rep = raw_cmd(x->r, "EVALSHA %s 1 bench:raw %s", x->cad_sha, token);
+    if (rep->type != REDIS_REPLY_INTEGER || rep->integer != 1) die("raw release refused");
+    freeReplyObject(rep);
+    n++;
+  } while (now_s() < until);
+  return n;
+}
+
+/* Diagnostic: the same two round trips, but running dlock's scripts (fencing counter, TIME,
+ * PUBLISH on release). The gap to raw_cycles is server-side script cost; the gap from here to
+ * dlock_cycles is the library's client-side cost. */
+static long raw_dlock_scripts_cycles(unc_ctx *x, double until) {
+  long n = 0;
+  char token[33];
+  do {
+    raw_token(token);
+    redisReply *rep = raw_cmd(x->r, "EVALSHA %s 2 dlock:{bench:rawscripts} dlock:{bench:rawscripts}:fence %s 10000",
+                              x->acq_sha, token);
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 || rep->element[0]->integer != 1) {
+      die("raw acquire.lua did not acquire");
+    }
+    freeReplyObject(rep);
+    rep = raw_cmd(x->r, "EVALSHA %s 1 dlock:{bench:rawscripts} %s dlock:{bench:rawscripts}:released",
+                  x->rel_sha, token);
+    if (rep->type != REDIS_REPLY_INTEGER || rep->integer != 1) die("raw release.lua refused");
+    freeReplyObject(rep);
+    n++;
+  } while (now_s() < until);
+  return n;
+}
+
+typedef struct {
+  double rate;          /* cycles/s */
+  double client_cpu_us; /* this process, all threads, per cycle */
+  double bg_cpu_us;     /* non-main threads (dlock's loop thread), per cycle */
+  double server_cpu_us; /* redis-server, per cycle */
+} unc_sample;
+
+static unc_sample measure(cycle_fn fn, unc_ctx *x, double secs, redisContext *mon) {
+  double srv0 = server_cpu_s(mon), cpu0 = process_cpu_s(), bg0 = other_threads_cpu_s(NULL);
+  double t0 = now_s();
+  long n = fn(x, t0 + secs);
+  double t1 = now_s();
+  double cpu1 = process_cpu_s(), bg1 = other_threads_cpu_s(NULL), srv1 = server_cpu_s(mon);
+  unc_sample s = {(double)n / (t1 - t0), (cpu1 - cpu0) * 1e6 / (double)n,
+                  (bg1 - bg0) * 1e6 / (double)n, (srv1 - srv0) * 1e6 / (double)n};
+  return s;
+}
+
+static int bench_uncontended(double secs, int rounds) {
+  enum { kVariants = 3, kMaxRounds = 15 };
+  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts"};
+  const cycle_fn fns[kVariants] = {dlock_cycles, raw_cycles, raw_dlock_scripts_cycles};
+  if (rounds < 1 || rounds > kMaxRounds) die("rounds must be 1..%d", kMaxRounds);
+
+  unc_ctx x = {0};
+  x.c = open_client();
+  x.r = raw_connect();
+  redisContext *mon = raw_connect(); /* INFO only, outside the timed loops */
+  x.cad_sha = load_script(x.r, kCompareAndDelete, NULL);
+  x.acq_sha = load_script(x.r, NULL, "acquire.lua");
+  x.rel_sha = load_script(x.r, NULL, "release.lua");
+
+  /* Warm-up: connections, script cache, allocator, CPU frequency. */
+  for (int v = 0; v < kVariants; v++) fns[v](&x, now_s() + 0.3);
+
+  /* Alternate the variants within each round (reversing the order every other round), so
+   * that drift and other load on the machine hit all of them alike. */
+  double rate[kVariants][kMaxRounds], cli[kVariants][kMaxRounds], bg[kVariants][kMaxRounds],
+      srv[kVariants][kMaxRounds], ratio[kMaxRounds];
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < kVariants; i++) {
+      int v = r % 2 ? kVariants - 1 - i : i;
+      unc_sample s = measure(fns[v], &x, secs, mon);
+      rate[v][r] = s.rate, cli[v][r] = s.client_cpu_us, bg[v][r] = s.bg_cpu_us, srv[v][r] = s.server_cpu_us;
+    }
+    ratio[r] = rate[0][r] / rate[1][r]; /* dlock / raw, measured next to each other */
+  }
+  printf("unc_seconds=%g\nunc_rounds=%d\n", secs, rounds);
+  printf("unc_ratio_rounds=");
+  for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", ratio[r]);
+  printf("\nunc_ratio=%.3f\n", median(ratio, rounds));
+  for (int v = 0; v < kVariants; v++) {
+    printf("unc_%s_rounds=", names[v]);
+    for (int r = 0; r < rounds; r++) printf("%s%.0f", r ? "/" : "", rate[v][r]);
+    printf("\n");
+    printf("unc_%s_rate=%.1f\n", names[v], median(rate[v], rounds));
+    printf("unc_%s_client_cpu_us=%.2f\n", names[v], median(cli[v], rounds));
+    printf("unc_%s_bg_cpu_us=%.2f\n", names[v], median(bg[v], rounds));
+    printf("unc_%s_server_cpu_us=%.2f\n", names[v], median(srv[v], rounds));
+  }
+  dlock_client_close(x.c);
+  redisFree(x.r);
+  redisFree(mon);
+  return 0;
+}
+
+/* ----- 2. contended -------------------------------------------------------------------------- */
+
+/* One contending process: acquire (wait forever) + release, empty critical section, from the
+ * moment the parent says go until `secs` later. Writes "acquisitions attempts_sum attempts_max". */
+static void contender(double secs, int ready_fd, int go_fd, int result_fd) {
+  dlock_client *c = open_client();
+  dlock_options *o = dlock_options_new();
+  check(dlock_options_set_wait_ms(o, -1), "set_wait_ms");
+  dlock_lock *l;
+  check(dlock_acquire(c, "bench:contended:warm", o, &l), "warm-up acquire"); /* opens a connection */
+  check(dlock_release(l), "warm-up release");
+
+  char b = 1, go;
+  if (write(ready_fd, &b, 1) != 1) die("write ready");
+  if (read(go_fd, &go, 1) != 0) die("expected EOF as the go signal");
+  double end = now_s() + secs;
+  long count = 0, attempts_sum = 0, attempts_max = 0;
+  for (;;) {
+    check(dlock_acquire(c, "bench:contended", o, &l), "contended acquire");
+    int in_time = now_s() < end;
+    if (in_time) {
+      long a = (long)dlock_lock_attempts(l);
+      count++, attempts_sum += a;
+      if (a > attempts_max) attempts_max = a;
+    }
+    check(dlock_release(l), "contended release");
+    if (!in_time) break;
+  }
+  char line[96];
+  int len = snprintf(line, sizeof line, "%ld %ld %ld\n", count, attempts_sum, attempts_max);
+  if (write(result_fd, line, (size_t)len) != len) die("write result");
+  dlock_options_free(o);
+  dlock_client_close(c);
+}
+
+static int bench_contended(double secs, int procs) {
+  if (procs < 2 || procs > 64) die("procs must be 2..64");
+  /* Fork before this process opens anything: no threads are copied into the children. */
+  int ready[2], go[2], result[2];
+  if (pipe(ready) || pipe(go) || pipe(result)) die("pipe: %s", strerror(errno));
+  fflush(stdout);
+  pid_t pids[64];
+  for (int i = 0; i < procs; i++) {
+    pids[i] = fork();
+    if (pids[i] < 0) die("fork: %s", strerror(errno));
+    if (pids[i] == 0) {
+      close(ready[0]), close(go[1]), close(result[0]);
+      contender(secs, ready[1], go[0], result[1]);
+      _exit(0);
+    }
+  }
+  close(ready[1]), close(go[0]), close(result[1]);
+  for (int i = 0; i < procs; i++) {
+    char b;
+    if (read(ready[0], &b, 1) != 1) die("a contender failed to start");
+  }
+  close(go[1]); /* EOF: every contender starts now */
+
+  FILE *res = fdopen(result[0], "r");
+  long total = 0, attempts = 0, attempts_max = 0, min = -1, max = 0;
+  for (int i = 0; i < procs; i++) {
+    long n, a, am;
+    if (fscanf(res, "%ld %ld %ld", &n, &a, &am) != 3) die("a contender failed (see above)");
+    total += n, attempts += a;
+    if (am > attempts_max) attempts_max = am;
+    if (min < 0 || n < min) min = n;
+    if (n > max) max = n;
+  }
+  fclose(res);
+  for (int i = 0; i < procs; i++) {
+    int st;
+    waitpid(pids[i], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("contender %d exited badly", i);
+  }
+  printf("con_procs=%d\ncon_seconds=%g\ncon_total=%ld\ncon_rate=%.1f\n", procs, secs, total,
+         (double)total / secs);
+  printf("con_min=%ld\ncon_max=%ld\ncon_attempts_mean=%.2f\ncon_attempts_max=%ld\n", min, max,
+         total ? (double)attempts / (double)total : 0.0, attempts_max);
+  return 0;
+}
+
+/* ----- 3. heartbeat load --------------------------------------------------------------------- */
+
+static int bench_heartbeat(int nlocks, uint64_t lease_ms, double hold_s) {
+  if (nlocks < 1) die("locks must be >= 1");
+  dlock_client *c = open_client();
+  redisContext *mon = raw_connect();
+  dlock_options *o = dlock_options_new();
+  check(dlock_options_set_lease_ms(o, lease_ms), "set_lease_ms");
+
+  /* Warm up the client (pooled connection, loop thread, allocator) so that only per-lock
+   * memory shows in the RSS difference; the handle array is allocated and touched now too. */
+  dlock_lock **held = malloc((size_t)nlocks * sizeof *held);
+  if (held == NULL) die("out of memory");
+  memset(held, 0, (size_t)nlocks * sizeof *held);
+  for (int i = 0; i < 200; i++) {
+    check(dlock_acquire(c, "bench:hb:warm", o, &held[0]), "warm-up acquire");
+    check(dlock_release(held[0]), "warm-up release");
+  }
+  sleep_s(0.3); /* the loop thread has handled the warm-up's track/untrack */
+  long rss0 = rss_bytes();
+
+  char name[64];
+  double t0 = now_s();
+  for (int i = 0; i < nlocks; i++) {
+    snprintf(name, sizeof name, "bench:hb:%d", i);
+    check(dlock_acquire(c, name, o, &held[i]), "acquire");
+  }
+  double t_acquired = now_s();
+  sleep_s(0.3); /* let the loop thread register them all for heartbeats */
+  long rss1 = rss_bytes();
+
+  /* Hold: only heartbeats talk to the server now, so EVALSHA calls = renewals. */
+  int threads = 0;
+  double evalsha0 = info_number(mon, "commandstats", "cmdstat_evalsha:calls=");
+  double srv0 = server_cpu_s(mon);
+  double cpu0 = other_threads_cpu_s(&threads);
+  double w0 = now_s();
+  sleep_s(t_acquired + hold_s - w0);
+  double w1 = now_s();
+  double cpu1 = other_threads_cpu_s(NULL);
+  double srv1 = server_cpu_s(mon);
+  double evalsha1 = info_number(mon, "commandstats", "cmdstat_evalsha:calls=");
+  long rss2 = rss_bytes();
+
+  /* Renewed for real? Without renewals the first lock would have little or no TTL left. */
+  redisReply *first = raw_cmd(mon, "PTTL dlock:{bench:hb:0}");
+  double first_age = now_s() - t0;
+  redisReply *last = raw_cmd(mon, "PTTL dlock:{bench:hb:%d}", nlocks - 1);
+  int valid = 0;
+  for (int i = 0; i < nlocks; i++) valid += dlock_lock_is_valid(held[i]);
+
+  printf("hb_locks=%d\nhb_lease_ms=%" PRIu64 "\nhb_heartbeat_ms=%" PRIu64 "\n", nlocks, lease_ms,
+         lease_ms / 3);
+  printf("hb_acquire_rate=%.1f\n", (double)nlocks / (t_acquired - t0));
+  printf("hb_hold_s=%.2f\nhb_threads=%d\n", w1 - w0, threads);
+  printf("hb_bg_cpu_s=%.3f\nhb_bg_cpu_pct=%.3f\n", cpu1 - cpu0, (cpu1 - cpu0) * 100 / (w1 - w0));
+  printf("hb_server_cpu_pct=%.3f\n", (srv1 - srv0) * 100 / (w1 - w0));
+  printf("hb_rss_before=%ld\nhb_rss_after=%ld\nhb_bytes_per_lock=%.1f\n", rss0, rss1,
+         (double)(rss1 - rss0) / nlocks);
+  printf("hb_bytes_per_lock_after_hold=%.1f\n", (double)(rss2 - rss0) / nlocks);
+  printf("hb_renewals=%.0f\nhb_rounds=%.2f\n", evalsha1 - evalsha0, (evalsha1 - evalsha0) / nlocks);
+  printf("hb_first_pttl=%lld\nhb_first_age_s=%.1f\nhb_last_pttl=%lld\nhb_valid=%d\n",
+         first->integer, first_age, last->integer, valid);
+  freeReplyObject(first);
+  freeReplyObject(last);
+
+  /* Close releases everything still held (pipelined); the handles then only need freeing. */
+  double c0 = now_s();
+  dlock_client_close(c);
+  double c1 = now_s();
+  for (int i = 0; i < nlocks; i++) (void)dlock_release(held[i]);
+  redisReply *left = raw_cmd(mon, "EXISTS dlock:{bench:hb:0} dlock:{bench:hb:%d}", nlocks - 1);
+  printf("hb_close_ms=%.1f\nhb_left_after_close=%lld\n", (c1 - c0) * 1e3, left->integer);
+  freeReplyObject(left);
+  free(held);
+  dlock_options_free(o);
+  redisFree(mon);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 3) g_port = atoi(argv[2]);
+  if (argc == 5 && strcmp(argv[1], "uncontended") == 0) {
+    return bench_uncontended(atof(argv[3]), atoi(argv[4]));
+  }
+  if (argc == 5 && strcmp(argv[1], "contended") == 0) {
+    return bench_contended(atof(argv[3]), atoi(argv[4]));
+  }
+  if (argc == 6 && strcmp(argv[1], "heartbeat") == 0) {
+    return bench_heartbeat(atoi(argv[3]), strtoull(argv[4], NULL, 10), atof(argv[5]));
+  }
+  fprintf(stderr,
+          "usage: dlock_bench uncontended PORT SECONDS ROUNDS\n"
+          "       dlock_bench contended PORT SECONDS PROCS\n"
+          "       dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S\n");
+  return 2;
+}
