@@ -20,34 +20,52 @@ AsyncConnection::AsyncConnection(EventLoop* loop, const RedisConfig& config)
 
 AsyncConnection::~AsyncConnection() { Drop("connection closed"); }
 
-bool AsyncConnection::EnsureConnected(std::string* error) {
-  if (ctx_ != nullptr) return true;
-  redisAsyncContext* ac = config_.socket_path.empty()
-                              ? redisAsyncConnect(config_.host.c_str(), config_.port)
-                              : redisAsyncConnectUnix(config_.socket_path.c_str());
+redisAsyncContext* OpenAsyncContext(EventLoop* loop, const RedisConfig& config, void* data,
+                                    redisConnectCallback* on_connect,
+                                    redisDisconnectCallback* on_disconnect, std::string* error) {
+  redisAsyncContext* ac = config.socket_path.empty()
+                              ? redisAsyncConnect(config.host.c_str(), config.port)
+                              : redisAsyncConnectUnix(config.socket_path.c_str());
   if (ac == nullptr) {
     *error = "out of memory";
-    return false;
+    return nullptr;
   }
   if (ac->err != 0) {
-    *error = "cannot connect to " + server_ + ": " + ac->errstr;
+    *error = "cannot connect to " + config.Describe() + ": " + ac->errstr;
     redisAsyncFree(ac);
-    return false;
+    return nullptr;
   }
-  ac->data = this;
-  redisLibeventAttach(ac, loop_->base());
-  redisAsyncSetConnectCallback(ac, &AsyncConnection::OnConnect);
-  redisAsyncSetDisconnectCallback(ac, &AsyncConnection::OnDisconnect);
-  ctx_ = ac;
-  drop_reason_.clear();
+  ac->data = data;
+  redisLibeventAttach(ac, loop->base());
+  redisAsyncSetConnectCallback(ac, on_connect);
+  redisAsyncSetDisconnectCallback(ac, on_disconnect);
   // Queued before anything else, so they run first once connected.
-  if (config_.password.has_value()) {
-    std::vector<std::string> auth{"AUTH"};
-    if (config_.user.has_value()) auth.push_back(*config_.user);
-    auth.push_back(*config_.password);
-    Command(auth, [](redisReply*, const Status&) {});
+  std::vector<std::vector<std::string>> setup;
+  if (config.password.has_value()) {
+    setup.push_back({"AUTH"});
+    if (config.user.has_value()) setup.back().push_back(*config.user);
+    setup.back().push_back(*config.password);
   }
-  if (config_.db != 0) Command({"SELECT", std::to_string(config_.db)}, [](redisReply*, const Status&) {});
+  if (config.db != 0) setup.push_back({"SELECT", std::to_string(config.db)});
+  for (const auto& argv : setup) {
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    for (const auto& a : argv) {
+      ptrs.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    redisAsyncCommandArgv(ac, nullptr, nullptr, static_cast<int>(ptrs.size()), ptrs.data(),
+                          lens.data());
+  }
+  return ac;
+}
+
+bool AsyncConnection::EnsureConnected(std::string* error) {
+  if (ctx_ != nullptr) return true;
+  ctx_ = OpenAsyncContext(loop_, config_, this, &AsyncConnection::OnConnect,
+                          &AsyncConnection::OnDisconnect, error);
+  if (ctx_ == nullptr) return false;
+  drop_reason_.clear();
   return true;
 }
 

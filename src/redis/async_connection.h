@@ -20,6 +20,13 @@
 
 namespace dlock::redis {
 
+// Opens a hiredis async context on loop for config, attaches it to the loop, sets data and the
+// callbacks, and queues AUTH and SELECT (their replies are ignored: a refusal shows up as the
+// next command's NOAUTH error). Null with *error set when it cannot even start connecting.
+redisAsyncContext* OpenAsyncContext(EventLoop* loop, const RedisConfig& config, void* data,
+                                    redisConnectCallback* on_connect,
+                                    redisDisconnectCallback* on_disconnect, std::string* error);
+
 class AsyncConnection {
  public:
   // reply is null exactly when error is not ok. The reply is freed after the callback.

@@ -1,6 +1,6 @@
 #include "redis/subscriber.h"
 
-#include <hiredis/adapters/libevent.h>
+#include "redis/async_connection.h"
 
 #include <algorithm>
 #include <cstring>
@@ -40,32 +40,10 @@ void Subscriber::Unwatch(const std::string& channel, WakeSignal* signal) {
 bool Subscriber::EnsureConnected() {
   if (shut_down_) return false;
   if (ctx_ != nullptr) return true;
-  redisAsyncContext* ac = config_.socket_path.empty()
-                              ? redisAsyncConnect(config_.host.c_str(), config_.port)
-                              : redisAsyncConnectUnix(config_.socket_path.c_str());
-  if (ac == nullptr) return false;
-  if (ac->err != 0) {
-    redisAsyncFree(ac);
-    return false;
-  }
-  ac->data = this;
-  redisLibeventAttach(ac, loop_->base());
-  redisAsyncSetConnectCallback(ac, &Subscriber::OnConnect);
-  redisAsyncSetDisconnectCallback(ac, &Subscriber::OnDisconnect);
-  ctx_ = ac;
-  if (config_.password.has_value()) {
-    std::vector<const char*> argv{"AUTH"};
-    std::vector<size_t> lens{4};
-    if (config_.user.has_value()) {
-      argv.push_back(config_.user->data());
-      lens.push_back(config_.user->size());
-    }
-    argv.push_back(config_.password->data());
-    lens.push_back(config_.password->size());
-    redisAsyncCommandArgv(ac, nullptr, nullptr, static_cast<int>(argv.size()), argv.data(),
-                          lens.data());
-  }
-  return true;
+  std::string error;  // a failed connection is retried by the reconnect timer
+  ctx_ = OpenAsyncContext(loop_, config_, this, &Subscriber::OnConnect, &Subscriber::OnDisconnect,
+                          &error);
+  return ctx_ != nullptr;
 }
 
 void Subscriber::OnConnect(const redisAsyncContext* ac, int status) {
