@@ -204,4 +204,81 @@ const char* dlock_lock_name(const dlock_lock* l) {
   return l == nullptr ? nullptr : l->state->name.c_str();
 }
 
+dlock_status dlock_client_open_evbase(const char* url, struct event_base* base, dlock_client** out) {
+  return Guard([&] {
+    if (url == nullptr) return Invalid("url is NULL");
+    if (base == nullptr) return Invalid("event_base is NULL");
+    if (out == nullptr) return Invalid("out is NULL");
+    std::shared_ptr<dlock::Client> impl;
+    dlock::Status s = dlock::Client::OpenOnBase(url, base, &impl);
+    if (!s.ok()) return Report(s);
+    *out = new dlock_client{std::move(impl)};
+    return Report(s);
+  });
+}
+
+dlock_status dlock_acquire_async(dlock_client* c, const char* name, const dlock_options* o,
+                                 dlock_acquire_fn done, void* arg) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (done == nullptr) return Invalid("done callback is NULL");
+    dlock::Status s = dlock::CheckLockName(name);
+    if (!s.ok()) return Report(s);
+    static const dlock::AcquireOptions kDefaults;
+    const dlock::AcquireOptions& options = o != nullptr ? o->impl : kDefaults;
+    s = options.Validate();
+    if (!s.ok()) return Report(s);
+    std::shared_ptr<dlock::Client> client = c->impl;
+    s = client->AcquireAsync(
+        name, options, arg,
+        [client, done, arg](const dlock::Status& result, std::shared_ptr<dlock::LockState> state) {
+          dlock_lock* lock = state != nullptr ? new dlock_lock{client, std::move(state)} : nullptr;
+          last_error = result.message();  // readable from inside done
+          done(static_cast<dlock_status>(result.code()), lock, arg);
+        });
+    return Report(s);
+  });
+}
+
+dlock_status dlock_acquire_cancel(dlock_client* c, void* arg) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (!c->impl->CancelAcquire(arg)) return Invalid("no acquire with that arg is pending");
+    return Report(dlock::Status::Ok());
+  });
+}
+
+dlock_status dlock_release_async(dlock_lock* l, dlock_done_fn done, void* arg) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    std::unique_ptr<dlock_lock> owned(l);  // the handle ends here; the state lives on
+    std::shared_ptr<dlock::LockState> state = owned->state;
+    if (owned->client->IsClosed()) {
+      return Report(dlock::Status::NotHeld("lock '" + state->name +
+                                           "' was released when its client was closed"));
+    }
+    owned->client->ReleaseAsync(state, [state, done, arg](const dlock::Status& s) {
+      std::lock_guard<std::recursive_mutex> wait_for_callback(state->callback_mu);
+      last_error = s.message();
+      if (done != nullptr) done(static_cast<dlock_status>(s.code()), arg);
+    });
+    return Report(dlock::Status::Ok());
+  });
+}
+
+dlock_status dlock_extend_async(dlock_lock* l, uint64_t lease_ms, dlock_done_fn done, void* arg) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    if (l->client->IsClosed()) {
+      return Report(dlock::Status::NotHeld("lock '" + l->state->name +
+                                           "' was released when its client was closed"));
+    }
+    l->client->ExtendAsync(l->state, lease_ms, [done, arg](const dlock::Status& s) {
+      last_error = s.message();
+      if (done != nullptr) done(static_cast<dlock_status>(s.code()), arg);
+    });
+    return Report(dlock::Status::Ok());
+  });
+}
+
 }  // extern "C"

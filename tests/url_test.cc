@@ -81,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadUrl{"redis://host?timeout_ms=1&timeout_ms=2", "twice"},
                       BadUrl{"redis://host?prefix=a{b", "prefix"},
                       BadUrl{"redis://a:1,b:2", "one"}, BadUrl{"redis://ho st", "space"},
-                      BadUrl{"redis://[::1", "unclosed"}, BadUrl{"redis://host#frag", "fragment"},
+                      BadUrl{"redis://[::1", "unclosed"}, BadUrl{"redis://h:1:2", "brackets"}, BadUrl{"redis://host#frag", "fragment"},
                       BadUrl{"redis://user@host", "without a password"},
                       BadUrl{"redis://host/%zz", "percent"},
                       BadUrl{"redis+unix://host/sock", "must not name a host"},

@@ -25,9 +25,10 @@
  *   may be used from any thread, but not from two threads at the same time. Each client owns one
  *   background thread (libevent) that runs heartbeats, pub/sub wake-ups and lost-lock callbacks.
  *
- * Callbacks. The on_lost callback runs on the client's background thread. It may call any dlock
- *   function, including dlock_release on the lost lock, but must not call dlock_client_close on
- *   its own client. Once dlock_release returns, that lock's on_lost is neither running nor
+ * Callbacks. on_lost and the _async done callbacks run on the client's loop thread (its own,
+ *   or the caller's event_base thread). They may call any dlock function, including releasing
+ *   the lock and closing the client (the teardown then finishes after the callback returns).
+ *   Once dlock_release returns, that lock's on_lost is neither running nor
  *   going to run (unless release was called from inside the callback), so its arg may be freed.
  *
  * Exceptions. None cross this boundary; C++ errors inside become DLOCK_EINTERNAL or DLOCK_ENOMEM.
@@ -158,6 +159,54 @@ DLOCK_API int64_t dlock_lock_remaining_ms(const dlock_lock *l);
 DLOCK_API uint32_t dlock_lock_attempts(const dlock_lock *l);
 /* The lock's name, as given to dlock_acquire; valid until the lock is released. NULL for NULL. */
 DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
+
+/* ----- event-loop integration (async) ----------------------------------------------------
+ *
+ * dlock_client_open_evbase opens a client that runs on the caller's libevent event_base and
+ * creates no thread: every connection, timer, heartbeat and pub/sub wake-up runs on `base`, and
+ * every callback (done, on_lost) runs on the thread running `base`. Call it on that thread.
+ * Threading rules for such a client:
+ *   - the _async calls are made on the base's thread;
+ *   - the blocking calls work from OTHER threads while the base's thread runs the loop (they
+ *     need libevent's locking: call evthread_use_pthreads() before creating the base). On the
+ *     base's own thread, dlock_acquire is refused with DLOCK_EINVAL (it would wait for the
+ *     loop it blocks); dlock_release and dlock_extend work there but hold the loop for one
+ *     round trip, so prefer their _async forms;
+ *   - dlock_client_close is called on the base's thread (or when the loop is not running); it
+ *     cancels pending acquires (done gets DLOCK_ECANCELLED) and releases what is held;
+ *   - the base must outlive the client.
+ *
+ * The _async calls also work on a client from dlock_client_open; their callbacks then run on
+ * the client's own thread.
+ *
+ * The returned status covers argument errors only (DLOCK_EINVAL; nothing was started and done
+ * will not be called). Otherwise the outcome arrives through done, exactly once, never before
+ * the call returns. Calling any dlock function from inside a dlock callback is safe, including
+ * releasing the lock and (on an evbase client) closing the client. Many acquires in flight on
+ * one client share one connection, pipelined. */
+struct event_base;
+
+typedef void (*dlock_acquire_fn)(dlock_status s, dlock_lock *lock, void *arg);
+typedef void (*dlock_done_fn)(dlock_status s, void *arg);
+
+DLOCK_API dlock_status dlock_client_open_evbase(const char *url, struct event_base *base,
+                                                dlock_client **out);
+/* On DLOCK_OK, lock is held and owned by the callee of done (free it with dlock_release or
+ * dlock_release_async); otherwise lock is NULL. Waits per the options like dlock_acquire. */
+DLOCK_API dlock_status dlock_acquire_async(dlock_client *c, const char *name, const dlock_options *o,
+                                           dlock_acquire_fn done, void *arg);
+/* Cancels the pending dlock_acquire_async calls on c whose arg is `arg`: each one's done runs
+ * with DLOCK_ECANCELLED (or with its result, if it completed first). DLOCK_EINVAL when none is
+ * pending. Any thread. */
+DLOCK_API dlock_status dlock_acquire_cancel(dlock_client *c, void *arg);
+/* Releases l like dlock_release, asynchronously; l must not be used after this call (it is
+ * freed whatever the result). done may be NULL. On a closed client: DLOCK_NOT_HELD at once,
+ * l freed, done not called. */
+DLOCK_API dlock_status dlock_release_async(dlock_lock *l, dlock_done_fn done, void *arg);
+/* dlock_extend, asynchronously; done may be NULL. On a closed client: DLOCK_NOT_HELD at once,
+ * done not called. */
+DLOCK_API dlock_status dlock_extend_async(dlock_lock *l, uint64_t lease_ms, dlock_done_fn done,
+                                          void *arg);
 
 #ifdef __cplusplus
 } /* extern "C" */

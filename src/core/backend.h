@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,12 +20,28 @@ namespace dlock {
 struct AcquireAttempt {
   bool acquired = false;
   uint64_t fencing_token = 0;  // when acquired
-  int64_t holder_ttl_ms = -2;  // when not: the holder's remaining lease, -1 none, -2 unknown
+  int64_t holder_ttl_ms = -2;  // when not: how long until it may be free, -1 never, -2 unknown
+  // Backend-specific state of the acquired lock (e.g. DynamoDB's record version), kept in
+  // LockState::backend_data for the backend's later release/extend/renew calls.
+  std::shared_ptr<BackendLockData> backend_data;
 };
 
-// A waiter's wake-up line: the backend notifies it when the lock it waits for is released.
-class WakeSignal {
+// Told by the backend when a watched lock is released. Called on the loop thread, possibly
+// under the backend's own locks: implementations only record and signal, never call back in.
+class ReleaseWatcher {
  public:
+  virtual ~ReleaseWatcher() = default;
+  // The subscription became live (true) or was lost (false).
+  virtual void OnWatchReady(bool live) = 0;
+  // The lock was released (or a release may have been missed: try again).
+  virtual void OnReleased() = 0;
+};
+
+// A blocking waiter's wake-up line.
+class WakeSignal : public ReleaseWatcher {
+ public:
+  void OnWatchReady(bool live) override { MarkReady(live); }
+  void OnReleased() override { Notify(); }
   void Notify() {
     std::lock_guard<std::mutex> lock(mu_);
     ++notifications_;
@@ -73,6 +90,12 @@ class RenewSink {
   virtual void OnRenewed(const RenewRequest& request, const Status& status) = 0;
 };
 
+using StatusCallback = std::function<void(const Status&)>;
+using AttemptCallback = std::function<void(const Status&, const AcquireAttempt&)>;
+
+// Blocking calls run on the caller's thread and never need the loop to make progress. Async
+// calls are made on the loop thread, and call done exactly once, on the loop thread, never
+// before they return.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -91,12 +114,19 @@ class Backend {
   }
   // Ok, NotHeld, or an error. Blocking; any thread.
   virtual Status Extend(const LockState& lock, uint64_t lease_ms) = 0;
+  // The same three, async.
+  virtual void TryAcquireAsync(const std::string& name, const std::string& owner_value,
+                               uint64_t lease_ms, AttemptCallback done) = 0;
+  virtual void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) = 0;
+  virtual void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms,
+                           StatusCallback done) = 0;
   // Loop thread: sends all renewals in one round trip where the protocol allows; reports each
   // to sink->OnRenewed exactly once.
   virtual void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) = 0;
-  // Any thread: subscribe/unsubscribe signal to releases of name.
-  virtual void Watch(const std::string& name, WakeSignal* signal) = 0;
-  virtual void Unwatch(const std::string& name, WakeSignal* signal) = 0;
+  // Any thread: tell watcher about releases of name, until Unwatch returns. A backend without
+  // release notifications calls nothing (waiters then rely on holder_ttl_ms and retries).
+  virtual void Watch(const std::string& name, ReleaseWatcher* watcher) = 0;
+  virtual void Unwatch(const std::string& name, ReleaseWatcher* watcher) = 0;
   // Loop thread: drop connections and fail what is in flight. Called once, at close.
   virtual void ShutdownOnLoop() = 0;
 };

@@ -1,41 +1,70 @@
 #include "core/client.h"
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "core/token.h"
 #include "core/url.h"
+#include "dynamodb/dynamodb_backend.h"
 #include "redis/redis_backend.h"
 
 namespace dlock {
 
-Status Client::Open(const std::string& url_text, std::shared_ptr<Client>* out) {
+// ----- opening and closing ---------------------------------------------------------------
+
+Status Client::Open(const std::string& url, std::shared_ptr<Client>* out) {
+  std::shared_ptr<Client> client(new Client());
+  Status s = EventLoop::Start(&client->loop_);
+  if (!s.ok()) return s;
+  return Finish(url, std::move(client), out);
+}
+
+Status Client::OpenOnBase(const std::string& url, event_base* base, std::shared_ptr<Client>* out) {
+  std::shared_ptr<Client> client(new Client());
+  Status s = EventLoop::Wrap(base, &client->loop_);
+  if (!s.ok()) return s;
+  return Finish(url, std::move(client), out);
+}
+
+Status Client::Finish(const std::string& url_text, std::shared_ptr<Client> client,
+                      std::shared_ptr<Client>* out) {
   Url url;
   Status s = ParseUrl(url_text, &url);
-  if (!s.ok()) return s;
-  std::shared_ptr<Client> client(new Client());
-  s = EventLoop::Start(&client->loop_);
-  if (!s.ok()) return s;
-  if (url.scheme == "redis" || url.scheme == "redis+unix") {
-    s = NewRedisBackend(url, client->loop_.get(), &client->backend_);
-  } else {
-    s = Status::InvalidArgument("unsupported URL scheme '" + url.scheme +
-                                "://' (supported: redis://, redis+unix://)");
+  if (s.ok()) {
+    if (url.scheme == "redis" || url.scheme == "redis+unix") {
+      s = NewRedisBackend(url, client->loop_.get(), &client->backend_);
+    } else if (url.scheme == "dynamodb") {
+      s = NewDynamoDbBackend(url, client->loop_.get(), &client->backend_);
+    } else {
+      s = Status::InvalidArgument("unsupported URL scheme '" + url.scheme +
+                                  "://' (supported: redis://, redis+unix://, dynamodb://)");
+    }
   }
   if (s.ok()) s = client->backend_->Check();
   if (!s.ok()) {
     client->Close();
     return s;
   }
-  client->heartbeats_ = std::make_unique<Heartbeats>(client->loop_.get(), client->backend_.get());
+  client->heartbeats_ = std::make_unique<Heartbeats>(client->loop_.get(), client->backend_.get(),
+                                                     &client->callbacks_);
   *out = std::move(client);
   return Status::Ok();
 }
 
-Client::~Client() { Close(); }
+Client::~Client() {
+  Close();
+  Teardown();
+}
+
+bool Client::IsClosed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
 
 void Client::Close() {
   std::vector<std::shared_ptr<LockState>> to_release;
+  std::vector<std::shared_ptr<AsyncAcquire>> to_cancel;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
@@ -44,25 +73,94 @@ void Client::Close() {
       if (lock_state->Transition(LockPhase::kClosed)) to_release.push_back(lock_state);
     }
     held_.clear();
+    for (auto& [ptr, op] : pending_) to_cancel.push_back(op);
+    pending_.clear();
   }
-  if (loop_ != nullptr && heartbeats_ != nullptr) {
-    loop_->RunSync([this] { heartbeats_->StopOnLoop(); });
+  if (!to_cancel.empty() && loop_ != nullptr) {
+    loop_->RunSync([&] {
+      for (auto& op : to_cancel) op->Cancel(Status::Cancelled("the client was closed"));
+    });
   }
   if (backend_ != nullptr && !to_release.empty()) backend_->ReleaseAll(to_release);
-  if (loop_ != nullptr && backend_ != nullptr) loop_->RunSync([this] { backend_->ShutdownOnLoop(); });
-  if (loop_ != nullptr) loop_->Stop();
+
+  std::shared_ptr<Client> keepalive = weak_from_this().lock();
+  const bool in_own_callback = loop_ != nullptr && loop_->InLoopThread() && callbacks_.depth > 0;
+  if (in_own_callback && keepalive != nullptr) {
+    // The callback's caller still uses this client's loop, connections and heartbeats: tear
+    // them down once it has returned. An owned loop thread cannot join itself, so another
+    // thread does it; on the caller's base, the next loop iteration does.
+    if (loop_->owns_thread()) {
+      std::thread([keepalive] { keepalive->Teardown(); }).detach();
+    } else {
+      loop_->Post([keepalive] { keepalive->Teardown(); });
+    }
+    return;
+  }
+  Teardown();
+}
+
+void Client::Teardown() {
+  if (torn_down_) return;
+  torn_down_ = true;
+  if (loop_ == nullptr) return;
+  loop_->RunSync([this] {
+    if (heartbeats_ != nullptr) heartbeats_->StopOnLoop();
+    if (backend_ != nullptr) backend_->ShutdownOnLoop();
+  });
+  loop_->Stop();
+}
+
+// ----- acquiring -------------------------------------------------------------------------
+
+Status Client::MakeOwnerValue(const AcquireOptions& options, std::string* out) const {
+  Status s = NewOwnerToken(out);
+  if (!s.ok()) return s;
+  if (!options.owner.empty()) *out += "|" + options.owner;
+  return Status::Ok();
+}
+
+Status Client::NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms, uint32_t attempts,
+                                 TimePoint start) const {
+  auto waited = std::chrono::duration_cast<Millis>(Now() - start).count();
+  std::string held_for = holder_ttl_ms == -1   ? " with no expiry"
+                         : holder_ttl_ms >= 0 ? " for " + std::to_string(holder_ttl_ms) + " ms more"
+                                              : "";
+  return Status::NotAcquired("lock '" + name + "' is held by another owner" + held_for +
+                             " (gave up after " + std::to_string(attempts) + " attempt" +
+                             (attempts == 1 ? "" : "s") + " in " + std::to_string(waited) + " ms)");
+}
+
+Status Client::Adopt(const std::string& name, const std::string& owner_value,
+                     const AcquireAttempt& attempt, uint32_t attempts,
+                     const AcquireOptions& options, TimePoint sent,
+                     std::shared_ptr<LockState>* out) {
+  auto state = std::make_shared<LockState>(name, owner_value, attempt.fencing_token, attempts,
+                                           options, sent, attempt.backend_data);
+  bool registered = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) registered = held_.emplace(state.get(), state).second;
+  }
+  if (!registered) {  // closed while acquiring: give it back
+    (void)backend_->Release(*state);
+    return Status::Cancelled("the client was closed during acquire");
+  }
+  heartbeats_->Track(state);
+  *out = std::move(state);
+  return Status::Ok();
 }
 
 Status Client::Acquire(const std::string& name, const AcquireOptions& options,
                        std::shared_ptr<LockState>* out) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return Status::InvalidArgument("client is closed");
+  if (IsClosed()) return Status::InvalidArgument("client is closed");
+  if (!loop_->owns_thread() && loop_->InLoopThread()) {
+    return Status::InvalidArgument(
+        "dlock_acquire cannot run on the event_base's own thread (it would wait for the loop it "
+        "blocks); use dlock_acquire_async there");
   }
   std::string owner_value;
-  Status s = NewOwnerToken(&owner_value);
+  Status s = MakeOwnerValue(options, &owner_value);
   if (!s.ok()) return s;
-  if (!options.owner.empty()) owner_value += "|" + options.owner;
 
   const TimePoint start = Now();
   const TimePoint wait_until =
@@ -88,33 +186,12 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
     }
     if (attempt.acquired) {
       stop_watching();
-      auto state = std::make_shared<LockState>(name, owner_value, attempt.fencing_token, attempts,
-                                               options, sent);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (closed_) {  // closed while we were acquiring: give it back
-          (void)backend_->Release(*state);
-          return Status::InvalidArgument("client was closed during acquire");
-        }
-        held_.emplace(state.get(), state);
-      }
-      heartbeats_->Track(state);
-      *out = std::move(state);
-      return Status::Ok();
+      return Adopt(name, owner_value, attempt, attempts, options, sent, out);
     }
     TimePoint now = Now();
     if (options.wait_ms == 0 || now >= wait_until) {
       stop_watching();
-      auto waited = std::chrono::duration_cast<Millis>(now - start).count();
-      std::string held_for = attempt.holder_ttl_ms == -1
-                                 ? "with no expiry"
-                                 : attempt.holder_ttl_ms >= 0
-                                       ? "for " + std::to_string(attempt.holder_ttl_ms) + " ms more"
-                                       : "";
-      return Status::NotAcquired("lock '" + name + "' is held by another owner " + held_for +
-                                 " (gave up after " + std::to_string(attempts) + " attempt" +
-                                 (attempts == 1 ? "" : "s") + " in " + std::to_string(waited) +
-                                 " ms)");
+      return NotAcquiredStatus(name, attempt.holder_ttl_ms, attempts, start);
     }
     if (!watching) {
       // Subscribe before the next attempt, so a release between the two cannot be missed.
@@ -133,6 +210,44 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
     signal.WaitNotified(&seen, wake);
   }
 }
+
+Status Client::AcquireAsync(const std::string& name, const AcquireOptions& options, void* tag,
+                            AcquireDone done) {
+  if (IsClosed()) return Status::InvalidArgument("client is closed");
+  std::string owner_value;
+  Status s = MakeOwnerValue(options, &owner_value);
+  if (!s.ok()) return s;
+  auto op = std::make_shared<AsyncAcquire>(this, name, std::move(owner_value), options, tag,
+                                           std::move(done));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.emplace(op.get(), op);
+  }
+  loop_->Post([op] { op->Start(); });
+  return Status::Ok();
+}
+
+bool Client::CancelAcquire(void* tag) {
+  std::vector<std::shared_ptr<AsyncAcquire>> matching;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [ptr, op] : pending_) {
+      if (op->tag() == tag) matching.push_back(op);
+    }
+  }
+  if (matching.empty()) return false;
+  loop_->Post([matching] {
+    for (auto& op : matching) op->Cancel(Status::Cancelled("acquire cancelled"));
+  });
+  return true;
+}
+
+void Client::ForgetPending(AsyncAcquire* acquire) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(acquire);
+}
+
+// ----- releasing and extending -----------------------------------------------------------
 
 Status Client::NotHeldStatus(const LockState& lock) const {
   switch (lock.Phase()) {
@@ -153,7 +268,22 @@ void Client::Forget(const std::shared_ptr<LockState>& lock) {
     std::lock_guard<std::mutex> guard(mu_);
     held_.erase(lock.get());
   }
-  if (heartbeats_ != nullptr) heartbeats_->Untrack(lock);
+  if (heartbeats_ != nullptr && !torn_down_) heartbeats_->Untrack(lock);
+}
+
+Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s) {
+  if (s.ok() || s.code() == Code::kNotHeld) {
+    if (!s.ok()) lock->SetLostReason("the server no longer had this owner's lock");
+    bool moved = lock->Transition(s.ok() ? LockPhase::kReleased : LockPhase::kLost);
+    Forget(lock);
+    return moved && s.ok() ? s : NotHeldStatus(*lock);
+  }
+  // The server could not be asked: the lock stays ours until its lease runs out, and the
+  // caller's handle is gone, so stop renewing it.
+  lock->SetLostReason("release failed: " + s.message());
+  lock->Transition(LockPhase::kReleased);
+  Forget(lock);
+  return s;
 }
 
 Status Client::Release(const std::shared_ptr<LockState>& lock) {
@@ -162,43 +292,48 @@ Status Client::Release(const std::shared_ptr<LockState>& lock) {
   if (phase == LockPhase::kLost) {
     Forget(lock);
     // Lost for a transient reason, the key may still be ours: clean up, best effort.
-    (void)backend_->Release(*lock);
+    if (!IsClosed()) (void)backend_->Release(*lock);
     return NotHeldStatus(*lock);
   }
-  Status s = backend_->Release(*lock);
-  if (s.ok() || s.code() == Code::kNotHeld) {
-    if (s.code() == Code::kNotHeld) lock->SetLostReason("the server no longer had this owner's lock");
-    if (!lock->Transition(s.ok() ? LockPhase::kReleased : LockPhase::kLost)) {
-      Forget(lock);
-      return NotHeldStatus(*lock);
-    }
-    Forget(lock);
-    if (!s.ok()) return NotHeldStatus(*lock);
-    return s;
-  }
-  // The server could not be asked: the lock stays ours until its lease runs out, and the
-  // caller's handle is freed, so stop renewing it.
-  lock->SetLostReason("release failed: " + s.message());
-  lock->Transition(LockPhase::kReleased);
-  Forget(lock);
-  return s;
+  return SettleRelease(lock, backend_->Release(*lock));
 }
 
-Status Client::Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms) {
+void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) {
+  loop_->Post([self = shared_from_this(), lock, done = std::move(done)] {
+    LockPhase phase = lock->Phase();
+    if (phase != LockPhase::kHeld) {
+      if (phase == LockPhase::kLost) {
+        self->Forget(lock);
+        self->backend_->ReleaseAsync(lock, [](const Status&) {});  // best effort, as above
+      }
+      Status s = self->NotHeldStatus(*lock);
+      self->RunCallback([&] { done(s); });
+      return;
+    }
+    self->backend_->ReleaseAsync(lock, [self, lock, done](const Status& answer) {
+      Status s = self->SettleRelease(lock, answer);
+      self->RunCallback([&] { done(s); });
+    });
+  });
+}
+
+Status Client::CheckExtend(const LockState& lock, uint64_t lease_ms) const {
   Status s = CheckLease(lease_ms);
   if (!s.ok()) return s;
   if (lease_ms != 0 && lease_ms < 10) {
     return Status::InvalidArgument("lease_ms " + std::to_string(lease_ms) +
                                    " is too short (at least 10 ms, or 0 for no expiry)");
   }
-  if (lock->heartbeat_explicit && lease_ms != 0 && lock->heartbeat_ms.load() >= lease_ms) {
+  if (lock.heartbeat_explicit && lease_ms != 0 && lock.heartbeat_ms.load() >= lease_ms) {
     return Status::InvalidArgument("lease_ms " + std::to_string(lease_ms) +
                                    " must be longer than the lock's heartbeat_ms " +
-                                   std::to_string(lock->heartbeat_ms.load()));
+                                   std::to_string(lock.heartbeat_ms.load()));
   }
-  if (lock->Phase() != LockPhase::kHeld) return NotHeldStatus(*lock);
-  TimePoint sent = Now();
-  s = backend_->Extend(*lock, lease_ms);
+  return Status::Ok();
+}
+
+Status Client::SettleExtend(const std::shared_ptr<LockState>& lock, const Status& s, TimePoint sent,
+                            uint64_t lease_ms) {
   if (s.code() == Code::kNotHeld) {
     lock->SetLostReason("the server no longer had this owner's lock");
     lock->Transition(LockPhase::kLost);
@@ -213,6 +348,30 @@ Status Client::Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms)
   lock->SetDeadline(sent, lease_ms);
   heartbeats_->Track(lock);
   return Status::Ok();
+}
+
+Status Client::Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms) {
+  Status s = CheckExtend(*lock, lease_ms);
+  if (!s.ok()) return s;
+  if (lock->Phase() != LockPhase::kHeld) return NotHeldStatus(*lock);
+  TimePoint sent = Now();
+  return SettleExtend(lock, backend_->Extend(*lock, lease_ms), sent, lease_ms);
+}
+
+void Client::ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) {
+  loop_->Post([self = shared_from_this(), lock, lease_ms, done = std::move(done)] {
+    Status s = self->CheckExtend(*lock, lease_ms);
+    if (s.ok() && lock->Phase() != LockPhase::kHeld) s = self->NotHeldStatus(*lock);
+    if (!s.ok()) {
+      self->RunCallback([&] { done(s); });
+      return;
+    }
+    TimePoint sent = Now();
+    self->backend_->ExtendAsync(lock, lease_ms, [self, lock, done, sent, lease_ms](const Status& answer) {
+      Status r = self->SettleExtend(lock, answer, sent, lease_ms);
+      self->RunCallback([&] { done(r); });
+    });
+  });
 }
 
 }  // namespace dlock

@@ -1,5 +1,6 @@
-// Client: one backend, its event loop thread, its heartbeats, and the locks it holds.
-// Implements the waiting policy of DESIGN guarantee 5 on top of Backend.
+// Client: one backend, its event loop (a thread it owns, or the caller's event_base), its
+// heartbeats, the locks it holds and the async acquires in progress. Implements the waiting
+// policy of DESIGN guarantee 5 on top of Backend, blocking (Acquire) and async (AsyncAcquire).
 #ifndef DLOCK_CORE_CLIENT_H_
 #define DLOCK_CORE_CLIENT_H_
 
@@ -8,42 +9,90 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/async_acquire.h"
 #include "core/backend.h"
+#include "core/callback_scope.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "loop/event_loop.h"
 #include "loop/heartbeats.h"
 
+struct event_base;
+
 namespace dlock {
 
-class Client {
+class Client : public std::enable_shared_from_this<Client> {
  public:
+  // A client with its own loop thread.
   static Status Open(const std::string& url, std::shared_ptr<Client>* out);
+  // A client on the caller's event_base; call on the thread that runs base.
+  static Status OpenOnBase(const std::string& url, event_base* base, std::shared_ptr<Client>* out);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  // Blocking calls.
   Status Acquire(const std::string& name, const AcquireOptions& options,
                  std::shared_ptr<LockState>* out);
   Status Release(const std::shared_ptr<LockState>& lock);
   Status Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms);
-  // Stops heartbeats, releases every held lock, stops the loop thread. Idempotent.
-  void Close();
 
+  // Async calls: any thread; done runs on the loop thread, exactly once, never inside the call.
+  // A non-ok return means nothing was started.
+  Status AcquireAsync(const std::string& name, const AcquireOptions& options, void* tag,
+                      AcquireDone done);
+  bool CancelAcquire(void* tag);  // true when a pending acquire had this tag
+  void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done);
+  void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done);
+
+  // Stops heartbeats, cancels pending acquires, releases every held lock, stops the loop.
+  // Idempotent. From inside one of this client's callbacks, the teardown finishes after the
+  // callback returns.
+  void Close();
+  bool IsClosed();
+
+  // For AsyncAcquire and the backends.
+  EventLoop* loop() { return loop_.get(); }
   Backend* backend() { return backend_.get(); }
   Heartbeats* heartbeats() { return heartbeats_.get(); }
+  // Registers a newly acquired lock (heartbeats, close); gives it back if the client closed.
+  Status Adopt(const std::string& name, const std::string& owner_value,
+               const AcquireAttempt& attempt, uint32_t attempts, const AcquireOptions& options,
+               TimePoint sent, std::shared_ptr<LockState>* out);
+  Status NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms, uint32_t attempts,
+                           TimePoint start) const;
+  void ForgetPending(AsyncAcquire* acquire);
+  // Runs a user callback, counted so that Close from inside it is deferred.
+  template <typename Fn>
+  void RunCallback(Fn&& fn) {
+    CallbackScope scope(&callbacks_);
+    fn();
+  }
 
  private:
   Client() = default;
+  static Status Finish(const std::string& url, std::shared_ptr<Client> client,
+                       std::shared_ptr<Client>* out);
   Status NotHeldStatus(const LockState& lock) const;
   void Forget(const std::shared_ptr<LockState>& lock);
+
+  Status MakeOwnerValue(const AcquireOptions& options, std::string* out) const;
+  // Settles a release/extend answer into the lock's phase; returns what the caller sees.
+  Status SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s);
+  Status SettleExtend(const std::shared_ptr<LockState>& lock, const Status& s, TimePoint sent,
+                      uint64_t lease_ms);
+  Status CheckExtend(const LockState& lock, uint64_t lease_ms) const;
+  void Teardown();
 
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Heartbeats> heartbeats_;
+  CallbackDepth callbacks_;
   std::mutex mu_;
   bool closed_ = false;
+  bool torn_down_ = false;
   std::unordered_map<LockState*, std::shared_ptr<LockState>> held_;
+  std::unordered_map<AsyncAcquire*, std::shared_ptr<AsyncAcquire>> pending_;
 };
 
 }  // namespace dlock

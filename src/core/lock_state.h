@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -13,6 +14,11 @@
 #include "core/options.h"
 
 namespace dlock {
+
+// Base of backend-specific per-lock state (see AcquireAttempt::backend_data).
+struct BackendLockData {
+  virtual ~BackendLockData() = default;
+};
 
 enum class LockPhase : int {
   kHeld = 0,
@@ -23,7 +29,8 @@ enum class LockPhase : int {
 
 struct LockState {
   LockState(std::string name_in, std::string owner_value_in, uint64_t token, uint32_t tries,
-            const AcquireOptions& options, TimePoint sent)
+            const AcquireOptions& options, TimePoint sent,
+            std::shared_ptr<BackendLockData> data = nullptr)
       : name(std::move(name_in)),
         owner_value(std::move(owner_value_in)),
         fencing_token(token),
@@ -32,6 +39,7 @@ struct LockState {
         on_lost(options.on_lost),
         on_lost_arg(options.on_lost_arg),
         lease_ms(options.lease_ms),
+        backend_data(std::move(data)),
         heartbeat_ms(options.HeartbeatFor(options.lease_ms)) {
     SetDeadline(sent, options.lease_ms);
   }
@@ -45,6 +53,7 @@ struct LockState {
   void* const on_lost_arg;
 
   std::atomic<uint64_t> lease_ms;
+  const std::shared_ptr<BackendLockData> backend_data;  // owned and locked by the backend
   std::atomic<uint64_t> heartbeat_ms;
   std::atomic<int64_t> deadline_ns{kNoDeadline};
   std::atomic<int> phase{static_cast<int>(LockPhase::kHeld)};

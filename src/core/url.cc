@@ -54,6 +54,9 @@ Status ParseHostPort(const std::string& text, HostPort* out) {
     }
   }
   if (host.empty()) return Status::InvalidArgument("empty host in URL");
+  if (text[0] != '[' && host.find(':') != std::string::npos) {
+    return Status::InvalidArgument("URL host '" + text + "' has more than one ':' (IPv6 addresses go in brackets: [::1]:6379)");
+  }
   for (char c : host) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
           c == ':')) {

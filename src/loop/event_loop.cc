@@ -8,15 +8,39 @@
 
 namespace dlock {
 
-Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
-  // libevent needs its locking callbacks before any base exists that several threads touch.
+namespace {
+// libevent needs its locking callbacks before any base exists that several threads touch.
+bool EnableLibeventThreads() {
   static const int threads_ok = evthread_use_pthreads();
-  if (threads_ok != 0) return Status::Internal("evthread_use_pthreads failed");
+  return threads_ok == 0;
+}
+}  // namespace
+
+Status EventLoop::Init() {
+  wake_ = event_new(base_, -1, 0, &EventLoop::OnWake, this);
+  if (wake_ == nullptr) return Status::Internal("event_new failed");
+  return Status::Ok();
+}
+
+Status EventLoop::Wrap(event_base* base, std::unique_ptr<EventLoop>* out) {
+  if (!EnableLibeventThreads()) return Status::Internal("evthread_use_pthreads failed");
+  std::unique_ptr<EventLoop> loop(new EventLoop());
+  loop->base_ = base;
+  loop->thread_id_.store(std::this_thread::get_id());
+  Status s = loop->Init();
+  if (!s.ok()) return s;
+  *out = std::move(loop);
+  return Status::Ok();
+}
+
+Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
+  if (!EnableLibeventThreads()) return Status::Internal("evthread_use_pthreads failed");
   std::unique_ptr<EventLoop> loop(new EventLoop());
   loop->base_ = event_base_new();
   if (loop->base_ == nullptr) return Status::Internal("event_base_new failed");
-  loop->wake_ = event_new(loop->base_, -1, 0, &EventLoop::OnWake, loop.get());
-  if (loop->wake_ == nullptr) return Status::Internal("event_new failed");
+  loop->owns_base_ = true;
+  Status s = loop->Init();
+  if (!s.ok()) return s;
   EventLoop* self = loop.get();
   std::promise<void> started;
   auto started_future = started.get_future();
@@ -33,7 +57,7 @@ Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
 EventLoop::~EventLoop() {
   Stop();
   if (wake_ != nullptr) event_free(wake_);
-  if (base_ != nullptr) event_base_free(base_);
+  if (base_ != nullptr && owns_base_) event_base_free(base_);
 }
 
 void EventLoop::OnWake(int, short, void* arg) { static_cast<EventLoop*>(arg)->RunTasks(); }

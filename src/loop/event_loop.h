@@ -23,11 +23,14 @@ class EventLoop {
  public:
   // Creates an event_base and starts a thread running it.
   static Status Start(std::unique_ptr<EventLoop>* out);
+  // Uses the caller's base, run by the caller on the calling thread; creates no thread.
+  static Status Wrap(event_base* base, std::unique_ptr<EventLoop>* out);
   ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
 
   event_base* base() const { return base_; }
+  bool owns_thread() const { return owns_base_; }
   bool InLoopThread() const { return std::this_thread::get_id() == thread_id_.load(); }
 
   // Runs fn on the loop thread soon. Thread-safe. Tasks posted after Stop() are dropped.
@@ -42,7 +45,10 @@ class EventLoop {
   static void OnWake(int, short, void* arg);
   void RunTasks();
 
+  Status Init();
+
   event_base* base_ = nullptr;
+  bool owns_base_ = false;
   event* wake_ = nullptr;
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};

@@ -23,8 +23,8 @@ Millis RetryDelay(uint64_t heartbeat_ms) {
 
 }  // namespace
 
-Heartbeats::Heartbeats(EventLoop* loop, Backend* backend)
-    : loop_(loop), backend_(backend), timer_(loop, [this] { Tick(); }) {}
+Heartbeats::Heartbeats(EventLoop* loop, Backend* backend, CallbackDepth* callbacks)
+    : loop_(loop), backend_(backend), callbacks_(callbacks), timer_(loop, [this] { Tick(); }) {}
 
 Heartbeats::~Heartbeats() = default;
 
@@ -122,6 +122,7 @@ void Heartbeats::Tick() {
     }
   }
   for (auto& [lock, reason] : lost) ReportLost(lock, reason);
+  if (stopped_) return;  // an on_lost callback closed the client
   if (!batch.empty()) {
     batches_sent_.fetch_add(1);
     backend_->RenewBatch(std::move(batch), this);
@@ -170,7 +171,9 @@ void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, const std::string& 
   std::lock_guard<std::recursive_mutex> callback_guard(lock->callback_mu);
   lock->SetLostReason(reason);
   if (!lock->Transition(LockPhase::kLost)) return;  // released meanwhile: nothing to report
-  if (lock->on_lost != nullptr) lock->on_lost(lock->name.c_str(), lock->fencing_token, lock->on_lost_arg);
+  if (lock->on_lost == nullptr) return;
+  CallbackScope scope(callbacks_);
+  lock->on_lost(lock->name.c_str(), lock->fencing_token, lock->on_lost_arg);
 }
 
 void Heartbeats::StopOnLoop() {

@@ -12,13 +12,14 @@
 #include <utility>
 
 #include "core/backend.h"
+#include "core/callback_scope.h"
 #include "loop/event_loop.h"
 
 namespace dlock {
 
 class Heartbeats : public RenewSink {
  public:
-  Heartbeats(EventLoop* loop, Backend* backend);
+  Heartbeats(EventLoop* loop, Backend* backend, CallbackDepth* callbacks);
   ~Heartbeats() override;
 
   // Any thread. Starts (or, after an extend, restarts) renewing lock; no-op without heartbeat.
@@ -49,6 +50,7 @@ class Heartbeats : public RenewSink {
 
   EventLoop* loop_;
   Backend* backend_;
+  CallbackDepth* callbacks_;
   Timer timer_;
   bool stopped_ = false;
   std::unordered_map<LockState*, Entry> entries_;

@@ -105,8 +105,8 @@ void AsyncConnection::OnReply(redisAsyncContext* ac, void* reply, void* privdata
 
 void AsyncConnection::Command(const std::vector<std::string>& argv, Callback cb) {
   std::string error;
-  if (!EnsureConnected(&error)) {
-    cb(nullptr, Status::IoError(error));
+  if (!EnsureConnected(&error)) {  // fail later, never inside the call
+    loop_->Post([cb = std::move(cb), error] { cb(nullptr, Status::IoError(error)); });
     return;
   }
   std::vector<const char*> ptrs;
@@ -119,7 +119,9 @@ void AsyncConnection::Command(const std::vector<std::string>& argv, Callback cb)
   if (redisAsyncCommandArgv(ctx_, &AsyncConnection::OnReply, pending,
                             static_cast<int>(ptrs.size()), ptrs.data(), lens.data()) != REDIS_OK) {
     std::unique_ptr<Pending> owned(pending);
-    owned->cb(nullptr, Status::IoError(server_ + ": connection is closing"));
+    loop_->Post([cb = std::move(owned->cb), why = server_ + ": connection is closing"] {
+      cb(nullptr, Status::IoError(why));
+    });
     return;
   }
   sent_.push_back(Now());

@@ -22,7 +22,7 @@ class RedisBackend : public Backend {
       : loop_(loop),
         config_(std::move(config)),
         server_(config_.Describe()),
-        renewals_(loop, config_),
+        async_(loop, config_),
         subscriber_(loop, config_) {}
 
   std::string Describe() const override { return server_; }
@@ -98,11 +98,44 @@ class RedisBackend : public Backend {
     return ParseOwnedReply(reply.get(), server_, lock.name);
   }
 
+  void TryAcquireAsync(const std::string& name, const std::string& owner_value, uint64_t lease_ms,
+                       AttemptCallback done) override {
+    LockKeys keys(config_.params.prefix, name);
+    async_.Eval(GetScript(ScriptId::kAcquire), {keys.holder, keys.fence},
+                {owner_value, std::to_string(lease_ms)},
+                [this, done = std::move(done)](redisReply* reply, const Status& error) {
+                  AcquireAttempt attempt;
+                  if (!error.ok()) {
+                    done(error, attempt);
+                    return;
+                  }
+                  Status s = ParseAcquireReply(reply, server_, &attempt);
+                  done(s, attempt);
+                });
+  }
+
+  void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) override {
+    LockKeys keys(config_.params.prefix, lock->name);
+    async_.Eval(GetScript(ScriptId::kRelease), {keys.holder}, {lock->owner_value, keys.channel},
+                [this, lock, done = std::move(done)](redisReply* reply, const Status& error) {
+                  done(error.ok() ? ParseOwnedReply(reply, server_, lock->name) : error);
+                });
+  }
+
+  void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) override {
+    LockKeys keys(config_.params.prefix, lock->name);
+    async_.Eval(GetScript(ScriptId::kExtend), {keys.holder},
+                {lock->owner_value, std::to_string(lease_ms)},
+                [this, lock, done = std::move(done)](redisReply* reply, const Status& error) {
+                  done(error.ok() ? ParseOwnedReply(reply, server_, lock->name) : error);
+                });
+  }
+
   void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) override {
     // All commands issued here leave in one write on the async connection: one round trip.
     for (auto& request : batch) {
       LockKeys keys(config_.params.prefix, request.lock->name);
-      renewals_.Eval(GetScript(ScriptId::kExtend), {keys.holder},
+      async_.Eval(GetScript(ScriptId::kExtend), {keys.holder},
                      {request.lock->owner_value, std::to_string(request.lease_ms)},
                      [this, sink, request](redisReply* reply, const Status& error) {
                        if (!error.ok()) {
@@ -114,15 +147,15 @@ class RedisBackend : public Backend {
     }
   }
 
-  void Watch(const std::string& name, WakeSignal* signal) override {
-    subscriber_.Watch(LockKeys(config_.params.prefix, name).channel, signal);
+  void Watch(const std::string& name, ReleaseWatcher* watcher) override {
+    subscriber_.Watch(LockKeys(config_.params.prefix, name).channel, watcher);
   }
-  void Unwatch(const std::string& name, WakeSignal* signal) override {
-    subscriber_.Unwatch(LockKeys(config_.params.prefix, name).channel, signal);
+  void Unwatch(const std::string& name, ReleaseWatcher* watcher) override {
+    subscriber_.Unwatch(LockKeys(config_.params.prefix, name).channel, watcher);
   }
 
   void ShutdownOnLoop() override {
-    renewals_.Drop("client closed");
+    async_.Drop("client closed");
     subscriber_.ShutdownOnLoop();
   }
 
@@ -182,7 +215,7 @@ class RedisBackend : public Backend {
   std::string server_;
   std::mutex pool_mu_;
   std::vector<std::unique_ptr<SyncConnection>> idle_;
-  AsyncConnection renewals_;  // loop thread only
+  AsyncConnection async_;  // loop thread only: heartbeats and async calls, pipelined
   Subscriber subscriber_;
 };
 

@@ -15,25 +15,25 @@ Subscriber::Subscriber(EventLoop* loop, const RedisConfig& config)
 
 Subscriber::~Subscriber() = default;
 
-void Subscriber::Watch(const std::string& channel, WakeSignal* signal) {
+void Subscriber::Watch(const std::string& channel, ReleaseWatcher* watcher) {
   bool subscribe = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto [it, inserted] = channels_.try_emplace(channel);
     Channel& ch = it->second;
-    ch.waiters.push_back(signal);
-    if (ch.state == State::kLive) signal->MarkReady(true);
+    ch.waiters.push_back(watcher);
+    if (ch.state == State::kLive) watcher->OnWatchReady(true);
     subscribe = inserted;  // kUnsubscribing resubscribes when the UNSUBSCRIBE is confirmed
   }
   if (subscribe) loop_->Post([this, channel] { SendSubscribe(channel); });
 }
 
-void Subscriber::Unwatch(const std::string& channel, WakeSignal* signal) {
+void Subscriber::Unwatch(const std::string& channel, ReleaseWatcher* watcher) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = channels_.find(channel);
   if (it == channels_.end()) return;
   auto& waiters = it->second.waiters;
-  waiters.erase(std::remove(waiters.begin(), waiters.end(), signal), waiters.end());
+  waiters.erase(std::remove(waiters.begin(), waiters.end(), watcher), waiters.end());
   if (waiters.empty()) it->second.idle_since = Now();  // Sweep unsubscribes it later
 }
 
@@ -70,9 +70,9 @@ void Subscriber::ConnectionLost() {
       ch.state = State::kSubscribing;
       any_waiting = true;
       // Wake everyone: a release may have been missed; they retry, then poll until resubscribed.
-      for (WakeSignal* s : ch.waiters) {
-        s->MarkReady(false);
-        s->Notify();
+      for (ReleaseWatcher* w : ch.waiters) {
+        w->OnWatchReady(false);
+        w->OnReleased();
       }
       ++it;
     }
@@ -143,9 +143,9 @@ void Subscriber::OnMessage(redisAsyncContext*, void* reply_ptr, void* privdata) 
     Channel& ch = it->second;
     if (kind == "subscribe") {
       ch.state = State::kLive;
-      for (WakeSignal* s : ch.waiters) s->MarkReady(true);
+      for (ReleaseWatcher* w : ch.waiters) w->OnWatchReady(true);
     } else if (kind == "message") {
-      for (WakeSignal* s : ch.waiters) s->Notify();
+      for (ReleaseWatcher* w : ch.waiters) w->OnReleased();
     } else if (kind == "unsubscribe") {
       if (ch.waiters.empty()) {
         self->channels_.erase(it);
@@ -169,7 +169,7 @@ void Subscriber::ShutdownOnLoop() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [name, ch] : channels_) {
-    for (WakeSignal* s : ch.waiters) s->Notify();
+    for (ReleaseWatcher* w : ch.waiters) w->OnReleased();
   }
 }
 

@@ -23,10 +23,10 @@ class Subscriber {
   Subscriber(EventLoop* loop, const RedisConfig& config);
   ~Subscriber();
 
-  // Any thread. signal is woken on every release of channel until Unwatch.
-  void Watch(const std::string& channel, WakeSignal* signal);
-  // Any thread. After it returns, signal is never touched again.
-  void Unwatch(const std::string& channel, WakeSignal* signal);
+  // Any thread. watcher hears of every release of channel until Unwatch.
+  void Watch(const std::string& channel, ReleaseWatcher* watcher);
+  // Any thread. After it returns, watcher is never touched again.
+  void Unwatch(const std::string& channel, ReleaseWatcher* watcher);
   // Loop thread: closes the connection; waiters fall back to polling.
   void ShutdownOnLoop();
 
@@ -36,7 +36,7 @@ class Subscriber {
   // racing a SUBSCRIBE of the same channel (hiredis 0.14 would drop the newer callback).
   enum class State { kSubscribing, kLive, kUnsubscribing };
   struct Channel {
-    std::vector<WakeSignal*> waiters;
+    std::vector<ReleaseWatcher*> waiters;
     State state = State::kSubscribing;
     TimePoint idle_since;  // when waiters became empty
   };

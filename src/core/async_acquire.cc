@@ -1,0 +1,119 @@
+#include "core/async_acquire.h"
+
+#include <algorithm>
+
+#include "core/client.h"
+#include "core/token.h"
+
+namespace dlock {
+
+AsyncAcquire::AsyncAcquire(Client* client, std::string name, std::string owner_value,
+                           AcquireOptions options, void* tag, AcquireDone done)
+    : client_(client),
+      name_(std::move(name)),
+      owner_value_(std::move(owner_value)),
+      options_(std::move(options)),
+      tag_(tag),
+      done_(std::move(done)),
+      start_(Now()),
+      wait_until_(options_.wait_ms < 0 ? TimePoint::max() : start_ + Millis(options_.wait_ms)),
+      timer_(client->loop(), [this] { Attempt(); }),
+      backoff_ms_(options_.retry_min_ms) {}
+
+AsyncAcquire::~AsyncAcquire() = default;
+
+void AsyncAcquire::Start() { Attempt(); }
+
+void AsyncAcquire::Attempt() {
+  if (finished_) return;
+  if (in_flight_) {  // the answer may predate the release: try once more after it
+    released_meanwhile_ = true;
+    return;
+  }
+  timer_.Cancel();
+  in_flight_ = true;
+  released_meanwhile_ = false;
+  ++attempts_;
+  TimePoint sent = Now();
+  client_->backend()->TryAcquireAsync(
+      name_, owner_value_, options_.lease_ms,
+      [self = shared_from_this(), sent](const Status& s, const AcquireAttempt& attempt) {
+        self->OnAttempt(s, attempt, sent);
+      });
+}
+
+void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, TimePoint sent) {
+  in_flight_ = false;
+  if (finished_) {  // cancelled while the attempt was out: give back what it may have won
+    if (s.ok() && attempt.acquired) {
+      auto orphan = std::make_shared<LockState>(name_, owner_value_, attempt.fencing_token,
+                                                attempts_, options_, sent, attempt.backend_data);
+      client_->backend()->ReleaseAsync(orphan, [](const Status&) {});
+    }
+    return;
+  }
+  if (!s.ok()) {
+    Finish(s, nullptr);
+    return;
+  }
+  if (attempt.acquired) {
+    std::shared_ptr<LockState> lock;
+    Status adopted = client_->Adopt(name_, owner_value_, attempt, attempts_, options_, sent, &lock);
+    Finish(adopted, lock);
+    return;
+  }
+  last_holder_ttl_ms_ = attempt.holder_ttl_ms;
+  TimePoint now = Now();
+  if (options_.wait_ms == 0 || now >= wait_until_) {
+    Finish(client_->NotAcquiredStatus(name_, attempt.holder_ttl_ms, attempts_, start_), nullptr);
+    return;
+  }
+  if (released_meanwhile_) {
+    Attempt();
+    return;
+  }
+  if (!watching_) {
+    // Subscribe before the next attempt so that a release in between cannot be missed; the
+    // attempt follows when the subscription is live (or after a second, whichever is first).
+    watching_ = true;
+    client_->backend()->Watch(name_, this);
+    SleepUntil(std::min(wait_until_, now + Millis(1000)));
+    return;
+  }
+  TimePoint wake = now + Millis(RandomBetween(options_.retry_min_ms, backoff_ms_));
+  backoff_ms_ = std::min(options_.retry_max_ms, backoff_ms_ * 2);
+  if (attempt.holder_ttl_ms >= 0) wake = std::min(wake, now + Millis(attempt.holder_ttl_ms + 1));
+  SleepUntil(std::min(wake, wait_until_));
+}
+
+void AsyncAcquire::SleepUntil(TimePoint wake) { timer_.StartAt(wake); }
+
+void AsyncAcquire::OnWatchReady(bool live) {
+  client_->loop()->Post([self = shared_from_this(), live] {
+    bool was_live = self->live_;
+    self->live_ = live;
+    if (live && !was_live) self->Attempt();  // subscribed: now the retry cannot miss a release
+  });
+}
+
+void AsyncAcquire::OnReleased() {
+  client_->loop()->Post([self = shared_from_this()] { self->Attempt(); });
+}
+
+void AsyncAcquire::Cancel(const Status& why) {
+  if (finished_) return;
+  Finish(why, nullptr);
+}
+
+void AsyncAcquire::Finish(const Status& s, std::shared_ptr<LockState> lock) {
+  finished_ = true;
+  timer_.Cancel();
+  if (watching_) client_->backend()->Unwatch(name_, this);
+  watching_ = false;
+  auto self = shared_from_this();  // the client's registry may hold the last reference
+  client_->ForgetPending(this);
+  AcquireDone done = std::move(done_);
+  client_->RunCallback([&] { done(s, std::move(lock)); });
+}
+
+}  // namespace dlock

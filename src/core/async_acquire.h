@@ -1,0 +1,61 @@
+// One dlock_acquire_async in progress, on the loop thread: the same waiting policy as the
+// blocking Client::Acquire (DESIGN guarantee 5), as a state machine driven by backend replies,
+// release notifications and a timer, so that a thousand waiters cost no thread each.
+#ifndef DLOCK_CORE_ASYNC_ACQUIRE_H_
+#define DLOCK_CORE_ASYNC_ACQUIRE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "core/options.h"
+#include "loop/event_loop.h"
+
+namespace dlock {
+
+class Client;
+using AcquireDone = std::function<void(const Status&, std::shared_ptr<LockState>)>;
+
+class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<AsyncAcquire> {
+ public:
+  AsyncAcquire(Client* client, std::string name, std::string owner_value, AcquireOptions options,
+               void* tag, AcquireDone done);
+  ~AsyncAcquire() override;
+
+  void Start();                    // loop thread
+  void Cancel(const Status& why);  // loop thread; done runs now unless already finished
+  void* tag() const { return tag_; }
+
+  // ReleaseWatcher: called under the backend's locks, so they only schedule work.
+  void OnWatchReady(bool live) override;
+  void OnReleased() override;
+
+ private:
+  void Attempt();
+  void OnAttempt(const Status& s, const AcquireAttempt& attempt, TimePoint sent);
+  void Finish(const Status& s, std::shared_ptr<LockState> lock);
+  void SleepUntil(TimePoint wake);
+
+  Client* client_;
+  const std::string name_;
+  const std::string owner_value_;
+  const AcquireOptions options_;
+  void* const tag_;
+  AcquireDone done_;
+  const TimePoint start_;
+  const TimePoint wait_until_;
+  Timer timer_;
+  uint32_t attempts_ = 0;
+  uint64_t backoff_ms_;
+  int64_t last_holder_ttl_ms_ = -2;
+  bool watching_ = false;
+  bool live_ = false;
+  bool in_flight_ = false;
+  bool released_meanwhile_ = false;  // a release was announced while an attempt was out
+  bool finished_ = false;
+};
+
+}  // namespace dlock
+
+#endif  // DLOCK_CORE_ASYNC_ACQUIRE_H_
