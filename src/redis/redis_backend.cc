@@ -103,9 +103,13 @@ class RedisBackend : public Backend {
     LockKeys keys(config_.params.prefix, name);
     async_.Eval(GetScript(ScriptId::kAcquire), {keys.holder, keys.fence},
                 {owner_value, std::to_string(lease_ms)},
-                [this, done = std::move(done)](redisReply* reply, const Status& error) {
+                [this, keys, owner_value, done = std::move(done)](redisReply* reply,
+                                                                 const Status& error) {
                   AcquireAttempt attempt;
                   if (!error.ok()) {
+                    // As in TryAcquire: the attempt may have won before the connection failed.
+                    async_.Eval(GetScript(ScriptId::kRelease), {keys.holder},
+                                {owner_value, keys.channel}, [](redisReply*, const Status&) {});
                     done(error, attempt);
                     return;
                   }
