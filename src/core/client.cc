@@ -145,7 +145,7 @@ Status Client::Adopt(const std::string& name, const std::string& owner_value,
     (void)backend_->Release(*state);
     return Status::Cancelled("the client was closed during acquire");
   }
-  heartbeats_->Track(state);
+  heartbeats_->Track(state, /*fresh=*/true);
   *out = std::move(state);
   return Status::Ok();
 }
@@ -264,11 +264,9 @@ Status Client::NotHeldStatus(const LockState& lock) const {
 }
 
 void Client::Forget(const std::shared_ptr<LockState>& lock) {
-  {
-    std::lock_guard<std::mutex> guard(mu_);
-    held_.erase(lock.get());
-  }
-  if (heartbeats_ != nullptr && !torn_down_) heartbeats_->Untrack(lock);
+  // Heartbeats skip (and drop) it on their own once it is no longer held.
+  std::lock_guard<std::mutex> guard(mu_);
+  held_.erase(lock.get());
 }
 
 Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s) {
@@ -346,7 +344,7 @@ Status Client::SettleExtend(const std::shared_ptr<LockState>& lock, const Status
     lock->heartbeat_ms.store(lease_ms == 0 ? 0 : std::max<uint64_t>(lease_ms / 3, 1));
   }
   lock->SetDeadline(sent, lease_ms);
-  heartbeats_->Track(lock);
+  heartbeats_->Track(lock, /*fresh=*/false);
   return Status::Ok();
 }
 

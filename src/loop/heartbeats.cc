@@ -28,22 +28,31 @@ Heartbeats::Heartbeats(EventLoop* loop, Backend* backend, CallbackDepth* callbac
 
 Heartbeats::~Heartbeats() = default;
 
-void Heartbeats::Track(std::shared_ptr<LockState> lock) {
-  loop_->Post([this, lock = std::move(lock)]() mutable { TrackOnLoop(std::move(lock)); });
+// Beyond this many locks waiting in the intake, the loop is woken to take them in, so that a
+// fast acquire/release loop does not keep thousands of released locks alive until the tick.
+constexpr size_t kMaxIntake = 1024;
+
+void Heartbeats::Track(std::shared_ptr<LockState> lock, bool fresh) {
+  uint64_t period = lock->heartbeat_ms.load();
+  if (fresh && period == 0) return;  // nothing to renew, nothing to forget
+  TimePoint now = Now();
+  TimePoint due = now + Millis(period);
+  TimePoint needed_by = due - CoalesceWindow(period);
+  std::lock_guard<std::mutex> guard(intake_mu_);
+  intake_.emplace_back(std::move(lock), due);
+  if (intake_.size() >= kMaxIntake) needed_by = now;
+  ArmTimerLocked(needed_by);
 }
 
-void Heartbeats::Untrack(const std::shared_ptr<LockState>& lock) {
-  // Always deferred, even on the loop thread: Untrack may be called from an on_lost callback
-  // while Tick or OnRenewed is iterating.
-  loop_->Post([this, lock] {
-    auto it = entries_.find(lock.get());
-    if (it == entries_.end()) return;
-    Unschedule(&it->second);
-    entries_.erase(it);
-  });
+void Heartbeats::ArmTimerLocked(TimePoint at) {
+  // evtimer_add is thread-safe (evthread) and only wakes the loop when `at` becomes its
+  // earliest timeout.
+  if (at >= timer_at_) return;
+  timer_at_ = at;
+  timer_.StartAt(at);
 }
 
-void Heartbeats::TrackOnLoop(std::shared_ptr<LockState> lock) {
+void Heartbeats::TrackOnLoop(std::shared_ptr<LockState> lock, TimePoint due) {
   if (stopped_ || lock->Phase() != LockPhase::kHeld) return;
   uint64_t period = lock->heartbeat_ms.load();
   auto it = entries_.find(lock.get());
@@ -57,7 +66,7 @@ void Heartbeats::TrackOnLoop(std::shared_ptr<LockState> lock) {
   if (it == entries_.end()) {
     it = entries_.emplace(lock.get(), Entry{lock, TimePoint(), false, {}}).first;
   }
-  if (!it->second.in_flight) Schedule(&it->second, Now() + Millis(period));
+  if (!it->second.in_flight) Schedule(&it->second, due);
 }
 
 void Heartbeats::Schedule(Entry* entry, TimePoint due) {
@@ -73,15 +82,20 @@ void Heartbeats::Unschedule(Entry* entry) {
 }
 
 void Heartbeats::ArmTimer() {
-  if (queue_.empty()) {
-    timer_.Cancel();
-    return;
-  }
-  timer_.StartAt(queue_.begin()->first);
+  if (queue_.empty()) return;
+  std::lock_guard<std::mutex> guard(intake_mu_);
+  ArmTimerLocked(queue_.begin()->first);
 }
 
 void Heartbeats::Tick() {
+  std::vector<std::pair<std::shared_ptr<LockState>, TimePoint>> intake;
+  {
+    std::lock_guard<std::mutex> guard(intake_mu_);
+    intake.swap(intake_);
+    timer_at_ = TimePoint::max();  // it just fired
+  }
   if (stopped_) return;
+  for (auto& [lock, due] : intake) TrackOnLoop(std::move(lock), due);
   TimePoint now = Now();
   // First take every entry due now (or within its coalescing window) off the queue, then act
   // on them; acting may put entries back, so the two steps stay apart.
@@ -102,7 +116,10 @@ void Heartbeats::Tick() {
   std::vector<std::pair<std::shared_ptr<LockState>, std::string>> lost;
   for (Entry* entry : due) {
     LockState& lock = *entry->lock;
-    if (lock.Phase() != LockPhase::kHeld) continue;  // Untrack is on its way
+    if (lock.Phase() != LockPhase::kHeld) {  // released (or lost) since: forget it
+      entries_.erase(&lock);
+      continue;
+    }
     int64_t deadline = lock.deadline_ns.load();
     if (deadline != kNoDeadline && ToNanos(now) >= deadline) {
       lost.emplace_back(entry->lock,
@@ -137,7 +154,11 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
   Entry& entry = it->second;
   entry.in_flight = false;
   LockState& lock = *entry.lock;
-  if (lock.Phase() != LockPhase::kHeld) return;
+  if (lock.Phase() != LockPhase::kHeld) {
+    Unschedule(&entry);
+    entries_.erase(it);
+    return;
+  }
   TimePoint now = Now();
   if (status.ok()) {
     entry.last_error.clear();
@@ -178,7 +199,12 @@ void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, const std::string& 
 
 void Heartbeats::StopOnLoop() {
   stopped_ = true;
-  timer_.Cancel();
+  {
+    std::lock_guard<std::mutex> guard(intake_mu_);
+    intake_.clear();
+    timer_.Cancel();
+    timer_at_ = TimePoint::min();  // never arm again
+  }
   queue_.clear();
   entries_.clear();
 }

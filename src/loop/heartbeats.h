@@ -9,7 +9,9 @@
 #include <memory>
 #include <set>
 #include <unordered_map>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/callback_scope.h"
@@ -22,10 +24,10 @@ class Heartbeats : public RenewSink {
   Heartbeats(EventLoop* loop, Backend* backend, CallbackDepth* callbacks);
   ~Heartbeats() override;
 
-  // Any thread. Starts (or, after an extend, restarts) renewing lock; no-op without heartbeat.
-  void Track(std::shared_ptr<LockState> lock);
-  // Any thread. Stops renewing lock (released or lost).
-  void Untrack(const std::shared_ptr<LockState>& lock);
+  // Any thread. Starts (or, after an extend, restarts) renewing lock. Does not wake the loop
+  // unless the lock is due before the timer already set: acquire/release cycles shorter than
+  // a heartbeat cost the loop thread nothing. Released locks are simply skipped later.
+  void Track(std::shared_ptr<LockState> lock, bool fresh);
   // Loop thread. Forgets everything; renewals still in flight are ignored when they answer.
   void StopOnLoop();
 
@@ -41,11 +43,12 @@ class Heartbeats : public RenewSink {
     bool in_flight = false;
     std::string last_error;
   };
-  void TrackOnLoop(std::shared_ptr<LockState> lock);
+  void TrackOnLoop(std::shared_ptr<LockState> lock, TimePoint due);
   void Schedule(Entry* entry, TimePoint due);
   void Unschedule(Entry* entry);
   void Tick();
   void ArmTimer();
+  void ArmTimerLocked(TimePoint at);
   void ReportLost(std::shared_ptr<LockState> lock, const std::string& reason);
 
   EventLoop* loop_;
@@ -55,6 +58,11 @@ class Heartbeats : public RenewSink {
   bool stopped_ = false;
   std::unordered_map<LockState*, Entry> entries_;
   std::set<std::pair<TimePoint, LockState*>> queue_;  // by due time
+  // Locks handed over by callers' threads, taken in by the next Tick.
+  std::mutex intake_mu_;
+  // (lock, when its next renewal is due), guarded by intake_mu_
+  std::vector<std::pair<std::shared_ptr<LockState>, TimePoint>> intake_;
+  TimePoint timer_at_ = TimePoint::max();           // guarded: when timer_ fires; max = unset
   std::atomic<uint64_t> batches_sent_{0};
 };
 

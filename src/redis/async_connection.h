@@ -9,6 +9,7 @@
 #include <hiredis/hiredis.h>
 
 #include <deque>
+#include <unordered_map>
 #include <functional>
 #include <string>
 #include <vector>
@@ -37,8 +38,9 @@ class AsyncConnection {
   AsyncConnection(const AsyncConnection&) = delete;
   AsyncConnection& operator=(const AsyncConnection&) = delete;
 
-  // Sends argv (connecting first when needed); cb runs exactly once.
-  void Command(const std::vector<std::string>& argv, Callback cb);
+  // Sends argv (connecting first when needed); cb runs exactly once, never inside this call.
+  // Returns the command's number on this connection's count (0 when it could not be sent).
+  uint64_t Command(const std::vector<std::string>& argv, Callback cb);
   // EVALSHA with one SCRIPT LOAD + retry on NOSCRIPT.
   void Eval(const Script& script, const std::vector<std::string>& keys,
             const std::vector<std::string>& args, Callback cb);
@@ -60,6 +62,10 @@ class AsyncConnection {
   redisAsyncContext* ctx_ = nullptr;
   std::string drop_reason_;
   std::deque<TimePoint> sent_;  // send times of pending commands, oldest first
+  // NOSCRIPT handling: commands are numbered as sent; a script needs loading again only for a
+  // NOSCRIPT to a command sent after its last SCRIPT LOAD (else one is already on its way).
+  uint64_t commands_sent_ = 0;
+  std::unordered_map<std::string, uint64_t> script_loaded_at_;  // sha1 -> command number
   Timer timeout_timer_;
 };
 
