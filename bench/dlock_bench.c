@@ -110,10 +110,12 @@ static double server_cpu_s(redisContext *mon) {
   return info_number(mon, "cpu", "used_cpu_user:") + info_number(mon, "cpu", "used_cpu_sys:");
 }
 
-/* CPU seconds this whole process (all threads) has used. */
-static double process_cpu_s(void) {
+/* CPU seconds this whole process (all threads) has used; *switches gets its context switches
+ * (voluntary + involuntary), i.e. how often one of its threads went to sleep or was preempted. */
+static double process_cpu_s(long *switches) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
+  *switches = ru.ru_nvcsw + ru.ru_nivcsw;
   return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
          (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
@@ -275,16 +277,19 @@ typedef struct {
   double client_cpu_us; /* this process, all threads, per cycle */
   double bg_cpu_us;     /* non-main threads (dlock's loop thread), per cycle */
   double server_cpu_us; /* redis-server, per cycle */
+  double switches;      /* context switches of this process's threads, per cycle */
 } unc_sample;
 
 static unc_sample measure(cycle_fn fn, unc_ctx *x, double secs, redisContext *mon) {
-  double srv0 = server_cpu_s(mon), cpu0 = process_cpu_s(), bg0 = other_threads_cpu_s(NULL);
+  long sw0, sw1;
+  double srv0 = server_cpu_s(mon), cpu0 = process_cpu_s(&sw0), bg0 = other_threads_cpu_s(NULL);
   double t0 = now_s();
   long n = fn(x, t0 + secs);
   double t1 = now_s();
-  double cpu1 = process_cpu_s(), bg1 = other_threads_cpu_s(NULL), srv1 = server_cpu_s(mon);
+  double cpu1 = process_cpu_s(&sw1), bg1 = other_threads_cpu_s(NULL), srv1 = server_cpu_s(mon);
   unc_sample s = {(double)n / (t1 - t0), (cpu1 - cpu0) * 1e6 / (double)n,
-                  (bg1 - bg0) * 1e6 / (double)n, (srv1 - srv0) * 1e6 / (double)n};
+                  (bg1 - bg0) * 1e6 / (double)n, (srv1 - srv0) * 1e6 / (double)n,
+                  (double)(sw1 - sw0) / (double)n};
   return s;
 }
 
@@ -308,19 +313,32 @@ static int bench_uncontended(double secs, int rounds) {
   /* Alternate the variants within each round (reversing the order every other round), so
    * that drift and other load on the machine hit all of them alike. */
   double rate[kVariants][kMaxRounds], cli[kVariants][kMaxRounds], bg[kVariants][kMaxRounds],
-      srv[kVariants][kMaxRounds], ratio[kMaxRounds];
+      srv[kVariants][kMaxRounds], sw[kVariants][kMaxRounds];
+  /* Paired per round (the machine's speed drifts; variants measured next to each other do not):
+   * dlock/raw, rawscripts/raw, dlock/rawscripts, and the µs per cycle that dlock adds. */
+  double ratio[kMaxRounds], scripts_ratio[kMaxRounds], lib_ratio[kMaxRounds],
+      added_us[kMaxRounds], scripts_added_us[kMaxRounds];
   for (int r = 0; r < rounds; r++) {
     for (int i = 0; i < kVariants; i++) {
       int v = r % 2 ? kVariants - 1 - i : i;
       unc_sample s = measure(fns[v], &x, secs, mon);
       rate[v][r] = s.rate, cli[v][r] = s.client_cpu_us, bg[v][r] = s.bg_cpu_us, srv[v][r] = s.server_cpu_us;
+      sw[v][r] = s.switches;
     }
-    ratio[r] = rate[0][r] / rate[1][r]; /* dlock / raw, measured next to each other */
+    ratio[r] = rate[0][r] / rate[1][r];
+    scripts_ratio[r] = rate[2][r] / rate[1][r];
+    lib_ratio[r] = rate[0][r] / rate[2][r];
+    added_us[r] = 1e6 / rate[0][r] - 1e6 / rate[1][r];
+    scripts_added_us[r] = 1e6 / rate[2][r] - 1e6 / rate[1][r];
   }
   printf("unc_seconds=%g\nunc_rounds=%d\n", secs, rounds);
   printf("unc_ratio_rounds=");
   for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", ratio[r]);
   printf("\nunc_ratio=%.3f\n", median(ratio, rounds));
+  printf("unc_scripts_ratio=%.3f\nunc_lib_ratio=%.3f\n", median(scripts_ratio, rounds),
+         median(lib_ratio, rounds));
+  printf("unc_added_us=%.1f\nunc_scripts_added_us=%.1f\n", median(added_us, rounds),
+         median(scripts_added_us, rounds));
   for (int v = 0; v < kVariants; v++) {
     printf("unc_%s_rounds=", names[v]);
     for (int r = 0; r < rounds; r++) printf("%s%.0f", r ? "/" : "", rate[v][r]);
@@ -329,6 +347,7 @@ static int bench_uncontended(double secs, int rounds) {
     printf("unc_%s_client_cpu_us=%.2f\n", names[v], median(cli[v], rounds));
     printf("unc_%s_bg_cpu_us=%.2f\n", names[v], median(bg[v], rounds));
     printf("unc_%s_server_cpu_us=%.2f\n", names[v], median(srv[v], rounds));
+    printf("unc_%s_switches=%.2f\n", names[v], median(sw[v], rounds));
   }
   dlock_client_close(x.c);
   redisFree(x.r);
@@ -451,6 +470,7 @@ static int bench_heartbeat(int nlocks, uint64_t lease_ms, double hold_s) {
   /* Hold: only heartbeats talk to the server now, so EVALSHA calls = renewals. */
   int threads = 0;
   double evalsha0 = info_number(mon, "commandstats", "cmdstat_evalsha:calls=");
+  double loads0 = info_number(mon, "commandstats", "cmdstat_script|load:calls=");
   double srv0 = server_cpu_s(mon);
   double cpu0 = other_threads_cpu_s(&threads);
   double w0 = now_s();
@@ -459,6 +479,7 @@ static int bench_heartbeat(int nlocks, uint64_t lease_ms, double hold_s) {
   double cpu1 = other_threads_cpu_s(NULL);
   double srv1 = server_cpu_s(mon);
   double evalsha1 = info_number(mon, "commandstats", "cmdstat_evalsha:calls=");
+  double loads1 = info_number(mon, "commandstats", "cmdstat_script|load:calls=");
   long rss2 = rss_bytes();
 
   /* Renewed for real? Without renewals the first lock would have little or no TTL left. */
@@ -477,7 +498,9 @@ static int bench_heartbeat(int nlocks, uint64_t lease_ms, double hold_s) {
   printf("hb_rss_before=%ld\nhb_rss_after=%ld\nhb_bytes_per_lock=%.1f\n", rss0, rss1,
          (double)(rss1 - rss0) / nlocks);
   printf("hb_bytes_per_lock_after_hold=%.1f\n", (double)(rss2 - rss0) / nlocks);
-  printf("hb_renewals=%.0f\nhb_rounds=%.2f\n", evalsha1 - evalsha0, (evalsha1 - evalsha0) / nlocks);
+  /* EVALSHA calls: renewals, plus any retried after NOSCRIPT (then SCRIPT LOAD calls > 0). */
+  printf("hb_renewals=%.0f\nhb_rounds=%.2f\nhb_script_loads=%.0f\n", evalsha1 - evalsha0,
+         (evalsha1 - evalsha0) / nlocks, loads1 - loads0);
   printf("hb_first_pttl=%lld\nhb_first_age_s=%.1f\nhb_last_pttl=%lld\nhb_valid=%d\n",
          first->integer, first_age, last->integer, valid);
   freeReplyObject(first);

@@ -1,0 +1,101 @@
+/* async_bench: async acquire+release cycles per second on ONE loop thread with INFLIGHT
+ * cycles in flight at once (each on its own lock name, uncontended), on an evbase client.
+ *
+ *   usage: async_bench URL SECONDS INFLIGHT
+ *   prints: async_cycles_per_sec <rate>
+ *
+ * Compared in bench/run with `redis-benchmark -c INFLIGHT` running the acquire script's
+ * EVALSHA against the same server: a cycle is two requests (acquire + release), so 0.5 of
+ * redis-benchmark's request rate is the ceiling. */
+#include <dlock/dlock.h>
+#include <event2/event.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct bench {
+  struct event_base *base;
+  dlock_client *client;
+  double deadline;
+  long cycles;
+  int running;  /* workers still cycling */
+  int failed;
+};
+
+struct worker {
+  struct bench *b;
+  char name[32];
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void start_cycle(struct worker *w);
+
+static void on_released(dlock_status s, void *arg) {
+  struct worker *w = arg;
+  if (s != DLOCK_OK) {
+    fprintf(stderr, "release: %s: %s\n", dlock_status_str(s), dlock_last_error());
+    w->b->failed = 1;
+  }
+  w->b->cycles++;
+  start_cycle(w);
+}
+
+static void on_acquired(dlock_status s, dlock_lock *lock, void *arg) {
+  struct worker *w = arg;
+  if (s != DLOCK_OK) {
+    fprintf(stderr, "acquire: %s: %s\n", dlock_status_str(s), dlock_last_error());
+    w->b->failed = 1;
+    if (--w->b->running == 0) event_base_loopbreak(w->b->base);
+    return;
+  }
+  dlock_release_async(lock, on_released, w);
+}
+
+static void start_cycle(struct worker *w) {
+  if (w->b->failed || now_s() >= w->b->deadline) {
+    if (--w->b->running == 0) event_base_loopbreak(w->b->base);
+    return;
+  }
+  if (dlock_acquire_async(w->b->client, w->name, NULL, on_acquired, w) != DLOCK_OK) {
+    fprintf(stderr, "acquire_async: %s\n", dlock_last_error());
+    w->b->failed = 1;
+    if (--w->b->running == 0) event_base_loopbreak(w->b->base);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s URL SECONDS INFLIGHT\n", argv[0]);
+    return 2;
+  }
+  double seconds = atof(argv[2]);
+  int inflight = atoi(argv[3]);
+  struct bench b = {0};
+  b.base = event_base_new();
+  if (dlock_client_open_evbase(argv[1], b.base, &b.client) != DLOCK_OK) {
+    fprintf(stderr, "open: %s\n", dlock_last_error());
+    return 1;
+  }
+  struct worker *workers = calloc(inflight, sizeof *workers);
+  b.running = inflight;
+  double start = now_s();
+  b.deadline = start + seconds;
+  for (int i = 0; i < inflight; i++) {
+    workers[i].b = &b;
+    snprintf(workers[i].name, sizeof workers[i].name, "async-bench-%d", i);
+    start_cycle(&workers[i]);
+  }
+  event_base_dispatch(b.base);
+  double elapsed = now_s() - start;
+  printf("async_cycles_per_sec %.0f\n", b.cycles / elapsed);
+  dlock_client_close(b.client);
+  event_base_free(b.base);
+  free(workers);
+  return b.failed;
+}
