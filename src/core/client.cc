@@ -6,7 +6,12 @@
 
 #include "core/token.h"
 #include "core/url.h"
+#ifndef DLOCK_WITH_DYNAMODB
+#define DLOCK_WITH_DYNAMODB 0
+#endif
+#if DLOCK_WITH_DYNAMODB
 #include "dynamodb/dynamodb_backend.h"
+#endif
 #include "redis/redis_backend.h"
 
 namespace dlock {
@@ -34,11 +39,14 @@ Status Client::Finish(const std::string& url_text, std::shared_ptr<Client> clien
   if (s.ok()) {
     if (url.scheme == "redis" || url.scheme == "redis+unix") {
       s = NewRedisBackend(url, client->loop_.get(), &client->backend_);
+#if DLOCK_WITH_DYNAMODB
     } else if (url.scheme == "dynamodb") {
       s = NewDynamoDbBackend(url, client->loop_.get(), &client->backend_);
+#endif
     } else {
       s = Status::InvalidArgument("unsupported URL scheme '" + url.scheme +
-                                  "://' (supported: redis://, redis+unix://, dynamodb://)");
+                                  "://' (supported: redis://, redis+unix://" +
+                                  (DLOCK_WITH_DYNAMODB ? ", dynamodb://)" : ")"));
     }
   }
   if (s.ok()) s = client->backend_->Check();
