@@ -7,6 +7,9 @@
 #include "core/client.h"
 #include "core/options.h"
 #include "core/status.h"
+#if DLOCK_WITH_DYNAMODB
+#include "dynamodb/dynamodb_backend.h"
+#endif
 
 struct dlock_client {
   std::shared_ptr<dlock::Client> impl;
@@ -106,33 +109,42 @@ dlock_options* dlock_options_new(void) { return new (std::nothrow) dlock_options
 void dlock_options_free(dlock_options* o) { delete o; }
 
 dlock_status dlock_options_set_lease_ms(dlock_options* o, uint64_t ms) {
-  if (o == nullptr) return Invalid("options is NULL");
-  dlock::Status s = dlock::CheckLease(ms);
-  if (s.ok()) o->impl.lease_ms = ms;
-  return Report(s);
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    dlock::Status s = dlock::CheckLease(ms);
+    if (s.ok()) o->impl.lease_ms = ms;
+    return Report(s);
+  });
 }
 
 dlock_status dlock_options_set_heartbeat_ms(dlock_options* o, uint64_t ms) {
-  if (o == nullptr) return Invalid("options is NULL");
-  o->impl.heartbeat_ms = ms;
-  return Report(dlock::Status::Ok());
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    dlock::Status s = dlock::CheckHeartbeat(ms);
+    if (s.ok()) o->impl.heartbeat_ms = ms;
+    return Report(s);
+  });
 }
 
 dlock_status dlock_options_set_wait_ms(dlock_options* o, int64_t ms) {
-  if (o == nullptr) return Invalid("options is NULL");
-  if (ms < -1) return Invalid("wait_ms must be 0 (one try), a positive number of ms, or -1 (no limit)");
-  o->impl.wait_ms = ms;
-  return Report(dlock::Status::Ok());
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    if (ms < -1) return Invalid("wait_ms must be 0 (one try), a positive number of ms, or -1 (no limit)");
+    o->impl.wait_ms = ms;
+    return Report(dlock::Status::Ok());
+  });
 }
 
 dlock_status dlock_options_set_retry_ms(dlock_options* o, uint64_t min_ms, uint64_t max_ms) {
-  if (o == nullptr) return Invalid("options is NULL");
-  if (min_ms < 1 || min_ms > max_ms || max_ms > 3600000) {
-    return Invalid("retry_ms needs 1 <= min_ms <= max_ms <= 3600000");
-  }
-  o->impl.retry_min_ms = min_ms;
-  o->impl.retry_max_ms = max_ms;
-  return Report(dlock::Status::Ok());
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    if (min_ms < 1 || min_ms > max_ms || max_ms > 3600000) {
+      return Invalid("retry_ms needs 1 <= min_ms <= max_ms <= 3600000");
+    }
+    o->impl.retry_min_ms = min_ms;
+    o->impl.retry_max_ms = max_ms;
+    return Report(dlock::Status::Ok());
+  });
 }
 
 dlock_status dlock_options_set_owner(dlock_options* o, const char* owner) {
@@ -145,10 +157,12 @@ dlock_status dlock_options_set_owner(dlock_options* o, const char* owner) {
 }
 
 dlock_status dlock_options_set_on_lost(dlock_options* o, dlock_lost_fn fn, void* arg) {
-  if (o == nullptr) return Invalid("options is NULL");
-  o->impl.on_lost = fn;
-  o->impl.on_lost_arg = arg;
-  return Report(dlock::Status::Ok());
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    o->impl.on_lost = fn;
+    o->impl.on_lost_arg = arg;
+    return Report(dlock::Status::Ok());
+  });
 }
 
 dlock_status dlock_acquire(dlock_client* c, const char* name, const dlock_options* o,
@@ -278,6 +292,18 @@ dlock_status dlock_extend_async(dlock_lock* l, uint64_t lease_ms, dlock_done_fn 
       if (done != nullptr) done(static_cast<dlock_status>(s.code()), arg);
     });
     return Report(dlock::Status::Ok());
+  });
+}
+
+dlock_status dlock_dynamodb_create_table(const char* url, int64_t wait_ms) {
+  return Guard([&] {
+    if (url == nullptr) return Invalid("url is NULL");
+#if DLOCK_WITH_DYNAMODB
+    return Report(dlock::CreateDynamoDbTable(url, wait_ms));
+#else
+    (void)wait_ms;
+    return Invalid("this libdlock was built without the DynamoDB backend (DLOCK_WITH_DYNAMODB=OFF)");
+#endif
   });
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "event_loop_util.h"
 #include "support/redis_server.h"
 #include "test_util.h"
 
@@ -21,48 +22,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-int ThreadCount() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/task");
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
-// An event_base for one test, with helpers to run code later on it.
-class Loop {
- public:
-  Loop() {
-    evthread_use_pthreads();
-    base_ = event_base_new();
-  }
-  ~Loop() { event_base_free(base_); }  // tasks_ (and any timer that never fired) go with it
-  event_base* base() const { return base_; }
-  // Runs fn on the loop after delay.
-  void After(std::chrono::milliseconds delay, std::function<void()> fn) {
-    tasks_.push_back(std::make_unique<std::function<void()>>(std::move(fn)));
-    timeval tv{static_cast<time_t>(delay.count() / 1000), static_cast<suseconds_t>(delay.count() % 1000 * 1000)};
-    event_base_once(base_, -1, EV_TIMEOUT, [](int, short, void* arg) {
-      (*static_cast<std::function<void()>*>(arg))();
-    }, tasks_.back().get(), &tv);
-  }
-  // Runs the loop until Exit() or the time limit; false when the limit hit.
-  bool Run(std::chrono::milliseconds limit = 10000ms) {
-    bool timed_out = false;
-    After(limit, [&] {
-      timed_out = true;
-      event_base_loopbreak(base_);
-    });
-    event_base_loop(base_, EVLOOP_NO_EXIT_ON_EMPTY);
-    return !timed_out;
-  }
-  void Exit() { event_base_loopbreak(base_); }
-
- private:
-  event_base* base_;
-  std::vector<std::unique_ptr<std::function<void()>>> tasks_;
-};
 
 dlock_client* OpenOn(const std::string& url, event_base* base) {
   dlock_client* c = nullptr;
@@ -279,11 +238,17 @@ TEST_F(RedisAsyncTest, LostCallbackRunsOnTheLoopThreadAndMayClose) {
   EXPECT_EQ(ctx.thread, std::this_thread::get_id());
 }
 
-TEST_F(RedisAsyncTest, BlockingAcquireIsRefusedOnTheLoopThreadAndWorksFromOthers) {
+TEST_F(RedisAsyncTest, WaitingCallsAreRefusedOnTheLoopThreadAndWorkFromOthers) {
   dlock_client* c = OpenOn(redis_.url(), loop_.base());
   dlock_lock* l = nullptr;
-  EXPECT_EQ(dlock_acquire(c, "x", nullptr, &l), DLOCK_EINVAL);
+  Options waits;
+  waits.wait(1000);
+  EXPECT_EQ(dlock_acquire(c, "x", waits.get(), &l), DLOCK_EINVAL);  // would wait for this loop
   EXPECT_NE(std::string(dlock_last_error()).find("dlock_acquire_async"), std::string::npos);
+  ASSERT_EQ(dlock_acquire(c, "x", nullptr, &l), DLOCK_OK);  // one try needs no loop
+  EXPECT_EQ(dlock_extend(l, 5000), DLOCK_EINVAL);            // would wait for this loop
+  EXPECT_NE(std::string(dlock_last_error()).find("dlock_extend_async"), std::string::npos);
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
   // From another thread, while this one runs the loop, blocking calls work (waiting included).
   Client holder(redis_.url());
   dlock_lock* held;

@@ -22,7 +22,9 @@
  *
  * Threads. A dlock_client is thread-safe: any number of threads may acquire, extend and release
  *   through one client at once; blocking calls do not serialize on one connection. A dlock_lock
- *   may be used from any thread, but not from two threads at the same time. Each client owns one
+ *   may be used from any thread; its accessors (fencing_token, is_valid, remaining_ms,
+ *   attempts, name) may be called from any thread at any time until it is released, while
+ *   dlock_extend and dlock_release of one lock must not run in two threads at once. Each client owns one
  *   background thread (libevent) that runs heartbeats, pub/sub wake-ups and lost-lock callbacks.
  *
  * Callbacks. on_lost and the _async done callbacks run on the client's loop thread (its own,
@@ -44,7 +46,25 @@
  *   timeout_ms= (per command, default 3000). Unknown parameters are an error.
  *
  * Redis keys for lock NAME: <prefix>{NAME} holds the owner, <prefix>{NAME}:fence the fencing
- * counter (never expires); releases are published on <prefix>{NAME}:released.
+ * counter (never expires); releases are published on <prefix>{NAME}:released. *
+ *   dynamodb://TABLE?region=R[&endpoint=URL][&partition_key=NAME][&sort_key=NAME]
+ *                   [&trust_local_time=1][&tls_verify=0][&params]
+ *   One item per lock in DynamoDB table TABLE, whose key is the string attribute partition_key
+ *   (default "id") and, when sort_key is given, the string sort key sort_key. Without a sort key
+ *   the item's partition value is <prefix>NAME; with one, a lock name is "PARTITION/SORT" (split
+ *   at its first '/', both parts non-empty): partition value <prefix>PARTITION, sort value SORT.
+ *   Names must be UTF-8. The region comes from region=, else AWS_REGION, AWS_DEFAULT_REGION or
+ *   the profile's region in ~/.aws/config; the endpoint from endpoint=, else
+ *   AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS's public
+ *   endpoint for the region (https, certificates verified unless tls_verify=0). Credentials come
+ *   from the AWS chain: environment, ~/.aws/credentials + ~/.aws/config (AWS_PROFILE), container
+ *   credentials, EC2 instance metadata (IMDSv2). Besides the key, the protocol writes the
+ *   attributes owner, recordVersion, leaseMs, renewedAtMs and fence (partition_key / sort_key may
+ *   not use these names). DynamoDB has no release notifications: a waiter wakes when the
+ *   holder's lease may have run out or on its jittered retry. A holder that stops heartbeating is
+ *   taken over once its recordVersion has stood unchanged for a whole lease on the waiter's
+ *   monotonic clock (trust_local_time=1: once renewedAtMs + leaseMs is past the waiter's wall
+ *   clock). The table must exist: see dlock_dynamodb_create_table.
  */
 #ifndef DLOCK_DLOCK_H_
 #define DLOCK_DLOCK_H_
@@ -147,7 +167,10 @@ DLOCK_API dlock_status dlock_acquire(dlock_client *c, const char *name, const dl
  * DLOCK_NOT_HELD when it had expired or was taken over. NULL gives DLOCK_EINVAL. */
 DLOCK_API dlock_status dlock_release(dlock_lock *l);
 /* Sets the lock's lease to lease_ms from now (0 = no expiry) if this owner still holds it; the
- * heartbeat period follows (lease/3 unless set explicitly). DLOCK_NOT_HELD when it was lost. */
+ * heartbeat period follows (lease/3 unless set explicitly). DLOCK_NOT_HELD when it was lost.
+ * Extends and background renewals of one lock reach the server one at a time, so the local
+ * deadline always follows the lease the server has. Not on the client's loop thread (use
+ * dlock_extend_async there). */
 DLOCK_API dlock_status dlock_extend(dlock_lock *l, uint64_t lease_ms);
 /* The fencing token of this acquisition; 0 for NULL. Heartbeats and extends keep it. */
 DLOCK_API uint64_t dlock_lock_fencing_token(const dlock_lock *l);
@@ -169,11 +192,14 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
  *   - the _async calls are made on the base's thread;
  *   - the blocking calls work from OTHER threads while the base's thread runs the loop (they
  *     need libevent's locking: call evthread_use_pthreads() before creating the base). On the
- *     base's own thread, dlock_acquire is refused with DLOCK_EINVAL (it would wait for the
- *     loop it blocks); dlock_release and dlock_extend work there but hold the loop for one
- *     round trip, so prefer their _async forms;
- *   - dlock_client_close is called on the base's thread (or when the loop is not running); it
- *     cancels pending acquires (done gets DLOCK_ECANCELLED) and releases what is held;
+ *     base's own thread (as on any client's loop thread, i.e. inside callbacks), a
+ *     dlock_acquire that would wait and dlock_extend are refused with DLOCK_EINVAL (they wait
+ *     for the loop they block); dlock_acquire with wait_ms 0 and dlock_release work there but
+ *     hold the loop for one round trip, so prefer the _async forms;
+ *   - dlock_client_close is called on the base's thread. It cancels pending acquires (done
+ *     gets DLOCK_ECANCELLED), releases what is held, and finishes in the loop's next
+ *     iterations (answers still in flight are awaited, at most 3 s): keep the loop running
+ *     until it has no more events (event_base_dispatch returns) before freeing the base;
  *   - the base must outlive the client.
  *
  * The _async calls also work on a client from dlock_client_open; their callbacks then run on
@@ -197,7 +223,8 @@ DLOCK_API dlock_status dlock_acquire_async(dlock_client *c, const char *name, co
                                            dlock_acquire_fn done, void *arg);
 /* Cancels the pending dlock_acquire_async calls on c whose arg is `arg`: each one's done runs
  * with DLOCK_ECANCELLED (or with its result, if it completed first). DLOCK_EINVAL when none is
- * pending. Any thread. */
+ * pending. Any thread (on an evbase client from another thread, libevent's locking is needed,
+ * as for the blocking calls). */
 DLOCK_API dlock_status dlock_acquire_cancel(dlock_client *c, void *arg);
 /* Releases l like dlock_release, asynchronously; l must not be used after this call (it is
  * freed whatever the result). done may be NULL. On a closed client: DLOCK_NOT_HELD at once,
@@ -207,6 +234,16 @@ DLOCK_API dlock_status dlock_release_async(dlock_lock *l, dlock_done_fn done, vo
  * done not called. */
 DLOCK_API dlock_status dlock_extend_async(dlock_lock *l, uint64_t lease_ms, dlock_done_fn done,
                                           void *arg);
+
+/* ----- DynamoDB --------------------------------------------------------------------------- */
+
+/* Creates the lock table a dynamodb:// URL names (see URLs above): key schema partition_key
+ * (HASH, string) [+ sort_key (RANGE, string)], on-demand billing (PAY_PER_REQUEST). Then waits
+ * until DynamoDB reports it ACTIVE: up to wait_ms, -1 = no limit, 0 = do not wait. A table that
+ * already exists with the same key schema is DLOCK_OK; with another key schema, DLOCK_EINVAL.
+ * DLOCK_EIO when it is not ACTIVE in time or the endpoint cannot be reached, DLOCK_EAUTH when
+ * the credentials are refused. Uses the same credentials chain as dlock_client_open. */
+DLOCK_API dlock_status dlock_dynamodb_create_table(const char *url, int64_t wait_ms);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -16,7 +16,7 @@ AsyncAcquire::AsyncAcquire(Client* client, std::string name, std::string owner_v
       tag_(tag),
       done_(std::move(done)),
       start_(Now()),
-      wait_until_(options_.wait_ms < 0 ? TimePoint::max() : start_ + Millis(options_.wait_ms)),
+      wait_until_(WaitUntil(start_, options_.wait_ms)),
       timer_(client->loop(), [this] { Attempt(); }),
       backoff_ms_(options_.retry_min_ms) {}
 
@@ -72,7 +72,7 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
     Attempt();
     return;
   }
-  if (!watching_) {
+  if (!watching_ && client_->backend()->NotifiesReleases()) {
     // Subscribe before the next attempt so that a release in between cannot be missed; the
     // attempt follows when the subscription is live (or after a second, whichever is first).
     watching_ = true;

@@ -123,11 +123,18 @@ class Backend {
   // Loop thread: sends all renewals in one round trip where the protocol allows; reports each
   // to sink->OnRenewed exactly once.
   virtual void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) = 0;
+  // Whether Watch delivers release notifications (Redis pub/sub). Without them, waiters rely on
+  // holder_ttl_ms and the jittered retry alone, and do not wait for a subscription.
+  virtual bool NotifiesReleases() const { return false; }
   // Any thread: tell watcher about releases of name, until Unwatch returns. A backend without
-  // release notifications calls nothing (waiters then rely on holder_ttl_ms and retries).
+  // release notifications calls nothing.
   virtual void Watch(const std::string& name, ReleaseWatcher* watcher) = 0;
   virtual void Unwatch(const std::string& name, ReleaseWatcher* watcher) = 0;
-  // Loop thread: drop connections and fail what is in flight. Called once, at close.
+  // Loop thread: async requests sent and not answered yet (close waits for them, so that an
+  // acquire in flight can be given back on the same connection).
+  virtual size_t PendingAsync() const { return 0; }
+  // Loop thread: drop connections and fail what is in flight; nothing reconnects afterwards.
+  // Called once, at close.
   virtual void ShutdownOnLoop() = 0;
 };
 

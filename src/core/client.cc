@@ -1,6 +1,9 @@
 #include "core/client.h"
 
+#include <event2/event.h>
+
 #include <algorithm>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -92,19 +95,43 @@ void Client::Close() {
   if (backend_ != nullptr && !to_release.empty()) backend_->ReleaseAll(to_release);
 
   std::shared_ptr<Client> keepalive = weak_from_this().lock();
-  const bool in_own_callback = loop_ != nullptr && loop_->InLoopThread() && callbacks_.depth > 0;
-  if (in_own_callback && keepalive != nullptr) {
-    // The callback's caller still uses this client's loop, connections and heartbeats: tear
-    // them down once it has returned. An owned loop thread cannot join itself, so another
-    // thread does it; on the caller's base, the next loop iteration does.
-    if (loop_->owns_thread()) {
-      std::thread([keepalive] { keepalive->Teardown(); }).detach();
-    } else {
-      loop_->Post([keepalive] { keepalive->Teardown(); });
-    }
+  if (loop_ == nullptr || keepalive == nullptr || heartbeats_ == nullptr) {  // failed open, destructor
+    Teardown();
     return;
   }
-  Teardown();
+  if (!loop_->InLoopThread()) {
+    Teardown();
+    return;
+  }
+  // On the loop thread: the callback running now (if any), and the answers still in flight,
+  // need this client's loop, connections and heartbeats a little longer.
+  loop_->RunSync([this] { heartbeats_->StopOnLoop(); });
+  if (loop_->owns_thread()) {
+    // An owned loop thread cannot join itself: another thread finishes the teardown.
+    std::thread([keepalive] { keepalive->Teardown(); }).detach();
+    return;
+  }
+  DeferTeardownOnBase(std::move(keepalive), Now() + kCloseDrainLimit);
+}
+
+// Polls on the caller's base until the async answers in flight are in (or the limit), then
+// tears down; the client stays alive meanwhile. The base must keep running for this.
+void Client::DeferTeardownOnBase(std::shared_ptr<Client> self, TimePoint until) {
+  struct Deferred {
+    std::shared_ptr<Client> client;
+    TimePoint until;
+  };
+  auto* deferred = new Deferred{std::move(self), until};
+  timeval soon{0, 2000};
+  event_base_once(loop_->base(), -1, EV_TIMEOUT, [](evutil_socket_t, short, void* arg) {
+    std::unique_ptr<Deferred> d(static_cast<Deferred*>(arg));
+    Client* c = d->client.get();
+    if (c->backend_->PendingAsync() > 0 && Now() < d->until) {
+      c->DeferTeardownOnBase(std::move(d->client), d->until);
+      return;
+    }
+    c->Teardown();
+  }, deferred, &soon);
 }
 
 void Client::Teardown() {
@@ -113,6 +140,19 @@ void Client::Teardown() {
   if (loop_ == nullptr) return;
   loop_->RunSync([this] {
     if (heartbeats_ != nullptr) heartbeats_->StopOnLoop();
+  });
+  if (!loop_->InLoopThread() && backend_ != nullptr) {
+    // An acquire cancelled by close may have won on the server: its give-back is queued on
+    // the async connection behind it. Let those answers arrive (bounded) before dropping it.
+    TimePoint until = Now() + kCloseDrainLimit;
+    while (Now() < until) {
+      size_t pending = 0;
+      loop_->RunSync([&] { pending = backend_->PendingAsync(); });
+      if (pending == 0) break;
+      std::this_thread::sleep_for(Millis(2));
+    }
+  }
+  loop_->RunSync([this] {
     if (backend_ != nullptr) backend_->ShutdownOnLoop();
   });
   loop_->Stop();
@@ -161,18 +201,17 @@ Status Client::Adopt(const std::string& name, const std::string& owner_value,
 Status Client::Acquire(const std::string& name, const AcquireOptions& options,
                        std::shared_ptr<LockState>* out) {
   if (IsClosed()) return Status::InvalidArgument("client is closed");
-  if (!loop_->owns_thread() && loop_->InLoopThread()) {
+  if (options.wait_ms != 0 && loop_->InLoopThread()) {
     return Status::InvalidArgument(
-        "dlock_acquire cannot run on the event_base's own thread (it would wait for the loop it "
-        "blocks); use dlock_acquire_async there");
+        "dlock_acquire with a wait cannot run on the client's loop thread (in a callback, or on "
+        "the event_base's thread): waiting needs that loop; use dlock_acquire_async, or wait_ms 0");
   }
   std::string owner_value;
   Status s = MakeOwnerValue(options, &owner_value);
   if (!s.ok()) return s;
 
   const TimePoint start = Now();
-  const TimePoint wait_until =
-      options.wait_ms < 0 ? TimePoint::max() : start + Millis(options.wait_ms);
+  const TimePoint wait_until = WaitUntil(start, options.wait_ms);
   WakeSignal signal;
   bool watching = false;
   uint64_t seen = 0;
@@ -201,7 +240,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
       stop_watching();
       return NotAcquiredStatus(name, attempt.holder_ttl_ms, attempts, start);
     }
-    if (!watching) {
+    if (!watching && backend_->NotifiesReleases()) {
       // Subscribe before the next attempt, so a release between the two cannot be missed.
       backend_->Watch(name, &signal);
       watching = true;
@@ -338,46 +377,43 @@ Status Client::CheckExtend(const LockState& lock, uint64_t lease_ms) const {
   return Status::Ok();
 }
 
-Status Client::SettleExtend(const std::shared_ptr<LockState>& lock, const Status& s, TimePoint sent,
-                            uint64_t lease_ms) {
-  if (s.code() == Code::kNotHeld) {
-    lock->SetLostReason("the server no longer had this owner's lock");
-    lock->Transition(LockPhase::kLost);
-    Forget(lock);
-    return NotHeldStatus(*lock);
-  }
-  if (!s.ok()) return s;
-  lock->lease_ms.store(lease_ms);
-  if (!lock->heartbeat_explicit) {
-    lock->heartbeat_ms.store(lease_ms == 0 ? 0 : std::max<uint64_t>(lease_ms / 3, 1));
-  }
-  lock->SetDeadline(sent, lease_ms);
-  heartbeats_->Track(lock, /*fresh=*/false);
-  return Status::Ok();
-}
-
 Status Client::Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms) {
   Status s = CheckExtend(*lock, lease_ms);
   if (!s.ok()) return s;
   if (lock->Phase() != LockPhase::kHeld) return NotHeldStatus(*lock);
-  TimePoint sent = Now();
-  return SettleExtend(lock, backend_->Extend(*lock, lease_ms), sent, lease_ms);
+  if (loop_->InLoopThread()) {
+    return Status::InvalidArgument(
+        "dlock_extend cannot run on the client's loop thread (it waits for that loop); use "
+        "dlock_extend_async there");
+  }
+  if (IsClosed()) return NotHeldStatus(*lock);
+  // Through the loop, one lease command per lock at a time (see Heartbeats::Extend).
+  auto result = std::make_shared<std::promise<Status>>();
+  std::future<Status> answer = result->get_future();
+  if (!loop_->Post([self = shared_from_this(), lock, lease_ms, result] {
+        self->heartbeats_->Extend(lock, lease_ms, [result](const Status& st) { result->set_value(st); });
+      })) {
+    return NotHeldStatus(*lock);
+  }
+  s = answer.get();
+  if (s.code() == Code::kNotHeld) return NotHeldStatus(*lock);
+  return s;
 }
 
 void Client::ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) {
-  loop_->Post([self = shared_from_this(), lock, lease_ms, done = std::move(done)] {
+  bool posted = loop_->Post([self = shared_from_this(), lock, lease_ms, done] {
     Status s = self->CheckExtend(*lock, lease_ms);
     if (s.ok() && lock->Phase() != LockPhase::kHeld) s = self->NotHeldStatus(*lock);
     if (!s.ok()) {
       self->RunCallback([&] { done(s); });
       return;
     }
-    TimePoint sent = Now();
-    self->backend_->ExtendAsync(lock, lease_ms, [self, lock, done, sent, lease_ms](const Status& answer) {
-      Status r = self->SettleExtend(lock, answer, sent, lease_ms);
+    self->heartbeats_->Extend(lock, lease_ms, [self, lock, done](const Status& answer) {
+      Status r = answer.code() == Code::kNotHeld ? self->NotHeldStatus(*lock) : answer;
       self->RunCallback([&] { done(r); });
     });
   });
+  if (!posted) done(NotHeldStatus(*lock));  // closed: nothing runs the loop any more
 }
 
 }  // namespace dlock

@@ -79,10 +79,11 @@ class Client : public std::enable_shared_from_this<Client> {
   Status MakeOwnerValue(const AcquireOptions& options, std::string* out) const;
   // Settles a release/extend answer into the lock's phase; returns what the caller sees.
   Status SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s);
-  Status SettleExtend(const std::shared_ptr<LockState>& lock, const Status& s, TimePoint sent,
-                      uint64_t lease_ms);
   Status CheckExtend(const LockState& lock, uint64_t lease_ms) const;
   void Teardown();
+  void DeferTeardownOnBase(std::shared_ptr<Client> self, TimePoint until);
+  // How long close waits for async answers in flight.
+  static constexpr Millis kCloseDrainLimit{3000};
 
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<Backend> backend_;

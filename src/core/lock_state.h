@@ -71,6 +71,13 @@ struct LockState {
     while (want > cur && !deadline_ns.compare_exchange_weak(cur, want)) {
     }
   }
+  // Moves the deadline earlier only: for a lease being shortened.
+  void CapDeadline(TimePoint sent, uint64_t lease) {
+    int64_t want = ToNanos(sent + Millis(lease) - LeaseDrift(lease));
+    int64_t cur = deadline_ns.load();
+    while (want < cur && !deadline_ns.compare_exchange_weak(cur, want)) {
+    }
+  }
   bool IsValid() const {
     return Phase() == LockPhase::kHeld && ToNanos(Now()) < deadline_ns.load();
   }

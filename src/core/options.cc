@@ -13,6 +13,14 @@ Status CheckLease(uint64_t lease_ms) {
   return Status::Ok();
 }
 
+Status CheckHeartbeat(uint64_t heartbeat_ms) {
+  if (heartbeat_ms > kMaxLeaseMs) {
+    return Status::InvalidArgument("heartbeat_ms " + std::to_string(heartbeat_ms) +
+                                   " is too long (at most ten years; 0 means no heartbeats)");
+  }
+  return Status::Ok();
+}
+
 Status CheckLockName(const char* name) {
   if (name == nullptr) return Status::InvalidArgument("lock name is NULL");
   size_t n = strnlen(name, kMaxNameBytes + 1);

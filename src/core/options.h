@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "core/clock.h"
 #include "core/status.h"
 
 namespace dlock {
@@ -36,8 +37,16 @@ struct AcquireOptions {
 };
 
 Status CheckLease(uint64_t lease_ms);
+Status CheckHeartbeat(uint64_t heartbeat_ms);
 Status CheckLockName(const char* name);
 Status CheckOwner(const char* owner);
+
+// When a wait of wait_ms from start ends: never for -1, or for waits beyond what the clock can
+// add (anything longer than the longest lease counts as no limit).
+inline TimePoint WaitUntil(TimePoint start, int64_t wait_ms) {
+  if (wait_ms < 0 || static_cast<uint64_t>(wait_ms) > kMaxLeaseMs) return TimePoint::max();
+  return start + Millis(wait_ms);
+}
 
 }  // namespace dlock
 

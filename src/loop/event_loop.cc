@@ -56,7 +56,6 @@ Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
 
 EventLoop::~EventLoop() {
   Stop();
-  if (wake_ != nullptr) event_free(wake_);
   if (base_ != nullptr && owns_base_) event_base_free(base_);
 }
 
@@ -71,16 +70,17 @@ void EventLoop::RunTasks() {
   for (auto& task : tasks) task();
 }
 
-void EventLoop::Post(std::function<void()> fn) {
+bool EventLoop::Post(std::function<void()> fn) {
   bool first;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return;
+    if (stopped_) return false;
     first = tasks_.empty();
     tasks_.push_back(std::move(fn));
   }
   // event_active is thread-safe once evthread is on; one activation drains the whole queue.
   if (first) event_active(wake_, EV_READ, 0);
+  return true;
 }
 
 void EventLoop::RunSync(const std::function<void()>& fn) {
@@ -119,9 +119,20 @@ void EventLoop::Stop() {
     }
     thread_.join();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  stopped_ = true;
-  tasks_.clear();
+  std::deque<std::function<void()>> leftover;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    leftover.swap(tasks_);
+  }
+  // The loop is gone: what was queued runs here, against shut-down components, so that every
+  // completion still reaches its callback (with an error).
+  thread_id_.store(std::this_thread::get_id());
+  for (auto& task : leftover) task();
+  if (wake_ != nullptr) {
+    event_free(wake_);  // nothing of ours may stay on a caller's base after close
+    wake_ = nullptr;
+  }
 }
 
 Timer::Timer(EventLoop* loop, std::function<void()> fn) : fn_(std::move(fn)) {
@@ -135,6 +146,7 @@ Timer::~Timer() {
 void Timer::OnFire(int, short, void* arg) { static_cast<Timer*>(arg)->fn_(); }
 
 void Timer::StartAfter(Millis delay) {
+  if (ev_ == nullptr) return;
   if (delay.count() < 0) delay = Millis(0);
   timeval tv;
   tv.tv_sec = static_cast<time_t>(delay.count() / 1000);
@@ -143,6 +155,7 @@ void Timer::StartAfter(Millis delay) {
 }
 
 void Timer::StartAt(TimePoint when) {
+  if (ev_ == nullptr) return;
   auto delay = std::chrono::duration_cast<std::chrono::microseconds>(when - Now());
   if (delay.count() < 0) delay = std::chrono::microseconds(0);
   timeval tv;
@@ -151,8 +164,15 @@ void Timer::StartAt(TimePoint when) {
   evtimer_add(ev_, &tv);
 }
 
-void Timer::Cancel() { evtimer_del(ev_); }
+void Timer::Cancel() {
+  if (ev_ != nullptr) evtimer_del(ev_);
+}
 
-bool Timer::pending() const { return evtimer_pending(ev_, nullptr) != 0; }
+bool Timer::pending() const { return ev_ != nullptr && evtimer_pending(ev_, nullptr) != 0; }
+
+void Timer::Free() {
+  if (ev_ != nullptr) event_free(ev_);
+  ev_ = nullptr;
+}
 
 }  // namespace dlock

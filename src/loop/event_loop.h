@@ -33,11 +33,12 @@ class EventLoop {
   bool owns_thread() const { return owns_base_; }
   bool InLoopThread() const { return std::this_thread::get_id() == thread_id_.load(); }
 
-  // Runs fn on the loop thread soon. Thread-safe. Tasks posted after Stop() are dropped.
-  void Post(std::function<void()> fn);
+  // Runs fn on the loop thread soon. Thread-safe. False (fn dropped) once Stop() has run.
+  bool Post(std::function<void()> fn);
   // Runs fn on the loop thread and waits for it; inline when called on the loop thread.
   void RunSync(const std::function<void()>& fn);
-  // Runs what is queued, stops the loop and joins its thread. Idempotent.
+  // Stops the loop, joins its thread, then runs what was still queued on the calling thread
+  // (so that no posted completion is lost). Idempotent.
   void Stop();
 
  private:
@@ -69,6 +70,9 @@ class Timer {
   void StartAt(TimePoint when);
   void Cancel();
   bool pending() const;
+  // Frees the libevent event now: a client closed on a caller's base must hold nothing on it
+  // (lock handles may keep the client alive after the base is gone). Later calls do nothing.
+  void Free();
 
  private:
   static void OnFire(int, short, void* arg);

@@ -64,7 +64,7 @@ void Heartbeats::TrackOnLoop(std::shared_ptr<LockState> lock, TimePoint due) {
     return;
   }
   if (it == entries_.end()) {
-    it = entries_.emplace(lock.get(), Entry{lock, TimePoint(), false, {}}).first;
+    it = entries_.emplace(lock.get(), Entry{lock, TimePoint(), false, {}, {}}).first;
   }
   if (!it->second.in_flight) Schedule(&it->second, due);
 }
@@ -128,7 +128,7 @@ void Heartbeats::Tick() {
                                                        : " (last error: " + entry->last_error + ")"));
       continue;
     }
-    if (!entry->in_flight) {
+    if (!entry->in_flight && lock.heartbeat_ms.load() != 0) {
       entry->in_flight = true;
       batch.push_back(RenewRequest{entry->lock, lock.lease_ms.load(), now});
     }
@@ -161,15 +161,12 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
   }
   TimePoint now = Now();
   if (status.ok()) {
+    // One command in flight per lock: this answer is the server's latest word on the lease.
     entry.last_error.clear();
-    if (request.lease_ms == lock.lease_ms.load()) lock.ExtendDeadline(request.sent, request.lease_ms);
+    lock.SetDeadline(request.sent, request.lease_ms);
     uint64_t period = lock.heartbeat_ms.load();
-    if (period == 0) {
-      Unschedule(&entry);
-      entries_.erase(it);
-      return;
-    }
-    Schedule(&entry, request.sent + Millis(period));
+    if (period != 0) Schedule(&entry, request.sent + Millis(period));
+    AfterAnswer(&lock);
     return;
   }
   if (status.code() == Code::kNotHeld) {
@@ -181,6 +178,101 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
   TimePoint retry = now + RetryDelay(lock.heartbeat_ms.load());
   if (deadline != kNoDeadline && retry > FromNanos(deadline)) retry = FromNanos(deadline);
   Schedule(&entry, retry);
+  AfterAnswer(&lock);
+}
+
+void Heartbeats::Extend(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) {
+  if (stopped_) {
+    done(Status::Cancelled("the client was closed"));
+    return;
+  }
+  auto it = entries_.find(lock.get());
+  if (it == entries_.end()) it = entries_.emplace(lock.get(), Entry{lock, TimePoint(), false, {}, {}}).first;
+  if (it->second.in_flight) {
+    it->second.extends.push_back({lease_ms, std::move(done)});
+    return;
+  }
+  SendExtend(&it->second, {lease_ms, std::move(done)});
+}
+
+void Heartbeats::SendExtend(Entry* entry, PendingExtend extend) {
+  std::shared_ptr<LockState> lock = entry->lock;
+  if (lock->Phase() != LockPhase::kHeld) {
+    extend.done(Status::NotHeld("lock '" + lock->name + "' is no longer held"));
+    AfterAnswer(lock.get());
+    return;
+  }
+  entry->in_flight = true;
+  TimePoint sent = Now();
+  // A shorter lease takes effect on the server as soon as it arrives: stop trusting the old
+  // one now, whatever the answer (or its absence) says later.
+  uint64_t old_lease = lock->lease_ms.load();
+  if (extend.lease_ms != 0 && (old_lease == 0 || extend.lease_ms < old_lease)) {
+    lock->CapDeadline(sent, extend.lease_ms);
+  }
+  backend_->ExtendAsync(lock, extend.lease_ms,
+                        [this, lock, lease_ms = extend.lease_ms, sent,
+                         done = std::move(extend.done)](const Status& status) {
+                          OnExtended(lock, lease_ms, sent, status, done);
+                        });
+}
+
+void Heartbeats::OnExtended(const std::shared_ptr<LockState>& lock, uint64_t lease_ms,
+                            TimePoint sent, const Status& status, const StatusCallback& done) {
+  if (stopped_) {
+    done(status.ok() ? Status::Cancelled("the client was closed") : status);
+    return;
+  }
+  auto it = entries_.find(lock.get());
+  if (it != entries_.end()) it->second.in_flight = false;
+  if (status.code() == Code::kNotHeld) {
+    // Found by the caller's own extend: reported by its NOT_HELD, not by on_lost.
+    lock->SetLostReason("the server no longer had this owner's lock");
+    lock->Transition(LockPhase::kLost);
+    done(Status::NotHeld("lock '" + lock->name + "' was lost: the server no longer had this owner's lock"));
+    AfterAnswer(lock.get());
+    return;
+  }
+  if (status.ok() && lock->Phase() != LockPhase::kHeld) {  // lost or released meanwhile
+    done(Status::NotHeld("lock '" + lock->name + "' was lost before the extend answered"));
+    AfterAnswer(lock.get());
+    return;
+  }
+  if (status.ok()) {
+    lock->lease_ms.store(lease_ms);
+    if (!lock->heartbeat_explicit) {
+      lock->heartbeat_ms.store(lease_ms == 0 ? 0 : std::max<uint64_t>(lease_ms / 3, 1));
+    }
+    lock->SetDeadline(sent, lease_ms);
+    if (it != entries_.end()) {
+      it->second.last_error.clear();
+      uint64_t period = lock->heartbeat_ms.load();
+      if (period != 0) {
+        Schedule(&it->second, sent + Millis(period));
+      } else {
+        Unschedule(&it->second);
+      }
+    }
+  }
+  done(status);
+  AfterAnswer(lock.get());
+}
+
+void Heartbeats::AfterAnswer(LockState* lock) {
+  auto it = entries_.find(lock);
+  if (it == entries_.end() || it->second.in_flight) return;
+  Entry& entry = it->second;
+  if (!entry.extends.empty()) {
+    PendingExtend next = std::move(entry.extends.front());
+    entry.extends.pop_front();
+    SendExtend(&entry, std::move(next));
+    return;
+  }
+  bool renewing = lock->Phase() == LockPhase::kHeld && lock->heartbeat_ms.load() != 0;
+  if (!renewing) {
+    Unschedule(&entry);
+    entries_.erase(it);
+  }
 }
 
 void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, const std::string& reason) {
@@ -199,10 +291,14 @@ void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, const std::string& 
 
 void Heartbeats::StopOnLoop() {
   stopped_ = true;
+  for (auto& [ptr, entry] : entries_) {
+    for (auto& extend : entry.extends) extend.done(Status::Cancelled("the client was closed"));
+    entry.extends.clear();
+  }
   {
     std::lock_guard<std::mutex> guard(intake_mu_);
     intake_.clear();
-    timer_.Cancel();
+    timer_.Free();
     timer_at_ = TimePoint::min();  // never arm again
   }
   queue_.clear();

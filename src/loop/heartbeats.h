@@ -1,4 +1,7 @@
-// Heartbeats (DESIGN guarantee 4): renews held leases in the background, on the loop thread.
+// Heartbeats (DESIGN guarantee 4): renews held leases in the background, on the loop thread,
+// and carries the caller's extends: every lease-changing command of a lock goes through here,
+// one at a time, so that the answers arrive in the order the server applied them and the
+// local deadline always follows the lease the server really has.
 // All renewals due in one tick go to the backend as one batch (one round trip for Redis).
 // A renewal refused because the owner no longer matches marks the lock lost at once; transient
 // errors are retried until the lock's local deadline passes, then the lock is lost. Losses
@@ -6,6 +9,7 @@
 #ifndef DLOCK_LOOP_HEARTBEATS_H_
 #define DLOCK_LOOP_HEARTBEATS_H_
 
+#include <deque>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -28,6 +32,9 @@ class Heartbeats : public RenewSink {
   // unless the lock is due before the timer already set: acquire/release cycles shorter than
   // a heartbeat cost the loop thread nothing. Released locks are simply skipped later.
   void Track(std::shared_ptr<LockState> lock, bool fresh);
+  // Loop thread. Sets the lock's lease to lease_ms from now, after any renewal or extend of it
+  // still in flight; done gets Ok, NotHeld (the lock is then lost), or an error.
+  void Extend(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done);
   // Loop thread. Forgets everything; renewals still in flight are ignored when they answer.
   void StopOnLoop();
 
@@ -37,12 +44,22 @@ class Heartbeats : public RenewSink {
   uint64_t batches_sent() const { return batches_sent_.load(); }
 
  private:
+  struct PendingExtend {
+    uint64_t lease_ms;
+    StatusCallback done;
+  };
   struct Entry {
     std::shared_ptr<LockState> lock;
     TimePoint due;             // when the next renewal (or the loss check) is due
-    bool in_flight = false;
+    bool in_flight = false;    // a renewal or an extend is out: at most one per lock
     std::string last_error;
+    std::deque<PendingExtend> extends;  // waiting for the one in flight
   };
+  void SendExtend(Entry* entry, PendingExtend extend);
+  void OnExtended(const std::shared_ptr<LockState>& lock, uint64_t lease_ms, TimePoint sent,
+                  const Status& status, const StatusCallback& done);
+  // After an answer: the next queued extend, or drop an entry that has nothing left to do.
+  void AfterAnswer(LockState* lock);
   void TrackOnLoop(std::shared_ptr<LockState> lock, TimePoint due);
   void Schedule(Entry* entry, TimePoint due);
   void Unschedule(Entry* entry);

@@ -62,6 +62,10 @@ redisAsyncContext* OpenAsyncContext(EventLoop* loop, const RedisConfig& config, 
 
 bool AsyncConnection::EnsureConnected(std::string* error) {
   if (ctx_ != nullptr) return true;
+  if (!shutdown_reason_.empty()) {
+    *error = server_ + ": " + shutdown_reason_;
+    return false;
+  }
   ctx_ = OpenAsyncContext(loop_, config_, this, &AsyncConnection::OnConnect,
                           &AsyncConnection::OnDisconnect, error);
   if (ctx_ == nullptr) return false;
@@ -112,8 +116,9 @@ void AsyncConnection::OnReply(redisAsyncContext* ac, void* reply, void* privdata
 
 uint64_t AsyncConnection::Command(const std::vector<std::string>& argv, Callback cb) {
   std::string error;
-  if (!EnsureConnected(&error)) {  // fail later, never inside the call
-    loop_->Post([cb = std::move(cb), error] { cb(nullptr, Status::IoError(error)); });
+  if (!EnsureConnected(&error)) {  // fail later, never inside the call (unless nothing runs later)
+    auto fail = [cb, error] { cb(nullptr, Status::IoError(error)); };
+    if (!loop_->Post(fail)) fail();
     return 0;
   }
   std::vector<const char*> ptrs;
@@ -126,9 +131,10 @@ uint64_t AsyncConnection::Command(const std::vector<std::string>& argv, Callback
   if (redisAsyncCommandArgv(ctx_, &AsyncConnection::OnReply, pending,
                             static_cast<int>(ptrs.size()), ptrs.data(), lens.data()) != REDIS_OK) {
     std::unique_ptr<Pending> owned(pending);
-    loop_->Post([cb = std::move(owned->cb), why = server_ + ": connection is closing"] {
+    auto fail = [cb = owned->cb, why = server_ + ": connection is closing"] {
       cb(nullptr, Status::IoError(why));
-    });
+    };
+    if (!loop_->Post(fail)) fail();
     return 0;
   }
   sent_.push_back(Now());
@@ -176,9 +182,16 @@ void AsyncConnection::Drop(const std::string& why) {
   if (ac == nullptr) return;
   drop_reason_ = why;
   ctx_ = nullptr;
-  // Fails every pending command (their callbacks see a null reply and drop_reason_).
+  // Fails every pending command (their callbacks see a null reply and drop_reason_; each pops
+  // its own send time). A callback may send anew on a fresh connection: its time stays.
   redisAsyncFree(ac);
+}
+
+void AsyncConnection::Shutdown(const std::string& why) {
+  shutdown_reason_ = why;
+  Drop(why);
   sent_.clear();
+  timeout_timer_.Free();
 }
 
 }  // namespace dlock::redis

@@ -46,6 +46,10 @@ class AsyncConnection {
             const std::vector<std::string>& args, Callback cb);
   // Drops the connection; pending commands fail with EIO carrying why.
   void Drop(const std::string& why);
+  // Drops the connection for good: later commands fail at once and never reconnect.
+  void Shutdown(const std::string& why);
+  // Commands sent and not answered yet.
+  size_t pending() const { return sent_.size(); }
 
  private:
   struct Pending;
@@ -61,6 +65,7 @@ class AsyncConnection {
   std::string server_;
   redisAsyncContext* ctx_ = nullptr;
   std::string drop_reason_;
+  std::string shutdown_reason_;  // set once shut down
   std::deque<TimePoint> sent_;  // send times of pending commands, oldest first
   // NOSCRIPT handling: commands are numbered as sent; a script needs loading again only for a
   // NOSCRIPT to a command sent after its last SCRIPT LOAD (else one is already on its way).

@@ -73,18 +73,26 @@ class RedisBackend : public Backend {
 
   void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
     // One pipeline for all of them: closing a client holding 10,000 locks is one round trip.
-    Lease conn(this);
-    if (!conn.Open().ok()) return;
-    const Script& script = GetScript(ScriptId::kRelease);
-    if (!conn->LoadScript(script).ok()) return;
-    for (const auto& lock : locks) {
-      LockKeys keys(config_.params.prefix, lock->name);
-      conn->Append(EvalShaArgv(script, {keys.holder}, {lock->owner_value, keys.channel}));
-    }
-    for (size_t i = 0; i < locks.size(); ++i) {
-      ReplyPtr reply;
-      if (!conn->ReadReply(&reply).ok()) return;
-    }
+    // A stale pooled connection is retried once on a fresh one (WithConnection); locks whose
+    // answers were cut off are then released one by one.
+    size_t answered = 0;
+    Status s = WithConnection([&](SyncConnection& conn) {
+      const Script& script = GetScript(ScriptId::kRelease);
+      Status st = conn.LoadScript(script);
+      if (!st.ok()) return st;
+      for (size_t i = answered; i < locks.size(); ++i) {
+        LockKeys keys(config_.params.prefix, locks[i]->name);
+        conn.Append(EvalShaArgv(script, {keys.holder}, {locks[i]->owner_value, keys.channel}));
+      }
+      for (; answered < locks.size(); ++answered) {
+        ReplyPtr reply;
+        st = conn.ReadReply(&reply);
+        if (!st.ok()) return st;
+      }
+      return Status::Ok();
+    });
+    if (s.ok()) return;
+    for (size_t i = answered; i < locks.size(); ++i) (void)Release(*locks[i]);
   }
 
   Status Extend(const LockState& lock, uint64_t lease_ms) override {
@@ -151,6 +159,7 @@ class RedisBackend : public Backend {
     }
   }
 
+  bool NotifiesReleases() const override { return true; }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     subscriber_.Watch(LockKeys(config_.params.prefix, name).channel, watcher);
   }
@@ -158,8 +167,10 @@ class RedisBackend : public Backend {
     subscriber_.Unwatch(LockKeys(config_.params.prefix, name).channel, watcher);
   }
 
+  size_t PendingAsync() const override { return async_.pending(); }
+
   void ShutdownOnLoop() override {
-    async_.Drop("client closed");
+    async_.Shutdown("the client was closed");
     subscriber_.ShutdownOnLoop();
   }
 

@@ -160,8 +160,8 @@ void Subscriber::OnMessage(redisAsyncContext*, void* reply_ptr, void* privdata) 
 
 void Subscriber::ShutdownOnLoop() {
   shut_down_ = true;
-  reconnect_timer_.Cancel();
-  sweep_timer_.Cancel();
+  reconnect_timer_.Free();
+  sweep_timer_.Free();
   if (ctx_ != nullptr) {
     redisAsyncContext* ac = ctx_;
     ctx_ = nullptr;

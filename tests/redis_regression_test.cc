@@ -1,0 +1,167 @@
+// Regressions found in review, each once proven against a real redis-server: lease changes
+// racing heartbeats, close with work in flight, stale connections at close, option extremes.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "event_loop_util.h"
+#include "support/redis_server.h"
+#include "test_util.h"
+
+namespace dlock_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Done {
+  std::atomic<int> calls{0};
+  std::atomic<int> status{-1};
+  static void Fn(dlock_status s, void* arg) {
+    auto* d = static_cast<Done*>(arg);
+    d->status = s;
+    d->calls++;
+  }
+};
+
+// An extend and a heartbeat renewal of one lock must not both be out: if the server applied
+// the renewal (old lease) after the extend (new lease) while the client trusted the extend, the
+// lock would expire on the server while the holder still believed it valid.
+void ExpectExtendRacingHeartbeatIsSafe(uint64_t new_lease) {
+  RedisServer redis({"--enable-debug-command", "yes"});
+  ASSERT_TRUE(redis.running());
+  Client client(redis.url());
+  Options opts;
+  opts.lease(3000);  // heartbeat every 1000 ms (its timer fires at ~875 ms)
+  dlock_lock* l = nullptr;
+  auto t0 = Clock::now();
+  ASSERT_EQ(dlock_acquire(client.get(), "x", opts.get(), &l), DLOCK_OK);
+  // Stall the server from ~600 to ~1300 ms so that the extend (sent at ~700 ms) and the
+  // renewal (due at ~875 ms) would sit in its input together.
+  std::this_thread::sleep_until(t0 + 600ms);
+  std::thread sleeper([&] { redis.Cli({"DEBUG", "SLEEP", "0.7"}); });
+  std::this_thread::sleep_until(t0 + 700ms);
+  Done d;
+  ASSERT_EQ(dlock_extend_async(l, new_lease, &Done::Fn, &d), DLOCK_OK);
+  sleeper.join();
+  ASSERT_TRUE(WaitFor([&] { return d.calls.load() == 1; }, 5000ms));
+  EXPECT_EQ(d.status.load(), DLOCK_OK);
+  std::this_thread::sleep_until(t0 + 5000ms);  // past the old lease
+  Client other(redis.url());
+  dlock_lock* l2 = nullptr;
+  dlock_status s2 = dlock_acquire(other.get(), "x", nullptr, &l2);
+  EXPECT_EQ(dlock_lock_is_valid(l), 1);
+  EXPECT_EQ(s2, DLOCK_NOT_ACQUIRED) << "two holders: server PTTL " << redis.Cli({"PTTL", "dlock:{x}"});
+  if (new_lease == 0) EXPECT_EQ(redis.Cli({"PTTL", "dlock:{x}"}), "-1");
+  if (l2 != nullptr) dlock_release(l2);
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+TEST(RegressionTest, ExtendRacingAHeartbeatKeepsTheServerLease) { ExpectExtendRacingHeartbeatIsSafe(60000); }
+
+TEST(RegressionTest, ExtendToNoExpiryRacingAHeartbeatKeepsNoExpiry) { ExpectExtendRacingHeartbeatIsSafe(0); }
+
+TEST(RegressionTest, CloseGivesBackAnAcquireThatWasInFlight) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.running());
+  Loop loop;
+  dlock_client* c = nullptr;
+  ASSERT_EQ(dlock_client_open_evbase(redis.url().c_str(), loop.base(), &c), DLOCK_OK);
+  struct Result {
+    int calls = 0;
+    dlock_status s = DLOCK_EINTERNAL;
+    dlock_lock* lock = nullptr;
+    static void Fn(dlock_status s, dlock_lock* l, void* arg) {
+      auto* r = static_cast<Result*>(arg);
+      r->calls++;
+      r->s = s;
+      r->lock = l;
+    }
+  } warm, stuck;
+  ASSERT_EQ(dlock_acquire_async(c, "warm", nullptr, &Result::Fn, &warm), DLOCK_OK);
+  while (warm.calls == 0) event_base_loop(loop.base(), EVLOOP_ONCE);
+  ASSERT_EQ(dlock_release(warm.lock), DLOCK_OK);
+  Options no_expiry;
+  no_expiry.lease(0);  // left behind, it would stay forever
+  ASSERT_EQ(dlock_acquire_async(c, "stuck", no_expiry.get(), &Result::Fn, &stuck), DLOCK_OK);
+  // Let the loop send the acquire, but not read its answer.
+  for (int i = 0; i < 100 && redis.Cli({"EXISTS", "dlock:{stuck}"}) != "1"; ++i) {
+    event_base_loop(loop.base(), EVLOOP_NONBLOCK);
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(redis.Cli({"EXISTS", "dlock:{stuck}"}), "1");
+  ASSERT_EQ(stuck.calls, 0);
+  dlock_client_close(c);
+  EXPECT_EQ(stuck.calls, 1);
+  EXPECT_EQ(stuck.s, DLOCK_ECANCELLED);
+  event_base_dispatch(loop.base());  // the close finishes on the loop
+  EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{stuck}"}), "0") << "an orphan lock was left behind";
+  auto connections = [&] {  // counting the one Cli itself opens
+    std::string list = redis.Cli({"CLIENT", "LIST"});
+    int n = 0;
+    for (size_t p = list.find("id="); p != std::string::npos; p = list.find("id=", p + 1)) ++n;
+    return n;
+  };
+  EXPECT_TRUE(WaitFor([&] { return connections() == 1; }, 2000ms)) << redis.Cli({"CLIENT", "LIST"});
+}
+
+TEST(RegressionTest, CloseRetriesAConnectionTheServerDroppedWhileIdle) {
+  RedisServer redis({"--timeout", "1"});
+  ASSERT_TRUE(redis.running());
+  dlock_client* c = nullptr;
+  ASSERT_EQ(dlock_client_open(redis.url().c_str(), &c), DLOCK_OK);
+  Options no_expiry;
+  no_expiry.lease(0);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(c, "idle", no_expiry.get(), &l), DLOCK_OK);
+  std::this_thread::sleep_for(2500ms);  // the server drops the idle pooled connection
+  dlock_client_close(c);
+  EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{idle}"}), "0") << "left behind by close";
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+}
+
+TEST(RegressionTest, AHugeWaitMeansNoLimit) {
+  RedisServer redis;
+  Client client(redis.url());
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(client.get(), "w", nullptr, &l), DLOCK_OK);
+  Options opts;
+  opts.wait(INT64_MAX);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    dlock_release(l);
+  });
+  dlock_lock* l2 = nullptr;
+  EXPECT_EQ(dlock_acquire(client.get(), "w", opts.get(), &l2), DLOCK_OK) << dlock_last_error();
+  releaser.join();
+  if (l2 != nullptr) dlock_release(l2);
+}
+
+TEST(RegressionTest, HeartbeatLongerThanAnyLeaseIsRefused) {
+  Options opts;
+  EXPECT_EQ(dlock_options_set_heartbeat_ms(opts.mutable_get(), UINT64_MAX), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("heartbeat_ms"), std::string::npos);
+}
+
+TEST(RegressionTest, LockHandlesOutliveAClosedEvbaseClientAndItsBase) {
+  RedisServer redis;
+  dlock_lock* survivor = nullptr;
+  {
+    Loop loop;
+    dlock_client* c = nullptr;
+    ASSERT_EQ(dlock_client_open_evbase(redis.url().c_str(), loop.base(), &c), DLOCK_OK);
+    ASSERT_EQ(dlock_acquire_async(c, "uaf", nullptr, [](dlock_status s, dlock_lock* l, void* arg) {
+      EXPECT_EQ(s, DLOCK_OK);
+      *static_cast<dlock_lock**>(arg) = l;
+    }, &survivor), DLOCK_OK);
+    while (survivor == nullptr) event_base_loop(loop.base(), EVLOOP_ONCE);
+    dlock_client_close(c);
+    event_base_dispatch(loop.base());
+  }  // the base is freed here; the lock handle (and through it the client) lives on
+  EXPECT_EQ(dlock_release(survivor), DLOCK_NOT_HELD);  // valgrind/ASan: no touch of the base
+  EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{uaf}"}), "0");
+}
+
+}  // namespace
+}  // namespace dlock_test
