@@ -1,0 +1,143 @@
+#include "dynamodb/dynamodb_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "dynamodb/credentials.h"
+#include "dynamodb/dynamodb_api.h"
+#include "dynamodb/lock_protocol.h"
+#include "dynamodb/transports.h"
+
+namespace dlock::dynamodb {
+namespace {
+
+// Threads releasing at once when a client holding many locks closes.
+constexpr size_t kReleaseAllThreads = 8;
+
+// A non-owning shared_ptr for the blocking calls, which finish before the reference could dangle.
+std::shared_ptr<const LockState> Borrow(const LockState& lock) {
+  return std::shared_ptr<const LockState>(std::shared_ptr<const LockState>(), &lock);
+}
+
+TimePoint LocalDeadline(const LockState& lock) {
+  int64_t d = lock.deadline_ns.load();
+  return d == kNoDeadline ? TimePoint::max() : FromNanos(d);
+}
+
+class DynamoDbBackend : public Backend {
+ public:
+  DynamoDbBackend(EventLoop* loop, DynamoConfig config)
+      : api_(std::move(config), &credentials_),
+        protocol_(&api_),
+        blocking_(&api_, &http_),
+        async_(&api_, loop) {}
+
+  std::string Describe() const override { return api_.config().Describe(); }
+
+  Status Check() override {
+    Credentials credentials;
+    Status s = credentials_.Get(&credentials);
+    if (!s.ok()) return s;
+    // A read of a key no lock uses: proves the endpoint, the credentials and the table.
+    Json key = Json::object();
+    const DynamoConfig& config = api_.config();
+    key[config.partition_key] = Json{{"S", config.params.prefix + ".dlock-open-check"}};
+    if (!config.sort_key.empty()) key[config.sort_key] = Json{{"S", "."}};
+    ApiResult result;
+    CallWithRetries(&blocking_, &credentials_, "GetItem", protocol_.GetItemBody(key),
+                    Now() + Millis(config.params.timeout_ms),
+                    [&](ApiResult r) { result = std::move(r); });
+    return result.outcome == Outcome::kOk ? Status::Ok() : result.status;
+  }
+
+  Status TryAcquire(const std::string& name, const std::string& owner_value, uint64_t lease_ms,
+                    AcquireAttempt* out) override {
+    Status status;
+    protocol_.Acquire(&blocking_, name, owner_value, lease_ms, [&](Status s, AcquireAttempt a) {
+      status = std::move(s);
+      *out = std::move(a);
+    });
+    return status;
+  }
+
+  Status Release(const LockState& lock) override {
+    Status status;
+    protocol_.Release(&blocking_, Borrow(lock), [&](Status s) { status = std::move(s); });
+    return status;
+  }
+
+  void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
+    // DynamoDB has no conditional batch write: release in parallel, a few at a time.
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i = next++; i < locks.size(); i = next++) (void)Release(*locks[i]);
+    };
+    std::vector<std::thread> threads;
+    size_t n = std::min(kReleaseAllThreads, locks.size());
+    for (size_t t = 1; t < n; ++t) threads.emplace_back(worker);
+    worker();
+    for (auto& t : threads) t.join();
+  }
+
+  Status Extend(const LockState& lock, uint64_t lease_ms) override {
+    Status status;
+    protocol_.Renew(&blocking_, Borrow(lock), lease_ms, TimePoint::max(),
+                    [&](Status s) { status = std::move(s); });
+    return status;
+  }
+
+  void TryAcquireAsync(const std::string& name, const std::string& owner_value, uint64_t lease_ms,
+                       AttemptCallback done) override {
+    protocol_.Acquire(&async_, name, owner_value, lease_ms,
+                      [done = std::move(done)](Status s, AcquireAttempt a) { done(s, a); });
+  }
+
+  void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) override {
+    protocol_.Release(&async_, std::move(lock), std::move(done));
+  }
+
+  void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) override {
+    protocol_.Renew(&async_, std::move(lock), lease_ms, TimePoint::max(), std::move(done));
+  }
+
+  void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) override {
+    // No conditional batch write in DynamoDB: the renewals go out at once, each its own
+    // request on the multi handle's kept-alive connections.
+    for (auto& request : batch) {
+      TimePoint deadline = LocalDeadline(*request.lock);
+      protocol_.Renew(&async_, request.lock, request.lease_ms, deadline,
+                      [sink, request](Status s) { sink->OnRenewed(request, s); });
+    }
+  }
+
+  // DynamoDB has no release notifications: waiters use holder_ttl_ms and jittered retries.
+  void Watch(const std::string&, ReleaseWatcher*) override {}
+  void Unwatch(const std::string&, ReleaseWatcher*) override {}
+
+  void ShutdownOnLoop() override { async_.Shutdown(); }
+
+ private:
+  CredentialsChain credentials_;
+  HttpPool http_;
+  Api api_;
+  LockProtocol protocol_;
+  BlockingTransport blocking_;
+  AsyncTransport async_;  // loop thread only
+};
+
+}  // namespace
+}  // namespace dlock::dynamodb
+
+namespace dlock {
+
+Status NewDynamoDbBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
+  dynamodb::DynamoConfig config;
+  Status s = dynamodb::ParseDynamoUrl(url, &config);
+  if (!s.ok()) return s;
+  *out = std::make_unique<dynamodb::DynamoDbBackend>(loop, std::move(config));
+  return Status::Ok();
+}
+
+}  // namespace dlock

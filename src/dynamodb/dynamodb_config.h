@@ -1,0 +1,59 @@
+// dynamodb://TABLE?region=R[&endpoint=URL][&partition_key=NAME][&sort_key=NAME]
+//                  [&trust_local_time=1][&tls_verify=0][&prefix=P][&connect_timeout_ms=N]
+//                  [&timeout_ms=N]
+// and how a lock name maps onto the table's key.
+#ifndef DLOCK_DYNAMODB_DYNAMODB_CONFIG_H_
+#define DLOCK_DYNAMODB_DYNAMODB_CONFIG_H_
+
+#include <string>
+
+#include "core/status.h"
+#include "core/url.h"
+
+namespace dlock::dynamodb {
+
+// The item attributes the lock protocol writes besides the key. A partition_key or sort_key
+// equal to one of them is refused.
+namespace attr {
+inline constexpr char kOwner[] = "owner";                  // S: secret owner token [+ "|label"]
+inline constexpr char kRecordVersion[] = "recordVersion";  // S: random, rotated by every write
+inline constexpr char kLeaseMs[] = "leaseMs";              // N: lease in ms, 0 = no expiry
+inline constexpr char kRenewedAtMs[] = "renewedAtMs";      // N: holder's wall clock at its last write
+inline constexpr char kFence[] = "fence";                  // N: last fencing token; never removed
+}  // namespace attr
+
+inline constexpr char kDefaultPartitionKey[] = "id";
+
+struct DynamoConfig {
+  std::string table;
+  std::string region;
+  std::string endpoint;     // "https://dynamodb.us-east-1.amazonaws.com" (no trailing slash)
+  std::string host_header;  // what is sent and signed as Host: "127.0.0.1:8000"
+  std::string partition_key = kDefaultPartitionKey;
+  std::string sort_key;     // empty: the table has no sort key
+  bool trust_local_time = false;
+  bool tls_verify = true;
+  CommonParams params;
+
+  // "dynamodb table 'locks' at http://127.0.0.1:8000": how errors name the backend.
+  std::string Describe() const;
+};
+
+// Reads the URL, then fills what it leaves out from the environment and the shared config
+// file: region from AWS_REGION, AWS_DEFAULT_REGION, the profile's region; endpoint from
+// AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL, the profile's endpoint_url (all skipped when
+// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), else the region's public endpoint.
+Status ParseDynamoUrl(const Url& url, DynamoConfig* out);
+
+// The key values of lock `name` (see README): without a sort key the partition value is
+// prefix + name; with one, the name is "PARTITION/SORT", split at its first '/', and the
+// partition value is prefix + PARTITION. Names must be valid UTF-8 (DynamoDB strings are).
+Status SplitLockName(const DynamoConfig& config, const std::string& name, std::string* partition,
+                     std::string* sort);
+
+// True when text is well-formed UTF-8.
+bool IsValidUtf8(const std::string& text);
+
+}  // namespace dlock::dynamodb
+
+#endif  // DLOCK_DYNAMODB_DYNAMODB_CONFIG_H_

@@ -1,0 +1,56 @@
+// The two ways a call travels: blocking on the caller's thread (pooled easy handles), or async
+// on the client's loop (curl multi). The lock protocol is written once against Transport.
+#ifndef DLOCK_DYNAMODB_TRANSPORTS_H_
+#define DLOCK_DYNAMODB_TRANSPORTS_H_
+
+#include <unordered_set>
+
+#include "dynamodb/curl_multi.h"
+#include "dynamodb/dynamodb_api.h"
+#include "dynamodb/http.h"
+#include "loop/event_loop.h"
+
+struct event;
+
+namespace dlock::dynamodb {
+
+// Callers' threads; done runs before Call returns. Stateless: one per call is fine.
+class BlockingTransport : public Transport {
+ public:
+  BlockingTransport(Api* api, HttpPool* http) : api_(api), http_(http) {}
+  void Call(const std::string& operation, const Json& body, Done done) override;
+  void After(Millis delay, std::function<void()> fn) override;
+
+ private:
+  Api* api_;
+  HttpPool* http_;
+};
+
+// The loop thread only; done runs later on the loop thread.
+class AsyncTransport : public Transport {
+ public:
+  AsyncTransport(Api* api, EventLoop* loop) : api_(api), loop_(loop), multi_(loop) {}
+  ~AsyncTransport() override;
+  void Call(const std::string& operation, const Json& body, Done done) override;
+  void After(Millis delay, std::function<void()> fn) override;
+  // Fails what is in flight and runs pending retries at once (which then fail too).
+  void Shutdown();
+
+ private:
+  struct PendingTimer {
+    AsyncTransport* self;
+    event* ev;
+    std::function<void()> fn;
+  };
+  static void OnTimer(int, short, void* arg);
+
+  Api* api_;
+  EventLoop* loop_;
+  CurlMulti multi_;
+  bool shut_down_ = false;
+  std::unordered_set<PendingTimer*> timers_;
+};
+
+}  // namespace dlock::dynamodb
+
+#endif  // DLOCK_DYNAMODB_TRANSPORTS_H_

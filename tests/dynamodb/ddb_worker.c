@@ -1,0 +1,77 @@
+/* A separate process for the DynamoDB multi-process tests, using only the public C ABI.
+ *   ddb_worker URL NAME hold LEASE_MS        acquire, print "ACQUIRED <token>", wait to be killed
+ *   ddb_worker URL NAME increment N FILE     N times: acquire (wait forever), append "<token>" to
+ *                                            FILE, add one to the counter in FILE.count, release
+ * Exit status 0 on success; errors go to stderr. */
+#define _POSIX_C_SOURCE 200809L
+#include <dlock/dlock.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int fail(const char *what, dlock_status s) {
+  fprintf(stderr, "ddb_worker: %s: %s: %s\n", what, dlock_status_str(s), dlock_last_error());
+  return 1;
+}
+
+static long read_count(const char *path) {
+  FILE *f = fopen(path, "r");
+  long v = 0;
+  if (f) {
+    if (fscanf(f, "%ld", &v) != 1) v = 0;
+    fclose(f);
+  }
+  return v;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: ddb_worker URL NAME hold LEASE_MS | increment N FILE\n");
+    return 2;
+  }
+  dlock_client *c;
+  dlock_status s = dlock_client_open(argv[1], &c);
+  if (s != DLOCK_OK) return fail("open", s);
+  dlock_options *o = dlock_options_new();
+  if (strcmp(argv[3], "hold") == 0) {
+    dlock_options_set_lease_ms(o, strtoull(argv[4], NULL, 10));
+    dlock_lock *l;
+    s = dlock_acquire(c, argv[2], o, &l);
+    if (s != DLOCK_OK) return fail("acquire", s);
+    printf("ACQUIRED %" PRIu64 "\n", dlock_lock_fencing_token(l));
+    fflush(stdout);
+    for (;;) pause();
+  }
+  if (strcmp(argv[3], "increment") == 0 && argc >= 6) {
+    long n = strtol(argv[4], NULL, 10);
+    char count_path[4096];
+    snprintf(count_path, sizeof count_path, "%s.count", argv[5]);
+    dlock_options_set_wait_ms(o, -1);
+    dlock_options_set_lease_ms(o, 5000);
+    dlock_options_set_retry_ms(o, 5, 50);
+    for (long i = 0; i < n; i++) {
+      dlock_lock *l;
+      s = dlock_acquire(c, argv[2], o, &l);
+      if (s != DLOCK_OK) return fail("acquire", s);
+      long v = read_count(count_path); /* a read-modify-write that loses updates without the lock */
+      FILE *log = fopen(argv[5], "a");
+      fprintf(log, "%" PRIu64 "\n", dlock_lock_fencing_token(l));
+      fclose(log);
+      struct timespec pause_ms = {0, 1000000};
+      nanosleep(&pause_ms, NULL);
+      FILE *f = fopen(count_path, "w");
+      fprintf(f, "%ld\n", v + 1);
+      fclose(f);
+      s = dlock_release(l);
+      if (s != DLOCK_OK) return fail("release", s);
+    }
+    dlock_options_free(o);
+    dlock_client_close(c);
+    return 0;
+  }
+  fprintf(stderr, "ddb_worker: unknown mode %s\n", argv[3]);
+  return 2;
+}
