@@ -1,0 +1,314 @@
+-- Tests for the LuaJIT binding against a real redis-server (run through bindings/luajit/test.sh,
+-- which sets REDIS_PORT and DLOCK_LIBRARY). Ends with "luajit: N passed, N failed".
+local here = arg[0]:match("^(.*)/[^/]*$") or "."
+package.path = here .. "/../?.lua;" .. package.path
+
+local ffi = require("ffi")
+local dlock = require("dlock")
+
+ffi.cdef [[ int usleep(unsigned int usec); int getpid(void); ]]
+
+local PORT = assert(os.getenv("REDIS_PORT"), "REDIS_PORT is not set (run bindings/luajit/test.sh)")
+local URL = "redis://127.0.0.1:" .. PORT
+
+local function sleep(s) ffi.C.usleep(math.floor(s * 1e6)) end
+local function now()
+  local f = io.open("/proc/uptime") local t = f:read("*n") f:close() return t
+end
+local function sh(cmd)
+  local p = assert(io.popen(cmd))
+  local out = p:read("*a")
+  p:close()
+  return (out:gsub("%s+$", ""))
+end
+local function cli(...)
+  local args = {}
+  for i, a in ipairs({ ... }) do args[i] = "'" .. tostring(a):gsub("'", "'\\''") .. "'" end
+  return sh("redis-cli -p " .. PORT .. " " .. table.concat(args, " "))
+end
+local seq = 0
+local function unique(prefix)
+  seq = seq + 1
+  return string.format("%s-%d-%d-%d", prefix or "t", ffi.C.getpid(), os.time(), seq)
+end
+local function key(name) return "dlock:{" .. name .. "}" end
+local function wait_for(pred, timeout)
+  local deadline = now() + (timeout or 5)
+  while now() < deadline do
+    if pred() then return true end
+    sleep(0.01)
+  end
+  return pred()
+end
+local function rss_kib()
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^VmRSS:%s+(%d+)")
+    if v then return tonumber(v) end
+  end
+end
+local function raises(fn, pattern)
+  local ok, err = pcall(fn)
+  assert(not ok, "expected an error")
+  if pattern then assert(tostring(err):find(pattern), "error '" .. tostring(err) .. "' lacks " .. pattern) end
+  return err
+end
+
+local tests, order = {}, {}
+local function test(name, fn) tests[name] = fn order[#order + 1] = name end
+
+-- ----------------------------------------------------------------------------------------------
+
+test("acquire, extend, release", function()
+  local client = assert(dlock.open(URL))
+  local name = unique()
+  local lock, err = client:acquire(name, { lease_ms = 3000 })
+  assert(lock, err)
+  assert(ffi.istype("uint64_t", lock:fencing_token()))
+  assert(lock:fencing_token() > 0)
+  assert(lock:fencing_token_string():match("^%d+$"))
+  assert(lock:valid())
+  assert(lock:attempts() == 1)
+  local left = lock:remaining_ms()
+  assert(left > 0 and left <= 3000, left)
+  assert(cli("EXISTS", key(name)) == "1")
+  assert(lock:extend(20000))
+  assert(tonumber(cli("PTTL", key(name))) > 10000)
+  assert(lock:extend(0))
+  assert(lock:remaining_ms() == math.huge)
+  assert(cli("PTTL", key(name)) == "-1")
+  assert(lock:release() == true)
+  assert(cli("EXISTS", key(name)) == "0")
+  assert(not lock:valid() and lock:remaining_ms() == 0 and lock:released())
+  local ok, msg, code = lock:release()
+  assert(ok == nil and code == "NOT_HELD" and msg:find("released"), msg)
+  ok, msg, code = lock:extend(1000)
+  assert(ok == nil and code == "NOT_HELD")
+  assert(tostring(lock):find("released"))
+  client:close()
+  assert(client:closed())
+  assert(client:close())  -- idempotent
+end)
+
+test("not acquired, waiting, tokens strictly rising", function()
+  local a = assert(dlock.open(URL))
+  local b = assert(dlock.open(URL))
+  local name = unique()
+  local last = 0ULL
+  for i = 1, 30 do
+    local lock = assert(a:acquire(name, { lease_ms = (i % 5 == 0) and 0 or 5000 }))
+    assert(lock:fencing_token() > last)
+    last = lock:fencing_token()
+    assert(lock:release())
+  end
+  local held = assert(a:acquire(name, { lease_ms = 200, heartbeat_ms = 0 }))
+  local lock, msg, code = b:acquire(name)
+  assert(lock == nil and code == "NOT_ACQUIRED" and msg:find(name, 1, true), msg)
+  -- its lease runs out (no heartbeats): a waiter gets it, with a higher token
+  lock = assert(b:acquire(name, { wait_ms = 5000 }))
+  assert(lock:fencing_token() > held:fencing_token())
+  assert(lock:attempts() > 1)
+  local ok, _, c2 = held:release()
+  assert(ok == nil and c2 == "NOT_HELD")
+  assert(lock:release())
+  a:close() b:close()
+end)
+
+test("two OS processes contend", function()
+  local name = unique("procs")
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w")) f:write("0 0") f:close()
+  local n = 150
+  local cmd = string.format("luajit %s/worker.lua %s %s %s %d", here, URL, name, path, n)
+  local p1 = assert(io.popen(cmd))
+  local p2 = assert(io.popen(cmd))
+  local out1, out2 = p1:read("*a"), p2:read("*a")
+  p1:close() p2:close()
+  assert(out1:find("DONE"), "worker 1: " .. out1)
+  assert(out2:find("DONE"), "worker 2: " .. out2)
+  f = assert(io.open(path)) local value = f:read("*n") f:close()
+  os.remove(path)
+  assert(value == 2 * n, "counter is " .. tostring(value))
+  assert(cli("EXISTS", key(name)) == "0")
+end)
+
+test("lost notification reaches user code", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("lost")
+  local got = {}
+  local lock = assert(client:acquire(name, { lease_ms = 600, heartbeat_ms = 150,
+    on_lost = function(l) got[#got + 1] = l end }))
+  sleep(0.4)
+  assert(client:poll() == 0 and lock:valid())
+  cli("DEL", key(name))  -- behind the holder's back
+  assert(wait_for(function() client:poll() return #got > 0 end, 5), "on_lost never ran")
+  assert(got[1] == lock)
+  assert(not lock:valid() and lock:remaining_ms() == 0)
+  assert(tostring(lock):find("lost"))
+  local ok, msg, code = lock:extend(1000)
+  assert(ok == nil and code == "NOT_HELD" and msg:find("lost"), msg)
+  ok, msg, code = lock:release()
+  assert(ok == nil and code == "NOT_HELD")
+  sleep(0.2)
+  client:poll()
+  assert(#got == 1, "on_lost ran more than once")
+  -- a callback that errors does not break anything; released locks are never reported
+  local other = assert(client:acquire(unique("lost"), { lease_ms = 600, heartbeat_ms = 150,
+    on_lost = function() error("buggy callback") end }))
+  local fine = assert(client:acquire(unique("lost"), { on_lost = function() got[#got + 1] = "no" end }))
+  assert(fine:release())
+  cli("DEL", key(other.name))
+  assert(wait_for(function() return client:poll() == 1 end, 5))
+  assert(#got == 1)
+  other:release()
+  client:close()
+end)
+
+test("every error kind is mapped", function()
+  local expect = { [1] = "NOT_ACQUIRED", [2] = "NOT_HELD", [3] = "EINVAL", [4] = "EIO",
+    [5] = "EBACKEND", [6] = "EAUTH", [7] = "ECANCELLED", [8] = "ENOMEM", [9] = "EINTERNAL" }
+  for status, code in pairs(expect) do
+    assert(dlock.code(status) == code)
+    assert(dlock.status[code] == status)
+    local ok, msg, c = dlock._fail(status)
+    assert(ok == nil and c == code and type(msg) == "string")
+  end
+  assert(dlock.code(77) == "UNKNOWN")
+  -- EINVAL, EIO, EAUTH from open; EBACKEND, NOT_ACQUIRED, NOT_HELD from real calls
+  local c, msg, code = dlock.open("bogus://x")
+  assert(c == nil and code == "EINVAL" and msg:find("bogus"), msg)
+  c, msg, code = dlock.open(URL .. "?nope=1")
+  assert(c == nil and code == "EINVAL" and msg:find("nope"), msg)
+  c, msg, code = dlock.open("redis://127.0.0.1:1?connect_timeout_ms=500")
+  assert(c == nil and code == "EIO" and msg:find("127.0.0.1:1"), msg)
+  local user = unique("user")
+  cli("ACL", "SETUSER", user, "on", ">right", "~*", "&*", "+@all")
+  c, msg, code = dlock.open("redis://" .. user .. ":wrong@127.0.0.1:" .. PORT)
+  assert(c == nil and code == "EAUTH" and not msg:find("wrong"), msg)
+  c = assert(dlock.open("redis://" .. user .. ":right@127.0.0.1:" .. PORT))
+  c:close()
+  cli("ACL", "DELUSER", user)
+  local client = assert(dlock.open(URL))
+  local name = unique()
+  cli("SET", key(name) .. ":fence", "not-a-number")
+  local lock
+  lock, msg, code = client:acquire(name)
+  assert(lock == nil and code == "EBACKEND", msg)
+  assert(cli("EXISTS", key(name)) == "0")
+  client:close()
+  lock, msg, code = client:acquire(name)
+  assert(lock == nil and code == "EINVAL" and msg:find("closed"))
+end)
+
+test("bad input: Lua errors for wrong types, nil+EINVAL for refused values", function()
+  local client = assert(dlock.open(URL))
+  for _, bad in ipairs({ 123, true, {}, function() end }) do
+    raises(function() client:acquire(bad) end, "bad argument #1 to 'acquire'")
+  end
+  raises(function() client:acquire() end, "string expected, got nil")
+  raises(function() client.acquire("x") end, "client:acquire")
+  raises(function() client:acquire("a\0b") end, "NUL")
+  raises(function() dlock.open(42) end, "bad argument #1 to 'open'")
+  raises(function() dlock.open() end, "bad argument")
+  raises(function() client:acquire("x", "lease=5") end, "table expected")
+  raises(function() client:acquire("x", { lease_ms = "10" }) end, "lease_ms must be a number")
+  raises(function() client:acquire("x", { lease_ms = 1.5 }) end, "integer")
+  raises(function() client:acquire("x", { lease_ms = -1 }) end, "out of range")
+  raises(function() client:acquire("x", { lease_ms = 0 / 0 }) end, "integer")
+  raises(function() client:acquire("x", { wait_ms = -2 }) end, "out of range")
+  raises(function() client:acquire("x", { retry_ms = 5 }) end, "retry_ms")
+  raises(function() client:acquire("x", { owner = 5 }) end, "owner")
+  raises(function() client:acquire("x", { on_lost = 5 }) end, "on_lost")
+  raises(function() client:acquire("x", { leaseMs = 5 }) end, "unknown option 'leaseMs'")
+  local cases = {
+    { string.rep("x", 1025) }, { string.rep("x", 1000000) }, { string.rep("é", 513) }, { "" },
+    { unique(), { lease_ms = 20 * 365 * 86400 * 1000 } },
+    { unique(), { lease_ms = 1000, heartbeat_ms = 1000 } },
+    { unique(), { retry_ms = { 0, 10 } } }, { unique(), { retry_ms = { 10, 5 } } },
+    { unique(), { owner = string.rep("o", 257) } },
+  }
+  for i, case in ipairs(cases) do
+    local lock, msg, code = client:acquire(case[1], case[2])
+    assert(lock == nil and code == "EINVAL" and #msg > 0, "case " .. i .. ": " .. tostring(msg))
+  end
+  assert(cli("KEYS", "dlock:{t-*}") == "", "bad input left a lock behind")
+  local ok = assert(client:acquire(string.rep("x", 1024)))
+  assert(ok:release())
+  ok = assert(client:acquire("\255\254 raw bytes"))
+  assert(ok.name == "\255\254 raw bytes")
+  assert(ok:release())
+  local lock = assert(client:acquire(unique()))
+  raises(function() lock:extend("1000") end, "bad argument #1 to 'extend'")
+  raises(function() lock:extend(-5) end, "out of range")
+  local r, msg, code = lock:extend(5)  -- too short for the library
+  assert(r == nil and code == "EINVAL", msg)
+  assert(lock:release())
+  client:close()
+end)
+
+test("nothing leaks over 10,000 cycles; forgotten handles are collected", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("leak")
+  local opts = { lease_ms = 5000, on_lost = function() end }
+  for _ = 1, 1000 do assert(client:acquire(name, opts)):release() end
+  collectgarbage() collectgarbage()
+  local before = rss_kib()
+  local t0 = now()
+  for _ = 1, 10000 do
+    local lock = client:acquire(name, opts)
+    assert(lock:release())
+  end
+  collectgarbage() collectgarbage()
+  local grown = rss_kib() - before
+  io.stderr:write(string.format("  10000 acquire+release cycles in %.2f s, RSS grew %d KiB\n", now() - t0, grown))
+  assert(grown < 4096, "RSS grew " .. grown .. " KiB")
+  assert(next(client._watched) == nil)
+  -- forgotten locks are released by the GC
+  local names = {}
+  for i = 1, 100 do
+    names[i] = unique("gc")
+    client:acquire(names[i], { lease_ms = 0 })
+  end
+  collectgarbage() collectgarbage()
+  for i = 1, 100 do assert(cli("EXISTS", key(names[i])) == "0", names[i]) end
+  -- forgotten clients are closed (their thread stops)
+  local tasks = sh("ls /proc/" .. ffi.C.getpid() .. "/task | wc -l")
+  for _ = 1, 50 do
+    local c = assert(dlock.open(URL))
+    assert(c:acquire(unique("gc"), { lease_ms = 0 }))
+  end
+  collectgarbage() collectgarbage()
+  assert(sh("ls /proc/" .. ffi.C.getpid() .. "/task | wc -l") == tasks, "client threads left running")
+  assert(cli("KEYS", "dlock:{gc-*}") == "")
+  client:close()
+end)
+
+test("close releases what the client holds", function()
+  local client = assert(dlock.open(URL))
+  local name = unique()
+  local lock = assert(client:acquire(name, { lease_ms = 0 }))
+  assert(cli("EXISTS", key(name)) == "1")
+  client:close()
+  assert(cli("EXISTS", key(name)) == "0")
+  assert(not lock:valid())
+  local ok, _, code = lock:release()
+  assert(ok == nil and code == "NOT_HELD")
+end)
+
+-- ----------------------------------------------------------------------------------------------
+
+io.stdout:write("luajit binding: dlock ", dlock.version(), " from ", dlock.library_path, "\n")
+local passed, failed = 0, 0
+for _, name in ipairs(order) do
+  local t0 = now()
+  local ok, err = xpcall(tests[name], debug.traceback)
+  if ok then
+    passed = passed + 1
+    io.stdout:write(string.format("ok    %s (%.2f s)\n", name, now() - t0))
+  else
+    failed = failed + 1
+    io.stdout:write(string.format("FAIL  %s\n%s\n", name, tostring(err)))
+  end
+  io.stdout:flush()
+end
+io.stdout:write(string.format("luajit: %d passed, %d failed\n", passed, failed))
+os.exit(failed == 0 and 0 or 1)

@@ -1,0 +1,665 @@
+'use strict';
+// dlock: distributed locks with fencing tokens and lease heartbeats (Node binding).
+//
+// A thin koffi layer over libdlock.so's async C API; see README.md. Every call that talks to
+// the server is asynchronous: acquire/release/extend go through dlock_*_async on the client's
+// own thread (one connection, pipelined), and open/close run on libuv's thread pool. Their
+// completions come back as koffi callbacks, which koffi queues to the JS thread. So the event
+// loop never waits for the network, and a thousand waiting acquires hold no thread each.
+
+const { EventEmitter } = require('node:events');
+const native = require('./lib/native');
+
+const { koffi, C } = native;
+if (!native.hasAsync) {
+  throw new Error(`dlock: ${native.libraryPath} (libdlock ${native.version}) lacks the async C API ` +
+    '(dlock_acquire_async, ...); the Node binding needs it');
+}
+
+const CODES = ['OK', 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', 'EIO', 'EBACKEND', 'EAUTH',
+  'ECANCELLED', 'ENOMEM', 'EINTERNAL'];
+const S = Object.fromEntries(CODES.map((c, i) => [c, i]));
+const INT64_MAX = 9223372036854775807n;
+const MAX_NAME_BYTES = 1024;
+const MAX_OWNER_BYTES = 256;
+
+// ----- errors ---------------------------------------------------------------------------------
+
+class DlockError extends Error {
+  constructor(status, message, options) {
+    super(message || C.status_str(status), options);
+    this.name = 'DlockError';
+    this.status = status;                      // the dlock_status number
+    this.code = CODES[status] || 'UNKNOWN';    // 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', ...
+  }
+}
+
+// The error for a synchronous call that just failed on this thread: dlock_last_error() says why.
+function lastError(status) {
+  return new DlockError(status, C.last_error());
+}
+
+function short(name) {
+  const s = typeof name === 'string' ? name : `<${name.length} bytes>`;
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+}
+
+// The error for an async completion. dlock_last_error() is per thread and the library set it on
+// its own thread, which koffi keeps blocked while this JS runs on the main thread: so the
+// message is built here from what the binding knows.
+function asyncError(status, op, name, extra) {
+  const n = `'${short(name)}'`;
+  let msg;
+  switch (status) {
+    case S.NOT_ACQUIRED: msg = `lock ${n} is held by another owner${extra || ''}`; break;
+    case S.NOT_HELD: msg = `lock ${n} is no longer held by this owner (it expired, was taken over, or was released)`; break;
+    case S.EIO: msg = `${op} of lock ${n}: cannot reach the backend, or it timed out`; break;
+    case S.EBACKEND: msg = `${op} of lock ${n}: the backend answered with an error`; break;
+    case S.EAUTH: msg = `${op} of lock ${n}: credentials refused`; break;
+    case S.ECANCELLED: msg = `${op} of lock ${n} was cancelled${extra || ''}`; break;
+    default: msg = `${op} of lock ${n} failed: ${C.status_str(status)}`;
+  }
+  return new DlockError(status, msg);
+}
+
+function typeError(code, message) {
+  const e = new TypeError(message);
+  e.code = code;
+  return e;
+}
+
+function rangeError(message) {
+  const e = new RangeError(message);
+  e.code = 'ERR_OUT_OF_RANGE';
+  return e;
+}
+
+function describe(v) {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'object' ? 'an object' : `type ${typeof v} (${String(v).slice(0, 40)})`;
+}
+
+// ----- argument checks: TypeError / RangeError like Node's own APIs ---------------------------
+
+function checkMs(what, v, min, max = Number.MAX_SAFE_INTEGER) {
+  if (typeof v === 'bigint') {
+    if (v < BigInt(min) || v > 0xffffffffffffffffn) throw rangeError(`${what} is out of range: ${v}`);
+    return v;
+  }
+  if (typeof v !== 'number') {
+    throw typeError('ERR_INVALID_ARG_TYPE', `${what} must be a number (milliseconds), got ${describe(v)}`);
+  }
+  if (!Number.isInteger(v) || v < min || v > max) {
+    throw rangeError(`${what} must be an integer from ${min} to ${max}, got ${v}`);
+  }
+  return v;
+}
+
+function checkName(name) {
+  if (typeof name === 'string') {
+    if (name.includes('\0')) throw typeError('ERR_INVALID_ARG_VALUE', 'lock name must not contain NUL characters');
+    return name;
+  }
+  if (name instanceof Uint8Array) {
+    if (name.includes(0)) throw typeError('ERR_INVALID_ARG_VALUE', 'lock name must not contain NUL bytes');
+    const b = Buffer.alloc(name.length + 1);
+    b.set(name);
+    return b;  // NUL-terminated copy
+  }
+  throw typeError('ERR_INVALID_ARG_TYPE', `lock name must be a string or Buffer, got ${describe(name)}`);
+}
+
+const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'signal']);
+
+function checkOptions(opts) {
+  if (opts === undefined || opts === null) return {};
+  if (typeof opts !== 'object' || Array.isArray(opts)) {
+    throw typeError('ERR_INVALID_ARG_TYPE', `options must be an object, got ${describe(opts)}`);
+  }
+  for (const k of Object.keys(opts)) {
+    if (!OPTION_KEYS.has(k)) {
+      throw typeError('ERR_INVALID_ARG_VALUE', `unknown option '${k}' (known: ${[...OPTION_KEYS].join(', ')})`);
+    }
+  }
+  const o = {};
+  if (opts.leaseMs !== undefined) o.leaseMs = checkMs('options.leaseMs', opts.leaseMs, 0);
+  if (opts.waitMs !== undefined) {
+    o.waitMs = opts.waitMs === Infinity ? -1 : checkMs('options.waitMs', opts.waitMs, -1);
+  }
+  if (opts.heartbeatMs !== undefined) o.heartbeatMs = checkMs('options.heartbeatMs', opts.heartbeatMs, 0);
+  if (opts.retryMs !== undefined) {
+    if (!Array.isArray(opts.retryMs) || opts.retryMs.length !== 2) {
+      throw typeError('ERR_INVALID_ARG_TYPE', 'options.retryMs must be a [minMs, maxMs] array');
+    }
+    o.retryMs = [checkMs('options.retryMs[0]', opts.retryMs[0], 0), checkMs('options.retryMs[1]', opts.retryMs[1], 0)];
+  }
+  if (opts.owner !== undefined) {
+    if (typeof opts.owner !== 'string') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `options.owner must be a string, got ${describe(opts.owner)}`);
+    }
+    if (opts.owner.includes('\0')) throw typeError('ERR_INVALID_ARG_VALUE', 'options.owner must not contain NUL characters');
+    o.owner = opts.owner;
+  }
+  if (opts.signal !== undefined) {
+    if (!(opts.signal instanceof AbortSignal)) {
+      throw typeError('ERR_INVALID_ARG_TYPE', 'options.signal must be an AbortSignal');
+    }
+    o.signal = opts.signal;
+  }
+  return o;
+}
+
+function checkCallback(cb) {
+  if (typeof cb !== 'function') {
+    throw typeError('ERR_INVALID_ARG_TYPE', `callback must be a function, got ${describe(cb)}`);
+  }
+}
+
+// Calls a node-style callback outside the promise chain (its exceptions stay uncaught).
+function settle(promise, cb) {
+  promise.then((v) => process.nextTick(cb, null, v), (e) => process.nextTick(cb, e));
+}
+
+// ----- completions from the library -----------------------------------------------------------
+// The library gets integer ids as its void *arg; these maps turn them back into JS. The three
+// koffi callbacks are registered once (koffi has a fixed number of registered slots).
+
+let nextId = 1;
+const ops = new Map();       // id -> (status, lockPtr) => void: pending async operations
+const lostRefs = new Map();  // id -> { ref: WeakRef(Lock) | null, early }: on_lost may still fire
+
+// Pending operations keep the process alive (koffi's relay from the library's thread does not).
+let active = 0;
+const keeper = setInterval(() => {}, 0x7fffffff);
+keeper.unref();
+function hold() { if (active++ === 0) keeper.ref(); }
+function unhold() { if (--active === 0) keeper.unref(); }
+
+function complete(id, status, lockPtr) {
+  const op = ops.get(id);
+  if (op === undefined) {  // nobody waits for it any more: give back what we were handed
+    if (lockPtr) C.release_async(lockPtr, null, 0);
+    return;
+  }
+  ops.delete(id);
+  unhold();
+  try {
+    op(status, lockPtr);
+  } catch (e) {
+    process.nextTick(() => { throw e; });
+  }
+}
+
+const acquireCb = koffi.register((status, lockPtr, id) => complete(id, status, lockPtr),
+  koffi.pointer(native.AcquireFn));
+const doneCb = koffi.register((status, id) => complete(id, status, null), koffi.pointer(native.DoneFn));
+const lostCb = koffi.register((name, token, id) => {
+  const entry = lostRefs.get(id);
+  if (entry === undefined) return;
+  if (entry.ref === null) {  // lost before its Lock object exists: the constructor tells
+    entry.early = true;
+    return;
+  }
+  lostRefs.delete(id);
+  const lock = entry.ref.deref();
+  // Return at once (the library's thread waits for us); tell user code right after.
+  if (lock !== undefined) queueMicrotask(() => lock._lost());
+}, koffi.pointer(native.LostFn));
+
+// libuv's thread pool (4 threads unless UV_THREADPOOL_SIZE says otherwise) is shared with fs,
+// dns and zlib: at most POOL_MAX of our blocking calls use it at once; beyond that, and for
+// every call that may wait, the async API (pipelined on the library's own thread) takes over.
+const POOL_MAX = 2;
+let poolBusy = 0;
+
+// Forgotten handles: a Lock garbage-collected while held is released; a forgotten Client closed.
+const lockRegistry = new FinalizationRegistry((st) => {
+  lostRefs.delete(st.id);
+  if (st.h !== null) {
+    const h = st.h;
+    st.h = null;
+    C.release_async(h, null, 0);
+  }
+});
+const clientRegistry = new FinalizationRegistry((h) => {
+  C.client_close.async(h, () => {});
+});
+
+// ----- Client ---------------------------------------------------------------------------------
+
+class Client {
+  #h = null;
+  #ready;
+  #closed = false;
+  #closing = null;
+  #url;
+  #inflight = 0;     // blocking calls on the thread pool that use #h
+  #drained = null;   // close() waits for them
+
+  /**
+   * Opens a client for the backend named by url; connecting happens in the background (see
+   * ready()). redis://[[user]:password@]host[:port][/db][?params], redis+unix:///path.sock.
+   */
+  constructor(url) {
+    if (typeof url !== 'string') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `url must be a string, got ${describe(url)}`);
+    }
+    if (url.includes('\0')) throw typeError('ERR_INVALID_ARG_VALUE', 'url must not contain NUL characters');
+    this.#url = redact(url);
+    this.#ready = this.#open(url);
+    this.#ready.catch(() => {});  // reported by ready() and by every call that needs the client
+  }
+
+  /** Opens a client and waits until it is connected. */
+  static async connect(url) {
+    const c = new Client(url);
+    await c.ready();
+    return c;
+  }
+
+  /** Resolves once connected; rejects with the reason it could not connect (EINVAL, EIO, EAUTH). */
+  ready() {
+    return this.#ready.then(() => this);
+  }
+
+  get closed() { return this.#closed; }
+
+  async #open(url) {
+    hold();
+    try {
+      const out = [null];
+      const status = await new Promise((resolve, reject) => {
+        C.client_open.async(url, out, (err, s) => (err ? reject(err) : resolve(s)));
+      });
+      if (status !== 0) {
+        let message = null;
+        if (status === S.EINVAL) {
+          // A bad URL: asking again here, on this thread, is instant and gives the message
+          // (the pool thread's dlock_last_error() is out of reach).
+          const again = [null];
+          if (C.client_open(url, again) === status) message = C.last_error();
+          else if (again[0]) C.client_close.async(again[0], () => {});
+        }
+        throw new DlockError(status, message || `cannot open ${this.#url}: ${
+          status === S.EIO ? 'cannot reach the server, or it timed out'
+            : status === S.EAUTH ? 'credentials refused' : C.status_str(status)}`);
+      }
+      if (this.#closed) {  // close() came first
+        C.client_close.async(out[0], () => {});
+        return;
+      }
+      this.#h = out[0];
+      clientRegistry.register(this, this.#h, this);
+    } finally {
+      unhold();
+    }
+  }
+
+  async #handle() {
+    if (this.#h === null && !this.#closed) await this.#ready;
+    if (this.#closed || this.#h === null) throw new DlockError(S.EINVAL, 'client is closed');
+    return this.#h;
+  }
+
+  /**
+   * Acquires the lock called name. Returns a promise of a Lock, or with a callback
+   * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, retryMs, owner, signal }.
+   */
+  acquire(name, options, callback) {
+    if (typeof options === 'function' && callback === undefined) {
+      callback = options;
+      options = undefined;
+    }
+    if (callback !== undefined) {
+      checkCallback(callback);
+      const cname = checkName(name);
+      const o = checkOptions(options);
+      settle(this.#acquire(name, cname, o), callback);
+      return undefined;
+    }
+    let cname;
+    let o;
+    try {
+      cname = checkName(name);
+      o = checkOptions(options);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.#acquire(name, cname, o);
+  }
+
+  async #acquire(name, cname, o) {
+    if (o.signal?.aborted) {
+      throw new DlockError(S.ECANCELLED, `acquire of lock '${short(name)}' was aborted`, { cause: o.signal.reason });
+    }
+    const h = this.#h !== null && !this.#closed ? this.#h : await this.#handle();
+    const id = nextId++;
+    const opts = C.options_new();
+    if (!opts) throw new DlockError(S.ENOMEM, 'dlock_options_new: out of memory');
+    let s = 0;
+    if (o.leaseMs !== undefined) s = C.options_set_lease_ms(opts, o.leaseMs);
+    if (s === 0 && o.heartbeatMs !== undefined) s = C.options_set_heartbeat_ms(opts, o.heartbeatMs);
+    if (s === 0 && o.waitMs !== undefined) s = C.options_set_wait_ms(opts, o.waitMs);
+    if (s === 0 && o.retryMs !== undefined) s = C.options_set_retry_ms(opts, o.retryMs[0], o.retryMs[1]);
+    if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
+    if (s === 0) s = C.options_set_on_lost(opts, lostCb, id);
+    if (s !== 0) {
+      const e = lastError(s);
+      C.options_free(opts);
+      throw e;
+    }
+    const lost = { ref: null, early: false };
+    lostRefs.set(id, lost);
+    try {
+      // One try (no waiting): a blocking call on libuv's pool is the shortest path (no hop
+      // through the library's thread). Anything that may wait uses the async API.
+      if (!o.waitMs && poolBusy < POOL_MAX) {
+        const out = [null];
+        this.#inflight++;
+        poolBusy++;
+        let status;
+        try {
+          status = await new Promise((resolve) => {
+            C.acquire.async(h, cname, opts, out, (err, st) => resolve(err ? -1 : st));
+          });
+        } finally {
+          poolBusy--;
+          this.#leave();
+        }
+        if (status === 0) return new Lock(this, out[0], name, id, lost);
+        // EINVAL (argument errors; its message stayed on the pool thread) and koffi failures
+        // go the async way below, which reports argument errors at once, with the message.
+        if (status !== S.EINVAL && status !== -1) {
+          throw asyncError(status, 'acquire', name, status === S.NOT_ACQUIRED ? ' (one try; set waitMs to wait)' : '');
+        }
+        if (this.#closed) throw new DlockError(S.EINVAL, 'client is closed');
+      }
+      return await this.#acquireAsync(this.#h, name, cname, o, opts, id, lost);
+    } catch (e) {
+      lostRefs.delete(id);
+      throw e;
+    } finally {
+      C.options_free(opts);
+    }
+  }
+
+  #acquireAsync(h, name, cname, o, opts, id, lost) {
+    return new Promise((resolve, reject) => {
+      const s = C.acquire_async(h, cname, opts, acquireCb, id);
+      if (s !== 0) {
+        reject(lastError(s));
+        return;
+      }
+      const signal = o.signal;
+      let onAbort = null;
+      ops.set(id, (status, lockPtr) => {
+        if (onAbort !== null) signal.removeEventListener('abort', onAbort);
+        if (status === 0) {
+          resolve(new Lock(this, lockPtr, name, id, lost));
+        } else if (status === S.ECANCELLED && signal?.aborted) {
+          reject(new DlockError(status, `acquire of lock '${short(name)}' was aborted`, { cause: signal.reason }));
+        } else {
+          const extra = status === S.NOT_ACQUIRED
+            ? (o.waitMs ? ` (waited up to ${o.waitMs} ms)` : ' (one try; set waitMs to wait)')
+            : status === S.ECANCELLED && this.#closed ? ' (its client was closed)' : '';
+          reject(asyncError(status, 'acquire', name, extra));
+        }
+      });
+      hold();
+      if (signal !== undefined) {
+        onAbort = () => { if (this.#h !== null) C.acquire_cancel(this.#h, id); };
+        signal.addEventListener('abort', onAbort, { once: true });
+      }
+    });
+  }
+
+  #leave() {
+    if (--this.#inflight === 0 && this.#drained !== null) this.#drained();
+  }
+
+  /**
+   * Acquires the lock, runs fn(lock), and always releases it. Resolves with fn's result.
+   * If fn succeeded but the lock was lost meanwhile, rejects with NOT_HELD (never silent);
+   * if fn threw, rejects with fn's error.
+   */
+  async using(name, options, fn) {
+    if (typeof options === 'function' && fn === undefined) {
+      fn = options;
+      options = undefined;
+    }
+    if (typeof fn !== 'function') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `fn must be a function, got ${describe(fn)}`);
+    }
+    const lock = await this.acquire(name, options);
+    let result;
+    try {
+      result = await fn(lock);
+    } catch (e) {
+      if (!lock.released) await lock.release().catch(() => {});
+      throw e;
+    }
+    if (!lock.released) await lock.release();
+    return result;
+  }
+
+  /**
+   * Releases every lock this client holds, cancels pending acquires (ECANCELLED), closes its
+   * connections and stops its thread. Returns a promise (or takes a callback). Idempotent.
+   */
+  close(callback) {
+    if (!this.#closing) {
+      this.#closed = true;
+      this.#closing = (async () => {
+        try {
+          await this.#ready;
+        } catch {
+          return;  // never opened
+        }
+        const h = this.#h;
+        if (h === null) return;
+        this.#h = null;
+        clientRegistry.unregister(this);
+        if (this.#inflight > 0) await new Promise((resolve) => { this.#drained = resolve; });
+        hold();
+        try {
+          await new Promise((resolve) => C.client_close.async(h, () => resolve()));
+        } finally {
+          unhold();
+        }
+      })();
+    }
+    if (callback !== undefined) {
+      checkCallback(callback);
+      settle(this.#closing, callback);
+      return undefined;
+    }
+    return this.#closing;
+  }
+
+  toString() { return `Client(${this.#url}${this.#closed ? ', closed' : ''})`; }
+}
+
+if (typeof Symbol.asyncDispose === 'symbol') {
+  Client.prototype[Symbol.asyncDispose] = function asyncDispose() { return this.close(); };
+}
+
+function redact(url) {
+  return url.replace(/^([a-z+]+:\/\/)([^@/]*):([^@/]*)@/i, '$1$2:***@');
+}
+
+// ----- Lock -----------------------------------------------------------------------------------
+
+/** A held lock: an EventEmitter that emits 'lost' (once) if it is found lost in the background. */
+class Lock extends EventEmitter {
+  #st;           // { h: pointer or null, id }: shared with the finalizer
+  #busy = null;  // a blocking extend running on the pool: nothing else may use h meanwhile
+
+  constructor(client, ptr, name, id, lost) {
+    super();
+    this.#st = { h: ptr, id };
+    Object.defineProperty(this, 'client', { value: client, enumerable: false });
+    /** The name as given to acquire. */
+    this.name = name;
+    /** Fencing token (bigint): greater than every token issued before for this name. */
+    this.fencingToken = BigInt(C.lock_fencing_token(ptr));
+    /** How many tries the acquire took (1 = first try). */
+    this.attempts = C.lock_attempts(ptr);
+    /** Set once 'lost' was emitted. */
+    this.lost = false;
+    lost.ref = new WeakRef(this);
+    if (lost.early) {
+      lostRefs.delete(id);
+      queueMicrotask(() => this._lost());
+    }
+    lockRegistry.register(this, this.#st, this);
+  }
+
+  /** True while the local deadline holds and the lock was not found lost. */
+  get valid() {
+    return this.#st.h !== null && C.lock_is_valid(this.#st.h) === 1;
+  }
+
+  /** Milliseconds before the local deadline: Infinity for no expiry, 0 once lost or released. */
+  get remainingMs() {
+    if (this.#st.h === null) return 0;
+    const v = C.lock_remaining_ms(this.#st.h);
+    return BigInt(v) === INT64_MAX ? Infinity : Number(v);
+  }
+
+  /** True once release() was called. */
+  get released() { return this.#st.h === null; }
+
+  _lost() {
+    if (this.lost || this.#st.h === null) return;
+    this.lost = true;
+    this.emit('lost', this);
+  }
+
+  #releasedError() {
+    return new DlockError(S.NOT_HELD, `lock '${short(this.name)}' was already released`);
+  }
+
+  /** Sets the lease to leaseMs from now (0 = no expiry). Rejects with NOT_HELD if it was lost. */
+  extend(leaseMs, callback) {
+    if (callback !== undefined) {
+      checkCallback(callback);
+      checkMs('leaseMs', leaseMs, 0);
+      settle(this.#extend(leaseMs), callback);
+      return undefined;
+    }
+    try {
+      checkMs('leaseMs', leaseMs, 0);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.#extend(leaseMs);
+  }
+
+  async #extend(leaseMs) {
+    while (this.#busy !== null) await this.#busy;
+    const h = this.#st.h;
+    if (h === null) throw this.#releasedError();
+    if (poolBusy < POOL_MAX) {
+      poolBusy++;
+      this.#busy = new Promise((resolve) => {
+        C.extend.async(h, leaseMs, (err, st) => resolve(err ? -1 : st));
+      });
+      let status;
+      try {
+        status = await this.#busy;
+      } finally {
+        this.#busy = null;
+        poolBusy--;
+      }
+      if (status === 0) return;
+      if (status !== S.EINVAL && status !== -1) throw asyncError(status, 'extend', this.name);
+      if (this.#st.h === null) throw this.#releasedError();
+      // EINVAL: ask the async API, which reports argument errors at once with their message.
+    }
+    await new Promise((resolve, reject) => {
+      const id = nextId++;
+      const s = C.extend_async(this.#st.h, leaseMs, doneCb, id);
+      if (s !== 0) {
+        reject(lastError(s));  // argument errors, or NOT_HELD at once on a closed client
+        return;
+      }
+      ops.set(id, (status) => (status === 0 ? resolve() : reject(asyncError(status, 'extend', this.name))));
+      hold();
+    });
+  }
+
+  /** Releases the lock. Rejects with NOT_HELD if it had been lost or was already released. */
+  release(callback) {
+    if (callback !== undefined) {
+      checkCallback(callback);
+      settle(this.#release(), callback);
+      return undefined;
+    }
+    return this.#release();
+  }
+
+  async #release() {
+    const st = this.#st;
+    if (st.h === null) throw this.#releasedError();
+    while (this.#busy !== null) await this.#busy;  // a blocking extend still uses h
+    const h = st.h;
+    if (h === null) throw this.#releasedError();
+    st.h = null;
+    lockRegistry.unregister(this);
+    if (poolBusy < POOL_MAX) {
+      poolBusy++;
+      let status;
+      try {
+        status = await new Promise((resolve) => {
+          C.release.async(h, (err, s) => resolve(err ? -1 : s));
+        });
+      } finally {
+        poolBusy--;
+        lostRefs.delete(st.id);  // release returned: on_lost is neither running nor going to run
+      }
+      if (status === 0) return;
+      if (status !== -1) throw asyncError(status, 'release', this.name);
+      // koffi could not queue the call (h was not used): fall through
+    }
+    await new Promise((resolve, reject) => {
+      const id = nextId++;
+      const s = C.release_async(h, doneCb, id);  // frees h whatever happens
+      if (s !== 0) {
+        lostRefs.delete(st.id);
+        reject(lastError(s));
+        return;
+      }
+      ops.set(id, (status) => {
+        lostRefs.delete(st.id);
+        if (status === 0) resolve();
+        else reject(asyncError(status, 'release', this.name));
+      });
+      hold();
+    });
+  }
+
+  toString() {
+    const state = this.released ? 'released' : this.valid ? 'held' : 'lost';
+    return `Lock('${short(this.name)}', token ${this.fencingToken}, ${state})`;
+  }
+}
+
+/** The library's version, "MAJOR.MINOR.PATCH". */
+function version() { return C.version(); }
+
+module.exports = {
+  Client,
+  Lock,
+  DlockError,
+  version,
+  libraryPath: native.libraryPath,
+  codes: Object.freeze({ ...S }),
+  MAX_NAME_BYTES,
+  MAX_OWNER_BYTES,
+  // for the tests
+  _internals: {
+    ops, lostRefs, asyncError, activeCount: () => active, poolBusy: () => poolBusy,
+    statusError: (s) => new DlockError(s),
+  },
+};

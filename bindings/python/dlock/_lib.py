@@ -1,0 +1,124 @@
+"""Finds and loads libdlock.so, and declares the C ABI (include/dlock/dlock.h) for ctypes.
+
+Search order: $DLOCK_LIBRARY (a path to the .so), then `pkg-config --variable=libdir dlock`,
+then the system's loader path (libdlock.so.0, as the SONAME says).
+
+ctypes.CDLL releases the GIL around every foreign call, so a blocking dlock_acquire never holds
+up other Python threads, and callbacks from the library's own thread can take the GIL while a
+Python thread waits in dlock_release.
+"""
+
+import ctypes
+import os
+import shutil
+import subprocess
+
+SONAME = "libdlock.so.0"
+SUPPORTED_MAJOR = 0
+
+
+def _candidates():
+    env = os.environ.get("DLOCK_LIBRARY")
+    if env:
+        # An explicit choice is final: a wrong path is an error, not a reason to look elsewhere.
+        return [("DLOCK_LIBRARY", env)], True
+    found = []
+    if shutil.which("pkg-config"):
+        try:
+            out = subprocess.run(
+                ["pkg-config", "--variable=libdir", "dlock"],
+                capture_output=True, text=True, timeout=10, check=False,
+            )
+            libdir = out.stdout.strip()
+            if out.returncode == 0 and libdir:
+                for name in (SONAME, "libdlock.so"):
+                    path = os.path.join(libdir, name)
+                    if os.path.exists(path):
+                        found.append(("pkg-config libdir", path))
+                        break
+        except (OSError, subprocess.SubprocessError):
+            pass
+    found.append(("system loader path", SONAME))
+    return found, False
+
+
+def load():
+    """Returns (ctypes.CDLL, path) for libdlock, or raises OSError naming every place tried."""
+    candidates, explicit = _candidates()
+    tried = []
+    for where, path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{where} ({path}): {e}")
+            if explicit:
+                break
+            continue
+        _declare(lib)
+        version = lib.dlock_version().decode()
+        major = int(version.split(".")[0])
+        if major != SUPPORTED_MAJOR:
+            raise OSError(f"dlock: {path} is libdlock {version}; this binding needs {SUPPORTED_MAJOR}.x")
+        return lib, path
+    raise OSError(
+        "dlock: cannot load libdlock.so; set DLOCK_LIBRARY to its path, or install it where "
+        "pkg-config or the loader finds it. Tried: " + "; ".join(tried)
+    )
+
+
+c_status = ctypes.c_int  # enum dlock_status
+c_client_p = ctypes.c_void_p
+c_lock_p = ctypes.c_void_p
+c_options_p = ctypes.c_void_p
+
+# Callback types. The void *arg of every callback is declared as an integer (c_size_t): the
+# binding passes small integer ids, never Python objects, through the C library.
+LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_size_t)
+ACQUIRE_FN = ctypes.CFUNCTYPE(None, c_status, c_lock_p, ctypes.c_size_t)
+DONE_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_size_t)
+
+HAS_ASYNC = False
+
+
+def _fn(lib, name, restype, argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+def _declare(lib):
+    global HAS_ASYNC
+    _fn(lib, "dlock_status_str", ctypes.c_char_p, [c_status])
+    _fn(lib, "dlock_last_error", ctypes.c_char_p, [])
+    _fn(lib, "dlock_version", ctypes.c_char_p, [])
+    _fn(lib, "dlock_client_open", c_status, [ctypes.c_char_p, ctypes.POINTER(c_client_p)])
+    _fn(lib, "dlock_client_close", None, [c_client_p])
+    _fn(lib, "dlock_options_new", c_options_p, [])
+    _fn(lib, "dlock_options_free", None, [c_options_p])
+    _fn(lib, "dlock_options_set_lease_ms", c_status, [c_options_p, ctypes.c_uint64])
+    _fn(lib, "dlock_options_set_heartbeat_ms", c_status, [c_options_p, ctypes.c_uint64])
+    _fn(lib, "dlock_options_set_wait_ms", c_status, [c_options_p, ctypes.c_int64])
+    _fn(lib, "dlock_options_set_retry_ms", c_status, [c_options_p, ctypes.c_uint64, ctypes.c_uint64])
+    _fn(lib, "dlock_options_set_owner", c_status, [c_options_p, ctypes.c_char_p])
+    _fn(lib, "dlock_options_set_on_lost", c_status, [c_options_p, LOST_FN, ctypes.c_size_t])
+    _fn(lib, "dlock_acquire", c_status,
+        [c_client_p, ctypes.c_char_p, c_options_p, ctypes.POINTER(c_lock_p)])
+    _fn(lib, "dlock_release", c_status, [c_lock_p])
+    _fn(lib, "dlock_extend", c_status, [c_lock_p, ctypes.c_uint64])
+    _fn(lib, "dlock_lock_fencing_token", ctypes.c_uint64, [c_lock_p])
+    _fn(lib, "dlock_lock_is_valid", ctypes.c_int, [c_lock_p])
+    _fn(lib, "dlock_lock_remaining_ms", ctypes.c_int64, [c_lock_p])
+    _fn(lib, "dlock_lock_attempts", ctypes.c_uint32, [c_lock_p])
+    _fn(lib, "dlock_lock_name", ctypes.c_char_p, [c_lock_p])
+    # The async calls (declared in dlock.h's last section) are optional: a library without
+    # them still serves everything, with asyncio falling back to a thread pool.
+    try:
+        _fn(lib, "dlock_acquire_async", c_status,
+            [c_client_p, ctypes.c_char_p, c_options_p, ACQUIRE_FN, ctypes.c_size_t])
+        _fn(lib, "dlock_acquire_cancel", c_status, [c_client_p, ctypes.c_size_t])
+        _fn(lib, "dlock_release_async", c_status, [c_lock_p, DONE_FN, ctypes.c_size_t])
+        _fn(lib, "dlock_extend_async", c_status, [c_lock_p, ctypes.c_uint64, DONE_FN, ctypes.c_size_t])
+        HAS_ASYNC = True
+    except AttributeError:
+        HAS_ASYNC = False

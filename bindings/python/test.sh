@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Tests the Python binding against a throwaway redis-server on a free port.
+#
+#   DLOCK_LIBRARY=/path/to/libdlock.so bindings/python/test.sh
+#
+# DLOCK_LIBRARY defaults to <repo>/build/libdlock.so when that exists. PYTHON picks the
+# interpreter (default: python3 on PATH). Runs the suite twice when the library has the async
+# C API: once using it for asyncio, once with the thread-pool fallback
+# (DLOCK_PY_FORCE_THREADS=1). Needs redis-server and redis-cli.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+source "$repo/scripts/lib.sh"
+
+if [[ -z ${DLOCK_LIBRARY:-} && -e $repo/build/libdlock.so ]]; then
+  DLOCK_LIBRARY=$repo/build/libdlock.so
+fi
+export DLOCK_LIBRARY
+PYTHON=${PYTHON:-python3}
+
+work=$(mktemp -d)
+trap 'stop_redis; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+start_redis "$work"
+export REDIS_PORT REDIS_URL
+echo "python binding: $($PYTHON --version) ($(command -v "$PYTHON")), library ${DLOCK_LIBRARY:-<search>}, redis $REDIS_URL"
+
+has_async=$(cd "$here" && "$PYTHON" -c 'import dlock, dlock._lib as l; print(int(l.HAS_ASYNC))')
+rc=0
+(cd "$here" && "$PYTHON" tests/run.py python) || rc=1
+if [[ $has_async == 1 ]]; then
+  (cd "$here" && DLOCK_PY_FORCE_THREADS=1 "$PYTHON" tests/run.py python-threads) || rc=1
+else
+  echo "python binding: libdlock has no async C API yet: asyncio ran on the thread-pool fallback only"
+fi
+exit $rc

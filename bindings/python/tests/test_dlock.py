@@ -1,0 +1,581 @@
+"""Tests for the Python binding, against a real redis-server.
+
+Run through bindings/python/test.sh (starts a throwaway redis-server), or by hand:
+    REDIS_PORT=6379 DLOCK_LIBRARY=build/libdlock.so python3 -m unittest discover -s bindings/python/tests -v
+"""
+
+import asyncio
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import dlock  # noqa: E402
+
+PORT = os.environ.get("REDIS_PORT")
+URL = f"redis://127.0.0.1:{PORT}"
+
+
+def cli(*args):
+    out = subprocess.run(["redis-cli", "-p", PORT, *map(str, args)], capture_output=True,
+                         text=True, check=True, timeout=10)
+    return out.stdout.strip()
+
+
+def wait_for(pred, timeout=5.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return pred()
+
+
+def unique(prefix="t"):
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def setUpModule():
+    if not PORT:
+        raise unittest.SkipTest("REDIS_PORT is not set (run bindings/python/test.sh)")
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.client = dlock.Client(URL)
+
+    def tearDown(self):
+        self.client.close()
+
+
+class Basics(Base):
+    def test_acquire_extend_release(self):
+        name = unique()
+        lock = self.client.acquire(name, lease_ms=3000)
+        self.assertIsInstance(lock.fencing_token, int)
+        self.assertGreater(lock.fencing_token, 0)
+        self.assertEqual(lock.attempts, 1)
+        self.assertEqual(lock.name, name)
+        self.assertTrue(lock.valid)
+        self.assertTrue(0 < lock.remaining_ms <= 3000)
+        self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "1")
+        lock.extend(20_000)
+        self.assertGreater(int(cli("PTTL", f"dlock:{{{name}}}")), 10_000)
+        self.assertGreater(lock.remaining_ms, 10_000)
+        lock.extend(0)  # no expiry
+        self.assertEqual(lock.remaining_ms, float("inf"))
+        self.assertEqual(cli("PTTL", f"dlock:{{{name}}}"), "-1")
+        lock.release()
+        self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
+        self.assertFalse(lock.valid)
+        self.assertEqual(lock.remaining_ms, 0)
+        self.assertTrue(lock.released)
+        with self.assertRaises(dlock.NotHeld):
+            lock.release()
+        with self.assertRaises(dlock.NotHeld):
+            lock.extend(1000)
+        self.assertIn("released", repr(lock))
+
+    def test_with_blocks(self):
+        name = unique()
+        with self.client.lock(name, lease_ms=5000, wait_ms=1000, owner="tests") as lock:
+            self.assertTrue(lock.valid)
+            self.assertTrue(cli("GET", f"dlock:{{{name}}}").endswith("|tests"))
+        self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
+        with self.client.lock(name) as lock:
+            lock.release()  # released inside: leaving the block is fine
+        with dlock.Client(URL) as c2:
+            c2.acquire(name).release()
+        self.assertTrue(c2.closed)
+
+    def test_lost_inside_with_raises_not_held_on_exit(self):
+        name = unique()
+        with self.assertRaises(dlock.NotHeld):
+            with self.client.lock(name, lease_ms=5000):
+                cli("DEL", f"dlock:{{{name}}}")
+        # ... but never masks the block's own exception
+        with self.assertRaises(KeyError):
+            with self.client.lock(name, lease_ms=5000):
+                cli("DEL", f"dlock:{{{name}}}")
+                raise KeyError("mine")
+
+    def test_tokens_strictly_rising(self):
+        name = unique()
+        last = 0
+        for i in range(50):
+            lease = 0 if i % 5 == 0 else 5000
+            with self.client.lock(name, lease_ms=lease) as lock:
+                self.assertGreater(lock.fencing_token, last)
+                last = lock.fencing_token
+        # across an expiry and a takeover, and across clients
+        lock = self.client.acquire(name, lease_ms=100, heartbeat_ms=0)
+        self.assertGreater(lock.fencing_token, last)
+        last = lock.fencing_token
+        with dlock.Client(URL) as other:
+            other_lock = other.acquire(name, wait_ms=2000)
+            self.assertGreater(other_lock.fencing_token, last)
+            other_lock.release()
+        with self.assertRaises(dlock.NotHeld):
+            lock.release()
+
+    def test_contention_and_waiting_in_one_process(self):
+        name = unique()
+        holder = self.client.acquire(name, lease_ms=10_000)
+        with dlock.Client(URL) as other:
+            with self.assertRaises(dlock.NotAcquired) as cm:
+                other.acquire(name)
+            self.assertIn(name, str(cm.exception))
+            with self.assertRaises(dlock.NotAcquired):
+                other.acquire(name, wait_ms=150)
+            threading.Timer(0.3, holder.release).start()
+            lock = other.acquire(name, wait_ms=10_000)
+            self.assertGreater(lock.fencing_token, holder.fencing_token)
+            self.assertGreater(lock.attempts, 1)
+            lock.release()
+
+    def test_threads_share_a_client(self):
+        name = unique()
+        counter = [0]
+
+        def work():
+            for _ in range(25):
+                with self.client.lock(name, wait_ms=-1):
+                    v = counter[0]
+                    time.sleep(0)
+                    counter[0] = v + 1
+
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(counter[0], 150)
+
+    def test_close_releases_what_it_holds(self):
+        client = dlock.Client(URL)
+        name = unique()
+        lock = client.acquire(name, lease_ms=0)
+        self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "1")
+        client.close()
+        client.close()  # idempotent
+        self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
+        self.assertFalse(lock.valid)
+        with self.assertRaises(dlock.NotHeld):
+            lock.release()
+        with self.assertRaises(dlock.InvalidArgument):
+            client.acquire(name)
+        self.assertIn("closed", repr(client))
+
+    def test_version_and_library(self):
+        self.assertRegex(dlock.version(), r"^0\.\d+\.\d+$")
+        self.assertTrue(dlock.library_path)
+
+    def test_url_password_not_in_repr(self):
+        self.assertNotIn("secret", dlock._redact("redis://u:secret@h:1/0"))
+
+
+class TwoProcesses(unittest.TestCase):
+    def test_two_processes_contend(self):
+        name = unique("procs")
+        n = 150
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "counter")
+            with open(path, "w") as f:
+                f.write("0 0")
+            worker = os.path.join(HERE, "worker.py")
+            procs = [subprocess.Popen([sys.executable, worker, URL, name, path, str(n)])
+                     for _ in range(2)]
+            codes = [p.wait(timeout=120) for p in procs]
+            self.assertEqual(codes, [0, 0])
+            with open(path) as f:
+                value, token = (int(x) for x in f.read().split())
+        self.assertEqual(value, 2 * n)
+        self.assertGreater(token, 0)
+        self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
+
+
+class Lost(Base):
+    def test_on_lost_reaches_user_code(self):
+        name = unique("lost")
+        got = []
+        event = threading.Event()
+
+        def on_lost(lock):
+            got.append((lock, threading.current_thread() is threading.main_thread(), lock.valid))
+            event.set()
+
+        lock = self.client.acquire(name, lease_ms=600, heartbeat_ms=150, on_lost=on_lost)
+        time.sleep(0.4)
+        self.assertTrue(lock.valid)
+        cli("DEL", f"dlock:{{{name}}}")  # behind the holder's back
+        self.assertTrue(event.wait(5), "on_lost never ran")
+        self.assertIs(got[0][0], lock)
+        self.assertFalse(got[0][1], "on_lost ran on the main thread?")
+        self.assertFalse(got[0][2])
+        self.assertFalse(lock.valid)
+        self.assertEqual(lock.remaining_ms, 0)
+        self.assertIn("lost", repr(lock))
+        with self.assertRaises(dlock.NotHeld):
+            lock.extend(1000)
+        with self.assertRaises(dlock.NotHeld) as cm:
+            lock.release()
+        self.assertIn("lost", str(cm.exception))
+        time.sleep(0.3)
+        self.assertEqual(len(got), 1, "on_lost ran more than once")
+        self.assertNotIn(name, str(dlock._lost_slots))
+
+    def test_on_lost_may_release_and_raise(self):
+        name = unique("lost")
+        done = threading.Event()
+        seen = []
+
+        def on_lost(lock):
+            try:
+                lock.release()
+            except dlock.NotHeld as e:
+                seen.append(e)
+            done.set()
+            raise RuntimeError("a buggy callback must not break the library")
+
+        lock = self.client.acquire(name, lease_ms=600, heartbeat_ms=150, on_lost=on_lost)
+        cli("SET", f"dlock:{{{name}}}", "someone-else")  # taken over
+        self.assertTrue(done.wait(5))
+        self.assertEqual(len(seen), 1)
+        self.assertTrue(lock.released)
+        # the client still works
+        self.client.acquire(unique()).release()
+
+    def test_without_heartbeats_valid_turns_false(self):
+        lock = self.client.acquire(unique(), lease_ms=150, heartbeat_ms=0)
+        self.assertTrue(wait_for(lambda: not lock.valid, 3))
+        with self.assertRaises(dlock.NotHeld):
+            lock.release()
+
+
+class Errors(Base):
+    def test_every_status_has_a_class(self):
+        expect = {
+            1: (dlock.NotAcquired, "DLOCK_NOT_ACQUIRED"),
+            2: (dlock.NotHeld, "DLOCK_NOT_HELD"),
+            3: (dlock.InvalidArgument, "DLOCK_EINVAL"),
+            4: (dlock.ConnectionError, "DLOCK_EIO"),
+            5: (dlock.BackendError, "DLOCK_EBACKEND"),
+            6: (dlock.AuthError, "DLOCK_EAUTH"),
+            7: (dlock.Cancelled, "DLOCK_ECANCELLED"),
+            8: (dlock.OutOfMemory, "DLOCK_ENOMEM"),
+            9: (dlock.InternalError, "DLOCK_EINTERNAL"),
+        }
+        for status, (cls, code) in expect.items():
+            e = dlock._error(status, "msg")
+            self.assertIs(type(e), cls)
+            self.assertIsInstance(e, dlock.Error)
+            self.assertEqual((e.status, e.code, str(e), e.message), (status, code, "msg", "msg"))
+            self.assertEqual(cls.code, dlock._status_name(status))
+        self.assertIsInstance(dlock._error(3, "m"), ValueError)
+        self.assertIsInstance(dlock._error(4, "m"), ConnectionError)
+        self.assertIsInstance(dlock._error(8, "m"), MemoryError)
+        e = dlock._error(77, "")
+        self.assertIs(type(e), dlock.Error)
+        self.assertEqual(e.code, "DLOCK_UNKNOWN")
+
+    def test_not_acquired_and_not_held(self):
+        name = unique()
+        lock = self.client.acquire(name)
+        with dlock.Client(URL) as other:
+            with self.assertRaises(dlock.NotAcquired) as cm:
+                other.acquire(name)
+        self.assertEqual(cm.exception.status, 1)
+        cli("DEL", f"dlock:{{{name}}}")
+        with self.assertRaises(dlock.NotHeld) as cm:
+            lock.extend(5000)
+        self.assertIn(name, str(cm.exception))
+        with self.assertRaises(dlock.NotHeld):
+            lock.release()
+
+    def test_invalid_argument(self):
+        for url in ("bogus://x", f"redis://127.0.0.1:{PORT}?nope=1", "redis://h:notaport"):
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                dlock.Client(url)
+            self.assertTrue(str(cm.exception))
+            self.assertIsInstance(cm.exception, ValueError)
+
+    def test_connection_error(self):
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()  # nothing listens there now
+        with self.assertRaises(dlock.ConnectionError) as cm:
+            dlock.Client(f"redis://127.0.0.1:{port}?connect_timeout_ms=500")
+        self.assertIn(str(port), str(cm.exception))
+        self.assertIsInstance(cm.exception, ConnectionError)
+
+    def test_auth_error(self):
+        user = unique("user")
+        cli("ACL", "SETUSER", user, "on", ">right", "~*", "&*", "+@all")
+        try:
+            with self.assertRaises(dlock.AuthError) as cm:
+                dlock.Client(f"redis://{user}:wrong@127.0.0.1:{PORT}")
+            self.assertNotIn("wrong", str(cm.exception))
+            with dlock.Client(f"redis://{user}:right@127.0.0.1:{PORT}") as c:
+                c.acquire(unique()).release()
+        finally:
+            cli("ACL", "DELUSER", user)
+
+    def test_backend_error(self):
+        name = unique()
+        cli("SET", f"dlock:{{{name}}}:fence", "not-a-number")
+        with self.assertRaises(dlock.BackendError) as cm:
+            self.client.acquire(name)
+        self.assertTrue(str(cm.exception))
+        self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
+
+    @unittest.skipUnless(dlock._use_async_c, "needs the library's async API")
+    def test_cancelled(self):
+        name = unique()
+        holder = self.client.acquire(name)
+        client = dlock.Client(URL)
+
+        async def main():
+            task = asyncio.ensure_future(client.aacquire(name, wait_ms=-1))
+            await asyncio.sleep(0.2)
+            await client.aclose()  # cancels the pending acquire
+            with self.assertRaises(dlock.Cancelled):
+                await task
+
+        asyncio.run(main())
+        holder.release()
+
+
+class BadInput(Base):
+    def test_wrong_types_are_type_errors(self):
+        c = self.client
+        for bad in (123, None, 1.5, ["x"], object()):
+            with self.assertRaises(TypeError):
+                c.acquire(bad)
+        for kw in ({"lease_ms": "10"}, {"lease_ms": 1.5}, {"lease_ms": True}, {"wait_ms": "1"},
+                   {"heartbeat_ms": 2.0}, {"retry_ms": 5}, {"retry_ms": ("a", 1)}, {"owner": 7},
+                   {"on_lost": 5}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                c.acquire(unique(), **kw)
+        with self.assertRaises(TypeError):
+            dlock.Client(5)
+        with self.assertRaises(TypeError):
+            c.acquire()  # missing name
+        with self.assertRaises(TypeError):
+            c.acquire("x", 1000)  # options are keyword-only
+        lock = c.acquire(unique())
+        with self.assertRaises(TypeError):
+            lock.extend("1000")
+        lock.release()
+
+    def test_bad_values_are_value_errors(self):
+        c = self.client
+        cases = [
+            ("x" * 1025, {}),                # one byte over DLOCK_MAX_NAME_BYTES
+            ("x" * 1_000_000, {}),           # huge
+            ("é" * 513, {}),                 # 1026 bytes in UTF-8
+            ("", {}),
+            (b"a\0b", {}),
+            ("a\0b", {}),
+            (unique(), {"lease_ms": -1}),
+            (unique(), {"lease_ms": 2**64}),
+            (unique(), {"lease_ms": 20 * 365 * 86400 * 1000}),  # over 10 years
+            (unique(), {"wait_ms": -2}),
+            (unique(), {"lease_ms": 1000, "heartbeat_ms": 1000}),
+            (unique(), {"retry_ms": (0, 10)}),
+            (unique(), {"retry_ms": (10, 5)}),
+            (unique(), {"owner": "o" * 257}),
+            (unique(), {"owner": "a\0b"}),
+        ]
+        for name, kw in cases:
+            with self.assertRaises(dlock.InvalidArgument, msg=f"{name[:20]!r} {kw}") as cm:
+                c.acquire(name, **kw)
+            self.assertIsInstance(cm.exception, ValueError)
+            self.assertTrue(str(cm.exception))
+        self.assertEqual(cli("KEYS", "dlock:{t-*}"), "", "bad input left a lock behind")
+        ok = c.acquire("x" * 1024)  # exactly the limit is fine
+        ok.release()
+        ok = c.acquire(b"\xff\xfe raw bytes")
+        self.assertEqual(ok.name, b"\xff\xfe raw bytes")
+        ok.release()
+        lock = c.acquire(unique())
+        with self.assertRaises(ValueError):
+            lock.extend(-5)
+        with self.assertRaises(ValueError):
+            lock.extend(5)  # too short for the library
+        lock.release()
+        with self.assertRaises(ValueError):
+            dlock.Client("redis://127.0.0.1:1\0")
+
+
+class NoLeaks(Base):
+    def test_10000_cycles(self):
+        name = unique("leak")
+        for _ in range(1000):  # warm up allocator pools
+            self.client.acquire(name, on_lost=lambda lock: None).release()
+        gc.collect()
+        before = rss_kib()
+        t0 = time.monotonic()
+        for i in range(10_000):
+            lock = self.client.acquire(name, lease_ms=5000, on_lost=lambda lock: None)
+            if i % 2:
+                lock.release()
+            else:
+                with lock:
+                    pass
+        gc.collect()
+        grown = rss_kib() - before
+        print(f"\n  10000 acquire+release cycles in {time.monotonic() - t0:.2f} s, "
+              f"RSS grew {grown} KiB", file=sys.stderr)
+        self.assertLess(grown, 4096, f"RSS grew {grown} KiB over 10000 cycles")
+        self.assertEqual(dlock._lost_slots, {})
+        self.assertEqual(dlock._pending, {})
+
+    def test_forgotten_locks_are_released_by_gc(self):
+        names = [unique("gc") for _ in range(100)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for n in names:
+                self.client.acquire(n, lease_ms=0, on_lost=lambda lock: None)  # dropped at once
+            gc.collect()
+        self.assertTrue(any(issubclass(w.category, ResourceWarning) for w in caught))
+        self.assertTrue(wait_for(lambda: cli("EXISTS", *[f"dlock:{{{n}}}" for n in names]) == "0"))
+        self.assertTrue(wait_for(lambda: not dlock._lost_slots and not dlock._pending))
+
+    def test_clients_open_and_close(self):
+        def threads():
+            return len(os.listdir("/proc/self/task"))
+
+        base = threads()
+        for _ in range(100):
+            with dlock.Client(URL) as c:
+                c.acquire(unique()).release()
+        self.assertEqual(threads(), base)
+
+
+class Asyncio(Base):
+    def test_async_with(self):
+        name = unique()
+
+        async def main():
+            async with self.client.alock(name, lease_ms=5000) as lock:
+                self.assertTrue(lock.valid)
+                await lock.aextend(20_000)
+                self.assertGreater(lock.remaining_ms, 10_000)
+            self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
+            lock = await self.client.alock(name)  # awaitable too
+            await lock.arelease()
+            with self.assertRaises(dlock.NotHeld):
+                await lock.arelease()
+            with self.assertRaises(dlock.NotHeld):
+                await lock.aextend(100)
+            lock = await self.client.aacquire(name)
+            cli("DEL", f"dlock:{{{name}}}")
+            with self.assertRaises(dlock.NotHeld):
+                await lock.arelease()
+            holder = self.client.acquire(name)
+            with self.assertRaises(dlock.NotAcquired):
+                await self.client.aacquire(name, wait_ms=100)
+            holder.release()
+            with self.assertRaises(TypeError):
+                await self.client.aacquire(42)
+            with self.assertRaises(ValueError):
+                await self.client.aacquire("x" * 5000)
+
+        asyncio.run(main())
+
+    def test_many_waiters_do_not_block_the_loop(self):
+        name = unique("many")
+        n = 40
+
+        async def main():
+            ticks = 0
+            stop = False
+
+            async def ticker():
+                nonlocal ticks
+                while not stop:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            counter = 0
+            tokens = []
+
+            async def worker():
+                nonlocal counter
+                async with self.client.alock(name, wait_ms=-1, lease_ms=5000) as lock:
+                    tokens.append(lock.fencing_token)
+                    v = counter
+                    await asyncio.sleep(0.005)
+                    counter = v + 1
+
+            t = asyncio.ensure_future(ticker())
+            await asyncio.gather(*(worker() for _ in range(n)))
+            stop = True
+            await t
+            return counter, tokens, ticks
+
+        counter, tokens, ticks = asyncio.run(main())
+        self.assertEqual(counter, n)
+        self.assertEqual(tokens, sorted(tokens))
+        self.assertEqual(len(set(tokens)), n)
+        self.assertGreater(ticks, 5, "the event loop did not run while acquires waited")
+
+    def test_cancelling_a_waiter_leaves_nothing_behind(self):
+        name = unique()
+        holder = self.client.acquire(name)
+
+        async def main():
+            task = asyncio.ensure_future(self.client.aacquire(name, wait_ms=-1))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            holder.release()
+            await asyncio.sleep(0.3)
+
+        asyncio.run(main())
+        if dlock._use_async_c:
+            self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
+        else:  # the worker thread still waits; it gives the lock back once it gets it
+            self.assertTrue(wait_for(lambda: cli("EXISTS", f"dlock:{{{name}}}") == "0", 5))
+        self.assertTrue(wait_for(lambda: not dlock._pending))
+
+    def test_on_lost_runs_on_the_loop(self):
+        name = unique("lost")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            lost = loop.create_future()
+            lock = await self.client.aacquire(
+                name, lease_ms=600, heartbeat_ms=150,
+                on_lost=lambda lk: lost.set_result((lk, asyncio.get_running_loop())))
+            cli("DEL", f"dlock:{{{name}}}")
+            got, on_loop = await asyncio.wait_for(lost, 5)
+            self.assertIs(got, lock)
+            self.assertIs(on_loop, loop)
+            with self.assertRaises(dlock.NotHeld):
+                await lock.arelease()
+
+        asyncio.run(main())
+
+
+if __name__ == "__main__":
+    unittest.main()
