@@ -344,7 +344,7 @@ Status Client::Release(const std::shared_ptr<LockState>& lock) {
 }
 
 void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) {
-  loop_->Post([self = shared_from_this(), lock, done = std::move(done)] {
+  bool posted = loop_->Post([self = shared_from_this(), lock, done] {
     LockPhase phase = lock->Phase();
     if (phase != LockPhase::kHeld) {
       if (phase == LockPhase::kLost) {
@@ -360,6 +360,7 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) 
       self->RunCallback([&] { done(s); });
     });
   });
+  if (!posted) done(NotHeldStatus(*lock));  // closed: nothing runs the loop any more
 }
 
 Status Client::CheckExtend(const LockState& lock, uint64_t lease_ms) const {
