@@ -30,6 +30,7 @@ struct server {
   int times_lost;
   double max_lateness_ms;
   struct timeval next_tick;  /* when the responsiveness timer should fire next */
+  struct event *work, *tick;
 };
 
 static void acquire(struct server *s);
@@ -93,9 +94,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
 static void on_released(dlock_status st, void *arg) {
   struct server *s = arg;
   printf("released: %s\n", dlock_status_str(st));
-  dlock_client_close(s->client); /* from inside a callback: finishes after it returns */
+  /* From inside a callback, close finishes on the loop's next turns: stop our own events and
+   * let event_base_dispatch return by itself once dlock has nothing left on the base. */
+  dlock_client_close(s->client);
   s->client = NULL;
-  event_base_loopexit(s->base, NULL);
+  event_del(s->work);
+  event_del(s->tick);
 }
 
 static void on_stop(evutil_socket_t fd, short what, void *arg) {
@@ -137,6 +141,8 @@ int main(int argc, char **argv) {
   struct event *work = event_new(s.base, -1, EV_PERSIST, on_work, &s);
   struct event *tick = event_new(s.base, -1, EV_PERSIST, on_tick, &s);
   struct event *stop = evtimer_new(s.base, on_stop, &s);
+  s.work = work;
+  s.tick = tick;
   event_add(work, &every_100ms);
   gettimeofday(&s.next_tick, NULL);
   s.next_tick.tv_usec += 20000;

@@ -197,9 +197,11 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
  *     for the loop they block); dlock_acquire with wait_ms 0 and dlock_release work there but
  *     hold the loop for one round trip, so prefer the _async forms;
  *   - dlock_client_close is called on the base's thread. It cancels pending acquires (done
- *     gets DLOCK_ECANCELLED), releases what is held, and finishes in the loop's next
- *     iterations (answers still in flight are awaited, at most 3 s): keep the loop running
- *     until it has no more events (event_base_dispatch returns) before freeing the base;
+ *     gets DLOCK_ECANCELLED) and releases what is held. Called from inside a dlock callback,
+ *     or while a cancelled acquire's request is still out (its answer is awaited, at most
+ *     3 s, to give back what it may have won), it finishes in the loop's next iterations:
+ *     keep the loop running until it has no more events (event_base_dispatch returns)
+ *     before freeing the base;
  *   - the base must outlive the client.
  *
  * The _async calls also work on a client from dlock_client_open; their callbacks then run on

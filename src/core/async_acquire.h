@@ -26,6 +26,7 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   void Start();                    // loop thread
   void Cancel(const Status& why);  // loop thread; done runs now unless already finished
   void* tag() const { return tag_; }
+  bool attempt_in_flight() const { return in_flight_; }  // loop thread
 
   // ReleaseWatcher: called under the backend's locks, so they only schedule work.
   void OnWatchReady(bool live) override;

@@ -87,9 +87,13 @@ void Client::Close() {
     for (auto& [ptr, op] : pending_) to_cancel.push_back(op);
     pending_.clear();
   }
+  bool acquires_in_flight = false;  // cancelled, but the server may still grant them
   if (!to_cancel.empty() && loop_ != nullptr) {
     loop_->RunSync([&] {
-      for (auto& op : to_cancel) op->Cancel(Status::Cancelled("the client was closed"));
+      for (auto& op : to_cancel) {
+        acquires_in_flight = acquires_in_flight || op->attempt_in_flight();
+        op->Cancel(Status::Cancelled("the client was closed"));
+      }
     });
   }
   if (backend_ != nullptr && !to_release.empty()) backend_->ReleaseAll(to_release);
@@ -106,6 +110,10 @@ void Client::Close() {
   // On the loop thread: the callback running now (if any), and the answers still in flight,
   // need this client's loop, connections and heartbeats a little longer.
   loop_->RunSync([this] { heartbeats_->StopOnLoop(); });
+  if (!loop_->owns_thread() && callbacks_.depth == 0 && !acquires_in_flight) {
+    Teardown();  // nothing needs the loop any more: finish now
+    return;
+  }
   if (loop_->owns_thread()) {
     // An owned loop thread cannot join itself: another thread finishes the teardown.
     std::thread([keepalive] { keepalive->Teardown(); }).detach();
