@@ -116,6 +116,7 @@ class DynamoDbBackend : public Backend {
   void Watch(const std::string&, ReleaseWatcher*) override {}
   void Unwatch(const std::string&, ReleaseWatcher*) override {}
 
+  size_t PendingAsync() const override { return async_.pending(); }
   void ShutdownOnLoop() override { async_.Shutdown(); }
 
  private:

@@ -35,6 +35,8 @@ class AsyncTransport : public Transport {
   void After(Millis delay, std::function<void()> fn) override;
   // Fails what is in flight and runs pending retries at once (which then fail too).
   void Shutdown();
+  // Requests in flight and retries waiting: work whose outcome is not known yet.
+  size_t pending() const { return multi_.in_flight() + timers_.size(); }
 
  private:
   struct PendingTimer {
