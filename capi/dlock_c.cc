@@ -55,6 +55,15 @@ dlock_status Guard(Fn&& fn) noexcept {
   }
 }
 
+// The checks dlock_acquire and dlock_acquire_async share; *options is o's or the defaults.
+dlock::Status CheckAcquire(const char* name, const dlock_options* o,
+                           const dlock::AcquireOptions** options) {
+  static const dlock::AcquireOptions kDefaults;
+  *options = o != nullptr ? &o->impl : &kDefaults;
+  dlock::Status s = dlock::CheckLockName(name);
+  return s.ok() ? (*options)->Validate() : s;
+}
+
 }  // namespace
 
 extern "C" {
@@ -170,14 +179,11 @@ dlock_status dlock_acquire(dlock_client* c, const char* name, const dlock_option
   return Guard([&] {
     if (c == nullptr) return Invalid("client is NULL");
     if (out == nullptr) return Invalid("out is NULL");
-    dlock::Status s = dlock::CheckLockName(name);
-    if (!s.ok()) return Report(s);
-    static const dlock::AcquireOptions kDefaults;
-    const dlock::AcquireOptions& options = o != nullptr ? o->impl : kDefaults;
-    s = options.Validate();
+    const dlock::AcquireOptions* options;
+    dlock::Status s = CheckAcquire(name, o, &options);
     if (!s.ok()) return Report(s);
     std::shared_ptr<dlock::LockState> state;
-    s = c->impl->Acquire(name, options, &state);
+    s = c->impl->Acquire(name, *options, &state);
     if (!s.ok()) return Report(s);
     *out = new dlock_lock{c->impl, std::move(state)};
     return Report(s);
@@ -236,15 +242,12 @@ dlock_status dlock_acquire_async(dlock_client* c, const char* name, const dlock_
   return Guard([&] {
     if (c == nullptr) return Invalid("client is NULL");
     if (done == nullptr) return Invalid("done callback is NULL");
-    dlock::Status s = dlock::CheckLockName(name);
-    if (!s.ok()) return Report(s);
-    static const dlock::AcquireOptions kDefaults;
-    const dlock::AcquireOptions& options = o != nullptr ? o->impl : kDefaults;
-    s = options.Validate();
+    const dlock::AcquireOptions* options;
+    dlock::Status s = CheckAcquire(name, o, &options);
     if (!s.ok()) return Report(s);
     std::shared_ptr<dlock::Client> client = c->impl;
     s = client->AcquireAsync(
-        name, options, arg,
+        name, *options, arg,
         [client, done, arg](const dlock::Status& result, std::shared_ptr<dlock::LockState> state) {
           dlock_lock* lock = state != nullptr ? new dlock_lock{client, std::move(state)} : nullptr;
           last_error = result.message();  // readable from inside done

@@ -5,10 +5,13 @@
 #include <dirent.h>
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <dlock/dlock.h>
 
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace dlock_test {
@@ -56,6 +59,40 @@ class Loop {
   event_base* base_;
   std::vector<std::unique_ptr<std::function<void()>>> tasks_;
 };
+
+// What one dlock_acquire_async reported.
+struct AcquireResult {
+  int calls = 0;
+  dlock_status s = DLOCK_EINTERNAL;
+  dlock_lock* lock = nullptr;
+  static void Fn(dlock_status s, dlock_lock* l, void* arg) {
+    auto* r = static_cast<AcquireResult*>(arg);
+    r->calls++;
+    r->s = s;
+    r->lock = l;
+  }
+};
+
+// Starts acquires of "stuck-0", "stuck-1", ... on loop until one has been applied on the server
+// (applied(name) is true) while the loop has not read its answer yet; the loop may read it at
+// once, and then the next name is tried. Returns the name caught, "" after 50 tries.
+template <typename Applied>
+std::string CatchAcquireInFlight(Loop& loop, dlock_client* c, const dlock_options* o,
+                                 AcquireResult* r, Applied applied) {
+  for (int round = 0; round < 50; ++round) {
+    std::string name = "stuck-" + std::to_string(round);
+    *r = AcquireResult{};
+    if (dlock_acquire_async(c, name.c_str(), o, &AcquireResult::Fn, r) != DLOCK_OK) return "";
+    for (int i = 0; i < 200 && !applied(name); ++i) {
+      event_base_loop(loop.base(), EVLOOP_NONBLOCK);
+      std::this_thread::sleep_for(1ms);
+    }
+    if (r->calls == 0 && applied(name)) return name;
+    while (r->calls == 0) event_base_loop(loop.base(), EVLOOP_ONCE);
+    if (r->lock != nullptr) dlock_release(r->lock);
+  }
+  return "";
+}
 
 }  // namespace dlock_test
 

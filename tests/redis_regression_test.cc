@@ -53,7 +53,9 @@ void ExpectExtendRacingHeartbeatIsSafe(uint64_t new_lease) {
   dlock_status s2 = dlock_acquire(other.get(), "x", nullptr, &l2);
   EXPECT_EQ(dlock_lock_is_valid(l), 1);
   EXPECT_EQ(s2, DLOCK_NOT_ACQUIRED) << "two holders: server PTTL " << redis.Cli({"PTTL", "dlock:{x}"});
-  if (new_lease == 0) EXPECT_EQ(redis.Cli({"PTTL", "dlock:{x}"}), "-1");
+  if (new_lease == 0) {
+    EXPECT_EQ(redis.Cli({"PTTL", "dlock:{x}"}), "-1");
+  }
   if (l2 != nullptr) dlock_release(l2);
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
 }
@@ -68,39 +70,16 @@ TEST(RegressionTest, CloseGivesBackAnAcquireThatWasInFlight) {
   Loop loop;
   dlock_client* c = nullptr;
   ASSERT_EQ(dlock_client_open_evbase(redis.url().c_str(), loop.base(), &c), DLOCK_OK);
-  struct Result {
-    int calls = 0;
-    dlock_status s = DLOCK_EINTERNAL;
-    dlock_lock* lock = nullptr;
-    static void Fn(dlock_status s, dlock_lock* l, void* arg) {
-      auto* r = static_cast<Result*>(arg);
-      r->calls++;
-      r->s = s;
-      r->lock = l;
-    }
-  } warm, stuck;
-  ASSERT_EQ(dlock_acquire_async(c, "warm", nullptr, &Result::Fn, &warm), DLOCK_OK);
+  AcquireResult warm, stuck;
+  ASSERT_EQ(dlock_acquire_async(c, "warm", nullptr, &AcquireResult::Fn, &warm), DLOCK_OK);
   while (warm.calls == 0) event_base_loop(loop.base(), EVLOOP_ONCE);
   ASSERT_EQ(dlock_release(warm.lock), DLOCK_OK);
   Options no_expiry;
   no_expiry.lease(0);  // left behind, it would stay forever
-  // Catch an acquire that the server has run but whose answer the loop has not read yet (the
-  // loop may read it at once: then try again with another name).
-  std::string name;
-  for (int round = 0; round < 50; ++round) {
-    name = "stuck-" + std::to_string(round);
-    stuck = Result{};
-    ASSERT_EQ(dlock_acquire_async(c, name.c_str(), no_expiry.get(), &Result::Fn, &stuck), DLOCK_OK);
-    for (int i = 0; i < 100 && redis.Cli({"EXISTS", "dlock:{" + name + "}"}) != "1"; ++i) {
-      event_base_loop(loop.base(), EVLOOP_NONBLOCK);
-      std::this_thread::sleep_for(1ms);
-    }
-    if (stuck.calls == 0 && redis.Cli({"EXISTS", "dlock:{" + name + "}"}) == "1") break;
-    while (stuck.calls == 0) event_base_loop(loop.base(), EVLOOP_ONCE);
-    if (stuck.lock != nullptr) ASSERT_EQ(dlock_release(stuck.lock), DLOCK_OK);
-  }
-  ASSERT_EQ(stuck.calls, 0) << "never caught an acquire in flight";
-  ASSERT_EQ(redis.Cli({"EXISTS", "dlock:{" + name + "}"}), "1");
+  std::string name = CatchAcquireInFlight(loop, c, no_expiry.get(), &stuck, [&](const std::string& n) {
+    return redis.Cli({"EXISTS", "dlock:{" + n + "}"}) == "1";
+  });
+  ASSERT_FALSE(name.empty()) << "never caught an acquire in flight";
   dlock_client_close(c);
   EXPECT_EQ(stuck.calls, 1);
   EXPECT_EQ(stuck.s, DLOCK_ECANCELLED);

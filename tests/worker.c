@@ -1,4 +1,4 @@
-/* A separate process for the multi-process tests, using only the public C ABI.
+/* A separate process for the multi-process tests of every backend, using only the public C ABI.
  *   worker URL NAME hold LEASE_MS        acquire, print "ACQUIRED <token>", then wait to be killed
  *   worker URL NAME increment N FILE     N times: acquire (wait forever), append "<token>" to FILE
  *                                        and add one to the counter in FILE.count, release
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int fail(const char *what, dlock_status s) {
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     snprintf(count_path, sizeof count_path, "%s.count", argv[5]);
     dlock_options_set_wait_ms(o, -1);
     dlock_options_set_lease_ms(o, 5000);
+    dlock_options_set_retry_ms(o, 5, 50);  /* backends without release notices poll */
     for (long i = 0; i < n; i++) {
       dlock_lock *l;
       s = dlock_acquire(c, argv[2], o, &l);
@@ -58,6 +60,8 @@ int main(int argc, char **argv) {
       FILE *log = fopen(argv[5], "a");
       fprintf(log, "%" PRIu64 "\n", dlock_lock_fencing_token(l));
       fclose(log);
+      struct timespec pause_ms = {0, 1000000};  /* widen the window an unlocked writer would lose */
+      nanosleep(&pause_ms, NULL);
       FILE *f = fopen(count_path, "w");
       fprintf(f, "%ld\n", v + 1);
       fclose(f);

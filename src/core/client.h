@@ -54,7 +54,6 @@ class Client : public std::enable_shared_from_this<Client> {
   // For AsyncAcquire and the backends.
   EventLoop* loop() { return loop_.get(); }
   Backend* backend() { return backend_.get(); }
-  Heartbeats* heartbeats() { return heartbeats_.get(); }
   // Registers a newly acquired lock (heartbeats, close); gives it back if the client closed.
   Status Adopt(const std::string& name, const std::string& owner_value,
                const AcquireAttempt& attempt, uint32_t attempts, const AcquireOptions& options,

@@ -64,13 +64,6 @@ struct LockState {
   void SetDeadline(TimePoint sent, uint64_t lease) {
     deadline_ns.store(lease == 0 ? kNoDeadline : ToNanos(sent + Millis(lease) - LeaseDrift(lease)));
   }
-  // Moves the deadline later only: a late reply to an older renewal must not shorten it.
-  void ExtendDeadline(TimePoint sent, uint64_t lease) {
-    int64_t want = lease == 0 ? kNoDeadline : ToNanos(sent + Millis(lease) - LeaseDrift(lease));
-    int64_t cur = deadline_ns.load();
-    while (want > cur && !deadline_ns.compare_exchange_weak(cur, want)) {
-    }
-  }
   // Moves the deadline earlier only: for a lease being shortened.
   void CapDeadline(TimePoint sent, uint64_t lease) {
     int64_t want = ToNanos(sent + Millis(lease) - LeaseDrift(lease));

@@ -141,7 +141,6 @@ void Heartbeats::Tick() {
   for (auto& [lock, reason] : lost) ReportLost(lock, reason);
   if (stopped_) return;  // an on_lost callback closed the client
   if (!batch.empty()) {
-    batches_sent_.fetch_add(1);
     backend_->RenewBatch(std::move(batch), this);
   }
   ArmTimer();
@@ -264,7 +263,7 @@ void Heartbeats::AfterAnswer(LockState* lock) {
   Entry& entry = it->second;
   if (!entry.extends.empty()) {
     PendingExtend next = std::move(entry.extends.front());
-    entry.extends.pop_front();
+    entry.extends.erase(entry.extends.begin());
     SendExtend(&entry, std::move(next));
     return;
   }

@@ -9,7 +9,6 @@
 #ifndef DLOCK_LOOP_HEARTBEATS_H_
 #define DLOCK_LOOP_HEARTBEATS_H_
 
-#include <deque>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -40,9 +39,6 @@ class Heartbeats : public RenewSink {
 
   void OnRenewed(const RenewRequest& request, const Status& status) override;
 
-  // For tests and benchmarks: how many batches were sent.
-  uint64_t batches_sent() const { return batches_sent_.load(); }
-
  private:
   struct PendingExtend {
     uint64_t lease_ms;
@@ -53,7 +49,9 @@ class Heartbeats : public RenewSink {
     TimePoint due;             // when the next renewal (or the loss check) is due
     bool in_flight = false;    // a renewal or an extend is out: at most one per lock
     std::string last_error;
-    std::deque<PendingExtend> extends;  // waiting for the one in flight
+    // Waiting for the one in flight; rare, so a vector (a deque allocates even when empty,
+    // which doubled the memory of every held lock).
+    std::vector<PendingExtend> extends;
   };
   void SendExtend(Entry* entry, PendingExtend extend);
   void OnExtended(const std::shared_ptr<LockState>& lock, uint64_t lease_ms, TimePoint sent,
@@ -80,7 +78,6 @@ class Heartbeats : public RenewSink {
   // (lock, when its next renewal is due), guarded by intake_mu_
   std::vector<std::pair<std::shared_ptr<LockState>, TimePoint>> intake_;
   TimePoint timer_at_ = TimePoint::max();           // guarded: when timer_ fires; max = unset
-  std::atomic<uint64_t> batches_sent_{0};
 };
 
 }  // namespace dlock

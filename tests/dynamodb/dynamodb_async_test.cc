@@ -152,34 +152,13 @@ TEST_F(DynamoAsyncTest, CancelWhileWaitingAndLostCallbackOnTheLoopThread) {
 
 TEST_F(DynamoAsyncTest, CloseGivesBackAnAcquireThatWasInFlight) {
   dlock_client* c = OpenOnLoop();
-  struct Result {
-    int calls = 0;
-    dlock_status s = DLOCK_EINTERNAL;
-    dlock_lock* lock = nullptr;
-    static void Fn(dlock_status s, dlock_lock* l, void* arg) {
-      auto* r = static_cast<Result*>(arg);
-      r->calls++;
-      r->s = s;
-      r->lock = l;
-    }
-  } stuck;
+  AcquireResult stuck;
   Options no_expiry;
   no_expiry.lease(0);  // left behind, it would stay forever
-  // Catch an acquire that dynalite has applied but whose answer the loop has not read yet.
-  std::string name;
-  for (int round = 0; round < 50; ++round) {
-    name = "stuck-" + std::to_string(round);
-    stuck = Result{};
-    ASSERT_EQ(dlock_acquire_async(c, name.c_str(), no_expiry.get(), &Result::Fn, &stuck), DLOCK_OK);
-    for (int i = 0; i < 200 && S(Item(name), "owner").empty(); ++i) {
-      event_base_loop(loop_.base(), EVLOOP_NONBLOCK);
-      std::this_thread::sleep_for(1ms);
-    }
-    if (stuck.calls == 0 && !S(Item(name), "owner").empty()) break;
-    while (stuck.calls == 0) event_base_loop(loop_.base(), EVLOOP_ONCE);
-    if (stuck.lock != nullptr) ASSERT_EQ(dlock_release(stuck.lock), DLOCK_OK);
-  }
-  ASSERT_EQ(stuck.calls, 0) << "never caught an acquire in flight";
+  std::string name = CatchAcquireInFlight(loop_, c, no_expiry.get(), &stuck, [&](const std::string& n) {
+    return !S(Item(n), "owner").empty();
+  });
+  ASSERT_FALSE(name.empty()) << "never caught an acquire in flight";
   dlock_client_close(c);
   EXPECT_EQ(stuck.s, DLOCK_ECANCELLED);
   event_base_dispatch(loop_.base());  // the close finishes on the loop

@@ -29,7 +29,7 @@ class DynamoFailureTest : public DynamoTest {
 };
 
 TEST_F(DynamoFailureTest, NothingListeningIsEioNamingTheEndpoint) {
-  int port = FreeLoopbackPort();
+  int port = FreeTcpPort();
   std::string endpoint = "http://127.0.0.1:" + std::to_string(port);
   dlock_client* c = nullptr;
   EXPECT_EQ(dlock_client_open(("dynamodb://locks?region=us-east-1&endpoint=" + endpoint).c_str(), &c),

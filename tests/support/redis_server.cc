@@ -1,5 +1,7 @@
 #include "redis_server.h"
 
+#include "support/child_process.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -143,20 +145,6 @@ ContextPtr Connect(int port, const std::string& unix_path, const std::string& pa
   return c;
 }
 
-std::string FindOnPath(const std::string& name) {
-  if (const char* env = getenv("DLOCK_REDIS_SERVER"); env && *env) return env;
-  const char* path = getenv("PATH");
-  std::string p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::stringstream ss(p);
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
 std::string MakeTempDir(std::string* why) {
   // The unix socket path must fit in sun_path (108 bytes): fall back to /tmp for a long TMPDIR.
   std::string base = "/tmp";
@@ -173,39 +161,7 @@ std::string MakeTempDir(std::string* why) {
   return ec ? std::string(buf.data()) : abs.string();
 }
 
-std::string ReadTail(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (s.size() > max_bytes) s = "..." + s.substr(s.size() - max_bytes);
-  return s;
-}
-
-std::string DescribeWaitStatus(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "stopped (status " + std::to_string(status) + ")";
-}
-
 }  // namespace
-
-int FreeTcpPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr;
-  memset(&addr, 0, sizeof addr);
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
   for (size_t i = 0; i < extra_args_.size(); ++i) {
@@ -216,7 +172,7 @@ RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_args_(std:
       password_ = a.substr(strlen("--requirepass "));
     }
   }
-  redis_path_ = FindOnPath("redis-server");
+  redis_path_ = FindOnPath("redis-server", "DLOCK_REDIS_SERVER");
   if (redis_path_.empty()) {
     ADD_FAILURE() << "RedisServer: redis-server not found on PATH";
     return;
@@ -275,49 +231,8 @@ bool RedisServer::Spawn(std::string* why) {
                                    "--daemonize", "no",
                                    "--logfile", dir_ + "/redis.log"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  // Everything the child needs is prepared here: between fork and exec a multithreaded process
-  // may only call async-signal-safe functions.
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::string out_path = dir_ + "/stdout.log";
-  int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (out < 0 || devnull < 0) {
-    *why = "cannot open " + out_path + " or /dev/null: " + strerror(errno);
-    if (out >= 0) close(out);
-    if (devnull >= 0) close(devnull);
-    return false;
-  }
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    // Die with the thread that started us, even if the test process is SIGKILLed.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGPIPE, SIG_DFL);
-    dup2(devnull, 0);
-    dup2(out, 1);
-    dup2(out, 2);
-    // Do not keep the test's sockets open (a closed client must look closed to its server).
-    if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
-      long max = sysconf(_SC_OPEN_MAX);
-      if (max < 0 || max > 65536) max = 65536;
-      for (int fd = 3; fd < max; ++fd) close(fd);
-    }
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int saved_errno = errno;
-  close(out);
-  close(devnull);
-  if (pid < 0) {
-    *why = std::string("fork failed: ") + strerror(saved_errno);
-    return false;
-  }
+  pid_t pid = SpawnChild(args, dir_ + "/stdout.log", why);
+  if (pid < 0) return false;
   pid_ = pid;
   return true;
 }
@@ -366,25 +281,7 @@ bool RedisServer::WaitReady(std::string* why) {
   return false;
 }
 
-void RedisServer::Reap(int first_signal, int grace_ms) {
-  if (pid_ <= 0) return;
-  kill(pid_, first_signal);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(grace_ms);
-  for (;;) {
-    int status = 0;
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_ || (r < 0 && errno != EINTR)) {
-      pid_ = -1;
-      return;
-    }
-    if (Clock::now() >= deadline) break;
-    SleepMs(5);
-  }
-  kill(pid_, SIGKILL);
-  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  pid_ = -1;
-}
+void RedisServer::Reap(int first_signal, int grace_ms) { ReapChild(&pid_, first_signal, grace_ms); }
 
 void RedisServer::Kill() { Reap(SIGKILL, 0); }
 

@@ -19,6 +19,8 @@
 
 #include <sys/types.h>
 
+#include "support/child_process.h"
+
 #include <string>
 #include <vector>
 

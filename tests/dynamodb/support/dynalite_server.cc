@@ -1,5 +1,7 @@
 #include "support/dynalite_server.h"
 
+#include "support/child_process.h"
+
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -26,46 +28,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string FindNode() {
-  if (const char* env = getenv("DLOCK_NODE"); env && *env) return env;
-  const char* path = getenv("PATH");
-  std::stringstream ss(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    std::string candidate = (dir.empty() ? "." : dir) + "/node";
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
 size_t Collect(char* data, size_t size, size_t n, void* arg) {
   static_cast<std::string*>(arg)->append(data, size * n);
   return size * n;
 }
 
-std::string ReadTail(const std::string& path) {
-  std::ifstream in(path);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return s.size() > 3000 ? s.substr(s.size() - 3000) : s;
-}
-
 }  // namespace
-
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 void UseTestCredentials() {
   setenv("AWS_ACCESS_KEY_ID", "AKIDDLOCKTEST", 1);
@@ -87,7 +55,7 @@ void UseTestCredentials() {
 DynaliteServer::DynaliteServer(std::vector<std::string> extra_args)
     : extra_args_(std::move(extra_args)) {
   tls_ = std::find(extra_args_.begin(), extra_args_.end(), "--ssl") != extra_args_.end();
-  node_ = FindNode();
+  node_ = FindOnPath("node", "DLOCK_NODE");
   if (node_.empty()) {
     ADD_FAILURE() << "DynaliteServer: node not found on PATH (run scripts/setup)";
     return;
@@ -103,16 +71,16 @@ DynaliteServer::DynaliteServer(std::vector<std::string> extra_args)
   log_path_ = tmpl;
   std::string why;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    port_ = FreeLoopbackPort();
+    port_ = FreeTcpPort();
     if (Spawn(&why) && WaitReady(&why)) return;
     Reap(SIGKILL, 0);
   }
-  ADD_FAILURE() << "DynaliteServer: could not start: " << why << "\n--- log ---\n" << ReadTail(log_path_);
+  ADD_FAILURE() << "DynaliteServer: could not start: " << why << "\n--- log ---\n" << ReadTail(log_path_, 3000);
 }
 
 DynaliteServer::~DynaliteServer() {
   if (::testing::Test::HasFailure() && running()) {
-    fprintf(stderr, "--- dynalite on port %d, end of its log ---\n%s\n", port_, ReadTail(log_path_).c_str());
+    fprintf(stderr, "--- dynalite on port %d, end of its log ---\n%s\n", port_, ReadTail(log_path_, 3000).c_str());
   }
   Stop();
   if (!log_path_.empty()) unlink(log_path_.c_str());
@@ -137,38 +105,8 @@ bool DynaliteServer::Spawn(std::string* why) {
       args.insert(args.end(), {flag, "0"});
     }
   }
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int out = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (out < 0 || devnull < 0) {
-    *why = std::string("cannot open the log or /dev/null: ") + strerror(errno);
-    if (out >= 0) close(out);
-    if (devnull >= 0) close(devnull);
-    return false;
-  }
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // die with the thread that started us
-    if (getppid() != parent) _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    dup2(devnull, 0);
-    dup2(out, 1);
-    dup2(out, 2);
-    syscall(SYS_close_range, 3U, ~0U, 0U);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out);
-  close(devnull);
-  if (pid < 0) {
-    *why = std::string("fork: ") + strerror(errno);
-    return false;
-  }
+  pid_t pid = SpawnChild(args, log_path_, why);
+  if (pid < 0) return false;
   pid_ = pid;
   return true;
 }
@@ -190,22 +128,7 @@ bool DynaliteServer::WaitReady(std::string* why) {
   return false;
 }
 
-void DynaliteServer::Reap(int first_signal, int grace_ms) {
-  if (pid_ <= 0) return;
-  kill(pid_, first_signal);
-  auto deadline = Clock::now() + std::chrono::milliseconds(grace_ms);
-  while (Clock::now() < deadline) {
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      pid_ = -1;
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  kill(pid_, SIGKILL);
-  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  pid_ = -1;
-}
+void DynaliteServer::Reap(int first_signal, int grace_ms) { ReapChild(&pid_, first_signal, grace_ms); }
 
 void DynaliteServer::Kill() { Reap(SIGKILL, 0); }
 void DynaliteServer::Stop() { Reap(SIGTERM, 2000); }

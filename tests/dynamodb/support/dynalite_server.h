@@ -16,6 +16,8 @@
 
 #include <sys/types.h>
 
+#include "support/child_process.h"
+
 #include <string>
 #include <vector>
 
@@ -67,9 +69,6 @@ class DynaliteServer {
   int port_ = -1;
   pid_t pid_ = -1;
 };
-
-// A free TCP port on 127.0.0.1, -1 on failure.
-int FreeLoopbackPort();
 
 // Sets AWS credentials for the tests in this process and its children (dummy keys, region
 // us-east-1), and turns off every source the chain would otherwise probe: no shared files,
