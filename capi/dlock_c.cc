@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/client.h"
+#include "core/completion_queue.h"
 #include "core/options.h"
 #include "core/status.h"
 #if DLOCK_WITH_DYNAMODB
@@ -22,6 +23,10 @@ struct dlock_lock {
 
 struct dlock_options {
   dlock::AcquireOptions impl;
+};
+
+struct dlock_queue {
+  std::shared_ptr<dlock::CompletionQueue> impl;  // shared with the completions still to come
 };
 
 namespace {
@@ -168,8 +173,12 @@ dlock_status dlock_options_set_owner(dlock_options* o, const char* owner) {
 dlock_status dlock_options_set_on_lost(dlock_options* o, dlock_lost_fn fn, void* arg) {
   return Guard([&] {
     if (o == nullptr) return Invalid("options is NULL");
-    o->impl.on_lost = fn;
-    o->impl.on_lost_arg = arg;
+    o->impl.on_lost = nullptr;
+    if (fn != nullptr) {
+      o->impl.on_lost = [fn, arg](const std::string& name, uint64_t token, const std::string&) {
+        fn(name.c_str(), token, arg);
+      };
+    }
     return Report(dlock::Status::Ok());
   });
 }
@@ -247,7 +256,7 @@ dlock_status dlock_acquire_async(dlock_client* c, const char* name, const dlock_
     if (!s.ok()) return Report(s);
     std::shared_ptr<dlock::Client> client = c->impl;
     s = client->AcquireAsync(
-        name, *options, arg,
+        name, *options, {nullptr, reinterpret_cast<uintptr_t>(arg)},
         [client, done, arg](const dlock::Status& result, std::shared_ptr<dlock::LockState> state) {
           dlock_lock* lock = state != nullptr ? new dlock_lock{client, std::move(state)} : nullptr;
           last_error = result.message();  // readable from inside done
@@ -260,7 +269,9 @@ dlock_status dlock_acquire_async(dlock_client* c, const char* name, const dlock_
 dlock_status dlock_acquire_cancel(dlock_client* c, void* arg) {
   return Guard([&] {
     if (c == nullptr) return Invalid("client is NULL");
-    if (!c->impl->CancelAcquire(arg)) return Invalid("no acquire with that arg is pending");
+    if (!c->impl->CancelAcquire({nullptr, reinterpret_cast<uintptr_t>(arg)})) {
+      return Invalid("no acquire with that arg is pending");
+    }
     return Report(dlock::Status::Ok());
   });
 }
@@ -294,6 +305,136 @@ dlock_status dlock_extend_async(dlock_lock* l, uint64_t lease_ms, dlock_done_fn 
       last_error = s.message();
       if (done != nullptr) done(static_cast<dlock_status>(s.code()), arg);
     });
+    return Report(dlock::Status::Ok());
+  });
+}
+
+dlock_status dlock_queue_new(dlock_queue** out) {
+  return Guard([&] {
+    if (out == nullptr) return Invalid("out is NULL");
+    std::shared_ptr<dlock::CompletionQueue> impl;
+    dlock::Status s = dlock::CompletionQueue::Create(&impl);
+    if (!s.ok()) return Report(s);
+    *out = new dlock_queue{std::move(impl)};
+    return Report(s);
+  });
+}
+
+void dlock_queue_free(dlock_queue* q) {
+  if (q == nullptr) return;
+  (void)Guard([&] {
+    q->impl->Shutdown();
+    delete q;
+    return DLOCK_OK;
+  });
+}
+
+int dlock_queue_fd(const dlock_queue* q) { return q == nullptr ? -1 : q->impl->fd(); }
+
+int dlock_queue_pop(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_lock** lock) {
+  if (q == nullptr) {
+    last_error = "queue is NULL";
+    return -1;
+  }
+  int kind = DLOCK_QUEUE_EMPTY;
+  dlock_status result = Guard([&] {
+    dlock::CompletionQueue::Entry entry;
+    if (!q->impl->Pop(&entry)) return DLOCK_OK;
+    kind = static_cast<int>(entry.kind);
+    if (tag != nullptr) *tag = entry.tag;
+    if (lock != nullptr) {
+      *lock = entry.lock == nullptr
+                  ? nullptr
+                  : new dlock_lock{std::move(entry.client), std::move(entry.lock)};
+    } else {
+      dlock::CompletionQueue::GiveBack(entry);  // nobody takes it
+    }
+    return Report(entry.status);
+  });
+  if (status != nullptr) *status = result;
+  return kind;
+}
+
+dlock_status dlock_acquire_queued(dlock_client* c, const char* name, const dlock_options* o,
+                                  dlock_queue* q, uint64_t tag) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (q == nullptr) return Invalid("queue is NULL");
+    const dlock::AcquireOptions* options;
+    dlock::Status s = CheckAcquire(name, o, &options);
+    if (!s.ok()) return Report(s);
+    std::shared_ptr<dlock::Client> client = c->impl;
+    std::shared_ptr<dlock::CompletionQueue> queue = q->impl;
+    s = client->AcquireAsync(
+        name, *options, {queue.get(), tag},
+        [client, queue, tag](const dlock::Status& result, std::shared_ptr<dlock::LockState> state) {
+          queue->Push({dlock::CompletionQueue::Kind::kDone, tag, result,
+                       state != nullptr ? client : nullptr, std::move(state)});
+        });
+    return Report(s);
+  });
+}
+
+dlock_status dlock_acquire_cancel_queued(dlock_client* c, dlock_queue* q, uint64_t tag) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (q == nullptr) return Invalid("queue is NULL");
+    if (!c->impl->CancelAcquire({q->impl.get(), tag})) {
+      return Invalid("no acquire with that queue and tag is pending");
+    }
+    return Report(dlock::Status::Ok());
+  });
+}
+
+dlock_status dlock_release_queued(dlock_lock* l, dlock_queue* q, uint64_t tag) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    if (q == nullptr) return Invalid("queue is NULL");
+    std::unique_ptr<dlock_lock> owned(l);  // the handle ends here; the state lives on
+    std::shared_ptr<dlock::LockState> state = owned->state;
+    if (owned->client->IsClosed()) {
+      return Report(dlock::Status::NotHeld("lock '" + state->name +
+                                           "' was released when its client was closed"));
+    }
+    std::shared_ptr<dlock::CompletionQueue> queue = q->impl;
+    owned->client->ReleaseAsync(state, [queue, tag](const dlock::Status& s) {
+      queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr});
+    });
+    return Report(dlock::Status::Ok());
+  });
+}
+
+dlock_status dlock_extend_queued(dlock_lock* l, uint64_t lease_ms, dlock_queue* q, uint64_t tag) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    if (q == nullptr) return Invalid("queue is NULL");
+    if (l->client->IsClosed()) {
+      return Report(dlock::Status::NotHeld("lock '" + l->state->name +
+                                           "' was released when its client was closed"));
+    }
+    std::shared_ptr<dlock::CompletionQueue> queue = q->impl;
+    l->client->ExtendAsync(l->state, lease_ms, [queue, tag](const dlock::Status& s) {
+      queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr});
+    });
+    return Report(dlock::Status::Ok());
+  });
+}
+
+dlock_status dlock_options_set_on_lost_queued(dlock_options* o, dlock_queue* q, uint64_t tag) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    o->impl.on_lost = nullptr;
+    if (q != nullptr) {
+      o->impl.on_lost = [queue = q->impl, tag](const std::string& name, uint64_t token,
+                                               const std::string& reason) {
+        // Named: one options object (one tag) may serve many locks.
+        std::string message = "lock '" + name + "' (fencing token " + std::to_string(token) +
+                              ") was lost";
+        if (!reason.empty()) message += ": " + reason;
+        queue->Push({dlock::CompletionQueue::Kind::kLost, tag,
+                     dlock::Status::NotHeld(std::move(message)), nullptr, nullptr});
+      };
+    }
     return Report(dlock::Status::Ok());
   });
 }

@@ -5,7 +5,8 @@
  * ---------------------------------------------------------------------------------------------
  * Handles. Every object is an opaque pointer made by a create/open call and destroyed by its
  *   matching call: dlock_client_open / dlock_client_close, dlock_options_new / dlock_options_free,
- *   dlock_acquire / dlock_release. Destroy functions accept NULL.
+ *   dlock_acquire / dlock_release, dlock_queue_new / dlock_queue_free. Destroy functions accept
+ *   NULL.
  *
  * Errors. Every call that can fail returns a dlock_status. DLOCK_OK (0) is success. On failure,
  *   dlock_last_error() returns a message for the calling thread that says what went wrong (it
@@ -32,6 +33,8 @@
  *   the lock and closing the client (the teardown then finishes after the callback returns).
  *   Once dlock_release returns, that lock's on_lost is neither running nor
  *   going to run (unless release was called from inside the callback), so its arg may be freed.
+ *   A callback holds up the client's loop thread (heartbeats included) while it runs: keep it
+ *   short, or use a completion queue (dlock_queue), which hands outcomes to your own thread.
  *
  * Exceptions. None cross this boundary; C++ errors inside become DLOCK_EINTERNAL or DLOCK_ENOMEM.
  *
@@ -236,6 +239,67 @@ DLOCK_API dlock_status dlock_release_async(dlock_lock *l, dlock_done_fn done, vo
  * done not called. */
 DLOCK_API dlock_status dlock_extend_async(dlock_lock *l, uint64_t lease_ms, dlock_done_fn done,
                                           void *arg);
+
+/* ----- completion queues ------------------------------------------------------------------
+ *
+ * A dlock_queue hands async outcomes to the caller's own thread instead of calling back on the
+ * client's loop thread: for runtimes that cannot take a call from a foreign thread (Node,
+ * LuaJIT) and for code whose callbacks must not hold up heartbeats. The loop thread only
+ * appends the outcome and makes dlock_queue_fd readable; it never waits for the caller.
+ *
+ *   dlock_queue *q;  dlock_queue_new(&q);
+ *   dlock_acquire_queued(client, "jobs/nightly", opts, q, 42);
+ *   ... poll(dlock_queue_fd(q)) readable ...
+ *   while ((kind = dlock_queue_pop(q, &tag, &status, &lock)) > 0) { ... }
+ *
+ * The fd (a pipe's read end, owned by the queue) becomes readable when an outcome arrives
+ * while the queue was empty; pop until dlock_queue_pop returns DLOCK_QUEUE_EMPTY, which also
+ * empties the pipe and re-arms it. Reading the pipe yourself (as libuv does) is harmless.
+ * A queue may serve any number of clients and threads. Tags are the caller's: dlock never
+ * reads them. The _queued calls follow their _async twins: the returned status covers argument
+ * errors only, and otherwise exactly one DLOCK_QUEUE_DONE entry with that tag follows. */
+typedef struct dlock_queue dlock_queue;
+
+#define DLOCK_QUEUE_EMPTY 0 /* nothing to pop; the fd is re-armed */
+#define DLOCK_QUEUE_DONE 1  /* a _queued call finished: its status (and lock, for acquires) */
+#define DLOCK_QUEUE_LOST 2  /* a lock whose options named this queue was lost (DLOCK_NOT_HELD) */
+
+DLOCK_API dlock_status dlock_queue_new(dlock_queue **out);
+/* Frees the queue. Outcomes still to come are dropped, and a lock such an outcome carries is
+ * released in the background; the fd is closed once no outcome can arrive. Acquires still
+ * waiting keep waiting (and give back what they win): cancel them first, or close their
+ * client. NULL is ok. */
+DLOCK_API void dlock_queue_free(dlock_queue *q);
+/* The fd to poll for readability; -1 for NULL. Do not close it. */
+DLOCK_API int dlock_queue_fd(const dlock_queue *q);
+/* Takes the oldest entry: returns DLOCK_QUEUE_DONE or DLOCK_QUEUE_LOST and writes *tag,
+ * *status and *lock (a held lock for a successful acquire, now the caller's; else NULL), and
+ * sets this thread's dlock_last_error() to the entry's message. Returns DLOCK_QUEUE_EMPTY when
+ * there is none, -1 when q is NULL. Any out pointer may be NULL (a lock nobody takes is
+ * released in the background). Never blocks. */
+DLOCK_API int dlock_queue_pop(dlock_queue *q, uint64_t *tag, dlock_status *status,
+                              dlock_lock **lock);
+/* dlock_acquire_async, with its outcome queued under tag. */
+DLOCK_API dlock_status dlock_acquire_queued(dlock_client *c, const char *name,
+                                            const dlock_options *o, dlock_queue *q, uint64_t tag);
+/* Cancels the pending dlock_acquire_queued calls on c with this queue and tag (see
+ * dlock_acquire_cancel): their entries carry DLOCK_ECANCELLED unless they finished first. */
+DLOCK_API dlock_status dlock_acquire_cancel_queued(dlock_client *c, dlock_queue *q, uint64_t tag);
+/* dlock_release_async, with its outcome queued under tag: l is freed at once, whatever the
+ * outcome (except for a NULL q: DLOCK_EINVAL, and l stays yours). On a closed client:
+ * DLOCK_NOT_HELD at once, nothing queued. */
+DLOCK_API dlock_status dlock_release_queued(dlock_lock *l, dlock_queue *q, uint64_t tag);
+/* dlock_extend_async, with its outcome queued under tag. On a closed client: DLOCK_NOT_HELD at
+ * once, nothing queued. */
+DLOCK_API dlock_status dlock_extend_queued(dlock_lock *l, uint64_t lease_ms, dlock_queue *q,
+                                           uint64_t tag);
+/* Instead of an on_lost callback: a lock acquired with these options that is found lost queues
+ * a DLOCK_QUEUE_LOST entry with tag (status DLOCK_NOT_HELD, the message says why). Replaces
+ * any on_lost callback (and dlock_options_set_on_lost replaces this); NULL q clears it. Unlike
+ * the callback, the entry may still be waiting in the queue after the lock was released:
+ * ignore LOST entries for tags you are done with. The options keep q alive. */
+DLOCK_API dlock_status dlock_options_set_on_lost_queued(dlock_options *o, dlock_queue *q,
+                                                        uint64_t tag);
 
 /* ----- DynamoDB --------------------------------------------------------------------------- */
 

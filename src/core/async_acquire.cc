@@ -8,12 +8,12 @@
 namespace dlock {
 
 AsyncAcquire::AsyncAcquire(Client* client, std::string name, std::string owner_value,
-                           AcquireOptions options, void* tag, AcquireDone done)
+                           AcquireOptions options, CancelKey key, AcquireDone done)
     : client_(client),
       name_(std::move(name)),
       owner_value_(std::move(owner_value)),
       options_(std::move(options)),
-      tag_(tag),
+      key_(key),
       done_(std::move(done)),
       start_(Now()),
       wait_until_(WaitUntil(start_, options_.wait_ms)),

@@ -15,17 +15,25 @@
 namespace dlock {
 
 class Client;
+
+// What dlock_acquire_cancel matches: a callback's arg (scope null), or a queue and a tag.
+struct CancelKey {
+  const void* scope = nullptr;
+  uint64_t id = 0;
+  bool operator==(const CancelKey&) const = default;
+};
+
 using AcquireDone = std::function<void(const Status&, std::shared_ptr<LockState>)>;
 
 class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<AsyncAcquire> {
  public:
   AsyncAcquire(Client* client, std::string name, std::string owner_value, AcquireOptions options,
-               void* tag, AcquireDone done);
+               CancelKey key, AcquireDone done);
   ~AsyncAcquire() override;
 
   void Start();                    // loop thread
   void Cancel(const Status& why);  // loop thread; done runs now unless already finished
-  void* tag() const { return tag_; }
+  const CancelKey& key() const { return key_; }
   bool attempt_in_flight() const { return in_flight_; }  // loop thread
 
   // ReleaseWatcher: called under the backend's locks, so they only schedule work.
@@ -42,7 +50,7 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   const std::string name_;
   const std::string owner_value_;
   const AcquireOptions options_;
-  void* const tag_;
+  const CancelKey key_;
   AcquireDone done_;
   const TimePoint start_;
   const TimePoint wait_until_;

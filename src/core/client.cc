@@ -266,13 +266,13 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
   }
 }
 
-Status Client::AcquireAsync(const std::string& name, const AcquireOptions& options, void* tag,
+Status Client::AcquireAsync(const std::string& name, const AcquireOptions& options, CancelKey key,
                             AcquireDone done) {
   if (IsClosed()) return Status::InvalidArgument("client is closed");
   std::string owner_value;
   Status s = MakeOwnerValue(options, &owner_value);
   if (!s.ok()) return s;
-  auto op = std::make_shared<AsyncAcquire>(this, name, std::move(owner_value), options, tag,
+  auto op = std::make_shared<AsyncAcquire>(this, name, std::move(owner_value), options, key,
                                            std::move(done));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -282,12 +282,12 @@ Status Client::AcquireAsync(const std::string& name, const AcquireOptions& optio
   return Status::Ok();
 }
 
-bool Client::CancelAcquire(void* tag) {
+bool Client::CancelAcquire(const CancelKey& key) {
   std::vector<std::shared_ptr<AsyncAcquire>> matching;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ptr, op] : pending_) {
-      if (op->tag() == tag) matching.push_back(op);
+      if (op->key() == key) matching.push_back(op);
     }
   }
   if (matching.empty()) return false;

@@ -39,9 +39,9 @@ class Client : public std::enable_shared_from_this<Client> {
 
   // Async calls: any thread; done runs on the loop thread, exactly once, never inside the call.
   // A non-ok return means nothing was started.
-  Status AcquireAsync(const std::string& name, const AcquireOptions& options, void* tag,
+  Status AcquireAsync(const std::string& name, const AcquireOptions& options, CancelKey key,
                       AcquireDone done);
-  bool CancelAcquire(void* tag);  // true when a pending acquire had this tag
+  bool CancelAcquire(const CancelKey& key);  // true when a pending acquire had this key
   void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done);
   void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done);
 

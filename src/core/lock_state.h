@@ -37,7 +37,6 @@ struct LockState {
         attempts(tries),
         heartbeat_explicit(options.heartbeat_ms.has_value()),
         on_lost(options.on_lost),
-        on_lost_arg(options.on_lost_arg),
         lease_ms(options.lease_ms),
         backend_data(std::move(data)),
         heartbeat_ms(options.HeartbeatFor(options.lease_ms)) {
@@ -49,8 +48,7 @@ struct LockState {
   const uint64_t fencing_token;
   const uint32_t attempts;
   const bool heartbeat_explicit;
-  const LostCallback on_lost;
-  void* const on_lost_arg;
+  const LostHandler on_lost;
 
   std::atomic<uint64_t> lease_ms;
   const std::shared_ptr<BackendLockData> backend_data;  // owned and locked by the backend

@@ -3,6 +3,7 @@
 #define DLOCK_CORE_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -11,7 +12,10 @@
 
 namespace dlock {
 
-using LostCallback = void (*)(const char* name, uint64_t fencing_token, void* arg);
+// Told once that a held lock was found lost in the background, on the loop thread, with why.
+// (The C ABI wraps a dlock_lost_fn or a completion queue in one.)
+using LostHandler =
+    std::function<void(const std::string& name, uint64_t fencing_token, const std::string& reason)>;
 
 constexpr uint64_t kDefaultLeaseMs = 10000;
 constexpr uint64_t kMaxLeaseMs = 10ull * 366 * 24 * 3600 * 1000;  // ten years
@@ -27,8 +31,7 @@ struct AcquireOptions {
   uint64_t retry_min_ms = kDefaultRetryMinMs;
   uint64_t retry_max_ms = kDefaultRetryMaxMs;
   std::string owner;                         // label for people and tools
-  LostCallback on_lost = nullptr;
-  void* on_lost_arg = nullptr;
+  LostHandler on_lost;                       // empty = nobody to tell
 
   // Checks the combination (single values are checked by the setters).
   Status Validate() const;

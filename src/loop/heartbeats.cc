@@ -283,9 +283,9 @@ void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, const std::string& 
   std::lock_guard<std::recursive_mutex> callback_guard(lock->callback_mu);
   lock->SetLostReason(reason);
   if (!lock->Transition(LockPhase::kLost)) return;  // released meanwhile: nothing to report
-  if (lock->on_lost == nullptr) return;
+  if (!lock->on_lost) return;
   CallbackScope scope(callbacks_);
-  lock->on_lost(lock->name.c_str(), lock->fencing_token, lock->on_lost_arg);
+  lock->on_lost(lock->name, lock->fencing_token, reason);
 }
 
 void Heartbeats::StopOnLoop() {

@@ -1,0 +1,61 @@
+// CompletionQueue (dlock_queue): async outcomes handed to the caller's own thread instead of
+// a callback on the client's loop thread. For runtimes that cannot take a call on a foreign
+// thread (Node, LuaJIT) or should not make the loop thread wait for them: the loop thread
+// only appends and writes one byte to a pipe; the caller polls the pipe and pops.
+#ifndef DLOCK_CORE_COMPLETION_QUEUE_H_
+#define DLOCK_CORE_COMPLETION_QUEUE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "core/status.h"
+
+namespace dlock {
+
+class Client;
+struct LockState;
+
+class CompletionQueue {
+ public:
+  enum class Kind : int { kDone = 1, kLost = 2 };
+  struct Entry {
+    Kind kind = Kind::kDone;
+    uint64_t tag = 0;
+    Status status;
+    std::shared_ptr<Client> client;  // with lock: an acquired lock, now the popper's
+    std::shared_ptr<LockState> lock;
+  };
+
+  static Status Create(std::shared_ptr<CompletionQueue>* out);
+  ~CompletionQueue();
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
+
+  // The pipe's read end: readable once an entry arrives while the queue was empty.
+  int fd() const { return read_fd_; }
+  // Any thread. After Shutdown, a lock the entry carries is given back instead.
+  void Push(Entry entry);
+  // Takes the oldest entry. When there is none, empties the pipe and re-arms it: the pipe is
+  // written again only for an entry pushed after a Pop that found the queue empty.
+  bool Pop(Entry* out);
+  // The owner let go: gives back the locks of entries never popped, and of any pushed later.
+  void Shutdown();
+  // Releases the lock an entry carries, if any, in the background.
+  static void GiveBack(Entry& entry);
+
+ private:
+  CompletionQueue(int read_fd, int write_fd) : read_fd_(read_fd), write_fd_(write_fd) {}
+
+  const int read_fd_;
+  const int write_fd_;
+  std::mutex mu_;
+  std::deque<Entry> entries_;
+  bool signalled_ = false;  // a byte is in the pipe, or was since the last empty Pop
+  bool shut_ = false;
+};
+
+}  // namespace dlock
+
+#endif  // DLOCK_CORE_COMPLETION_QUEUE_H_
