@@ -1,19 +1,23 @@
 'use strict';
 // dlock: distributed locks with fencing tokens and lease heartbeats (Node binding).
 //
-// A thin koffi layer over libdlock.so's async C API; see README.md. Every call that talks to
-// the server is asynchronous: acquire/release/extend go through dlock_*_async on the client's
-// own thread (one connection, pipelined), and open/close run on libuv's thread pool. Their
-// completions come back as koffi callbacks, which koffi queues to the JS thread. So the event
-// loop never waits for the network, and a thousand waiting acquires hold no thread each.
+// A thin koffi layer over libdlock.so; see README.md. Every call that talks to the server is
+// asynchronous. A one-try acquire, a release and an extend run as blocking C calls on libuv's
+// thread pool (the shortest path: measured faster than a hop through the library's thread),
+// at most POOL_MAX at once. Everything that may wait, and the overflow, goes through the
+// library's async API on its own thread (one connection, pipelined), whose outcomes (and lost
+// locks) come back through a dlock_queue: a pipe libuv watches on the JS thread. So the event
+// loop never waits for the network, a thousand waiting acquires hold no thread each, and the
+// library's thread (heartbeats) never waits for a busy JS thread.
 
 const { EventEmitter } = require('node:events');
+const net = require('node:net');
 const native = require('./lib/native');
 
-const { koffi, C } = native;
-if (!native.hasAsync) {
-  throw new Error(`dlock: ${native.libraryPath} (libdlock ${native.version}) lacks the async C API ` +
-    '(dlock_acquire_async, ...); the Node binding needs it');
+const { C } = native;
+if (!native.hasQueue) {
+  throw new Error(`dlock: ${native.libraryPath} (libdlock ${native.version}) lacks the completion ` +
+    'queue (dlock_queue_new, dlock_acquire_queued, ...); the Node binding needs it');
 }
 
 const CODES = ['OK', 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', 'EIO', 'EBACKEND', 'EAUTH',
@@ -44,9 +48,9 @@ function short(name) {
   return s.length > 80 ? `${s.slice(0, 77)}...` : s;
 }
 
-// The error for an async completion. dlock_last_error() is per thread and the library set it on
-// its own thread, which koffi keeps blocked while this JS runs on the main thread: so the
-// message is built here from what the binding knows.
+// The error for a completion that ran on libuv's pool, where dlock_last_error() was set on the
+// pool's thread, out of reach: the message is built from what the binding knows. (Queued
+// completions carry the library's own message.)
 function asyncError(status, op, name, extra) {
   const n = `'${short(name)}'`;
   let msg;
@@ -162,50 +166,80 @@ function settle(promise, cb) {
 }
 
 // ----- completions from the library -----------------------------------------------------------
-// The library gets integer ids as its void *arg; these maps turn them back into JS. The three
-// koffi callbacks are registered once (koffi has a fixed number of registered slots).
+// One dlock_queue for the process. Every queued call gets an integer tag; these maps turn tags
+// back into JS. A DONE entry settles ops[tag]; a LOST entry tells lostRefs[tag]'s Lock.
 
 let nextId = 1;
-const ops = new Map();       // id -> (status, lockPtr) => void: pending async operations
-const lostRefs = new Map();  // id -> { ref: WeakRef(Lock) | null, early }: on_lost may still fire
+const ops = new Map();       // tag -> (status, lockPtr, message) => void: pending operations
+const lostRefs = new Map();  // tag -> { ref: WeakRef(Lock) | null, early }: may still be lost
 
-// Pending operations keep the process alive (koffi's relay from the library's thread does not).
+// Pending operations keep the process alive (the queue's pipe is unref'd).
 let active = 0;
 const keeper = setInterval(() => {}, 0x7fffffff);
 keeper.unref();
 function hold() { if (active++ === 0) keeper.ref(); }
 function unhold() { if (--active === 0) keeper.unref(); }
 
-function complete(id, status, lockPtr) {
+const queue = (() => {
+  const out = [null];
+  const s = C.queue_new(out);
+  if (s !== 0) throw new DlockError(s, `dlock: cannot create the completion queue: ${C.last_error()}`);
+  return out[0];
+})();
+const QUEUE_DONE = 1;
+const QUEUE_LOST = 2;
+const popTag = [0];
+const popStatus = [0];
+const popLock = [null];
+
+function drain() {
+  for (;;) {
+    const kind = C.queue_pop(queue, popTag, popStatus, popLock);
+    if (kind <= 0) return;
+    const tag = popTag[0];
+    const status = popStatus[0];
+    const message = status === 0 ? '' : C.last_error();
+    if (kind === QUEUE_DONE) complete(tag, status, popLock[0], message);
+    else if (kind === QUEUE_LOST) lostNow(tag);
+  }
+}
+
+const wake = new net.Socket({ fd: native.dup(C.queue_fd(queue)), readable: true, writable: false });
+wake.on('data', drain);
+wake.on('error', (e) => process.nextTick(() => { throw e; }));
+wake.unref();
+
+function complete(id, status, lockPtr, message) {
   const op = ops.get(id);
   if (op === undefined) {  // nobody waits for it any more: give back what we were handed
-    if (lockPtr) C.release_async(lockPtr, null, 0);
+    if (lockPtr) C.release_queued(lockPtr, queue, 0);
     return;
   }
   ops.delete(id);
   unhold();
   try {
-    op(status, lockPtr);
+    op(status, lockPtr, message);
   } catch (e) {
     process.nextTick(() => { throw e; });
   }
 }
 
-const acquireCb = koffi.register((status, lockPtr, id) => complete(id, status, lockPtr),
-  koffi.pointer(native.AcquireFn));
-const doneCb = koffi.register((status, id) => complete(id, status, null), koffi.pointer(native.DoneFn));
-const lostCb = koffi.register((name, token, id) => {
+function lostNow(id) {
   const entry = lostRefs.get(id);
-  if (entry === undefined) return;
+  if (entry === undefined) return;  // released meanwhile
   if (entry.ref === null) {  // lost before its Lock object exists: the constructor tells
     entry.early = true;
     return;
   }
   lostRefs.delete(id);
   const lock = entry.ref.deref();
-  // Return at once (the library's thread waits for us); tell user code right after.
-  if (lock !== undefined) queueMicrotask(() => lock._lost());
-}, koffi.pointer(native.LostFn));
+  if (lock !== undefined) queueMicrotask(() => lock._lost());  // a throwing listener must not stop the drain
+}
+
+// A queued call's error: the library's message for this very completion.
+function queuedError(status, message, op, name, extra) {
+  return message ? new DlockError(status, message + (extra || '')) : asyncError(status, op, name, extra);
+}
 
 // libuv's thread pool (4 threads unless UV_THREADPOOL_SIZE says otherwise) is shared with fs,
 // dns and zlib: at most POOL_MAX of our blocking calls use it at once; beyond that, and for
@@ -219,7 +253,7 @@ const lockRegistry = new FinalizationRegistry((st) => {
   if (st.h !== null) {
     const h = st.h;
     st.h = null;
-    C.release_async(h, null, 0);
+    C.release_queued(h, queue, 0);
   }
 });
 const clientRegistry = new FinalizationRegistry((h) => {
@@ -343,7 +377,7 @@ class Client {
     if (s === 0 && o.waitMs !== undefined) s = C.options_set_wait_ms(opts, o.waitMs);
     if (s === 0 && o.retryMs !== undefined) s = C.options_set_retry_ms(opts, o.retryMs[0], o.retryMs[1]);
     if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
-    if (s === 0) s = C.options_set_on_lost(opts, lostCb, id);
+    if (s === 0) s = C.options_set_on_lost_queued(opts, queue, id);
     if (s !== 0) {
       const e = lastError(s);
       C.options_free(opts);
@@ -386,14 +420,14 @@ class Client {
 
   #acquireAsync(h, name, cname, o, opts, id, lost) {
     return new Promise((resolve, reject) => {
-      const s = C.acquire_async(h, cname, opts, acquireCb, id);
+      const s = C.acquire_queued(h, cname, opts, queue, id);
       if (s !== 0) {
         reject(lastError(s));
         return;
       }
       const signal = o.signal;
       let onAbort = null;
-      ops.set(id, (status, lockPtr) => {
+      ops.set(id, (status, lockPtr, message) => {
         if (onAbort !== null) signal.removeEventListener('abort', onAbort);
         if (status === 0) {
           resolve(new Lock(this, lockPtr, name, id, lost));
@@ -403,12 +437,12 @@ class Client {
           const extra = status === S.NOT_ACQUIRED
             ? (o.waitMs ? ` (waited up to ${o.waitMs} ms)` : ' (one try; set waitMs to wait)')
             : status === S.ECANCELLED && this.#closed ? ' (its client was closed)' : '';
-          reject(asyncError(status, 'acquire', name, extra));
+          reject(queuedError(status, message, 'acquire', name, extra));
         }
       });
       hold();
       if (signal !== undefined) {
-        onAbort = () => { if (this.#h !== null) C.acquire_cancel(this.#h, id); };
+        onAbort = () => { if (this.#h !== null) C.acquire_cancel_queued(this.#h, queue, id); };
         signal.addEventListener('abort', onAbort, { once: true });
       }
     });
@@ -579,12 +613,13 @@ class Lock extends EventEmitter {
     }
     await new Promise((resolve, reject) => {
       const id = nextId++;
-      const s = C.extend_async(this.#st.h, leaseMs, doneCb, id);
+      const s = C.extend_queued(this.#st.h, leaseMs, queue, id);
       if (s !== 0) {
         reject(lastError(s));  // argument errors, or NOT_HELD at once on a closed client
         return;
       }
-      ops.set(id, (status) => (status === 0 ? resolve() : reject(asyncError(status, 'extend', this.name))));
+      ops.set(id, (status, _, message) => (status === 0 ? resolve()
+        : reject(queuedError(status, message, 'extend', this.name))));
       hold();
     });
   }
@@ -624,16 +659,16 @@ class Lock extends EventEmitter {
     }
     await new Promise((resolve, reject) => {
       const id = nextId++;
-      const s = C.release_async(h, doneCb, id);  // frees h whatever happens
+      const s = C.release_queued(h, queue, id);  // frees h whatever happens
       if (s !== 0) {
         lostRefs.delete(st.id);
         reject(lastError(s));
         return;
       }
-      ops.set(id, (status) => {
+      ops.set(id, (status, _, message) => {
         lostRefs.delete(st.id);
         if (status === 0) resolve();
-        else reject(asyncError(status, 'release', this.name));
+        else reject(queuedError(status, message, 'release', this.name));
       });
       hold();
     });

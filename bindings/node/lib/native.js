@@ -4,8 +4,8 @@
 // Search order: $DLOCK_LIBRARY (a path), then `pkg-config --variable=libdir dlock`, then the
 // system's loader path (libdlock.so.0, the SONAME).
 //
-// Pointers are BigInts (koffi 3). Every `void *arg` of a callback is declared intptr_t: the
-// binding passes small integer ids through the library, never JS objects.
+// Pointers are koffi externals. The binding passes small integer tags through the library's
+// completion queue, never JS objects, and registers no callbacks.
 
 const fs = require('node:fs');
 const path = require('node:path');
@@ -50,10 +50,6 @@ function load() {
 
 const { lib, path: libraryPath } = load();
 
-const AcquireFn = koffi.proto('void dlock_acquire_fn(int status, void *lock, intptr_t arg)');
-const DoneFn = koffi.proto('void dlock_done_fn(int status, intptr_t arg)');
-const LostFn = koffi.proto('void dlock_lost_fn(const char *name, uint64_t fencing_token, intptr_t arg)');
-
 const f = (sig) => lib.func(sig);
 const C = {
   status_str: f('const char *dlock_status_str(int s)'),
@@ -68,7 +64,6 @@ const C = {
   options_set_wait_ms: f('int dlock_options_set_wait_ms(void *o, int64_t ms)'),
   options_set_retry_ms: f('int dlock_options_set_retry_ms(void *o, uint64_t min_ms, uint64_t max_ms)'),
   options_set_owner: f('int dlock_options_set_owner(void *o, const char *owner)'),
-  options_set_on_lost: f('int dlock_options_set_on_lost(void *o, dlock_lost_fn *fn, intptr_t arg)'),
   // Blocking calls: the binding runs these only on libuv's thread pool (koffi's .async), never
   // on the JS thread, and only for calls that cannot wait for another holder.
   acquire: f('int dlock_acquire(void *c, const char *name, void *o, _Out_ void **out)'),
@@ -80,21 +75,30 @@ const C = {
   lock_attempts: f('uint32_t dlock_lock_attempts(void *l)'),
 };
 
-let hasAsync = true;
+// The completion queue (dlock 0.1+ with dlock_queue_*): async outcomes come back through a
+// pipe that libuv watches on the JS thread, so the library's thread never waits for JS.
+let hasQueue = true;
 try {
   Object.assign(C, {
-    acquire_async: f('int dlock_acquire_async(void *c, const char *name, void *o, dlock_acquire_fn *done, intptr_t arg)'),
-    acquire_cancel: f('int dlock_acquire_cancel(void *c, intptr_t arg)'),
-    release_async: f('int dlock_release_async(void *l, dlock_done_fn *done, intptr_t arg)'),
-    extend_async: f('int dlock_extend_async(void *l, uint64_t lease_ms, dlock_done_fn *done, intptr_t arg)'),
+    queue_new: f('int dlock_queue_new(_Out_ void **out)'),
+    queue_free: f('void dlock_queue_free(void *q)'),
+    queue_fd: f('int dlock_queue_fd(void *q)'),
+    queue_pop: f('int dlock_queue_pop(void *q, _Out_ uint64_t *tag, _Out_ int *status, _Out_ void **lock)'),
+    acquire_queued: f('int dlock_acquire_queued(void *c, const char *name, void *o, void *q, uint64_t tag)'),
+    acquire_cancel_queued: f('int dlock_acquire_cancel_queued(void *c, void *q, uint64_t tag)'),
+    release_queued: f('int dlock_release_queued(void *l, void *q, uint64_t tag)'),
+    extend_queued: f('int dlock_extend_queued(void *l, uint64_t lease_ms, void *q, uint64_t tag)'),
+    options_set_on_lost_queued: f('int dlock_options_set_on_lost_queued(void *o, void *q, uint64_t tag)'),
   });
 } catch (e) {
-  hasAsync = false;
+  hasQueue = false;
 }
+// libuv closes the fd it watches when the socket is destroyed: it gets a dup of the queue's.
+const dup = koffi.load('libc.so.6').func('int dup(int fd)');
 
 const version = C.version();
 if (!/^0\./.test(version)) {
   throw new Error(`dlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
 }
 
-module.exports = { koffi, C, AcquireFn, DoneFn, LostFn, libraryPath, version, hasAsync };
+module.exports = { koffi, C, dup, libraryPath, version, hasQueue };

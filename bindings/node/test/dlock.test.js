@@ -136,6 +136,35 @@ test('two OS processes contend', async () => {
   assert.equal(cli('EXISTS', key(name)), '0');
 });
 
+test('a busy JS thread does not hold up heartbeats', async () => {
+  // Outcomes come back through a queue: the library's thread never waits for this thread. (With
+  // callbacks from the library's thread, its heartbeats would stop until JS was free again.)
+  const held = unique('busy-held');
+  const other = await Client.connect(URL);
+  try {
+    const blocker = await other.acquire(held, { leaseMs: 10000 });
+    const name = unique('busy');
+    const lock = await client.acquire(name, { leaseMs: 600, heartbeatMs: 150 });
+    let lostEvents = 0;
+    lock.on('lost', () => { lostEvents++; });
+    // Outcomes arrive while JS is busy: a waiting acquire giving up, and one succeeding.
+    const waits = [
+      client.acquire(held, { waitMs: 100 }).then(() => 'acquired', (e) => e.code),
+      client.acquire(unique('busy-free'), { waitMs: 100 }).then((l) => l.release().then(() => 'acquired')),
+    ];
+    const end = Date.now() + 2000;  // more than three leases
+    while (Date.now() < end) { /* busy, as a CPU-heavy critical section would be */ }
+    assert.ok(Number(cli('PTTL', key(name))) > 0, 'the lease ran out on the server while JS was busy');
+    assert.equal(lock.valid, true);
+    assert.deepEqual(await Promise.all(waits), ['NOT_ACQUIRED', 'acquired']);
+    await lock.release();
+    await blocker.release();
+    assert.equal(lostEvents, 0);
+  } finally {
+    await other.close();
+  }
+});
+
 test("the 'lost' event reaches user code", async () => {
   const name = unique('lost');
   const lock = await client.acquire(name, { leaseMs: 600, heartbeatMs: 150 });

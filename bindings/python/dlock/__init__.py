@@ -8,7 +8,7 @@ A thin ctypes layer over libdlock.so. See README.md beside this package for the 
             write(lock.fencing_token)
 
 Threads: a Client may be shared by any number of threads; a Lock may be used from any thread
-(calls on one Lock are serialized). on_lost callbacks run on the client's background thread.
+(calls on one Lock are serialized). on_lost callbacks run on the "dlock-events" thread.
 asyncio: `async with client.alock(...)`, `await client.aacquire(...)`, `await lock.arelease()`,
 `await lock.aextend(ms)` never block the event loop (see README.md, "asyncio").
 """
@@ -47,7 +47,7 @@ _c, library_path = _lib.load()
 
 # Set DLOCK_PY_FORCE_THREADS=1 to make asyncio use the thread-pool path even when the library
 # has the async C API (the test suite runs both ways).
-_use_async_c = _lib.HAS_ASYNC and os.environ.get("DLOCK_PY_FORCE_THREADS") != "1"
+_use_async_c = os.environ.get("DLOCK_PY_FORCE_THREADS") != "1"
 
 
 def version():
@@ -106,9 +106,8 @@ def _check(status):
         raise _error(status)
 
 
-# ----- callbacks from the library's thread -----------------------------------------------------
-# The library gets small integer ids as its void *arg, never Python objects; these dicts map the
-# ids back. The ctypes trampolines below live as long as the module.
+# ----- outcomes from the library ------------------------------------------------------------------
+# The library gets small integer tags, never Python objects; these dicts map the tags back.
 
 _ids = itertools.count(1)
 _lost_slots = {}      # id -> _LostSlot, from acquire until release has returned
@@ -153,18 +152,17 @@ class _LostSlot:
         _lost_slots.pop(self.id, None)
 
 
-def _on_lost(name, token, arg):
+def _on_lost(arg):
     slot = _lost_slots.get(arg)
-    if slot is not None:
+    if slot is not None:  # else released meanwhile
         slot.fire()
 
 
-def _on_async_done(status, arg, handle=None):
+def _on_async_done(status, arg, handle, message):
     entry = _pending.pop(arg, None)
-    message = _c.dlock_last_error().decode("utf-8", "replace") if status != 0 else None
     if entry is None:  # nobody waits any more: give back what we were handed
         if handle:
-            _c.dlock_release_async(handle, None, 0)
+            _c.dlock_release_queued(handle, _queue, 0)
         return
     try:
         entry(status, handle, message)
@@ -172,13 +170,51 @@ def _on_async_done(status, arg, handle=None):
         _report_callback_exception("async completion")
 
 
-_ON_LOST = _lib.LOST_FN(_on_lost)
-_ON_ACQUIRED = _lib.ACQUIRE_FN(lambda status, handle, arg: _on_async_done(status, arg, handle))
-_ON_DONE = _lib.DONE_FN(lambda status, arg: _on_async_done(status, arg))
+# ----- the completion queue --------------------------------------------------------------------
+# One dlock_queue per process. The library appends outcomes (async calls, lost locks) and makes
+# its fd readable; the "dlock-events" daemon thread drains it and runs the Python side. So the
+# library's thread never takes the GIL, and a slow on_lost holds up no heartbeat.
+_QUEUE_DONE = 1
+_QUEUE_LOST = 2
+
+
+def _new_queue():
+    q = _lib.c_queue_p()
+    status = _c.dlock_queue_new(ctypes.byref(q))
+    if status != 0:
+        raise OSError(f"dlock: cannot create the completion queue: {_c.dlock_last_error().decode()}")
+    return q
+
+
+_queue = _new_queue()
+
+
+def _drain_forever():
+    import select
+
+    fd = _c.dlock_queue_fd(_queue)
+    tag = ctypes.c_uint64()
+    status = _lib.c_status()
+    handle = _lib.c_lock_p()
+    pop = _c.dlock_queue_pop
+    while True:
+        select.select([fd], [], [])
+        while True:
+            kind = pop(_queue, ctypes.byref(tag), ctypes.byref(status), ctypes.byref(handle))
+            if kind <= 0:
+                break
+            if kind == _QUEUE_DONE:
+                message = _c.dlock_last_error().decode("utf-8", "replace") if status.value else None
+                _on_async_done(status.value, tag.value, handle.value, message)
+            elif kind == _QUEUE_LOST:
+                _on_lost(tag.value)
+
+
+threading.Thread(target=_drain_forever, name="dlock-events", daemon=True).start()
 
 
 def _deliver(loop, fut, status, value, message, on_unwanted=None):
-    """From the library's thread: settle an asyncio future on its loop. on_unwanted(value) runs
+    """From the dlock-events thread: settle an asyncio future on its loop. on_unwanted(value) runs
     when the future was cancelled meanwhile (or its loop is gone) and the value must be undone."""
 
     def settle():
@@ -333,7 +369,7 @@ class Client:
             slot = None
             if on_lost is not None:
                 slot = _LostSlot(on_lost)
-                _check(_c.dlock_options_set_on_lost(o, _ON_LOST, slot.id))
+                _check(_c.dlock_options_set_on_lost_queued(o, _queue, slot.id))
         except BaseException:
             _c.dlock_options_free(o)
             raise
@@ -350,7 +386,7 @@ class Client:
         heartbeat_ms  renewal period (default lease/3; 0 = no heartbeats)
         retry_ms      (min, max) of the fallback retry while waiting (default (50, 1000))
         owner         a label stored with the lock for people and tools
-        on_lost       callback(lock), run once on the client's thread if the lock is found lost
+        on_lost       callback(lock), run once on the "dlock-events" thread if the lock is found lost
 
         Raises NotAcquired when someone else holds it and the wait ran out. Blocks the calling
         thread only (the GIL is released while waiting).
@@ -391,7 +427,8 @@ class Client:
     async def aacquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
                        owner=None, on_lost=None):
         """acquire() for asyncio: waits without blocking the event loop or holding a thread
-        (with the library's async API; a worker thread per waiting call with older libraries).
+        (the library's async API and completion queue; with DLOCK_PY_FORCE_THREADS=1, a worker
+        thread per waiting call).
         Cancelling the awaiting task cancels the acquire (and gives back a lock that arrived at
         the same moment). on_lost(lock) runs on this event loop (call_soon_threadsafe)."""
         loop = asyncio.get_running_loop()
@@ -433,7 +470,7 @@ class Client:
         try:
             h = self._enter()
             try:
-                status = _c.dlock_acquire_async(h, bname, opts, _ON_ACQUIRED, op_id)
+                status = _c.dlock_acquire_queued(h, bname, opts, _queue, op_id)
                 err = _error(status) if status != 0 else None
             finally:
                 self._leave()
@@ -459,7 +496,7 @@ class Client:
                 h = None  # closed: close() cancelled it already
             if h:
                 try:
-                    _c.dlock_acquire_cancel(h, op_id)  # EINVAL if it completed meanwhile: fine
+                    _c.dlock_acquire_cancel_queued(h, _queue, op_id)  # EINVAL if it completed meanwhile: fine
                 finally:
                     self._leave()
             raise
@@ -489,7 +526,7 @@ class _AsyncLockContext:
 
 
 async def _in_thread(loop, fn, undo, dedicated):
-    """The thread-pool fallback (libraries without the async C API): runs fn off the event
+    """The thread-pool fallback (DLOCK_PY_FORCE_THREADS=1): runs fn off the event
     loop; if the awaiting task is cancelled meanwhile, undo(result) runs when fn finishes.
     Calls that may wait for another holder get a thread of their own (dedicated): in the loop's
     bounded default executor, waiters could take every worker and starve the releases they
@@ -636,17 +673,13 @@ class Lock:
         with self._mu:
             h, self._h = self._h, None
         if h:
-            if _lib.HAS_ASYNC:
-                slot, self._slot = self._slot, None
-                op_id = next(_ids)
-                _pending[op_id] = lambda status, handle, message: slot and slot.drop()
-                if _c.dlock_release_async(h, _ON_DONE, op_id) != 0:  # e.g. client closed
-                    _pending.pop(op_id, None)
-                    if slot is not None:
-                        slot.drop()
-            else:
-                _c.dlock_release(h)
-                self._drop_slot()
+            slot, self._slot = self._slot, None
+            op_id = next(_ids)
+            _pending[op_id] = lambda status, handle, message: slot and slot.drop()
+            if _c.dlock_release_queued(h, _queue, op_id) != 0:  # e.g. client closed
+                _pending.pop(op_id, None)
+                if slot is not None:
+                    slot.drop()
 
     async def arelease(self):
         """release() without blocking the event loop."""
@@ -665,7 +698,7 @@ class Lock:
             _deliver(loop, fut, status, None, message)
 
         _pending[op_id] = completed
-        status = _c.dlock_release_async(h, _ON_DONE, op_id)
+        status = _c.dlock_release_queued(h, _queue, op_id)
         if status != 0:  # only argument errors come back here; h was freed either way
             _pending.pop(op_id, None)
             self._drop_slot()
@@ -685,7 +718,7 @@ class Lock:
             if not self._h:
                 _pending.pop(op_id, None)
                 raise self._released_error()
-            status = _c.dlock_extend_async(self._h, lease_ms, _ON_DONE, op_id)
+            status = _c.dlock_extend_queued(self._h, lease_ms, _queue, op_id)
             if status != 0:
                 _pending.pop(op_id, None)
                 raise _error(status)

@@ -54,7 +54,13 @@ def load():
             if explicit:
                 break
             continue
-        _declare(lib)
+        try:
+            _declare(lib)
+        except AttributeError as e:  # a libdlock from before a function this binding needs
+            tried.append(f"{where} ({path}): too old for this binding: {e}")
+            if explicit:
+                break
+            continue
         version = lib.dlock_version().decode()
         major = int(version.split(".")[0])
         if major != SUPPORTED_MAJOR:
@@ -71,13 +77,11 @@ c_client_p = ctypes.c_void_p
 c_lock_p = ctypes.c_void_p
 c_options_p = ctypes.c_void_p
 
-# Callback types. The void *arg of every callback is declared as an integer (c_size_t): the
-# binding passes small integer ids, never Python objects, through the C library.
-LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_size_t)
-ACQUIRE_FN = ctypes.CFUNCTYPE(None, c_status, c_lock_p, ctypes.c_size_t)
-DONE_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_size_t)
+c_queue_p = ctypes.c_void_p
 
-HAS_ASYNC = False
+# No callback crosses from C: outcomes of async calls and lost locks come back through a
+# dlock_queue (tagged with small integers) that a Python thread drains, so the library's own
+# thread (heartbeats) never waits for the GIL.
 
 
 def _fn(lib, name, restype, argtypes):
@@ -88,7 +92,6 @@ def _fn(lib, name, restype, argtypes):
 
 
 def _declare(lib):
-    global HAS_ASYNC
     _fn(lib, "dlock_status_str", ctypes.c_char_p, [c_status])
     _fn(lib, "dlock_last_error", ctypes.c_char_p, [])
     _fn(lib, "dlock_version", ctypes.c_char_p, [])
@@ -101,7 +104,6 @@ def _declare(lib):
     _fn(lib, "dlock_options_set_wait_ms", c_status, [c_options_p, ctypes.c_int64])
     _fn(lib, "dlock_options_set_retry_ms", c_status, [c_options_p, ctypes.c_uint64, ctypes.c_uint64])
     _fn(lib, "dlock_options_set_owner", c_status, [c_options_p, ctypes.c_char_p])
-    _fn(lib, "dlock_options_set_on_lost", c_status, [c_options_p, LOST_FN, ctypes.c_size_t])
     _fn(lib, "dlock_acquire", c_status,
         [c_client_p, ctypes.c_char_p, c_options_p, ctypes.POINTER(c_lock_p)])
     _fn(lib, "dlock_release", c_status, [c_lock_p])
@@ -111,14 +113,14 @@ def _declare(lib):
     _fn(lib, "dlock_lock_remaining_ms", ctypes.c_int64, [c_lock_p])
     _fn(lib, "dlock_lock_attempts", ctypes.c_uint32, [c_lock_p])
     _fn(lib, "dlock_lock_name", ctypes.c_char_p, [c_lock_p])
-    # The async calls (declared in dlock.h's last section) are optional: a library without
-    # them still serves everything, with asyncio falling back to a thread pool.
-    try:
-        _fn(lib, "dlock_acquire_async", c_status,
-            [c_client_p, ctypes.c_char_p, c_options_p, ACQUIRE_FN, ctypes.c_size_t])
-        _fn(lib, "dlock_acquire_cancel", c_status, [c_client_p, ctypes.c_size_t])
-        _fn(lib, "dlock_release_async", c_status, [c_lock_p, DONE_FN, ctypes.c_size_t])
-        _fn(lib, "dlock_extend_async", c_status, [c_lock_p, ctypes.c_uint64, DONE_FN, ctypes.c_size_t])
-        HAS_ASYNC = True
-    except AttributeError:
-        HAS_ASYNC = False
+    _fn(lib, "dlock_queue_new", c_status, [ctypes.POINTER(c_queue_p)])
+    _fn(lib, "dlock_queue_free", None, [c_queue_p])
+    _fn(lib, "dlock_queue_fd", ctypes.c_int, [c_queue_p])
+    _fn(lib, "dlock_queue_pop", ctypes.c_int,
+        [c_queue_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(c_status), ctypes.POINTER(c_lock_p)])
+    _fn(lib, "dlock_acquire_queued", c_status,
+        [c_client_p, ctypes.c_char_p, c_options_p, c_queue_p, ctypes.c_uint64])
+    _fn(lib, "dlock_acquire_cancel_queued", c_status, [c_client_p, c_queue_p, ctypes.c_uint64])
+    _fn(lib, "dlock_release_queued", c_status, [c_lock_p, c_queue_p, ctypes.c_uint64])
+    _fn(lib, "dlock_extend_queued", c_status, [c_lock_p, ctypes.c_uint64, c_queue_p, ctypes.c_uint64])
+    _fn(lib, "dlock_options_set_on_lost_queued", c_status, [c_options_p, c_queue_p, ctypes.c_uint64])

@@ -268,6 +268,29 @@ class Lost(Base):
             lock.release()
 
 
+class SlowCallbacks(Base):
+    def test_a_slow_on_lost_holds_up_no_heartbeat(self):
+        # on_lost runs on the binding's dlock-events thread, fed by the library's completion
+        # queue: while it sleeps, the client's own thread keeps renewing its other locks.
+        started = threading.Event()
+
+        def slow(lock):
+            started.set()
+            time.sleep(2.0)  # more than three leases of `steady`
+
+        steady = self.client.acquire(unique("steady"), lease_ms=600, heartbeat_ms=150)
+        doomed_name = unique("doomed")
+        doomed = self.client.acquire(doomed_name, lease_ms=600, heartbeat_ms=150, on_lost=slow)
+        cli("DEL", f"dlock:{{{doomed_name}}}")  # behind the holder's back
+        self.assertTrue(started.wait(5), "on_lost never ran")
+        time.sleep(2.2)
+        self.assertGreater(int(cli("PTTL", f"dlock:{{{steady.name}}}")), 0,
+                           "the lease ran out on the server while on_lost slept")
+        self.assertTrue(steady.valid)
+        steady.release()
+        self.assertFalse(doomed.valid)
+
+
 class Errors(Base):
     def test_every_status_has_a_class(self):
         expect = {
