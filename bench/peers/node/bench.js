@@ -10,14 +10,136 @@
 // Prints key=value lines (medians over the rounds, per-round figures, and the median of the
 // per-round ratios dlock / best peer); bench/peers/run turns them into a table. Every library runs with its own defaults except what it takes to
 // wait for a held lock without giving up (retry counts/timeouts), and a 10 s lease.
-// LIB: dlock | redlock | redis-semaphore | yarnl | redis-exp-lock.
+// LIB: dlock | redlock | redis-semaphore | yarnl | redis-exp-lock, and for uncontended only the
+// diagnostics bare-dlock | bare-setnx (a bare RESP client, no library; never a peer, see below).
+const crypto = require('node:crypto');
 const fs = require('node:fs');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
 
 const LEASE_MS = 10000;
 const repo = path.resolve(__dirname, '..', '..', '..');
+
+// Parses one RESP2 reply of buf at pos: [value, next position], or null while incomplete (more
+// bytes to come). An error reply is an Error value; nil bulk strings and arrays are null.
+function parseReply(buf, pos) {
+  if (pos >= buf.length) return null;
+  const eol = buf.indexOf('\r\n', pos + 1);
+  if (eol < 0) return null;
+  const line = buf.toString('latin1', pos + 1, eol);
+  const next = eol + 2;
+  switch (buf[pos]) {
+    case 0x2b: return [line, next];             // '+' simple string
+    case 0x2d: return [new Error(line), next];  // '-' error
+    case 0x3a: return [Number(line), next];     // ':' integer
+    case 0x24: {                                // '$' bulk string
+      const n = Number(line);
+      if (n < 0) return [null, next];
+      if (buf.length < next + n + 2) return null;
+      return [buf.toString('utf8', next, next + n), next + n + 2];
+    }
+    case 0x2a: {                                // '*' array
+      const n = Number(line);
+      if (n < 0) return [null, next];
+      const items = [];
+      let p = next;
+      for (let i = 0; i < n; i++) {
+        const r = parseReply(buf, p);
+        if (!r) return null;
+        items.push(r[0]);
+        p = r[1];
+      }
+      return [items, p];
+    }
+    default: throw new Error(`bare client: unexpected RESP type byte 0x${buf[pos].toString(16)}`);
+  }
+}
+
+// The bare client of the diagnostic rows: RESP2 on one net.Socket, nothing else (no library,
+// no pool, no threads, no FFI). Replies are matched to requests in order; a reply may arrive
+// in pieces, or several in one chunk.
+class BareRedis {
+  static async connect(port) {
+    const sock = net.connect(port, '127.0.0.1');
+    sock.setNoDelay(true);
+    await new Promise((resolve, reject) => { sock.once('connect', resolve); sock.once('error', reject); });
+    return new BareRedis(sock);
+  }
+
+  constructor(sock) {
+    this.sock = sock;
+    this.pending = [];  // [resolve, reject] of each request awaiting its reply, oldest first
+    this.rest = null;   // bytes received but not parsed yet (the start of an incomplete reply)
+    const fail = (e) => { for (const [, reject] of this.pending.splice(0)) reject(e); };
+    sock.on('error', fail);
+    sock.on('close', () => fail(new Error('bare client: connection closed')));
+    sock.on('data', (chunk) => {
+      const buf = this.rest ? Buffer.concat([this.rest, chunk]) : chunk;
+      let pos = 0;
+      try {
+        for (let r; (r = parseReply(buf, pos));) {
+          pos = r[1];
+          const p = this.pending.shift();
+          if (!p) throw new Error('bare client: a reply nobody asked for');
+          if (r[0] instanceof Error) p[1](r[0]);
+          else p[0](r[0]);
+        }
+      } catch (e) {
+        sock.destroy(e);  // -> 'error': every pending request fails
+        return;
+      }
+      this.rest = pos < buf.length ? buf.subarray(pos) : null;
+    });
+  }
+
+  // call('SET', key, value, ...) -> Promise of the reply (strings only, as RESP bulk strings)
+  call(...args) {
+    let req = `*${args.length}\r\n`;
+    for (const a of args) req += `$${Buffer.byteLength(a)}\r\n${a}\r\n`;
+    return new Promise((resolve, reject) => {
+      this.pending.push([resolve, reject]);
+      this.sock.write(req);
+    });
+  }
+
+  close() {
+    return new Promise((resolve) => { this.sock.once('close', () => resolve()); this.sock.end(); });
+  }
+}
+
+// A bare-client adapter, uncontended only: acquire sends acquireCall(owner) and hands its reply
+// to acquired(reply) (true: ours); release sends releaseCall(owner), whose reply must be 1.
+// Either failing throws, so that a broken run posts no figure. A random 128-bit owner per
+// cycle, as the library makes, sliced from a pooled randomBytes: one randomBytes call per
+// cycle costs JS ~2 us, which the library (in C++) does not pay, and would understate the
+// ceiling.
+let ownerPool = Buffer.alloc(0);
+function randomOwner() {
+  if (ownerPool.length < 16) ownerPool = crypto.randomBytes(4096);
+  const owner = ownerPool.subarray(0, 16).toString('hex');
+  ownerPool = ownerPool.subarray(16);
+  return owner;
+}
+
+async function bareAdapter(name, port, wait, setup) {
+  if (wait) throw new Error(`${name}: a diagnostic for the uncontended bench only`);
+  const redis = await BareRedis.connect(port);
+  const { acquireCall, acquired, releaseCall } = await setup(redis);
+  return {
+    async acquire() {
+      const owner = randomOwner();
+      const reply = await redis.call(...acquireCall(owner));
+      if (!acquired(reply)) throw new Error(`${name}: not acquired: ${JSON.stringify(reply)}`);
+      return async () => {
+        const released = await redis.call(...releaseCall(owner));
+        if (released !== 1) throw new Error(`${name}: not released: ${JSON.stringify(released)}`);
+      };
+    },
+    close: () => redis.close(),
+  };
+}
 
 // An adapter: setup(port, key, wait) -> { acquire(): Promise<release: () => Promise>, close() }
 const adapters = {
@@ -109,12 +231,52 @@ const adapters = {
       close: () => new Promise((resolve) => client.quit(() => resolve())),
     };
   },
+
+  // Diagnostics, not peers (report() leaves them out of the best peer and of the ratio): the
+  // bare client above, i.e. what is left of a lock library when the library is taken away.
+  //
+  // bare-dlock: dlock's own scripts (lua/acquire.lua, lua/release.lua), called by EVALSHA with
+  // the keys and arguments dlock uses (key prefix "dlock:"). No Node binding of dlock can beat
+  // this row: the server-side cost of the scripts (the fencing token) sets it.
+  'bare-dlock'(port, key, wait) {
+    return bareAdapter('bare-dlock', port, wait, async (redis) => {
+      const load = (file) => redis.call('SCRIPT', 'LOAD', fs.readFileSync(path.join(repo, 'lua', file), 'utf8'));
+      const acquireSha = await load('acquire.lua');
+      const releaseSha = await load('release.lua');
+      const holder = `dlock:{${key}}`;
+      const fence = `${holder}:fence`;
+      const channel = `${holder}:released`;
+      return {
+        acquireCall: (owner) => ['EVALSHA', acquireSha, '2', holder, fence, owner, String(LEASE_MS)],
+        acquired: (reply) => Array.isArray(reply) && reply[0] === 1,  // {1, token} | {0, pttl}
+        releaseCall: (owner) => ['EVALSHA', releaseSha, '1', holder, owner, channel],
+      };
+    });
+  },
+
+  // bare-setnx: what yarnl sends: SET key owner NX PX, then yarnl's own compare-and-delete
+  // script (node_modules/yarnl/unlock.lua) by EVALSHA. yarnl's row minus the library.
+  'bare-setnx'(port, key, wait) {
+    return bareAdapter('bare-setnx', port, wait, async (redis) => {
+      const unlock = fs.readFileSync(path.join(path.dirname(require.resolve('yarnl')), 'unlock.lua'), 'utf8');
+      const releaseSha = await redis.call('SCRIPT', 'LOAD', unlock);
+      return {
+        acquireCall: (owner) => ['SET', key, owner, 'NX', 'PX', String(LEASE_MS)],
+        acquired: (reply) => reply === 'OK',  // nil when held
+        releaseCall: (owner) => ['EVALSHA', releaseSha, '1', key, owner],
+      };
+    });
+  },
 };
+
+// Diagnostic rows: measured like the libraries but not peers.
+const isDiagnostic = (lib) => lib.startsWith('bare-');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Uncontended: every library's adapter in this one process; ROUNDS rounds, each running every
-// library for SECONDS in turn (the order rotates), so that all of them see the same load.
+// Uncontended: every library's adapter (and the diagnostics') in this one process; ROUNDS
+// rounds, each running every library for SECONDS in turn (the order rotates), so that all of
+// them see the same load.
 async function uncontended(port, seconds, rounds, libs) {
   const as = {};
   for (const lib of libs) {
@@ -145,23 +307,26 @@ async function uncontended(port, seconds, rounds, libs) {
 }
 
 // Prints key=value lines: <mode>_<lib>=median, <mode>_<lib>_rounds=a/b/c, and the median of the
-// per-round ratios dlock / best peer of that round.
+// per-round ratios dlock / best peer of that round (<mode>_ratio). Peers are the libraries other
+// than dlock, never the diagnostics; with bare-dlock, also the median of the per-round ratios
+// bare-dlock / best peer (<mode>_ceiling_ratio).
 function report(mode, rates, rounds, extra = {}) {
   const med = (xs) => { const v = [...xs].sort((a, b) => a - b); const m = v.length >> 1; return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2; };
-  const ratios = [];
-  for (let r = 0; r < rounds; r++) {
-    const peers = Object.keys(rates).filter((l) => l !== 'dlock').map((l) => rates[l][r]);
-    if (rates.dlock && peers.length) ratios.push(rates.dlock[r] / Math.max(...peers));
-  }
+  const peers = Object.keys(rates).filter((l) => l !== 'dlock' && !isDiagnostic(l));
+  const ratioVsBestPeer = (key, lib) => {
+    if (!rates[lib] || !peers.length) return;
+    const ratios = [];
+    for (let r = 0; r < rounds; r++) ratios.push(rates[lib][r] / Math.max(...peers.map((l) => rates[l][r])));
+    console.log(`${mode}_${key}=${med(ratios).toFixed(2)}`);
+    console.log(`${mode}_${key}_rounds=${ratios.map((x) => x.toFixed(2)).join('/')}`);
+  };
   for (const [lib, xs] of Object.entries(rates)) {
     console.log(`${mode}_${lib}=${med(xs).toFixed(1)}`);
     console.log(`${mode}_${lib}_rounds=${xs.map((x) => x.toFixed(0)).join('/')}`);
     if (extra[lib]) console.log(`${mode}_${lib}_detail=${extra[lib].join(' ')}`);
   }
-  if (ratios.length) {
-    console.log(`${mode}_ratio=${med(ratios).toFixed(2)}`);
-    console.log(`${mode}_ratio_rounds=${ratios.map((x) => x.toFixed(2)).join('/')}`);
-  }
+  ratioVsBestPeer('ratio', 'dlock');
+  ratioVsBestPeer('ceiling_ratio', 'bare-dlock');
 }
 
 // One contender: waits until startAt, then acquire(wait)+release until endAt. Under the lock it
