@@ -1,6 +1,7 @@
 // The C ABI: argument checks, the exception barrier, and Status -> dlock_status. Nothing else.
 #include "dlock/dlock.h"
 
+#include <functional>
 #include <new>
 #include <string>
 
@@ -67,6 +68,51 @@ dlock::Status CheckAcquire(const char* name, const dlock_options* o,
   *options = o != nullptr ? &o->impl : &kDefaults;
   dlock::Status s = dlock::CheckLockName(name);
   return s.ok() ? (*options)->Validate() : s;
+}
+
+// The _async and _queued forms differ only in how the outcome is delivered (done): these
+// start the operation for both. Argument checks and Guard stay with the callers.
+dlock_status StartAcquire(dlock_client* c, const char* name, const dlock_options* o,
+                          dlock::CancelKey key,
+                          std::function<void(const dlock::Status&, const std::shared_ptr<dlock::Client>&,
+                                             std::shared_ptr<dlock::LockState>)> done) {
+  if (c == nullptr) return Invalid("client is NULL");
+  const dlock::AcquireOptions* options;
+  dlock::Status s = CheckAcquire(name, o, &options);
+  if (!s.ok()) return Report(s);
+  std::shared_ptr<dlock::Client> client = c->impl;
+  s = client->AcquireAsync(
+      name, *options, key,
+      [client, done = std::move(done)](const dlock::Status& result,
+                                       std::shared_ptr<dlock::LockState> state) {
+        done(result, client, std::move(state));  // state is null unless acquired
+      });
+  return Report(s);
+}
+
+dlock::Status ClosedClient(const dlock::LockState& state) {
+  return dlock::Status::NotHeld("lock '" + state.name + "' was released when its client was closed");
+}
+
+// Frees l at once; on a closed client answers NOT_HELD at once and never calls done.
+dlock_status StartRelease(dlock_lock* l, dlock::StatusCallback done) {
+  std::unique_ptr<dlock_lock> owned(l);  // the handle ends here; the state lives on
+  if (owned->client->IsClosed()) return Report(ClosedClient(*owned->state));
+  owned->client->ReleaseAsync(owned->state, std::move(done));
+  return Report(dlock::Status::Ok());
+}
+
+dlock_status StartExtend(dlock_lock* l, uint64_t lease_ms, dlock::StatusCallback done) {
+  if (l->client->IsClosed()) return Report(ClosedClient(*l->state));
+  l->client->ExtendAsync(l->state, lease_ms, std::move(done));
+  return Report(dlock::Status::Ok());
+}
+
+// Delivers to a queue: the completion callbacks of the _queued forms.
+dlock::StatusCallback PushDone(std::shared_ptr<dlock::CompletionQueue> queue, uint64_t tag) {
+  return [queue = std::move(queue), tag](const dlock::Status& s) {
+    queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr});
+  };
 }
 
 }  // namespace
@@ -249,20 +295,16 @@ dlock_status dlock_client_open_evbase(const char* url, struct event_base* base, 
 dlock_status dlock_acquire_async(dlock_client* c, const char* name, const dlock_options* o,
                                  dlock_acquire_fn done, void* arg) {
   return Guard([&] {
-    if (c == nullptr) return Invalid("client is NULL");
     if (done == nullptr) return Invalid("done callback is NULL");
-    const dlock::AcquireOptions* options;
-    dlock::Status s = CheckAcquire(name, o, &options);
-    if (!s.ok()) return Report(s);
-    std::shared_ptr<dlock::Client> client = c->impl;
-    s = client->AcquireAsync(
-        name, *options, {nullptr, reinterpret_cast<uintptr_t>(arg)},
-        [client, done, arg](const dlock::Status& result, std::shared_ptr<dlock::LockState> state) {
-          dlock_lock* lock = state != nullptr ? new dlock_lock{client, std::move(state)} : nullptr;
-          last_error = result.message();  // readable from inside done
-          done(static_cast<dlock_status>(result.code()), lock, arg);
-        });
-    return Report(s);
+    return StartAcquire(c, name, o, {nullptr, reinterpret_cast<uintptr_t>(arg)},
+                        [done, arg](const dlock::Status& result,
+                                    const std::shared_ptr<dlock::Client>& client,
+                                    std::shared_ptr<dlock::LockState> state) {
+                          dlock_lock* lock =
+                              state != nullptr ? new dlock_lock{client, std::move(state)} : nullptr;
+                          last_error = result.message();  // readable from inside done
+                          done(static_cast<dlock_status>(result.code()), lock, arg);
+                        });
   });
 }
 
@@ -279,33 +321,22 @@ dlock_status dlock_acquire_cancel(dlock_client* c, void* arg) {
 dlock_status dlock_release_async(dlock_lock* l, dlock_done_fn done, void* arg) {
   return Guard([&] {
     if (l == nullptr) return Invalid("lock is NULL");
-    std::unique_ptr<dlock_lock> owned(l);  // the handle ends here; the state lives on
-    std::shared_ptr<dlock::LockState> state = owned->state;
-    if (owned->client->IsClosed()) {
-      return Report(dlock::Status::NotHeld("lock '" + state->name +
-                                           "' was released when its client was closed"));
-    }
-    owned->client->ReleaseAsync(state, [state, done, arg](const dlock::Status& s) {
+    std::shared_ptr<dlock::LockState> state = l->state;
+    return StartRelease(l, [state, done, arg](const dlock::Status& s) {
       std::lock_guard<std::recursive_mutex> wait_for_callback(state->callback_mu);
       last_error = s.message();
       if (done != nullptr) done(static_cast<dlock_status>(s.code()), arg);
     });
-    return Report(dlock::Status::Ok());
   });
 }
 
 dlock_status dlock_extend_async(dlock_lock* l, uint64_t lease_ms, dlock_done_fn done, void* arg) {
   return Guard([&] {
     if (l == nullptr) return Invalid("lock is NULL");
-    if (l->client->IsClosed()) {
-      return Report(dlock::Status::NotHeld("lock '" + l->state->name +
-                                           "' was released when its client was closed"));
-    }
-    l->client->ExtendAsync(l->state, lease_ms, [done, arg](const dlock::Status& s) {
+    return StartExtend(l, lease_ms, [done, arg](const dlock::Status& s) {
       last_error = s.message();
       if (done != nullptr) done(static_cast<dlock_status>(s.code()), arg);
     });
-    return Report(dlock::Status::Ok());
   });
 }
 
@@ -358,20 +389,15 @@ int dlock_queue_pop(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_l
 dlock_status dlock_acquire_queued(dlock_client* c, const char* name, const dlock_options* o,
                                   dlock_queue* q, uint64_t tag) {
   return Guard([&] {
-    if (c == nullptr) return Invalid("client is NULL");
     if (q == nullptr) return Invalid("queue is NULL");
-    const dlock::AcquireOptions* options;
-    dlock::Status s = CheckAcquire(name, o, &options);
-    if (!s.ok()) return Report(s);
-    std::shared_ptr<dlock::Client> client = c->impl;
     std::shared_ptr<dlock::CompletionQueue> queue = q->impl;
-    s = client->AcquireAsync(
-        name, *options, {queue.get(), tag},
-        [client, queue, tag](const dlock::Status& result, std::shared_ptr<dlock::LockState> state) {
-          queue->Push({dlock::CompletionQueue::Kind::kDone, tag, result,
-                       state != nullptr ? client : nullptr, std::move(state)});
-        });
-    return Report(s);
+    return StartAcquire(c, name, o, {queue.get(), tag},
+                        [queue, tag](const dlock::Status& result,
+                                     const std::shared_ptr<dlock::Client>& client,
+                                     std::shared_ptr<dlock::LockState> state) {
+                          queue->Push({dlock::CompletionQueue::Kind::kDone, tag, result,
+                                       state != nullptr ? client : nullptr, std::move(state)});
+                        });
   });
 }
 
@@ -390,17 +416,7 @@ dlock_status dlock_release_queued(dlock_lock* l, dlock_queue* q, uint64_t tag) {
   return Guard([&] {
     if (l == nullptr) return Invalid("lock is NULL");
     if (q == nullptr) return Invalid("queue is NULL");
-    std::unique_ptr<dlock_lock> owned(l);  // the handle ends here; the state lives on
-    std::shared_ptr<dlock::LockState> state = owned->state;
-    if (owned->client->IsClosed()) {
-      return Report(dlock::Status::NotHeld("lock '" + state->name +
-                                           "' was released when its client was closed"));
-    }
-    std::shared_ptr<dlock::CompletionQueue> queue = q->impl;
-    owned->client->ReleaseAsync(state, [queue, tag](const dlock::Status& s) {
-      queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr});
-    });
-    return Report(dlock::Status::Ok());
+    return StartRelease(l, PushDone(q->impl, tag));
   });
 }
 
@@ -408,15 +424,7 @@ dlock_status dlock_extend_queued(dlock_lock* l, uint64_t lease_ms, dlock_queue* 
   return Guard([&] {
     if (l == nullptr) return Invalid("lock is NULL");
     if (q == nullptr) return Invalid("queue is NULL");
-    if (l->client->IsClosed()) {
-      return Report(dlock::Status::NotHeld("lock '" + l->state->name +
-                                           "' was released when its client was closed"));
-    }
-    std::shared_ptr<dlock::CompletionQueue> queue = q->impl;
-    l->client->ExtendAsync(l->state, lease_ms, [queue, tag](const dlock::Status& s) {
-      queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr});
-    });
-    return Report(dlock::Status::Ok());
+    return StartExtend(l, lease_ms, PushDone(q->impl, tag));
   });
 }
 

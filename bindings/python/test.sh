@@ -4,9 +4,8 @@
 #   DLOCK_LIBRARY=/path/to/libdlock.so bindings/python/test.sh
 #
 # DLOCK_LIBRARY defaults to <repo>/build/libdlock.so when that exists. PYTHON picks the
-# interpreter (default: python3 on PATH). Runs the suite twice when the library has the async
-# C API: once using it for asyncio, once with the thread-pool fallback
-# (DLOCK_PY_FORCE_THREADS=1). Needs redis-server and redis-cli.
+# interpreter (default: python3 on PATH). Runs the suite twice: as shipped, and with asyncio on
+# the thread-pool fallback (DLOCK_PY_FORCE_THREADS=1). Needs redis-server and redis-cli.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)

@@ -19,6 +19,7 @@ import itertools
 import math
 import operator
 import os
+import select
 import sys
 import threading
 import traceback
@@ -190,8 +191,6 @@ _queue = _new_queue()
 
 
 def _drain_forever():
-    import select
-
     fd = _c.dlock_queue_fd(_queue)
     tag = ctypes.c_uint64()
     status = _lib.c_status()
