@@ -1,5 +1,5 @@
 // SigV4 against AWS's published test suite and against golden DynamoDB vectors, read from
-// ../shared/testdata at test time: the canonical request, the string to sign and the signature
+// tests/dynamodb/testdata at test time: the canonical request, the string to sign and the signature
 // (or the whole Authorization header) must match byte for byte.
 #include <gtest/gtest.h>
 
