@@ -1,6 +1,8 @@
 // The C ABI: argument checks, the exception barrier, and Status -> dlock_status. Nothing else.
 #include "dlock/dlock.h"
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
 #include <new>
 #include <string>
@@ -445,6 +447,34 @@ dlock_status dlock_options_set_on_lost_queued(dlock_options* o, dlock_queue* q, 
     }
     return Report(dlock::Status::Ok());
   });
+}
+
+namespace {
+dlock_status CopyError(dlock_status s, char* buf, size_t len) {
+  if (s != DLOCK_OK && buf != nullptr && len > 0) {
+    size_t n = std::min(last_error.size(), len - 1);
+    std::memcpy(buf, last_error.data(), n);
+    buf[n] = '\0';
+  }
+  return s;
+}
+}  // namespace
+
+dlock_status dlock_client_open_errbuf(const char* url, dlock_client** out, char* buf, size_t len) {
+  return CopyError(dlock_client_open(url, out), buf, len);
+}
+
+dlock_status dlock_acquire_errbuf(dlock_client* c, const char* name, const dlock_options* o,
+                                  dlock_lock** out, char* buf, size_t len) {
+  return CopyError(dlock_acquire(c, name, o, out), buf, len);
+}
+
+dlock_status dlock_release_errbuf(dlock_lock* l, char* buf, size_t len) {
+  return CopyError(dlock_release(l), buf, len);
+}
+
+dlock_status dlock_extend_errbuf(dlock_lock* l, uint64_t lease_ms, char* buf, size_t len) {
+  return CopyError(dlock_extend(l, lease_ms), buf, len);
 }
 
 dlock_status dlock_dynamodb_create_table(const char* url, int64_t wait_ms) {

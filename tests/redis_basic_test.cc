@@ -1,6 +1,7 @@
 // Acquire, release, extend and fencing tokens against a real redis-server.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "support/redis_server.h"
@@ -56,9 +57,43 @@ TEST_F(RedisBasicTest, SecondAcquireFailsWhileHeldAndSucceedsAfterRelease) {
 TEST_F(RedisBasicTest, NotReentrant) {
   Client a(redis_.url());
   dlock_lock *l1 = nullptr, *l2 = nullptr;
-  ASSERT_EQ(dlock_acquire(a.get(), "re", nullptr, &l1), DLOCK_OK);
+  Options labelled;
+  labelled.owner("cron-7");
+  ASSERT_EQ(dlock_acquire(a.get(), "re", labelled.get(), &l1), DLOCK_OK);
   EXPECT_EQ(dlock_acquire(a.get(), "re", nullptr, &l2), DLOCK_NOT_ACQUIRED);
+  // The message says the caller's own client holds it, not "another owner".
+  std::string message = dlock_last_error();
+  EXPECT_NE(message.find("held by this client (owner 'cron-7')"), std::string::npos) << message;
+  EXPECT_NE(message.find("not reentrant"), std::string::npos) << message;
   EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+}
+
+TEST_F(RedisBasicTest, ErrorBufferVariantsCarryTheMessage) {
+  // For FFI runtimes that read the outcome on another thread than the call's.
+  char buf[256] = "untouched";
+  dlock_client* c = nullptr;
+  EXPECT_EQ(dlock_client_open_errbuf("redis://127.0.0.1:6379?bogus=1", &c, buf, sizeof buf),
+            DLOCK_EINVAL);
+  EXPECT_STREQ(buf, dlock_last_error());
+  EXPECT_NE(std::string(buf).find("bogus"), std::string::npos) << buf;
+  ASSERT_EQ(dlock_client_open_errbuf(redis_.url().c_str(), &c, buf, sizeof buf), DLOCK_OK);
+  Client other(redis_.url());
+  dlock_lock *mine = nullptr, *theirs = nullptr;
+  std::strcpy(buf, "untouched");
+  ASSERT_EQ(dlock_acquire_errbuf(c, "eb", nullptr, &mine, buf, sizeof buf), DLOCK_OK);
+  EXPECT_STREQ(buf, "untouched");  // left alone on success
+  char small[8];
+  EXPECT_EQ(dlock_acquire_errbuf(other.get(), "eb", nullptr, &theirs, small, sizeof small),
+            DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(std::string(small), std::string(dlock_last_error()).substr(0, 7));  // cut, terminated
+  EXPECT_EQ(dlock_acquire_errbuf(other.get(), "eb", nullptr, &theirs, nullptr, 0),
+            DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_extend_errbuf(mine, 5000, buf, sizeof buf), DLOCK_OK);
+  dlock_client_close(c);
+  EXPECT_EQ(dlock_extend_errbuf(mine, 5000, buf, sizeof buf), DLOCK_NOT_HELD);
+  EXPECT_NE(std::string(buf).find("closed"), std::string::npos) << buf;
+  EXPECT_EQ(dlock_release_errbuf(mine, buf, sizeof buf), DLOCK_NOT_HELD);
+  EXPECT_NE(std::string(buf).find("closed"), std::string::npos) << buf;
 }
 
 TEST_F(RedisBasicTest, TokensRiseAcrossReleaseExpiryAndTakeover) {
@@ -227,6 +262,9 @@ TEST_F(RedisBasicTest, AuthWithPasswordAndAclUser) {
   EXPECT_EQ(c, nullptr);
   EXPECT_EQ(dlock_client_open(secured.url().c_str(), &c), DLOCK_EAUTH);  // no password at all
   EXPECT_NE(std::string(dlock_last_error()).find(secured.address()), std::string::npos) << dlock_last_error();
+  // ... and says where the password goes.
+  EXPECT_NE(std::string(dlock_last_error()).find("redis://:PASSWORD@host:port"), std::string::npos)
+      << dlock_last_error();
 }
 
 }  // namespace

@@ -72,6 +72,7 @@
 #ifndef DLOCK_DLOCK_H_
 #define DLOCK_DLOCK_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dlock/export.h"
@@ -300,6 +301,23 @@ DLOCK_API dlock_status dlock_extend_queued(dlock_lock *l, uint64_t lease_ms, dlo
  * ignore LOST entries for tags you are done with. The options keep q alive. */
 DLOCK_API dlock_status dlock_options_set_on_lost_queued(dlock_options *o, dlock_queue *q,
                                                         uint64_t tag);
+
+/* ----- error buffers, for calls made on a worker thread ----------------------------------
+ *
+ * dlock_last_error() belongs to the thread that made the call. FFI runtimes that run a
+ * blocking call on a worker thread and learn its outcome on another (Node's koffi runs calls on
+ * libuv's pool) cannot reach it there. These behave exactly as the plain calls and, when the
+ * call fails, also copy its message into buf: NUL-terminated, cut to len - 1 bytes. buf is left
+ * alone on success; buf NULL or len 0 is allowed (nothing is copied). curl's
+ * CURLOPT_ERRORBUFFER is the model. */
+DLOCK_API dlock_status dlock_client_open_errbuf(const char *url, dlock_client **out, char *buf,
+                                                size_t len);
+DLOCK_API dlock_status dlock_acquire_errbuf(dlock_client *c, const char *name,
+                                            const dlock_options *o, dlock_lock **out, char *buf,
+                                            size_t len);
+DLOCK_API dlock_status dlock_release_errbuf(dlock_lock *l, char *buf, size_t len);
+DLOCK_API dlock_status dlock_extend_errbuf(dlock_lock *l, uint64_t lease_ms, char *buf,
+                                           size_t len);
 
 /* ----- DynamoDB --------------------------------------------------------------------------- */
 

@@ -181,9 +181,24 @@ Status Client::NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms,
   std::string held_for = holder_ttl_ms == -1   ? " with no expiry"
                          : holder_ttl_ms >= 0 ? " for " + std::to_string(holder_ttl_ms) + " ms more"
                                               : "";
-  return Status::NotAcquired("lock '" + name + "' is held by another owner" + held_for +
+  // Locks are not reentrant: a caller whose own client holds the name should be told so.
+  std::string holder = "another owner";
+  std::string hint;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [ptr, state] : held_) {
+      if (state->name != name || state->Phase() != LockPhase::kHeld) continue;
+      size_t bar = state->owner_value.find('|');
+      holder = "this client";
+      if (bar != std::string::npos) holder += " (owner '" + state->owner_value.substr(bar + 1) + "')";
+      hint = "; locks are not reentrant: release it first";
+      break;
+    }
+  }
+  return Status::NotAcquired("lock '" + name + "' is held by " + holder + held_for +
                              " (gave up after " + std::to_string(attempts) + " attempt" +
-                             (attempts == 1 ? "" : "s") + " in " + std::to_string(waited) + " ms)");
+                             (attempts == 1 ? "" : "s") + " in " + std::to_string(waited) + " ms" +
+                             hint + ")");
 }
 
 Status Client::Adopt(const std::string& name, const std::string& owner_value,

@@ -88,7 +88,7 @@ class Client : public std::enable_shared_from_this<Client> {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Heartbeats> heartbeats_;
   CallbackDepth callbacks_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   bool closed_ = false;
   bool torn_down_ = false;
   std::unordered_map<LockState*, std::shared_ptr<LockState>> held_;

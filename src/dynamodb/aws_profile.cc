@@ -86,9 +86,11 @@ Status LoadAwsProfile(AwsProfile* out) {
   if (out->name.empty()) out->name = "default";
 
   std::string config_text, credentials_text;
-  Status s = ReadOptional(HomeFile("AWS_CONFIG_FILE", ".aws/config"), &config_text);
+  out->config_file = HomeFile("AWS_CONFIG_FILE", ".aws/config");
+  out->credentials_file = HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+  Status s = ReadOptional(out->config_file, &config_text);
   if (!s.ok()) return s;
-  s = ReadOptional(HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"), &credentials_text);
+  s = ReadOptional(out->credentials_file, &credentials_text);
   if (!s.ok()) return s;
 
   auto config = ParseIni(config_text);

@@ -18,6 +18,7 @@ struct AwsProfile {
   bool found = false;                        // a section of that name exists in either file
   bool explicitly_chosen = false;            // named by AWS_PROFILE / AWS_DEFAULT_PROFILE
   std::map<std::string, std::string> values;  // lowercase keys: aws_access_key_id, region, ...
+  std::string credentials_file, config_file;  // the paths read (for messages)
   std::string Get(const std::string& key) const {
     auto it = values.find(key);
     return it == values.end() ? std::string() : it->second;

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 namespace dlock::dynamodb {
 namespace {
@@ -217,8 +218,8 @@ Status CredentialsFromImds(HttpPool* http, Credentials* out, bool* found) {
   token_request.url = base + "/latest/api/token";
   token_request.headers = {"X-aws-ec2-metadata-token-ttl-seconds: 21600"};
   HttpResponse response;
-  if (!FetchOnce(http, token_request, &response, source).ok()) {
-    return Status::Ok();  // no metadata service here: not on EC2, the chain simply ends
+  if (Status reach = FetchOnce(http, token_request, &response, source); !reach.ok()) {
+    return reach;  // no metadata service here: not on EC2, the chain simply ends
   }
   if (response.status != 200 || response.body.empty()) {
     return Status::AuthError(source + ": IMDSv2 token request answered HTTP " +
@@ -256,23 +257,43 @@ CredentialsChain::~CredentialsChain() {
   if (background_.joinable()) background_.join();
 }
 
+namespace {
+std::string OrNoHome(const std::string& path) { return path.empty() ? "(HOME unset)" : path; }
+}  // namespace
+
 Status CredentialsChain::Resolve(Credentials* out) {
+  // What each source said, for the message when none has credentials: a user who expected one
+  // source to work needs to see why it did not, not only the last source's complaint.
+  std::vector<std::string> tried;
   bool found = false;
   Status s = CredentialsFromEnvironment(out, &found);
   if (!s.ok() || found) return s;
+  tried.push_back("environment: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY not set");
   AwsProfile profile;
   s = LoadAwsProfile(&profile);
   if (!s.ok()) return s;
   s = CredentialsFromProfile(profile, out, &found);
   if (!s.ok() || found) return s;
+  tried.push_back("profile '" + profile.name + "' in " + OrNoHome(profile.credentials_file) + " and " +
+                  OrNoHome(profile.config_file) + ": " +
+                  (profile.found ? "no aws_access_key_id in it" : "no such profile"));
   s = CredentialsFromContainer(&http_, out, &found);
   if (!s.ok() || found) return s;
-  s = CredentialsFromImds(&http_, out, &found);
-  if (!s.ok() || found) return s;
+  tried.push_back("container credentials: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI / _FULL_URI not set");
+  if (IsTrue(Env("AWS_EC2_METADATA_DISABLED"))) {
+    tried.push_back("EC2 instance metadata: off (AWS_EC2_METADATA_DISABLED)");
+  } else {
+    s = CredentialsFromImds(&http_, out, &found);
+    if (found) return s;
+    tried.push_back(s.ok() ? "EC2 instance metadata: no credentials" : s.message());
+  }
+  std::string message = "no AWS credentials found; tried, in order:";
+  for (size_t i = 0; i < tried.size(); ++i) {
+    message += " (" + std::to_string(i + 1) + ") " + tried[i] + (i + 1 < tried.size() ? ";" : ".");
+  }
   return Status::AuthError(
-      "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put keys "
-      "in profile '" + profile.name + "' of ~/.aws/credentials (AWS_PROFILE picks the profile), "
-      "or run with container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI / _FULL_URI) "
+      message + " Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (a local dynalite accepts any "
+      "pair), put keys in a profile (AWS_PROFILE picks it), or run with container credentials "
       "or on EC2 with an instance role");
 }
 

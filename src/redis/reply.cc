@@ -23,7 +23,12 @@ Status ErrorReplyStatus(const redisReply* r, const std::string& server) {
   std::string msg = Text(r);
   if (msg.rfind("NOAUTH", 0) == 0 || msg.rfind("WRONGPASS", 0) == 0 ||
       msg.find("invalid password") != std::string::npos || msg.rfind("NOPERM", 0) == 0) {
-    return Status::AuthError(server + " refused: " + msg);
+    // NOAUTH means no credentials were sent at all: say where they go.
+    std::string hint = msg.rfind("NOAUTH", 0) == 0
+                           ? " (put the password in the URL: redis://:PASSWORD@host:port, or "
+                             "redis://USER:PASSWORD@host:port with an ACL user)"
+                           : "";
+    return Status::AuthError(server + " refused: " + msg + hint);
   }
   return Status::BackendError(server + " answered an error: " + msg);
 }

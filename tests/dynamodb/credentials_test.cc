@@ -242,6 +242,34 @@ TEST_F(CredentialsTest, NothingAnywhereSaysWhereItLooked) {
   EXPECT_EQ(s.code(), Code::kAuthError);
   EXPECT_NE(s.message().find("no AWS credentials found"), std::string::npos);
   EXPECT_NE(s.message().find("AWS_ACCESS_KEY_ID"), std::string::npos);
+  // Every source, in order, with what it said.
+  for (const char* source : {"(1) environment", "(2) profile 'default'", "(3) container credentials",
+                             "(4) EC2 instance metadata: off"}) {
+    EXPECT_NE(s.message().find(source), std::string::npos) << source << " in " << s.message();
+  }
+  EXPECT_NE(s.message().find("dynalite accepts any pair"), std::string::npos) << s.message();
+}
+
+TEST_F(CredentialsTest, AnImdsThatRefusesIsOneSourceAmongTheOthers) {
+  // A machine whose metadata address answers 403 (a proxy, not EC2): the error lists all four
+  // sources, not only IMDS's complaint.
+  FakeHttpServer imds([&](const FakeRequest&) { return FakeResponse{403, "text/plain", "denied"}; });
+  unsetenv("AWS_EC2_METADATA_DISABLED");
+  setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url().c_str(), 1);
+  std::string empty = TempFile("[other]\naws_access_key_id = A\n");
+  files_.push_back(empty);
+  setenv("AWS_SHARED_CREDENTIALS_FILE", empty.c_str(), 1);
+  CredentialsChain chain;
+  Credentials c;
+  Status s = chain.Get(&c);
+  setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+  EXPECT_EQ(s.code(), Code::kAuthError);
+  EXPECT_NE(s.message().find("no AWS credentials found"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("(1) environment"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("profile 'default' in " + empty), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no such profile"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("(3) container credentials"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("IMDSv2 token request answered HTTP 403"), std::string::npos) << s.message();
 }
 
 TEST(IsoTime, Parses) {
