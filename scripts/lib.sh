@@ -5,6 +5,10 @@
 #   start_redis DIR             starts a throwaway redis-server (no persistence) with its files
 #                               in DIR; sets REDIS_PID, REDIS_PORT, REDIS_URL
 #   stop_redis                  stops it (SIGTERM, SIGKILL after 2 s); safe to call twice
+#   start_dynalite DIR          starts a throwaway dynalite (in memory) logging to DIR; sets
+#                               DYNALITE_PID, DYNALITE_ENDPOINT
+#   stop_dynalite               stops it; safe to call twice
+#   abs_path PATH               PATH made absolute against the current directory
 #   configure DIR [ARGS...]     cmake -S <repo> -B DIR [-G Ninja for a new DIR] ARGS...
 
 # shellcheck disable=SC2034 # REDIS_* are for the scripts that source this file
@@ -12,6 +16,8 @@ DLOCK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REDIS_PID=""
 REDIS_PORT=""
 REDIS_URL=""
+DYNALITE_PID=""
+DYNALITE_ENDPOINT=""
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 
@@ -77,6 +83,49 @@ stop_redis() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true
+}
+
+start_dynalite() {
+  local dir=$1 port attempt cli="$DLOCK_ROOT/tests/dynamodb/node_modules/dynalite/cli.js"
+  [[ -f $cli ]] || { echo "start_dynalite: $cli missing (run scripts/setup)" >&2; return 1; }
+  for attempt in 1 2 3; do
+    port=$(free_port)
+    node "$cli" --port "$port" --host 127.0.0.1 --createTableMs 0 --deleteTableMs 0 \
+      --updateTableMs 0 </dev/null >"$dir/dynalite.log" 2>&1 &
+    DYNALITE_PID=$!
+    for _ in $(seq 200); do  # up to 10 s
+      if ! kill -0 "$DYNALITE_PID" 2>/dev/null; then break; fi
+      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        DYNALITE_ENDPOINT="http://127.0.0.1:$port"
+        return 0
+      fi
+      sleep 0.05
+    done
+    stop_dynalite
+    echo "start_dynalite: attempt $attempt on port $port failed:" >&2
+    tail -n 5 "$dir/dynalite.log" >&2 2>/dev/null || true
+  done
+  return 1
+}
+
+stop_dynalite() {
+  local pid=$DYNALITE_PID
+  DYNALITE_PID=""
+  [[ -n $pid ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 40); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+abs_path() {
+  case $1 in
+  /*) printf '%s\n' "$1" ;;
+  *) printf '%s\n' "$(pwd)/$1" ;;
+  esac
 }
 
 configure() {

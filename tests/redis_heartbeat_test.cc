@@ -1,4 +1,4 @@
-// Leases, heartbeats and lost-lock reporting (DESIGN guarantees 3 and 4).
+// Leases, heartbeats and lost-lock reporting (README, Guarantees, 3 and 4).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>

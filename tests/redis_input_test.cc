@@ -1,4 +1,4 @@
-// DESIGN guarantee 6: bad input gets DLOCK_EINVAL with a message saying what was wrong, and
+// README guarantee 6 (Guarantees section): bad input gets DLOCK_EINVAL with a message saying what was wrong, and
 // changes nothing on the server.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// One pub/sub connection per client for all its waiters (DESIGN guarantee 5). Waiters watch a
+// One pub/sub connection per client for all its waiters (README, Guarantees, 5). Waiters watch a
 // lock's release channel; the release script publishes there; every watcher of that channel is
 // woken. If the connection drops, all waiters are woken (they retry and fall back to polling)
 // and the channels are subscribed again on a new connection.
