@@ -6,7 +6,7 @@
 --   local client = assert(dlock.open("redis://127.0.0.1:6379"))
 --   local lock, err = client:acquire("jobs/nightly", { lease_ms = 10000, wait_ms = 5000 })
 --   if not lock then error(err) end
---   write(lock:fencing_token())      -- uint64_t cdata: exact, compares with < and ==
+--   print(lock:fencing_token_string()) -- exact decimal; lock:fencing_token() is uint64_t cdata
 --   assert(lock:release())
 --   client:close()
 --
@@ -53,6 +53,7 @@ int64_t dlock_lock_remaining_ms(const dlock_lock *l);
 uint32_t dlock_lock_attempts(const dlock_lock *l);
 const char *dlock_lock_name(const dlock_lock *l);
 ]]
+ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 
 local M = { _VERSION = "0.1.0", MAX_NAME_BYTES = 1024, MAX_OWNER_BYTES = 256 }
 
@@ -64,9 +65,22 @@ local function file_exists(path)
   return false
 end
 
+-- A relative $DLOCK_LIBRARY is a path from the current directory (dlopen would search the
+-- loader path for a bare "libdlock.so"): made absolute now, so that library_path stays right
+-- whatever changes directory later.
+local function absolute(path)
+  if path:sub(1, 1) == "/" or not file_exists(path) then return path end
+  local buf = ffi.new("char[?]", 4096)
+  if ffi.C.getcwd(buf, 4096) == nil then return path end
+  local cwd = ffi.string(buf)
+  path = path:gsub("^%./", "")
+  return (cwd == "/" and "" or cwd) .. "/" .. path
+end
+
 local function load_library()
   local env = os.getenv("DLOCK_LIBRARY")
   if env and env ~= "" then
+    env = absolute(env)
     local ok, lib = pcall(ffi.load, env)
     if not ok then error("dlock: cannot load DLOCK_LIBRARY=" .. env .. ": " .. tostring(lib), 0) end
     return lib, env
@@ -111,8 +125,40 @@ for n, name in pairs(status_codes) do M.status[name] = n end
 
 function M.version() return ffi.string(C.dlock_version()) end
 
+-- ----- argument checks: Lua errors for wrong types, like the standard library ------------------
+
+-- Raises msg at the innermost caller outside this file, so that the message names the user's
+-- file and line (however deep in this file's helpers the check is), as error(msg, 2) would.
+local THIS_FILE = debug.getinfo(1, "S").source
+local function raise(msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if info == nil then level = 2 break end
+    if info.source ~= THIS_FILE then break end
+    level = level + 1
+  end
+  error(msg, level)
+end
+
+local function argerror(n, fname, msg)
+  raise(string.format("bad argument #%d to '%s' (%s)", n, fname, msg))
+end
+
+-- An integer (Lua number or 64-bit cdata) in decimal, never as 9.007199254741e+15 or 5ULL.
+local function int_string(v)
+  if type(v) == "number" then
+    if v % 1 == 0 and v > -2^63 and v < 2^63 then return string.format("%.0f", v) end
+    return tostring(v)
+  end
+  return (tostring(v):gsub("U?LL$", ""))
+end
+
 -- "NOT_HELD" for 2; unknown numbers give "UNKNOWN".
 function M.code(status)
+  if type(status) ~= "number" and not (type(status) == "cdata" and ffi.istype("int64_t", status)) then
+    argerror(1, "code", "number expected, got " .. type(status))
+  end
   return (ffi.string(C.dlock_status_str(status)):gsub("^DLOCK_", ""))
 end
 
@@ -124,12 +170,6 @@ local function fail(status)
   return nil, msg, code
 end
 M._fail = fail  -- for the tests
-
--- ----- argument checks: Lua errors for wrong types, like the standard library ------------------
-
-local function argerror(n, fname, msg)
-  error(string.format("bad argument #%d to '%s' (%s)", n, fname, msg), 3)
-end
 
 local function check_string(v, n, fname, what)
   if type(v) ~= "string" then
@@ -148,13 +188,13 @@ local function check_ms(v, n, fname, field, lo, hi)
       argerror(n, fname, field .. " must be an integer number of milliseconds")
     end
     if v < lo or v > hi then
-      argerror(n, fname, string.format("%s %s is out of range (%d..%s)", field,
-        tostring(v), lo, tostring(hi)))
+      argerror(n, fname, string.format("%s %s is out of range (%s..%s)", field,
+        int_string(v), int_string(lo), int_string(hi)))
     end
     return v
   elseif t == "cdata" and (ffi.istype("int64_t", v) or ffi.istype("uint64_t", v)) then
     if ffi.istype("int64_t", v) and v < lo then
-      argerror(n, fname, field .. " " .. tostring(v) .. " is out of range")
+      argerror(n, fname, field .. " " .. int_string(v) .. " is out of range")
     end
     return v
   end
@@ -226,7 +266,7 @@ local function build_options(opts)
     end
   end
   local o = C.dlock_options_new()
-  if o == nil then error("dlock: out of memory", 2) end
+  if o == nil then raise("dlock: out of memory") end
   o = ffi.gc(o, C.dlock_options_free)
   local s = 0
   if lease then s = C.dlock_options_set_lease_ms(o, lease) end
@@ -249,7 +289,7 @@ end
 -- Returns the lock, or nil, message, code: "NOT_ACQUIRED" when someone else holds it and the
 -- wait ran out; "EINVAL" for values the library refuses (a name over 1024 bytes, ...).
 function Client:acquire(name, opts)
-  if getmetatable(self) ~= Client then error("dlock: call it as client:acquire(name, opts)", 2) end
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:acquire(name, opts)") end
   check_string(name, 1, "acquire", "string")
   self:poll()
   local h = self._h
@@ -298,13 +338,54 @@ function Client:poll()
   return n
 end
 
+-- ----- fencing tokens --------------------------------------------------------------------------
+--
+-- Tokens are uint64_t cdata: exact, and they compare with <, <=, == against each other and
+-- against Lua numbers. A Lua number is a double, exact only up to 2^53, and Redis tokens are
+-- already ~1.7e15 (server time in microseconds), so never tonumber() a token: print it with
+-- lock:fencing_token_string() (or string.format("%d", token)), store it as that string, and
+-- read it back with dlock.token(string). print(token) and tostring(token) show LuaJIT's exact
+-- "1700000000000000ULL".
+
+local UINT64_MAX_DIV10 = 1844674407370955161ULL
+
+-- A fencing token as uint64_t cdata from a decimal string ("1700000000000000"), a 64-bit
+-- integer cdata, or a non-negative integer Lua number up to 2^53. Raises "bad argument" for
+-- anything else, including numbers above 2^53 (they may already have lost digits).
+function M.token(v)
+  local t = type(v)
+  if t == "string" then
+    if not v:match("^%d+$") then argerror(1, "token", "decimal digits expected, got '" .. v .. "'") end
+    local n = 0ULL
+    for i = 1, #v do
+      local d = v:byte(i) - 48
+      if n > UINT64_MAX_DIV10 or (n == UINT64_MAX_DIV10 and d > 5) then
+        argerror(1, "token", "'" .. v .. "' is above 18446744073709551615")
+      end
+      n = n * 10 + d
+    end
+    return n
+  elseif t == "number" then
+    if v ~= v or v % 1 ~= 0 or v < 0 or v > 2^53 then
+      argerror(1, "token", int_string(v) .. " is not an integer in 0..2^53; pass a decimal string")
+    end
+    return ffi.new("uint64_t", v)
+  elseif t == "cdata" and ffi.istype("uint64_t", v) then
+    return v
+  elseif t == "cdata" and ffi.istype("int64_t", v) then
+    if v < 0 then argerror(1, "token", int_string(v) .. " is negative") end
+    return ffi.new("uint64_t", v)
+  end
+  argerror(1, "token", "string expected, got " .. t)
+end
+
 -- ----- locks -----------------------------------------------------------------------------------
 
--- The fencing token (uint64_t cdata: exact; compare with <, ==; tostring() ends in "ULL").
+-- The fencing token: uint64_t cdata (see above).
 function Lock:fencing_token() return self._token end
 
--- The fencing token as a decimal string.
-function Lock:fencing_token_string() return (tostring(self._token):gsub("ULL$", "")) end
+-- The fencing token as an exact decimal string.
+function Lock:fencing_token_string() return int_string(self._token) end
 
 -- true while the local deadline holds and the lock was not found lost.
 function Lock:valid()
@@ -331,6 +412,7 @@ function Lock:released() return self._h == nil end
 -- Sets the lease to lease_ms from now (0 = no expiry). true, or nil, message, code
 -- ("NOT_HELD" when it was lost or released).
 function Lock:extend(lease_ms)
+  if getmetatable(self) ~= Lock then raise("dlock: call it as lock:extend(lease_ms)") end
   check_ms(lease_ms, 1, "extend", "lease_ms", 0, 2^53)
   local h = self._h
   if h == nil then return nil, "lock '" .. self.name .. "' was already released", "NOT_HELD" end

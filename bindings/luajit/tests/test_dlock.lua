@@ -21,9 +21,10 @@ local function sh(cmd)
   p:close()
   return (out:gsub("%s+$", ""))
 end
+local function shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 local function cli(...)
   local args = {}
-  for i, a in ipairs({ ... }) do args[i] = "'" .. tostring(a):gsub("'", "'\\''") .. "'" end
+  for i, a in ipairs({ ... }) do args[i] = shq(a) end
   return sh("redis-cli -p " .. PORT .. " " .. table.concat(args, " "))
 end
 local seq = 0
@@ -46,10 +47,17 @@ local function rss_kib()
     if v then return tonumber(v) end
   end
 end
+-- Calls fn, a one-line function(), and checks it raises an error matching pattern that points
+-- at fn's line in this file ("test_dlock.lua:123: bad argument ..."), not into dlock.lua.
 local function raises(fn, pattern)
   local ok, err = pcall(fn)
   assert(not ok, "expected an error")
-  if pattern then assert(tostring(err):find(pattern), "error '" .. tostring(err) .. "' lacks " .. pattern) end
+  err = tostring(err)
+  if pattern then assert(err:find(pattern), "error '" .. err .. "' lacks " .. pattern) end
+  local info = debug.getinfo(fn, "S")
+  local where = info.short_src .. ":" .. info.linedefined .. ": "
+  assert(err:sub(1, #where) == where, "error '" .. err .. "' does not start with " .. where)
+  assert(not err:find("/dlock.lua:", 1, true), err)
   return err
 end
 
@@ -113,8 +121,10 @@ test("not acquired, waiting, tokens strictly rising", function()
   a:close() b:close()
 end)
 
-test("two OS processes contend", function()
+test("two OS processes contend (tokens above 2^53)", function()
   local name = unique("procs")
+  -- odd tokens above 2^53 are no doubles: a worker comparing tonumber()ed tokens would fail
+  cli("SET", key(name) .. ":fence", "9007199254740994")
   local path = os.tmpname()
   local f = assert(io.open(path, "w")) f:write("0 0") f:close()
   local n = 150
@@ -243,6 +253,96 @@ test("bad input: Lua errors for wrong types, nil+EINVAL for refused values", fun
   assert(r == nil and code == "EINVAL", msg)
   assert(lock:release())
   client:close()
+end)
+
+test("argument errors name the caller's file and line", function()
+  -- raises() checks each message starts with "<this file>:<line of the call>: "
+  local client = assert(dlock.open(URL))
+  local lock = assert(client:acquire(unique()))
+  raises(function() dlock.open(42) end, "^[^ ]+ bad argument #1 to 'open' %(string expected, got number%)$")
+  raises(function() dlock.open("redis://x\0y") end, "NUL")
+  raises(function() dlock.code("x") end, "bad argument #1 to 'code'")
+  raises(function() dlock.token("12a") end, "bad argument #1 to 'token'")
+  raises(function() dlock.token("18446744073709551616") end, "above 18446744073709551615")
+  raises(function() dlock.token(2^53 + 2) end, "9007199254740994 is not")
+  raises(function() dlock.token(-1LL) end, "-1 is negative")
+  raises(function() dlock.token(nil) end, "string expected, got nil")
+  raises(function() client.acquire("x") end, "client:acquire")
+  raises(function() client:acquire(1) end, "bad argument #1 to 'acquire' %(string expected")
+  raises(function() client:acquire("a\0b") end, "bad argument #1 to 'acquire'.*NUL")
+  raises(function() client:acquire("x", 1) end, "bad argument #2 to 'acquire' %(table expected")
+  raises(function() client:acquire("x", { lease_ms = {} }) end, "bad argument #2 to 'acquire' %(lease_ms")
+  raises(function() client:acquire("x", { wait_ms = 0.5 }) end, "bad argument #2 to 'acquire' %(wait_ms")
+  raises(function() client:acquire("x", { heartbeat_ms = -1 }) end, "heartbeat_ms %-1 is out of range")
+  raises(function() client:acquire("x", { retry_ms = 1 }) end, "bad argument #2 to 'acquire' %(retry_ms")
+  raises(function() client:acquire("x", { retry_ms = { 1, "2" } }) end, "retry_ms%[2%] must be a number")
+  raises(function() client:acquire("x", { owner = "a\0" }) end, "bad argument #2 to 'acquire' %(owner")
+  raises(function() client:acquire("x", { on_lost = true }) end, "bad argument #2 to 'acquire' %(on_lost")
+  raises(function() client:acquire("x", { lase_ms = 1 }) end, "bad argument #2 to 'acquire' %(unknown option")
+  raises(function() lock.extend(1000) end, "lock:extend")
+  raises(function() lock:extend() end, "bad argument #1 to 'extend' %(lease_ms must be a number, got nil%)")
+  raises(function() lock:extend(-5LL) end, "bad argument #1 to 'extend' %(lease_ms %-5 is out of range%)")
+  -- from a nested function of the caller too: the innermost frame outside dlock.lua
+  local function helper() client:acquire("x", { lease_ms = "1" }) end
+  local ok, err = pcall(function() helper() end)
+  assert(not ok and err:find(":" .. debug.getinfo(helper, "S").linedefined .. ": bad argument #2", 1, true), err)
+  assert(lock:release())
+  client:close()
+end)
+
+test("tokens above 2^53 stay exact: printing, parsing, on_lost, messages", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("big")
+  cli("SET", key(name) .. ":fence", "9007199254740994")  -- 2^53 + 2: the next token is 2^53 + 3
+  local got
+  local lock = assert(client:acquire(name, { lease_ms = 600, heartbeat_ms = 150,
+    on_lost = function(l) got = l:fencing_token_string() end }))
+  local token = lock:fencing_token()
+  assert(ffi.istype("uint64_t", token))
+  assert(token == 9007199254740995ULL, tostring(token))
+  assert(lock:fencing_token_string() == "9007199254740995", lock:fencing_token_string())
+  assert(cli("GET", key(name) .. ":fence") == "9007199254740995")
+  assert(tostring(token) == "9007199254740995ULL")           -- what print(token) shows
+  assert(string.format("%d", token) == "9007199254740995")
+  assert(tostring(lock) == string.format("dlock.lock(%q, token=9007199254740995, held)", name), tostring(lock))
+  assert(dlock.token("9007199254740995") == token and dlock.token(lock:fencing_token_string()) == token)
+  assert(dlock.token("9007199254740994") < token and dlock.token(2^53) < token)
+  assert(not (tonumber(token) < token), "a double rounds 2^53 + 3 up")  -- why never to tonumber()
+  -- on_lost sees the exact token
+  cli("DEL", key(name))
+  assert(wait_for(function() client:poll() return got ~= nil end, 5), "on_lost never ran")
+  assert(got == "9007199254740995", got)
+  -- the next token is greater, and exact
+  local again = assert(client:acquire(name))
+  assert(again:fencing_token() > token and again:fencing_token_string() == "9007199254740996")
+  assert(again:release())
+  -- the largest token the Redis counter reaches (int64 max)
+  cli("SET", key(name) .. ":fence", "9223372036854775806")
+  local top = assert(client:acquire(name))
+  assert(top:fencing_token() == 9223372036854775807ULL and top:fencing_token_string() == "9223372036854775807")
+  assert(dlock.token("18446744073709551615") > top:fencing_token())
+  assert(top:release())
+  -- numbers in messages print as integers, never as 9.007199254741e+15
+  local ok, err = pcall(function() client:acquire(name, { lease_ms = 2^53 + 2 }) end)
+  assert(not ok and err:find("lease_ms 9007199254740994 is out of range (0..9007199254740992)", 1, true), err)
+  ok, err = pcall(function() client:acquire(name, { wait_ms = -2^60 }) end)
+  assert(not ok and err:find("wait_ms -1152921504606846976 is out of range (-1..", 1, true), err)
+  client:close()
+end)
+
+test("a relative DLOCK_LIBRARY is taken from the current directory", function()
+  local env = os.getenv("DLOCK_LIBRARY")
+  if env and env ~= "" then assert(env:sub(1, 1) == "/", "test.sh left DLOCK_LIBRARY relative: " .. env) end
+  local dir, base = dlock.library_path:match("^(/.*)/([^/]+)$")
+  if not dir then io.stderr:write("  (skipped: libdlock came from the loader's path)\n") return end
+  local lua_dir = here:sub(1, 1) == "/" and here or (sh("pwd") .. "/" .. here)
+  local code = "package.path = " .. string.format("%q", lua_dir .. "/../?.lua;") .. " .. package.path "
+    .. "io.write(require('dlock').library_path)"
+  local parent, last = dir:match("^(.*)/([^/]+)$")
+  for _, case in ipairs({ { dir, base }, { dir, "./" .. base }, { parent == "" and "/" or parent, last .. "/" .. base } }) do
+    local out = sh("cd " .. shq(case[1]) .. " && DLOCK_LIBRARY=" .. shq(case[2]) .. " luajit -e " .. shq(code) .. " 2>&1")
+    assert(out == dir .. "/" .. base, "from " .. case[1] .. " with " .. case[2] .. ": " .. out)
+  end
 end)
 
 test("nothing leaks over 10,000 cycles; forgotten handles are collected", function()

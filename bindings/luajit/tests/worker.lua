@@ -11,13 +11,16 @@ for _ = 1, n do
   local lock, err = client:acquire(name, { lease_ms = 10000, wait_ms = -1 })
   if not lock then print("FAIL acquire: " .. err) os.exit(1) end
   local f = assert(io.open(path))
-  local value, last = f:read("*n", "*n")
+  local line = f:read("*l") or ""
   f:close()
-  if not (lock:fencing_token() > last) then
-    print("FAIL fencing: " .. lock:fencing_token_string() .. " <= " .. tostring(last)) os.exit(1)
+  local value, last = line:match("^(%d+) (%d+)$")
+  if not last then print("FAIL bad counter file: " .. line) os.exit(1) end
+  -- the token exactly, as uint64_t: f:read("*n") would round it to a double above 2^53
+  if not (lock:fencing_token() > dlock.token(last)) then
+    print("FAIL fencing: " .. lock:fencing_token_string() .. " <= " .. last) os.exit(1)
   end
   f = assert(io.open(path .. ".tmp", "w"))
-  f:write(value + 1, " ", lock:fencing_token_string())
+  f:write(tonumber(value) + 1, " ", lock:fencing_token_string())
   f:close()
   assert(os.rename(path .. ".tmp", path))
   assert(lock:release())
