@@ -7,7 +7,10 @@ export type DlockCode =
   | 'NOT_ACQUIRED' | 'NOT_HELD' | 'EINVAL' | 'EIO' | 'EBACKEND' | 'EAUTH'
   | 'ECANCELLED' | 'ENOMEM' | 'EINTERNAL' | 'UNKNOWN';
 
-/** A failure reported by libdlock. TypeError / RangeError are thrown for wrong argument types and ranges. */
+/**
+ * A failure reported by libdlock; message is the library's own (dlock_last_error()) for that call.
+ * TypeError / RangeError are thrown for wrong argument types and ranges.
+ */
 export class DlockError extends Error {
   name: 'DlockError';
   /** 'NOT_ACQUIRED' (held by someone else, the wait ran out), 'NOT_HELD' (lost or released), 'EINVAL', ... */
@@ -50,7 +53,10 @@ export class Client {
   using<T>(name: string | Uint8Array, options: AcquireOptions | undefined, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
   using<T>(name: string | Uint8Array, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
 
-  /** Releases what it holds, cancels pending acquires, closes connections. Idempotent. */
+  /**
+   * Releases what it holds, cancels pending acquires, closes connections. Idempotent. (Clients
+   * still open when the process exits are closed then.)
+   */
   close(): Promise<void>;
   close(callback: Callback<void>): void;
 }

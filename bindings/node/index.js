@@ -9,6 +9,11 @@
 // locks) come back through a dlock_queue: a pipe libuv watches on the JS thread. So the event
 // loop never waits for the network, a thousand waiting acquires hold no thread each, and the
 // library's thread (heartbeats) never waits for a busy JS thread.
+//
+// Every error the library reports carries its own message: the pool calls use the _errbuf forms,
+// which hand it back in a buffer (dlock_last_error() belongs to the pool's thread), and popping
+// the queue sets dlock_last_error() on the JS thread. Clients still open when the process exits
+// are closed then, which releases their locks.
 
 const { EventEmitter } = require('node:events');
 const net = require('node:net');
@@ -18,6 +23,10 @@ const { C } = native;
 if (!native.hasQueue) {
   throw new Error(`dlock: ${native.libraryPath} (libdlock ${native.version}) lacks the completion ` +
     'queue (dlock_queue_new, dlock_acquire_queued, ...); the Node binding needs it');
+}
+if (!native.hasErrbuf) {
+  throw new Error(`dlock: ${native.libraryPath} (libdlock ${native.version}) lacks the error-buffer ` +
+    'calls (dlock_acquire_errbuf, ...); the Node binding needs them');
 }
 
 const CODES = ['OK', 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', 'EIO', 'EBACKEND', 'EAUTH',
@@ -38,32 +47,37 @@ class DlockError extends Error {
   }
 }
 
-// The error for a synchronous call that just failed on this thread: dlock_last_error() says why.
-function lastError(status) {
-  return new DlockError(status, C.last_error());
-}
-
 function short(name) {
   const s = typeof name === 'string' ? name : `<${name.length} bytes>`;
   return s.length > 80 ? `${s.slice(0, 77)}...` : s;
 }
 
-// The error for a completion that ran on libuv's pool, where dlock_last_error() was set on the
-// pool's thread, out of reach: the message is built from what the binding knows. (Queued
-// completions carry the library's own message.)
-function asyncError(status, op, name, extra) {
-  const n = `'${short(name)}'`;
-  let msg;
-  switch (status) {
-    case S.NOT_ACQUIRED: msg = `lock ${n} is held by another owner${extra || ''}`; break;
-    case S.NOT_HELD: msg = `lock ${n} is no longer held by this owner (it expired, was taken over, or was released)`; break;
-    case S.EIO: msg = `${op} of lock ${n}: cannot reach the backend, or it timed out`; break;
-    case S.EBACKEND: msg = `${op} of lock ${n}: the backend answered with an error`; break;
-    case S.EAUTH: msg = `${op} of lock ${n}: credentials refused`; break;
-    case S.ECANCELLED: msg = `${op} of lock ${n} was cancelled${extra || ''}`; break;
-    default: msg = `${op} of lock ${n} failed: ${C.status_str(status)}`;
-  }
-  return new DlockError(status, msg);
+// The error for an operation on a lock that the library reported (message: its own words, from
+// dlock_last_error() on this thread, an error buffer or the queue). Prefixed with the operation and the lock when the message does
+// not name the lock itself (e.g. "the client was closed", a server's timeout).
+function lockError(status, message, op, name, options) {
+  let m = message || C.status_str(status);
+  if (typeof name !== 'string' || !m.includes(`'${name}'`)) m = `${op} of lock '${short(name)}': ${m}`;
+  return new DlockError(status, m, options);
+}
+
+// Error buffers for the blocking calls that run on libuv's pool (dlock_*_errbuf): the library
+// copies the message of a failure into one. A few are kept for reuse (at most POOL_MAX pool
+// calls at once, plus client opens).
+const ERRBUF_BYTES = 2048;  // room for a 1024-byte lock name and the words around it
+const errbufs = [];
+function takeErrbuf() {
+  return errbufs.pop() || Buffer.allocUnsafeSlow(ERRBUF_BYTES);
+}
+function giveErrbuf(buf) {
+  if (errbufs.length < 8) errbufs.push(buf);
+}
+// The message that a failed call left in buf (NUL-terminated); buf goes back for reuse.
+function errbufMessage(buf) {
+  const end = buf.indexOf(0);
+  const m = buf.toString('utf8', 0, end < 0 ? buf.length : end);
+  giveErrbuf(buf);
+  return m;
 }
 
 function typeError(code, message) {
@@ -236,11 +250,6 @@ function lostNow(id) {
   if (lock !== undefined) queueMicrotask(() => lock._lost());  // a throwing listener must not stop the drain
 }
 
-// A queued call's error: the library's message for this very completion.
-function queuedError(status, message, op, name, extra) {
-  return message ? new DlockError(status, message + (extra || '')) : asyncError(status, op, name, extra);
-}
-
 // libuv's thread pool (4 threads unless UV_THREADPOOL_SIZE says otherwise) is shared with fs,
 // dns and zlib: at most POOL_MAX of our blocking calls use it at once; beyond that, and for
 // every call that may wait, the async API (pipelined on the library's own thread) takes over.
@@ -256,20 +265,40 @@ const lockRegistry = new FinalizationRegistry((st) => {
     C.release_queued(h, queue, 0);
   }
 });
-const clientRegistry = new FinalizationRegistry((h) => {
-  C.client_close.async(h, () => {});
+
+// Every open client, as { h, busy } (busy: its blocking acquires on the pool, which use h), held
+// weakly as far as the Client goes. When the process exits, each one still open is closed, which
+// releases its locks: a forgotten lock does not stay held until its lease runs out. 'exit'
+// handlers are synchronous, so this is the blocking dlock_client_close on the JS thread (about a
+// round trip; bounded by the client's timeout_ms when the server does not answer: about three
+// times it with a hung server). It adds nothing that keeps the process alive. A client with an acquire still running on the pool (exit() was
+// called meanwhile) is left alone: closing it would free the handle that acquire uses.
+const openClients = new Set();
+process.on('exit', () => {
+  for (const rec of openClients) {
+    openClients.delete(rec);
+    if (rec.busy === 0) {
+      try {
+        C.client_close(rec.h);
+      } catch { /* exiting anyway */ }
+    }
+  }
+});
+
+const clientRegistry = new FinalizationRegistry((rec) => {
+  if (openClients.delete(rec)) C.client_close.async(rec.h, () => {});
 });
 
 // ----- Client ---------------------------------------------------------------------------------
 
 class Client {
   #h = null;
+  #rec = null;       // { h, busy } in openClients; busy: blocking calls on the pool that use h
   #ready;
   #closed = false;
   #closing = null;
   #url;
-  #inflight = 0;     // blocking calls on the thread pool that use #h
-  #drained = null;   // close() waits for them
+  #drained = null;   // close() waits for the busy ones
 
   /**
    * Opens a client for the backend named by url; connecting happens in the background (see
@@ -303,28 +332,24 @@ class Client {
     hold();
     try {
       const out = [null];
+      const buf = takeErrbuf();
       const status = await new Promise((resolve, reject) => {
-        C.client_open.async(url, out, (err, s) => (err ? reject(err) : resolve(s)));
+        C.client_open_errbuf.async(url, out, buf, buf.length, (err, s) => (err ? reject(err) : resolve(s)));
       });
       if (status !== 0) {
-        let message = null;
-        if (status === S.EINVAL) {
-          // A bad URL: asking again here, on this thread, is instant and gives the message
-          // (the pool thread's dlock_last_error() is out of reach).
-          const again = [null];
-          if (C.client_open(url, again) === status) message = C.last_error();
-          else if (again[0]) C.client_close.async(again[0], () => {});
-        }
-        throw new DlockError(status, message || `cannot open ${this.#url}: ${
-          status === S.EIO ? 'cannot reach the server, or it timed out'
-            : status === S.EAUTH ? 'credentials refused' : C.status_str(status)}`);
+        // The library's words: the bad URL part, the address and why it cannot be reached, or
+        // the user and the server's answer to the credentials (never the password).
+        throw new DlockError(status, errbufMessage(buf) || `cannot open ${this.#url}: ${C.status_str(status)}`);
       }
+      giveErrbuf(buf);
       if (this.#closed) {  // close() came first
         C.client_close.async(out[0], () => {});
         return;
       }
       this.#h = out[0];
-      clientRegistry.register(this, this.#h, this);
+      this.#rec = { h: out[0], busy: 0 };
+      openClients.add(this.#rec);
+      clientRegistry.register(this, this.#rec, this);
     } finally {
       unhold();
     }
@@ -379,7 +404,7 @@ class Client {
     if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
     if (s === 0) s = C.options_set_on_lost_queued(opts, queue, id);
     if (s !== 0) {
-      const e = lastError(s);
+      const e = lockError(s, C.last_error(), 'acquire', name);
       C.options_free(opts);
       throw e;
     }
@@ -390,23 +415,25 @@ class Client {
       // through the library's thread). Anything that may wait uses the async API.
       if (!o.waitMs && poolBusy < POOL_MAX) {
         const out = [null];
-        this.#inflight++;
+        const buf = takeErrbuf();
+        const rec = this.#rec;
+        rec.busy++;
         poolBusy++;
         let status;
         try {
           status = await new Promise((resolve) => {
-            C.acquire.async(h, cname, opts, out, (err, st) => resolve(err ? -1 : st));
+            C.acquire_errbuf.async(h, cname, opts, out, buf, buf.length, (err, st) => resolve(err ? -1 : st));
           });
         } finally {
           poolBusy--;
-          this.#leave();
+          this.#leave(rec);
         }
-        if (status === 0) return new Lock(this, out[0], name, id, lost);
-        // EINVAL (argument errors; its message stayed on the pool thread) and koffi failures
-        // go the async way below, which reports argument errors at once, with the message.
-        if (status !== S.EINVAL && status !== -1) {
-          throw asyncError(status, 'acquire', name, status === S.NOT_ACQUIRED ? ' (one try; set waitMs to wait)' : '');
+        if (status === 0) {
+          giveErrbuf(buf);
+          return new Lock(this, out[0], name, id, lost);
         }
+        if (status !== -1) throw lockError(status, errbufMessage(buf), 'acquire', name);
+        // koffi could not make the call (nothing was sent): the async way below
         if (this.#closed) throw new DlockError(S.EINVAL, 'client is closed');
       }
       return await this.#acquireAsync(this.#h, name, cname, o, opts, id, lost);
@@ -422,7 +449,7 @@ class Client {
     return new Promise((resolve, reject) => {
       const s = C.acquire_queued(h, cname, opts, queue, id);
       if (s !== 0) {
-        reject(lastError(s));
+        reject(lockError(s, C.last_error(), 'acquire', name));
         return;
       }
       const signal = o.signal;
@@ -432,12 +459,10 @@ class Client {
         if (status === 0) {
           resolve(new Lock(this, lockPtr, name, id, lost));
         } else if (status === S.ECANCELLED && signal?.aborted) {
-          reject(new DlockError(status, `acquire of lock '${short(name)}' was aborted`, { cause: signal.reason }));
+          reject(new DlockError(status, `acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
+            { cause: signal.reason }));
         } else {
-          const extra = status === S.NOT_ACQUIRED
-            ? (o.waitMs ? ` (waited up to ${o.waitMs} ms)` : ' (one try; set waitMs to wait)')
-            : status === S.ECANCELLED && this.#closed ? ' (its client was closed)' : '';
-          reject(queuedError(status, message, 'acquire', name, extra));
+          reject(lockError(status, message, 'acquire', name));
         }
       });
       hold();
@@ -448,8 +473,8 @@ class Client {
     });
   }
 
-  #leave() {
-    if (--this.#inflight === 0 && this.#drained !== null) this.#drained();
+  #leave(rec) {
+    if (--rec.busy === 0 && this.#drained !== null) this.#drained();
   }
 
   /**
@@ -493,8 +518,10 @@ class Client {
         const h = this.#h;
         if (h === null) return;
         this.#h = null;
+        const rec = this.#rec;
         clientRegistry.unregister(this);
-        if (this.#inflight > 0) await new Promise((resolve) => { this.#drained = resolve; });
+        if (rec.busy > 0) await new Promise((resolve) => { this.#drained = resolve; });
+        openClients.delete(rec);  // (until here, an exit closes it)
         hold();
         try {
           await new Promise((resolve) => C.client_close.async(h, () => resolve()));
@@ -596,8 +623,9 @@ class Lock extends EventEmitter {
     if (h === null) throw this.#releasedError();
     if (poolBusy < POOL_MAX) {
       poolBusy++;
+      const buf = takeErrbuf();
       this.#busy = new Promise((resolve) => {
-        C.extend.async(h, leaseMs, (err, st) => resolve(err ? -1 : st));
+        C.extend_errbuf.async(h, leaseMs, buf, buf.length, (err, st) => resolve(err ? -1 : st));
       });
       let status;
       try {
@@ -606,20 +634,23 @@ class Lock extends EventEmitter {
         this.#busy = null;
         poolBusy--;
       }
-      if (status === 0) return;
-      if (status !== S.EINVAL && status !== -1) throw asyncError(status, 'extend', this.name);
+      if (status === 0) {
+        giveErrbuf(buf);
+        return;
+      }
+      if (status !== -1) throw lockError(status, errbufMessage(buf), 'extend', this.name);
+      // koffi could not make the call: the async way below
       if (this.#st.h === null) throw this.#releasedError();
-      // EINVAL: ask the async API, which reports argument errors at once with their message.
     }
     await new Promise((resolve, reject) => {
       const id = nextId++;
       const s = C.extend_queued(this.#st.h, leaseMs, queue, id);
       if (s !== 0) {
-        reject(lastError(s));  // argument errors, or NOT_HELD at once on a closed client
+        reject(lockError(s, C.last_error(), 'extend', this.name));  // argument errors, or NOT_HELD on a closed client
         return;
       }
       ops.set(id, (status, _, message) => (status === 0 ? resolve()
-        : reject(queuedError(status, message, 'extend', this.name))));
+        : reject(lockError(status, message, 'extend', this.name))));
       hold();
     });
   }
@@ -644,17 +675,21 @@ class Lock extends EventEmitter {
     lockRegistry.unregister(this);
     if (poolBusy < POOL_MAX) {
       poolBusy++;
+      const buf = takeErrbuf();
       let status;
       try {
         status = await new Promise((resolve) => {
-          C.release.async(h, (err, s) => resolve(err ? -1 : s));
+          C.release_errbuf.async(h, buf, buf.length, (err, s) => resolve(err ? -1 : s));
         });
       } finally {
         poolBusy--;
         lostRefs.delete(st.id);  // release returned: on_lost is neither running nor going to run
       }
-      if (status === 0) return;
-      if (status !== -1) throw asyncError(status, 'release', this.name);
+      if (status === 0) {
+        giveErrbuf(buf);
+        return;
+      }
+      if (status !== -1) throw lockError(status, errbufMessage(buf), 'release', this.name);
       // koffi could not queue the call (h was not used): fall through
     }
     await new Promise((resolve, reject) => {
@@ -662,13 +697,13 @@ class Lock extends EventEmitter {
       const s = C.release_queued(h, queue, id);  // frees h whatever happens
       if (s !== 0) {
         lostRefs.delete(st.id);
-        reject(lastError(s));
+        reject(lockError(s, C.last_error(), 'release', this.name));
         return;
       }
       ops.set(id, (status, _, message) => {
         lostRefs.delete(st.id);
         if (status === 0) resolve();
-        else reject(queuedError(status, message, 'release', this.name));
+        else reject(lockError(status, message, 'release', this.name));
       });
       hold();
     });
@@ -694,7 +729,8 @@ module.exports = {
   MAX_OWNER_BYTES,
   // for the tests
   _internals: {
-    ops, lostRefs, asyncError, activeCount: () => active, poolBusy: () => poolBusy,
+    ops, lostRefs, lockError, activeCount: () => active, poolBusy: () => poolBusy,
+    openClients: () => openClients.size,
     statusError: (s) => new DlockError(s),
   },
 };

@@ -3,9 +3,10 @@
 #
 #   DLOCK_LIBRARY=/path/to/libdlock.so bindings/node/test.sh
 #
-# DLOCK_LIBRARY defaults to <repo>/build/libdlock.so when that exists. Needs node (>= 18),
-# koffi in bindings/node/node_modules (`npm ci` there; run here when missing), redis-server and
-# redis-cli. Uses node's built-in test runner.
+# DLOCK_LIBRARY (absolute, or relative to the current directory) defaults to
+# <repo>/build/libdlock.so when that exists. Needs node (>= 18), koffi in
+# bindings/node/node_modules (`npm ci` there; run here when missing), redis-server and redis-cli.
+# Uses node's built-in test runner.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -13,6 +14,11 @@ source "$repo/scripts/lib.sh"
 
 if [[ -z ${DLOCK_LIBRARY:-} && -e $repo/build/libdlock.so ]]; then
   DLOCK_LIBRARY=$repo/build/libdlock.so
+fi
+# A relative path is relative to the caller's directory: made absolute before the cd below. (A
+# bare name with no file of that name here, e.g. libdlock.so.0, is left to the loader's search.)
+if [[ -n ${DLOCK_LIBRARY:-} && $DLOCK_LIBRARY != /* && ($DLOCK_LIBRARY == */* || -e $DLOCK_LIBRARY) ]]; then
+  DLOCK_LIBRARY=$PWD/$DLOCK_LIBRARY
 fi
 export DLOCK_LIBRARY
 if [[ ! -e $here/node_modules/koffi/package.json ]]; then

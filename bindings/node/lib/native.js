@@ -64,11 +64,9 @@ const C = {
   options_set_wait_ms: f('int dlock_options_set_wait_ms(void *o, int64_t ms)'),
   options_set_retry_ms: f('int dlock_options_set_retry_ms(void *o, uint64_t min_ms, uint64_t max_ms)'),
   options_set_owner: f('int dlock_options_set_owner(void *o, const char *owner)'),
-  // Blocking calls: the binding runs these only on libuv's thread pool (koffi's .async), never
-  // on the JS thread, and only for calls that cannot wait for another holder.
-  acquire: f('int dlock_acquire(void *c, const char *name, void *o, _Out_ void **out)'),
-  release: f('int dlock_release(void *l)'),
-  extend: f('int dlock_extend(void *l, uint64_t lease_ms)'),
+  // Blocking calls: the binding runs these (in their _errbuf forms, below) only on libuv's
+  // thread pool (koffi's .async), and only for calls that cannot wait for another holder. On
+  // the JS thread it calls only dlock_client_close, when the process exits.
   lock_fencing_token: f('uint64_t dlock_lock_fencing_token(void *l)'),
   lock_is_valid: f('int dlock_lock_is_valid(void *l)'),
   lock_remaining_ms: f('int64_t dlock_lock_remaining_ms(void *l)'),
@@ -93,6 +91,21 @@ try {
 } catch (e) {
   hasQueue = false;
 }
+
+// The blocking calls the binding runs on libuv's pool, in the forms that copy the failure's
+// message into a buffer of the caller's (dlock_last_error() is the pool thread's, out of reach
+// of the JS thread). buf is a Buffer, written only when the call fails.
+let hasErrbuf = true;
+try {
+  Object.assign(C, {
+    client_open_errbuf: f('int dlock_client_open_errbuf(const char *url, _Out_ void **out, _Out_ uint8_t *buf, size_t len)'),
+    acquire_errbuf: f('int dlock_acquire_errbuf(void *c, const char *name, void *o, _Out_ void **out, _Out_ uint8_t *buf, size_t len)'),
+    release_errbuf: f('int dlock_release_errbuf(void *l, _Out_ uint8_t *buf, size_t len)'),
+    extend_errbuf: f('int dlock_extend_errbuf(void *l, uint64_t lease_ms, _Out_ uint8_t *buf, size_t len)'),
+  });
+} catch (e) {
+  hasErrbuf = false;
+}
 // libuv closes the fd it watches when the socket is destroyed: it gets a dup of the queue's.
 const dup = koffi.load('libc.so.6').func('int dup(int fd)');
 
@@ -101,4 +114,4 @@ if (!/^0\./.test(version)) {
   throw new Error(`dlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
 }
 
-module.exports = { koffi, C, dup, libraryPath, version, hasQueue };
+module.exports = { koffi, C, dup, libraryPath, version, hasQueue, hasErrbuf };
