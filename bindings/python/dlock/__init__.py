@@ -5,7 +5,7 @@ A thin ctypes layer over libdlock.so. See README.md beside this package for the 
     import dlock
     with dlock.Client("redis://127.0.0.1:6379") as client:
         with client.lock("jobs/nightly", lease_ms=10_000, wait_ms=5_000) as lock:
-            write(lock.fencing_token)
+            print(lock.fencing_token)  # pass it to your storage; refuse older tokens there
 
 Threads: a Client may be shared by any number of threads; a Lock may be used from any thread
 (calls on one Lock are serialized). on_lost callbacks run on the "dlock-events" thread.
@@ -14,6 +14,7 @@ asyncio: `async with client.alock(...)`, `await client.aacquire(...)`, `await lo
 """
 
 import asyncio
+import collections
 import ctypes
 import itertools
 import math
@@ -42,7 +43,13 @@ __version__ = "0.1.0"
 MAX_NAME_BYTES = 1024
 MAX_OWNER_BYTES = 256
 _U64_MAX = 2**64 - 1
-_I64_MAX = 2**63 - 1
+_I64_MIN, _I64_MAX = -2**63, 2**63 - 1
+# The longest lease (and heartbeat period) the library takes, dlock.h's "At most 10 years", and
+# how its messages word that bound. Only for errors about values a uint64_t cannot carry; every
+# other value reaches the library's own checks. tests/test_dlock.py checks that they agree.
+_MAX_LEASE_MS = 10 * 366 * 24 * 3600 * 1000
+_LEASE_BOUND = f"at most ten years, {_MAX_LEASE_MS} ms; 0 means no expiry"
+_HEARTBEAT_BOUND = "at most ten years; 0 means no heartbeats"
 
 _c, library_path = _lib.load()
 
@@ -89,17 +96,39 @@ def _name_arg(name):
     return b
 
 
-def _int_arg(what, value, lo, hi):
+# Ranges are the library's to check, in its own words: these only keep values inside the C
+# parameter's type, because ctypes would wrap the others modulo 2**64 (2**64 would become 0,
+# "no expiry").
+
+def _ms_arg(what, value):
     try:
         if isinstance(value, bool):
             raise TypeError
-        value = operator.index(value)  # int, or anything with __index__; never float or str
+        return operator.index(value)  # int, or anything with __index__; never float or str
     except TypeError:
         raise TypeError(f"{what} must be an int (milliseconds), not {type(value).__name__}") from None
-    if not lo <= value <= hi:
-        raise InvalidArgument(f"{what} {value} is out of range ({lo}..{hi})", status=3,
-                              code="DLOCK_EINVAL")
+
+
+def _lease_arg(what, value, bound):
+    """lease_ms or heartbeat_ms, for a uint64_t. 0 is valid, so a negative number cannot be
+    turned into one the library refuses: this says what the library would, with its bound."""
+    value = _ms_arg(what, value)
+    if not 0 <= value <= _U64_MAX:
+        raise InvalidArgument(f"{what} {value} is {'negative' if value < 0 else 'too long'} ({bound})",
+                              status=3, code="DLOCK_EINVAL")
     return value
+
+
+def _wait_arg(value):
+    """wait_ms, for an int64_t. Clamping keeps its meaning: the library refuses anything below
+    -1 (its message names no number), and 2**63-1 ms is as unbounded as any longer wait."""
+    return min(max(_ms_arg("wait_ms", value), _I64_MIN), _I64_MAX)
+
+
+def _retry_arg(what, value):
+    """One bound of retry_ms, for a uint64_t. Clamping keeps the library's verdict: it refuses
+    anything below 1 or above an hour, and its message names no number."""
+    return min(max(_ms_arg(what, value), 0), _U64_MAX)
 
 
 def _check(status):
@@ -190,6 +219,26 @@ def _new_queue():
 _queue = _new_queue()
 
 
+def _give_back(h, slot):
+    """Releases a lock handle nobody wants, without waiting or raising; its on_lost slot goes
+    once the release is done (so on_lost is neither running nor going to run)."""
+    op_id = next(_ids)
+    _pending[op_id] = lambda status, handle, message: slot and slot.drop()
+    if _c.dlock_release_queued(h, _queue, op_id) != 0:  # e.g. client closed: nothing queued
+        _pending.pop(op_id, None)
+        if slot is not None:
+            slot.drop()
+
+
+# Locks garbage collected while held, as (handle, on_lost slot): Lock.__del__ leaves them here
+# for the dlock-events thread to release. A finalizer runs on whatever thread the collector
+# interrupts, possibly between a failed dlock call and its dlock_last_error() read; a dlock call
+# made there would overwrite that thread's message.
+_orphans = collections.deque()
+_wake_r, _wake_w = os.pipe()
+os.set_blocking(_wake_w, False)
+
+
 def _drain_forever():
     fd = _c.dlock_queue_fd(_queue)
     tag = ctypes.c_uint64()
@@ -197,7 +246,11 @@ def _drain_forever():
     handle = _lib.c_lock_p()
     pop = _c.dlock_queue_pop
     while True:
-        select.select([fd], [], [])
+        readable, _, _ = select.select([fd, _wake_r], [], [])
+        if _wake_r in readable:
+            os.read(_wake_r, 4096)
+            while _orphans:
+                _give_back(*_orphans.popleft())
         while True:
             kind = pop(_queue, ctypes.byref(tag), ctypes.byref(status), ctypes.byref(handle))
             if kind <= 0:
@@ -307,8 +360,9 @@ class Client:
 
     def _enter(self):
         with self._mu:
-            if self._closed:
-                raise InvalidArgument("client is closed", status=3, code="DLOCK_EINVAL")
+            if self._closed:  # the library's handle is gone: nothing to ask
+                raise InvalidArgument(f"client {self._url_redacted} is closed", status=3,
+                                      code="DLOCK_EINVAL")
             self._inflight += 1
             return self._h
 
@@ -325,17 +379,14 @@ class Client:
         """Checks every argument (TypeError / InvalidArgument), then builds a dlock_options and
         the on_lost slot. Returns (options pointer or None, slot or None)."""
         if lease_ms is not None:
-            lease_ms = _int_arg("lease_ms", lease_ms, 0, _U64_MAX)
-        if wait_ms is None:
-            wait_ms = -1
-        wait_ms = _int_arg("wait_ms", wait_ms, -1, _I64_MAX)
+            lease_ms = _lease_arg("lease_ms", lease_ms, _LEASE_BOUND)
+        wait_ms = -1 if wait_ms is None else _wait_arg(wait_ms)
         if heartbeat_ms is not None:
-            heartbeat_ms = _int_arg("heartbeat_ms", heartbeat_ms, 0, _U64_MAX)
+            heartbeat_ms = _lease_arg("heartbeat_ms", heartbeat_ms, _HEARTBEAT_BOUND)
         if retry_ms is not None:
             if not isinstance(retry_ms, (tuple, list)) or len(retry_ms) != 2:
                 raise TypeError("retry_ms must be a (min_ms, max_ms) pair")
-            retry_ms = (_int_arg("retry_ms[0]", retry_ms[0], 0, _U64_MAX),
-                        _int_arg("retry_ms[1]", retry_ms[1], 0, _U64_MAX))
+            retry_ms = (_retry_arg("retry_ms[0]", retry_ms[0]), _retry_arg("retry_ms[1]", retry_ms[1]))
         if owner is not None:
             if isinstance(owner, str):
                 owner = owner.encode("utf-8")
@@ -643,7 +694,7 @@ class Lock:
 
     def extend(self, lease_ms):
         """Sets the lease to lease_ms from now (0 = no expiry). NotHeld if it was lost."""
-        lease_ms = _int_arg("lease_ms", lease_ms, 0, _U64_MAX)
+        lease_ms = _lease_arg("lease_ms", lease_ms, _LEASE_BOUND)
         with self._mu:
             if not self._h:
                 raise self._released_error()
@@ -667,18 +718,20 @@ class Lock:
         if slot is not None:
             slot.drop()
 
-    def _release_async_quietly(self):
-        """Releases without waiting and without raising (for locks nobody wants)."""
+    def _take(self):
+        """Takes the handle and slot out of this Lock: (None, None) if already released."""
         with self._mu:
             h, self._h = self._h, None
+        if not h:
+            return None, None  # and the slot stays for whoever took the handle
+        slot, self._slot = self._slot, None
+        return h, slot
+
+    def _release_async_quietly(self):
+        """Releases without waiting and without raising (for locks nobody wants)."""
+        h, slot = self._take()
         if h:
-            slot, self._slot = self._slot, None
-            op_id = next(_ids)
-            _pending[op_id] = lambda status, handle, message: slot and slot.drop()
-            if _c.dlock_release_queued(h, _queue, op_id) != 0:  # e.g. client closed
-                _pending.pop(op_id, None)
-                if slot is not None:
-                    slot.drop()
+            _give_back(h, slot)
 
     async def arelease(self):
         """release() without blocking the event loop."""
@@ -706,7 +759,7 @@ class Lock:
 
     async def aextend(self, lease_ms):
         """extend() without blocking the event loop."""
-        lease_ms = _int_arg("lease_ms", lease_ms, 0, _U64_MAX)
+        lease_ms = _lease_arg("lease_ms", lease_ms, _LEASE_BOUND)
         loop = asyncio.get_running_loop()
         if not _use_async_c:
             return await loop.run_in_executor(None, self.extend, lease_ms)
@@ -755,7 +808,13 @@ class Lock:
         try:
             if self._h:
                 warnings.warn(f"unreleased {self!r}", ResourceWarning, source=self)
-                self._release_async_quietly()
+                h, slot = self._take()
+                if h:  # no dlock call here: see _orphans
+                    _orphans.append((h, slot))
+                    try:
+                        os.write(_wake_w, b"\0")
+                    except BlockingIOError:  # the pipe is full: a wake-up is pending anyway
+                        pass
         except Exception:
             pass
 

@@ -5,6 +5,7 @@ Run through bindings/python/test.sh (starts a throwaway redis-server), or by han
 """
 
 import asyncio
+import ctypes
 import gc
 import os
 import subprocess
@@ -49,6 +50,14 @@ def rss_kib():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def library_says(fn, *args):
+    """dlock_last_error() after calling the C function fn directly, which must fail: what the
+    binding's exception for the same call should say."""
+    status = fn(*args)
+    assert status != 0, f"{fn.__name__} succeeded"
+    return dlock._c.dlock_last_error().decode()
 
 
 def setUpModule():
@@ -262,8 +271,12 @@ class Lost(Base):
         self.client.acquire(unique()).release()
 
     def test_without_heartbeats_valid_turns_false(self):
-        lock = self.client.acquire(unique(), lease_ms=150, heartbeat_ms=0)
+        name = unique()
+        lock = self.client.acquire(name, lease_ms=150, heartbeat_ms=0)
         self.assertTrue(wait_for(lambda: not lock.valid, 3))
+        # Local validity ends a drift margin (lease/100 + 2 ms) before the server's lease:
+        # release is NotHeld once the server's has run out too.
+        self.assertTrue(wait_for(lambda: cli("EXISTS", f"dlock:{{{name}}}") == "0", 3))
         with self.assertRaises(dlock.NotHeld):
             lock.release()
 
@@ -346,7 +359,8 @@ class Errors(Base):
         s.close()  # nothing listens there now
         with self.assertRaises(dlock.ConnectionError) as cm:
             dlock.Client(f"redis://127.0.0.1:{port}?connect_timeout_ms=500")
-        self.assertIn(str(port), str(cm.exception))
+        self.assertIn(f"127.0.0.1:{port}", str(cm.exception))
+        self.assertIn("Connection refused", str(cm.exception))
         self.assertIsInstance(cm.exception, ConnectionError)
 
     def test_auth_error(self):
@@ -379,8 +393,9 @@ class Errors(Base):
             task = asyncio.ensure_future(client.aacquire(name, wait_ms=-1))
             await asyncio.sleep(0.2)
             await client.aclose()  # cancels the pending acquire
-            with self.assertRaises(dlock.Cancelled):
+            with self.assertRaises(dlock.Cancelled) as cm:
                 await task
+            self.assertIn("closed", str(cm.exception))  # the queue entry's message
 
         asyncio.run(main())
         holder.release()
@@ -446,6 +461,164 @@ class BadInput(Base):
         lock.release()
         with self.assertRaises(ValueError):
             dlock.Client("redis://127.0.0.1:1\0")
+
+
+class Messages(Base):
+    """Every exception carries dlock_last_error()'s message for the call that failed."""
+
+    def test_open(self):
+        url = "redis://h:notaport"
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            dlock.Client(url)
+        out = ctypes.c_void_p()
+        self.assertEqual(str(cm.exception), library_says(dlock._c.dlock_client_open, url.encode(),
+                                                         ctypes.byref(out)))
+
+    def test_acquire_and_extend(self):
+        c, out = self.client, ctypes.c_void_p()
+        for name in ("", "x" * 1025):
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                c.acquire(name)
+            self.assertEqual(str(cm.exception),
+                             library_says(dlock._c.dlock_acquire, c._h, name.encode(), None, ctypes.byref(out)))
+        o = dlock._c.dlock_options_new()
+        try:
+            self.assertEqual(dlock._c.dlock_options_set_lease_ms(o, 5), 0)  # too short: acquire says so
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                c.acquire("x", lease_ms=5)
+            self.assertEqual(str(cm.exception),
+                             library_says(dlock._c.dlock_acquire, c._h, b"x", o, ctypes.byref(out)))
+        finally:
+            dlock._c.dlock_options_free(o)
+        lock = c.acquire(unique())
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            lock.extend(5)
+        self.assertEqual(str(cm.exception), library_says(dlock._c.dlock_extend, lock._h, 5))
+
+        async def main():
+            with self.assertRaises(dlock.InvalidArgument) as acm:
+                await c.aacquire("")
+            self.assertEqual(str(acm.exception),
+                             library_says(dlock._c.dlock_acquire, c._h, b"", None, ctypes.byref(out)))
+            with self.assertRaises(dlock.InvalidArgument) as acm:
+                await lock.aextend(5)
+            self.assertEqual(str(acm.exception), library_says(dlock._c.dlock_extend, lock._h, 5))
+            with dlock.Client(URL) as other:
+                with self.assertRaises(dlock.NotAcquired) as acm:
+                    await other.aacquire(lock.name, wait_ms=50)
+            self.assertIn(f"'{lock.name}' is held by", str(acm.exception))
+
+        asyncio.run(main())
+        lock.release()
+
+    def test_after_close(self):
+        client = dlock.Client(URL)
+        locks = [client.acquire(unique("closed")) for _ in range(4)]
+        client.close()
+
+        def check(cm, lock):
+            # the library's: lock 'NAME' was released when its client was closed
+            self.assertIn(f"'{lock.name}'", str(cm.exception))
+            self.assertIn("client was closed", str(cm.exception))
+
+        with self.assertRaises(dlock.NotHeld) as cm:
+            locks[0].release()
+        check(cm, locks[0])
+        with self.assertRaises(dlock.NotHeld) as cm:
+            locks[1].extend(1000)
+        check(cm, locks[1])
+
+        async def main():
+            with self.assertRaises(dlock.NotHeld) as acm:
+                await locks[2].arelease()
+            check(acm, locks[2])
+            with self.assertRaises(dlock.NotHeld) as acm:
+                await locks[3].aextend(1000)
+            check(acm, locks[3])
+
+        asyncio.run(main())
+        for lock in (locks[1], locks[3]):  # still hold their handles: free them
+            with self.assertRaises(dlock.NotHeld):
+                lock.release()
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            client.acquire("x")
+        self.assertIn(f"client redis://127.0.0.1:{PORT} is closed", str(cm.exception))
+
+    def test_a_dropped_lock_leaves_this_threads_message_alone(self):
+        # Lock.__del__ may run between a failed call and its dlock_last_error() read: it must
+        # make no dlock call on this thread (the dlock-events thread releases the lock).
+        name = unique("dropped")
+        forgotten = self.client.acquire(name, lease_ms=0, on_lost=lambda lock: None)
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            self.client.acquire("")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            del forgotten
+            gc.collect()
+        self.assertEqual(dlock._c.dlock_last_error().decode(), str(cm.exception))
+        self.assertTrue(wait_for(lambda: cli("EXISTS", f"dlock:{{{name}}}") == "0"))
+        self.assertTrue(wait_for(lambda: not dlock._lost_slots and not dlock._pending))
+
+
+class Ranges(Base):
+    """Out-of-range numbers get the library's bound and words, not the C type's range."""
+
+    def setUp(self):
+        super().setUp()
+        self.o = dlock._c.dlock_options_new()
+
+    def tearDown(self):
+        dlock._c.dlock_options_free(self.o)
+        super().tearDown()
+
+    def refused(self, call, **kw):
+        with self.assertRaises(dlock.InvalidArgument, msg=str(kw)) as cm:
+            call(**kw)
+        self.assertNotIn(str(2**64 - 1), str(cm.exception))
+        return str(cm.exception)
+
+    def test_lease_and_heartbeat(self):
+        c, lib = self.client, dlock._c
+        self.assertEqual(lib.dlock_options_set_lease_ms(self.o, dlock._MAX_LEASE_MS), 0)
+        lease_words = library_says(lib.dlock_options_set_lease_ms, self.o, dlock._MAX_LEASE_MS + 1)
+        self.assertEqual(lib.dlock_options_set_heartbeat_ms(self.o, dlock._MAX_LEASE_MS), 0)
+        heartbeat_words = library_says(lib.dlock_options_set_heartbeat_ms, self.o, dlock._MAX_LEASE_MS + 1)
+        lock = c.acquire(unique())
+        extend_words = library_says(lib.dlock_extend, lock._h, dlock._MAX_LEASE_MS + 1)
+
+        def bound(message):  # "lease_ms N is too long (BOUND)" -> BOUND
+            return message.split(" (", 1)[1]
+
+        for value in (-1, -2**70, 2**64, 2**70):
+            self.assertEqual(bound(self.refused(c.acquire, name="x", lease_ms=value)), bound(lease_words))
+            self.assertEqual(bound(self.refused(c.acquire, name="x", heartbeat_ms=value)), bound(heartbeat_words))
+            self.assertEqual(bound(self.refused(lock.extend, lease_ms=value)), bound(extend_words))
+        self.assertIn("lease_ms -1 is negative", self.refused(c.acquire, name="x", lease_ms=-1))
+        # inside uint64_t: the library's own message
+        self.assertEqual(self.refused(c.acquire, name="x", lease_ms=2**63),
+                         library_says(lib.dlock_options_set_lease_ms, self.o, 2**63))
+
+        async def main():
+            message = self.refused(c.acquire, name="x", lease_ms=-1)
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                await c.aacquire("x", lease_ms=-1)
+            self.assertEqual(str(cm.exception), message)
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                await lock.aextend(-1)
+            self.assertEqual(str(cm.exception), message)
+
+        asyncio.run(main())
+        lock.release()
+
+    def test_wait_and_retry(self):
+        c, lib = self.client, dlock._c
+        wait_words = library_says(lib.dlock_options_set_wait_ms, self.o, -2)
+        for value in (-2, -2**63, -2**70):
+            self.assertEqual(self.refused(c.acquire, name="x", wait_ms=value), wait_words)
+        c.acquire(unique(), wait_ms=2**70).release()  # past int64_t: as unbounded as -1
+        retry_words = library_says(lib.dlock_options_set_retry_ms, self.o, 0, 5)
+        for pair in ((-1, 5), (5, -1), (0, 10), (10, 5), (1, 2**64), (2**70, 2**70)):
+            self.assertEqual(self.refused(c.acquire, name="x", retry_ms=pair), retry_words)
 
 
 class NoLeaks(Base):

@@ -1,0 +1,88 @@
+"""Tests for the in-tree build backend (build_backend/dlock_backend.py); no server needed.
+test.sh also installs the package with pip in a fresh virtualenv."""
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import unittest
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "build_backend"))
+import dlock_backend  # noqa: E402
+
+
+class Backend(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def test_reads_pyproject_as_tomllib_does(self):
+        # Pythons before 3.11 have no tomllib and use the backend's own reader.
+        try:
+            import tomllib
+        except ImportError:
+            self.skipTest("no tomllib to compare with")
+        with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
+            text = f.read()
+        self.assertEqual(dlock_backend.read_project(text), tomllib.loads(text)["project"])
+
+    def test_wheel(self):
+        self.assertEqual(dlock_backend.get_requires_for_build_wheel(), [])
+        name = dlock_backend.build_wheel(self.tmp.name)
+        version = dlock_backend.project()["version"]
+        self.assertEqual(name, f"dlock-{version}-py3-none-any.whl")
+        with zipfile.ZipFile(os.path.join(self.tmp.name, name)) as z:
+            files = {n: z.read(n) for n in z.namelist()}
+        info = f"dlock-{version}.dist-info"
+        self.assertEqual(sorted(n for n in files if n.startswith("dlock/")),
+                         ["dlock/__init__.py", "dlock/_errors.py", "dlock/_lib.py"])
+        self.assertIn(f"Version: {version}\n", files[f"{info}/METADATA"].decode())
+        self.assertIn("Tag: py3-none-any\n", files[f"{info}/WHEEL"].decode())
+        rows = list(csv.reader(io.StringIO(files[f"{info}/RECORD"].decode())))
+        self.assertEqual(sorted(r[0] for r in rows), sorted(files))
+        for path, digest, size in rows:
+            if path == f"{info}/RECORD":
+                self.assertEqual((digest, size), ("", ""))
+                continue
+            want = base64.urlsafe_b64encode(hashlib.sha256(files[path]).digest()).rstrip(b"=")
+            self.assertEqual((digest, int(size)), ("sha256=" + want.decode(), len(files[path])), path)
+        # reproducible: the same bytes every time
+        with open(os.path.join(self.tmp.name, name), "rb") as f:
+            first = f.read()
+        os.remove(os.path.join(self.tmp.name, name))
+        dlock_backend.build_wheel(self.tmp.name)
+        with open(os.path.join(self.tmp.name, name), "rb") as f:
+            self.assertEqual(f.read(), first)
+
+    def test_editable_wheel_points_here(self):
+        name = dlock_backend.build_editable(self.tmp.name)
+        with zipfile.ZipFile(os.path.join(self.tmp.name, name)) as z:
+            self.assertEqual(z.read("__editable__.dlock.pth").decode(), ROOT + "\n")
+            self.assertFalse([n for n in z.namelist() if n.startswith("dlock/")])
+
+    def test_sdist_builds_its_own_wheel(self):
+        name = dlock_backend.build_sdist(self.tmp.name)
+        base = name[:-len(".tar.gz")]
+        with tarfile.open(os.path.join(self.tmp.name, name)) as t:
+            self.assertIn(f"{base}/PKG-INFO", t.getnames())
+            t.extractall(self.tmp.name)
+        # the unpacked sdist's own backend (in a fresh interpreter) makes the same wheel
+        out = os.path.join(self.tmp.name, "out")
+        os.mkdir(out)
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'build_backend'); "
+                        "import dlock_backend; dlock_backend.build_wheel(sys.argv[1])", out],
+                       cwd=os.path.join(self.tmp.name, base), check=True, timeout=60)
+        wheel = dlock_backend.build_wheel(self.tmp.name)
+        with open(os.path.join(out, wheel), "rb") as a, open(os.path.join(self.tmp.name, wheel), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+
+if __name__ == "__main__":
+    unittest.main()
