@@ -1,16 +1,13 @@
 // Servers that are not there, vanish, hang or answer garbage: clear errors naming the server.
-// The hung and garbage servers are a fake on loopback: a real Redis cannot misbehave like that.
-#include <arpa/inet.h>
+// The hung and garbage servers are a fake on loopback (support/fake_redis.h): a real Redis
+// cannot misbehave like that. redis_bad_server_test.cc takes every reply path through worse.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <string>
 #include <thread>
 
+#include "support/fake_redis.h"
 #include "support/redis_server.h"
 #include "test_util.h"
 
@@ -19,53 +16,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// Accepts connections on a free loopback port and answers every read with `reply` (or never,
-// when reply is empty), until destroyed.
-class FakeServer {
- public:
-  explicit FakeServer(std::string reply) : reply_(std::move(reply)) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    listen(listen_fd_, 16);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~FakeServer() {
-    stop_ = true;
-    thread_.join();
-    close(listen_fd_);
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-
- private:
-  void Serve() {
-    std::vector<int> clients;
-    while (!stop_) {
-      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
-      for (int c : clients) fds.push_back({c, POLLIN, 0});
-      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
-      if (fds[0].revents & POLLIN) clients.push_back(accept(listen_fd_, nullptr, nullptr));
-      for (size_t i = 1; i < fds.size(); ++i) {
-        if (!(fds[i].revents & POLLIN)) continue;
-        char buf[4096];
-        if (read(fds[i].fd, buf, sizeof buf) <= 0) continue;
-        if (!reply_.empty()) (void)!write(fds[i].fd, reply_.data(), reply_.size());
-      }
-    }
-    for (int c : clients) close(c);
-  }
-  std::string reply_;
-  int listen_fd_;
-  int port_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 TEST(RedisFailureTest, NothingListeningAtOpenIsEio) {
   int port = FreeTcpPort();
@@ -120,7 +70,7 @@ TEST(RedisFailureTest, WaiterSeesEioWhenRedisDiesWhileWaiting) {
 }
 
 TEST(RedisFailureTest, HungServerTimesOut) {
-  FakeServer hung("");  // accepts, never answers
+  FakeRedis hung([](const std::vector<std::string>&) { return FakeReply{"", 0, /*silent=*/true}; });
   dlock_client* c = nullptr;
   auto start = Clock::now();
   EXPECT_EQ(dlock_client_open(("redis://" + hung.address() + "?timeout_ms=200").c_str(), &c), DLOCK_EIO);
@@ -131,14 +81,15 @@ TEST(RedisFailureTest, HungServerTimesOut) {
 }
 
 TEST(RedisFailureTest, GarbageSpeakingServerIsEbackend) {
-  FakeServer garbage("this is not RESP\r\n");
+  FakeRedis garbage([](const std::vector<std::string>&) { return FakeReply{"this is not RESP\r\n"}; });
   dlock_client* c = nullptr;
   EXPECT_EQ(dlock_client_open(("redis://" + garbage.address()).c_str(), &c), DLOCK_EBACKEND);
   EXPECT_NE(std::string(dlock_last_error()).find("protocol"), std::string::npos) << dlock_last_error();
 }
 
 TEST(RedisFailureTest, WellFormedButWrongRepliesAreEbackend) {
-  FakeServer liar("+OK\r\n");  // answers OK to everything, including the scripts
+  // Answers OK to everything, including the scripts.
+  FakeRedis liar([](const std::vector<std::string>&) { return FakeReply{"+OK\r\n"}; });
   Client client("redis://" + liar.address());
   ASSERT_NE(client.get(), nullptr);
   dlock_lock* l = nullptr;

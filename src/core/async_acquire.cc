@@ -4,6 +4,7 @@
 
 #include "core/client.h"
 #include "core/token.h"
+#include "core/waiting.h"
 
 namespace dlock {
 
@@ -80,10 +81,7 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
     SleepUntil(std::min(wait_until_, now + Millis(1000)));
     return;
   }
-  TimePoint wake = now + Millis(RandomBetween(options_.retry_min_ms, backoff_ms_));
-  backoff_ms_ = std::min(options_.retry_max_ms, backoff_ms_ * 2);
-  if (attempt.holder_ttl_ms >= 0) wake = std::min(wake, now + Millis(attempt.holder_ttl_ms + 1));
-  SleepUntil(std::min(wake, wait_until_));
+  SleepUntil(std::min(NextWake(now, attempt.holder_ttl_ms, options_, &backoff_ms_), wait_until_));
 }
 
 void AsyncAcquire::SleepUntil(TimePoint wake) { timer_.StartAt(wake); }

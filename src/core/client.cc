@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/token.h"
+#include "core/waiting.h"
 #include "core/url.h"
 #ifndef DLOCK_WITH_DYNAMODB
 #define DLOCK_WITH_DYNAMODB 0
@@ -178,6 +179,7 @@ Status Client::MakeOwnerValue(const AcquireOptions& options, std::string* out) c
 Status Client::NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms, uint32_t attempts,
                                  TimePoint start) const {
   auto waited = std::chrono::duration_cast<Millis>(Now() - start).count();
+  holder_ttl_ms = ClampHolderTtl(holder_ttl_ms);
   std::string held_for = holder_ttl_ms == -1   ? " with no expiry"
                          : holder_ttl_ms >= 0 ? " for " + std::to_string(holder_ttl_ms) + " ms more"
                                               : "";
@@ -273,10 +275,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
     }
     // Sleep until the holder releases (pub/sub), its lease runs out, the jittered fallback
     // retry, or the end of the wait, whichever comes first.
-    TimePoint wake = now + Millis(RandomBetween(options.retry_min_ms, backoff));
-    backoff = std::min(options.retry_max_ms, backoff * 2);
-    if (attempt.holder_ttl_ms >= 0) wake = std::min(wake, now + Millis(attempt.holder_ttl_ms + 1));
-    wake = std::min(wake, wait_until);
+    TimePoint wake = std::min(NextWake(now, attempt.holder_ttl_ms, options, &backoff), wait_until);
     signal.WaitNotified(&seen, wake);
   }
 }

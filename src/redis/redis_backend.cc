@@ -28,9 +28,9 @@ class RedisBackend : public Backend {
   std::string Describe() const override { return server_; }
 
   Status Check() override {
-    return WithConnection([&](SyncConnection& conn) {
+    return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
       ReplyPtr reply;
-      Status s = conn.Command({"PING"}, &reply);
+      Status s = conn.Command({"PING"}, deadline, &reply);
       if (!s.ok()) return s;
       if (reply->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(reply.get(), server_);
       return Status::Ok();
@@ -42,19 +42,15 @@ class RedisBackend : public Backend {
     LockKeys keys(config_.params.prefix, name);
     ReplyPtr reply;
     // Safe to retry: acquire.lua answers the same to an owner that already holds the lock.
-    Status s = WithConnection([&](SyncConnection& conn) {
+    Status s = WithConnection([&](SyncConnection& conn, TimePoint deadline) {
       return conn.Eval(GetScript(ScriptId::kAcquire), {keys.holder, keys.fence},
-                       {owner_value, std::to_string(lease_ms)}, &reply);
+                       {owner_value, std::to_string(lease_ms)}, deadline, &reply);
     });
-    if (s.code() == Code::kIoError) {
-      // The attempt may have reached the server before the connection failed: if it did, the
-      // lock is ours and nobody knows it. Give it back, best effort, on a fresh connection.
-      Lease cleanup(this);
-      if (cleanup.Open().ok()) {
-        ReplyPtr ignored;
-        (void)cleanup->Eval(GetScript(ScriptId::kRelease), {keys.holder},
-                            {owner_value, keys.channel}, &ignored);
-      }
+    if (!s.ok()) {
+      // The attempt may have reached the server before the connection failed or the reply
+      // turned to garbage: if it did, the lock is ours and nobody knows it. Give it back, best
+      // effort, in the background: the caller's bound must not pay another timeout for it.
+      GiveBack(keys, owner_value);
       return s;
     }
     return ParseAcquireReply(reply.get(), server_, out);
@@ -63,9 +59,9 @@ class RedisBackend : public Backend {
   Status Release(const LockState& lock) override {
     LockKeys keys(config_.params.prefix, lock.name);
     ReplyPtr reply;
-    Status s = WithConnection([&](SyncConnection& conn) {
+    Status s = WithConnection([&](SyncConnection& conn, TimePoint deadline) {
       return conn.Eval(GetScript(ScriptId::kRelease), {keys.holder},
-                       {lock.owner_value, keys.channel}, &reply);
+                       {lock.owner_value, keys.channel}, deadline, &reply);
     });
     if (!s.ok()) return s;
     return ParseOwnedReply(reply.get(), server_, lock.name);
@@ -76,9 +72,10 @@ class RedisBackend : public Backend {
     // A stale pooled connection is retried once on a fresh one (WithConnection); locks whose
     // answers were cut off are then released one by one.
     size_t answered = 0;
-    Status s = WithConnection([&](SyncConnection& conn) {
+    // Close is best effort: each answer gets timeout_ms, however many there are.
+    Status s = WithConnection([&](SyncConnection& conn, TimePoint deadline) {
       const Script& script = GetScript(ScriptId::kRelease);
-      Status st = conn.LoadScript(script);
+      Status st = conn.LoadScript(script, deadline);
       if (!st.ok()) return st;
       for (size_t i = answered; i < locks.size(); ++i) {
         LockKeys keys(config_.params.prefix, locks[i]->name);
@@ -86,7 +83,7 @@ class RedisBackend : public Backend {
       }
       for (; answered < locks.size(); ++answered) {
         ReplyPtr reply;
-        st = conn.ReadReply(&reply);
+        st = conn.ReadReply(Now() + Millis(config_.params.timeout_ms), &reply);
         if (!st.ok()) return st;
       }
       return Status::Ok();
@@ -98,9 +95,9 @@ class RedisBackend : public Backend {
   Status Extend(const LockState& lock, uint64_t lease_ms) override {
     LockKeys keys(config_.params.prefix, lock.name);
     ReplyPtr reply;
-    Status s = WithConnection([&](SyncConnection& conn) {
+    Status s = WithConnection([&](SyncConnection& conn, TimePoint deadline) {
       return conn.Eval(GetScript(ScriptId::kExtend), {keys.holder},
-                       {lock.owner_value, std::to_string(lease_ms)}, &reply);
+                       {lock.owner_value, std::to_string(lease_ms)}, deadline, &reply);
     });
     if (!s.ok()) return s;
     return ParseOwnedReply(reply.get(), server_, lock.name);
@@ -175,17 +172,30 @@ class RedisBackend : public Backend {
   }
 
  private:
-  // Runs fn on a pooled connection. A pooled connection that fails with an I/O error has most
-  // likely gone stale (server restarted, idle timeout): the pool is dropped and fn runs once
-  // more on a fresh connection. A fresh connection's failure is final.
+  // Gives back an acquire that may have won, on the loop's connection (fire and forget).
+  void GiveBack(const LockKeys& keys, const std::string& owner_value) {
+    loop_->Post([this, keys, owner_value] {
+      async_.Eval(GetScript(ScriptId::kRelease), {keys.holder}, {owner_value, keys.channel},
+                  [](redisReply*, const Status&) {});
+    });
+  }
+
+  // Runs fn(connection, deadline) on a pooled connection. The whole call, connecting
+  // included, ends by start + connect_timeout_ms + timeout_ms; each command by timeout_ms
+  // after it starts. A pooled connection that fails at once (reset, closed: the server
+  // restarted or dropped an idle client) was most likely stale: the pool is dropped and fn runs
+  // once more on a fresh connection, within the same bound. A timeout is not retried: the
+  // server is there but silent, and a retry would only double the caller's wait.
   template <typename Fn>
   Status WithConnection(Fn&& fn) {
+    const TimePoint call_deadline =
+        Now() + Millis(config_.params.connect_timeout_ms) + Millis(config_.params.timeout_ms);
     for (int round = 0;; ++round) {
       Lease conn(this);
-      Status s = conn.Open();
+      Status s = conn.Open(std::min(call_deadline, Now() + Millis(config_.params.connect_timeout_ms)));
       if (!s.ok()) return s;
-      s = fn(*conn.get());
-      if (s.code() != Code::kIoError) return s;
+      s = fn(*conn.get(), std::min(call_deadline, Now() + Millis(config_.params.timeout_ms)));
+      if (s.code() != Code::kIoError || conn->timed_out()) return s;
       {
         std::lock_guard<std::mutex> lock(pool_mu_);
         idle_.clear();
@@ -203,7 +213,7 @@ class RedisBackend : public Backend {
       std::lock_guard<std::mutex> lock(backend_->pool_mu_);
       if (backend_->idle_.size() < kMaxIdleConnections) backend_->idle_.push_back(std::move(conn_));
     }
-    Status Open() {
+    Status Open(TimePoint deadline) {
       {
         std::lock_guard<std::mutex> lock(backend_->pool_mu_);
         if (!backend_->idle_.empty()) {
@@ -213,7 +223,7 @@ class RedisBackend : public Backend {
           return Status::Ok();
         }
       }
-      return SyncConnection::Connect(backend_->config_, &conn_);
+      return SyncConnection::Connect(backend_->config_, deadline, &conn_);
     }
     SyncConnection* operator->() { return conn_.get(); }
     SyncConnection* get() { return conn_.get(); }

@@ -1,16 +1,20 @@
 #include "redis/sync_connection.h"
 
-#include <sys/time.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace dlock::redis {
 namespace {
-
-timeval ToTimeval(int ms) {
-  timeval tv;
-  tv.tv_sec = ms / 1000;
-  tv.tv_usec = (ms % 1000) * 1000;
-  return tv;
-}
 
 void ToArgv(const std::vector<std::string>& argv, std::vector<const char*>* ptrs,
             std::vector<size_t>* lens) {
@@ -20,6 +24,84 @@ void ToArgv(const std::vector<std::string>& argv, std::vector<const char*>* ptrs
     ptrs->push_back(a.data());
     lens->push_back(a.size());
   }
+}
+
+int MillisLeft(TimePoint deadline) {
+  auto left = std::chrono::duration_cast<Millis>(deadline - Now()).count();
+  if (left <= 0) return 0;
+  return static_cast<int>(std::min<int64_t>(left + 1, 1 << 30));  // round up: poll is in ms
+}
+
+// Waits for a non-blocking connect to finish; 0 or an errno value (ETIMEDOUT at the deadline).
+int FinishConnect(int fd, TimePoint deadline) {
+  while (true) {
+    pollfd p{fd, POLLOUT, 0};
+    int left = MillisLeft(deadline);
+    if (left == 0) return ETIMEDOUT;
+    int n = poll(&p, 1, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) continue;  // re-check the deadline
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+    return err;
+  }
+}
+
+// A connected non-blocking socket, or -1 with *why set.
+int ConnectSocket(const RedisConfig& config, TimePoint deadline, std::string* why) {
+  if (!config.socket_path.empty()) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (config.socket_path.size() >= sizeof addr.sun_path) {
+      *why = "socket path too long";
+      return -1;
+    }
+    std::memcpy(addr.sun_path, config.socket_path.data(), config.socket_path.size());
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      *why = std::strerror(errno);
+      return -1;
+    }
+    int err = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ? 0 : errno;
+    if (err == EINPROGRESS || err == EAGAIN) err = FinishConnect(fd, deadline);
+    if (err == 0) return fd;
+    close(fd);
+    *why = err == ETIMEDOUT ? "timed out" : std::strerror(err);
+    return -1;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  std::string port = std::to_string(config.port);
+  if (int rc = getaddrinfo(config.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    *why = std::string("cannot resolve the host: ") + gai_strerror(rc);
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      *why = std::strerror(errno);
+      continue;
+    }
+    int err = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) err = FinishConnect(fd, deadline);
+    if (err == 0) break;
+    close(fd);
+    fd = -1;
+    *why = err == ETIMEDOUT ? "timed out" : std::strerror(err);
+    if (err == ETIMEDOUT) break;  // the deadline is for the whole connect
+  }
+  freeaddrinfo(found);
+  if (fd >= 0) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  }
+  return fd;
 }
 
 }  // namespace
@@ -32,28 +114,37 @@ std::vector<std::string> EvalShaArgv(const Script& script, const std::vector<std
   return argv;
 }
 
-Status SyncConnection::Connect(const RedisConfig& config, std::unique_ptr<SyncConnection>* out) {
+SyncConnection::SyncConnection(int fd, std::string server, int timeout_ms)
+    : fd_(fd), server_(std::move(server)), timeout_ms_(timeout_ms), reader_(redisReaderCreate()) {}
+
+SyncConnection::~SyncConnection() {
+  if (reader_ != nullptr) redisReaderFree(reader_);
+  close(fd_);
+}
+
+Status SyncConnection::Connect(const RedisConfig& config, TimePoint deadline,
+                               std::unique_ptr<SyncConnection>* out) {
   const std::string server = config.Describe();
-  timeval connect_tv = ToTimeval(config.params.connect_timeout_ms);
-  redisContext* ctx = config.socket_path.empty()
-                          ? redisConnectWithTimeout(config.host.c_str(), config.port, connect_tv)
-                          : redisConnectUnixWithTimeout(config.socket_path.c_str(), connect_tv);
-  if (ctx == nullptr) return Status(Code::kNoMemory, "out of memory connecting to " + server);
-  if (ctx->err != 0) {
-    Status s = Status::IoError("cannot connect to " + server + ": " + ctx->errstr);
-    redisFree(ctx);
-    return s;
+  const std::string limit = "connect_timeout_ms=" + std::to_string(config.params.connect_timeout_ms);
+  std::string why;
+  int fd = ConnectSocket(config, deadline, &why);
+  if (fd < 0) {
+    if (why == "timed out") why = "no connection within " + limit;
+    return Status::IoError("cannot connect to " + server + ": " + why);
   }
-  std::unique_ptr<SyncConnection> conn(new SyncConnection(ctx, server));
-  redisSetTimeout(ctx, ToTimeval(config.params.timeout_ms));
-  if (config.socket_path.empty()) redisEnableKeepAlive(ctx);
+  std::unique_ptr<SyncConnection> conn(new SyncConnection(fd, server, config.params.timeout_ms));
+  if (conn->reader_ == nullptr) return Status(Code::kNoMemory, "out of memory connecting to " + server);
+  auto handshake_failed = [&](const Status& s) {
+    if (!conn->timed_out()) return s;
+    return Status::IoError("cannot connect to " + server + ": the handshake did not finish within " + limit);
+  };
   ReplyPtr reply;
   if (config.password.has_value()) {
     std::vector<std::string> auth{"AUTH"};
     if (config.user.has_value()) auth.push_back(*config.user);
     auth.push_back(*config.password);
-    Status s = conn->Command(auth, &reply);
-    if (!s.ok()) return s;
+    Status s = conn->Command(auth, deadline, &reply);
+    if (!s.ok()) return handshake_failed(s);
     if (reply->type == REDIS_REPLY_ERROR) {
       return Status::AuthError(server + " refused the credentials" +
                                (config.user ? " for user '" + *config.user + "'" : "") + ": " +
@@ -61,8 +152,8 @@ Status SyncConnection::Connect(const RedisConfig& config, std::unique_ptr<SyncCo
     }
   }
   if (config.db != 0) {
-    Status s = conn->Command({"SELECT", std::to_string(config.db)}, &reply);
-    if (!s.ok()) return s;
+    Status s = conn->Command({"SELECT", std::to_string(config.db)}, deadline, &reply);
+    if (!s.ok()) return handshake_failed(s);
     if (reply->type == REDIS_REPLY_ERROR) {
       Status e = ErrorReplyStatus(reply.get(), server);
       if (e.code() == Code::kAuthError) return e;
@@ -75,34 +166,106 @@ Status SyncConnection::Connect(const RedisConfig& config, std::unique_ptr<SyncCo
   return Status::Ok();
 }
 
-SyncConnection::~SyncConnection() { redisFree(ctx_); }
-
-Status SyncConnection::IoError(const char* doing) {
+Status SyncConnection::Fail(Status s) {
   broken_ = true;
-  if (ctx_->err == REDIS_ERR_PROTOCOL) {
-    return Status::BackendError(server_ + " does not speak the Redis protocol: " + ctx_->errstr);
-  }
-  std::string why = ctx_->err != 0 ? ctx_->errstr : "connection lost";
-  if (ctx_->err == REDIS_ERR_IO && (why.find("Resource temporarily unavailable") != std::string::npos)) {
-    why = "timed out waiting for a reply";
-  }
-  return Status::IoError(std::string(doing) + " " + server_ + " failed: " + why);
+  pending_.clear();
+  return s;
 }
 
-Status SyncConnection::Command(const std::vector<std::string>& argv, ReplyPtr* reply) {
-  if (broken_) return Status::IoError("connection to " + server_ + " is broken");
-  std::vector<const char*> ptrs;
-  std::vector<size_t> lens;
-  ToArgv(argv, &ptrs, &lens);
-  void* r = redisCommandArgv(ctx_, static_cast<int>(ptrs.size()), ptrs.data(), lens.data());
-  if (r == nullptr) return IoError("talking to");
-  reply->reset(static_cast<redisReply*>(r));
+bool SyncConnection::WaitFor(short events, TimePoint deadline, const char* doing, Status* error) {
+  while (true) {
+    int left = MillisLeft(deadline);
+    if (left == 0) {
+      timed_out_ = true;
+      *error = Fail(Status::IoError(std::string(doing) + " " + server_ +
+                                    " failed: timed out (no complete reply within timeout_ms=" +
+                                    std::to_string(timeout_ms_) + ")"));
+      return false;
+    }
+    pollfd p{fd_, events, 0};
+    int n = poll(&p, 1, left);
+    if (n > 0) return true;  // readable, writable, or an error the next call reports
+    if (n < 0 && errno != EINTR) {
+      *error = Fail(Status::IoError(std::string(doing) + " " + server_ + " failed: " + std::strerror(errno)));
+      return false;
+    }
+  }
+}
+
+Status SyncConnection::Flush(TimePoint deadline) {
+  size_t sent = 0;
+  Status error;
+  while (sent < pending_.size()) {
+    ssize_t n = send(fd_, pending_.data() + sent, pending_.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!WaitFor(POLLOUT, deadline, "talking to", &error)) return error;
+      continue;
+    }
+    return Fail(Status::IoError("talking to " + server_ + " failed: " + std::strerror(errno)));
+  }
+  pending_.clear();
   return Status::Ok();
 }
 
-Status SyncConnection::LoadScript(const Script& script) {
+void SyncConnection::Append(const std::vector<std::string>& argv) {
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  ToArgv(argv, &ptrs, &lens);
+  char* cmd = nullptr;
+  int len = redisFormatCommandArgv(&cmd, static_cast<int>(ptrs.size()), ptrs.data(), lens.data());
+  if (len < 0 || cmd == nullptr) {
+    broken_ = true;  // out of memory: the next read reports it
+    return;
+  }
+  pending_.append(cmd, static_cast<size_t>(len));
+  redisFreeCommand(cmd);
+}
+
+Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
+  if (broken_) return Status::IoError("connection to " + server_ + " is broken");
+  Status s = Flush(deadline);
+  if (!s.ok()) return s;
+  char buf[16384];
+  while (true) {
+    void* r = nullptr;
+    if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
+      // Bytes that are not RESP: nothing more on this connection can be trusted.
+      return Fail(Status::BackendError(server_ + " does not speak the Redis protocol: " +
+                                       std::string(reader_->errstr)));
+    }
+    if (r != nullptr) {
+      reply->reset(static_cast<redisReply*>(r));
+      return Status::Ok();
+    }
+    if (!WaitFor(POLLIN, deadline, "reading from", &s)) return s;
+    ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    if (n > 0) {
+      if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
+        return Fail(Status(Code::kNoMemory, "out of memory reading from " + server_));
+      }
+      continue;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n == 0) return Fail(Status::IoError("reading from " + server_ + " failed: the server closed the connection"));
+    return Fail(Status::IoError("reading from " + server_ + " failed: " + std::strerror(errno)));
+  }
+}
+
+Status SyncConnection::Command(const std::vector<std::string>& argv, TimePoint deadline,
+                               ReplyPtr* reply) {
+  if (broken_) return Status::IoError("connection to " + server_ + " is broken");
+  Append(argv);
+  return ReadReply(deadline, reply);
+}
+
+Status SyncConnection::LoadScript(const Script& script, TimePoint deadline) {
   ReplyPtr reply;
-  Status s = Command({"SCRIPT", "LOAD", script.body}, &reply);
+  Status s = Command({"SCRIPT", "LOAD", script.body}, deadline, &reply);
   if (!s.ok()) return s;
   if (reply->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(reply.get(), server_);
   if (reply->type != REDIS_REPLY_STRING || std::string(reply->str, reply->len) != script.sha1) {
@@ -113,28 +276,14 @@ Status SyncConnection::LoadScript(const Script& script) {
 }
 
 Status SyncConnection::Eval(const Script& script, const std::vector<std::string>& keys,
-                            const std::vector<std::string>& args, ReplyPtr* reply) {
+                            const std::vector<std::string>& args, TimePoint deadline,
+                            ReplyPtr* reply) {
   const auto argv = EvalShaArgv(script, keys, args);
-  Status s = Command(argv, reply);
+  Status s = Command(argv, deadline, reply);
   if (!s.ok() || !IsNoScript(reply->get())) return s;
-  s = LoadScript(script);
+  s = LoadScript(script, deadline);
   if (!s.ok()) return s;
-  return Command(argv, reply);
-}
-
-void SyncConnection::Append(const std::vector<std::string>& argv) {
-  std::vector<const char*> ptrs;
-  std::vector<size_t> lens;
-  ToArgv(argv, &ptrs, &lens);
-  redisAppendCommandArgv(ctx_, static_cast<int>(ptrs.size()), ptrs.data(), lens.data());
-}
-
-Status SyncConnection::ReadReply(ReplyPtr* reply) {
-  if (broken_) return Status::IoError("connection to " + server_ + " is broken");
-  void* r = nullptr;
-  if (redisGetReply(ctx_, &r) != REDIS_OK || r == nullptr) return IoError("reading from");
-  reply->reset(static_cast<redisReply*>(r));
-  return Status::Ok();
+  return Command(argv, deadline, reply);
 }
 
 }  // namespace dlock::redis

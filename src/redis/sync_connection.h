@@ -1,6 +1,11 @@
-// A blocking hiredis connection with timeouts, authenticated and on the right database.
-// Used by callers' threads for acquire/release/extend, one connection per thread at a time
-// (the backend keeps a pool), so threads never wait on each other's round trips.
+// A blocking Redis connection, authenticated and on the right database. Used by callers'
+// threads for acquire/release/extend, one connection per thread at a time (the backend keeps a
+// pool), so threads never wait on each other's round trips.
+//
+// The socket I/O is our own (non-blocking socket + poll) so that every call has a deadline for
+// the whole exchange: hiredis's blocking context only bounds each read(), so a server trickling
+// one byte at a time could hold a caller forever. hiredis still formats commands and parses
+// replies.
 #ifndef DLOCK_REDIS_SYNC_CONNECTION_H_
 #define DLOCK_REDIS_SYNC_CONNECTION_H_
 
@@ -8,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "redis/redis_url.h"
 #include "redis/reply.h"
@@ -17,32 +23,46 @@ namespace dlock::redis {
 
 class SyncConnection {
  public:
-  static Status Connect(const RedisConfig& config, std::unique_ptr<SyncConnection>* out);
+  // Connects, authenticates and selects the database, all before `deadline`.
+  static Status Connect(const RedisConfig& config, TimePoint deadline,
+                        std::unique_ptr<SyncConnection>* out);
   ~SyncConnection();
   SyncConnection(const SyncConnection&) = delete;
   SyncConnection& operator=(const SyncConnection&) = delete;
 
-  // One round trip. Fails with EIO (and the connection becomes broken) when the server cannot
-  // be reached or does not answer in time; an error reply is returned as a reply, not a Status.
-  Status Command(const std::vector<std::string>& argv, ReplyPtr* reply);
+  // One round trip, sent and answered in full before `deadline`. Fails with EIO when the
+  // server cannot be reached, closes the connection or misses the deadline, and with EBACKEND
+  // when its bytes are not RESP; either way the connection is broken afterwards. An error reply
+  // is returned as a reply, not a Status. On success *reply is never null.
+  Status Command(const std::vector<std::string>& argv, TimePoint deadline, ReplyPtr* reply);
   // EVALSHA, loading the script and retrying once on NOSCRIPT (e.g. after SCRIPT FLUSH).
   Status Eval(const Script& script, const std::vector<std::string>& keys,
-              const std::vector<std::string>& args, ReplyPtr* reply);
-  // Pipelining: queue commands, then read their replies in order.
+              const std::vector<std::string>& args, TimePoint deadline, ReplyPtr* reply);
+  // Pipelining: queue commands, then read their replies in order (the first read sends).
   void Append(const std::vector<std::string>& argv);
-  Status ReadReply(ReplyPtr* reply);
+  Status ReadReply(TimePoint deadline, ReplyPtr* reply);
   // Loads the script into the server's cache.
-  Status LoadScript(const Script& script);
+  Status LoadScript(const Script& script, TimePoint deadline);
 
   bool broken() const { return broken_; }
+  // The last failure was the deadline passing (the server may be alive but slow or silent),
+  // rather than the connection being refused, reset or closed.
+  bool timed_out() const { return timed_out_; }
 
  private:
-  SyncConnection(redisContext* ctx, std::string server) : ctx_(ctx), server_(std::move(server)) {}
-  Status IoError(const char* doing);
+  SyncConnection(int fd, std::string server, int timeout_ms);
+  Status Flush(TimePoint deadline);
+  Status Fail(Status s);
+  // Waits for `events` on the socket until deadline; false (with *error set) on timeout.
+  bool WaitFor(short events, TimePoint deadline, const char* doing, Status* error);
 
-  redisContext* ctx_;
+  int fd_;
   std::string server_;
+  int timeout_ms_;  // for messages: what the deadline was made of
+  redisReader* reader_;
+  std::string pending_;  // formatted commands not yet written
   bool broken_ = false;
+  bool timed_out_ = false;
 };
 
 // argv for EVALSHA sha numkeys keys... args...

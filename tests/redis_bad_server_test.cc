@@ -1,0 +1,259 @@
+// A hostile server, through every reply path (blocking acquire, release, extend, async acquire,
+// heartbeats): replies that are not RESP or have the wrong shape, absurd numbers, trickled and
+// silent replies. Nothing crashes, nothing spins, every call ends within its documented bound:
+//   one blocking call <= connect_timeout_ms + timeout_ms
+//   an acquire that waits <= wait_ms + connect_timeout_ms + timeout_ms
+// (asserted here with generous slack, so that it holds under sanitizers on busy cores).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "support/fake_redis.h"
+#include "support/redis_server.h"
+#include "test_util.h"
+
+namespace dlock_test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+constexpr auto kSlack = 1500ms;
+
+int64_t MsSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+struct BadReply {
+  const char* what;
+  std::string bytes;
+  bool fine_for_release;  // a valid answer to release/extend (":1"), so only acquire is bad
+};
+
+const BadReply kBadReplies[] = {
+    {"junk", "this is not RESP\r\n", false},
+    {"bulk length -5", "$-5\r\n", false},
+    {"arrays nested deeper than hiredis allows", std::string(10 * 4, ' '), false},  // filled below
+    {"RESP3 map", "%1\r\n:1\r\n:1\r\n", false},
+    {"nil", "$-1\r\n", false},
+    {"null array", "*-1\r\n", false},
+    {"token as an integer", "*2\r\n:1\r\n:42\r\n", false},
+    {"token overflowing uint64", "*2\r\n:1\r\n$20\r\n99999999999999999999\r\n", false},
+    {"empty token", "*2\r\n:1\r\n$0\r\n\r\n", false},
+    {"three elements", "*3\r\n:1\r\n:2\r\n:3\r\n", false},
+    {"pttl as a string", "*2\r\n:0\r\n$3\r\nabc\r\n", false},
+    {"flag 7", "*2\r\n:7\r\n:1\r\n", false},
+    {"empty array", "*0\r\n", false},
+    {"integer 1", ":1\r\n", true},
+    {"integer -7", ":-7\r\n", false},
+    {"status OK", "+OK\r\n", false},
+    {"array of arrays", "*1\r\n*0\r\n", false},
+};
+
+std::string Nested() {
+  std::string s;
+  for (int i = 0; i < 10; ++i) s += "*1\r\n";
+  return s + ":1\r\n";
+}
+
+// Answers the handshake like Redis; EVALSHA with a grant while `grant` is set, else `bad`.
+class Hostile {
+ public:
+  explicit Hostile(std::string bad)
+      : bad_(std::move(bad)), fake_([this](const std::vector<std::string>& argv) {
+          FakeReply r;
+          if (FakeRedis::Handshake(argv, &r)) return r;
+          if (grant_) return FakeReply{FakeRedis::Acquired(++token_)};
+          return FakeReply{bad_};
+        }) {}
+  FakeRedis& fake() { return fake_; }
+  std::atomic<bool> grant_{false};
+
+ private:
+  std::string bad_;
+  std::atomic<uint64_t> token_{1000};
+  FakeRedis fake_;
+};
+
+TEST(RedisBadServerTest, EveryReplyPathSurvivesEveryMalformedReply) {
+  for (const BadReply& bad : kBadReplies) {
+    std::string bytes = std::string(bad.what) == "arrays nested deeper than hiredis allows" ? Nested() : bad.bytes;
+    SCOPED_TRACE(bad.what);
+    Hostile server(bytes);
+    Client client(server.fake().url("timeout_ms=1000"));
+    ASSERT_NE(client.get(), nullptr);
+    const std::string address = server.fake().address();
+
+    // Blocking acquire.
+    dlock_lock* l = nullptr;
+    dlock_status s = dlock_acquire(client.get(), "x", nullptr, &l);
+    EXPECT_TRUE(s == DLOCK_EBACKEND || s == DLOCK_EIO) << dlock_status_str(s);
+    EXPECT_EQ(l, nullptr);
+    EXPECT_NE(std::string(dlock_last_error()).find(address), std::string::npos) << dlock_last_error();
+
+    // Async acquire, on the client's own thread.
+    std::promise<dlock_status> done;
+    ASSERT_EQ(dlock_acquire_async(
+                  client.get(), "y", nullptr,
+                  [](dlock_status st, dlock_lock* lock, void* arg) {
+                    if (lock != nullptr) dlock_release(lock);
+                    static_cast<std::promise<dlock_status>*>(arg)->set_value(st);
+                  },
+                  &done),
+              DLOCK_OK);
+    auto future = done.get_future();
+    ASSERT_EQ(future.wait_for(10s), std::future_status::ready);
+    dlock_status async_status = future.get();
+    EXPECT_TRUE(async_status == DLOCK_EBACKEND || async_status == DLOCK_EIO) << dlock_status_str(async_status);
+
+    // Release and extend of a lock the server granted, then answered badly.
+    server.grant_ = true;
+    dlock_lock *held = nullptr, *renewed = nullptr;
+    ASSERT_EQ(dlock_acquire(client.get(), "held", nullptr, &held), DLOCK_OK) << dlock_last_error();
+    LostRecorder lost;
+    Options heartbeats;
+    heartbeats.lease(600).heartbeat(100).on_lost(LostRecorder::Fn, &lost);
+    ASSERT_EQ(dlock_acquire(client.get(), "renewed", heartbeats.get(), &renewed), DLOCK_OK);
+    server.grant_ = false;
+    if (!bad.fine_for_release) {
+      s = dlock_extend(held, 5000);
+      EXPECT_TRUE(s == DLOCK_EBACKEND || s == DLOCK_EIO) << dlock_status_str(s);
+      s = dlock_release(held);
+      EXPECT_TRUE(s == DLOCK_EBACKEND || s == DLOCK_EIO) << dlock_status_str(s);
+      // Heartbeats answered badly: the lock is reported lost by its local deadline.
+      EXPECT_TRUE(WaitFor([&] { return lost.calls.load() == 1; }, 600ms + kSlack));
+      EXPECT_EQ(dlock_lock_is_valid(renewed), 0);
+    } else {
+      EXPECT_EQ(dlock_release(held), DLOCK_OK);
+    }
+    dlock_release(renewed);
+  }
+}
+
+TEST(RedisBadServerTest, AbsurdHolderTtlDoesNotSpin) {
+  // A holder "with INT64_MAX ms left" once overflowed the waiting policy into a busy loop.
+  for (long long pttl : {LLONG_MAX, LLONG_MAX - 1, -9LL}) {
+    SCOPED_TRACE(pttl);
+    FakeRedis fake([pttl](const std::vector<std::string>& argv) {
+      FakeReply r;
+      if (FakeRedis::Handshake(argv, &r)) return r;
+      return FakeReply{FakeRedis::HeldFor(pttl)};
+    });
+    Client client(fake.url());
+    Options wait;
+    wait.wait(1500).retry(50, 200);
+    dlock_lock* l = nullptr;
+    EXPECT_EQ(dlock_acquire(client.get(), "busy", wait.get(), &l), DLOCK_NOT_ACQUIRED);
+    std::promise<dlock_status> done;
+    ASSERT_EQ(dlock_acquire_async(
+                  client.get(), "busy", wait.get(),
+                  [](dlock_status st, dlock_lock*, void* arg) {
+                    static_cast<std::promise<dlock_status>*>(arg)->set_value(st);
+                  },
+                  &done),
+              DLOCK_OK);
+    EXPECT_EQ(done.get_future().get(), DLOCK_NOT_ACQUIRED);
+    // Two waits of 1.5 s with retries of at most 200 ms: a few dozen attempts, not thousands.
+    EXPECT_LT(fake.count("EVALSHA"), 60);
+  }
+}
+
+TEST(RedisBadServerTest, TrickledRepliesAreBoundedByTimeoutMs) {
+  // Each reply trickled one byte per 100 ms: every read is quick, the whole reply is not.
+  std::atomic<bool> trickle_ping{true};
+  FakeRedis fake([&](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (argv[0] == "PING" && trickle_ping) return FakeReply{"+PONG\r\n", 100};
+    if (FakeRedis::Handshake(argv, &r)) return r;
+    return FakeReply{FakeRedis::Acquired(77), 100};  // a valid grant, over 2.5 s
+  });
+  dlock_client* c = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(dlock_client_open(fake.url("timeout_ms=300").c_str(), &c), DLOCK_EIO);
+  EXPECT_LT(MsSince(start), 300 + kSlack.count());
+  EXPECT_NE(std::string(dlock_last_error()).find("timeout_ms=300"), std::string::npos) << dlock_last_error();
+
+  trickle_ping = false;
+  Client client(fake.url("timeout_ms=500"));
+  dlock_lock* l = nullptr;
+  start = Clock::now();
+  EXPECT_EQ(dlock_acquire(client.get(), "t", nullptr, &l), DLOCK_EIO);
+  int64_t took = MsSince(start);
+  EXPECT_GE(took, 450);
+  EXPECT_LT(took, 500 + kSlack.count());
+  EXPECT_EQ(l, nullptr);
+}
+
+TEST(RedisBadServerTest, HandshakeIsBoundedByConnectTimeoutMs) {
+  FakeRedis fake([](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (argv[0] == "AUTH") return FakeReply{"+OK\r\n", 100};  // 500 ms in all
+    FakeRedis::Handshake(argv, &r);
+    return r;
+  });
+  dlock_client* c = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(dlock_client_open(("redis://:pw@" + fake.address() + "?connect_timeout_ms=200&timeout_ms=5000").c_str(), &c),
+            DLOCK_EIO);
+  EXPECT_LT(MsSince(start), 200 + kSlack.count());
+  EXPECT_NE(std::string(dlock_last_error()).find("connect_timeout_ms=200"), std::string::npos) << dlock_last_error();
+}
+
+TEST(RedisBadServerTest, SilentServerCostsOneTimeoutPerCall) {
+  // Once it cost three (a pooled try, a retry on a fresh connection, a blocking give-back).
+  std::atomic<bool> grant{false};
+  FakeRedis fake([&](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (FakeRedis::Handshake(argv, &r)) return r;
+    if (grant) return FakeReply{FakeRedis::Acquired(5)};
+    return FakeReply{"", 0, /*silent=*/true};
+  });
+  Client client(fake.url("timeout_ms=1000&connect_timeout_ms=1000"));
+  dlock_lock* l = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(dlock_acquire(client.get(), "s", nullptr, &l), DLOCK_EIO);
+  int64_t took = MsSince(start);
+  EXPECT_GE(took, 950);
+  EXPECT_LT(took, 2500) << "more than connect_timeout_ms + timeout_ms";
+
+  grant = true;
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(client.get(), "s2", nullptr, &held), DLOCK_OK) << dlock_last_error();
+  grant = false;
+  start = Clock::now();
+  EXPECT_EQ(dlock_extend(held, 5000), DLOCK_EIO);
+  EXPECT_LT(MsSince(start), 2500);
+  start = Clock::now();
+  EXPECT_EQ(dlock_release(held), DLOCK_EIO);
+  EXPECT_LT(MsSince(start), 2500);
+}
+
+TEST(RedisBadServerTest, WaitIsBoundedWhenTheServerPauses) {
+  RedisServer redis;
+  Client holder(redis.url());
+  dlock_lock* held;
+  ASSERT_EQ(dlock_acquire(holder.get(), "p", nullptr, &held), DLOCK_OK);
+  Client waiter(redis.url() + "?timeout_ms=1000&connect_timeout_ms=500");
+  std::thread pauser([&] {
+    std::this_thread::sleep_for(200ms);
+    redis.Cli({"CLIENT", "PAUSE", "5000", "ALL"});
+  });
+  Options wait;
+  wait.wait(1000);
+  dlock_lock* l = nullptr;
+  auto start = Clock::now();
+  dlock_status s = dlock_acquire(waiter.get(), "p", wait.get(), &l);
+  int64_t took = MsSince(start);
+  EXPECT_TRUE(s == DLOCK_NOT_ACQUIRED || s == DLOCK_EIO) << dlock_status_str(s);
+  EXPECT_LT(took, 1000 + 500 + 1000 + kSlack.count()) << "more than wait_ms + connect_timeout_ms + timeout_ms";
+  pauser.join();
+  redis.Cli({"CLIENT", "UNPAUSE"});
+  dlock_release(held);
+}
+
+}  // namespace
+}  // namespace dlock_test
