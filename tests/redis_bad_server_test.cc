@@ -52,6 +52,8 @@ const BadReply kBadReplies[] = {
     {"integer -7", ":-7\r\n", false},
     {"status OK", "+OK\r\n", false},
     {"array of arrays", "*1\r\n*0\r\n", false},
+    {"array claiming 2 billion elements", "*2000000000\r\n", false},  // hiredis would reserve 16 GB
+    {"array claiming -5 elements", "*-5\r\n", false},
 };
 
 std::string Nested() {

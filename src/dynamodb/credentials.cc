@@ -45,7 +45,8 @@ bool AllowedPlainHttpHost(const std::string& host) {
          host == "169.254.170.2" || host == "169.254.170.23" || host == "fd00:ec2::23";
 }
 
-// Parses the JSON both the container endpoint and IMDS answer with.
+}  // namespace
+
 Status ParseCredentialsJson(const std::string& text, const std::string& source, Credentials* out) {
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   auto str = [&](const char* key) -> std::string {
@@ -73,6 +74,8 @@ Status ParseCredentialsJson(const std::string& text, const std::string& source, 
   *out = std::move(c);
   return Status::Ok();
 }
+
+namespace {
 
 Status FetchOnce(HttpPool* http, HttpRequest request, HttpResponse* response, const std::string& what) {
   request.connect_timeout_ms = 1000;

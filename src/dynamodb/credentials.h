@@ -33,6 +33,10 @@ Status CredentialsFromProfile(const AwsProfile& profile, Credentials* out, bool*
 Status CredentialsFromContainer(HttpPool* http, Credentials* out, bool* found);
 Status CredentialsFromImds(HttpPool* http, Credentials* out, bool* found);
 
+// Reads the JSON that container endpoints and IMDS answer with (AccessKeyId, SecretAccessKey,
+// Token, Expiration, Code); `source` names the endpoint in errors.
+Status ParseCredentialsJson(const std::string& text, const std::string& source, Credentials* out);
+
 // "2026-11-20T08:09:10Z" (fractions and offsets allowed) -> seconds since the epoch; -1 if bad.
 int64_t ParseIsoTime(const std::string& text);
 

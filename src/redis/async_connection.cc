@@ -35,6 +35,7 @@ redisAsyncContext* OpenAsyncContext(EventLoop* loop, const RedisConfig& config, 
     redisAsyncFree(ac);
     return nullptr;
   }
+  GuardReader(ac->c.reader);
   ac->data = data;
   redisLibeventAttach(ac, loop->base());
   redisAsyncSetConnectCallback(ac, on_connect);

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <mutex>
 
 namespace dlock::redis {
 namespace {
@@ -12,7 +13,36 @@ Status Garbage(const std::string& server, const std::string& what) {
   return Status::BackendError(server + " sent an unexpected reply to " + what);
 }
 
+const redisReplyObjectFunctions* hiredis_functions = nullptr;
+redisReplyObjectFunctions guarded_functions;
+std::once_flag guard_once;
+
+void* CreateBoundedArray(const redisReadTask* task, int elements) {
+  if (elements < 0 || elements > kMaxReplyElements) return nullptr;  // the reader reports OOM
+  return hiredis_functions->createArray(task, elements);
+}
+
 }  // namespace
+
+void GuardReader(redisReader* reader) {
+  if (reader == nullptr || reader->fn == nullptr) return;
+  std::call_once(guard_once, [reader] {
+    hiredis_functions = reader->fn;  // hiredis's own defaults, the same for every reader
+    guarded_functions = *reader->fn;
+    guarded_functions.createArray = CreateBoundedArray;
+  });
+  if (reader->fn == hiredis_functions) reader->fn = &guarded_functions;
+}
+
+std::string ReaderError(const redisReader* reader) {
+  std::string what = reader->errstr;
+  // A refused array shows up as hiredis's out-of-memory error.
+  if (reader->err == REDIS_ERR_OOM) {
+    what = "a reply claimed more than " + std::to_string(kMaxReplyElements) +
+           " elements, or memory ran out (" + what + ")";
+  }
+  return what;
+}
 
 bool IsNoScript(const redisReply* r) {
   return r != nullptr && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&

@@ -25,6 +25,15 @@ struct LockKeys {
   std::string holder, fence, channel;
 };
 
+// The most elements a reply array may claim. hiredis allocates what an array header claims
+// before the elements arrive: "*2000000000" would reserve 16 GB. dlock's replies hold a few.
+constexpr int kMaxReplyElements = 1 << 16;
+// Makes reader refuse arrays claiming more than kMaxReplyElements (or fewer than 0): a reader
+// error, as for any other bytes that are not RESP. Every reader dlock creates goes through it.
+void GuardReader(redisReader* reader);
+// The reader's error as words for a Status.
+std::string ReaderError(const redisReader* reader);
+
 bool IsNoScript(const redisReply* r);
 // An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise).
 Status ErrorReplyStatus(const redisReply* r, const std::string& server);

@@ -115,7 +115,9 @@ std::vector<std::string> EvalShaArgv(const Script& script, const std::vector<std
 }
 
 SyncConnection::SyncConnection(int fd, std::string server, int timeout_ms)
-    : fd_(fd), server_(std::move(server)), timeout_ms_(timeout_ms), reader_(redisReaderCreate()) {}
+    : fd_(fd), server_(std::move(server)), timeout_ms_(timeout_ms), reader_(redisReaderCreate()) {
+  GuardReader(reader_);
+}
 
 SyncConnection::~SyncConnection() {
   if (reader_ != nullptr) redisReaderFree(reader_);
@@ -236,7 +238,7 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
     if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
       // Bytes that are not RESP: nothing more on this connection can be trusted.
       return Fail(Status::BackendError(server_ + " does not speak the Redis protocol: " +
-                                       std::string(reader_->errstr)));
+                                       ReaderError(reader_)));
     }
     if (r != nullptr) {
       reply->reset(static_cast<redisReply*>(r));

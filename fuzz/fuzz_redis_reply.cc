@@ -1,0 +1,43 @@
+// Bytes from a Redis server, as the connections read them: hiredis's reader, then every reply
+// shape dlock reads (acquire.lua, release/extend.lua, errors, NOSCRIPT). The first byte picks
+// how the input is cut into reads, so partial replies are exercised too.
+#include <hiredis/hiredis.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "redis/reply.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const size_t chunk = 1 + data[0] % 16;
+  redisReader* reader = redisReaderCreate();
+  dlock::redis::GuardReader(reader);  // as every connection's reader is
+  const char* bytes = reinterpret_cast<const char*>(data + 1);
+  size_t left = size - 1;
+  bool failed = false;
+  while (!failed && left > 0) {
+    size_t n = left < chunk ? left : chunk;
+    if (redisReaderFeed(reader, bytes, n) != REDIS_OK) break;
+    bytes += n;
+    left -= n;
+    while (true) {
+      void* r = nullptr;
+      if (redisReaderGetReply(reader, &r) != REDIS_OK) {
+        failed = true;  // not RESP: the connection would be dropped here
+        break;
+      }
+      if (r == nullptr) break;
+      auto* reply = static_cast<redisReply*>(r);
+      dlock::AcquireAttempt attempt;
+      (void)dlock::redis::ParseAcquireReply(reply, "fuzz", &attempt);
+      (void)dlock::redis::ParseOwnedReply(reply, "fuzz", "name");
+      (void)dlock::redis::IsNoScript(reply);
+      if (reply->type == REDIS_REPLY_ERROR) (void)dlock::redis::ErrorReplyStatus(reply, "fuzz");
+      freeReplyObject(reply);
+    }
+  }
+  redisReaderFree(reader);
+  return 0;
+}
