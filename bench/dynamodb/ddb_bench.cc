@@ -37,7 +37,7 @@ double CpuSeconds() {
 class CannedTransport : public Transport {
  public:
   explicit CannedTransport(Api* api) : api_(api) {}
-  void Call(const std::string& operation, const Json& body, Done done) override {
+  void Call(const std::string& operation, const Json& body, TimePoint, Done done) override {
     std::string text;
     HttpRequest request;
     Status s = Transport::Serialize(body, &text);

@@ -163,6 +163,15 @@ ApiResult Api::Interpret(const std::string& operation, const Status& transport,
   return result;
 }
 
+void Transport::FitInto(TimePoint deadline, HttpRequest* request) {
+  if (deadline == TimePoint::max()) return;
+  int64_t left = std::chrono::duration_cast<Millis>(deadline - Now()).count();
+  left = std::max<int64_t>(left, 1);
+  if (request->configured_timeout_ms == 0) request->configured_timeout_ms = request->timeout_ms;
+  if (left < request->timeout_ms) request->timeout_ms = static_cast<int>(left);
+  if (left < request->connect_timeout_ms) request->connect_timeout_ms = static_cast<int>(left);
+}
+
 namespace {
 
 struct RetryState {
@@ -179,7 +188,7 @@ struct RetryState {
 void Attempt(std::shared_ptr<RetryState> state) {
   ++state->attempt;
   Transport* transport = state->transport;
-  transport->Call(state->operation, state->body, [state](ApiResult result) {
+  transport->Call(state->operation, state->body, state->deadline, [state](ApiResult result) {
     state->maybe_applied = state->maybe_applied || result.maybe_applied;
     if (result.outcome == Outcome::kRetryable && state->attempt < kMaxAttempts) {
       if (result.expired_token) state->credentials->Invalidate();

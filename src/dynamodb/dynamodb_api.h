@@ -65,12 +65,16 @@ class Transport {
  public:
   using Done = std::function<void(ApiResult)>;
   virtual ~Transport() = default;
-  // One attempt. The body is serialized here: a value that is not valid UTF-8 fails EINVAL.
-  virtual void Call(const std::string& operation, const Json& body, Done done) = 0;
+  // One attempt, over by `deadline`: the request's timeout is timeout_ms or what is left
+  // until deadline, whichever is less. The body is serialized here: a value that is not
+  // valid UTF-8 fails EINVAL.
+  virtual void Call(const std::string& operation, const Json& body, TimePoint deadline, Done done) = 0;
   // Runs fn after delay (blocking: sleeps; async: a loop timer).
   virtual void After(Millis delay, std::function<void()> fn) = 0;
   // Serializes body for a request; no exception escapes.
   static Status Serialize(const Json& body, std::string* out);
+  // Caps a built request's timeouts at what is left until deadline (at least 1 ms).
+  static void FitInto(TimePoint deadline, HttpRequest* request);
 };
 
 // Calls once, and again after jittered exponential backoff while the answer is retryable and

@@ -32,7 +32,13 @@ class DynamoDbBackend : public Backend {
       : api_(std::move(config), &credentials_),
         protocol_(&api_),
         blocking_(&api_, &http_),
-        async_(&api_, loop) {}
+        async_(&api_, loop) {
+    protocol_.SetBackground([this, loop](const std::string& operation, Json body) {
+      loop->Post([this, operation, body = std::move(body)] {
+        async_.Call(operation, body, Now() + Millis(api_.config().params.timeout_ms), [](ApiResult) {});
+      });
+    });
+  }
 
   std::string Describe() const override { return api_.config().Describe(); }
 
@@ -83,7 +89,7 @@ class DynamoDbBackend : public Backend {
 
   Status Extend(const LockState& lock, uint64_t lease_ms) override {
     Status status;
-    protocol_.Renew(&blocking_, Borrow(lock), lease_ms, TimePoint::max(),
+    protocol_.Renew(&blocking_, Borrow(lock), lease_ms, CallDeadline(),
                     [&](Status s) { status = std::move(s); });
     return status;
   }
@@ -99,7 +105,7 @@ class DynamoDbBackend : public Backend {
   }
 
   void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) override {
-    protocol_.Renew(&async_, std::move(lock), lease_ms, TimePoint::max(), std::move(done));
+    protocol_.Renew(&async_, std::move(lock), lease_ms, CallDeadline(), std::move(done));
   }
 
   void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) override {
@@ -120,6 +126,9 @@ class DynamoDbBackend : public Backend {
   void ShutdownOnLoop() override { async_.Shutdown(); }
 
  private:
+  // A caller's call ends by timeout_ms (README: DynamoDB backend, bounds).
+  TimePoint CallDeadline() const { return Now() + Millis(api_.config().params.timeout_ms); }
+
   CredentialsChain credentials_;
   HttpPool http_;
   Api api_;

@@ -35,6 +35,7 @@ void EasyTransfer::Prepare(const HttpRequest& request) {
   error_[0] = '\0';
   url_ = request.url;
   timeout_ms_ = request.timeout_ms;
+  configured_timeout_ms_ = request.configured_timeout_ms != 0 ? request.configured_timeout_ms : request.timeout_ms;
   body_ = request.body;
   curl_slist_free_all(headers_);
   headers_ = nullptr;
@@ -78,7 +79,11 @@ Status EasyTransfer::Finish(CURLcode code, HttpResponse* response) {
   *response = std::move(response_);
   std::string detail = error_[0] != '\0' ? error_ : curl_easy_strerror(code);
   if (code == CURLE_OPERATION_TIMEDOUT) {
-    detail = "no answer within timeout_ms=" + std::to_string(timeout_ms_) + " (" + detail + ")";
+    detail = "no answer within timeout_ms=" + std::to_string(configured_timeout_ms_) +
+             (timeout_ms_ < configured_timeout_ms_
+                  ? " (" + std::to_string(timeout_ms_) + " ms of it were left for this request)"
+                  : std::string()) +
+             " (" + detail + ")";
   }
   // The URL names the endpoint only (no credentials ever appear in it).
   return Status::IoError("cannot reach " + url_ + ": " + detail);

@@ -21,6 +21,7 @@ struct HttpRequest {
   std::string body;
   int connect_timeout_ms = 2000;
   int timeout_ms = 3000;
+  int configured_timeout_ms = 0;  // the URL's timeout_ms, for messages, when timeout_ms was cut
   bool tls_verify = true;
 };
 
@@ -57,6 +58,7 @@ class EasyTransfer {
   std::string body_;  // curl reads the request body from here: must outlive the transfer
   std::string url_;
   int timeout_ms_ = 0;
+  int configured_timeout_ms_ = 0;
   HttpResponse response_;
   char error_[CURL_ERROR_SIZE];
 };

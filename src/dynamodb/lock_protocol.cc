@@ -215,9 +215,10 @@ void LockProtocol::AcquireRound(Transport* transport, std::shared_ptr<AcquireOp>
       op->Finish(r.status, AcquireAttempt());
       return;
     }
-    // The write may have landed: the item says whether the lock is ours.
+    // The write may have landed: the item says whether the lock is ours, if the call's time
+    // still allows a read (a silent server used it all up).
     Status failure = r.status;
-    Read(transport, op->key, CallDeadline(), [this, transport, op, failure](Status s, Json item) {
+    Read(transport, op->key, op->deadline, [this, op, failure](Status s, Json item) {
       if (s.ok() && StringAttribute(item, attr::kOwner) == op->owner_value) {
         uint64_t token = 0;
         if (NumberAttribute(item, attr::kFence, &token)) {
@@ -225,21 +226,9 @@ void LockProtocol::AcquireRound(Transport* transport, std::shared_ptr<AcquireOp>
           return;
         }
       }
-      if (!s.ok()) {
-        // Unknown: give it back in case it landed, so no dead owner keeps it (best effort).
-        Json release = {{"TableName", api_->config().table},
-                        {"Key", op->key},
-                        {"UpdateExpression", "REMOVE #o, #rv, #l, #t"},
-                        {"ConditionExpression", "#o = :o"},
-                        {"ExpressionAttributeNames",
-                         {{"#o", attr::kOwner}, {"#rv", attr::kRecordVersion},
-                          {"#l", attr::kLeaseMs}, {"#t", attr::kRenewedAtMs}}},
-                        {"ExpressionAttributeValues", {{":o", S(op->owner_value)}}}};
-        transport->Call("UpdateItem", release, [op, failure](ApiResult) {
-          op->Finish(failure, AcquireAttempt());
-        });
-        return;
-      }
+      // Unknown: give it back in case it landed, so no dead owner keeps it (in the
+      // background: the caller does not wait another timeout for it).
+      if (!s.ok()) InBackground("UpdateItem", ReleaseBody(op->key, op->owner_value));
       op->Finish(failure, AcquireAttempt());
     });
   });
@@ -332,10 +321,10 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
                  {"#t", attr::kRenewedAtMs}}},
                {"ExpressionAttributeValues",
                 {{":o", S(lock->owner_value)}, {":rv", S(rv)}, {":l", N(lease_ms)}, {":t", N(WallClockMs())}}}};
-  deadline = std::min(deadline, CallDeadline());
   auto* data = dynamic_cast<DynamoLockData*>(lock->backend_data.get());
-  CallWithRetries(transport, api_->credentials(), "UpdateItem", std::move(body), deadline,
-                  [this, transport, lock, data, rv, key, done = std::move(done)](ApiResult r) {
+  CallWithRetries(transport, api_->credentials(), "UpdateItem", std::move(body),
+                  std::min(deadline, CallDeadline()),
+                  [this, transport, lock, data, rv, key, deadline, done = std::move(done)](ApiResult r) {
     if (r.outcome == Outcome::kOk) {
       if (data != nullptr) data->SetRecordVersion(rv);
       done(Status::Ok());
@@ -349,9 +338,10 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
       done(r.status);
       return;
     }
-    // Ambiguous (e.g. a timeout after sending): read before deciding the lock is lost.
+    // Ambiguous (e.g. a timeout after sending): read before deciding the lock is lost, within
+    // `deadline` (a heartbeat: the lock's local deadline; an extend: the caller's bound).
     Status failure = r.status;
-    Read(transport, key, CallDeadline(), [lock, data, rv, failure, done](Status s, Json item) {
+    Read(transport, key, std::min(deadline, CallDeadline()), [lock, data, rv, failure, done](Status s, Json item) {
       if (!s.ok()) {
         done(failure);  // still unknown: the heartbeat retries until the local deadline
         return;
@@ -370,6 +360,17 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
   });
 }
 
+Json LockProtocol::ReleaseBody(const Json& key, const std::string& owner_value) const {
+  return {{"TableName", api_->config().table},
+          {"Key", key},
+          {"UpdateExpression", "REMOVE #o, #rv, #l, #t"},
+          {"ConditionExpression", "#o = :o"},
+          {"ExpressionAttributeNames",
+           {{"#o", attr::kOwner}, {"#rv", attr::kRecordVersion}, {"#l", attr::kLeaseMs},
+            {"#t", attr::kRenewedAtMs}}},
+          {"ExpressionAttributeValues", {{":o", S(owner_value)}}}};
+}
+
 void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState> lock,
                            std::function<void(Status)> done) {
   Json key;
@@ -378,16 +379,9 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
     done(s);
     return;
   }
-  Json body = {{"TableName", api_->config().table},
-               {"Key", key},
-               {"UpdateExpression", "REMOVE #o, #rv, #l, #t"},
-               {"ConditionExpression", "#o = :o"},
-               {"ExpressionAttributeNames",
-                {{"#o", attr::kOwner}, {"#rv", attr::kRecordVersion}, {"#l", attr::kLeaseMs},
-                 {"#t", attr::kRenewedAtMs}}},
-               {"ExpressionAttributeValues", {{":o", S(lock->owner_value)}}}};
-  CallWithRetries(transport, api_->credentials(), "UpdateItem", std::move(body), CallDeadline(),
-                  [this, transport, lock, key, done = std::move(done)](ApiResult r) {
+  const TimePoint deadline = CallDeadline();
+  CallWithRetries(transport, api_->credentials(), "UpdateItem", ReleaseBody(key, lock->owner_value),
+                  deadline, [this, transport, lock, key, deadline, done = std::move(done)](ApiResult r) {
     if (r.outcome == Outcome::kOk) {
       done(Status::Ok());
       return;
@@ -398,16 +392,21 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
                            : Status::NotHeld("the item of lock '" + lock->name + "' has another owner"));
       return;
     }
+    // Not confirmed: the caller's handle is gone either way, so the release is retried in the
+    // background; the item would otherwise stay held until its lease runs out (never, for a
+    // fail-closed lock).
+    Status failure = r.status;
     if (!r.maybe_applied) {
-      done(r.status);
+      if (failure.code() == Code::kIoError) InBackground("UpdateItem", ReleaseBody(key, lock->owner_value));
+      done(failure);
       return;
     }
-    Status failure = r.status;
-    Read(transport, key, CallDeadline(), [lock, failure, done](Status s, Json item) {
+    Read(transport, key, deadline, [this, lock, key, failure, done](Status s, Json item) {
       if (s.ok() && StringAttribute(item, attr::kOwner) != lock->owner_value) {
         done(Status::Ok());  // no longer ours: the release landed
         return;
       }
+      InBackground("UpdateItem", ReleaseBody(key, lock->owner_value));
       done(failure);
     });
   });

@@ -66,7 +66,9 @@ class LockProtocol {
   void Acquire(Transport* transport, const std::string& name, const std::string& owner_value,
                uint64_t lease_ms, std::function<void(Status, AcquireAttempt)> done);
   // Renews (heartbeat) or changes (extend) the lease of a held lock. Ok, NotHeld, or an error.
-  // deadline bounds retries (the lock's local deadline for heartbeats).
+  // deadline bounds the whole call, an ambiguous answer's read included (the lock's local
+  // deadline for heartbeats, the caller's bound for extend); each request also ends by
+  // timeout_ms.
   void Renew(Transport* transport, std::shared_ptr<const LockState> lock, uint64_t lease_ms,
              TimePoint deadline, std::function<void(Status)> done);
   // Ok, NotHeld, or an error.
@@ -76,6 +78,12 @@ class LockProtocol {
   void Read(Transport* transport, const Json& key, TimePoint deadline,
             std::function<void(Status, Json item)> done);
 
+  // How the protocol sends a write in the background, its answer ignored: giving back what an
+  // ambiguous acquire may have won, or retrying a release that could not be confirmed, without
+  // making the caller wait another timeout. The backend sends it on the loop's transport.
+  using BackgroundSend = std::function<void(const std::string& operation, Json body)>;
+  void SetBackground(BackgroundSend send) { background_ = std::move(send); }
+
   // The item key for a lock name (or EINVAL).
   Status KeyFor(const std::string& name, Json* key) const;
   // The body of a GetItem of key (also what Check sends).
@@ -83,6 +91,11 @@ class LockProtocol {
 
  private:
   struct AcquireOp;
+  // The conditional write that removes owner_value's hold on key (release, give-back).
+  Json ReleaseBody(const Json& key, const std::string& owner_value) const;
+  void InBackground(const std::string& operation, Json body) const {
+    if (background_) background_(operation, std::move(body));
+  }
   void AcquireRound(Transport* transport, std::shared_ptr<AcquireOp> op);
   void AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp> op, Json item, TimePoint seen_at);
   // Remembers the holder's record version for key_text; returns the ms until a takeover is
@@ -98,6 +111,7 @@ class LockProtocol {
   TimePoint CallDeadline() const;
 
   Api* api_;
+  BackgroundSend background_;
   std::mutex observed_mu_;
   std::unordered_map<std::string, Observation> observed_;
 };

@@ -6,7 +6,8 @@
 
 namespace dlock::dynamodb {
 
-void BlockingTransport::Call(const std::string& operation, const Json& body, Done done) {
+void BlockingTransport::Call(const std::string& operation, const Json& body, TimePoint deadline,
+                             Done done) {
   std::string text;
   HttpRequest request;
   Status s = Transport::Serialize(body, &text);
@@ -17,6 +18,7 @@ void BlockingTransport::Call(const std::string& operation, const Json& body, Don
     done(std::move(failed));
     return;
   }
+  FitInto(deadline, &request);
   HttpResponse response;
   s = http_->Perform(request, &response);
   done(api_->Interpret(operation, s, response));
@@ -29,7 +31,8 @@ void BlockingTransport::After(Millis delay, std::function<void()> fn) {
 
 AsyncTransport::~AsyncTransport() { Shutdown(); }
 
-void AsyncTransport::Call(const std::string& operation, const Json& body, Done done) {
+void AsyncTransport::Call(const std::string& operation, const Json& body, TimePoint deadline,
+                          Done done) {
   std::string text;
   HttpRequest request;
   Status s = shut_down_ ? Status::IoError(api_->config().Describe() + ": client closed")
@@ -45,6 +48,7 @@ void AsyncTransport::Call(const std::string& operation, const Json& body, Done d
     });
     return;
   }
+  FitInto(deadline, &request);
   Api* api = api_;
   multi_.Start(request, [api, operation, done = std::move(done)](const Status& error,
                                                                  HttpResponse response) {

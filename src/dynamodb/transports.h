@@ -18,7 +18,7 @@ namespace dlock::dynamodb {
 class BlockingTransport : public Transport {
  public:
   BlockingTransport(Api* api, HttpPool* http) : api_(api), http_(http) {}
-  void Call(const std::string& operation, const Json& body, Done done) override;
+  void Call(const std::string& operation, const Json& body, TimePoint deadline, Done done) override;
   void After(Millis delay, std::function<void()> fn) override;
 
  private:
@@ -31,7 +31,7 @@ class AsyncTransport : public Transport {
  public:
   AsyncTransport(Api* api, EventLoop* loop) : api_(api), loop_(loop), multi_(loop) {}
   ~AsyncTransport() override;
-  void Call(const std::string& operation, const Json& body, Done done) override;
+  void Call(const std::string& operation, const Json& body, TimePoint deadline, Done done) override;
   void After(Millis delay, std::function<void()> fn) override;
   // Fails what is in flight and runs pending retries at once (which then fail too).
   void Shutdown();

@@ -63,7 +63,12 @@ class RedisBackend : public Backend {
       return conn.Eval(GetScript(ScriptId::kRelease), {keys.holder},
                        {lock.owner_value, keys.channel}, deadline, &reply);
     });
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      // Not confirmed, and the caller's handle is gone: try once more in the background, or
+      // the key stays until its lease runs out (never, without one).
+      GiveBack(keys, lock.owner_value);
+      return s;
+    }
     return ParseOwnedReply(reply.get(), server_, lock.name);
   }
 
@@ -172,7 +177,8 @@ class RedisBackend : public Backend {
   }
 
  private:
-  // Gives back an acquire that may have won, on the loop's connection (fire and forget).
+  // Gives back an acquire that may have won, or a release not confirmed, on the loop's
+  // connection (fire and forget).
   void GiveBack(const LockKeys& keys, const std::string& owner_value) {
     loop_->Post([this, keys, owner_value] {
       async_.Eval(GetScript(ScriptId::kRelease), {keys.holder}, {owner_value, keys.channel},

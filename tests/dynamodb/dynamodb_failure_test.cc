@@ -155,6 +155,39 @@ TEST_F(DynamoFailureTest, SlowServerIsEioAfterTimeoutMs) {
   EXPECT_LT(ElapsedMs(start), 2500);
 }
 
+TEST_F(DynamoFailureTest, StoppedServerBoundsEveryCall) {
+  // dynalite SIGSTOPped: each call ends within its documented bound (README: DynamoDB
+  // backend), with generous slack; nothing is left held once it comes back.
+  Client client(url("timeout_ms=1000&connect_timeout_ms=1000"));
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(client.get(), "held", nullptr, &held), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(kill(ddb_.pid(), SIGSTOP), 0);
+  dlock_lock* l = nullptr;
+  Options short_lease;
+  short_lease.lease(2000);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(dlock_acquire(client.get(), "stopped", short_lease.get(), &l), DLOCK_EIO);
+  int64_t acquire_ms = ElapsedMs(start);
+  start = std::chrono::steady_clock::now();
+  EXPECT_EQ(dlock_extend(held, 5000), DLOCK_EIO);
+  int64_t extend_ms = ElapsedMs(start);
+  start = std::chrono::steady_clock::now();
+  EXPECT_EQ(dlock_release(held), DLOCK_EIO);
+  int64_t release_ms = ElapsedMs(start);
+  kill(ddb_.pid(), SIGCONT);
+  fprintf(stderr, "stopped dynalite, timeout_ms=1000: acquire %lld ms, extend %lld ms, release %lld ms\n",
+          (long long)acquire_ms, (long long)extend_ms, (long long)release_ms);
+  EXPECT_LT(acquire_ms, 1000 + 1500);  // the bound is timeout_ms (was 3x before the fix)
+  EXPECT_LT(extend_ms, 1000 + 1500);
+  EXPECT_LT(release_ms, 1000 + 1500);
+  // Whatever the stopped server took in meanwhile is given back or expires: the name is free.
+  Client other(url());
+  Options wait;
+  wait.wait(6000);
+  ASSERT_EQ(dlock_acquire(other.get(), "stopped", wait.get(), &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
 TEST_F(DynamoFailureTest, AmbiguousHeartbeatIsSettledByReadingTheItem) {
   // Renewals reach dynalite, but their answers come after the client's timeout: each one is
   // ambiguous, and the read that follows shows it landed. The lock must stay held.

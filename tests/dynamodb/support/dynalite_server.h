@@ -37,6 +37,7 @@ class DynaliteServer {
   DynaliteServer& operator=(const DynaliteServer&) = delete;
 
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }  // for SIGSTOP / SIGCONT
   int port() const { return port_; }
   std::string endpoint() const;  // "http://127.0.0.1:PORT" ("https://" with --ssl)
   // "dynamodb://TABLE?region=us-east-1&endpoint=http://127.0.0.1:PORT" + "&" + extra params.
