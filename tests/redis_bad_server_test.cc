@@ -12,6 +12,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/fake_redis.h"
 #include "support/redis_server.h"
@@ -232,6 +233,30 @@ TEST(RedisBadServerTest, SilentServerCostsOneTimeoutPerCall) {
   start = Clock::now();
   EXPECT_EQ(dlock_release(held), DLOCK_EIO);
   EXPECT_LT(MsSince(start), 2500);
+}
+
+TEST(RedisBadServerTest, CloseHoldingManyLocksIsBoundedWhenTheServerFallsSilent) {
+  // Once it released them one by one, a timeout each: 200 locks, 200 timeouts.
+  std::atomic<bool> grant{true};
+  FakeRedis fake([&](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (FakeRedis::Handshake(argv, &r) && grant) return r;
+    if (grant) return FakeReply{FakeRedis::Acquired(9)};
+    return FakeReply{"", 0, /*silent=*/true};
+  });
+  dlock_client* c = nullptr;
+  ASSERT_EQ(dlock_client_open(fake.url("timeout_ms=500&connect_timeout_ms=500").c_str(), &c), DLOCK_OK);
+  std::vector<dlock_lock*> held(200, nullptr);
+  for (size_t i = 0; i < held.size(); ++i) {
+    ASSERT_EQ(dlock_acquire(c, ("many" + std::to_string(i)).c_str(), nullptr, &held[i]), DLOCK_OK);
+  }
+  grant = false;
+  auto start = Clock::now();
+  dlock_client_close(c);
+  // 2 (C + T) for the pipelined release and one more try, and the 3 s close waits for answers
+  // to async requests in flight.
+  EXPECT_LT(MsSince(start), 2 * (500 + 500) + 3000 + kSlack.count());
+  for (dlock_lock* l : held) EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);  // frees the handles
 }
 
 TEST(RedisBadServerTest, WaitIsBoundedWhenTheServerPauses) {

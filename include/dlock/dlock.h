@@ -45,8 +45,11 @@
  * URLs (dlock_client_open):
  *   redis://[[user]:password@]host[:port][/db][?params]     one Redis server, default port 6379
  *   redis+unix://[[user]:password@]/path/to.sock[?db=N&params]
- *   Common params: prefix= (key prefix, default "dlock:"), connect_timeout_ms= (default 2000),
- *   timeout_ms= (per command, default 3000). Unknown parameters are an error.
+ *   Common params: prefix= (key prefix, default "dlock:"), connect_timeout_ms= (default 2000:
+ *   the whole connect and handshake), timeout_ms= (default 3000: a whole command, sent to last
+ *   byte of the reply). Unknown parameters are an error. Bounds, with C = connect_timeout_ms,
+ *   T = timeout_ms, W = wait_ms: open, release, extend and a one-try acquire take at most
+ *   C + T (DynamoDB: T); an acquire that waits W + C + T (DynamoDB: W + T).
  *
  * Redis keys for lock NAME: <prefix>{NAME} holds the owner, <prefix>{NAME}:fence the fencing
  * counter (never expires); releases are published on <prefix>{NAME}:released. *

@@ -75,10 +75,15 @@ class DynamoDbBackend : public Backend {
   }
 
   void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
-    // DynamoDB has no conditional batch write: release in parallel, a few at a time.
+    // DynamoDB has no conditional batch write: release in parallel, a few at a time. Once a
+    // release cannot reach the table, the others stop (each would cost a timeout; their leases
+    // end them instead).
     std::atomic<size_t> next{0};
+    std::atomic<bool> unreachable{false};
     auto worker = [&] {
-      for (size_t i = next++; i < locks.size(); i = next++) (void)Release(*locks[i]);
+      for (size_t i = next++; i < locks.size() && !unreachable; i = next++) {
+        if (Release(*locks[i]).code() == Code::kIoError) unreachable = true;
+      }
     };
     std::vector<std::thread> threads;
     size_t n = std::min(kReleaseAllThreads, locks.size());
