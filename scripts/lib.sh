@@ -9,6 +9,10 @@
 #                               DYNALITE_PID, DYNALITE_ENDPOINT
 #   stop_dynalite               stops it; safe to call twice
 #   abs_path PATH               PATH made absolute against the current directory
+#   use_dlock_library           exports DLOCK_LIBRARY for the bindings' tests: the caller's
+#                               value made absolute (a path is relative to the caller's cwd;
+#                               a bare name with no such file here is left to the loader), or
+#                               <repo>/build/libdlock.so when unset and built
 #   configure DIR [ARGS...]     cmake -S <repo> -B DIR [-G Ninja for a new DIR] ARGS...
 
 # shellcheck disable=SC2034 # REDIS_* are for the scripts that source this file
@@ -71,9 +75,9 @@ start_redis() {
   return 1
 }
 
-stop_redis() {
-  local pid=$REDIS_PID
-  REDIS_PID=""
+# SIGTERM, SIGKILL after 2 s, reap. An empty pid is fine.
+stop_pid() {
+  local pid=$1
   [[ -n $pid ]] || return 0
   if kill -TERM "$pid" 2>/dev/null; then
     for _ in $(seq 40); do
@@ -83,6 +87,12 @@ stop_redis() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true
+}
+
+stop_redis() {
+  local pid=$REDIS_PID
+  REDIS_PID=""
+  stop_pid "$pid"
 }
 
 start_dynalite() {
@@ -111,14 +121,19 @@ start_dynalite() {
 stop_dynalite() {
   local pid=$DYNALITE_PID
   DYNALITE_PID=""
-  [[ -n $pid ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 40); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
+  stop_pid "$pid"
+}
+
+use_dlock_library() {
+  if [[ -n ${DLOCK_LIBRARY:-} ]]; then
+    if [[ $DLOCK_LIBRARY != /* && ($DLOCK_LIBRARY == */* || -e $DLOCK_LIBRARY) ]]; then
+      [[ -e $DLOCK_LIBRARY ]] || { echo "DLOCK_LIBRARY=$DLOCK_LIBRARY: no such file (relative to $PWD)" >&2; return 1; }
+      DLOCK_LIBRARY=$(abs_path "${DLOCK_LIBRARY#./}")
+    fi
+  elif [[ -e $DLOCK_ROOT/build/libdlock.so ]]; then
+    DLOCK_LIBRARY=$DLOCK_ROOT/build/libdlock.so
+  fi
+  export DLOCK_LIBRARY
 }
 
 abs_path() {

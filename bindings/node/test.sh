@@ -12,15 +12,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$repo/scripts/lib.sh"
 
-if [[ -z ${DLOCK_LIBRARY:-} && -e $repo/build/libdlock.so ]]; then
-  DLOCK_LIBRARY=$repo/build/libdlock.so
-fi
-# A relative path is relative to the caller's directory: made absolute before the cd below. (A
-# bare name with no file of that name here, e.g. libdlock.so.0, is left to the loader's search.)
-if [[ -n ${DLOCK_LIBRARY:-} && $DLOCK_LIBRARY != /* && ($DLOCK_LIBRARY == */* || -e $DLOCK_LIBRARY) ]]; then
-  DLOCK_LIBRARY=$PWD/$DLOCK_LIBRARY
-fi
-export DLOCK_LIBRARY
+use_dlock_library  # absolute before the cd below
 if [[ ! -e $here/node_modules/koffi/package.json ]]; then
   echo "node binding: koffi is not installed; running npm ci in $here" >&2
   (cd "$here" && npm ci --no-audit --no-fund)

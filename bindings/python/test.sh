@@ -14,17 +14,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$repo/scripts/lib.sh"
 
-# Paths the caller gave are relative to the caller's directory: make them absolute before the
-# steps below change directory. Bare names (python3, libdlock.so.0) stay for PATH and the
-# loader, except a library file that is right here.
-if [[ -n ${DLOCK_LIBRARY:-} ]]; then
-  if [[ $DLOCK_LIBRARY != /* && ($DLOCK_LIBRARY == */* || -e $DLOCK_LIBRARY) ]]; then
-    DLOCK_LIBRARY=$PWD/${DLOCK_LIBRARY#./}
-  fi
-elif [[ -e $repo/build/libdlock.so ]]; then
-  DLOCK_LIBRARY=$repo/build/libdlock.so
-fi
-export DLOCK_LIBRARY
+# Paths the caller gave are relative to the caller's directory: absolute before the steps
+# below change directory.
+use_dlock_library
 PYTHON=${PYTHON:-python3}
 if [[ $PYTHON == */* && $PYTHON != /* ]]; then PYTHON=$PWD/${PYTHON#./}; fi
 

@@ -153,42 +153,40 @@ class Process:
                 self.proc.wait()
 
 
-class Redis(Process):
-    def __init__(self, work):
+class Server(Process):
+    """A server on a free loopback port; restart() kills it and starts it again at once on the
+    same port (Redis: with no data, as without persistence; dynalite: on its data folder, as
+    real DynamoDB keeps its data)."""
+
+    def __init__(self, argv_for_port, log):
         self.port = free_port()
-        self.work = work
-        super().__init__(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no", "--dir", work], os.path.join(work, "redis.log"))
+        super().__init__(argv_for_port(self.port), log)
         if not wait_port(self.port):
-            raise RuntimeError("redis-server did not start")
+            raise RuntimeError("%s did not start (see %s)" % (self.argv[0], log))
 
     def restart(self):
-        """Killed and started again at once on the same port, with no data (no persistence)."""
         self.kill()
         self.start()
         wait_port(self.port)
+
+
+class Redis(Server):
+    def __init__(self, work):
+        super().__init__(lambda port: ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                       "--appendonly", "no", "--dir", work], os.path.join(work, "redis.log"))
 
     def cli(self, *args):
         return subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True,
                               text=True, timeout=10).stdout.strip()
 
 
-class Dynalite(Process):
+class Dynalite(Server):
     def __init__(self, work):
-        self.port = free_port()
-        self.data = os.path.join(work, "dynalite-data")
-        os.makedirs(self.data, exist_ok=True)
-        super().__init__(["node", DYNALITE_CLI, "--port", str(self.port), "--host", "127.0.0.1",
-                          "--path", self.data, "--createTableMs", "0"],
+        data = os.path.join(work, "dynalite-data")
+        os.makedirs(data, exist_ok=True)
+        super().__init__(lambda port: ["node", DYNALITE_CLI, "--port", str(port), "--host", "127.0.0.1",
+                                       "--path", data, "--createTableMs", "0"],
                          os.path.join(work, "dynalite.log"))
-        if not wait_port(self.port):
-            raise RuntimeError("dynalite did not start")
-
-    def restart(self):
-        """Killed and started again on the same data folder, as real DynamoDB keeps its data."""
-        self.kill()
-        self.start()
-        wait_port(self.port)
 
 
 class Proxy:
