@@ -55,6 +55,7 @@ const BadReply kBadReplies[] = {
     {"array of arrays", "*1\r\n*0\r\n", false},
     {"array claiming 2 billion elements", "*2000000000\r\n", false},  // hiredis would reserve 16 GB
     {"array claiming -5 elements", "*-5\r\n", false},
+    {"two replies to one command", "+OK\r\n+OK\r\n", false},  // hiredis async asserted on the 2nd
 };
 
 std::string Nested() {
@@ -162,6 +163,27 @@ TEST(RedisBadServerTest, AbsurdHolderTtlDoesNotSpin) {
     EXPECT_EQ(done.get_future().get(), DLOCK_NOT_ACQUIRED);
     // Two waits of 1.5 s with retries of at most 200 ms: a few dozen attempts, not thousands.
     EXPECT_LT(fake.count("EVALSHA"), 60);
+  }
+}
+
+TEST(RedisBadServerTest, GarbageOnThePubSubConnectionLeavesWaitersOnTheirRetry) {
+  // The subscriber connection is a reply path too: waiters fall back on their jittered retry.
+  for (const char* garbage : {"this is not RESP\r\n", "*2000000000\r\n", "*3\r\n:1\r\n:2\r\n:3\r\n"}) {
+    SCOPED_TRACE(garbage);
+    FakeRedis fake([garbage](const std::vector<std::string>& argv) {
+      if (argv[0] == "SUBSCRIBE" || argv[0] == "UNSUBSCRIBE") return FakeReply{garbage};
+      FakeReply r;
+      if (FakeRedis::Handshake(argv, &r)) return r;
+      return FakeReply{FakeRedis::HeldFor(100000)};
+    });
+    Client client(fake.url());
+    Options wait;
+    wait.wait(800).retry(20, 100);
+    dlock_lock* l = nullptr;
+    auto start = Clock::now();
+    EXPECT_EQ(dlock_acquire(client.get(), "sub", wait.get(), &l), DLOCK_NOT_ACQUIRED) << dlock_last_error();
+    EXPECT_LT(MsSince(start), 800 + kSlack.count());
+    EXPECT_GE(fake.count("EVALSHA"), 3) << "the waiter kept trying without its subscription";
   }
 }
 

@@ -52,10 +52,12 @@ class WakeSignal : public ReleaseWatcher {
     ready_ = ready;
     cv_.notify_all();
   }
-  // Waits until the subscription is live or until `until`; true when live.
+  // Waits until the subscription is live, fails (the backend then also notifies: try again
+  // now), or until `until`; true when live.
   bool WaitReady(TimePoint until) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, until, [&] { return ready_; });
+    const uint64_t seen = notifications_;
+    cv_.wait_until(lock, until, [&] { return ready_ || notifications_ != seen; });
     return ready_;
   }
   // Waits for a notification newer than *seen or until `until`; true when notified.

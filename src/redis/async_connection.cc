@@ -35,7 +35,7 @@ redisAsyncContext* OpenAsyncContext(EventLoop* loop, const RedisConfig& config, 
     redisAsyncFree(ac);
     return nullptr;
   }
-  GuardReader(ac->c.reader);
+  GuardAsyncReader(ac);
   ac->data = data;
   redisLibeventAttach(ac, loop->base());
   redisAsyncSetConnectCallback(ac, on_connect);

@@ -261,6 +261,12 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
 Status SyncConnection::Command(const std::vector<std::string>& argv, TimePoint deadline,
                                ReplyPtr* reply) {
   if (broken_) return Status::IoError("connection to " + server_ + " is broken");
+  // Between round trips nothing may be waiting: bytes here are a reply nobody asked for (the
+  // next one would be read as this command's), or the server's goodbye on an idle connection.
+  pollfd p{fd_, POLLIN, 0};
+  if (reader_->pos < reader_->len || poll(&p, 1, 0) > 0) {
+    return Fail(Status::IoError(server_ + " sent bytes nobody asked for, or closed the connection"));
+  }
   Append(argv);
   return ReadReply(deadline, reply);
 }
