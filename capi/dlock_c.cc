@@ -12,7 +12,6 @@
 #include "core/options.h"
 #include "core/status.h"
 #if DLOCK_WITH_DYNAMODB
-#include "dynamodb/dynamodb_backend.h"
 #endif
 
 struct dlock_client {
@@ -477,16 +476,23 @@ dlock_status dlock_extend_errbuf(dlock_lock* l, uint64_t lease_ms, char* buf, si
   return CopyError(dlock_extend(l, lease_ms), buf, len);
 }
 
-dlock_status dlock_dynamodb_create_table(const char* url, int64_t wait_ms) {
+dlock_status dlock_backend_prepare(const char* url, int64_t wait_ms) {
   return Guard([&] {
     if (url == nullptr) return Invalid("url is NULL");
-#if DLOCK_WITH_DYNAMODB
-    return Report(dlock::CreateDynamoDbTable(url, wait_ms));
-#else
-    (void)wait_ms;
-    return Invalid("this libdlock was built without the DynamoDB backend (DLOCK_WITH_DYNAMODB=OFF)");
-#endif
+    return Report(dlock::Client::Prepare(url, wait_ms));
   });
+}
+
+uint32_t dlock_client_capabilities(const dlock_client* c) {
+  return c == nullptr ? 0 : c->impl->Capabilities();
+}
+
+// Kept for the ABI: dlock_backend_prepare, for dynamodb:// URLs only.
+dlock_status dlock_dynamodb_create_table(const char* url, int64_t wait_ms) {
+  if (url != nullptr && std::strncmp(url, "dynamodb://", 11) != 0) {
+    return Invalid("dlock_dynamodb_create_table needs a dynamodb:// URL (dlock_backend_prepare takes any)");
+  }
+  return dlock_backend_prepare(url, wait_ms);
 }
 
 }  // extern "C"

@@ -68,6 +68,23 @@ TEST_F(RedisBasicTest, NotReentrant) {
   EXPECT_EQ(dlock_release(l1), DLOCK_OK);
 }
 
+TEST_F(RedisBasicTest, CapabilitiesAndPrepare) {
+  Client client(redis_.url());
+  EXPECT_EQ(dlock_client_capabilities(client.get()), DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES);
+  EXPECT_EQ(dlock_client_capabilities(nullptr), 0u);
+  // Redis needs nothing prepared: the URL is checked, nothing is written.
+  EXPECT_EQ(dlock_backend_prepare(redis_.url().c_str(), 0), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(redis_.Cli({"DBSIZE"}), "0");
+  EXPECT_EQ(dlock_backend_prepare((redis_.url() + "?nope=1").c_str(), 0), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("nope"), std::string::npos) << dlock_last_error();
+  EXPECT_EQ(dlock_backend_prepare("zookeeper://h:1", 0), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("supported: redis://, redis+unix://"), std::string::npos)
+      << dlock_last_error();
+  EXPECT_EQ(dlock_backend_prepare(redis_.url().c_str(), -2), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_backend_prepare(nullptr, 0), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_dynamodb_create_table(redis_.url().c_str(), 0), DLOCK_EINVAL);  // ABI alias
+}
+
 TEST_F(RedisBasicTest, ErrorBufferVariantsCarryTheMessage) {
   // For FFI runtimes that read the outcome on another thread than the call's.
   char buf[256] = "untouched";

@@ -322,9 +322,33 @@ DLOCK_API dlock_status dlock_release_errbuf(dlock_lock *l, char *buf, size_t len
 DLOCK_API dlock_status dlock_extend_errbuf(dlock_lock *l, uint64_t lease_ms, char *buf,
                                            size_t len);
 
+/* ----- backends ---------------------------------------------------------------------------- */
+
+/* Creates what the URL's backend needs before clients can use it, and waits up to wait_ms
+ * (-1 = no limit, 0 = do not wait) for it to be ready: for dynamodb://, the table (see
+ * dlock_dynamodb_create_table); for Redis, nothing (the URL is checked). DLOCK_OK when it
+ * already exists. */
+DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
+
+/* What the client's backend promises, as bits (new bits are only appended):
+ *   DLOCK_CAP_FENCING_STRICT  tokens strictly increasing under every fault the docs list
+ *                             (Redis: release, expiry, takeover, a restart that lost the data,
+ *                             as long as the server's clock moves forward; DynamoDB: release,
+ *                             expiry, takeover, the item deleted, as long as clocks move forward)
+ *   DLOCK_CAP_NOTIFIES        waiters are woken by releases, not only by retries (Redis)
+ *   DLOCK_CAP_SHARED          shared holds (dlock_options_set_kind); none yet
+ *   DLOCK_CAP_PERMITS         counting semaphores (dlock_options_set_permits); none yet
+ * 0 for NULL. */
+#define DLOCK_CAP_FENCING_STRICT 0x1u
+#define DLOCK_CAP_NOTIFIES 0x2u
+#define DLOCK_CAP_SHARED 0x4u
+#define DLOCK_CAP_PERMITS 0x8u
+DLOCK_API uint32_t dlock_client_capabilities(const dlock_client *c);
+
 /* ----- DynamoDB --------------------------------------------------------------------------- */
 
-/* Creates the lock table a dynamodb:// URL names (see URLs above): key schema partition_key
+/* dlock_backend_prepare for dynamodb:// URLs (kept for the ABI; other schemes are EINVAL).
+ * Creates the lock table a dynamodb:// URL names (see URLs above): key schema partition_key
  * (HASH, string) [+ sort_key (RANGE, string)], on-demand billing (PAY_PER_REQUEST). Then waits
  * until DynamoDB reports it ACTIVE: up to wait_ms, -1 = no limit, 0 = do not wait. A table that
  * already exists with the same key schema is DLOCK_OK; with another key schema, DLOCK_EINVAL.

@@ -17,6 +17,12 @@
 
 namespace dlock {
 
+// Capability bits (dlock.h's DLOCK_CAP_*, same values).
+constexpr uint32_t kCapFencingStrict = 0x1;  // tokens strictly increasing under every listed fault
+constexpr uint32_t kCapNotifies = 0x2;       // waiters are woken by releases, not only retries
+constexpr uint32_t kCapShared = 0x4;
+constexpr uint32_t kCapPermits = 0x8;
+
 struct AcquireAttempt {
   bool acquired = false;
   uint64_t fencing_token = 0;  // when acquired
@@ -125,9 +131,11 @@ class Backend {
   // Loop thread: sends all renewals in one round trip where the protocol allows; reports each
   // to sink->OnRenewed exactly once.
   virtual void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) = 0;
+  // What the backend promises: kCap* bits, the same as the ABI's DLOCK_CAP_* bits.
+  virtual uint32_t Capabilities() const = 0;
   // Whether Watch delivers release notifications (Redis pub/sub). Without them, waiters rely on
   // holder_ttl_ms and the jittered retry alone, and do not wait for a subscription.
-  virtual bool NotifiesReleases() const { return false; }
+  bool NotifiesReleases() const { return (Capabilities() & kCapNotifies) != 0; }
   // Any thread: tell watcher about releases of name, until Unwatch returns. A backend without
   // release notifications calls nothing.
   virtual void Watch(const std::string& name, ReleaseWatcher* watcher) = 0;

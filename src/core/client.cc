@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/registry.h"
 #include "core/token.h"
 #include "core/waiting.h"
 #include "core/url.h"
@@ -14,9 +15,7 @@
 #define DLOCK_WITH_DYNAMODB 0
 #endif
 #if DLOCK_WITH_DYNAMODB
-#include "dynamodb/dynamodb_backend.h"
 #endif
-#include "redis/redis_backend.h"
 
 namespace dlock {
 
@@ -40,19 +39,9 @@ Status Client::Finish(const std::string& url_text, std::shared_ptr<Client> clien
                       std::shared_ptr<Client>* out) {
   Url url;
   Status s = ParseUrl(url_text, &url);
-  if (s.ok()) {
-    if (url.scheme == "redis" || url.scheme == "redis+unix") {
-      s = NewRedisBackend(url, client->loop_.get(), &client->backend_);
-#if DLOCK_WITH_DYNAMODB
-    } else if (url.scheme == "dynamodb") {
-      s = NewDynamoDbBackend(url, client->loop_.get(), &client->backend_);
-#endif
-    } else {
-      s = Status::InvalidArgument("unsupported URL scheme '" + url.scheme +
-                                  "://' (supported: redis://, redis+unix://" +
-                                  (DLOCK_WITH_DYNAMODB ? ", dynamodb://)" : ")"));
-    }
-  }
+  const BackendEntry* backend = nullptr;
+  if (s.ok()) s = FindBackend(url, &backend);
+  if (s.ok()) s = backend->open(url, client->loop_.get(), &client->backend_);
   if (s.ok()) s = client->backend_->Check();
   if (!s.ok()) {
     client->Close();
@@ -63,6 +52,18 @@ Status Client::Finish(const std::string& url_text, std::shared_ptr<Client> clien
   *out = std::move(client);
   return Status::Ok();
 }
+
+Status Client::Prepare(const std::string& url_text, int64_t wait_ms) {
+  if (wait_ms < -1) return Status::InvalidArgument("wait_ms must be -1 (no limit), 0 or positive");
+  Url url;
+  Status s = ParseUrl(url_text, &url);
+  const BackendEntry* backend = nullptr;
+  if (s.ok()) s = FindBackend(url, &backend);
+  if (s.ok()) s = backend->prepare(url, wait_ms);
+  return s;
+}
+
+uint32_t Client::Capabilities() const { return backend_ != nullptr ? backend_->Capabilities() : 0; }
 
 Client::~Client() {
   Close();

@@ -27,6 +27,8 @@ class Client : public std::enable_shared_from_this<Client> {
   static Status Open(const std::string& url, std::shared_ptr<Client>* out);
   // A client on the caller's event_base; call on the thread that runs base.
   static Status OpenOnBase(const std::string& url, event_base* base, std::shared_ptr<Client>* out);
+  // Creates what the URL's backend needs before use (dlock_backend_prepare).
+  static Status Prepare(const std::string& url, int64_t wait_ms);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -50,6 +52,7 @@ class Client : public std::enable_shared_from_this<Client> {
   // callback returns.
   void Close();
   bool IsClosed();
+  uint32_t Capabilities() const;  // the backend's kCap* bits
 
   // For AsyncAcquire and the backends.
   EventLoop* loop() { return loop_.get(); }

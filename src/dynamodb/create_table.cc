@@ -31,17 +31,9 @@ std::string DescribeKeySchema(const Json& schema) {
 
 }  // namespace
 
-Status CreateDynamoDbTable(const std::string& url_text, int64_t wait_ms) {
-  if (wait_ms < -1) return Status::InvalidArgument("wait_ms must be -1 (no limit), 0 or positive");
-  Url url;
-  Status s = ParseUrl(url_text, &url);
-  if (!s.ok()) return s;
-  if (url.scheme != "dynamodb") {
-    return Status::InvalidArgument("dlock_dynamodb_create_table needs a dynamodb:// URL, not " +
-                                   url.scheme + "://");
-  }
+Status PrepareDynamoDb(const Url& url, int64_t wait_ms) {
   dynamodb::DynamoConfig config;
-  s = dynamodb::ParseDynamoUrl(url, &config);
+  Status s = dynamodb::ParseDynamoUrl(url, &config);
   if (!s.ok()) return s;
   dynamodb::CredentialsChain credentials;
   dynamodb::HttpPool http;

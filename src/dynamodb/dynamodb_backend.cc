@@ -123,7 +123,9 @@ class DynamoDbBackend : public Backend {
     }
   }
 
-  // DynamoDB has no release notifications: waiters use holder_ttl_ms and jittered retries.
+  // Tokens: if_not_exists(fence, now in µs) + 1, kept in the item across releases. DynamoDB has
+  // no release notifications: waiters use holder_ttl_ms and jittered retries.
+  uint32_t Capabilities() const override { return kCapFencingStrict; }
   void Watch(const std::string&, ReleaseWatcher*) override {}
   void Unwatch(const std::string&, ReleaseWatcher*) override {}
 

@@ -18,7 +18,8 @@ Status NewDynamoDbBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backe
 // sort_key, string attributes, on-demand billing) and waits until it is ACTIVE: up to wait_ms,
 // or without limit for -1, or not at all for 0. A table that already exists with the same key
 // schema is fine; one with another key schema is DLOCK_EINVAL.
-Status CreateDynamoDbTable(const std::string& url_text, int64_t wait_ms);
+// Creates the table the URL names (see dlock_dynamodb_create_table in dlock.h).
+Status PrepareDynamoDb(const Url& url, int64_t wait_ms);
 
 }  // namespace dlock
 

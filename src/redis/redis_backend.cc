@@ -166,7 +166,9 @@ class RedisBackend : public Backend {
     }
   }
 
-  bool NotifiesReleases() const override { return true; }
+  // Tokens: max(counter + 1, server TIME in µs), so they rise across a restart that lost the
+  // data too. Releases are published, so waiters wake on them.
+  uint32_t Capabilities() const override { return kCapFencingStrict | kCapNotifies; }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     subscriber_.Watch(LockKeys(config_.params.prefix, name).channel, watcher);
   }
@@ -259,6 +261,11 @@ class RedisBackend : public Backend {
 }  // namespace dlock::redis
 
 namespace dlock {
+
+Status PrepareRedis(const Url& url, int64_t) {
+  redis::RedisConfig config;
+  return redis::ParseRedisUrl(url, &config);
+}
 
 Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
   redis::RedisConfig config;

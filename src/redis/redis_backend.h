@@ -11,6 +11,8 @@
 namespace dlock {
 
 Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out);
+// Redis needs nothing created up front: checks the URL only.
+Status PrepareRedis(const Url& url, int64_t wait_ms);
 
 }  // namespace dlock
 

@@ -148,13 +148,15 @@ TEST_F(DynamoBasicTest, CreateTableMakesAnActiveTableWithTheUrlsKeySchema) {
   EXPECT_EQ(table["KeySchema"][0]["KeyType"], "HASH");
   EXPECT_EQ(table["KeySchema"][1]["AttributeName"], "part");
   EXPECT_EQ(table["BillingModeSummary"]["BillingMode"], "PAY_PER_REQUEST");
-  // Again: already there with the same schema is fine; another schema is refused.
-  EXPECT_EQ(dlock_dynamodb_create_table(table_url.c_str(), 10000), DLOCK_OK) << dlock_last_error();
+  // Again, through the generic call: already there with the same schema is fine; another
+  // schema is refused.
+  EXPECT_EQ(dlock_backend_prepare(table_url.c_str(), 10000), DLOCK_OK) << dlock_last_error();
   std::string other = slow.url("made_by_dlock", "partition_key=name");
   EXPECT_EQ(dlock_dynamodb_create_table(other.c_str(), 10000), DLOCK_EINVAL);
   EXPECT_NE(std::string(dlock_last_error()).find("key schema"), std::string::npos) << dlock_last_error();
-  // And it works as a lock table.
+  // And it works as a lock table; its client says what DynamoDB promises.
   Client client(table_url);
+  EXPECT_EQ(dlock_client_capabilities(client.get()), DLOCK_CAP_FENCING_STRICT);
   dlock_lock* l;
   ASSERT_EQ(dlock_acquire(client.get(), "a/b", nullptr, &l), DLOCK_OK) << dlock_last_error();
   EXPECT_EQ(dlock_release(l), DLOCK_OK);

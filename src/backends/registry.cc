@@ -1,0 +1,36 @@
+// The one file that names backends: a backend is its folder (with its sources.cmake) plus one
+// line here.
+#include "backends/registry.h"
+
+#include "redis/redis_backend.h"
+#if DLOCK_WITH_DYNAMODB
+#include "dynamodb/dynamodb_backend.h"
+#endif
+
+namespace dlock {
+namespace {
+
+const BackendEntry kBackends[] = {
+    {"redis", NewRedisBackend, PrepareRedis},
+    {"redis+unix", NewRedisBackend, PrepareRedis},
+#if DLOCK_WITH_DYNAMODB
+    {"dynamodb", NewDynamoDbBackend, PrepareDynamoDb},
+#endif
+};
+
+}  // namespace
+
+Status FindBackend(const Url& url, const BackendEntry** out) {
+  std::string supported;
+  for (const BackendEntry& entry : kBackends) {
+    if (url.scheme == entry.scheme) {
+      *out = &entry;
+      return Status::Ok();
+    }
+    supported += std::string(supported.empty() ? "" : ", ") + entry.scheme + "://";
+  }
+  return Status::InvalidArgument("unsupported URL scheme '" + url.scheme + "://' (supported: " +
+                                 supported + ")");
+}
+
+}  // namespace dlock
