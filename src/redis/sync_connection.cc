@@ -134,6 +134,8 @@ Status SyncConnection::Connect(const RedisConfig& config, TimePoint deadline,
     if (why == "timed out") why = "no connection within " + limit;
     return Status::IoError("cannot connect to " + server + ": " + why);
   }
+  // Connected: from now on the socket blocks, bounded by the timeouts Arm() sets.
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::unique_ptr<SyncConnection> conn(new SyncConnection(fd, server, config.params.timeout_ms));
   if (conn->reader_ == nullptr) return Status(Code::kNoMemory, "out of memory connecting to " + server);
   auto handshake_failed = [&](const Status& s) {
@@ -174,40 +176,41 @@ Status SyncConnection::Fail(Status s) {
   return s;
 }
 
-bool SyncConnection::WaitFor(short events, TimePoint deadline, const char* doing, Status* error) {
-  while (true) {
-    int left = MillisLeft(deadline);
-    if (left == 0) {
-      timed_out_ = true;
-      *error = Fail(Status::IoError(std::string(doing) + " " + server_ +
-                                    " failed: timed out (no complete reply within timeout_ms=" +
-                                    std::to_string(timeout_ms_) + ")"));
-      return false;
-    }
-    pollfd p{fd_, events, 0};
-    int n = poll(&p, 1, left);
-    if (n > 0) return true;  // readable, writable, or an error the next call reports
-    if (n < 0 && errno != EINTR) {
-      *error = Fail(Status::IoError(std::string(doing) + " " + server_ + " failed: " + std::strerror(errno)));
-      return false;
-    }
+Status SyncConnection::TimedOut(const char* doing) {
+  timed_out_ = true;
+  return Fail(Status::IoError(std::string(doing) + " " + server_ +
+                              " failed: timed out (no complete reply within timeout_ms=" +
+                              std::to_string(timeout_ms_) + ")"));
+}
+
+bool SyncConnection::Arm(TimePoint deadline) {
+  // The socket blocks, with SO_RCVTIMEO/SO_SNDTIMEO as the bound of each call: the common
+  // round trip is one send() and one recv(), as with hiredis's blocking context. The timeouts
+  // are changed only when the deadline is more than a few ms nearer than what is armed (a
+  // trickling server, a call's last command) or much further (the next command): the whole
+  // command still ends within kArmSlackMs of its deadline.
+  constexpr int kArmSlackMs = 5;
+  auto left = std::chrono::duration_cast<Millis>(deadline - Now()).count();
+  if (left <= 0) return false;
+  if (left + kArmSlackMs < armed_ms_ || left > armed_ms_ + 50) {
+    timeval tv{static_cast<time_t>(left / 1000), static_cast<suseconds_t>((left % 1000) * 1000)};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    armed_ms_ = left;
   }
+  return true;
 }
 
 Status SyncConnection::Flush(TimePoint deadline) {
   size_t sent = 0;
-  Status error;
   while (sent < pending_.size()) {
+    if (!Arm(deadline)) return TimedOut("talking to");
     ssize_t n = send(fd_, pending_.data() + sent, pending_.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!WaitFor(POLLOUT, deadline, "talking to", &error)) return error;
-      continue;
-    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     return Fail(Status::IoError("talking to " + server_ + " failed: " + std::strerror(errno)));
   }
   pending_.clear();
@@ -244,7 +247,7 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
       reply->reset(static_cast<redisReply*>(r));
       return Status::Ok();
     }
-    if (!WaitFor(POLLIN, deadline, "reading from", &s)) return s;
+    if (!Arm(deadline)) return TimedOut("reading from");
     ssize_t n = recv(fd_, buf, sizeof buf, 0);
     if (n > 0) {
       if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
@@ -261,11 +264,10 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
 Status SyncConnection::Command(const std::vector<std::string>& argv, TimePoint deadline,
                                ReplyPtr* reply) {
   if (broken_) return Status::IoError("connection to " + server_ + " is broken");
-  // Between round trips nothing may be waiting: bytes here are a reply nobody asked for (the
-  // next one would be read as this command's), or the server's goodbye on an idle connection.
-  pollfd p{fd_, POLLIN, 0};
-  if (reader_->pos < reader_->len || poll(&p, 1, 0) > 0) {
-    return Fail(Status::IoError(server_ + " sent bytes nobody asked for, or closed the connection"));
+  // Between round trips nothing may be left over: bytes here are a reply nobody asked for,
+  // and the next one would be read as this command's.
+  if (reader_->pos < reader_->len) {
+    return Fail(Status::IoError(server_ + " sent bytes nobody asked for"));
   }
   Append(argv);
   return ReadReply(deadline, reply);

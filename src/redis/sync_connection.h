@@ -2,8 +2,8 @@
 // threads for acquire/release/extend, one connection per thread at a time (the backend keeps a
 // pool), so threads never wait on each other's round trips.
 //
-// The socket I/O is our own (non-blocking socket + poll) so that every call has a deadline for
-// the whole exchange: hiredis's blocking context only bounds each read(), so a server trickling
+// The socket I/O is our own (connect with poll, then a blocking socket whose timeouts follow the
+// deadline) so that every call has a deadline for the whole exchange: hiredis's blocking context only bounds each read(), so a server trickling
 // one byte at a time could hold a caller forever. hiredis still formats commands and parses
 // replies.
 #ifndef DLOCK_REDIS_SYNC_CONNECTION_H_
@@ -53,14 +53,17 @@ class SyncConnection {
   SyncConnection(int fd, std::string server, int timeout_ms);
   Status Flush(TimePoint deadline);
   Status Fail(Status s);
-  // Waits for `events` on the socket until deadline; false (with *error set) on timeout.
-  bool WaitFor(short events, TimePoint deadline, const char* doing, Status* error);
+  Status TimedOut(const char* doing);
+  // Sets the socket's send/receive timeouts for what is left until deadline; false when
+  // nothing is left.
+  bool Arm(TimePoint deadline);
 
   int fd_;
   std::string server_;
   int timeout_ms_;  // for messages: what the deadline was made of
   redisReader* reader_;
   std::string pending_;  // formatted commands not yet written
+  int64_t armed_ms_ = 0;  // the socket's current SO_RCVTIMEO/SO_SNDTIMEO
   bool broken_ = false;
   bool timed_out_ = false;
 };
