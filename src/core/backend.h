@@ -107,8 +107,6 @@ using AttemptCallback = std::function<void(const Status&, const AcquireAttempt&)
 class Backend {
  public:
   virtual ~Backend() = default;
-  // "redis 127.0.0.1:6379": names the server in error messages.
-  virtual std::string Describe() const = 0;
   // Connects (and authenticates) once, so that open fails early on a bad address.
   virtual Status Check() = 0;
   // One acquire attempt. Blocking; any thread.
@@ -120,9 +118,8 @@ class Backend {
   virtual void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) {
     for (const auto& l : locks) (void)Release(*l);
   }
-  // Ok, NotHeld, or an error. Blocking; any thread.
-  virtual Status Extend(const LockState& lock, uint64_t lease_ms) = 0;
-  // The same three, async.
+  // Acquire, release and extend, async (extend has no blocking form: dlock_extend goes
+  // through the heartbeat scheduler, so that extends and renewals of a lock never overlap).
   virtual void TryAcquireAsync(const std::string& name, const std::string& owner_value,
                                uint64_t lease_ms, AttemptCallback done) = 0;
   virtual void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) = 0;

@@ -40,8 +40,6 @@ class DynamoDbBackend : public Backend {
     });
   }
 
-  std::string Describe() const override { return api_.config().Describe(); }
-
   Status Check() override {
     Credentials credentials;
     Status s = credentials_.Get(&credentials);
@@ -90,13 +88,6 @@ class DynamoDbBackend : public Backend {
     for (size_t t = 1; t < n; ++t) threads.emplace_back(worker);
     worker();
     for (auto& t : threads) t.join();
-  }
-
-  Status Extend(const LockState& lock, uint64_t lease_ms) override {
-    Status status;
-    protocol_.Renew(&blocking_, Borrow(lock), lease_ms, CallDeadline(),
-                    [&](Status s) { status = std::move(s); });
-    return status;
   }
 
   void TryAcquireAsync(const std::string& name, const std::string& owner_value, uint64_t lease_ms,

@@ -82,13 +82,10 @@ struct LockProtocol::AcquireOp {
     auto d = std::move(done);
     d(std::move(s), std::move(attempt));
   }
-  void Acquired(uint64_t token, std::string rv) {
+  void Acquired(uint64_t token) {
     AcquireAttempt attempt;
     attempt.acquired = true;
     attempt.fencing_token = token;
-    auto data = std::make_shared<DynamoLockData>();
-    data->record_version = std::move(rv);
-    attempt.backend_data = std::move(data);
     Finish(Status::Ok(), std::move(attempt));
   }
   void NotAcquired(int64_t holder_ttl_ms) {
@@ -190,7 +187,7 @@ void LockProtocol::AcquireRound(Transport* transport, std::shared_ptr<AcquireOp>
           return;
         }
         ForgetObservation(op->key_text);
-        op->Acquired(token, op->record_version);
+        op->Acquired(token);
         return;
       }
       case Outcome::kConditionFailed: {
@@ -222,7 +219,7 @@ void LockProtocol::AcquireRound(Transport* transport, std::shared_ptr<AcquireOp>
       if (s.ok() && StringAttribute(item, attr::kOwner) == op->owner_value) {
         uint64_t token = 0;
         if (NumberAttribute(item, attr::kFence, &token)) {
-          op->Acquired(token, StringAttribute(item, attr::kRecordVersion));
+          op->Acquired(token);
           return;
         }
       }
@@ -249,7 +246,7 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
     uint64_t token = 0;
     if (NumberAttribute(item, attr::kFence, &token)) {
       ForgetObservation(op->key_text);
-      op->Acquired(token, StringAttribute(item, attr::kRecordVersion));
+      op->Acquired(token);
       return;
     }
   }
@@ -321,12 +318,10 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
                  {"#t", attr::kRenewedAtMs}}},
                {"ExpressionAttributeValues",
                 {{":o", S(lock->owner_value)}, {":rv", S(rv)}, {":l", N(lease_ms)}, {":t", N(WallClockMs())}}}};
-  auto* data = dynamic_cast<DynamoLockData*>(lock->backend_data.get());
   CallWithRetries(transport, api_->credentials(), "UpdateItem", std::move(body),
                   std::min(deadline, CallDeadline()),
-                  [this, transport, lock, data, rv, key, deadline, done = std::move(done)](ApiResult r) {
+                  [this, transport, lock, rv, key, deadline, done = std::move(done)](ApiResult r) {
     if (r.outcome == Outcome::kOk) {
-      if (data != nullptr) data->SetRecordVersion(rv);
       done(Status::Ok());
       return;
     }
@@ -341,7 +336,7 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
     // Ambiguous (e.g. a timeout after sending): read before deciding the lock is lost, within
     // `deadline` (a heartbeat: the lock's local deadline; an extend: the caller's bound).
     Status failure = r.status;
-    Read(transport, key, std::min(deadline, CallDeadline()), [lock, data, rv, failure, done](Status s, Json item) {
+    Read(transport, key, std::min(deadline, CallDeadline()), [lock, rv, failure, done](Status s, Json item) {
       if (!s.ok()) {
         done(failure);  // still unknown: the heartbeat retries until the local deadline
         return;
@@ -351,7 +346,6 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
         return;
       }
       if (StringAttribute(item, attr::kRecordVersion) == rv) {
-        if (data != nullptr) data->SetRecordVersion(rv);
         done(Status::Ok());  // it did land
         return;
       }

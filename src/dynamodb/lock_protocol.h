@@ -35,21 +35,6 @@
 
 namespace dlock::dynamodb {
 
-// Per-lock state kept in LockState::backend_data. The loop thread renews while a caller's
-// thread may extend: hence the mutex.
-struct DynamoLockData : BackendLockData {
-  mutable std::mutex mu;
-  std::string record_version;  // the last one this holder wrote successfully
-  std::string RecordVersion() const {
-    std::lock_guard<std::mutex> lock(mu);
-    return record_version;
-  }
-  void SetRecordVersion(std::string rv) {
-    std::lock_guard<std::mutex> lock(mu);
-    record_version = std::move(rv);
-  }
-};
-
 // What a waiter has seen of a held lock: the takeover clock.
 struct Observation {
   std::string record_version;

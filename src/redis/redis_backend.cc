@@ -25,8 +25,6 @@ class RedisBackend : public Backend {
         async_(loop, config_),
         subscriber_(loop, config_) {}
 
-  std::string Describe() const override { return server_; }
-
   Status Check() override {
     return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
       ReplyPtr reply;
@@ -100,17 +98,6 @@ class RedisBackend : public Backend {
       Status one = Release(*locks[i]);
       if (one.code() == Code::kIoError || one.code() == Code::kBackendError) break;
     }
-  }
-
-  Status Extend(const LockState& lock, uint64_t lease_ms) override {
-    LockKeys keys(config_.params.prefix, lock.name);
-    ReplyPtr reply;
-    Status s = WithConnection([&](SyncConnection& conn, TimePoint deadline) {
-      return conn.Eval(GetScript(ScriptId::kExtend), {keys.holder},
-                       {lock.owner_value, std::to_string(lease_ms)}, deadline, &reply);
-    });
-    if (!s.ok()) return s;
-    return ParseOwnedReply(reply.get(), server_, lock.name);
   }
 
   void TryAcquireAsync(const std::string& name, const std::string& owner_value, uint64_t lease_ms,
