@@ -1,5 +1,7 @@
 #include "core/token.h"
 
+#include "core/text.h"
+
 #include <openssl/err.h>
 #include <openssl/rand.h>
 
@@ -13,12 +15,7 @@ Status NewOwnerToken(std::string* out) {
     return Status::Internal("RAND_bytes failed: no randomness for the owner token (OpenSSL error " +
                             std::to_string(ERR_get_error()) + ")");
   }
-  static const char kHex[] = "0123456789abcdef";
-  out->resize(32);
-  for (int i = 0; i < 16; ++i) {
-    (*out)[2 * i] = kHex[bytes[i] >> 4];
-    (*out)[2 * i + 1] = kHex[bytes[i] & 0xf];
-  }
+  *out = HexBytes(bytes, sizeof bytes);
   return Status::Ok();
 }
 

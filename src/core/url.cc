@@ -4,28 +4,14 @@
 #include <cctype>
 #include <charconv>
 
+#include "core/text.h"
+
 namespace dlock {
 namespace {
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-Status PercentDecode(const std::string& in, const std::string& what, std::string* out) {
-  out->clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out->push_back(in[i]);
-      continue;
-    }
-    int hi = i + 1 < in.size() ? HexValue(in[i + 1]) : -1;
-    int lo = i + 2 < in.size() ? HexValue(in[i + 2]) : -1;
-    if (hi < 0 || lo < 0) return Status::InvalidArgument("bad percent-escape in URL " + what);
-    out->push_back(static_cast<char>(hi * 16 + lo));
-    i += 2;
+Status DecodeUrlPart(const std::string& in, const std::string& what, std::string* out) {
+  if (!dlock::PercentDecode(in, /*strict=*/true, out)) {
+    return Status::InvalidArgument("bad percent-escape in URL " + what);
   }
   return Status::Ok();
 }
@@ -135,11 +121,11 @@ Status ParseUrl(const std::string& text, Url* out) {
     size_t colon = userinfo.find(':');
     std::string user = userinfo.substr(0, colon);
     std::string decoded;
-    Status s = PercentDecode(user, "user name", &decoded);
+    Status s = DecodeUrlPart(user, "user name", &decoded);
     if (!s.ok()) return s;
     out->user = decoded;
     if (colon != std::string::npos) {
-      s = PercentDecode(userinfo.substr(colon + 1), "password", &decoded);
+      s = DecodeUrlPart(userinfo.substr(colon + 1), "password", &decoded);
       if (!s.ok()) return s;
       out->password = decoded;
     }
@@ -163,7 +149,7 @@ Status ParseUrl(const std::string& text, Url* out) {
   std::string raw_path = text.substr(auth_end, (query_start == std::string::npos ? text.size()
                                                                                   : query_start) -
                                                    auth_end);
-  Status s = PercentDecode(raw_path, "path", &out->path);
+  Status s = DecodeUrlPart(raw_path, "path", &out->path);
   if (!s.ok()) return s;
   if (query_start != std::string::npos) {
     std::string query = text.substr(query_start + 1);
@@ -178,9 +164,9 @@ Status ParseUrl(const std::string& text, Url* out) {
           return Status::InvalidArgument("URL query item '" + item + "' is not name=value");
         }
         std::string key, value;
-        Status ks = PercentDecode(item.substr(0, eq), "query name", &key);
+        Status ks = DecodeUrlPart(item.substr(0, eq), "query name", &key);
         if (!ks.ok()) return ks;
-        ks = PercentDecode(item.substr(eq + 1), "query value", &value);
+        ks = DecodeUrlPart(item.substr(eq + 1), "query value", &value);
         if (!ks.ok()) return ks;
         for (const auto& kv : out->query) {
           if (kv.first == key) {

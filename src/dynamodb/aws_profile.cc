@@ -1,5 +1,7 @@
 #include "dynamodb/aws_profile.h"
 
+#include "core/text.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -8,18 +10,6 @@
 
 namespace dlock::dynamodb {
 namespace {
-
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string HomeFile(const char* env_name, const char* relative) {
   std::string overridden = Env(env_name);

@@ -1,5 +1,7 @@
 #include "dynamodb/credentials.h"
 
+#include "core/text.h"
+
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,13 +15,6 @@ constexpr char kEcsHost[] = "http://169.254.170.2";
 constexpr char kImdsDefault[] = "http://169.254.169.254";
 constexpr char kImdsIpv6[] = "http://[fd00:ec2::254]";
 constexpr int kEndpointTimeoutMs = 2000;
-
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
 
 bool IsTrue(const std::string& v) { return v == "true" || v == "TRUE" || v == "True" || v == "1"; }
 

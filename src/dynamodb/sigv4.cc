@@ -1,5 +1,7 @@
 #include "dynamodb/sigv4.h"
 
+#include "core/text.h"
+
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
@@ -11,18 +13,8 @@
 namespace dlock::dynamodb {
 namespace {
 
-constexpr char kHex[] = "0123456789abcdef";
 constexpr char kHexUpper[] = "0123456789ABCDEF";
 constexpr char kAlgorithm[] = "AWS4-HMAC-SHA256";
-
-std::string Hex(const unsigned char* data, size_t n) {
-  std::string out(n * 2, '\0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kHex[data[i] >> 4];
-    out[2 * i + 1] = kHex[data[i] & 15];
-  }
-  return out;
-}
 
 std::string Hmac(std::string_view key, std::string_view data) {
   unsigned char out[EVP_MAX_MD_SIZE];
@@ -36,29 +28,11 @@ bool Unreserved(unsigned char c) {
   return std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~';
 }
 
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // Query components may arrive percent-encoded or raw: decode first so that both canonicalize
 // the same way. A '%' that starts no valid escape is taken literally.
-std::string PercentDecode(std::string_view in) {
+std::string Decoded(std::string_view in) {
   std::string out;
-  out.reserve(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == '%' && i + 2 < in.size()) {
-      int hi = HexDigit(in[i + 1]), lo = HexDigit(in[i + 2]);
-      if (hi >= 0 && lo >= 0) {
-        out.push_back(static_cast<char>(hi * 16 + lo));
-        i += 2;
-        continue;
-      }
-    }
-    out.push_back(in[i]);
-  }
+  PercentDecode(in, /*strict=*/false, &out);
   return out;
 }
 
@@ -97,7 +71,7 @@ std::string CanonicalQuery(const std::string& query) {
     size_t eq = item.find('=');
     std::string_view key = item.substr(0, eq);
     std::string_view value = eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1);
-    params.emplace_back(UriEncode(PercentDecode(key), false), UriEncode(PercentDecode(value), false));
+    params.emplace_back(UriEncode(Decoded(key), false), UriEncode(Decoded(value), false));
   }
   std::sort(params.begin(), params.end());
   std::string out;
@@ -127,12 +101,6 @@ std::string CanonicalHeaderValue(std::string_view value) {
   return out;
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 }  // namespace
 
 std::string AmzDate(std::time_t t) {
@@ -147,7 +115,7 @@ std::string Sha256Hex(std::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   unsigned int len = 0;
   EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
-  return Hex(digest, len);
+  return HexBytes(digest, len);
 }
 
 std::string UriEncode(std::string_view in, bool keep_slash) {
@@ -223,7 +191,7 @@ SignedParts Signer::Sign(const SigningRequest& request, const Credentials& crede
                        Sha256Hex(out.canonical_request);
   std::string key = SigningKey(credentials.secret_access_key, date, options.region, options.service);
   std::string mac = Hmac(key, out.string_to_sign);
-  out.signature = Hex(reinterpret_cast<const unsigned char*>(mac.data()), mac.size());
+  out.signature = HexBytes(reinterpret_cast<const unsigned char*>(mac.data()), mac.size());
   out.authorization = std::string(kAlgorithm) + " Credential=" + credentials.access_key_id + '/' +
                       scope + ", SignedHeaders=" + signed_headers + ", Signature=" + out.signature;
   if (!credentials.session_token.empty() && options.omit_session_token) {

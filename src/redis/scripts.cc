@@ -1,5 +1,7 @@
 #include "redis/scripts.h"
 
+#include "core/text.h"
+
 #include <openssl/sha.h>
 
 #include <cstdlib>
@@ -14,11 +16,7 @@ Script Load(const char* name) {
     Script s{name, kScriptSources[i].body, {}};
     unsigned char digest[SHA_DIGEST_LENGTH];
     SHA1(reinterpret_cast<const unsigned char*>(s.body.data()), s.body.size(), digest);
-    static const char kHex[] = "0123456789abcdef";
-    for (unsigned char b : digest) {
-      s.sha1.push_back(kHex[b >> 4]);
-      s.sha1.push_back(kHex[b & 0xf]);
-    }
+    s.sha1 = HexBytes(digest, sizeof digest);
     return s;
   }
   std::abort();  // a build error: lua/NAME.lua was not embedded
