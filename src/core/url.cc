@@ -92,7 +92,7 @@ Status ParseUrl(const std::string& text, Url* out) {
   const std::string shown = "'" + RedactUrl(text) + "'";
   size_t scheme_end = text.find("://");
   if (scheme_end == std::string::npos || scheme_end == 0) {
-    return Status::InvalidArgument("URL " + shown + " has no scheme (expected e.g. redis://host:port)");
+    return Status::InvalidArgument("URL " + shown + " has no scheme (it must start with the backend's scheme and ://)");
   }
   for (size_t i = 0; i < scheme_end; ++i) {
     char c = text[i];

@@ -1,8 +1,10 @@
 #include "dynamodb/lock_protocol.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 
+#include "core/options.h"
 #include "core/token.h"
 
 namespace dlock::dynamodb {
@@ -256,6 +258,10 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
     return;
   }
   (void)NumberAttribute(item, attr::kRenewedAtMs, &renewed_at);
+  // Both come from the item, written by anyone: clamped before the takeover arithmetic (a
+  // leaseMs of 2^64 - 1 once turned into -1 ms, a takeover at once).
+  lease_ms = std::min<uint64_t>(lease_ms, kMaxLeaseMs);
+  renewed_at = std::min<uint64_t>(renewed_at, uint64_t{1} << 52);  // far past any wall clock
   int64_t takeover_in = ObserveHolder(op->key_text, StringAttribute(item, attr::kRecordVersion),
                                       lease_ms, static_cast<int64_t>(renewed_at), seen_at);
   if (takeover_in <= 0 && op->rounds < kMaxAcquireRounds) {

@@ -188,6 +188,26 @@ TEST_F(DynamoFailureTest, StoppedServerBoundsEveryCall) {
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
 }
 
+TEST_F(DynamoFailureTest, AbsurdLeaseInTheItemIsClampedNotTakenOver) {
+  // Item attributes are server-supplied numbers: a leaseMs of 2^64 - 1 (and a renewedAtMs as
+  // large) once wrapped to a negative lease in the takeover arithmetic, a takeover at once.
+  RawResponse r = ddb_.Call("UpdateItem", R"({"TableName":"locks","Key":{"id":{"S":"dlock:absurd"}},)"
+                                          R"("UpdateExpression":"SET #o = :o, #rv = :rv, #l = :l, #t = :t",)"
+                                          R"("ExpressionAttributeNames":{"#o":"owner","#rv":"recordVersion","#l":"leaseMs","#t":"renewedAtMs"},)"
+                                          R"("ExpressionAttributeValues":{":o":{"S":"someone"},":rv":{"S":"v1"},)"
+                                          R"(":l":{"N":"18446744073709551615"},":t":{"N":"18446744073709551615"}}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const char* params : {"", "trust_local_time=1"}) {
+    SCOPED_TRACE(params);
+    Client client(url(params));
+    Options wait;
+    wait.wait(300);
+    dlock_lock* l = nullptr;
+    EXPECT_EQ(dlock_acquire(client.get(), "absurd", wait.get(), &l), DLOCK_NOT_ACQUIRED) << dlock_last_error();
+    EXPECT_EQ(S(Item("absurd"), "owner"), "someone");
+  }
+}
+
 TEST_F(DynamoFailureTest, AmbiguousHeartbeatIsSettledByReadingTheItem) {
   // Renewals reach dynalite, but their answers come after the client's timeout: each one is
   // ambiguous, and the read that follows shows it landed. The lock must stay held.

@@ -43,6 +43,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+def listen_loopback():
+    """A listening socket on a free loopback port, polled every 0.1 s by accept_loop."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    sock.settimeout(0.1)
+    return sock
+
+
+def accept_loop(owner, handle):
+    """Calls handle(conn) for each connection to owner.sock until owner.stop is set."""
+    while not owner.stop:
+        try:
+            conn, _ = owner.sock.accept()
+        except socket.timeout:
+            continue
+        handle(conn)
+
+
 def wait_port(port, limit=10.0):
     until = time.monotonic() + limit
     while time.monotonic() < until:
@@ -69,29 +89,20 @@ class Store:
         self.stale_rejected = 0
         self.stale_accepted = 0
         self.mu = threading.Lock()
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
+        self.sock = listen_loopback()
         self.port = self.sock.getsockname()[1]
         self.stop = False
-        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread = threading.Thread(target=accept_loop, args=(self, self.serve), daemon=True)
         self.thread.start()
 
-    def serve(self):
-        self.sock.settimeout(0.1)
-        while not self.stop:
+    def serve(self, conn):
+        with conn:
+            conn.settimeout(2)
             try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            with conn:
-                conn.settimeout(2)
-                try:
-                    line = conn.makefile().readline().split()
-                    conn.sendall(self.handle(line).encode())
-                except OSError:
-                    pass
+                line = conn.makefile().readline().split()
+                conn.sendall(self.handle(line).encode())
+            except OSError:
+                pass
 
     def handle(self, words):
         with self.mu:
@@ -197,30 +208,21 @@ class Proxy:
     def __init__(self, target_port):
         self.target = target_port
         self.mode = "pass"
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
+        self.sock = listen_loopback()
         self.port = self.sock.getsockname()[1]
         self.stop = False
         self.conns = []
-        threading.Thread(target=self.accept, daemon=True).start()
+        threading.Thread(target=accept_loop, args=(self, self.connect), daemon=True).start()
 
-    def accept(self):
-        self.sock.settimeout(0.1)
-        while not self.stop:
-            try:
-                client, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            try:
-                server = socket.create_connection(("127.0.0.1", self.target), timeout=2)
-            except OSError:
-                client.close()
-                continue
-            self.conns += [client, server]
-            threading.Thread(target=self.pump, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=self.pump, args=(server, client, True), daemon=True).start()
+    def connect(self, client):
+        try:
+            server = socket.create_connection(("127.0.0.1", self.target), timeout=2)
+        except OSError:
+            client.close()
+            return
+        self.conns += [client, server]
+        threading.Thread(target=self.pump, args=(client, server, False), daemon=True).start()
+        threading.Thread(target=self.pump, args=(server, client, True), daemon=True).start()
 
     def pump(self, src, dst, to_client):
         src.settimeout(0.1)
@@ -265,15 +267,19 @@ class Proxy:
 # ----- workers --------------------------------------------------------------------------------
 
 
+def faketime_env(offset_file):
+    """A wall clock that the harness moves: libfaketime re-reads the offset file. The monotonic
+    clock stays real (FAKETIME_DONT_FAKE_MONOTONIC): the point is a wall-clock jump under a
+    library that must not care."""
+    env = dict(os.environ)
+    env.update(LD_PRELOAD=FAKETIME_LIB, FAKETIME_TIMESTAMP_FILE=offset_file, FAKETIME_NO_CACHE="1",
+               FAKETIME_DONT_FAKE_MONOTONIC="1")
+    return env
+
+
 class Worker:
     def __init__(self, binary, url, store, seconds, pause_flag, log, faketime_file=None):
-        env = dict(os.environ)
-        if faketime_file:
-            # A wall clock that the harness moves: libfaketime re-reads the offset file. The
-            # monotonic clock stays real (FAKETIME_DONT_FAKE_MONOTONIC): the point is a wall
-            # clock jump under a library that must not care.
-            env.update(LD_PRELOAD=FAKETIME_LIB, FAKETIME_TIMESTAMP_FILE=faketime_file,
-                       FAKETIME_NO_CACHE="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
+        env = faketime_env(faketime_file) if faketime_file else dict(os.environ)
         self.events = []  # (monotonic time, words)
         self.proc = subprocess.Popen([binary, url, "faults", str(store.port), str(seconds), str(LEASE_MS),
                                       pause_flag, str(HOLD_MS)], stdout=subprocess.PIPE, stderr=open(log, "ab"),
@@ -368,8 +374,15 @@ def run_scenario(sc, args, work):
             server.signal(signal.SIGCONT)
             heals.append(time.monotonic())
         elif sc.fault == "clock_jump":
+            jump = 30 if k % 2 == 0 else -30
             with open(faketime_file, "w") as f:
-                f.write("+30s\n" if k % 2 == 0 else "-30s\n")
+                f.write("%+ds\n" % jump)
+            # The worker's clock must really have moved, or the scenario proves nothing.
+            faked = subprocess.run(["date", "+%s"], env=faketime_env(faketime_file), capture_output=True,
+                                   text=True, timeout=10).stdout.strip()
+            if not faked or abs(int(faked) - time.time() - jump) > 5:
+                raise RuntimeError("libfaketime did not move the wall clock by %+d s (date said %r)"
+                                   % (jump, faked))
             injected += 1
             heals.append(time.monotonic())
         elif sc.fault.startswith("proxy_"):
