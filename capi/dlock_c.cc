@@ -11,8 +11,7 @@
 #include "core/completion_queue.h"
 #include "core/options.h"
 #include "core/status.h"
-#if DLOCK_WITH_DYNAMODB
-#endif
+#include "core/url.h"
 
 struct dlock_client {
   std::shared_ptr<dlock::Client> impl;
@@ -27,9 +26,18 @@ struct dlock_options {
   dlock::AcquireOptions impl;
 };
 
+struct dlock_info {
+  dlock::LockInfo impl;
+};
+
 struct dlock_queue {
   std::shared_ptr<dlock::CompletionQueue> impl;  // shared with the completions still to come
 };
+
+static_assert(DLOCK_MAX_NAME_BYTES == dlock::kMaxNameBytes);
+static_assert(DLOCK_MAX_OWNER_BYTES == dlock::kMaxOwnerBytes);
+static_assert(DLOCK_EXCLUSIVE == static_cast<int>(dlock::LockKind::kExclusive));
+static_assert(DLOCK_SHARED == static_cast<int>(dlock::LockKind::kShared));
 
 namespace {
 
@@ -215,6 +223,21 @@ dlock_status dlock_options_set_owner(dlock_options* o, const char* owner) {
     if (s.ok()) o->impl.owner = owner == nullptr ? "" : owner;
     return Report(s);
   });
+}
+
+dlock_status dlock_options_set_kind(dlock_options* o, dlock_kind kind) {
+  if (o == nullptr) return Invalid("options is NULL");
+  if (kind != DLOCK_EXCLUSIVE && kind != DLOCK_SHARED) {
+    return Invalid("kind must be DLOCK_EXCLUSIVE (0) or DLOCK_SHARED (1)");
+  }
+  o->impl.kind = static_cast<dlock::LockKind>(kind);
+  return DLOCK_OK;
+}
+
+dlock_status dlock_options_set_permits(dlock_options* o, uint32_t n) {
+  if (o == nullptr) return Invalid("options is NULL");
+  o->impl.permits = n;
+  return DLOCK_OK;
 }
 
 dlock_status dlock_options_set_on_lost(dlock_options* o, dlock_lost_fn fn, void* arg) {
@@ -485,6 +508,75 @@ dlock_status dlock_backend_prepare(const char* url, int64_t wait_ms) {
 
 uint32_t dlock_client_capabilities(const dlock_client* c) {
   return c == nullptr ? 0 : c->impl->Capabilities();
+}
+
+dlock_status dlock_inspect(dlock_client* c, const char* name, dlock_info** out) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (out == nullptr) return Invalid("out is NULL");
+    dlock::Status s = dlock::CheckLockName(name);
+    if (!s.ok()) return Report(s);
+    auto info = std::make_unique<dlock_info>();
+    s = c->impl->Inspect(name, &info->impl);
+    if (s.ok()) *out = info.release();
+    return Report(s);
+  });
+}
+
+void dlock_info_free(dlock_info* i) { delete i; }
+
+uint32_t dlock_info_holders(const dlock_info* i) {
+  return i == nullptr ? 0 : static_cast<uint32_t>(i->impl.holders.size());
+}
+
+namespace {
+const dlock::HolderInfo* Holder(const dlock_info* i, uint32_t k) {
+  return i == nullptr || k >= i->impl.holders.size() ? nullptr : &i->impl.holders[k];
+}
+}  // namespace
+
+const char* dlock_info_owner(const dlock_info* i, uint32_t k) {
+  const dlock::HolderInfo* h = Holder(i, k);
+  return h == nullptr ? nullptr : h->owner.c_str();
+}
+
+int64_t dlock_info_remaining_ms(const dlock_info* i, uint32_t k) {
+  const dlock::HolderInfo* h = Holder(i, k);
+  return h == nullptr ? -1 : h->remaining_ms;
+}
+
+uint64_t dlock_info_fencing_token(const dlock_info* i, uint32_t k) {
+  const dlock::HolderInfo* h = Holder(i, k);
+  return h == nullptr ? 0 : h->fencing_token;
+}
+
+dlock_kind dlock_info_kind(const dlock_info* i) {
+  return i == nullptr ? DLOCK_EXCLUSIVE : static_cast<dlock_kind>(i->impl.kind);
+}
+
+uint64_t dlock_limit_value(dlock_limit which) {
+  switch (which) {
+    case DLOCK_LIMIT_NAME_BYTES: return dlock::kMaxNameBytes;
+    case DLOCK_LIMIT_OWNER_BYTES: return dlock::kMaxOwnerBytes;
+    case DLOCK_LIMIT_LEASE_MS: return dlock::kMaxLeaseMs;
+  }
+  return 0;
+}
+
+size_t dlock_url_redact(const char* url, char* buf, size_t len) {
+  if (url == nullptr) return 0;
+  try {
+    std::string shown = dlock::RedactUrl(url);
+    if (buf != nullptr && len > 0) {
+      size_t n = std::min(shown.size(), len - 1);
+      std::memcpy(buf, shown.data(), n);
+      buf[n] = '\0';
+    }
+    return shown.size();
+  } catch (...) {
+    if (buf != nullptr && len > 0) buf[0] = '\0';
+    return 0;
+  }
 }
 
 // Kept for the ABI: dlock_backend_prepare, for dynamodb:// URLs only.

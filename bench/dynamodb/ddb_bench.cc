@@ -77,14 +77,17 @@ double LocalWorkMicros(const std::string& endpoint, int cycles) {
   LockProtocol protocol(&api);
   CannedTransport transport(&api);
   AcquireOptions options;
+  LockRequest request;
+  request.name = "bench";
+  request.owner_value = "0123456789abcdef0123456789abcdef";
+  request.lease_ms = 10000;
   double start = CpuSeconds();
   for (int i = 0; i < cycles; ++i) {
     AcquireAttempt attempt;
-    protocol.Acquire(&transport, "bench", "0123456789abcdef0123456789abcdef", 10000,
-                     [&](Status s, AcquireAttempt a) {
-                       if (!s.ok() || !a.acquired) std::abort();
-                       attempt = std::move(a);
-                     });
+    protocol.Acquire(&transport, request, [&](Status s, AcquireAttempt a) {
+      if (!s.ok() || !a.acquired) std::abort();
+      attempt = std::move(a);
+    });
     auto lock = std::make_shared<LockState>("bench", "0123456789abcdef0123456789abcdef",
                                             attempt.fencing_token, 1, options, Now(),
                                             attempt.backend_data);

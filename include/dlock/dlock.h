@@ -345,6 +345,62 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
 #define DLOCK_CAP_PERMITS 0x8u
 DLOCK_API uint32_t dlock_client_capabilities(const dlock_client *c);
 
+/* ----- lock kinds -------------------------------------------------------------------------
+ *
+ * A hold is exclusive (the default), shared, or one of n permits of a counting semaphore.
+ * Shared: any number of shared holders, no exclusive one meanwhile; a waiting exclusive acquire
+ * stops new shared ones; no upgrade. Permits: at most n holders; an acquire asking another n
+ * than the current holders is DLOCK_EINVAL. Every hold has its own owner, lease, heartbeat,
+ * lost report and a fencing token above every earlier token of that name. An acquire asking for
+ * a kind the client's backend does not offer (see dlock_client_capabilities) is DLOCK_EINVAL
+ * and changes nothing. */
+typedef enum dlock_kind { DLOCK_EXCLUSIVE = 0, DLOCK_SHARED = 1 } dlock_kind;
+/* Default DLOCK_EXCLUSIVE; other values are DLOCK_EINVAL. */
+DLOCK_API dlock_status dlock_options_set_kind(dlock_options *o, dlock_kind kind);
+/* A counting semaphore of n permits; 0 = off (default). Exclusive kind only: a shared semaphore
+ * is DLOCK_EINVAL at acquire. */
+DLOCK_API dlock_status dlock_options_set_permits(dlock_options *o, uint32_t n);
+
+/* ----- inspection --------------------------------------------------------------------------
+ *
+ * Who holds a lock now: the query a CLI and an operator need. A snapshot, read from the server
+ * in one call (bounded like a release: Redis C + T, DynamoDB T), that may be stale as soon as it
+ * returns: never decide from it whether to take the lock. Owner tokens are never revealed, only
+ * the labels set with dlock_options_set_owner. */
+typedef struct dlock_info dlock_info;
+/* *out is a snapshot to free with dlock_info_free. A name nobody holds is DLOCK_OK with 0
+ * holders. */
+DLOCK_API dlock_status dlock_inspect(dlock_client *c, const char *name, dlock_info **out);
+DLOCK_API void dlock_info_free(dlock_info *i); /* NULL ok */
+/* How many hold the name; 0 = free (and 0 for NULL). */
+DLOCK_API uint32_t dlock_info_holders(const dlock_info *i);
+/* Holder k's owner label; "" when it has none, NULL when k is out of range. Valid until
+ * dlock_info_free. */
+DLOCK_API const char *dlock_info_owner(const dlock_info *i, uint32_t k);
+/* Holder k's remaining lease as the server sees it, in ms; -1 = no expiry (or k out of range).
+ * DynamoDB keeps no server-side expiry: this is the lease the holder last wrote (it is taken
+ * over once it has stood unrenewed that long). */
+DLOCK_API int64_t dlock_info_remaining_ms(const dlock_info *i, uint32_t k);
+/* Holder k's fencing token; 0 = unknown (or k out of range). */
+DLOCK_API uint64_t dlock_info_fencing_token(const dlock_info *i, uint32_t k);
+/* The kind of hold the holders have; DLOCK_EXCLUSIVE when free. */
+DLOCK_API dlock_kind dlock_info_kind(const dlock_info *i);
+
+/* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
+
+typedef enum dlock_limit {
+  DLOCK_LIMIT_NAME_BYTES = 0,  /* DLOCK_MAX_NAME_BYTES */
+  DLOCK_LIMIT_OWNER_BYTES = 1, /* DLOCK_MAX_OWNER_BYTES */
+  DLOCK_LIMIT_LEASE_MS = 2     /* the longest lease (and wait) accepted */
+} dlock_limit;
+/* The limit's value; 0 for an unknown limit. */
+DLOCK_API uint64_t dlock_limit_value(dlock_limit which);
+/* Copies url with any password replaced by "***" into buf (NUL-terminated, cut to len - 1
+ * bytes; buf NULL or len 0 copies nothing) and returns the redacted URL's full length. What the
+ * library's own messages show; for logs and error messages of code that holds URLs. 0 for a
+ * NULL url. */
+DLOCK_API size_t dlock_url_redact(const char *url, char *buf, size_t len);
+
 /* ----- DynamoDB --------------------------------------------------------------------------- */
 
 /* dlock_backend_prepare for dynamodb:// URLs (kept for the ABI; other schemes are EINVAL).

@@ -8,11 +8,10 @@
 
 namespace dlock {
 
-AsyncAcquire::AsyncAcquire(Client* client, std::string name, std::string owner_value,
-                           AcquireOptions options, CancelKey key, AcquireDone done)
+AsyncAcquire::AsyncAcquire(Client* client, LockRequest request, AcquireOptions options,
+                           CancelKey key, AcquireDone done)
     : client_(client),
-      name_(std::move(name)),
-      owner_value_(std::move(owner_value)),
+      request_(std::move(request)),
       options_(std::move(options)),
       key_(key),
       done_(std::move(done)),
@@ -37,7 +36,7 @@ void AsyncAcquire::Attempt() {
   ++attempts_;
   TimePoint sent = Now();
   client_->backend()->TryAcquireAsync(
-      name_, owner_value_, options_.lease_ms,
+      request_,
       [self = shared_from_this(), sent](const Status& s, const AcquireAttempt& attempt) {
         self->OnAttempt(s, attempt, sent);
       });
@@ -47,8 +46,9 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
   in_flight_ = false;
   if (finished_) {  // cancelled while the attempt was out: give back what it may have won
     if (s.ok() && attempt.acquired) {
-      auto orphan = std::make_shared<LockState>(name_, owner_value_, attempt.fencing_token,
-                                                attempts_, options_, sent, attempt.backend_data);
+      auto orphan = std::make_shared<LockState>(request_.name, request_.owner_value,
+                                                attempt.fencing_token, attempts_, options_, sent,
+                                                attempt.backend_data);
       client_->backend()->ReleaseAsync(orphan, [](const Status&) {});
     }
     return;
@@ -59,14 +59,15 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
   }
   if (attempt.acquired) {
     std::shared_ptr<LockState> lock;
-    Status adopted = client_->Adopt(name_, owner_value_, attempt, attempts_, options_, sent, &lock);
+    Status adopted = client_->Adopt(request_, attempt, attempts_, options_, sent, &lock);
     Finish(adopted, lock);
     return;
   }
   last_holder_ttl_ms_ = attempt.holder_ttl_ms;
   TimePoint now = Now();
   if (options_.wait_ms == 0 || now >= wait_until_) {
-    Finish(client_->NotAcquiredStatus(name_, attempt.holder_ttl_ms, attempts_, start_), nullptr);
+    Finish(client_->NotAcquiredStatus(request_.name, attempt.holder_ttl_ms, attempts_, start_),
+           nullptr);
     return;
   }
   if (released_meanwhile_) {
@@ -77,7 +78,7 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
     // Subscribe before the next attempt so that a release in between cannot be missed; the
     // attempt follows when the subscription is live (or after a second, whichever is first).
     watching_ = true;
-    client_->backend()->Watch(name_, this);
+    client_->backend()->Watch(request_.name, this);
     SleepUntil(std::min(wait_until_, now + Millis(1000)));
     return;
   }
@@ -106,7 +107,7 @@ void AsyncAcquire::Cancel(const Status& why) {
 void AsyncAcquire::Finish(const Status& s, std::shared_ptr<LockState> lock) {
   finished_ = true;
   timer_.Cancel();
-  if (watching_) client_->backend()->Unwatch(name_, this);
+  if (watching_) client_->backend()->Unwatch(request_.name, this);
   watching_ = false;
   auto self = shared_from_this();  // the client's registry may hold the last reference
   client_->ForgetPending(this);

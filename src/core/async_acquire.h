@@ -27,8 +27,8 @@ using AcquireDone = std::function<void(const Status&, std::shared_ptr<LockState>
 
 class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<AsyncAcquire> {
  public:
-  AsyncAcquire(Client* client, std::string name, std::string owner_value, AcquireOptions options,
-               CancelKey key, AcquireDone done);
+  AsyncAcquire(Client* client, LockRequest request, AcquireOptions options, CancelKey key,
+               AcquireDone done);
   ~AsyncAcquire() override;
 
   void Start();                    // loop thread
@@ -47,8 +47,7 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   void SleepUntil(TimePoint wake);
 
   Client* client_;
-  const std::string name_;
-  const std::string owner_value_;
+  const LockRequest request_;
   const AcquireOptions options_;
   const CancelKey key_;
   AcquireDone done_;

@@ -23,6 +23,34 @@ constexpr uint32_t kCapNotifies = 0x2;       // waiters are woken by releases, n
 constexpr uint32_t kCapShared = 0x4;
 constexpr uint32_t kCapPermits = 0x8;
 
+// One hold asked of a backend. The core validates it, including the kind against the
+// backend's capabilities, before the backend sees it.
+struct LockRequest {
+  std::string name;
+  LockKind kind = LockKind::kExclusive;
+  uint32_t permits = 0;     // semaphore of n permits; 0 = not a semaphore
+  std::string owner_label;  // for people and tools ("" = none)
+  std::string owner_value;  // what the server stores and checks: secret token [+ "|" + label]
+  uint64_t lease_ms = 0;    // 0 = no expiry
+};
+
+// A snapshot of who holds a name (dlock_inspect).
+struct HolderInfo {
+  std::string owner;          // label, "" if none
+  int64_t remaining_ms = -1;  // -1 = no expiry
+  uint64_t fencing_token = 0; // 0 = unknown
+};
+struct LockInfo {
+  LockKind kind = LockKind::kExclusive;
+  std::vector<HolderInfo> holders;  // empty = free
+};
+
+// The label part of an owner value (token "|" label), "" when it has none.
+inline std::string OwnerLabel(const std::string& owner_value) {
+  size_t bar = owner_value.find('|');
+  return bar == std::string::npos ? std::string() : owner_value.substr(bar + 1);
+}
+
 struct AcquireAttempt {
   bool acquired = false;
   uint64_t fencing_token = 0;  // when acquired
@@ -110,8 +138,7 @@ class Backend {
   // Connects (and authenticates) once, so that open fails early on a bad address.
   virtual Status Check() = 0;
   // One acquire attempt. Blocking; any thread.
-  virtual Status TryAcquire(const std::string& name, const std::string& owner_value,
-                            uint64_t lease_ms, AcquireAttempt* out) = 0;
+  virtual Status TryAcquire(const LockRequest& request, AcquireAttempt* out) = 0;
   // Ok, NotHeld when the owner no longer holds it, or an error. Blocking; any thread.
   virtual Status Release(const LockState& lock) = 0;
   // Releases several, best effort (client close). Blocking; any thread.
@@ -120,14 +147,15 @@ class Backend {
   }
   // Acquire, release and extend, async (extend has no blocking form: dlock_extend goes
   // through the heartbeat scheduler, so that extends and renewals of a lock never overlap).
-  virtual void TryAcquireAsync(const std::string& name, const std::string& owner_value,
-                               uint64_t lease_ms, AttemptCallback done) = 0;
+  virtual void TryAcquireAsync(const LockRequest& request, AttemptCallback done) = 0;
   virtual void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) = 0;
   virtual void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms,
                            StatusCallback done) = 0;
   // Loop thread: sends all renewals in one round trip where the protocol allows; reports each
   // to sink->OnRenewed exactly once.
   virtual void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) = 0;
+  // Who holds name now; a free name is Ok with no holders. Blocking; any thread.
+  virtual Status Inspect(const std::string& name, LockInfo* out) = 0;
   // What the backend promises: kCap* bits, the same as the ABI's DLOCK_CAP_* bits.
   virtual uint32_t Capabilities() const = 0;
   // Whether Watch delivers release notifications (Redis pub/sub). Without them, waiters rely on

@@ -11,11 +11,6 @@
 #include "core/token.h"
 #include "core/waiting.h"
 #include "core/url.h"
-#ifndef DLOCK_WITH_DYNAMODB
-#define DLOCK_WITH_DYNAMODB 0
-#endif
-#if DLOCK_WITH_DYNAMODB
-#endif
 
 namespace dlock {
 
@@ -170,11 +165,33 @@ void Client::Teardown() {
 
 // ----- acquiring -------------------------------------------------------------------------
 
-Status Client::MakeOwnerValue(const AcquireOptions& options, std::string* out) const {
-  Status s = NewOwnerToken(out);
+Status Client::MakeRequest(const std::string& name, const AcquireOptions& options,
+                           LockRequest* out) const {
+  const uint32_t caps = Capabilities();
+  if (options.kind == LockKind::kShared && (caps & kCapShared) == 0) {
+    return Status::InvalidArgument("lock '" + name +
+                                   "': this backend does not offer shared locks (see "
+                                   "dlock_client_capabilities)");
+  }
+  if (options.permits != 0 && (caps & kCapPermits) == 0) {
+    return Status::InvalidArgument("lock '" + name +
+                                   "': this backend does not offer semaphores (permits; see "
+                                   "dlock_client_capabilities)");
+  }
+  out->name = name;
+  out->kind = options.kind;
+  out->permits = options.permits;
+  out->owner_label = options.owner;
+  out->lease_ms = options.lease_ms;
+  Status s = NewOwnerToken(&out->owner_value);
   if (!s.ok()) return s;
-  if (!options.owner.empty()) *out += "|" + options.owner;
+  if (!options.owner.empty()) out->owner_value += "|" + options.owner;
   return Status::Ok();
+}
+
+Status Client::Inspect(const std::string& name, LockInfo* out) {
+  if (IsClosed()) return Status::InvalidArgument("client is closed");
+  return backend_->Inspect(name, out);
 }
 
 Status Client::NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms, uint32_t attempts,
@@ -191,9 +208,9 @@ Status Client::NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms,
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [ptr, state] : held_) {
       if (state->name != name || state->Phase() != LockPhase::kHeld) continue;
-      size_t bar = state->owner_value.find('|');
       holder = "this client";
-      if (bar != std::string::npos) holder += " (owner '" + state->owner_value.substr(bar + 1) + "')";
+      std::string label = OwnerLabel(state->owner_value);
+      if (!label.empty()) holder += " (owner '" + label + "')";
       hint = "; locks are not reentrant: release it first";
       break;
     }
@@ -204,11 +221,11 @@ Status Client::NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms,
                              hint + ")");
 }
 
-Status Client::Adopt(const std::string& name, const std::string& owner_value,
-                     const AcquireAttempt& attempt, uint32_t attempts,
-                     const AcquireOptions& options, TimePoint sent,
+Status Client::Adopt(const LockRequest& request, const AcquireAttempt& attempt,
+                     uint32_t attempts, const AcquireOptions& options, TimePoint sent,
                      std::shared_ptr<LockState>* out) {
-  auto state = std::make_shared<LockState>(name, owner_value, attempt.fencing_token, attempts,
+  auto state = std::make_shared<LockState>(request.name, request.owner_value,
+                                           attempt.fencing_token, attempts,
                                            options, sent, attempt.backend_data);
   bool registered = false;
   {
@@ -232,8 +249,8 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
         "dlock_acquire with a wait cannot run on the client's loop thread (in a callback, or on "
         "the event_base's thread): waiting needs that loop; use dlock_acquire_async, or wait_ms 0");
   }
-  std::string owner_value;
-  Status s = MakeOwnerValue(options, &owner_value);
+  LockRequest request;
+  Status s = MakeRequest(name, options, &request);
   if (!s.ok()) return s;
 
   const TimePoint start = Now();
@@ -252,14 +269,14 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
     TimePoint sent = Now();
     AcquireAttempt attempt;
     ++attempts;
-    s = backend_->TryAcquire(name, owner_value, options.lease_ms, &attempt);
+    s = backend_->TryAcquire(request, &attempt);
     if (!s.ok()) {
       stop_watching();
       return s;
     }
     if (attempt.acquired) {
       stop_watching();
-      return Adopt(name, owner_value, attempt, attempts, options, sent, out);
+      return Adopt(request, attempt, attempts, options, sent, out);
     }
     TimePoint now = Now();
     if (options.wait_ms == 0 || now >= wait_until) {
@@ -284,11 +301,10 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
 Status Client::AcquireAsync(const std::string& name, const AcquireOptions& options, CancelKey key,
                             AcquireDone done) {
   if (IsClosed()) return Status::InvalidArgument("client is closed");
-  std::string owner_value;
-  Status s = MakeOwnerValue(options, &owner_value);
+  LockRequest request;
+  Status s = MakeRequest(name, options, &request);
   if (!s.ok()) return s;
-  auto op = std::make_shared<AsyncAcquire>(this, name, std::move(owner_value), options, key,
-                                           std::move(done));
+  auto op = std::make_shared<AsyncAcquire>(this, std::move(request), options, key, std::move(done));
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.emplace(op.get(), op);

@@ -53,14 +53,15 @@ class Client : public std::enable_shared_from_this<Client> {
   void Close();
   bool IsClosed();
   uint32_t Capabilities() const;  // the backend's kCap* bits
+  // Who holds name now (dlock_inspect). Blocking.
+  Status Inspect(const std::string& name, LockInfo* out);
 
   // For AsyncAcquire and the backends.
   EventLoop* loop() { return loop_.get(); }
   Backend* backend() { return backend_.get(); }
   // Registers a newly acquired lock (heartbeats, close); gives it back if the client closed.
-  Status Adopt(const std::string& name, const std::string& owner_value,
-               const AcquireAttempt& attempt, uint32_t attempts, const AcquireOptions& options,
-               TimePoint sent, std::shared_ptr<LockState>* out);
+  Status Adopt(const LockRequest& request, const AcquireAttempt& attempt, uint32_t attempts,
+               const AcquireOptions& options, TimePoint sent, std::shared_ptr<LockState>* out);
   Status NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms, uint32_t attempts,
                            TimePoint start) const;
   void ForgetPending(AsyncAcquire* acquire);
@@ -78,7 +79,10 @@ class Client : public std::enable_shared_from_this<Client> {
   Status NotHeldStatus(const LockState& lock) const;
   void Forget(const std::shared_ptr<LockState>& lock);
 
-  Status MakeOwnerValue(const AcquireOptions& options, std::string* out) const;
+  // The backend's request for one hold: a fresh owner token, the kind checked against what
+  // the backend offers.
+  Status MakeRequest(const std::string& name, const AcquireOptions& options,
+                     LockRequest* out) const;
   // Settles a release/extend answer into the lock's phase; returns what the caller sees.
   Status SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s);
   Status CheckExtend(const LockState& lock, uint64_t lease_ms) const;

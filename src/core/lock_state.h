@@ -35,6 +35,8 @@ struct LockState {
         owner_value(std::move(owner_value_in)),
         fencing_token(token),
         attempts(tries),
+        kind(options.kind),
+        permits(options.permits),
         heartbeat_explicit(options.heartbeat_ms.has_value()),
         on_lost(options.on_lost),
         lease_ms(options.lease_ms),
@@ -47,6 +49,8 @@ struct LockState {
   const std::string owner_value;  // what the server stores: secret token [+ "|" + label]
   const uint64_t fencing_token;
   const uint32_t attempts;
+  const LockKind kind;
+  const uint32_t permits;  // semaphore size; 0 = not a semaphore
   const bool heartbeat_explicit;
   const LostHandler on_lost;
 

@@ -55,6 +55,10 @@ Status AcquireOptions::Validate() const {
     return Status::InvalidArgument("lease_ms " + std::to_string(lease_ms) +
                                    " is too short to hold a lock (at least 10 ms, or 0 for no expiry)");
   }
+  if (kind == LockKind::kShared && permits != 0) {
+    return Status::InvalidArgument("a lock is shared or a semaphore of " + std::to_string(permits) +
+                                   " permits, not both (set kind exclusive, or permits 0)");
+  }
   return Status::Ok();
 }
 

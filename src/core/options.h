@@ -24,6 +24,9 @@ constexpr uint64_t kDefaultRetryMaxMs = 1000;
 constexpr size_t kMaxNameBytes = 1024;
 constexpr size_t kMaxOwnerBytes = 256;
 
+// The kind of hold asked for (dlock_kind, same values).
+enum class LockKind : int { kExclusive = 0, kShared = 1 };
+
 struct AcquireOptions {
   uint64_t lease_ms = kDefaultLeaseMs;       // 0 = no expiry
   std::optional<uint64_t> heartbeat_ms;      // unset = lease/3; 0 = none
@@ -31,6 +34,8 @@ struct AcquireOptions {
   uint64_t retry_min_ms = kDefaultRetryMinMs;
   uint64_t retry_max_ms = kDefaultRetryMaxMs;
   std::string owner;                         // label for people and tools
+  LockKind kind = LockKind::kExclusive;
+  uint32_t permits = 0;                      // semaphore of n permits; 0 = not a semaphore
   LostHandler on_lost;                       // empty = nobody to tell
 
   // Checks the combination (single values are checked by the setters).

@@ -56,10 +56,9 @@ class DynamoDbBackend : public Backend {
     return result.outcome == Outcome::kOk ? Status::Ok() : result.status;
   }
 
-  Status TryAcquire(const std::string& name, const std::string& owner_value, uint64_t lease_ms,
-                    AcquireAttempt* out) override {
+  Status TryAcquire(const LockRequest& request, AcquireAttempt* out) override {
     Status status;
-    protocol_.Acquire(&blocking_, name, owner_value, lease_ms, [&](Status s, AcquireAttempt a) {
+    protocol_.Acquire(&blocking_, request, [&](Status s, AcquireAttempt a) {
       status = std::move(s);
       *out = std::move(a);
     });
@@ -90,10 +89,18 @@ class DynamoDbBackend : public Backend {
     for (auto& t : threads) t.join();
   }
 
-  void TryAcquireAsync(const std::string& name, const std::string& owner_value, uint64_t lease_ms,
-                       AttemptCallback done) override {
-    protocol_.Acquire(&async_, name, owner_value, lease_ms,
+  void TryAcquireAsync(const LockRequest& request, AttemptCallback done) override {
+    protocol_.Acquire(&async_, request,
                       [done = std::move(done)](Status s, AcquireAttempt a) { done(s, a); });
+  }
+
+  Status Inspect(const std::string& name, LockInfo* out) override {
+    Status status;
+    protocol_.Inspect(&blocking_, name, [&](Status s, LockInfo info) {
+      status = std::move(s);
+      *out = std::move(info);
+    });
+    return status;
   }
 
   void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) override {

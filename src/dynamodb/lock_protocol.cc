@@ -128,17 +128,16 @@ void LockProtocol::Read(Transport* transport, const Json& key, TimePoint deadlin
                   });
 }
 
-void LockProtocol::Acquire(Transport* transport, const std::string& name,
-                           const std::string& owner_value, uint64_t lease_ms,
+void LockProtocol::Acquire(Transport* transport, const LockRequest& request,
                            std::function<void(Status, AcquireAttempt)> done) {
   auto op = std::make_shared<AcquireOp>();
-  op->name = name;
-  op->owner_value = owner_value;
-  op->lease_ms = lease_ms;
+  op->name = request.name;
+  op->owner_value = request.owner_value;
+  op->lease_ms = request.lease_ms;
   op->deadline = CallDeadline();
   op->done = std::move(done);
-  Status s = KeyFor(name, &op->key);
-  if (s.ok() && !IsValidUtf8(owner_value)) {
+  Status s = KeyFor(request.name, &op->key);
+  if (s.ok() && !IsValidUtf8(request.owner_value)) {
     s = Status::InvalidArgument("the owner label is not valid UTF-8, which DynamoDB requires");
   }
   if (!s.ok()) {
@@ -409,6 +408,41 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
       InBackground("UpdateItem", ReleaseBody(key, lock->owner_value));
       done(failure);
     });
+  });
+}
+
+void LockProtocol::Inspect(Transport* transport, const std::string& name,
+                           std::function<void(Status, LockInfo)> done) {
+  Json key;
+  Status s = KeyFor(name, &key);
+  if (!s.ok()) {
+    done(s, LockInfo());
+    return;
+  }
+  Read(transport, key, CallDeadline(), [done = std::move(done)](Status st, Json item) {
+    LockInfo info;
+    const std::string owner = st.ok() ? StringAttribute(item, attr::kOwner) : std::string();
+    if (owner.empty()) {
+      done(st, info);
+      return;
+    }
+    HolderInfo holder;
+    holder.owner = OwnerLabel(owner);
+    uint64_t lease_ms = 0;
+    uint64_t renewed_at = 0;
+    (void)NumberAttribute(item, attr::kLeaseMs, &lease_ms);
+    (void)NumberAttribute(item, attr::kRenewedAtMs, &renewed_at);
+    (void)NumberAttribute(item, attr::kFence, &holder.fencing_token);
+    if (lease_ms == 0) {
+      holder.remaining_ms = -1;
+    } else {
+      // Server-supplied numbers, clamped before the arithmetic.
+      const int64_t lease = static_cast<int64_t>(std::min<uint64_t>(lease_ms, kMaxLeaseMs));
+      const int64_t renewed = static_cast<int64_t>(std::min<uint64_t>(renewed_at, INT64_MAX / 2));
+      holder.remaining_ms = std::clamp<int64_t>(renewed + lease - WallClockMs(), 0, lease);
+    }
+    info.holders.push_back(std::move(holder));
+    done(Status::Ok(), std::move(info));
   });
 }
 

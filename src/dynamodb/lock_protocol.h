@@ -48,8 +48,8 @@ class LockProtocol {
   explicit LockProtocol(Api* api) : api_(api) {}
 
   // One acquire attempt (may take up to three round trips: write, read, takeover write).
-  void Acquire(Transport* transport, const std::string& name, const std::string& owner_value,
-               uint64_t lease_ms, std::function<void(Status, AcquireAttempt)> done);
+  void Acquire(Transport* transport, const LockRequest& request,
+               std::function<void(Status, AcquireAttempt)> done);
   // Renews (heartbeat) or changes (extend) the lease of a held lock. Ok, NotHeld, or an error.
   // deadline bounds the whole call, an ambiguous answer's read included (the lock's local
   // deadline for heartbeats, the caller's bound for extend); each request also ends by
@@ -59,6 +59,10 @@ class LockProtocol {
   // Ok, NotHeld, or an error.
   void Release(Transport* transport, std::shared_ptr<const LockState> lock,
                std::function<void(Status)> done);
+  // Who holds name (one ConsistentRead). The remaining lease is estimated from the holder's
+  // wall clock at its last write (renewedAtMs + leaseMs), within 0..leaseMs.
+  void Inspect(Transport* transport, const std::string& name,
+               std::function<void(Status, LockInfo)> done);
   // A ConsistentRead of the item: Ok with *item null when there is none.
   void Read(Transport* transport, const Json& key, TimePoint deadline,
             std::function<void(Status, Json item)> done);

@@ -1,10 +1,13 @@
 #include "redis/reply.h"
 
+#include <algorithm>
 #include <charconv>
 #include <strings.h>
 
 #include <cstring>
 #include <mutex>
+
+#include "core/options.h"
 
 namespace dlock::redis {
 namespace {
@@ -150,6 +153,31 @@ Status ParseAcquireReply(const redisReply* r, const std::string& server, Acquire
   }
   out->acquired = false;
   out->holder_ttl_ms = value->integer;
+  return Status::Ok();
+}
+
+Status ParseInspectReply(const redisReply* r, const std::string& server, LockInfo* out) {
+  if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, server);
+  *out = LockInfo();
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER) {
+    return Garbage(server, "the inspect script");
+  }
+  if (r->element[0]->integer == 0 && r->elements == 1) return Status::Ok();  // free
+  if (r->element[0]->integer != 1 || r->elements != 4 ||
+      r->element[1]->type != REDIS_REPLY_STRING || r->element[2]->type != REDIS_REPLY_INTEGER ||
+      r->element[3]->type != REDIS_REPLY_STRING) {
+    return Garbage(server, "the inspect script");
+  }
+  HolderInfo holder;
+  holder.owner.assign(r->element[1]->str, r->element[1]->len);
+  // PTTL: -1 no expiry; anything else below 0 (gone meanwhile) reads as expiring now.
+  long long pttl = r->element[2]->integer;
+  holder.remaining_ms = pttl == -1 ? -1 : std::clamp<long long>(pttl, 0, static_cast<long long>(kMaxLeaseMs));
+  const redisReply* token = r->element[3];
+  auto [ptr, ec] = std::from_chars(token->str, token->str + token->len, holder.fencing_token);
+  if (ec != std::errc() || ptr != token->str + token->len) holder.fencing_token = 0;  // unknown
+  out->holders.push_back(std::move(holder));
   return Status::Ok();
 }
 

@@ -45,6 +45,8 @@ bool IsNoScript(const redisReply* r);
 Status ErrorReplyStatus(const redisReply* r, const std::string& server);
 // acquire.lua: {1, token} or {0, pttl}.
 Status ParseAcquireReply(const redisReply* r, const std::string& server, AcquireAttempt* out);
+// inspect.lua: {0} or {1, label, pttl, token}.
+Status ParseInspectReply(const redisReply* r, const std::string& server, LockInfo* out);
 // release.lua / extend.lua: 1 -> Ok, 0 -> NotHeld.
 Status ParseOwnedReply(const redisReply* r, const std::string& server, const std::string& name);
 

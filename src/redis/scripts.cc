@@ -28,10 +28,12 @@ const Script& GetScript(ScriptId id) {
   static const Script acquire = Load("acquire");
   static const Script release = Load("release");
   static const Script extend = Load("extend");
+  static const Script inspect = Load("inspect");
   switch (id) {
     case ScriptId::kAcquire: return acquire;
     case ScriptId::kRelease: return release;
     case ScriptId::kExtend: return extend;
+    case ScriptId::kInspect: return inspect;
   }
   std::abort();
 }

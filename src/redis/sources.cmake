@@ -6,7 +6,8 @@ pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 # lua/*.lua is the source of truth, embedded into the library at build time.
 set(DLOCK_LUA_SCRIPTS ${PROJECT_SOURCE_DIR}/lua/acquire.lua
                       ${PROJECT_SOURCE_DIR}/lua/release.lua
-                      ${PROJECT_SOURCE_DIR}/lua/extend.lua)
+                      ${PROJECT_SOURCE_DIR}/lua/extend.lua
+                      ${PROJECT_SOURCE_DIR}/lua/inspect.lua)
 set(DLOCK_LUA_GEN ${PROJECT_BINARY_DIR}/generated/lua_scripts.cc)
 add_custom_command(
   OUTPUT ${DLOCK_LUA_GEN}
@@ -17,6 +18,8 @@ add_custom_command(
 
 target_sources(dlock_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/async_connection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/lock_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/node_channel.cc
   ${CMAKE_CURRENT_LIST_DIR}/redis_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/redis_url.cc
   ${CMAKE_CURRENT_LIST_DIR}/reply.cc

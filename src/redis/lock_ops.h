@@ -1,0 +1,62 @@
+// The lock operations on Redis, each written once: which script it calls with which keys and
+// arguments, and how its reply reads. Run and RunAsync send any of them over any Channel (one
+// node today; a cluster router or a quorum later), so the blocking and async paths of every
+// topology share both halves.
+#ifndef DLOCK_REDIS_LOCK_OPS_H_
+#define DLOCK_REDIS_LOCK_OPS_H_
+
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "core/backend.h"
+#include "redis/channel.h"
+
+namespace dlock::redis {
+
+// The result of an operation that has nothing to say beyond its status.
+struct NoResult {};
+
+// One operation on one lock: the script call, and how its reply reads into an R.
+template <typename R>
+struct Op {
+  using ReadFn = Status (*)(const redisReply* reply, const std::string& server,
+                            const std::string& name, R* out);
+  ScriptCall call;
+  std::string name;  // the lock's, for messages
+  ReadFn read;
+};
+
+// acquire.lua: acquired with a token, or the holder's remaining lease.
+Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request);
+// release.lua: Ok, or NotHeld when owner_value no longer holds it. Wakes the waiters.
+Op<NoResult> ReleaseOp(const std::string& prefix, const std::string& name,
+                       const std::string& owner_value);
+// extend.lua: sets the lease (0 = no expiry); Ok or NotHeld.
+Op<NoResult> ExtendOp(const std::string& prefix, const std::string& name,
+                      const std::string& owner_value, uint64_t lease_ms);
+// inspect.lua: who holds it.
+Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name);
+
+// Blocking, any thread.
+template <typename R>
+Status Run(Channel* channel, const Op<R>& op, R* out) {
+  ReplyPtr reply;
+  Status s = channel->Eval(op.call, &reply);
+  return s.ok() ? op.read(reply.get(), channel->server(), op.name, out) : s;
+}
+
+// Loop thread; done runs once, on the loop thread, with the status and the result.
+template <typename R>
+void RunAsync(Channel* channel, const Op<R>& op, std::function<void(const Status&, R)> done) {
+  channel->EvalAsync(op.call, [channel, read = op.read, name = op.name, done = std::move(done)](
+                                  redisReply* reply, const Status& error) {
+    R out{};
+    Status s = error.ok() ? read(reply, channel->server(), name, &out) : error;
+    done(s, std::move(out));
+  });
+}
+
+}  // namespace dlock::redis
+
+#endif  // DLOCK_REDIS_LOCK_OPS_H_

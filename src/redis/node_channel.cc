@@ -1,0 +1,132 @@
+#include "redis/node_channel.h"
+
+#include <algorithm>
+#include <set>
+
+namespace dlock::redis {
+namespace {
+
+// Idle blocking connections kept for reuse; more are opened when more threads call at once.
+constexpr size_t kMaxIdleConnections = 64;
+
+}  // namespace
+
+// A pooled blocking connection for the duration of one call.
+class NodeChannel::Lease {
+ public:
+  explicit Lease(NodeChannel* channel) : channel_(channel) {}
+  ~Lease() {
+    if (conn_ == nullptr || conn_->broken()) return;
+    std::lock_guard<std::mutex> lock(channel_->pool_mu_);
+    if (channel_->idle_.size() < kMaxIdleConnections) channel_->idle_.push_back(std::move(conn_));
+  }
+  Status Open(TimePoint deadline) {
+    {
+      std::lock_guard<std::mutex> lock(channel_->pool_mu_);
+      if (!channel_->idle_.empty()) {
+        conn_ = std::move(channel_->idle_.back());
+        channel_->idle_.pop_back();
+        reused_ = true;
+        return Status::Ok();
+      }
+    }
+    return SyncConnection::Connect(channel_->config_, deadline, &conn_);
+  }
+  SyncConnection* operator->() { return conn_.get(); }
+  SyncConnection& operator*() { return *conn_; }
+  bool reused() const { return reused_; }
+
+ private:
+  NodeChannel* channel_;
+  bool reused_ = false;
+  std::unique_ptr<SyncConnection> conn_;
+};
+
+NodeChannel::NodeChannel(EventLoop* loop, RedisConfig config)
+    : config_(std::move(config)),
+      server_(config_.Describe()),
+      async_(loop, config_),
+      subscriber_(loop, config_) {}
+
+// The whole call, connecting included, ends by start + connect_timeout_ms + timeout_ms; each
+// command by timeout_ms after it starts. A pooled connection that fails at once (reset,
+// closed: the server restarted or dropped an idle client) was most likely stale: the pool is
+// dropped and fn runs once more on a fresh connection, within the same bound. A timeout is not
+// retried: the server is there but silent, and a retry would only double the caller's wait.
+template <typename Fn>
+Status NodeChannel::WithConnection(Fn&& fn) {
+  const Millis connect(config_.params.connect_timeout_ms);
+  const Millis command(config_.params.timeout_ms);
+  const TimePoint call_deadline = Now() + connect + command;
+  for (int round = 0;; ++round) {
+    Lease conn(this);
+    Status s = conn.Open(std::min(call_deadline, Now() + connect));
+    if (!s.ok()) return s;
+    s = fn(*conn, std::min(call_deadline, Now() + command));
+    if (s.code() != Code::kIoError || conn->timed_out()) return s;
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      idle_.clear();
+    }
+    if (!conn.reused() || round > 0) return s;
+  }
+}
+
+Status NodeChannel::Ping() {
+  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+    ReplyPtr reply;
+    Status s = conn.Command({"PING"}, deadline, &reply);
+    if (!s.ok()) return s;
+    if (reply->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(reply.get(), server_);
+    return Status::Ok();
+  });
+}
+
+Status NodeChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
+  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+    return conn.Eval(GetScript(call.script), call.keys, call.args, deadline, reply);
+  });
+}
+
+void NodeChannel::EvalAll(const std::vector<ScriptCall>& calls) {
+  // One pipeline for all of them: closing a client holding 10,000 locks is one round trip,
+  // bounded like any call. A stale pooled connection is retried once on a fresh one
+  // (WithConnection), from the first unanswered call.
+  size_t answered = 0;
+  (void)WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+    std::set<ScriptId> scripts;
+    for (size_t i = answered; i < calls.size(); ++i) scripts.insert(calls[i].script);
+    for (ScriptId id : scripts) {
+      Status st = conn.LoadScript(GetScript(id), deadline);
+      if (!st.ok()) return st;
+    }
+    for (size_t i = answered; i < calls.size(); ++i) {
+      conn.Append(EvalShaArgv(GetScript(calls[i].script), calls[i].keys, calls[i].args));
+    }
+    for (; answered < calls.size(); ++answered) {
+      ReplyPtr reply;
+      Status st = conn.ReadReply(deadline, &reply);
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  });
+}
+
+void NodeChannel::EvalAsync(const ScriptCall& call, ReplyCallback done) {
+  async_.Eval(GetScript(call.script), call.keys, call.args, std::move(done));
+}
+
+void NodeChannel::Watch(const std::string& channel, ReleaseWatcher* watcher) {
+  subscriber_.Watch(channel, watcher);
+}
+
+void NodeChannel::Unwatch(const std::string& channel, ReleaseWatcher* watcher) {
+  subscriber_.Unwatch(channel, watcher);
+}
+
+void NodeChannel::ShutdownOnLoop() {
+  async_.Shutdown("the client was closed");
+  subscriber_.ShutdownOnLoop();
+}
+
+}  // namespace dlock::redis

@@ -1,0 +1,50 @@
+// One Redis server as a Channel: a pool of blocking connections for callers' threads (no
+// thread waits on another's round trip), one pipelined async connection on the loop, and one
+// subscriber connection for all waiters.
+#ifndef DLOCK_REDIS_NODE_CHANNEL_H_
+#define DLOCK_REDIS_NODE_CHANNEL_H_
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "loop/event_loop.h"
+#include "redis/async_connection.h"
+#include "redis/channel.h"
+#include "redis/redis_url.h"
+#include "redis/subscriber.h"
+#include "redis/sync_connection.h"
+
+namespace dlock::redis {
+
+class NodeChannel : public Channel {
+ public:
+  NodeChannel(EventLoop* loop, RedisConfig config);
+
+  const std::string& server() const override { return server_; }
+  Status Ping() override;
+  Status Eval(const ScriptCall& call, ReplyPtr* reply) override;
+  void EvalAll(const std::vector<ScriptCall>& calls) override;
+  void EvalAsync(const ScriptCall& call, ReplyCallback done) override;
+  void Watch(const std::string& channel, ReleaseWatcher* watcher) override;
+  void Unwatch(const std::string& channel, ReleaseWatcher* watcher) override;
+  size_t PendingAsync() const override { return async_.pending(); }
+  void ShutdownOnLoop() override;
+
+ private:
+  class Lease;
+  // Runs fn(connection, deadline) on a pooled connection; see node_channel.cc for the bounds.
+  template <typename Fn>
+  Status WithConnection(Fn&& fn);
+
+  RedisConfig config_;
+  std::string server_;
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<SyncConnection>> idle_;
+  AsyncConnection async_;  // loop thread only: heartbeats and async calls, pipelined
+  Subscriber subscriber_;
+};
+
+}  // namespace dlock::redis
+
+#endif  // DLOCK_REDIS_NODE_CHANNEL_H_
