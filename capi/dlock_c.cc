@@ -198,21 +198,21 @@ dlock_status dlock_options_set_heartbeat_ms(dlock_options* o, uint64_t ms) {
 dlock_status dlock_options_set_wait_ms(dlock_options* o, int64_t ms) {
   return Guard([&] {
     if (o == nullptr) return Invalid("options is NULL");
-    if (ms < -1) return Invalid("wait_ms must be 0 (one try), a positive number of ms, or -1 (no limit)");
-    o->impl.wait_ms = ms;
-    return Report(dlock::Status::Ok());
+    dlock::Status s = dlock::CheckWait(ms);
+    if (s.ok()) o->impl.wait_ms = ms;
+    return Report(s);
   });
 }
 
 dlock_status dlock_options_set_retry_ms(dlock_options* o, uint64_t min_ms, uint64_t max_ms) {
   return Guard([&] {
     if (o == nullptr) return Invalid("options is NULL");
-    if (min_ms < 1 || min_ms > max_ms || max_ms > 3600000) {
-      return Invalid("retry_ms needs 1 <= min_ms <= max_ms <= 3600000");
+    dlock::Status s = dlock::CheckRetry(min_ms, max_ms);
+    if (s.ok()) {
+      o->impl.retry_min_ms = min_ms;
+      o->impl.retry_max_ms = max_ms;
     }
-    o->impl.retry_min_ms = min_ms;
-    o->impl.retry_max_ms = max_ms;
-    return Report(dlock::Status::Ok());
+    return Report(s);
   });
 }
 

@@ -16,9 +16,8 @@ AsyncAcquire::AsyncAcquire(Client* client, LockRequest request, AcquireOptions o
       key_(key),
       done_(std::move(done)),
       start_(Now()),
-      wait_until_(WaitUntil(start_, options_.wait_ms)),
-      timer_(client->loop(), [this] { Attempt(); }),
-      backoff_ms_(options_.retry_min_ms) {}
+      policy_(options_, client->backend()->NotifiesReleases(), start_),
+      timer_(client->loop(), [this] { Attempt(); }) {}
 
 AsyncAcquire::~AsyncAcquire() = default;
 
@@ -63,29 +62,27 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
     Finish(adopted, lock);
     return;
   }
-  last_holder_ttl_ms_ = attempt.holder_ttl_ms;
-  TimePoint now = Now();
-  if (options_.wait_ms == 0 || now >= wait_until_) {
-    Finish(client_->NotAcquiredStatus(request_.name, attempt.holder_ttl_ms, attempts_, start_),
-           nullptr);
-    return;
-  }
-  if (released_meanwhile_) {
+  const TimePoint now = Now();
+  if (released_meanwhile_ && now < policy_.wait_until()) {
     Attempt();
     return;
   }
-  if (!watching_ && client_->backend()->NotifiesReleases()) {
-    // Subscribe before the next attempt so that a release in between cannot be missed; the
-    // attempt follows when the subscription is live (or after a second, whichever is first).
-    watching_ = true;
-    client_->backend()->Watch(request_.name, this);
-    SleepUntil(std::min(wait_until_, now + Millis(1000)));
-    return;
+  WaitStep step = policy_.AfterRefusal(now, attempt.holder_ttl_ms);
+  switch (step.kind) {
+    case WaitStep::Kind::kGiveUp:
+      Finish(client_->NotAcquiredStatus(request_.name, attempt.holder_ttl_ms, attempts_, start_),
+             nullptr);
+      return;
+    case WaitStep::Kind::kSubscribe:
+      // The attempt follows when the subscription is live (OnWatchReady) or at step.until.
+      watching_ = true;
+      client_->backend()->Watch(request_.name, this);
+      break;
+    case WaitStep::Kind::kSleep:
+      break;
   }
-  SleepUntil(std::min(NextWake(now, attempt.holder_ttl_ms, options_, &backoff_ms_), wait_until_));
+  timer_.StartAt(step.until);
 }
-
-void AsyncAcquire::SleepUntil(TimePoint wake) { timer_.StartAt(wake); }
 
 void AsyncAcquire::OnWatchReady(bool live) {
   client_->loop()->Post([self = shared_from_this(), live] {

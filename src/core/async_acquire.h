@@ -10,6 +10,7 @@
 
 #include "core/backend.h"
 #include "core/options.h"
+#include "core/waiting.h"
 #include "loop/event_loop.h"
 
 namespace dlock {
@@ -44,7 +45,6 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   void Attempt();
   void OnAttempt(const Status& s, const AcquireAttempt& attempt, TimePoint sent);
   void Finish(const Status& s, std::shared_ptr<LockState> lock);
-  void SleepUntil(TimePoint wake);
 
   Client* client_;
   const LockRequest request_;
@@ -52,11 +52,9 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   const CancelKey key_;
   AcquireDone done_;
   const TimePoint start_;
-  const TimePoint wait_until_;
+  WaitPolicy policy_;
   Timer timer_;
   uint32_t attempts_ = 0;
-  uint64_t backoff_ms_;
-  int64_t last_holder_ttl_ms_ = -2;
   bool watching_ = false;
   bool live_ = false;
   bool in_flight_ = false;

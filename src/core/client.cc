@@ -49,9 +49,10 @@ Status Client::Finish(const std::string& url_text, std::shared_ptr<Client> clien
 }
 
 Status Client::Prepare(const std::string& url_text, int64_t wait_ms) {
-  if (wait_ms < -1) return Status::InvalidArgument("wait_ms must be -1 (no limit), 0 or positive");
+  Status s = CheckWait(wait_ms);
+  if (!s.ok()) return s;
   Url url;
-  Status s = ParseUrl(url_text, &url);
+  s = ParseUrl(url_text, &url);
   const BackendEntry* backend = nullptr;
   if (s.ok()) s = FindBackend(url, &backend);
   if (s.ok()) s = backend->prepare(url, wait_ms);
@@ -254,15 +255,12 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
   if (!s.ok()) return s;
 
   const TimePoint start = Now();
-  const TimePoint wait_until = WaitUntil(start, options.wait_ms);
+  WaitPolicy policy(options, backend_->NotifiesReleases(), start);
   WakeSignal signal;
-  bool watching = false;
   uint64_t seen = 0;
   uint32_t attempts = 0;
-  uint64_t backoff = options.retry_min_ms;
   auto stop_watching = [&] {
-    if (watching) backend_->Unwatch(name, &signal);
-    watching = false;
+    if (policy.subscribed()) backend_->Unwatch(name, &signal);
   };
 
   while (true) {
@@ -278,23 +276,20 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
       stop_watching();
       return Adopt(request, attempt, attempts, options, sent, out);
     }
-    TimePoint now = Now();
-    if (options.wait_ms == 0 || now >= wait_until) {
-      stop_watching();
-      return NotAcquiredStatus(name, attempt.holder_ttl_ms, attempts, start);
+    WaitStep step = policy.AfterRefusal(Now(), attempt.holder_ttl_ms);
+    switch (step.kind) {
+      case WaitStep::Kind::kGiveUp:
+        stop_watching();
+        return NotAcquiredStatus(name, attempt.holder_ttl_ms, attempts, start);
+      case WaitStep::Kind::kSubscribe:
+        backend_->Watch(name, &signal);
+        seen = signal.notifications();
+        signal.WaitReady(step.until);
+        break;
+      case WaitStep::Kind::kSleep:
+        signal.WaitNotified(&seen, step.until);
+        break;
     }
-    if (!watching && backend_->NotifiesReleases()) {
-      // Subscribe before the next attempt, so a release between the two cannot be missed.
-      backend_->Watch(name, &signal);
-      watching = true;
-      seen = signal.notifications();
-      signal.WaitReady(std::min(wait_until, now + Millis(1000)));
-      continue;
-    }
-    // Sleep until the holder releases (pub/sub), its lease runs out, the jittered fallback
-    // retry, or the end of the wait, whichever comes first.
-    TimePoint wake = std::min(NextWake(now, attempt.holder_ttl_ms, options, &backoff), wait_until);
-    signal.WaitNotified(&seen, wake);
   }
 }
 
@@ -403,12 +398,8 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) 
 }
 
 Status Client::CheckExtend(const LockState& lock, uint64_t lease_ms) const {
-  Status s = CheckLease(lease_ms);
+  Status s = CheckHeldLease(lease_ms);
   if (!s.ok()) return s;
-  if (lease_ms != 0 && lease_ms < 10) {
-    return Status::InvalidArgument("lease_ms " + std::to_string(lease_ms) +
-                                   " is too short (at least 10 ms, or 0 for no expiry)");
-  }
   if (lock.heartbeat_explicit && lease_ms != 0 && lock.heartbeat_ms.load() >= lease_ms) {
     return Status::InvalidArgument("lease_ms " + std::to_string(lease_ms) +
                                    " must be longer than the lock's heartbeat_ms " +

@@ -13,6 +13,32 @@ Status CheckLease(uint64_t lease_ms) {
   return Status::Ok();
 }
 
+Status CheckHeldLease(uint64_t lease_ms) {
+  Status s = CheckLease(lease_ms);
+  if (s.ok() && lease_ms != 0 && lease_ms < kMinLeaseMs) {
+    return Status::InvalidArgument("lease_ms " + std::to_string(lease_ms) +
+                                   " is too short to hold a lock (at least " +
+                                   std::to_string(kMinLeaseMs) + " ms, or 0 for no expiry)");
+  }
+  return s;
+}
+
+Status CheckWait(int64_t wait_ms) {
+  if (wait_ms < -1) {
+    return Status::InvalidArgument("wait_ms " + std::to_string(wait_ms) +
+                                   " must be 0 (one try), a positive number of ms, or -1 (no limit)");
+  }
+  return Status::Ok();
+}
+
+Status CheckRetry(uint64_t min_ms, uint64_t max_ms) {
+  if (min_ms < 1 || min_ms > max_ms || max_ms > kMaxRetryMs) {
+    return Status::InvalidArgument("retry_ms needs 1 <= min_ms <= max_ms <= " +
+                                   std::to_string(kMaxRetryMs));
+  }
+  return Status::Ok();
+}
+
 Status CheckHeartbeat(uint64_t heartbeat_ms) {
   if (heartbeat_ms > kMaxLeaseMs) {
     return Status::InvalidArgument("heartbeat_ms " + std::to_string(heartbeat_ms) +
@@ -41,8 +67,7 @@ Status CheckOwner(const char* owner) {
 }
 
 uint64_t AcquireOptions::HeartbeatFor(uint64_t lease) const {
-  if (heartbeat_ms.has_value()) return *heartbeat_ms;
-  return lease == 0 ? 0 : (lease / 3 > 0 ? lease / 3 : 1);
+  return heartbeat_ms.has_value() ? *heartbeat_ms : DefaultHeartbeatMs(lease);
 }
 
 Status AcquireOptions::Validate() const {
@@ -51,10 +76,8 @@ Status AcquireOptions::Validate() const {
                                    " must be less than lease_ms " + std::to_string(lease_ms) +
                                    " (or 0 for no heartbeats)");
   }
-  if (lease_ms != 0 && lease_ms < 10) {
-    return Status::InvalidArgument("lease_ms " + std::to_string(lease_ms) +
-                                   " is too short to hold a lock (at least 10 ms, or 0 for no expiry)");
-  }
+  Status s = CheckHeldLease(lease_ms);
+  if (!s.ok()) return s;
   if (kind == LockKind::kShared && permits != 0) {
     return Status::InvalidArgument("a lock is shared or a semaphore of " + std::to_string(permits) +
                                    " permits, not both (set kind exclusive, or permits 0)");

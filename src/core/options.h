@@ -17,8 +17,11 @@ namespace dlock {
 using LostHandler =
     std::function<void(const std::string& name, uint64_t fencing_token, const std::string& reason)>;
 
+// Every default and bound of the acquire options, in one place.
 constexpr uint64_t kDefaultLeaseMs = 10000;
+constexpr uint64_t kMinLeaseMs = 10;  // shorter cannot be held: drift alone eats it
 constexpr uint64_t kMaxLeaseMs = 10ull * 366 * 24 * 3600 * 1000;  // ten years
+constexpr uint64_t kMaxRetryMs = 3600000;
 constexpr uint64_t kDefaultRetryMinMs = 50;
 constexpr uint64_t kDefaultRetryMaxMs = 1000;
 constexpr size_t kMaxNameBytes = 1024;
@@ -44,8 +47,19 @@ struct AcquireOptions {
   uint64_t HeartbeatFor(uint64_t lease) const;
 };
 
+// The heartbeat period a lease gets unless one is set: a third of it, so that two renewals
+// may fail before it runs out. 0 (none) for no expiry.
+inline uint64_t DefaultHeartbeatMs(uint64_t lease_ms) {
+  return lease_ms == 0 ? 0 : (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
+}
+
+// Setter checks (one value each).
 Status CheckLease(uint64_t lease_ms);
+Status CheckWait(int64_t wait_ms);
+Status CheckRetry(uint64_t min_ms, uint64_t max_ms);
 Status CheckHeartbeat(uint64_t heartbeat_ms);
+// A lease a lock can be held with (acquire and extend): 0, or kMinLeaseMs..kMaxLeaseMs.
+Status CheckHeldLease(uint64_t lease_ms);
 Status CheckLockName(const char* name);
 Status CheckOwner(const char* owner);
 

@@ -1,6 +1,8 @@
-// The waiting policy's next wake-up (README guarantee 5), shared by the blocking and the async
-// acquire: the jittered, exponentially growing fallback retry, or just after the holder's lease
-// may run out, whichever comes first.
+// The waiting policy (README guarantee 5), written once for the blocking and the async acquire:
+// after a refused attempt, give up, subscribe to the lock's releases (once, before the next
+// attempt, so that a release in between cannot be missed), or sleep until the jittered,
+// exponentially growing fallback retry or just after the holder's lease may run out, whichever
+// comes first. A release notification cuts any sleep short.
 #ifndef DLOCK_CORE_WAITING_H_
 #define DLOCK_CORE_WAITING_H_
 
@@ -31,6 +33,46 @@ inline TimePoint NextWake(TimePoint now, int64_t holder_ttl_ms, const AcquireOpt
   if (ttl >= 0) wake = std::min(wake, now + Millis(ttl + 1));
   return wake;
 }
+
+// What a waiter does next after a refused attempt.
+struct WaitStep {
+  enum class Kind { kGiveUp, kSubscribe, kSleep };
+  Kind kind;
+  // kSubscribe: how long to wait for the subscription to go live before the next attempt
+  // anyway; kSleep: when to try again at the latest.
+  TimePoint until;
+};
+
+class WaitPolicy {
+ public:
+  // Waits for a subscription go live at most this long before trying again without it.
+  static constexpr Millis kSubscribeWait{1000};
+
+  WaitPolicy(const AcquireOptions& options, bool backend_notifies, TimePoint start)
+      : options_(options),
+        notifies_(backend_notifies),
+        wait_until_(WaitUntil(start, options.wait_ms)),
+        backoff_ms_(options.retry_min_ms) {}
+
+  WaitStep AfterRefusal(TimePoint now, int64_t holder_ttl_ms) {
+    if (options_.wait_ms == 0 || now >= wait_until_) return {WaitStep::Kind::kGiveUp, now};
+    if (notifies_ && !subscribed_) {
+      subscribed_ = true;
+      return {WaitStep::Kind::kSubscribe, std::min(wait_until_, now + kSubscribeWait)};
+    }
+    return {WaitStep::Kind::kSleep,
+            std::min(NextWake(now, holder_ttl_ms, options_, &backoff_ms_), wait_until_)};
+  }
+  bool subscribed() const { return subscribed_; }
+  TimePoint wait_until() const { return wait_until_; }
+
+ private:
+  const AcquireOptions& options_;
+  const bool notifies_;
+  const TimePoint wait_until_;
+  uint64_t backoff_ms_;
+  bool subscribed_ = false;
+};
 
 }  // namespace dlock
 

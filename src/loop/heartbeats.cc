@@ -240,7 +240,7 @@ void Heartbeats::OnExtended(const std::shared_ptr<LockState>& lock, uint64_t lea
   if (status.ok()) {
     lock->lease_ms.store(lease_ms);
     if (!lock->heartbeat_explicit) {
-      lock->heartbeat_ms.store(lease_ms == 0 ? 0 : std::max<uint64_t>(lease_ms / 3, 1));
+      lock->heartbeat_ms.store(DefaultHeartbeatMs(lease_ms));
     }
     lock->SetDeadline(sent, lease_ms);
     if (it != entries_.end()) {
