@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return new dlock::dynamodb::Api(config, nullptr);
   }();
   static const int kStatuses[] = {200, 400, 403, 404, 413, 500, 503, 0};
-  dlock::dynamodb::HttpResponse response;
+  dlock::http::Response response;
   response.status = kStatuses[data[0] % 8];
   response.body.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   for (const char* operation : {"UpdateItem", "GetItem", "DescribeTable"}) {

@@ -1,5 +1,5 @@
 // Bytes from a Redis server, as the connections read them: hiredis's reader, then every reply
-// shape dlock reads (acquire.lua, release/extend.lua, errors, NOSCRIPT). The first byte picks
+// shape dlock reads (acquire.lua, release/extend.lua, inspect.lua, errors, NOSCRIPT). The first byte picks
 // how the input is cut into reads, so partial replies are exercised too.
 #include <hiredis/hiredis.h>
 
@@ -33,6 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       dlock::AcquireAttempt attempt;
       (void)dlock::redis::ParseAcquireReply(reply, "fuzz", &attempt);
       (void)dlock::redis::ParseOwnedReply(reply, "fuzz", "name");
+      dlock::LockInfo info;
+      (void)dlock::redis::ParseInspectReply(reply, "fuzz", &info);
       (void)dlock::redis::IsNoScript(reply);
       if (reply->type == REDIS_REPLY_ERROR) (void)dlock::redis::ErrorReplyStatus(reply, "fuzz");
       freeReplyObject(reply);
