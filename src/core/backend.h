@@ -1,4 +1,4 @@
-// What a backend (Redis, DynamoDB, ...) does for the generic client. The client owns the
+// What a backend does for the generic client. The client owns the
 // waiting policy, lock states and heartbeat scheduling; a backend owns its wire protocol.
 #ifndef DLOCK_CORE_BACKEND_H_
 #define DLOCK_CORE_BACKEND_H_
@@ -55,8 +55,8 @@ struct AcquireAttempt {
   bool acquired = false;
   uint64_t fencing_token = 0;  // when acquired
   int64_t holder_ttl_ms = -2;  // when not: how long until it may be free, -1 never, -2 unknown
-  // Backend-specific state of the acquired lock (e.g. DynamoDB's record version), kept in
-  // LockState::backend_data for the backend's later release/extend/renew calls.
+  // Backend-specific state of the acquired lock, kept in LockState::backend_data for the
+  // backend's later release/extend/renew calls.
   std::shared_ptr<BackendLockData> backend_data;
 };
 
@@ -158,7 +158,7 @@ class Backend {
   virtual Status Inspect(const std::string& name, LockInfo* out) = 0;
   // What the backend promises: kCap* bits, the same as the ABI's DLOCK_CAP_* bits.
   virtual uint32_t Capabilities() const = 0;
-  // Whether Watch delivers release notifications (Redis pub/sub). Without them, waiters rely on
+  // Whether Watch delivers release notifications (e.g. pub/sub). Without them, waiters rely on
   // holder_ttl_ms and the jittered retry alone, and do not wait for a subscription.
   bool NotifiesReleases() const { return (Capabilities() & kCapNotifies) != 0; }
   // Any thread: tell watcher about releases of name, until Unwatch returns. A backend without

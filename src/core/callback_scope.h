@@ -1,5 +1,5 @@
 // Counts user callbacks running on the loop thread, so that a client closed from inside one of
-// its own callbacks defers its teardown until the callback has returned (as hiredis does).
+// its own callbacks defers its teardown until the callback has returned.
 #ifndef DLOCK_CORE_CALLBACK_SCOPE_H_
 #define DLOCK_CORE_CALLBACK_SCOPE_H_
 
