@@ -11,7 +11,7 @@
 #include "core/completion_queue.h"
 #include "core/options.h"
 #include "core/status.h"
-#include "core/url.h"
+#include "core/text.h"
 
 struct dlock_client {
   std::shared_ptr<dlock::Client> impl;

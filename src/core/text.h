@@ -20,6 +20,9 @@ int HexDigitValue(char c);
 // unspecified). Lenient (strict = false): such a '%' is taken literally.
 bool PercentDecode(std::string_view in, bool strict, std::string* out);
 
+// A URL with any password replaced by "***", for messages and logs (dlock_url_redact).
+std::string RedactUrl(const std::string& text);
+
 }  // namespace dlock
 
 #endif  // DLOCK_CORE_TEXT_H_

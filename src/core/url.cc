@@ -74,19 +74,6 @@ Status ParseInt(const std::string& text, int64_t lo, int64_t hi, const std::stri
   return Status::Ok();
 }
 
-std::string RedactUrl(const std::string& text) {
-  size_t scheme_end = text.find("://");
-  if (scheme_end == std::string::npos) return text;
-  size_t auth_start = scheme_end + 3;
-  size_t auth_end = text.find_first_of("/?#", auth_start);
-  if (auth_end == std::string::npos) auth_end = text.size();
-  size_t at = text.rfind('@', auth_end - (auth_end > auth_start ? 1 : 0));
-  if (at == std::string::npos || at < auth_start || at >= auth_end) return text;
-  size_t colon = text.find(':', auth_start);
-  if (colon == std::string::npos || colon > at) return text;
-  return text.substr(0, colon + 1) + "***" + text.substr(at);
-}
-
 Status ParseUrl(const std::string& text, Url* out) {
   *out = Url();
   const std::string shown = "'" + RedactUrl(text) + "'";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/text.h"
 
 namespace dlock {
 
@@ -29,9 +30,6 @@ struct Url {
 
 // Parses text into out. Errors name the bad part and never echo a password.
 Status ParseUrl(const std::string& text, Url* out);
-
-// text with any password replaced by "***", for error messages.
-std::string RedactUrl(const std::string& text);
 
 // Parameters every backend accepts.
 struct CommonParams {
