@@ -499,6 +499,11 @@ dlock_status dlock_extend_errbuf(dlock_lock* l, uint64_t lease_ms, char* buf, si
   return CopyError(dlock_extend(l, lease_ms), buf, len);
 }
 
+dlock_status dlock_inspect_errbuf(dlock_client* c, const char* name, dlock_info** out, char* buf,
+                                  size_t len) {
+  return CopyError(dlock_inspect(c, name, out), buf, len);
+}
+
 dlock_status dlock_backend_prepare(const char* url, int64_t wait_ms) {
   return Guard([&] {
     if (url == nullptr) return Invalid("url is NULL");

@@ -22,6 +22,7 @@
 -- released. lock:valid() turns false at the same moment.
 
 local ffi = require("ffi")
+local bit = require("bit")
 
 ffi.cdef [[
 typedef struct dlock_client dlock_client;
@@ -52,10 +53,23 @@ int dlock_lock_is_valid(const dlock_lock *l);
 int64_t dlock_lock_remaining_ms(const dlock_lock *l);
 uint32_t dlock_lock_attempts(const dlock_lock *l);
 const char *dlock_lock_name(const dlock_lock *l);
+typedef struct dlock_info dlock_info;
+dlock_status dlock_options_set_kind(dlock_options *o, int kind);
+dlock_status dlock_options_set_permits(dlock_options *o, uint32_t n);
+uint32_t dlock_client_capabilities(const dlock_client *c);
+dlock_status dlock_inspect(dlock_client *c, const char *name, dlock_info **out);
+void dlock_info_free(dlock_info *i);
+uint32_t dlock_info_holders(const dlock_info *i);
+const char *dlock_info_owner(const dlock_info *i, uint32_t k);
+int64_t dlock_info_remaining_ms(const dlock_info *i, uint32_t k);
+uint64_t dlock_info_fencing_token(const dlock_info *i, uint32_t k);
+int dlock_info_kind(const dlock_info *i);
+uint64_t dlock_limit_value(int which);
+size_t dlock_url_redact(const char *url, char *buf, size_t len);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 
-local M = { _VERSION = "0.1.0", MAX_NAME_BYTES = 1024, MAX_OWNER_BYTES = 256 }
+local M = { _VERSION = "0.1.0" }
 
 -- ----- finding the library: $DLOCK_LIBRARY, pkg-config's libdir, the system loader -----------
 
@@ -118,10 +132,15 @@ end
 
 local INT64_MAX = 9223372036854775807LL
 
-local status_codes = { [0] = "OK", "NOT_ACQUIRED", "NOT_HELD", "EINVAL", "EIO", "EBACKEND",
-  "EAUTH", "ECANCELLED", "ENOMEM", "EINTERNAL" }
-M.status = {}
-for n, name in pairs(status_codes) do M.status[name] = n end
+-- The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
+M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
+M.MAX_OWNER_BYTES = tonumber(C.dlock_limit_value(1))  -- DLOCK_LIMIT_OWNER_BYTES
+
+-- dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
+-- gives them (the library has numbers only).
+local KINDS = { [0] = "exclusive", "shared" }
+local KIND_NUMBERS = { exclusive = 0, shared = 1 }
+local CAPABILITIES = { fencing_strict = 0x1, notifies = 0x2, shared = 0x4, permits = 0x8 }
 
 function M.version() return ffi.string(C.dlock_version()) end
 
@@ -154,12 +173,31 @@ local function int_string(v)
   return (tostring(v):gsub("U?LL$", ""))
 end
 
--- "NOT_HELD" for 2; unknown numbers give "UNKNOWN".
+-- "NOT_HELD" for 2: the library's name for it without "DLOCK_" (dlock_status_str); unknown
+-- numbers give "UNKNOWN".
 function M.code(status)
   if type(status) ~= "number" and not (type(status) == "cdata" and ffi.istype("int64_t", status)) then
     argerror(1, "code", "number expected, got " .. type(status))
   end
   return (ffi.string(C.dlock_status_str(status)):gsub("^DLOCK_", ""))
+end
+
+-- Status numbers by code, for every number the library names (they run from 0 without gaps).
+M.status = {}
+do
+  local n = 0
+  while M.code(n) ~= "UNKNOWN" do
+    M.status[M.code(n)] = n
+    n = n + 1
+  end
+end
+
+-- url as the library shows it: any password replaced by "***" (dlock_url_redact).
+local function url_shown(url)
+  local n = tonumber(C.dlock_url_redact(url, nil, 0))
+  local buf = ffi.new("char[?]", n + 1)
+  C.dlock_url_redact(url, buf, n + 1)
+  return ffi.string(buf, n)
 end
 
 -- nil, message, code for a failed call (read on the calling thread, right after the call).
@@ -217,6 +255,7 @@ function M.open(url)
   if s ~= 0 then return fail(s) end
   local self = setmetatable({
     _h = ffi.gc(out[0], C.dlock_client_close),
+    _url = url_shown(url),
     _watched = setmetatable({}, { __mode = "k" }),  -- locks with on_lost -> true
   }, Client)
   return self
@@ -236,7 +275,48 @@ end
 function Client:closed() return self._h == nil end
 
 function Client:__tostring()
-  return "dlock.client(" .. (self._h and "open" or "closed") .. ")"
+  return "dlock.client(" .. self._url .. ", " .. (self._h and "open" or "closed") .. ")"
+end
+
+-- What the client's backend offers: a table of booleans { fencing_strict, notifies, shared,
+-- permits } (dlock_client_capabilities); nil, message, "EINVAL" once closed.
+function Client:capabilities()
+  local h = self._h
+  if h == nil then return nil, "client is closed", "EINVAL" end
+  local bits = C.dlock_client_capabilities(h)
+  local caps = {}
+  for name, mask in pairs(CAPABILITIES) do caps[name] = bit.band(bits, mask) ~= 0 end
+  return caps
+end
+
+-- Who holds the lock called name now: { kind = "exclusive" | "shared", holders = { { owner,
+-- remaining_ms, fencing_token }, ... } } (holders empty when free; owner nil when the holder set
+-- none, remaining_ms nil for no expiry, fencing_token uint64_t cdata or nil when unknown), or
+-- nil, message, code. A snapshot read from the server, stale as soon as it returns: never
+-- decide from it whether to take the lock. Owner tokens are never shown, only the labels.
+function Client:inspect(name)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:inspect(name)") end
+  check_string(name, 1, "inspect", "string")
+  local h = self._h
+  if h == nil then return nil, "client is closed", "EINVAL" end
+  local out = ffi.new("dlock_info *[1]")
+  local s = C.dlock_inspect(h, name, out)
+  if s ~= 0 then return fail(s) end
+  local info = ffi.gc(out[0], C.dlock_info_free)
+  local holders = {}
+  for k = 0, C.dlock_info_holders(info) - 1 do
+    local owner = ffi.string(C.dlock_info_owner(info, k))
+    local left = C.dlock_info_remaining_ms(info, k)
+    local token = C.dlock_info_fencing_token(info, k)
+    holders[#holders + 1] = {
+      owner = owner ~= "" and owner or nil,
+      remaining_ms = left >= 0 and tonumber(left) or nil,
+      fencing_token = token ~= 0 and token or nil,
+    }
+  end
+  local kind = C.dlock_info_kind(info)
+  C.dlock_info_free(ffi.gc(info, nil))
+  return { kind = KINDS[kind] or kind, holders = holders }
 end
 
 local function build_options(opts)
@@ -254,6 +334,14 @@ local function build_options(opts)
     rmax = check_ms(opts.retry_ms[2], 2, "acquire", "retry_ms[2]", 0, 2^53)
   end
   if opts.owner ~= nil then check_string(opts.owner, 2, "acquire", "owner") end
+  if opts.kind ~= nil and KIND_NUMBERS[opts.kind] == nil then
+    argerror(2, "acquire", "kind must be \"exclusive\" or \"shared\"")
+  end
+  local permits = opts.permits
+  if permits ~= nil and (type(permits) ~= "number" or permits % 1 ~= 0 or permits < 0
+    or permits > 2^32 - 1) then
+    argerror(2, "acquire", "permits must be an integer from 0 to 4294967295")
+  end
   local on_lost = opts.on_lost
   if on_lost ~= nil and type(on_lost) ~= "function" then
     local mt = getmetatable(on_lost)
@@ -261,7 +349,7 @@ local function build_options(opts)
   end
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
-      and k ~= "owner" and k ~= "on_lost" then
+      and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "permits" then
       argerror(2, "acquire", "unknown option '" .. tostring(k) .. "'")
     end
   end
@@ -274,6 +362,8 @@ local function build_options(opts)
   if s == 0 and wait then s = C.dlock_options_set_wait_ms(o, wait) end
   if s == 0 and rmin then s = C.dlock_options_set_retry_ms(o, rmin, rmax) end
   if s == 0 and opts.owner then s = C.dlock_options_set_owner(o, opts.owner) end
+  if s == 0 and opts.kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[opts.kind]) end
+  if s == 0 and permits then s = C.dlock_options_set_permits(o, permits) end
   if s ~= 0 then
     local _, msg, code = fail(s)
     C.dlock_options_free(ffi.gc(o, nil))
@@ -282,10 +372,12 @@ local function build_options(opts)
   return o, on_lost
 end
 
--- Acquires the lock called name (1..1024 bytes; any bytes but NUL). opts (all optional):
---   lease_ms (default 10000; 0 = no expiry), wait_ms (0 = one try, default; N ms; -1 = no
---   limit), heartbeat_ms (default lease/3; 0 = none), retry_ms = { min, max } (default
---   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top).
+-- Acquires the lock called name (1..MAX_NAME_BYTES bytes; any bytes but NUL). opts (all
+--   optional): lease_ms (default 10000; 0 = no expiry), wait_ms (0 = one try, default; N ms;
+--   -1 = no limit), heartbeat_ms (default lease/3; 0 = none), retry_ms = { min, max } (default
+--   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top), kind =
+--   "exclusive" (default) or "shared", permits = n (a semaphore of n holders; 0 = off): the
+--   library refuses kinds the backend does not offer with "EINVAL" (see client:capabilities()).
 -- Returns the lock, or nil, message, code: "NOT_ACQUIRED" when someone else holds it and the
 -- wait ran out; "EINVAL" for values the library refuses (a name over 1024 bytes, ...).
 function Client:acquire(name, opts)

@@ -2,10 +2,13 @@
 /// <reference types="node" />
 import { EventEmitter } from 'node:events';
 
-/** Status names, as in err.code. */
+/** Status names, as in err.code: the library's (dlock_status_str) without "DLOCK_". */
 export type DlockCode =
   | 'NOT_ACQUIRED' | 'NOT_HELD' | 'EINVAL' | 'EIO' | 'EBACKEND' | 'EAUTH'
   | 'ECANCELLED' | 'ENOMEM' | 'EINTERNAL' | 'UNKNOWN';
+
+/** The kind of a hold. */
+export type LockKind = 'exclusive' | 'shared';
 
 /**
  * A failure reported by libdlock; message is the library's own (dlock_last_error()) for that call.
@@ -28,13 +31,47 @@ export interface AcquireOptions {
   heartbeatMs?: number | bigint;
   /** [min, max] of the jittered fallback retry while waiting (default [50, 1000]). */
   retryMs?: [number | bigint, number | bigint];
-  /** A label stored with the lock for people and tools (at most 256 bytes). */
+  /** A label stored with the lock for people and tools (at most MAX_OWNER_BYTES bytes). */
   owner?: string;
+  /** 'exclusive' (default) or 'shared'; EINVAL unless the backend offers it (capabilities()). */
+  kind?: LockKind;
+  /** A counting semaphore of this many holders; 0 = off (default). EINVAL unless the backend offers it. */
+  permits?: number;
   /** Aborting cancels a pending acquire: it rejects with code 'ECANCELLED'. */
   signal?: AbortSignal;
 }
 
 export type Callback<T> = (err: Error | null, value?: T) => void;
+
+/** One holder of a lock, as Client.inspect() saw it. */
+export interface Holder {
+  /** Its label (acquire's owner option); null when it set none. */
+  owner: string | null;
+  /** Its remaining lease as the server sees it, in ms; null for no expiry. */
+  remainingMs: number | null;
+  /** The token of its acquisition; null when the backend does not know it. */
+  fencingToken: bigint | null;
+}
+
+/** Who holds a lock: Client.inspect()'s answer. */
+export interface LockInfo {
+  /** The kind of hold the holders have ('exclusive' when free). */
+  kind: LockKind;
+  /** Empty when nobody holds it. */
+  holders: Holder[];
+}
+
+/** What a client's backend offers (Client.capabilities()). */
+export interface Capabilities {
+  /** Fencing tokens strictly increase under every fault the backend's docs list. */
+  fencingStrict: boolean;
+  /** Waiters are woken by releases, not only by retries. */
+  notifies: boolean;
+  /** kind: 'shared' is offered. */
+  shared: boolean;
+  /** permits (counting semaphores) are offered. */
+  permits: boolean;
+}
 
 export class Client {
   /** Opens a client; connecting happens in the background (see ready()). */
@@ -52,6 +89,13 @@ export class Client {
   /** Acquires, runs fn(lock), always releases. Rejects with NOT_HELD if the lock was lost while fn ran. */
   using<T>(name: string | Uint8Array, options: AcquireOptions | undefined, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
   using<T>(name: string | Uint8Array, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
+
+  /** Who holds the lock now: a snapshot from the server, stale as soon as it arrives. */
+  inspect(name: string | Uint8Array): Promise<LockInfo>;
+  inspect(name: string | Uint8Array, callback: Callback<LockInfo>): void;
+
+  /** What the client's backend offers. */
+  capabilities(): Promise<Capabilities>;
 
   /**
    * Releases what it holds, cancels pending acquires, closes connections. Idempotent. (Clients
@@ -103,5 +147,7 @@ export function version(): string;
 export const libraryPath: string;
 /** Status numbers by name: codes.NOT_HELD === 2. */
 export const codes: Readonly<Record<'OK' | Exclude<DlockCode, 'UNKNOWN'>, number>>;
-export const MAX_NAME_BYTES: 1024;
-export const MAX_OWNER_BYTES: 256;
+/** The longest lock name, in bytes (the library's, 1024 today). */
+export const MAX_NAME_BYTES: number;
+/** The longest owner label, in bytes (the library's, 256 today). */
+export const MAX_OWNER_BYTES: number;

@@ -29,12 +29,22 @@ if (!native.hasErrbuf) {
     'calls (dlock_acquire_errbuf, ...); the Node binding needs them');
 }
 
-const CODES = ['OK', 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', 'EIO', 'EBACKEND', 'EAUTH',
-  'ECANCELLED', 'ENOMEM', 'EINTERNAL'];
-const S = Object.fromEntries(CODES.map((c, i) => [c, i]));
+// A status's code: the library's name for it without "DLOCK_" (dlock_status_str): 'NOT_HELD',
+// and 'UNKNOWN' for a number it does not know.
+function codeOf(status) {
+  return C.status_str(status).replace(/^DLOCK_/, '');
+}
+// Status numbers by code, for every number the library names (they run from 0 without gaps).
+const S = {};
+for (let status = 0; codeOf(status) !== 'UNKNOWN'; status++) S[codeOf(status)] = status;
 const INT64_MAX = 9223372036854775807n;
-const MAX_NAME_BYTES = 1024;
-const MAX_OWNER_BYTES = 256;
+// The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
+const MAX_NAME_BYTES = Number(C.limit_value(0));   // DLOCK_LIMIT_NAME_BYTES
+const MAX_OWNER_BYTES = Number(C.limit_value(1));  // DLOCK_LIMIT_OWNER_BYTES
+// dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
+// gives them (the library has numbers only).
+const KINDS = ['exclusive', 'shared'];
+const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared'], [0x8, 'permits']];
 
 // ----- errors ---------------------------------------------------------------------------------
 
@@ -42,8 +52,8 @@ class DlockError extends Error {
   constructor(status, message, options) {
     super(message || C.status_str(status), options);
     this.name = 'DlockError';
-    this.status = status;                      // the dlock_status number
-    this.code = CODES[status] || 'UNKNOWN';    // 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', ...
+    this.status = status;          // the dlock_status number
+    this.code = codeOf(status);    // 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', ...
   }
 }
 
@@ -64,7 +74,7 @@ function lockError(status, message, op, name, options) {
 // Error buffers for the blocking calls that run on libuv's pool (dlock_*_errbuf): the library
 // copies the message of a failure into one. A few are kept for reuse (at most POOL_MAX pool
 // calls at once, plus client opens).
-const ERRBUF_BYTES = 2048;  // room for a 1024-byte lock name and the words around it
+const ERRBUF_BYTES = MAX_NAME_BYTES + 1024;  // room for the longest lock name and the words around it
 const errbufs = [];
 function takeErrbuf() {
   return errbufs.pop() || Buffer.allocUnsafeSlow(ERRBUF_BYTES);
@@ -128,7 +138,8 @@ function checkName(name) {
   throw typeError('ERR_INVALID_ARG_TYPE', `lock name must be a string or Buffer, got ${describe(name)}`);
 }
 
-const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'signal']);
+const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'kind', 'permits',
+  'signal']);
 
 function checkOptions(opts) {
   if (opts === undefined || opts === null) return {};
@@ -158,6 +169,21 @@ function checkOptions(opts) {
     }
     if (opts.owner.includes('\0')) throw typeError('ERR_INVALID_ARG_VALUE', 'options.owner must not contain NUL characters');
     o.owner = opts.owner;
+  }
+  if (opts.kind !== undefined) {
+    if (!KINDS.includes(opts.kind)) {
+      throw typeError('ERR_INVALID_ARG_VALUE', `options.kind must be one of ${KINDS.map((k) => `'${k}'`).join(', ')}, got ${describe(opts.kind)}`);
+    }
+    o.kind = KINDS.indexOf(opts.kind);
+  }
+  if (opts.permits !== undefined) {
+    if (typeof opts.permits !== 'number') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `options.permits must be a number, got ${describe(opts.permits)}`);
+    }
+    if (!Number.isInteger(opts.permits) || opts.permits < 0 || opts.permits > 0xffffffff) {
+      throw rangeError(`options.permits must be an integer from 0 to ${0xffffffff}, got ${opts.permits}`);
+    }
+    o.permits = opts.permits;
   }
   if (opts.signal !== undefined) {
     if (!(opts.signal instanceof AbortSignal)) {
@@ -309,7 +335,7 @@ class Client {
       throw typeError('ERR_INVALID_ARG_TYPE', `url must be a string, got ${describe(url)}`);
     }
     if (url.includes('\0')) throw typeError('ERR_INVALID_ARG_VALUE', 'url must not contain NUL characters');
-    this.#url = redact(url);
+    this.#url = urlShown(url);
     this.#ready = this.#open(url);
     this.#ready.catch(() => {});  // reported by ready() and by every call that needs the client
   }
@@ -363,7 +389,8 @@ class Client {
 
   /**
    * Acquires the lock called name. Returns a promise of a Lock, or with a callback
-   * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, retryMs, owner, signal }.
+   * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, retryMs, owner, kind,
+   * permits, signal }.
    */
   acquire(name, options, callback) {
     if (typeof options === 'function' && callback === undefined) {
@@ -402,6 +429,8 @@ class Client {
     if (s === 0 && o.waitMs !== undefined) s = C.options_set_wait_ms(opts, o.waitMs);
     if (s === 0 && o.retryMs !== undefined) s = C.options_set_retry_ms(opts, o.retryMs[0], o.retryMs[1]);
     if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
+    if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
+    if (s === 0 && o.permits !== undefined) s = C.options_set_permits(opts, o.permits);
     if (s === 0) s = C.options_set_on_lost_queued(opts, queue, id);
     if (s !== 0) {
       const e = lockError(s, C.last_error(), 'acquire', name);
@@ -478,6 +507,66 @@ class Client {
   }
 
   /**
+   * Who holds the lock called name now: a promise of { kind, holders }, holders being
+   * [{ owner, remainingMs, fencingToken }] (empty when free); or with a callback (err, info).
+   * A snapshot read from the server (on libuv's pool), stale as soon as it arrives: never decide
+   * from it whether to take the lock. Owner tokens are never shown, only the owner labels.
+   */
+  inspect(name, callback) {
+    if (callback !== undefined) {
+      checkCallback(callback);
+      settle(this.#inspect(name, checkName(name)), callback);
+      return undefined;
+    }
+    let cname;
+    try {
+      cname = checkName(name);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.#inspect(name, cname);
+  }
+
+  async #inspect(name, cname) {
+    await this.#handle();
+    const h = this.#h;
+    if (h === null) throw new DlockError(S.EINVAL, 'client is closed');
+    const rec = this.#rec;
+    rec.busy++;  // close() waits for it
+    poolBusy++;
+    const out = [null];
+    const buf = takeErrbuf();
+    let status;
+    try {
+      status = await new Promise((resolve, reject) => {
+        C.inspect_errbuf.async(h, cname, out, buf, buf.length,
+                               (err, st) => (err ? reject(err) : resolve(st)));
+      });
+    } finally {
+      poolBusy--;
+      this.#leave(rec);
+    }
+    if (status !== 0) throw lockError(status, errbufMessage(buf), 'inspect', name);
+    giveErrbuf(buf);
+    try {
+      return lockInfo(out[0]);
+    } finally {
+      C.info_free(out[0]);
+    }
+  }
+
+  /**
+   * What the client's backend offers: a promise of { fencingStrict, notifies, shared, permits }
+   * (booleans; dlock_client_capabilities).
+   */
+  async capabilities() {
+    await this.#handle();
+    if (this.#h === null) throw new DlockError(S.EINVAL, 'client is closed');
+    const bits = C.client_capabilities(this.#h);
+    return Object.fromEntries(CAPABILITIES.map(([bit, name]) => [name, (bits & bit) !== 0]));
+  }
+
+  /**
    * Acquires the lock, runs fn(lock), and always releases it. Resolves with fn's result.
    * If fn succeeded but the lock was lost meanwhile, rejects with NOT_HELD (never silent);
    * if fn threw, rejects with fn's error.
@@ -545,8 +634,29 @@ if (typeof Symbol.asyncDispose === 'symbol') {
   Client.prototype[Symbol.asyncDispose] = function asyncDispose() { return this.close(); };
 }
 
-function redact(url) {
-  return url.replace(/^([a-z+]+:\/\/)([^@/]*):([^@/]*)@/i, '$1$2:***@');
+// url as the library shows it: any password replaced by "***" (dlock_url_redact).
+function urlShown(url) {
+  const n = Number(C.url_redact(url, null, 0));
+  const buf = Buffer.alloc(n + 1);
+  C.url_redact(url, buf, buf.length);
+  return buf.toString('utf8', 0, n);
+}
+
+// A dlock_info as { kind, holders: [{ owner, remainingMs, fencingToken }] }.
+function lockInfo(info) {
+  const holders = [];
+  const n = C.info_holders(info);
+  for (let k = 0; k < n; k++) {
+    const left = Number(C.info_remaining_ms(info, k));
+    const token = BigInt(C.info_fencing_token(info, k));
+    holders.push({
+      owner: C.info_owner(info, k) || null,
+      remainingMs: left < 0 ? null : left,
+      fencingToken: token === 0n ? null : token,
+    });
+  }
+  const kind = C.info_kind(info);
+  return { kind: KINDS[kind] ?? kind, holders };
 }
 
 // ----- Lock -----------------------------------------------------------------------------------

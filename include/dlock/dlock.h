@@ -321,6 +321,10 @@ DLOCK_API dlock_status dlock_acquire_errbuf(dlock_client *c, const char *name,
 DLOCK_API dlock_status dlock_release_errbuf(dlock_lock *l, char *buf, size_t len);
 DLOCK_API dlock_status dlock_extend_errbuf(dlock_lock *l, uint64_t lease_ms, char *buf,
                                            size_t len);
+/* dlock_inspect (see "inspection" below), with its message copied likewise. */
+struct dlock_info;
+DLOCK_API dlock_status dlock_inspect_errbuf(dlock_client *c, const char *name,
+                                            struct dlock_info **out, char *buf, size_t len);
 
 /* ----- backends ---------------------------------------------------------------------------- */
 

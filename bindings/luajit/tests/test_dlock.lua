@@ -1,4 +1,4 @@
--- Tests for the LuaJIT binding against a real redis-server (run through bindings/luajit/test.sh,
+-- Tests for the LuaJIT binding against a real redis-server (run through bindings/test.sh luajit,
 -- which sets REDIS_PORT and DLOCK_LIBRARY). Ends with "luajit: N passed, N failed".
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 package.path = here .. "/../?.lua;" .. package.path
@@ -8,7 +8,7 @@ local dlock = require("dlock")
 
 ffi.cdef [[ int usleep(unsigned int usec); int getpid(void); ]]
 
-local PORT = assert(os.getenv("REDIS_PORT"), "REDIS_PORT is not set (run bindings/luajit/test.sh)")
+local PORT = assert(os.getenv("REDIS_PORT"), "REDIS_PORT is not set (run bindings/test.sh luajit)")
 local URL = "redis://127.0.0.1:" .. PORT
 
 local function sleep(s) ffi.C.usleep(math.floor(s * 1e6)) end
@@ -183,6 +183,10 @@ test("every error kind is mapped", function()
     assert(ok == nil and c == code and type(msg) == "string")
   end
   assert(dlock.code(77) == "UNKNOWN")
+  assert(dlock.status.OK == 0 and dlock.status.UNKNOWN == nil)
+  -- a status a newer library may add: nil, a message, the library's name for it
+  local ok, msg, c = dlock._fail(77)
+  assert(ok == nil and type(msg) == "string" and c == "UNKNOWN")
   -- EINVAL, EIO, EAUTH from open; EBACKEND, NOT_ACQUIRED, NOT_HELD from real calls
   local c, msg, code = dlock.open("bogus://x")
   assert(c == nil and code == "EINVAL" and msg:find("bogus"), msg)
@@ -332,7 +336,7 @@ end)
 
 test("a relative DLOCK_LIBRARY is taken from the current directory", function()
   local env = os.getenv("DLOCK_LIBRARY")
-  if env and env ~= "" then assert(env:sub(1, 1) == "/", "test.sh left DLOCK_LIBRARY relative: " .. env) end
+  if env and env ~= "" then assert(env:sub(1, 1) == "/", "bindings/test.sh left DLOCK_LIBRARY relative: " .. env) end
   local dir, base = dlock.library_path:match("^(/.*)/([^/]+)$")
   if not dir then io.stderr:write("  (skipped: libdlock came from the loader's path)\n") return end
   local lua_dir = here:sub(1, 1) == "/" and here or (sh("pwd") .. "/" .. here)
@@ -380,6 +384,95 @@ test("nothing leaks over 10,000 cycles; forgotten handles are collected", functi
   assert(sh("ls /proc/" .. ffi.C.getpid() .. "/task | wc -l") == tasks, "client threads left running")
   assert(cli("KEYS", "dlock:{gc-*}") == "")
   client:close()
+end)
+
+test("inspect: a held lock seen from another client, then free", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local name = unique("inspect")
+  local lock = assert(client:acquire(name, { lease_ms = 5000, owner = "worker-7" }))
+  local info = assert(other:inspect(name))
+  assert(info.kind == "exclusive" and #info.holders == 1, #info.holders)
+  local h = info.holders[1]
+  assert(h.owner == "worker-7", tostring(h.owner))
+  assert(h.fencing_token == lock:fencing_token(), tostring(h.fencing_token))
+  assert(h.remaining_ms > 0 and h.remaining_ms <= 5000, h.remaining_ms)
+  assert(lock:release())
+  info = assert(other:inspect(name))
+  assert(info.kind == "exclusive" and #info.holders == 0)
+  -- no owner, no expiry
+  lock = assert(client:acquire(name, { lease_ms = 0 }))
+  h = assert(other:inspect(name)).holders[1]
+  assert(h.owner == nil and h.remaining_ms == nil and h.fencing_token == lock:fencing_token())
+  assert(lock:release())
+  -- refused names: nil, the library's message, EINVAL; wrong types: Lua errors
+  for _, bad in ipairs({ "", string.rep("x", dlock.MAX_NAME_BYTES + 1) }) do
+    local r, msg, code = other:inspect(bad)
+    assert(r == nil and code == "EINVAL" and #msg > 0, tostring(msg))
+  end
+  raises(function() other:inspect(5) end, "bad argument #1 to 'inspect'")
+  other:close()
+  local r, msg, code = other:inspect(name)
+  assert(r == nil and code == "EINVAL" and msg:find("closed"), msg)
+  client:close()
+end)
+
+test("kind and permits reach the library; capabilities", function()
+  local client = assert(dlock.open(URL))
+  local caps = assert(client:capabilities())
+  assert(caps.fencing_strict == true and caps.notifies == true)  -- what dlock.h says of Redis
+  assert(type(caps.shared) == "boolean" and type(caps.permits) == "boolean")
+  assert(assert(client:acquire(unique(), { kind = "exclusive", permits = 0 })):release())
+  local name = unique("shared")
+  if caps.shared then
+    local a = assert(client:acquire(name, { kind = "shared" }))
+    local b = assert(client:acquire(name, { kind = "shared" }))
+    local info = assert(client:inspect(name))
+    assert(info.kind == "shared" and #info.holders == 2)
+    assert(a:release() and b:release())
+  else  -- refused by the library, in its words, leaving nothing behind
+    local lock, msg, code = client:acquire(name, { kind = "shared" })
+    assert(lock == nil and code == "EINVAL" and msg:find("shared"), msg)
+    assert(#assert(client:inspect(name)).holders == 0)
+  end
+  name = unique("permits")
+  if caps.permits then
+    local a = assert(client:acquire(name, { permits = 2 }))
+    local b = assert(client:acquire(name, { permits = 2 }))
+    local lock, _, code = client:acquire(name, { permits = 2 })
+    assert(lock == nil and code == "NOT_ACQUIRED")
+    assert(a:release() and b:release())
+  else
+    local lock, msg, code = client:acquire(name, { permits = 2 })
+    assert(lock == nil and code == "EINVAL" and msg:find("permits"), msg)
+    assert(#assert(client:inspect(name)).holders == 0)
+  end
+  raises(function() client:acquire("x", { kind = "read" }) end, "kind must be")
+  raises(function() client:acquire("x", { permits = -1 }) end, "permits must be")
+  raises(function() client:acquire("x", { permits = "2" }) end, "permits must be")
+  client:close()
+  local r, _, code = client:capabilities()
+  assert(r == nil and code == "EINVAL")
+end)
+
+test("limits are the library's; a client shows its URL without the password", function()
+  assert(dlock.MAX_NAME_BYTES == 1024 and dlock.MAX_OWNER_BYTES == 256)  -- as documented
+  local client = assert(dlock.open(URL))
+  local name = string.rep("n", dlock.MAX_NAME_BYTES)
+  assert(assert(client:acquire(name, { owner = string.rep("o", dlock.MAX_OWNER_BYTES) })):release())
+  local lock, msg, code = client:acquire(name .. "n")
+  assert(lock == nil and code == "EINVAL" and msg:find(tostring(dlock.MAX_NAME_BYTES)), msg)
+  lock, msg, code = client:acquire(unique(), { owner = string.rep("o", dlock.MAX_OWNER_BYTES + 1) })
+  assert(lock == nil and code == "EINVAL" and msg:find(tostring(dlock.MAX_OWNER_BYTES)), msg)
+  assert(tostring(client) == "dlock.client(" .. URL .. ", open)", tostring(client))
+  client:close()
+  local user = unique("user")
+  cli("ACL", "SETUSER", user, "on", ">s3cret-pw", "~*", "&*", "+@all")
+  local c = assert(dlock.open("redis://" .. user .. ":s3cret-pw@127.0.0.1:" .. PORT .. "/0"))
+  cli("ACL", "DELUSER", user)
+  c:close()
+  assert(tostring(c) == "dlock.client(redis://" .. user .. ":***@127.0.0.1:" .. PORT .. "/0, closed)",
+    tostring(c))
 end)
 
 test("close releases what the client holds", function()

@@ -71,6 +71,17 @@ const C = {
   lock_is_valid: f('int dlock_lock_is_valid(void *l)'),
   lock_remaining_ms: f('int64_t dlock_lock_remaining_ms(void *l)'),
   lock_attempts: f('uint32_t dlock_lock_attempts(void *l)'),
+  options_set_kind: f('int dlock_options_set_kind(void *o, int kind)'),
+  options_set_permits: f('int dlock_options_set_permits(void *o, uint32_t n)'),
+  client_capabilities: f('uint32_t dlock_client_capabilities(void *c)'),
+  info_free: f('void dlock_info_free(void *i)'),
+  info_holders: f('uint32_t dlock_info_holders(void *i)'),
+  info_owner: f('const char *dlock_info_owner(void *i, uint32_t k)'),
+  info_remaining_ms: f('int64_t dlock_info_remaining_ms(void *i, uint32_t k)'),
+  info_fencing_token: f('uint64_t dlock_info_fencing_token(void *i, uint32_t k)'),
+  info_kind: f('int dlock_info_kind(void *i)'),
+  limit_value: f('uint64_t dlock_limit_value(int which)'),
+  url_redact: f('size_t dlock_url_redact(const char *url, _Out_ uint8_t *buf, size_t len)'),
 };
 
 // The completion queue (dlock 0.1+ with dlock_queue_*): async outcomes come back through a
@@ -102,6 +113,7 @@ try {
     acquire_errbuf: f('int dlock_acquire_errbuf(void *c, const char *name, void *o, _Out_ void **out, _Out_ uint8_t *buf, size_t len)'),
     release_errbuf: f('int dlock_release_errbuf(void *l, _Out_ uint8_t *buf, size_t len)'),
     extend_errbuf: f('int dlock_extend_errbuf(void *l, uint64_t lease_ms, _Out_ uint8_t *buf, size_t len)'),
+    inspect_errbuf: f('int dlock_inspect_errbuf(void *c, const char *name, _Out_ void **out, _Out_ uint8_t *buf, size_t len)'),
   });
 } catch (e) {
   hasErrbuf = false;

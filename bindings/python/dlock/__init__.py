@@ -31,27 +31,38 @@ from . import _lib
 from ._errors import (AuthError, BackendError, Cancelled, ConnectionError, Error, InternalError,
                       InvalidArgument, NotAcquired, NotHeld, OutOfMemory)
 from ._errors import make as _errors_make
+from ._errors import name_codes as _name_codes
 
 __all__ = [
-    "Client", "Lock", "version", "library_path",
+    "Client", "Lock", "LockInfo", "Holder", "version", "library_path",
     "Error", "NotAcquired", "NotHeld", "InvalidArgument", "ConnectionError", "BackendError",
     "AuthError", "Cancelled", "OutOfMemory", "InternalError",
     "MAX_NAME_BYTES", "MAX_OWNER_BYTES",
 ]
 __version__ = "0.1.0"
 
-MAX_NAME_BYTES = 1024
-MAX_OWNER_BYTES = 256
 _U64_MAX = 2**64 - 1
+_U32_MAX = 2**32 - 1
 _I64_MIN, _I64_MAX = -2**63, 2**63 - 1
-# The longest lease (and heartbeat period) the library takes, dlock.h's "At most 10 years", and
-# how its messages word that bound. Only for errors about values a uint64_t cannot carry; every
-# other value reaches the library's own checks. tests/test_dlock.py checks that they agree.
-_MAX_LEASE_MS = 10 * 366 * 24 * 3600 * 1000
+
+_c, library_path = _lib.load()
+
+# The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
+MAX_NAME_BYTES = int(_c.dlock_limit_value(0))   # DLOCK_LIMIT_NAME_BYTES
+MAX_OWNER_BYTES = int(_c.dlock_limit_value(1))  # DLOCK_LIMIT_OWNER_BYTES
+# The longest lease (and heartbeat period) the library takes (DLOCK_LIMIT_LEASE_MS, dlock.h's
+# "At most 10 years"), and how its messages word that bound. Only for errors about values a
+# uint64_t cannot carry; every other value reaches the library's own checks.
+# tests/test_dlock.py checks that the words agree.
+_MAX_LEASE_MS = int(_c.dlock_limit_value(2))
 _LEASE_BOUND = f"at most ten years, {_MAX_LEASE_MS} ms; 0 means no expiry"
 _HEARTBEAT_BOUND = "at most ten years; 0 means no heartbeats"
 
-_c, library_path = _lib.load()
+# dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
+# gives them (the library has numbers only).
+_KINDS = {"exclusive": 0, "shared": 1}
+_KIND_NAMES = {n: k for k, n in _KINDS.items()}
+_CAPABILITIES = {0x1: "fencing_strict", 0x2: "notifies", 0x4: "shared", 0x8: "permits"}
 
 # Set DLOCK_PY_FORCE_THREADS=1 to make asyncio use the thread-pool path even when the library
 # has the async C API (the test suite runs both ways).
@@ -64,7 +75,19 @@ def version():
 
 
 def _status_name(status):
+    """The library's name for a status number, e.g. "DLOCK_NOT_HELD" ("DLOCK_UNKNOWN")."""
     return _c.dlock_status_str(status).decode()
+
+
+_name_codes(_status_name)
+
+
+def _url_shown(url):
+    """url (bytes) as the library shows it: any password replaced by "***" (dlock_url_redact)."""
+    n = _c.dlock_url_redact(url, None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    _c.dlock_url_redact(url, buf, n + 1)
+    return buf.value.decode("utf-8", "replace")
 
 
 def _error(status, message=None):
@@ -91,7 +114,7 @@ def _name_arg(name):
     else:
         raise TypeError(f"lock name must be str or bytes, not {type(name).__name__}")
     if b"\0" in b:
-        raise InvalidArgument("lock name must not contain NUL bytes", status=3, code="DLOCK_EINVAL")
+        raise InvalidArgument("lock name must not contain NUL bytes")
     # Length (1..1024 bytes) is checked by the library, whose message says which.
     return b
 
@@ -100,13 +123,13 @@ def _name_arg(name):
 # parameter's type, because ctypes would wrap the others modulo 2**64 (2**64 would become 0,
 # "no expiry").
 
-def _ms_arg(what, value):
+def _ms_arg(what, value, unit="milliseconds"):
     try:
         if isinstance(value, bool):
             raise TypeError
         return operator.index(value)  # int, or anything with __index__; never float or str
     except TypeError:
-        raise TypeError(f"{what} must be an int (milliseconds), not {type(value).__name__}") from None
+        raise TypeError(f"{what} must be an int ({unit}), not {type(value).__name__}") from None
 
 
 def _lease_arg(what, value, bound):
@@ -114,14 +137,14 @@ def _lease_arg(what, value, bound):
     turned into one the library refuses: this says what the library would, with its bound."""
     value = _ms_arg(what, value)
     if not 0 <= value <= _U64_MAX:
-        raise InvalidArgument(f"{what} {value} is {'negative' if value < 0 else 'too long'} ({bound})",
-                              status=3, code="DLOCK_EINVAL")
+        raise InvalidArgument(f"{what} {value} is {'negative' if value < 0 else 'too long'} ({bound})")
     return value
 
 
 def _wait_arg(value):
     """wait_ms, for an int64_t. Clamping keeps its meaning: the library refuses anything below
-    -1 (its message names no number), and 2**63-1 ms is as unbounded as any longer wait."""
+    -1 (a refused value under -2**63 is named as -2**63), and 2**63-1 ms is as unbounded as any
+    longer wait."""
     return min(max(_ms_arg("wait_ms", value), _I64_MIN), _I64_MAX)
 
 
@@ -285,6 +308,35 @@ def _deliver(loop, fut, status, value, message, on_unwanted=None):
             on_unwanted(value)
 
 
+# ----- inspection ------------------------------------------------------------------------------
+
+Holder = collections.namedtuple("Holder", "owner remaining_ms fencing_token")
+Holder.__doc__ = """One holder of a lock, as Client.inspect saw it.
+
+owner          its label (acquire's owner=), or None when it set none
+remaining_ms   its remaining lease as the server sees it, in ms; None for no expiry
+fencing_token  the token of its acquisition (int); None when the backend does not know it
+"""
+LockInfo = collections.namedtuple("LockInfo", "kind holders")
+LockInfo.__doc__ = """Who holds a lock: Client.inspect's answer.
+
+kind     "exclusive" or "shared": the kind of hold the holders have ("exclusive" when free)
+holders  a list of Holder; empty when nobody holds it
+"""
+
+
+def _lock_info(info):
+    holders = []
+    for k in range(_c.dlock_info_holders(info)):
+        owner = _c.dlock_info_owner(info, k)
+        left = _c.dlock_info_remaining_ms(info, k)
+        token = _c.dlock_info_fencing_token(info, k)
+        holders.append(Holder(owner.decode("utf-8", "replace") if owner else None,
+                              None if left < 0 else left, token or None))
+    kind = _c.dlock_info_kind(info)
+    return LockInfo(_KIND_NAMES.get(kind, kind), holders)
+
+
 # ----- Client ----------------------------------------------------------------------------------
 
 class Client:
@@ -304,11 +356,11 @@ class Client:
         self._mu = threading.Condition(threading.Lock())
         self._inflight = 0
         self._closed = False
-        self._url_redacted = _redact(url)
-        handle = ctypes.c_void_p()
         burl = url.encode("utf-8")
         if b"\0" in burl:
-            raise InvalidArgument("url must not contain NUL bytes", status=3, code="DLOCK_EINVAL")
+            raise InvalidArgument("url must not contain NUL bytes")
+        self._url_redacted = _url_shown(burl)
+        handle = ctypes.c_void_p()
         _check(_c.dlock_client_open(burl, ctypes.byref(handle)))
         self._h = handle.value
 
@@ -361,8 +413,7 @@ class Client:
     def _enter(self):
         with self._mu:
             if self._closed:  # the library's handle is gone: nothing to ask
-                raise InvalidArgument(f"client {self._url_redacted} is closed", status=3,
-                                      code="DLOCK_EINVAL")
+                raise InvalidArgument(f"client {self._url_redacted} is closed")
             self._inflight += 1
             return self._h
 
@@ -375,7 +426,7 @@ class Client:
     # -- options
 
     @staticmethod
-    def _options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost):
+    def _options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind=None, permits=None):
         """Checks every argument (TypeError / InvalidArgument), then builds a dlock_options and
         the on_lost slot. Returns (options pointer or None, slot or None)."""
         if lease_ms is not None:
@@ -395,12 +446,21 @@ class Client:
             else:
                 raise TypeError(f"owner must be str or bytes, not {type(owner).__name__}")
             if b"\0" in owner:
-                raise InvalidArgument("owner must not contain NUL bytes", status=3, code="DLOCK_EINVAL")
+                raise InvalidArgument("owner must not contain NUL bytes")
         if on_lost is not None and not callable(on_lost):
             raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
+        if kind is not None:
+            if not isinstance(kind, str):
+                raise TypeError(f"kind must be a str, not {type(kind).__name__}")
+            if kind not in _KINDS:
+                raise InvalidArgument(f"kind {kind!r} is none of {', '.join(map(repr, _KINDS))}")
+        if permits is not None:
+            permits = _ms_arg("permits", permits, "a count")
+            if not 0 <= permits <= _U32_MAX:
+                raise InvalidArgument(f"permits {permits} is out of range (0..{_U32_MAX}; 0 means off)")
 
         if (lease_ms is None and wait_ms == 0 and heartbeat_ms is None and retry_ms is None
-                and owner is None and on_lost is None):
+                and owner is None and on_lost is None and kind is None and permits is None):
             return None, None
         o = _c.dlock_options_new()
         if not o:
@@ -416,6 +476,10 @@ class Client:
                 _check(_c.dlock_options_set_retry_ms(o, *retry_ms))
             if owner is not None:
                 _check(_c.dlock_options_set_owner(o, owner))
+            if kind is not None:
+                _check(_c.dlock_options_set_kind(o, _KINDS[kind]))
+            if permits is not None:
+                _check(_c.dlock_options_set_permits(o, permits))
             slot = None
             if on_lost is not None:
                 slot = _LostSlot(on_lost)
@@ -425,11 +489,49 @@ class Client:
             raise
         return o, slot
 
+    # -- inspection
+
+    @property
+    def capabilities(self):
+        """What this client's backend offers, as a frozenset of names (dlock_client_capabilities):
+        "fencing_strict" (tokens strictly increasing under every fault its docs list),
+        "notifies" (waiters woken by releases), "shared" (kind="shared"), "permits"."""
+        h = self._enter()
+        try:
+            bits = _c.dlock_client_capabilities(h)
+        finally:
+            self._leave()
+        return frozenset(name for bit, name in _CAPABILITIES.items() if bits & bit)
+
+    def inspect(self, name):
+        """Who holds the lock called `name` now: a LockInfo(kind, holders), holders being a list of
+        Holder(owner, remaining_ms, fencing_token) (empty when free). A snapshot read from the
+        server in one call, stale as soon as it returns: never decide from it whether to take
+        the lock. Owner tokens are never shown, only the owner labels."""
+        bname = _name_arg(name)
+        out = _lib.c_info_p()
+        h = self._enter()
+        try:
+            status = _c.dlock_inspect(h, bname, ctypes.byref(out))
+            err = _error(status) if status != 0 else None
+        finally:
+            self._leave()
+        if err is not None:
+            raise err
+        try:
+            return _lock_info(out)
+        finally:
+            _c.dlock_info_free(out)
+
+    async def ainspect(self, name):
+        """inspect() in a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.inspect, name)
+
     # -- acquire
 
     def acquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
-                owner=None, on_lost=None):
-        """Acquires the lock called `name` (str or bytes, 1..1024 bytes) and returns a Lock.
+                owner=None, on_lost=None, kind=None, permits=None):
+        """Acquires the lock called `name` (str or bytes, 1..MAX_NAME_BYTES bytes) and returns a Lock.
 
         lease_ms      server-side lease (default 10000; 0 = never expires until released)
         wait_ms       0 = one try (default), N = wait up to N ms, -1 or None = wait forever
@@ -437,12 +539,15 @@ class Client:
         retry_ms      (min, max) of the fallback retry while waiting (default (50, 1000))
         owner         a label stored with the lock for people and tools
         on_lost       callback(lock), run once on the "dlock-events" thread if the lock is found lost
+        kind          "exclusive" (default) or "shared"; permits: a semaphore of that many holders
+                      (0 = off). InvalidArgument unless the backend offers them (capabilities).
 
         Raises NotAcquired when someone else holds it and the wait ran out. Blocks the calling
         thread only (the GIL is released while waiting).
         """
         bname = _name_arg(name)
-        opts, slot = self._options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost)
+        opts, slot = self._options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind,
+                                   permits)
         out = ctypes.c_void_p()
         err = None
         try:
@@ -475,7 +580,7 @@ class Client:
     # -- asyncio
 
     async def aacquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
-                       owner=None, on_lost=None):
+                       owner=None, on_lost=None, kind=None, permits=None):
         """acquire() for asyncio: waits without blocking the event loop or holding a thread
         (the library's async API and completion queue; with DLOCK_PY_FORCE_THREADS=1, a worker
         thread per waiting call).
@@ -493,7 +598,7 @@ class Client:
                 except RuntimeError:  # loop closed: nobody to tell
                     pass
         kwargs = dict(lease_ms=lease_ms, wait_ms=wait_ms, heartbeat_ms=heartbeat_ms,
-                      retry_ms=retry_ms, owner=owner, on_lost=on_lost)
+                      retry_ms=retry_ms, owner=owner, on_lost=on_lost, kind=kind, permits=permits)
         if not _use_async_c:
             return await _in_thread(loop, lambda: self.acquire(name, **kwargs), _release_quietly,
                                     dedicated=wait_ms != 0)
@@ -631,16 +736,6 @@ def _release_quietly(lock):
         pass
 
 
-def _redact(url):
-    # Never show a password in repr(): redis://user:secret@host -> redis://user:***@host
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    auth, _, host = rest.partition("@")
-    user = auth.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"
-
-
 # ----- Lock ------------------------------------------------------------------------------------
 
 class Lock:
@@ -690,7 +785,7 @@ class Lock:
         return self._h is None
 
     def _released_error(self):
-        return NotHeld(f"lock {self.name!r} was already released", status=2, code="DLOCK_NOT_HELD")
+        return NotHeld(f"lock {self.name!r} was already released")
 
     def extend(self, lease_ms):
         """Sets the lease to lease_ms from now (0 = no expiry). NotHeld if it was lost."""

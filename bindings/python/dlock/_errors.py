@@ -1,4 +1,9 @@
-"""Exceptions: one class per dlock_status, all under dlock.Error."""
+"""Exceptions: one class per dlock_status, all under dlock.Error.
+
+Each class names its status by number (dlock.h: numbers never change); its `code` string is the
+library's own name for that number (dlock_status_str), filled in by name_codes() when the library
+is loaded. A status this binding has no class for (one a newer library added) is a plain Error
+carrying the library's name for it."""
 
 import builtins
 
@@ -28,23 +33,23 @@ class Error(Exception):
 
 class NotAcquired(Error):
     """Someone else holds the lock and the wait ran out (DLOCK_NOT_ACQUIRED)."""
-    status, code = 1, "DLOCK_NOT_ACQUIRED"
+    status = 1
 
 
 class NotHeld(Error):
     """Release/extend of a lock that expired, was taken over, or was already released
     (DLOCK_NOT_HELD)."""
-    status, code = 2, "DLOCK_NOT_HELD"
+    status = 2
 
 
 class InvalidArgument(Error, ValueError):
     """Bad argument, URL or option (DLOCK_EINVAL). Also a ValueError."""
-    status, code = 3, "DLOCK_EINVAL"
+    status = 3
 
 
 class ConnectionError(Error, builtins.ConnectionError):  # noqa: A001 (shadows the builtin on purpose)
     """Cannot reach the backend, or it timed out (DLOCK_EIO). Also the builtin ConnectionError."""
-    status, code = 4, "DLOCK_EIO"
+    status = 4
 
     def __init__(self, message="", status=None, code=None):
         # builtins.ConnectionError is an OSError: give it one argument so str(e) is the message.
@@ -53,27 +58,27 @@ class ConnectionError(Error, builtins.ConnectionError):  # noqa: A001 (shadows t
 
 class BackendError(Error):
     """The backend answered with an error or garbage (DLOCK_EBACKEND)."""
-    status, code = 5, "DLOCK_EBACKEND"
+    status = 5
 
 
 class AuthError(Error):
     """Credentials refused (DLOCK_EAUTH)."""
-    status, code = 6, "DLOCK_EAUTH"
+    status = 6
 
 
 class Cancelled(Error):
     """A pending acquire was cancelled, e.g. by closing its client (DLOCK_ECANCELLED)."""
-    status, code = 7, "DLOCK_ECANCELLED"
+    status = 7
 
 
 class OutOfMemory(Error, MemoryError):
     """The library ran out of memory (DLOCK_ENOMEM). Also a MemoryError."""
-    status, code = 8, "DLOCK_ENOMEM"
+    status = 8
 
 
 class InternalError(Error):
     """A bug inside the library (DLOCK_EINTERNAL)."""
-    status, code = 9, "DLOCK_EINTERNAL"
+    status = 9
 
 
 BY_STATUS = {
@@ -83,9 +88,14 @@ BY_STATUS = {
 }
 
 
-def make(status, message, code=None):
-    """The exception for a dlock_status number (unknown numbers give a plain Error)."""
+def name_codes(status_name):
+    """Sets each class's code to status_name(its status): the library's name for it."""
+    for status, cls in BY_STATUS.items():
+        cls.code = status_name(status)
+
+
+def make(status, message, code):
+    """The exception for a dlock_status number and the library's name for it (code); numbers
+    without a class give a plain Error. An empty message becomes the code."""
     cls = BY_STATUS.get(status, Error)
-    if not message:
-        message = code or (cls.code if cls is not Error else f"dlock status {status}")
-    return cls(message, status=status, code=code or cls.code)
+    return cls(message or code, status=status, code=code)

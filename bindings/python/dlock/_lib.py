@@ -78,6 +78,7 @@ c_lock_p = ctypes.c_void_p
 c_options_p = ctypes.c_void_p
 
 c_queue_p = ctypes.c_void_p
+c_info_p = ctypes.c_void_p
 
 # No callback crosses from C: outcomes of async calls and lost locks come back through a
 # dlock_queue (tagged with small integers) that a Python thread drains, so the library's own
@@ -124,3 +125,15 @@ def _declare(lib):
     _fn(lib, "dlock_release_queued", c_status, [c_lock_p, c_queue_p, ctypes.c_uint64])
     _fn(lib, "dlock_extend_queued", c_status, [c_lock_p, ctypes.c_uint64, c_queue_p, ctypes.c_uint64])
     _fn(lib, "dlock_options_set_on_lost_queued", c_status, [c_options_p, c_queue_p, ctypes.c_uint64])
+    _fn(lib, "dlock_options_set_kind", c_status, [c_options_p, ctypes.c_int])
+    _fn(lib, "dlock_options_set_permits", c_status, [c_options_p, ctypes.c_uint32])
+    _fn(lib, "dlock_client_capabilities", ctypes.c_uint32, [c_client_p])
+    _fn(lib, "dlock_inspect", c_status, [c_client_p, ctypes.c_char_p, ctypes.POINTER(c_info_p)])
+    _fn(lib, "dlock_info_free", None, [c_info_p])
+    _fn(lib, "dlock_info_holders", ctypes.c_uint32, [c_info_p])
+    _fn(lib, "dlock_info_owner", ctypes.c_char_p, [c_info_p, ctypes.c_uint32])
+    _fn(lib, "dlock_info_remaining_ms", ctypes.c_int64, [c_info_p, ctypes.c_uint32])
+    _fn(lib, "dlock_info_fencing_token", ctypes.c_uint64, [c_info_p, ctypes.c_uint32])
+    _fn(lib, "dlock_info_kind", ctypes.c_int, [c_info_p])
+    _fn(lib, "dlock_limit_value", ctypes.c_uint64, [ctypes.c_int])
+    _fn(lib, "dlock_url_redact", ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t])

@@ -1,5 +1,5 @@
 """Tests for the in-tree build backend (build_backend/dlock_backend.py); no server needed.
-test.sh also installs the package with pip in a fresh virtualenv."""
+bindings/python/suite.sh also installs the package with pip in a fresh virtualenv."""
 
 import base64
 import csv

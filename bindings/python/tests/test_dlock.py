@@ -1,6 +1,6 @@
 """Tests for the Python binding, against a real redis-server.
 
-Run through bindings/python/test.sh (starts a throwaway redis-server), or by hand:
+Run through bindings/test.sh python (starts a throwaway redis-server), or by hand:
     REDIS_PORT=6379 DLOCK_LIBRARY=build/libdlock.so python3 -m unittest discover -s bindings/python/tests -v
 """
 
@@ -62,7 +62,7 @@ def library_says(fn, *args):
 
 def setUpModule():
     if not PORT:
-        raise unittest.SkipTest("REDIS_PORT is not set (run bindings/python/test.sh)")
+        raise unittest.SkipTest("REDIS_PORT is not set (run bindings/test.sh python)")
 
 
 class Base(unittest.TestCase):
@@ -196,7 +196,21 @@ class Basics(Base):
         self.assertTrue(dlock.library_path)
 
     def test_url_password_not_in_repr(self):
-        self.assertNotIn("secret", dlock._redact("redis://u:secret@h:1/0"))
+        user = unique("user")
+        cli("ACL", "SETUSER", user, "on", ">s3cret-pw", "~*", "&*", "+@all")
+        try:
+            client = dlock.Client(f"redis://{user}:s3cret-pw@127.0.0.1:{PORT}/0")
+            # as the library shows URLs (dlock_url_redact): the password, and only it, hidden
+            self.assertEqual(repr(client), f"<dlock.Client redis://{user}:***@127.0.0.1:{PORT}/0>")
+            client.close()
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                client.acquire(unique())
+            self.assertIn(f"{user}:***@", str(cm.exception))
+            self.assertNotIn("s3cret-pw", str(cm.exception) + repr(client))
+        finally:
+            cli("ACL", "DELUSER", user)
+        with dlock.Client(URL) as c:  # no password: shown as given
+            self.assertEqual(repr(c), f"<dlock.Client {URL}>")
 
 
 class TwoProcesses(unittest.TestCase):
@@ -326,9 +340,12 @@ class Errors(Base):
         self.assertIsInstance(dlock._error(3, "m"), ValueError)
         self.assertIsInstance(dlock._error(4, "m"), ConnectionError)
         self.assertIsInstance(dlock._error(8, "m"), MemoryError)
+        # a status a newer library may add: a plain Error, with the library's name for it
         e = dlock._error(77, "")
         self.assertIs(type(e), dlock.Error)
-        self.assertEqual(e.code, "DLOCK_UNKNOWN")
+        self.assertEqual((e.status, e.code, str(e)), (77, "DLOCK_UNKNOWN", "DLOCK_UNKNOWN"))
+        e = dlock._error(77, "what happened")
+        self.assertEqual((e.status, e.code, str(e)), (77, "DLOCK_UNKNOWN", "what happened"))
 
     def test_not_acquired_and_not_held(self):
         name = unique()
@@ -612,13 +629,126 @@ class Ranges(Base):
 
     def test_wait_and_retry(self):
         c, lib = self.client, dlock._c
-        wait_words = library_says(lib.dlock_options_set_wait_ms, self.o, -2)
-        for value in (-2, -2**63, -2**70):
-            self.assertEqual(self.refused(c.acquire, name="x", wait_ms=value), wait_words)
+        for value, passed in ((-2, -2), (-2**63, -2**63), (-2**70, -2**63)):  # clamped to int64_t
+            self.assertEqual(self.refused(c.acquire, name="x", wait_ms=value),
+                             library_says(lib.dlock_options_set_wait_ms, self.o, passed))
         c.acquire(unique(), wait_ms=2**70).release()  # past int64_t: as unbounded as -1
         retry_words = library_says(lib.dlock_options_set_retry_ms, self.o, 0, 5)
         for pair in ((-1, 5), (5, -1), (0, 10), (10, 5), (1, 2**64), (2**70, 2**70)):
             self.assertEqual(self.refused(c.acquire, name="x", retry_ms=pair), retry_words)
+
+
+class Limits(Base):
+    def test_limits_are_the_librarys(self):
+        self.assertEqual((dlock.MAX_NAME_BYTES, dlock.MAX_OWNER_BYTES), (1024, 256))  # as documented
+        name = "n" * dlock.MAX_NAME_BYTES
+        self.client.acquire(name, owner="o" * dlock.MAX_OWNER_BYTES).release()
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            self.client.acquire(name + "n")
+        self.assertIn(str(dlock.MAX_NAME_BYTES), str(cm.exception))
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            self.client.acquire(unique(), owner="o" * (dlock.MAX_OWNER_BYTES + 1))
+        self.assertIn(str(dlock.MAX_OWNER_BYTES), str(cm.exception))
+
+
+class Inspect(Base):
+    def test_a_held_lock_seen_from_another_client(self):
+        name = unique("inspect")
+        lock = self.client.acquire(name, lease_ms=5000, owner="worker-7")
+        with dlock.Client(URL) as other:
+            info = other.inspect(name)
+            self.assertIsInstance(info, dlock.LockInfo)
+            self.assertEqual(info.kind, "exclusive")
+            self.assertEqual(len(info.holders), 1)
+            holder = info.holders[0]
+            self.assertIsInstance(holder, dlock.Holder)
+            self.assertEqual(holder.owner, "worker-7")
+            self.assertEqual(holder.fencing_token, lock.fencing_token)
+            self.assertTrue(0 < holder.remaining_ms <= 5000, holder)
+            lock.release()
+            self.assertEqual(other.inspect(name), dlock.LockInfo("exclusive", []))
+
+    def test_no_owner_and_no_expiry(self):
+        name = unique("inspect")
+        lock = self.client.acquire(name.encode(), lease_ms=0)
+        (holder,) = self.client.inspect(name).holders
+        self.assertEqual(holder, dlock.Holder(None, None, lock.fencing_token))
+        lock.release()
+        self.assertEqual(self.client.inspect(unique("never")).holders, [])
+
+    def test_async_and_errors(self):
+        name = unique("inspect")
+        lock = self.client.acquire(name, owner="async")
+
+        async def main():
+            return await self.client.ainspect(name)
+
+        self.assertEqual(asyncio.run(main()).holders[0].owner, "async")
+        lock.release()
+        for bad in ("", "x" * (dlock.MAX_NAME_BYTES + 1)):
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                self.client.inspect(bad)
+            self.assertEqual(str(cm.exception), library_says(
+                lambda: dlock._c.dlock_inspect(self.client._h, bad.encode(), ctypes.byref(ctypes.c_void_p()))))
+        with self.assertRaises(TypeError):
+            self.client.inspect(5)
+        self.client.close()
+        with self.assertRaises(dlock.InvalidArgument):
+            self.client.inspect(name)
+
+
+class Kinds(Base):
+    def test_capabilities(self):
+        caps = self.client.capabilities
+        self.assertIsInstance(caps, frozenset)
+        self.assertLessEqual(caps, {"fencing_strict", "notifies", "shared", "permits"})
+        # what dlock.h promises for Redis
+        self.assertTrue({"fencing_strict", "notifies"} <= caps, caps)
+
+    def test_kind_and_permits_reach_the_library(self):
+        c, caps = self.client, self.client.capabilities
+        c.acquire(unique(), kind="exclusive", permits=0).release()  # the defaults, said aloud
+        name = unique("shared")
+        if "shared" in caps:
+            a, b = c.acquire(name, kind="shared"), c.acquire(name, kind="shared")
+            self.assertEqual(len(c.inspect(name).holders), 2)
+            self.assertEqual(c.inspect(name).kind, "shared")
+            a.release()
+            b.release()
+        else:  # refused by the library, in its words, leaving nothing behind
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                c.acquire(name, kind="shared")
+            self.assertIn("shared", str(cm.exception))
+            self.assertEqual(c.inspect(name).holders, [])
+        name = unique("permits")
+        if "permits" in caps:
+            locks = [c.acquire(name, permits=2) for _ in range(2)]
+            with self.assertRaises(dlock.NotAcquired):
+                c.acquire(name, permits=2)
+            for lock in locks:
+                lock.release()
+        else:
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                c.acquire(name, permits=2)
+            self.assertIn("permits", str(cm.exception))
+            self.assertEqual(c.inspect(name).holders, [])
+
+        async def main():
+            if "shared" not in caps:
+                with self.assertRaises(dlock.InvalidArgument):
+                    await c.aacquire(unique(), kind="shared")
+            await (await c.aacquire(unique(), kind="exclusive")).arelease()
+
+        asyncio.run(main())
+
+    def test_bad_kind_and_permits(self):
+        c = self.client
+        for kw in ({"kind": "Shared"}, {"kind": "read"}, {"permits": -1}, {"permits": 2**32}):
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)):
+                c.acquire(unique(), **kw)
+        for kw in ({"kind": 1}, {"permits": "2"}, {"permits": 1.0}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                c.acquire(unique(), **kw)
 
 
 class NoLeaks(Base):

@@ -1,11 +1,12 @@
 'use strict';
-// Shared by the tests: the throwaway redis-server that test.sh started (REDIS_PORT), redis-cli.
+// Shared by the tests: the throwaway redis-server that bindings/test.sh started (REDIS_PORT),
+// redis-cli.
 const { execFileSync } = require('node:child_process');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
 
 const PORT = process.env.REDIS_PORT;
-if (!PORT) throw new Error('REDIS_PORT is not set (run bindings/node/test.sh)');
+if (!PORT) throw new Error('REDIS_PORT is not set (run bindings/test.sh node)');
 const URL = `redis://127.0.0.1:${PORT}`;
 
 function cli(...args) {
