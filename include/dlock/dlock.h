@@ -201,8 +201,8 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
  *     need libevent's locking: call evthread_use_pthreads() before creating the base). On the
  *     base's own thread (as on any client's loop thread, i.e. inside callbacks), a
  *     dlock_acquire that would wait and dlock_extend are refused with DLOCK_EINVAL (they wait
- *     for the loop they block); dlock_acquire with wait_ms 0 and dlock_release work there but
- *     hold the loop for one round trip, so prefer the _async forms;
+ *     for the loop they block); dlock_acquire with wait_ms 0, dlock_release and dlock_inspect
+ *     work there but hold the loop for one round trip, so prefer the _async forms;
  *   - dlock_client_close is called on the base's thread. It cancels pending acquires (done
  *     gets DLOCK_ECANCELLED) and releases what is held. Called from inside a dlock callback,
  *     or while a cancelled acquire's request is still out (its answer is awaited, at most
