@@ -39,7 +39,7 @@ class CannedTransport : public Transport {
   explicit CannedTransport(Api* api) : api_(api) {}
   void Call(const std::string& operation, const Json& body, TimePoint, Done done) override {
     std::string text;
-    HttpRequest request;
+    http::Request request;
     Status s = Transport::Serialize(body, &text);
     if (s.ok()) s = api_->Build(operation, std::move(text), true, &request);
     if (!s.ok()) {
@@ -48,7 +48,7 @@ class CannedTransport : public Transport {
       done(std::move(failed));
       return;
     }
-    HttpResponse response;
+    http::Response response;
     response.status = 200;
     bool acquire = request.body.find("if_not_exists") != std::string::npos;
     response.body = acquire ? kAcquireAnswer : "{}";

@@ -36,9 +36,9 @@ Status PrepareDynamoDb(const Url& url, int64_t wait_ms) {
   Status s = dynamodb::ParseDynamoUrl(url, &config);
   if (!s.ok()) return s;
   dynamodb::CredentialsChain credentials;
-  dynamodb::HttpPool http;
+  http::BlockingClient http_client;
   dynamodb::Api api(config, &credentials);
-  dynamodb::BlockingTransport transport(&api, &http);
+  dynamodb::BlockingTransport transport(&api, &http_client);
   auto call = [&](const std::string& operation, Json body) {
     ApiResult result;
     dynamodb::CallWithRetries(&transport, &credentials, operation, std::move(body),

@@ -72,10 +72,11 @@ Status ParseCredentialsJson(const std::string& text, const std::string& source, 
 
 namespace {
 
-Status FetchOnce(HttpPool* http, HttpRequest request, HttpResponse* response, const std::string& what) {
+Status FetchOnce(http::BlockingClient* client, http::Request request, http::Response* response,
+                 const std::string& what) {
   request.connect_timeout_ms = 1000;
   request.timeout_ms = kEndpointTimeoutMs;
-  Status s = http->Perform(request, response);
+  Status s = client->Perform(request, response);
   if (!s.ok()) return Status::AuthError(what + ": " + s.message());
   return Status::Ok();
 }
@@ -153,7 +154,7 @@ Status CredentialsFromProfile(const AwsProfile& profile, Credentials* out, bool*
   return Status::Ok();
 }
 
-Status CredentialsFromContainer(HttpPool* http, Credentials* out, bool* found) {
+Status CredentialsFromContainer(http::BlockingClient* client, Credentials* out, bool* found) {
   *found = false;
   std::string relative = Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
   std::string full = Env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
@@ -172,7 +173,7 @@ Status CredentialsFromContainer(HttpPool* http, Credentials* out, bool* found) {
     }
   }
   const std::string source = "container credentials endpoint " + url;
-  HttpRequest request;
+  http::Request request;
   request.method = "GET";
   request.url = url;
   std::string token;
@@ -189,9 +190,9 @@ Status CredentialsFromContainer(HttpPool* http, Credentials* out, bool* found) {
     return Status::AuthError("the container authorization token contains a line break");
   }
   if (!token.empty()) request.headers.push_back("Authorization: " + token);
-  HttpResponse response;
-  Status s = FetchOnce(http, request, &response, source);
-  if (s.ok() && response.status >= 500) s = FetchOnce(http, request, &response, source);  // once more
+  http::Response response;
+  Status s = FetchOnce(client, request, &response, source);
+  if (s.ok() && response.status >= 500) s = FetchOnce(client, request, &response, source);  // once more
   if (!s.ok()) return s;
   if (response.status != 200) {
     return Status::AuthError(source + " answered HTTP " + std::to_string(response.status));
@@ -201,7 +202,7 @@ Status CredentialsFromContainer(HttpPool* http, Credentials* out, bool* found) {
   return s;
 }
 
-Status CredentialsFromImds(HttpPool* http, Credentials* out, bool* found) {
+Status CredentialsFromImds(http::BlockingClient* client, Credentials* out, bool* found) {
   *found = false;
   if (IsTrue(Env("AWS_EC2_METADATA_DISABLED"))) return Status::Ok();
   std::string base = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
@@ -211,12 +212,12 @@ Status CredentialsFromImds(HttpPool* http, Credentials* out, bool* found) {
   while (!base.empty() && base.back() == '/') base.pop_back();
   const std::string source = "EC2 instance metadata at " + base;
 
-  HttpRequest token_request;
+  http::Request token_request;
   token_request.method = "PUT";
   token_request.url = base + "/latest/api/token";
   token_request.headers = {"X-aws-ec2-metadata-token-ttl-seconds: 21600"};
-  HttpResponse response;
-  if (Status reach = FetchOnce(http, token_request, &response, source); !reach.ok()) {
+  http::Response response;
+  if (Status reach = FetchOnce(client, token_request, &response, source); !reach.ok()) {
     return reach;  // no metadata service here: not on EC2, the chain simply ends
   }
   if (response.status != 200 || response.body.empty()) {
@@ -225,11 +226,11 @@ Status CredentialsFromImds(HttpPool* http, Credentials* out, bool* found) {
   }
   const std::string token_header = "X-aws-ec2-metadata-token: " + Trim(response.body);
 
-  HttpRequest role_request;
+  http::Request role_request;
   role_request.method = "GET";
   role_request.url = base + "/latest/meta-data/iam/security-credentials/";
   role_request.headers = {token_header};
-  Status s = FetchOnce(http, role_request, &response, source);
+  Status s = FetchOnce(client, role_request, &response, source);
   if (!s.ok()) return s;
   if (response.status == 404) return Status::AuthError(source + ": the instance has no IAM role");
   if (response.status != 200) {
@@ -238,9 +239,9 @@ Status CredentialsFromImds(HttpPool* http, Credentials* out, bool* found) {
   std::string role = Trim(response.body.substr(0, response.body.find('\n')));
   if (role.empty()) return Status::AuthError(source + ": the instance has no IAM role");
 
-  HttpRequest creds_request = role_request;
+  http::Request creds_request = role_request;
   creds_request.url += role;
-  s = FetchOnce(http, creds_request, &response, source);
+  s = FetchOnce(client, creds_request, &response, source);
   if (!s.ok()) return s;
   if (response.status != 200) {
     return Status::AuthError(source + ": credentials of role " + role + " answered HTTP " +

@@ -21,8 +21,8 @@
 
 #include "core/status.h"
 #include "dynamodb/aws_profile.h"
-#include "dynamodb/http.h"
 #include "dynamodb/sigv4.h"
+#include "http/blocking_client.h"
 
 namespace dlock::dynamodb {
 
@@ -30,8 +30,8 @@ namespace dlock::dynamodb {
 // goes on); an error when it is configured but broken (the chain stops there).
 Status CredentialsFromEnvironment(Credentials* out, bool* found);
 Status CredentialsFromProfile(const AwsProfile& profile, Credentials* out, bool* found);
-Status CredentialsFromContainer(HttpPool* http, Credentials* out, bool* found);
-Status CredentialsFromImds(HttpPool* http, Credentials* out, bool* found);
+Status CredentialsFromContainer(http::BlockingClient* client, Credentials* out, bool* found);
+Status CredentialsFromImds(http::BlockingClient* client, Credentials* out, bool* found);
 
 // Reads the JSON that container endpoints and IMDS answer with (AccessKeyId, SecretAccessKey,
 // Token, Expiration, Code); `source` names the endpoint in errors.
@@ -65,7 +65,7 @@ class CredentialsChain {
   bool DueForRefresh(std::time_t now) const;  // mu_ held
   bool Usable(std::time_t now) const;          // mu_ held
 
-  HttpPool http_;
+  http::BlockingClient http_;
   std::mutex refresh_mu_;  // one resolution at a time
   mutable std::mutex mu_;  // guards the fields below
   bool have_ = false;

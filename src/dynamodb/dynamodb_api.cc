@@ -43,7 +43,7 @@ Status Transport::Serialize(const Json& body, std::string* out) {
   }
 }
 
-Status Api::Build(const std::string& operation, std::string body, bool may_block, HttpRequest* out) {
+Status Api::Build(const std::string& operation, std::string body, bool may_block, http::Request* out) {
   Credentials credentials;
   Status s = may_block ? credentials_->Get(&credentials) : credentials_->GetCached(&credentials);
   if (!s.ok()) return s;
@@ -78,7 +78,7 @@ Status Api::Build(const std::string& operation, std::string body, bool may_block
 }
 
 ApiResult Api::Interpret(const std::string& operation, const Status& transport,
-                         const HttpResponse& response) const {
+                         const http::Response& response) const {
   ApiResult result;
   const std::string where = config_.Describe();
   if (!transport.ok()) {
@@ -161,15 +161,6 @@ ApiResult Api::Interpret(const std::string& operation, const Status& transport,
     result.status = Status::BackendError(where + ": " + operation + " failed: " + described);
   }
   return result;
-}
-
-void Transport::FitInto(TimePoint deadline, HttpRequest* request) {
-  if (deadline == TimePoint::max()) return;
-  int64_t left = std::chrono::duration_cast<Millis>(deadline - Now()).count();
-  left = std::max<int64_t>(left, 1);
-  if (request->configured_timeout_ms == 0) request->configured_timeout_ms = request->timeout_ms;
-  if (left < request->timeout_ms) request->timeout_ms = static_cast<int>(left);
-  if (left < request->connect_timeout_ms) request->connect_timeout_ms = static_cast<int>(left);
 }
 
 namespace {

@@ -15,8 +15,8 @@
 #include "core/status.h"
 #include "dynamodb/credentials.h"
 #include "dynamodb/dynamodb_config.h"
-#include "dynamodb/http.h"
 #include "dynamodb/sigv4.h"
+#include "http/request.h"
 
 namespace dlock::dynamodb {
 
@@ -47,10 +47,10 @@ class Api {
 
   // A signed request for `operation` ("UpdateItem") with `body`. may_block: may resolve or
   // refresh credentials over the network (never on the loop thread).
-  Status Build(const std::string& operation, std::string body, bool may_block, HttpRequest* out);
+  Status Build(const std::string& operation, std::string body, bool may_block, http::Request* out);
   // Sorts a transport error or an HTTP answer into an ApiResult.
   ApiResult Interpret(const std::string& operation, const Status& transport,
-                      const HttpResponse& response) const;
+                      const http::Response& response) const;
   CredentialsChain* credentials() { return credentials_; }
 
  private:
@@ -65,16 +65,14 @@ class Transport {
  public:
   using Done = std::function<void(ApiResult)>;
   virtual ~Transport() = default;
-  // One attempt, over by `deadline`: the request's timeout is timeout_ms or what is left
-  // until deadline, whichever is less. The body is serialized here: a value that is not
-  // valid UTF-8 fails EINVAL.
+  // One attempt, over by `deadline` (http::Request::deadline): the request's timeout is
+  // timeout_ms or what is left until deadline, whichever is less. The body is serialized here:
+  // a value that is not valid UTF-8 fails EINVAL.
   virtual void Call(const std::string& operation, const Json& body, TimePoint deadline, Done done) = 0;
   // Runs fn after delay (blocking: sleeps; async: a loop timer).
   virtual void After(Millis delay, std::function<void()> fn) = 0;
   // Serializes body for a request; no exception escapes.
   static Status Serialize(const Json& body, std::string* out);
-  // Caps a built request's timeouts at what is left until deadline (at least 1 ms).
-  static void FitInto(TimePoint deadline, HttpRequest* request);
 };
 
 // Calls once, and again after jittered exponential backoff while the answer is retryable and

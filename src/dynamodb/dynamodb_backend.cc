@@ -135,7 +135,7 @@ class DynamoDbBackend : public Backend {
   TimePoint CallDeadline() const { return Now() + Millis(api_.config().params.timeout_ms); }
 
   CredentialsChain credentials_;
-  HttpPool http_;
+  http::BlockingClient http_;
   Api api_;
   LockProtocol protocol_;
   BlockingTransport blocking_;

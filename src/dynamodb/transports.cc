@@ -9,7 +9,7 @@ namespace dlock::dynamodb {
 void BlockingTransport::Call(const std::string& operation, const Json& body, TimePoint deadline,
                              Done done) {
   std::string text;
-  HttpRequest request;
+  http::Request request;
   Status s = Transport::Serialize(body, &text);
   if (s.ok()) s = api_->Build(operation, std::move(text), /*may_block=*/true, &request);
   if (!s.ok()) {
@@ -18,8 +18,8 @@ void BlockingTransport::Call(const std::string& operation, const Json& body, Tim
     done(std::move(failed));
     return;
   }
-  FitInto(deadline, &request);
-  HttpResponse response;
+  request.deadline = deadline;
+  http::Response response;
   s = http_->Perform(request, &response);
   done(api_->Interpret(operation, s, response));
 }
@@ -34,7 +34,7 @@ AsyncTransport::~AsyncTransport() { Shutdown(); }
 void AsyncTransport::Call(const std::string& operation, const Json& body, TimePoint deadline,
                           Done done) {
   std::string text;
-  HttpRequest request;
+  http::Request request;
   Status s = shut_down_ ? Status::IoError(api_->config().Describe() + ": client closed")
                         : Transport::Serialize(body, &text);
   if (s.ok()) s = api_->Build(operation, std::move(text), /*may_block=*/false, &request);
@@ -48,10 +48,10 @@ void AsyncTransport::Call(const std::string& operation, const Json& body, TimePo
     });
     return;
   }
-  FitInto(deadline, &request);
+  request.deadline = deadline;
   Api* api = api_;
-  multi_.Start(request, [api, operation, done = std::move(done)](const Status& error,
-                                                                 HttpResponse response) {
+  http_.Start(request, [api, operation, done = std::move(done)](const Status& error,
+                                                                http::Response response) {
     done(api->Interpret(operation, error, response));
   });
 }
@@ -82,7 +82,7 @@ void AsyncTransport::OnTimer(int, short, void* arg) {
 void AsyncTransport::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  multi_.Shutdown(api_->config().Describe() + ": client closed");
+  http_.Shutdown(api_->config().Describe() + ": client closed");
   std::unordered_set<PendingTimer*> timers;
   timers.swap(timers_);
   for (PendingTimer* timer : timers) {

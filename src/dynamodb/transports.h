@@ -1,13 +1,14 @@
-// The two ways a call travels: blocking on the caller's thread (pooled easy handles), or async
-// on the client's loop (curl multi). The lock protocol is written once against Transport.
+// The two ways a call travels: blocking on the caller's thread (http::BlockingClient), or async
+// on the client's loop (http::AsyncClient). Both sign the call (Api::Build) and sort the answer
+// (Api::Interpret); the lock protocol is written once against Transport.
 #ifndef DLOCK_DYNAMODB_TRANSPORTS_H_
 #define DLOCK_DYNAMODB_TRANSPORTS_H_
 
 #include <unordered_set>
 
-#include "dynamodb/curl_multi.h"
 #include "dynamodb/dynamodb_api.h"
-#include "dynamodb/http.h"
+#include "http/async_client.h"
+#include "http/blocking_client.h"
 #include "loop/event_loop.h"
 
 struct event;
@@ -17,26 +18,26 @@ namespace dlock::dynamodb {
 // Callers' threads; done runs before Call returns. Stateless: one per call is fine.
 class BlockingTransport : public Transport {
  public:
-  BlockingTransport(Api* api, HttpPool* http) : api_(api), http_(http) {}
+  BlockingTransport(Api* api, http::BlockingClient* http) : api_(api), http_(http) {}
   void Call(const std::string& operation, const Json& body, TimePoint deadline, Done done) override;
   void After(Millis delay, std::function<void()> fn) override;
 
  private:
   Api* api_;
-  HttpPool* http_;
+  http::BlockingClient* http_;
 };
 
 // The loop thread only; done runs later on the loop thread.
 class AsyncTransport : public Transport {
  public:
-  AsyncTransport(Api* api, EventLoop* loop) : api_(api), loop_(loop), multi_(loop) {}
+  AsyncTransport(Api* api, EventLoop* loop) : api_(api), loop_(loop), http_(loop) {}
   ~AsyncTransport() override;
   void Call(const std::string& operation, const Json& body, TimePoint deadline, Done done) override;
   void After(Millis delay, std::function<void()> fn) override;
   // Fails what is in flight and runs pending retries at once (which then fail too).
   void Shutdown();
   // Requests in flight and retries waiting: work whose outcome is not known yet.
-  size_t pending() const { return multi_.in_flight() + timers_.size(); }
+  size_t pending() const { return http_.in_flight() + timers_.size(); }
 
  private:
   struct PendingTimer {
@@ -48,7 +49,7 @@ class AsyncTransport : public Transport {
 
   Api* api_;
   EventLoop* loop_;
-  CurlMulti multi_;
+  http::AsyncClient http_;
   bool shut_down_ = false;
   std::unordered_set<PendingTimer*> timers_;
 };

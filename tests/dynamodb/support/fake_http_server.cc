@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace dlock_test {
@@ -46,12 +48,43 @@ const char* Reason(int status) {
   }
 }
 
+// The status line and headers of response, with framing ("Content-Length: 12") last.
+std::string Head(const FakeResponse& response, const std::string& framing) {
+  return "HTTP/1.1 " + std::to_string(response.status) + " " + Reason(response.status) +
+         "\r\nContent-Type: " + response.content_type + "\r\n" + framing +
+         "\r\nConnection: keep-alive\r\n\r\n";
+}
+
 size_t Collect(char* data, size_t size, size_t n, void* arg) {
   static_cast<std::string*>(arg)->append(data, size * n);
   return size * n;
 }
 
 }  // namespace
+
+void ChunkFeed::Push(std::string chunk) {
+  std::lock_guard<std::mutex> lock(mu_);
+  chunks_.push_back(std::move(chunk));
+  cv_.notify_all();
+}
+
+void ChunkFeed::End() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ended_ = true;
+  cv_.notify_all();
+}
+
+bool ChunkFeed::Next(const std::atomic<bool>& stopping, std::string* chunk) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (chunks_.empty() && !ended_) {
+    if (stopping) return false;
+    cv_.wait_for(lock, std::chrono::milliseconds(20));  // and look at stopping again
+  }
+  if (chunks_.empty()) return false;
+  *chunk = std::move(chunks_.front());
+  chunks_.pop_front();
+  return true;
+}
 
 FakeHttpServer::FakeHttpServer(Handler handler) : handler_(std::move(handler)) {
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -134,10 +167,12 @@ void FakeHttpServer::Serve(int fd) {
       buffer.erase(0, length);
       requests_++;
       FakeResponse response = handler_(request);
-      std::string out = "HTTP/1.1 " + std::to_string(response.status) + " " + Reason(response.status) +
-                        "\r\nContent-Type: " + response.content_type +
-                        "\r\nContent-Length: " + std::to_string(response.body.size()) +
-                        "\r\nConnection: keep-alive\r\n\r\n" + response.body;
+      if (response.feed != nullptr) {
+        if (!SendFed(fd, response)) break;
+        continue;
+      }
+      std::string out = Head(response, "Content-Length: " + std::to_string(response.body.size())) +
+                        response.body;
       if (!WriteAll(fd, out)) break;
     }
   }
@@ -150,6 +185,18 @@ done:
     }
   }
   close(fd);
+}
+
+bool FakeHttpServer::SendFed(int fd, const FakeResponse& response) {
+  if (!WriteAll(fd, Head(response, "Transfer-Encoding: chunked"))) return false;
+  std::string chunk;
+  while (response.feed->Next(stopping_, &chunk)) {
+    if (chunk.empty()) continue;  // an empty chunk would end the body
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", chunk.size());
+    if (!WriteAll(fd, size + chunk + "\r\n")) return false;
+  }
+  return !stopping_ && WriteAll(fd, "0\r\n\r\n");
 }
 
 FakeResponse ForwardTo(const std::string& base_url, const FakeRequest& request) {

@@ -1,14 +1,17 @@
 // A tiny HTTP/1.1 server on 127.0.0.1 for the faults and endpoints dynalite cannot provide: a
 // container-credentials endpoint, an EC2 metadata service, a proxy that throttles before
-// passing calls through to dynalite, a server answering errors or garbage. Keep-alive, one
-// thread per connection, requests with Content-Length bodies. The handler runs on those
-// threads; it must be thread-safe.
+// passing calls through to dynalite, a server answering errors or garbage, a body streamed
+// while the test writes it (ChunkFeed). Keep-alive, one thread per connection, requests with
+// Content-Length bodies. The handler runs on those threads; it must be thread-safe.
 #ifndef DLOCK_TESTS_DYNAMODB_SUPPORT_FAKE_HTTP_SERVER_H_
 #define DLOCK_TESTS_DYNAMODB_SUPPORT_FAKE_HTTP_SERVER_H_
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -23,10 +26,28 @@ struct FakeRequest {
   std::string body;
 };
 
+// A body the test writes while the server sends it (Transfer-Encoding: chunked): each Push
+// goes out at once as one HTTP chunk, End finishes the response. Until then the connection
+// stays open, silent while nothing is pushed. Thread-safe.
+class ChunkFeed {
+ public:
+  void Push(std::string chunk);
+  void End();
+  // The server's side: waits for the next chunk; false once the feed ended or stopping is set.
+  bool Next(const std::atomic<bool>& stopping, std::string* chunk);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> chunks_;
+  bool ended_ = false;
+};
+
 struct FakeResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::shared_ptr<ChunkFeed> feed = nullptr;  // if set, the body comes from it instead
 };
 
 class FakeHttpServer {
@@ -44,6 +65,7 @@ class FakeHttpServer {
  private:
   void AcceptLoop();
   void Serve(int fd);
+  bool SendFed(int fd, const FakeResponse& response);
 
   Handler handler_;
   int listen_fd_ = -1;

@@ -1,12 +1,22 @@
-#include "dynamodb/http.h"
+#include "http/easy_transfer.h"
 
-#include <cstring>
+#include <algorithm>
 
-namespace dlock::dynamodb {
+namespace dlock::http {
 namespace {
 
-// Idle easy handles kept (each holds its own kept-alive connection).
-constexpr size_t kMaxIdleTransfers = 64;
+// The answers buffered whole are small (DynamoDB items, credentials, etcd ranges); refuse to
+// buffer a runaway one (curl then fails the transfer). A stream hands its body over as it
+// comes, so only what arrived in one pass of the loop counts against it.
+constexpr size_t kMaxBufferedBody = 16u << 20;
+
+// Failures after which the server cannot have seen the request: no connection was made.
+bool NothingSent(CURLcode code) {
+  return code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
+         code == CURLE_COULDNT_RESOLVE_PROXY || code == CURLE_UNSUPPORTED_PROTOCOL ||
+         code == CURLE_URL_MALFORMAT || code == CURLE_SSL_CONNECT_ERROR ||
+         code == CURLE_PEER_FAILED_VERIFICATION;
+}
 
 }  // namespace
 
@@ -24,18 +34,31 @@ EasyTransfer::~EasyTransfer() {
 
 size_t EasyTransfer::OnData(char* data, size_t size, size_t n, void* arg) {
   auto* self = static_cast<EasyTransfer*>(arg);
-  // A DynamoDB answer is small; refuse to buffer a runaway one (curl then fails the transfer).
-  if (self->response_.body.size() + size * n > (16u << 20)) return 0;
+  if (self->response_.body.size() + size * n > kMaxBufferedBody) {
+    self->too_large_ = true;
+    return 0;
+  }
   self->response_.body.append(data, size * n);
   return size * n;
 }
 
-void EasyTransfer::Prepare(const HttpRequest& request) {
-  response_ = HttpResponse();
+void EasyTransfer::Prepare(const Request& request, Bound bound) {
+  response_ = Response();
   error_[0] = '\0';
+  too_large_ = false;
   url_ = request.url;
+  configured_timeout_ms_ = request.timeout_ms;
   timeout_ms_ = request.timeout_ms;
-  configured_timeout_ms_ = request.configured_timeout_ms != 0 ? request.configured_timeout_ms : request.timeout_ms;
+  int connect_timeout_ms = request.connect_timeout_ms;
+  if (bound == Bound::kConnectOnly) {
+    timeout_ms_ = 0;  // curl: no limit
+  } else if (request.deadline != TimePoint::max()) {
+    // The caller's whole call ends at deadline: this request gets what is left (at least 1 ms).
+    int64_t left = std::chrono::duration_cast<Millis>(request.deadline - Now()).count();
+    left = std::max<int64_t>(left, 1);
+    timeout_ms_ = static_cast<int>(std::min<int64_t>(timeout_ms_, left));
+    connect_timeout_ms = static_cast<int>(std::min<int64_t>(connect_timeout_ms, left));
+  }
   body_ = request.body;
   curl_slist_free_all(headers_);
   headers_ = nullptr;
@@ -46,8 +69,8 @@ void EasyTransfer::Prepare(const HttpRequest& request) {
   curl_easy_setopt(curl_, CURLOPT_URL, url_.c_str());
   curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers_);
   curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for timeouts
-  curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout_ms));
-  curl_easy_setopt(curl_, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout_ms));
+  curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(connect_timeout_ms));
+  curl_easy_setopt(curl_, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_ms_));
   curl_easy_setopt(curl_, CURLOPT_SSL_VERIFYPEER, request.tls_verify ? 1L : 0L);
   curl_easy_setopt(curl_, CURLOPT_SSL_VERIFYHOST, request.tls_verify ? 2L : 0L);
   curl_easy_setopt(curl_, CURLOPT_TCP_NODELAY, 1L);
@@ -66,19 +89,25 @@ void EasyTransfer::Prepare(const HttpRequest& request) {
   }
 }
 
-Status EasyTransfer::Finish(CURLcode code, HttpResponse* response) {
+long EasyTransfer::status() const {
+  long status = 0;
+  curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status);
+  return status;
+}
+
+Status EasyTransfer::Finish(CURLcode code, Response* response) {
   if (code == CURLE_OK) {
-    curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &response_.status);
+    response_.status = status();
     *response = std::move(response_);
     return Status::Ok();
   }
-  response_.maybe_sent = !(code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST ||
-                           code == CURLE_COULDNT_RESOLVE_PROXY || code == CURLE_UNSUPPORTED_PROTOCOL ||
-                           code == CURLE_URL_MALFORMAT || code == CURLE_SSL_CONNECT_ERROR ||
-                           code == CURLE_PEER_FAILED_VERIFICATION);
+  response_.maybe_sent = !NothingSent(code);
+  response_.status = status();
   *response = std::move(response_);
   std::string detail = error_[0] != '\0' ? error_ : curl_easy_strerror(code);
-  if (code == CURLE_OPERATION_TIMEDOUT) {
+  if (too_large_) {
+    detail = "the answer is larger than " + std::to_string(kMaxBufferedBody >> 20) + " MiB";
+  } else if (code == CURLE_OPERATION_TIMEDOUT && timeout_ms_ != 0) {
     detail = "no answer within timeout_ms=" + std::to_string(configured_timeout_ms_) +
              (timeout_ms_ < configured_timeout_ms_
                   ? " (" + std::to_string(timeout_ms_) + " ms of it were left for this request)"
@@ -89,23 +118,4 @@ Status EasyTransfer::Finish(CURLcode code, HttpResponse* response) {
   return Status::IoError("cannot reach " + url_ + ": " + detail);
 }
 
-Status HttpPool::Perform(const HttpRequest& request, HttpResponse* response) {
-  std::unique_ptr<EasyTransfer> transfer;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!idle_.empty()) {
-      transfer = std::move(idle_.back());
-      idle_.pop_back();
-    }
-  }
-  if (transfer == nullptr) transfer = std::make_unique<EasyTransfer>();
-  if (transfer->handle() == nullptr) return Status::Internal("curl_easy_init failed");
-  transfer->Prepare(request);
-  CURLcode code = curl_easy_perform(transfer->handle());
-  Status s = transfer->Finish(code, response);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (idle_.size() < kMaxIdleTransfers) idle_.push_back(std::move(transfer));
-  return s;
-}
-
-}  // namespace dlock::dynamodb
+}  // namespace dlock::http

@@ -1,0 +1,32 @@
+// HTTP over libcurl, the blocking half: requests on the caller's thread, on a pool of easy
+// handles, so that callers' threads reuse kept-alive connections and never serialize on one.
+// (The async half, on the client's loop, is async_client.h.)
+#ifndef DLOCK_HTTP_BLOCKING_CLIENT_H_
+#define DLOCK_HTTP_BLOCKING_CLIENT_H_
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/status.h"
+#include "http/easy_transfer.h"
+#include "http/request.h"
+
+namespace dlock::http {
+
+// Thread-safe.
+class BlockingClient {
+ public:
+  BlockingClient() { EnsureCurlGlobalInit(); }
+  // Performs request; an error only when no HTTP answer came (DLOCK_EIO), with
+  // response->maybe_sent saying whether the server may have acted on it.
+  Status Perform(const Request& request, Response* response);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<EasyTransfer>> idle_;
+};
+
+}  // namespace dlock::http
+
+#endif  // DLOCK_HTTP_BLOCKING_CLIENT_H_
