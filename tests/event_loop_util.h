@@ -54,6 +54,34 @@ class Loop {
     return !timed_out;
   }
   void Exit() { event_base_loopbreak(base_); }
+  // Runs the loop until done() or the time limit, and leaves nothing of its own on the base
+  // (unlike Run); true when done().
+  template <typename Done>
+  bool RunUntil(Done done, std::chrono::milliseconds limit) {
+    // A ticking timer ends each turn of the loop, so that the limit is checked every 10 ms.
+    event* tick = event_new(base_, -1, EV_PERSIST, [](evutil_socket_t, short, void*) {}, nullptr);
+    timeval every_10ms{0, 10000};
+    event_add(tick, &every_10ms);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    bool ok;
+    while (!(ok = done()) && std::chrono::steady_clock::now() < deadline) {
+      event_base_loop(base_, EVLOOP_ONCE);
+    }
+    event_free(tick);
+    return ok;
+  }
+  // Runs the loop until no event is left on the base (what a closed client needs to finish),
+  // for up to limit; true when the base is empty.
+  bool Drain(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    auto left = [&] {
+      return event_base_get_num_events(base_, EVENT_BASE_COUNT_ADDED | EVENT_BASE_COUNT_ACTIVE);
+    };
+    while (left() > 0 && std::chrono::steady_clock::now() < deadline) {
+      event_base_loop(base_, EVLOOP_ONCE);
+    }
+    return left() == 0;
+  }
 
  private:
   event_base* base_;

@@ -2,25 +2,20 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "support/child_process.h"
 #include "support/redis_server.h"
 
 namespace dlock_test {
 namespace {
 
-// Runs command, returns its stdout; *status gets the exit status.
-std::string RunCommand(const std::string& command, int* status) {
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *status = pclose(p);
-  return out;
-}
+using namespace std::chrono_literals;
 
 size_t Count(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -30,14 +25,13 @@ size_t Count(const std::string& text, const std::string& what) {
 
 TEST(ExamplesTest, EvloopServerWorksReactsToLossAndStaysResponsive) {
   RedisServer redis;
-  std::thread saboteur([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-    redis.Cli({"DEL", "dlock:{evloop-server}"});
-  });
-  int status = 0;
-  std::string out = RunCommand(std::string(DLOCK_EVLOOP_SERVER) + " " + redis.url() + " 3", &status);
-  saboteur.join();
-  EXPECT_EQ(status, 0) << out;
+  ChildProcess server({DLOCK_EVLOOP_SERVER, redis.url(), "3"});
+  ASSERT_TRUE(server.started()) << server.error();
+  std::this_thread::sleep_for(1000ms);
+  redis.Cli({"DEL", "dlock:{evloop-server}"});  // the lock is lost behind its back
+  const int code = server.Wait(30s);
+  const std::string out = server.output();
+  EXPECT_EQ(code, 0) << DescribeExitCode(code) << "\n" << out;
   EXPECT_EQ(Count(out, "acquired, fencing token"), 2u) << out;  // before and after the loss
   EXPECT_EQ(Count(out, "lost evloop-server"), 1u) << out;
   EXPECT_NE(out.find("released: DLOCK_OK"), std::string::npos) << out;
@@ -50,15 +44,22 @@ TEST(ExamplesTest, AtomicIncrementsLoseNoUpdate) {
   RedisServer redis;
   char dir[] = "/tmp/dlock-example-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  std::string counter = std::string(dir) + "/counter";
-  std::string cmd = "echo '0 0' > " + counter + " && for i in 1 2 3; do " + DLOCK_ATOMIC_INCREMENTS +
-                    " " + redis.url() + " " + counter + " 40 & done; wait; cat " + counter;
-  int status = 0;
-  std::string out = RunCommand("sh -c \"" + cmd + "\"", &status);
-  EXPECT_EQ(status, 0) << out;
-  EXPECT_EQ(Count(out, "40 increments"), 3u) << out;
-  EXPECT_NE(out.find("\n120 "), std::string::npos) << out;
-  std::system(("rm -rf " + std::string(dir)).c_str());
+  const std::string counter = std::string(dir) + "/counter";
+  std::ofstream(counter) << "0 0\n";
+  std::vector<std::unique_ptr<ChildProcess>> runs;
+  for (int i = 0; i < 3; ++i) {
+    runs.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{DLOCK_ATOMIC_INCREMENTS, redis.url(), counter, "40"}));
+  }
+  for (auto& run : runs) {
+    const int code = run->Wait(60s);
+    EXPECT_EQ(code, 0) << DescribeExitCode(code) << "\n" << run->output();
+    EXPECT_EQ(Count(run->output(), "40 increments"), 1u) << run->output();
+  }
+  long value = 0;
+  std::ifstream(counter) >> value;
+  EXPECT_EQ(value, 120);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -77,6 +77,41 @@ TEST_F(HppTest, AcquireAndRelease) {
   EXPECT_EQ(CodeOf([&] { lock.extend(1s); }), DLOCK_EINVAL);
 }
 
+TEST_F(HppTest, InspectShowsTheHolderThenFree) {
+  dlock::Client holder(redis_.url());
+  dlock::Client observer(redis_.url());
+  dlock::Lock lock = holder.acquire("hpp/inspect", dlock::Options().lease(5s).owner("hpp-owner"));
+  dlock::Info info = observer.inspect("hpp/inspect");
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_EQ(info.kind, DLOCK_EXCLUSIVE);
+  EXPECT_EQ(info.holders[0].owner, "hpp-owner");
+  EXPECT_EQ(info.holders[0].fencing_token, lock.fencing_token());
+  ASSERT_TRUE(info.holders[0].remaining.has_value());
+  EXPECT_GT(info.holders[0].remaining->count(), 0);
+  EXPECT_LE(info.holders[0].remaining->count(), 5000);
+  lock.release();
+  EXPECT_TRUE(observer.inspect("hpp/inspect").is_free());
+
+  dlock::Lock forever = holder.acquire("hpp/inspect", dlock::Options().no_expiry());
+  info = observer.inspect("hpp/inspect");
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_FALSE(info.holders[0].remaining.has_value());
+  EXPECT_EQ(info.holders[0].owner, "");
+  EXPECT_EQ(CodeOf([&] { observer.inspect(""); }), DLOCK_EINVAL);
+}
+
+TEST_F(HppTest, KindsTheBackendDoesNotOfferAreEinval) {
+  dlock::Client client(redis_.url());
+  EXPECT_EQ(client.capabilities() & (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS), 0u);
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("hpp/kinds", dlock::Options().shared()); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("shared"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("hpp/kinds", dlock::Options().permits(3)); }), DLOCK_EINVAL);
+  EXPECT_TRUE(client.inspect("hpp/kinds").is_free());  // nothing was taken
+  EXPECT_TRUE(client.acquire("hpp/kinds", dlock::Options().kind(DLOCK_EXCLUSIVE)));
+}
+
 TEST_F(HppTest, TokensIncreaseAcrossAcquisitions) {
   dlock::Client client(redis_.url());
   uint64_t last = 0;

@@ -32,24 +32,6 @@ TEST(RedisFailureTest, MissingUnixSocketIsEio) {
   EXPECT_NE(std::string(dlock_last_error()).find("/nonexistent/dlock.sock"), std::string::npos);
 }
 
-TEST(RedisFailureTest, RedisKilledMidUseIsEioNamingTheServer) {
-  RedisServer redis;
-  Client client(redis.url());
-  dlock_lock* held;
-  ASSERT_EQ(dlock_acquire(client.get(), "k", nullptr, &held), DLOCK_OK);
-  redis.Kill();
-  dlock_lock* l = nullptr;
-  EXPECT_EQ(dlock_acquire(client.get(), "other", nullptr, &l), DLOCK_EIO);
-  EXPECT_NE(std::string(dlock_last_error()).find(redis.address()), std::string::npos) << dlock_last_error();
-  EXPECT_EQ(dlock_extend(held, 5000), DLOCK_EIO);
-  EXPECT_EQ(dlock_release(held), DLOCK_EIO);
-  EXPECT_NE(std::string(dlock_last_error()).find(redis.address()), std::string::npos) << dlock_last_error();
-  // It comes back: the same client works again.
-  ASSERT_TRUE(redis.Restart());
-  ASSERT_EQ(dlock_acquire(client.get(), "k", nullptr, &l), DLOCK_OK) << dlock_last_error();
-  EXPECT_EQ(dlock_release(l), DLOCK_OK);
-}
-
 TEST(RedisFailureTest, WaiterSeesEioWhenRedisDiesWhileWaiting) {
   RedisServer redis;
   Client holder(redis.url()), waiter(redis.url());

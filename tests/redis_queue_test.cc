@@ -1,8 +1,9 @@
-// Completion queues (dlock_queue) on owned-thread clients, against a real redis-server:
-//   - acquire / extend / release through a queue: tags, statuses and locks as a user sees them;
+// Completion queues (dlock_queue) on owned-thread clients, against a real redis-server (acquire,
+// extend, release, NOT_ACQUIRED and LOST entries in the _queued style, on every backend, are in
+// conformance/):
 //   - the fd protocol: readable when an entry waits, re-armed by the pop that finds it empty;
 //     many operations in flight from several threads and clients on one queue, each tag once;
-//   - NOT_ACQUIRED, LOST and ECANCELLED entries, and their dlock_last_error() messages;
+//   - ECANCELLED entries, and a LOST queue outliving its handle;
 //   - what freeing the queue or closing the client does to operations still in flight (locks
 //     come back, entries still arrive, nothing leaks: the suite also runs under ASan/LSan);
 //   - argument errors (nothing queued), pops with NULL out pointers;
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "queue_util.h"
 #include "support/redis_server.h"
 #include "test_util.h"
 
@@ -30,91 +32,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// Owns a dlock_queue; reset() frees it early (to test what freeing does).
-class Queue {
- public:
-  Queue() { EXPECT_EQ(dlock_queue_new(&q_), DLOCK_OK) << dlock_last_error(); }
-  ~Queue() { dlock_queue_free(q_); }
-  Queue(const Queue&) = delete;
-  dlock_queue* get() const { return q_; }
-  int fd() const { return dlock_queue_fd(q_); }
-  void reset() {
-    dlock_queue_free(q_);
-    q_ = nullptr;
-  }
-
- private:
-  dlock_queue* q_ = nullptr;
-};
-
-// One popped entry, with this thread's dlock_last_error() right after the pop.
-struct Entry {
-  int kind = DLOCK_QUEUE_EMPTY;
-  uint64_t tag = 0;
-  dlock_status status = DLOCK_EINTERNAL;
-  dlock_lock* lock = nullptr;
-  std::string error;
-};
-
-std::ostream& operator<<(std::ostream& os, const Entry& e) {
-  return os << "{kind " << e.kind << ", tag " << e.tag << ", " << dlock_status_str(e.status)
-            << ", lock " << (e.lock != nullptr ? "yes" : "no") << ", \"" << e.error << "\"}";
-}
-
-// True when fd is readable within timeout (0: right now).
-bool Readable(int fd, std::chrono::milliseconds timeout) {
-  pollfd p{fd, POLLIN, 0};
-  int n;
-  do {
-    n = poll(&p, 1, static_cast<int>(timeout.count()));
-  } while (n < 0 && errno == EINTR);
-  return n == 1 && (p.revents & POLLIN) != 0;
-}
-
-// Pops until DLOCK_QUEUE_EMPTY (which re-arms the fd), appending what it took to *out.
-void PopAll(dlock_queue* q, std::vector<Entry>* out) {
-  for (;;) {
-    Entry e;
-    e.kind = dlock_queue_pop(q, &e.tag, &e.status, &e.lock);
-    if (e.kind == DLOCK_QUEUE_EMPTY) return;
-    if (e.kind != DLOCK_QUEUE_DONE && e.kind != DLOCK_QUEUE_LOST) {
-      ADD_FAILURE() << "dlock_queue_pop returned " << e.kind;
-      return;
-    }
-    e.error = dlock_last_error();
-    out->push_back(std::move(e));
-  }
-}
-
-// What a consumer does: waits on the fd, pops all, again, until n entries came or `limit`
-// passed. Returns what it got (fewer than n on timeout; the caller asserts the count).
-std::vector<Entry> Collect(dlock_queue* q, size_t n, std::chrono::milliseconds limit = 5000ms) {
-  std::vector<Entry> got;
-  const auto until = Clock::now() + limit;
-  while (got.size() < n) {
-    auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
-    if (left <= 0ms) break;
-    if (Readable(dlock_queue_fd(q), left)) PopAll(q, &got);
-  }
-  return got;
-}
-
-// Collects exactly one entry (an empty Entry on timeout, which fails the caller's checks).
-Entry CollectOne(dlock_queue* q, std::chrono::milliseconds limit = 5000ms) {
-  std::vector<Entry> got = Collect(q, 1, limit);
-  EXPECT_EQ(got.size(), 1u) << "expected exactly one entry";
-  return got.empty() ? Entry{} : got.front();
-}
-
-// Entries by tag; fails the test when a tag came twice.
-std::map<uint64_t, Entry> ByTag(const std::vector<Entry>& entries) {
-  std::map<uint64_t, Entry> by_tag;
-  for (const Entry& e : entries) {
-    EXPECT_TRUE(by_tag.emplace(e.tag, e).second) << "tag " << e.tag << " came twice: " << e;
-  }
-  return by_tag;
-}
 
 // Who holds it, as a user checks: another client's acquire (one try, or waiting up to wait_ms;
 // a wait ends early when the holder releases), released again at once when it succeeds.
@@ -139,57 +56,6 @@ class RedisQueueTest : public ::testing::Test {
 
   RedisServer redis_;
 };
-
-// ----- round trip ------------------------------------------------------------------------
-
-TEST_F(RedisQueueTest, AcquireExtendReleaseRoundTrip) {
-  Client client(redis_.url());
-  Client other(redis_.url());
-  Queue q;
-  Options opts;
-  opts.lease(5000);
-
-  ASSERT_EQ(dlock_acquire_queued(client.get(), "rt/job", opts.get(), q.get(), 101), DLOCK_OK)
-      << dlock_last_error();
-  Entry acquired = CollectOne(q.get());
-  EXPECT_EQ(acquired.kind, DLOCK_QUEUE_DONE);
-  EXPECT_EQ(acquired.tag, 101u);
-  ASSERT_EQ(acquired.status, DLOCK_OK) << acquired;
-  ASSERT_NE(acquired.lock, nullptr);
-  dlock_lock* l = acquired.lock;
-  EXPECT_STREQ(dlock_lock_name(l), "rt/job");
-  EXPECT_EQ(dlock_lock_is_valid(l), 1);
-  const uint64_t token = dlock_lock_fencing_token(l);
-  EXPECT_GT(token, 0u);
-  EXPECT_EQ(Fence("rt/job"), token);
-  // The lock is really held: another client's one try fails.
-  EXPECT_EQ(TryAcquire(other, "rt/job"), DLOCK_NOT_ACQUIRED);
-
-  ASSERT_EQ(dlock_extend_queued(l, 60000, q.get(), 102), DLOCK_OK) << dlock_last_error();
-  Entry extended = CollectOne(q.get());
-  EXPECT_EQ(extended.kind, DLOCK_QUEUE_DONE);
-  EXPECT_EQ(extended.tag, 102u);
-  EXPECT_EQ(extended.status, DLOCK_OK) << extended;
-  EXPECT_EQ(extended.lock, nullptr);  // only acquires carry a lock
-  EXPECT_GT(std::stoll(redis_.Cli({"PTTL", Key("rt/job")})), 30000);
-  EXPECT_GT(dlock_lock_remaining_ms(l), 30000);
-  EXPECT_EQ(dlock_lock_fencing_token(l), token);  // extending keeps the token
-
-  ASSERT_EQ(dlock_release_queued(l, q.get(), 103), DLOCK_OK) << dlock_last_error();  // frees l
-  Entry released = CollectOne(q.get());
-  EXPECT_EQ(released.kind, DLOCK_QUEUE_DONE);
-  EXPECT_EQ(released.tag, 103u);
-  EXPECT_EQ(released.status, DLOCK_OK) << released;
-  EXPECT_EQ(released.lock, nullptr);
-  EXPECT_EQ(redis_.Cli({"EXISTS", Key("rt/job")}), "0");
-
-  // Free again: the next holder gets a greater token.
-  dlock_lock* next = nullptr;
-  ASSERT_EQ(dlock_acquire(other.get(), "rt/job", nullptr, &next), DLOCK_OK) << dlock_last_error();
-  EXPECT_GT(dlock_lock_fencing_token(next), token);
-  EXPECT_EQ(dlock_release(next), DLOCK_OK);
-  EXPECT_FALSE(Readable(q.fd(), 0ms)) << "nothing else was queued";
-}
 
 // ----- the fd protocol ---------------------------------------------------------------------
 
@@ -276,82 +142,7 @@ TEST_F(RedisQueueTest, ManyOperationsInFlightFromSeveralThreadsAndClients) {
   EXPECT_FALSE(Readable(q.fd(), 0ms));
 }
 
-// ----- NOT_ACQUIRED, LOST ------------------------------------------------------------------
-
-TEST_F(RedisQueueTest, NotAcquiredEntryAndItsMessageNameTheLock) {
-  Client holder(redis_.url());
-  Client client(redis_.url());
-  Queue q;
-  dlock_lock* held = nullptr;
-  ASSERT_EQ(dlock_acquire(holder.get(), "contended/report-42", nullptr, &held), DLOCK_OK);
-
-  Options one_try;
-  one_try.wait(0);
-  ASSERT_EQ(dlock_acquire_queued(client.get(), "contended/report-42", one_try.get(), q.get(), 7),
-            DLOCK_OK);
-  Entry e = CollectOne(q.get());
-  EXPECT_EQ(e.kind, DLOCK_QUEUE_DONE);
-  EXPECT_EQ(e.tag, 7u);
-  EXPECT_EQ(e.status, DLOCK_NOT_ACQUIRED) << e;
-  EXPECT_EQ(e.lock, nullptr);
-  // The pop set this thread's last error to the entry's message.
-  EXPECT_NE(e.error.find("contended/report-42"), std::string::npos) << e.error;
-  EXPECT_EQ(dlock_release(held), DLOCK_OK) << "the holder kept its lock";
-}
-
-// Holds a lock acquired through a queue (lease 600 ms, heartbeat 150 ms, LOST entries under
-// tag 77) and deletes its key behind its back.
-class RedisQueueLostTest : public RedisQueueTest {
- protected:
-  void HoldThenDelete(const char* name) {
-    opts_.lease(600).heartbeat(150);
-    ASSERT_EQ(dlock_options_set_on_lost_queued(opts_.mutable_get(), q_.get(), 77), DLOCK_OK);
-    ASSERT_EQ(dlock_acquire_queued(client_.get(), name, opts_.get(), q_.get(), 1), DLOCK_OK);
-    Entry acquired = CollectOne(q_.get());
-    ASSERT_EQ(acquired.status, DLOCK_OK) << acquired;
-    lock_ = acquired.lock;
-    ASSERT_EQ(redis_.Cli({"DEL", Key(name)}), "1");
-    deleted_at_ = Clock::now();
-  }
-  void TearDown() override {
-    if (lock_ != nullptr) dlock_release(lock_);
-  }
-
-  Client client_{redis_.url()};
-  Queue q_;
-  Options opts_;
-  dlock_lock* lock_ = nullptr;
-  Clock::time_point deleted_at_;
-};
-
-TEST_F(RedisQueueLostTest, LostLockQueuesALostEntryOnce) {
-  ASSERT_NO_FATAL_FAILURE(HoldThenDelete("lost/victim"));
-  Entry lost = CollectOne(q_.get(), 2000ms);  // the next renewal (within 150 ms) finds it gone
-  EXPECT_EQ(lost.kind, DLOCK_QUEUE_LOST) << lost;
-  EXPECT_EQ(lost.tag, 77u);
-  EXPECT_EQ(lost.status, DLOCK_NOT_HELD);
-  EXPECT_EQ(lost.lock, nullptr);
-  EXPECT_FALSE(lost.error.empty()) << "the message says why";
-  EXPECT_LT(Clock::now() - deleted_at_, 1500ms);
-  EXPECT_EQ(dlock_lock_is_valid(lock_), 0);
-  EXPECT_EQ(dlock_lock_remaining_ms(lock_), 0);
-  EXPECT_FALSE(Readable(q_.fd(), 500ms)) << "reported more than once";
-  EXPECT_EQ(dlock_release(lock_), DLOCK_NOT_HELD);
-  lock_ = nullptr;
-  EXPECT_FALSE(Readable(q_.fd(), 200ms)) << "the release is not a LOST entry";
-}
-
-// Separate from the test above on purpose: the on_lost callback is told the lock's name and
-// fencing token, but a LOST entry carries only the tag and the message, so a user who shares
-// one options object (one tag) among many locks can tell which lock was lost only if the
-// message names it -- as every other NOT_HELD message does ("lock 'NAME' was lost: ...").
-TEST_F(RedisQueueLostTest, LostEntryMessageNamesTheLock) {
-  ASSERT_NO_FATAL_FAILURE(HoldThenDelete("lost/named-victim"));
-  Entry lost = CollectOne(q_.get(), 2000ms);
-  ASSERT_EQ(lost.kind, DLOCK_QUEUE_LOST) << lost;
-  EXPECT_NE(lost.error.find("lost/named-victim"), std::string::npos)
-      << "the LOST entry's message does not say which lock was lost: \"" << lost.error << "\"";
-}
+// ----- LOST entries ----------------------------------------------------------------------
 
 TEST_F(RedisQueueTest, OptionsKeepTheQueueForLostEntriesAfterItsHandleIsFreed) {
   // The options (and the locks acquired with them) hold the queue: freeing its handle first

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -55,12 +56,25 @@ struct LostRecorder {
   std::atomic<uint64_t> token{0};
   std::atomic<bool> on_caller_thread{false};
   std::thread::id caller = std::this_thread::get_id();
-  static void Fn(const char*, uint64_t token, void* arg) {
+  static void Fn(const char* name, uint64_t token, void* arg) {
     auto* self = static_cast<LostRecorder*>(arg);
     self->token = token;
     if (std::this_thread::get_id() == self->caller) self->on_caller_thread = true;
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      if (self->first_name.empty()) self->first_name = name;
+    }
     self->calls++;
   }
+  // The name the first call was given.
+  std::string name() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return first_name;
+  }
+
+ private:
+  mutable std::mutex mu;
+  std::string first_name;
 };
 
 // Polls cond every 5 ms for up to `limit`; true once it holds.

@@ -1,7 +1,8 @@
 /* A separate process for the multi-process tests of every backend, using only the public C ABI.
- *   worker URL NAME hold LEASE_MS        acquire, print "ACQUIRED <token>", then wait to be killed
- *   worker URL NAME increment N FILE     N times: acquire (wait forever), append "<token>" to FILE
- *                                        and add one to the counter in FILE.count, release
+ *   worker URL NAME hold LEASE_MS [OWNER]  acquire (labelled OWNER), print "ACQUIRED <token>",
+ *                                          then hold it (heartbeats renew it) until killed
+ *   worker URL NAME increment N FILE       N times: acquire (wait forever), append "<token>" to
+ *                                          FILE and add one to the counter in FILE.count, release
  * Exit status 0 on success; errors go to stderr. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlock/dlock.h>
@@ -29,7 +30,7 @@ static long read_count(const char *path) {
 
 int main(int argc, char **argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: worker URL NAME hold LEASE_MS | increment N FILE\n");
+    fprintf(stderr, "usage: worker URL NAME hold LEASE_MS [OWNER] | increment N FILE\n");
     return 2;
   }
   dlock_client *c;
@@ -38,6 +39,7 @@ int main(int argc, char **argv) {
   dlock_options *o = dlock_options_new();
   if (strcmp(argv[3], "hold") == 0) {
     dlock_options_set_lease_ms(o, strtoull(argv[4], NULL, 10));
+    if (argc >= 6 && (s = dlock_options_set_owner(o, argv[5])) != DLOCK_OK) return fail("owner", s);
     dlock_lock *l;
     s = dlock_acquire(c, argv[2], o, &l);
     if (s != DLOCK_OK) return fail("acquire", s);

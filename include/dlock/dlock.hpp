@@ -60,6 +60,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "dlock/dlock.h"
 
@@ -172,6 +173,11 @@ class Options {
   Options& retry(ms min, ms max) { retry_ = std::make_pair(min, max); return *this; }
   // A label stored with the lock for people and tools ("" clears it).
   Options& owner(std::string label) { owner_ = std::move(label); return *this; }
+  // Exclusive (the default) or shared; a backend without DLOCK_CAP_SHARED refuses shared.
+  Options& kind(dlock_kind k) { kind_ = k; return *this; }
+  Options& shared() { return kind(DLOCK_SHARED); }
+  // One of n permits of a counting semaphore; 0 = not a semaphore (DLOCK_CAP_PERMITS).
+  Options& permits(uint32_t n) { permits_ = n; return *this; }
   // Called once, on the client's background thread, if the lock is lost. See the lifetime
   // notes at the top of this file. An empty function clears it.
   Options& on_lost(LostHandler handler) { on_lost_ = std::move(handler); return *this; }
@@ -181,7 +187,9 @@ class Options {
 
   // A dlock_options for one acquisition (null when everything is default), calling hook.
   detail::OptionsPtr Build(detail::LostHook* hook) const {
-    if (!lease_ && !heartbeat_ && !wait_ && !retry_ && !owner_ && !hook) return nullptr;
+    if (!lease_ && !heartbeat_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !hook) {
+      return nullptr;
+    }
     detail::OptionsPtr o(dlock_options_new());
     if (!o) throw Error(DLOCK_ENOMEM, "dlock_options_new: out of memory");
     if (lease_) detail::Check(dlock_options_set_lease_ms(o.get(), detail::NonNegativeMs(*lease_, "lease")));
@@ -197,6 +205,8 @@ class Options {
       detail::CheckNoNul(*owner_, "owner label");
       detail::Check(dlock_options_set_owner(o.get(), owner_->empty() ? nullptr : owner_->c_str()));
     }
+    if (kind_) detail::Check(dlock_options_set_kind(o.get(), *kind_));
+    if (permits_) detail::Check(dlock_options_set_permits(o.get(), *permits_));
     if (hook) detail::Check(dlock_options_set_on_lost(o.get(), &detail::LostHook::Invoke, hook));
     return o;
   }
@@ -206,7 +216,23 @@ class Options {
   std::optional<int64_t> wait_;
   std::optional<std::pair<ms, ms>> retry_;
   std::optional<std::string> owner_;
+  std::optional<dlock_kind> kind_;
+  std::optional<uint32_t> permits_;
   LostHandler on_lost_;
+};
+
+// ----- inspection ---------------------------------------------------------------------------
+
+// Who holds a name (Client::inspect): a snapshot for people and tools.
+struct Holder {
+  std::string owner;                                   // label, "" if none
+  std::optional<std::chrono::milliseconds> remaining;  // empty = no expiry
+  uint64_t fencing_token = 0;                          // 0 = unknown
+};
+struct Info {
+  dlock_kind kind = DLOCK_EXCLUSIVE;
+  std::vector<Holder> holders;  // empty = free
+  bool is_free() const noexcept { return holders.empty(); }
 };
 
 // ----- locks --------------------------------------------------------------------------------
@@ -334,6 +360,29 @@ class Client {
   Lock try_acquire(const std::string& name, const Options& options = Options()) {
     return Acquire(name, options, /*throw_not_acquired=*/false);
   }
+
+  // Who holds `name` now (one bounded call). Throws Error on failure.
+  Info inspect(const std::string& name) const {
+    if (!client_) throw Error(DLOCK_EINVAL, "dlock::Client: the Client is empty (moved from or closed)");
+    detail::CheckNoNul(name, "lock name");
+    dlock_info* raw = nullptr;
+    dlock_status s = dlock_inspect(client_, name.c_str(), &raw);
+    if (s != DLOCK_OK) throw detail::LastError(s);
+    std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
+    Info info;
+    info.kind = dlock_info_kind(raw);
+    for (uint32_t k = 0; k < dlock_info_holders(raw); ++k) {
+      Holder h;
+      h.owner = dlock_info_owner(raw, k);
+      int64_t left = dlock_info_remaining_ms(raw, k);
+      if (left >= 0) h.remaining = std::chrono::milliseconds(left);
+      h.fencing_token = dlock_info_fencing_token(raw, k);
+      info.holders.push_back(std::move(h));
+    }
+    return info;
+  }
+  // What the backend promises: DLOCK_CAP_* bits.
+  uint32_t capabilities() const noexcept { return dlock_client_capabilities(client_); }
 
   // Closes now: stops heartbeats and releases every lock this client still holds (their Lock
   // objects become stale: release() then throws DLOCK_NOT_HELD). The Client is empty after.

@@ -3,20 +3,14 @@
 #define DLOCK_TESTS_DYNAMODB_DDB_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <vector>
 
 #include "support/dynalite_server.h"
 #include "support/fake_http_server.h"
 #include "test_util.h"
-
-extern char** environ;
 
 namespace dlock_test {
 
@@ -44,54 +38,6 @@ class DynamoTest : public ::testing::Test {
 
   TestCredentials credentials_;
   DynaliteServer ddb_;
-};
-
-// A running worker process (ddb_worker.c); killed and reaped by the destructor.
-class Worker {
- public:
-  explicit Worker(std::vector<std::string> args) {
-    args.insert(args.begin(), DLOCK_DDB_WORKER);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int out[2];
-    if (pipe(out) != 0) return;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    posix_spawn_file_actions_addclose(&actions, out[0]);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-    close(out[1]);
-    stdout_ = fdopen(out[0], "r");
-  }
-  ~Worker() {
-    Kill();
-    if (stdout_ != nullptr) fclose(stdout_);
-  }
-  // Reads "ACQUIRED <token>" from the worker; 0 when it did not say so.
-  uint64_t AwaitAcquired() {
-    unsigned long long token = 0;
-    if (stdout_ == nullptr || fscanf(stdout_, "ACQUIRED %llu", &token) != 1) return 0;
-    return token;
-  }
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  // Waits for it to exit; its exit status (-1 when killed).
-  int Wait() {
-    int status = 0;
-    if (pid_ <= 0 || waitpid(pid_, &status, 0) != pid_) return -1;
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* stdout_ = nullptr;
 };
 
 inline int64_t ElapsedMs(std::chrono::steady_clock::time_point since) {

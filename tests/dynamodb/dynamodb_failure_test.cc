@@ -37,18 +37,6 @@ TEST_F(DynamoFailureTest, NothingListeningIsEioNamingTheEndpoint) {
   EXPECT_NE(std::string(dlock_last_error()).find(endpoint), std::string::npos) << dlock_last_error();
 }
 
-TEST_F(DynamoFailureTest, StoppedDynaliteMidUseIsEio) {
-  Client client(url());
-  dlock_lock* l;
-  ASSERT_EQ(dlock_acquire(client.get(), "before", nullptr, &l), DLOCK_OK);
-  ddb_.Stop();
-  dlock_lock* m;
-  EXPECT_EQ(dlock_acquire(client.get(), "during", nullptr, &m), DLOCK_EIO);
-  EXPECT_NE(std::string(dlock_last_error()).find(ddb_.endpoint()), std::string::npos) << dlock_last_error();
-  EXPECT_EQ(dlock_extend(l, 5000), DLOCK_EIO);
-  EXPECT_EQ(dlock_release(l), DLOCK_EIO);
-}
-
 TEST_F(DynamoFailureTest, ThrottlingIsRetriedWithBackoffAndSucceeds) {
   std::atomic<int> throttled{0}, passed{0};
   FakeHttpServer proxy([&](const FakeRequest& r) {

@@ -2,26 +2,16 @@
 
 #include "support/child_process.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <hiredis/hiredis.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -189,8 +179,9 @@ RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_args_(std:
       why = std::string("no free TCP port on 127.0.0.1: ") + strerror(errno);
       continue;
     }
-    if (Spawn(&why) && WaitReady(&why)) return;
-    Reap(SIGKILL, 0);
+    Spawn();
+    if (WaitReady(&why)) return;
+    Kill();
     // Only a port taken between FreeTcpPort() and the bind is worth another try.
     std::string log = ReadTail(dir_ + "/redis.log", 4096) + ReadTail(dir_ + "/stdout.log", 4096);
     if (log.find("Address already in use") == std::string::npos &&
@@ -206,7 +197,7 @@ RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_args_(std:
 RedisServer::~RedisServer() {
   if (::testing::Test::HasFailure() && !dir_.empty() && running()) {
     fprintf(stderr, "--- redis-server on port %d (pid %d), end of its log ---\n%s\n", port_,
-            static_cast<int>(pid_), LogTail().c_str());
+            static_cast<int>(pid()), LogTail().c_str());
   }
   Stop();
   if (!dir_.empty()) {
@@ -219,7 +210,7 @@ std::string RedisServer::address() const { return host() + ":" + std::to_string(
 std::string RedisServer::url() const { return "redis://" + address(); }
 std::string RedisServer::unix_socket() const { return dir_.empty() ? "" : dir_ + "/redis.sock"; }
 
-bool RedisServer::Spawn(std::string* why) {
+void RedisServer::Spawn() {
   std::vector<std::string> args = {redis_path_,
                                    "--port", std::to_string(port_),
                                    "--bind", "127.0.0.1",
@@ -231,23 +222,20 @@ bool RedisServer::Spawn(std::string* why) {
                                    "--daemonize", "no",
                                    "--logfile", dir_ + "/redis.log"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-  pid_t pid = SpawnChild(args, dir_ + "/stdout.log", why);
-  if (pid < 0) return false;
-  pid_ = pid;
-  return true;
+  process_ = std::make_unique<ChildProcess>(args, ChildOptions::LogTo(dir_ + "/stdout.log"));
 }
 
 bool RedisServer::WaitReady(std::string* why) {
   ScopedNoSigpipe no_sigpipe;
+  if (!process_->started()) {
+    *why = process_->error();
+    return false;
+  }
   const auto deadline = Clock::now() + kReadyTimeout;
   std::string last = "no answer yet";
   while (Clock::now() < deadline) {
-    int status = 0;
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_ || (r < 0 && errno == ECHILD)) {
-      *why = "redis-server " + (r == pid_ ? DescribeWaitStatus(status) : "vanished") +
-             " before answering PING";
-      pid_ = -1;
+    if (int code = process_->Wait(std::chrono::milliseconds(0)); code != -1 || !running()) {
+      *why = "redis-server " + DescribeExitCode(code) + " before answering PING";
       return false;
     }
     std::string err;
@@ -258,7 +246,7 @@ bool RedisServer::WaitReady(std::string* why) {
           info->type == REDIS_REPLY_STRING) {
         // Make sure it is our server that answers, not another test's that raced us to the port.
         std::string text = Render(info.get());
-        std::string want = "process_id:" + std::to_string(pid_) + "\r";
+        std::string want = "process_id:" + std::to_string(pid()) + "\r";
         if (text.find(want) != std::string::npos) {
           if (ContextPtr u = Connect(0, unix_socket(), password_, 200, 1000, &err)) {
             ReplyPtr upong = Command(u.get(), {"PING"});
@@ -281,11 +269,13 @@ bool RedisServer::WaitReady(std::string* why) {
   return false;
 }
 
-void RedisServer::Reap(int first_signal, int grace_ms) { ReapChild(&pid_, first_signal, grace_ms); }
+void RedisServer::Kill() {
+  if (process_) process_->Kill();
+}
 
-void RedisServer::Kill() { Reap(SIGKILL, 0); }
-
-void RedisServer::Stop() { Reap(SIGTERM, 2000); }
+void RedisServer::Stop() {
+  if (process_) process_->Stop(SIGTERM, std::chrono::milliseconds(2000));
+}
 
 bool RedisServer::Restart() {
   Stop();
@@ -301,8 +291,9 @@ bool RedisServer::Restart() {
   }
   std::string why;
   for (int attempt = 1; attempt <= 3; ++attempt) {
-    if (Spawn(&why) && WaitReady(&why)) return true;
-    Reap(SIGKILL, 0);
+    Spawn();
+    if (WaitReady(&why)) return true;
+    Kill();
     SleepMs(200);  // the port may be briefly taken by someone else; try the same port again
   }
   ADD_FAILURE() << "RedisServer::Restart on port " << port_ << ": " << why

@@ -19,10 +19,11 @@
 
 #include <sys/types.h>
 
-#include "support/child_process.h"
-
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "support/child_process.h"
 
 namespace dlock_test {
 
@@ -40,14 +41,14 @@ class RedisServer {
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
-  bool running() const { return pid_ > 0; }
+  bool running() const { return pid() > 0; }
   int port() const { return port_; }
   std::string host() const { return "127.0.0.1"; }
   std::string address() const;      // "127.0.0.1:PORT"
   std::string url() const;          // "redis://127.0.0.1:PORT"
   std::string unix_socket() const;  // absolute path of the socket
   std::string dir() const { return dir_; }  // the temp dir (log: dir() + "/redis.log")
-  pid_t pid() const { return pid_; }        // -1 when not running
+  pid_t pid() const { return process_ ? process_->pid() : -1; }  // -1 when not running
 
   // SIGKILL + reap (simulates a crash); running() becomes false.
   void Kill();
@@ -65,9 +66,8 @@ class RedisServer {
   std::string Cli(const std::vector<std::string>& args) const;
 
  private:
-  bool Spawn(std::string* why);                  // fork/exec on port_; sets pid_
-  bool WaitReady(std::string* why);              // PING (and our pid) within the deadline
-  void Reap(int first_signal, int grace_ms);
+  void Spawn();                       // starts redis-server on port_
+  bool WaitReady(std::string* why);  // PING (and our pid) within the deadline
   std::string LogTail() const;
 
   std::vector<std::string> extra_args_;
@@ -75,11 +75,8 @@ class RedisServer {
   std::string redis_path_;
   std::string dir_;
   int port_ = -1;
-  pid_t pid_ = -1;
+  std::unique_ptr<ChildProcess> process_;
 };
-
-// A free TCP port on 127.0.0.1 (bind to port 0, read it back, close). -1 on failure.
-int FreeTcpPort();
 
 }  // namespace dlock_test
 

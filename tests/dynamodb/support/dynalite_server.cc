@@ -1,26 +1,13 @@
 #include "support/dynalite_server.h"
 
-#include "support/child_process.h"
-
-#include <arpa/inet.h>
 #include <curl/curl.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 namespace dlock_test {
@@ -72,8 +59,9 @@ DynaliteServer::DynaliteServer(std::vector<std::string> extra_args)
   std::string why;
   for (int attempt = 0; attempt < 3; ++attempt) {
     port_ = FreeTcpPort();
-    if (Spawn(&why) && WaitReady(&why)) return;
-    Reap(SIGKILL, 0);
+    Spawn();
+    if (WaitReady(&why)) return;
+    Kill();
   }
   ADD_FAILURE() << "DynaliteServer: could not start: " << why << "\n--- log ---\n" << ReadTail(log_path_, 3000);
 }
@@ -95,7 +83,7 @@ std::string DynaliteServer::url(const std::string& table, const std::string& ext
          (extra_params.empty() ? "" : "&" + extra_params);
 }
 
-bool DynaliteServer::Spawn(std::string* why) {
+void DynaliteServer::Spawn() {
   std::vector<std::string> args = {node_, DLOCK_DYNALITE_CLI, "--port", std::to_string(port_),
                                    "--host", "127.0.0.1"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
@@ -105,19 +93,18 @@ bool DynaliteServer::Spawn(std::string* why) {
       args.insert(args.end(), {flag, "0"});
     }
   }
-  pid_t pid = SpawnChild(args, log_path_, why);
-  if (pid < 0) return false;
-  pid_ = pid;
-  return true;
+  process_ = std::make_unique<ChildProcess>(args, ChildOptions::LogTo(log_path_));
 }
 
 bool DynaliteServer::WaitReady(std::string* why) {
+  if (!process_->started()) {
+    *why = process_->error();
+    return false;
+  }
   auto deadline = Clock::now() + std::chrono::seconds(10);
   while (Clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      *why = "dynalite exited before answering (status " + std::to_string(status) + ")";
+    if (int code = process_->Wait(std::chrono::milliseconds(0)); code != -1 || !running()) {
+      *why = "dynalite " + DescribeExitCode(code) + " before answering";
       return false;
     }
     RawResponse r = Call("ListTables", "{}");
@@ -128,17 +115,20 @@ bool DynaliteServer::WaitReady(std::string* why) {
   return false;
 }
 
-void DynaliteServer::Reap(int first_signal, int grace_ms) { ReapChild(&pid_, first_signal, grace_ms); }
-
-void DynaliteServer::Kill() { Reap(SIGKILL, 0); }
-void DynaliteServer::Stop() { Reap(SIGTERM, 2000); }
+void DynaliteServer::Kill() {
+  if (process_) process_->Kill();
+}
+void DynaliteServer::Stop() {
+  if (process_) process_->Stop(SIGTERM, std::chrono::milliseconds(2000));
+}
 
 bool DynaliteServer::Restart() {
   Stop();
   std::string why;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    if (Spawn(&why) && WaitReady(&why)) return true;
-    Reap(SIGKILL, 0);
+    Spawn();
+    if (WaitReady(&why)) return true;
+    Kill();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   ADD_FAILURE() << "DynaliteServer::Restart on port " << port_ << ": " << why;

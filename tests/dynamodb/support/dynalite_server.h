@@ -16,10 +16,11 @@
 
 #include <sys/types.h>
 
-#include "support/child_process.h"
-
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "support/child_process.h"
 
 namespace dlock_test {
 
@@ -36,8 +37,8 @@ class DynaliteServer {
   DynaliteServer(const DynaliteServer&) = delete;
   DynaliteServer& operator=(const DynaliteServer&) = delete;
 
-  bool running() const { return pid_ > 0; }
-  pid_t pid() const { return pid_; }  // for SIGSTOP / SIGCONT
+  bool running() const { return pid() > 0; }
+  pid_t pid() const { return process_ ? process_->pid() : -1; }  // for SIGSTOP / SIGCONT
   int port() const { return port_; }
   std::string endpoint() const;  // "http://127.0.0.1:PORT" ("https://" with --ssl)
   // "dynamodb://TABLE?region=us-east-1&endpoint=http://127.0.0.1:PORT" + "&" + extra params.
@@ -59,16 +60,15 @@ class DynaliteServer {
   std::string GetItem(const std::string& table, const std::string& key_json) const;
 
  private:
-  bool Spawn(std::string* why);
+  void Spawn();
   bool WaitReady(std::string* why);
-  void Reap(int first_signal, int grace_ms);
 
   std::vector<std::string> extra_args_;
   bool tls_ = false;  // started with --ssl (dynalite's self-signed certificate)
   std::string node_;
   std::string log_path_;
   int port_ = -1;
-  pid_t pid_ = -1;
+  std::unique_ptr<ChildProcess> process_;
 };
 
 // Sets AWS credentials for the tests in this process and its children (dummy keys, region

@@ -1,0 +1,54 @@
+// The backends the conformance suite runs against. Each factory starts a real server of its own
+// for the suite and says how clients reach it; tests use the server only through the public
+// ABI, except where a test must act behind the clients' backs (delete a lock, kill the server).
+// A new backend joins the suite by adding its factory to AllBackends() (backends.cc).
+#ifndef DLOCK_TESTS_CONFORMANCE_BACKEND_H_
+#define DLOCK_TESTS_CONFORMANCE_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace dlock_test {
+
+// One running server. The destructor stops it by pid (and reaps it).
+class BackendServer {
+ public:
+  virtual ~BackendServer() = default;
+  virtual bool running() const = 0;
+  // The URL a client opens (the backend ready for use: tables made, and so on).
+  virtual std::string url() const = 0;
+  // What an error message names when the server cannot be reached.
+  virtual std::string address() const = 0;
+  // Deletes lock `name`'s record on the server, as an operator or a bug might behind the
+  // holder's back. True when the server did it.
+  virtual bool DeleteLock(const std::string& name) = 0;
+  // SIGKILLs the server (by pid): clients find it gone.
+  virtual void Kill() = 0;
+  // Starts it again at the same address, empty, and makes it ready for use. True on success.
+  virtual bool Restart() = 0;
+};
+
+struct BackendFactory {
+  std::string name;       // the tests' name suffix: "redis", "redis_unix", "dynamodb"
+  uint32_t capabilities;  // what dlock_client_capabilities must say for this backend
+  // Starts a server; ADD_FAILURE()s and returns one that is not running() when it cannot.
+  std::function<std::unique_ptr<BackendServer>()> start;
+};
+
+inline void PrintTo(const BackendFactory& f, std::ostream* os) { *os << f.name; }
+
+// Every backend of this build.
+const std::vector<BackendFactory>& AllBackends();
+
+// The factories, one per backend (each in its own file).
+BackendFactory RedisTcpBackend();
+BackendFactory RedisUnixBackend();
+BackendFactory DynamoDbBackend();
+
+}  // namespace dlock_test
+
+#endif  // DLOCK_TESTS_CONFORMANCE_BACKEND_H_

@@ -1,0 +1,16 @@
+#include "conformance/backend.h"
+
+namespace dlock_test {
+
+const std::vector<BackendFactory>& AllBackends() {
+  static const std::vector<BackendFactory> all = [] {
+    std::vector<BackendFactory> v = {RedisTcpBackend(), RedisUnixBackend()};
+#ifdef DLOCK_CONFORMANCE_DYNAMODB
+    v.push_back(DynamoDbBackend());
+#endif
+    return v;
+  }();
+  return all;
+}
+
+}  // namespace dlock_test

@@ -1,0 +1,108 @@
+// The conformance suite's fixtures and the checks a user makes: who holds a lock (dlock_inspect),
+// whether another client can take it. Tests are parameterized over every backend (BackendTest)
+// or over every backend in every calling style (StyleTest).
+#ifndef DLOCK_TESTS_CONFORMANCE_CONFORMANCE_H_
+#define DLOCK_TESTS_CONFORMANCE_CONFORMANCE_H_
+
+#include <dlock/dlock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "conformance/backend.h"
+#include "conformance/styled_client.h"
+#include "test_util.h"
+
+namespace dlock_test {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// The suite's server for this backend, started on first use and stopped when the test program
+// ends. Tests that kill or restart a server start their own with backend.start().
+BackendServer& SharedServer(const BackendFactory& backend);
+
+// A lock name no other test uses ("<test name>/<what>"), so that tests may share a server.
+std::string UniqueName(const std::string& what);
+
+inline int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+// One holder as dlock_inspect shows it.
+struct Holder {
+  std::string owner;
+  int64_t remaining_ms = 0;
+  uint64_t token = 0;
+};
+
+// Who holds a lock, read through c with dlock_inspect.
+struct Snapshot {
+  dlock_status status = DLOCK_EINTERNAL;
+  dlock_kind kind = DLOCK_EXCLUSIVE;
+  std::vector<Holder> holders;
+  bool free() const { return status == DLOCK_OK && holders.empty(); }
+};
+Snapshot Inspect(dlock_client* c, const std::string& name);
+std::ostream& operator<<(std::ostream& os, const Snapshot& s);
+
+// What another client sees when it tries to take the lock (waiting up to wait_ms): the status,
+// and the token it got (the lock is then released again at once) or the message it got.
+struct Attempt {
+  dlock_status status = DLOCK_EINTERNAL;
+  uint64_t token = 0;
+  std::string error;
+};
+Attempt TryToTake(dlock_client* c, const std::string& name, int64_t wait_ms = 0);
+
+// A lock another client holds (lease 10 s) while a test contends for it.
+class HeldElsewhere {
+ public:
+  HeldElsewhere(const std::string& url, const std::string& name);  // ADD_FAILURE()s if it cannot
+  ~HeldElsewhere() { Release(); }
+  HeldElsewhere(const HeldElsewhere&) = delete;
+  bool held() const { return lock_ != nullptr; }
+  uint64_t token() const { return token_; }
+  // Releases it (from any thread); nothing once released.
+  void Release();
+  // True when dlock_inspect shows it still held, by this holder: the contenders did not disturb it.
+  bool Undisturbed() const;
+
+ private:
+  Client client_;
+  std::string name_;
+  dlock_lock* lock_ = nullptr;
+  uint64_t token_ = 0;
+};
+
+class BackendTest : public ::testing::TestWithParam<BackendFactory> {
+ protected:
+  const BackendFactory& backend() const { return GetParam(); }
+  BackendServer& server() const { return SharedServer(GetParam()); }
+  std::string url() const { return server().url(); }
+  std::string Name(const std::string& what) const { return UniqueName(what); }
+};
+
+class StyleTest : public ::testing::TestWithParam<std::tuple<BackendFactory, Style>> {
+ protected:
+  const BackendFactory& backend() const { return std::get<0>(GetParam()); }
+  Style style() const { return std::get<1>(GetParam()); }
+  BackendServer& server() const { return SharedServer(backend()); }
+  std::string url() const { return server().url(); }
+  std::string Name(const std::string& what) const { return UniqueName(what); }
+  // A client of the style under test.
+  std::unique_ptr<StyledClient> Open() const { return StyledClient::Open(style(), url()); }
+};
+
+inline auto AllStyles() { return ::testing::Values(Style::kBlocking, Style::kAsync, Style::kQueued); }
+
+std::string BackendTestName(const ::testing::TestParamInfo<BackendFactory>& info);
+std::string StyleTestName(const ::testing::TestParamInfo<std::tuple<BackendFactory, Style>>& info);
+
+}  // namespace dlock_test
+
+#endif  // DLOCK_TESTS_CONFORMANCE_CONFORMANCE_H_

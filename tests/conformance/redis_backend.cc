@@ -1,0 +1,41 @@
+// redis:// and redis+unix://: one redis-server, reached over TCP or over its unix socket.
+#include <dlock/dlock.h>
+
+#include "conformance/backend.h"
+#include "support/redis_server.h"
+
+namespace dlock_test {
+namespace {
+
+class RedisBackend : public BackendServer {
+ public:
+  explicit RedisBackend(bool over_unix_socket) : unix_(over_unix_socket) {}
+  bool running() const override { return redis_.running(); }
+  std::string url() const override {
+    return unix_ ? "redis+unix://" + redis_.unix_socket() : redis_.url();
+  }
+  std::string address() const override { return unix_ ? redis_.unix_socket() : redis_.address(); }
+  bool DeleteLock(const std::string& name) override {
+    return redis_.Cli({"DEL", "dlock:{" + name + "}"}) == "1";
+  }
+  void Kill() override { redis_.Kill(); }
+  bool Restart() override { return redis_.Restart(); }
+
+ private:
+  bool unix_;
+  RedisServer redis_;
+};
+
+}  // namespace
+
+BackendFactory RedisTcpBackend() {
+  return {"redis", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+          [] { return std::make_unique<RedisBackend>(false); }};
+}
+
+BackendFactory RedisUnixBackend() {
+  return {"redis_unix", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+          [] { return std::make_unique<RedisBackend>(true); }};
+}
+
+}  // namespace dlock_test

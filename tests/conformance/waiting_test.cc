@@ -1,0 +1,163 @@
+// Waiting for a lock another holds, in every style: one try, a bounded wait, a wait without
+// limit handed the lock by the release, and (where a style can) cancelling a wait.
+#include <atomic>
+#include <thread>
+
+#include "conformance/conformance.h"
+#include "event_loop_util.h"
+#include "queue_util.h"
+
+namespace dlock_test {
+namespace {
+
+class Waiting : public StyleTest {};
+
+TEST_P(Waiting, OneTryFailsAtOnceWhileAnotherHolds) {
+  auto c = Open();
+  const std::string name = Name("busy");
+  HeldElsewhere holder(url(), name);
+  ASSERT_TRUE(holder.held());
+  dlock_lock* l = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(c->Acquire(name.c_str(), nullptr, &l), DLOCK_NOT_ACQUIRED);  // wait_ms 0: one try
+  EXPECT_LT(MsSince(start), 2000) << "one try is one round trip, not a wait";
+  EXPECT_EQ(l, nullptr);
+  EXPECT_NE(c->last_error().find(name), std::string::npos) << c->last_error();
+
+  // Locks are not reentrant: the holding client itself is refused too, and told why.
+  dlock_lock* mine = nullptr;
+  ASSERT_EQ(c->Acquire(Name("mine").c_str(), nullptr, &mine), DLOCK_OK) << c->last_error();
+  dlock_lock* again = nullptr;
+  EXPECT_EQ(c->Acquire(Name("mine").c_str(), nullptr, &again), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(c->last_error().find("not reentrant"), std::string::npos) << c->last_error();
+  EXPECT_EQ(c->Release(mine), DLOCK_OK) << c->last_error();
+
+  EXPECT_TRUE(holder.Undisturbed());
+}
+
+TEST_P(Waiting, BoundedWaitGivesUpAfterItsBound) {
+  auto c = Open();
+  const std::string name = Name("busy");
+  HeldElsewhere holder(url(), name);
+  ASSERT_TRUE(holder.held());
+  Options opts;
+  opts.wait(400);
+  dlock_lock* l = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(c->Acquire(name.c_str(), opts.get(), &l), DLOCK_NOT_ACQUIRED);
+  const int64_t waited = MsSince(start);
+  EXPECT_GE(waited, 400);
+  EXPECT_LT(waited, 400 + 3000);
+  EXPECT_EQ(l, nullptr);
+  EXPECT_NE(c->last_error().find(name), std::string::npos) << c->last_error();
+  EXPECT_TRUE(holder.Undisturbed());
+}
+
+TEST_P(Waiting, UnlimitedWaiterGetsTheLockSoonAfterRelease) {
+  auto c = Open();
+  const std::string name = Name("baton");
+  HeldElsewhere holder(url(), name);  // lease 10 s: only its release can end the wait early
+  ASSERT_TRUE(holder.held());
+  const bool notifies = (dlock_client_capabilities(c->get()) & DLOCK_CAP_NOTIFIES) != 0;
+  Options waiting;
+  waiting.wait(-1);
+  // A backend that notifies wakes its waiters by the release itself: a fallback retry this
+  // slow cannot be what woke it.
+  if (notifies) waiting.retry(5000, 10000);
+
+  std::atomic<bool> waiting_started{false};
+  std::atomic<Clock::rep> released_at{0};
+  std::thread releaser([&] {
+    while (!waiting_started) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(500ms);
+    released_at = Clock::now().time_since_epoch().count();
+    holder.Release();
+  });
+  waiting_started = true;
+  dlock_lock* l = nullptr;
+  dlock_status s = c->Acquire(name.c_str(), waiting.get(), &l);
+  const auto acquired_at = Clock::now();
+  releaser.join();
+  ASSERT_EQ(s, DLOCK_OK) << c->last_error();
+  EXPECT_GE(dlock_lock_attempts(l), 2u) << "it got the lock before the release: proves nothing";
+  const int64_t handoff_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 acquired_at - Clock::time_point(Clock::duration(released_at.load())))
+                                 .count();
+  EXPECT_LT(handoff_ms, notifies ? 2500 : 3000) << "the waiter slept through the release";
+  if (notifies) {
+    EXPECT_LE(dlock_lock_attempts(l), 4u) << "a few attempts, not a poll loop";
+  }
+  EXPECT_EQ(c->Release(l), DLOCK_OK) << c->last_error();
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, Waiting,
+                         ::testing::Combine(::testing::ValuesIn(AllBackends()), AllStyles()),
+                         StyleTestName);
+
+// Cancelling is for the styles that do not block the caller: _async and _queued.
+class Cancelling : public BackendTest {};
+
+TEST_P(Cancelling, CancelledOrClosedAsyncWaitsEndWithEcancelled) {
+  const std::string name = Name("busy");
+  HeldElsewhere holder(url(), name);
+  ASSERT_TRUE(holder.held());
+  Loop loop;
+  dlock_client* c = nullptr;
+  ASSERT_EQ(dlock_client_open_evbase(url().c_str(), loop.base(), &c), DLOCK_OK) << dlock_last_error();
+  Options forever;
+  forever.wait(-1);
+
+  AcquireResult cancelled;
+  ASSERT_EQ(dlock_acquire_async(c, name.c_str(), forever.get(), &AcquireResult::Fn, &cancelled), DLOCK_OK);
+  loop.RunUntil([] { return false; }, 200ms);
+  EXPECT_EQ(cancelled.calls, 0) << "the wait ended early";
+  EXPECT_EQ(dlock_acquire_cancel(c, &cancelled), DLOCK_OK) << dlock_last_error();
+  ASSERT_TRUE(loop.RunUntil([&] { return cancelled.calls > 0; }, 5000ms));
+  EXPECT_EQ(cancelled.s, DLOCK_ECANCELLED);
+  EXPECT_EQ(cancelled.lock, nullptr);
+  EXPECT_EQ(dlock_acquire_cancel(c, &cancelled), DLOCK_EINVAL) << "nothing is pending any more";
+
+  AcquireResult closed;
+  ASSERT_EQ(dlock_acquire_async(c, name.c_str(), forever.get(), &AcquireResult::Fn, &closed), DLOCK_OK);
+  loop.RunUntil([] { return false; }, 100ms);
+  dlock_client_close(c);
+  EXPECT_TRUE(loop.Drain(10000ms));
+  EXPECT_EQ(closed.calls, 1);
+  EXPECT_EQ(closed.s, DLOCK_ECANCELLED);
+
+  EXPECT_TRUE(holder.Undisturbed());
+}
+
+TEST_P(Cancelling, CancelledOrClosedQueuedWaitsEndWithEcancelled) {
+  const std::string name = Name("busy");
+  HeldElsewhere holder(url(), name);
+  ASSERT_TRUE(holder.held());
+  dlock_client* c = nullptr;
+  ASSERT_EQ(dlock_client_open(url().c_str(), &c), DLOCK_OK) << dlock_last_error();
+  Queue q;
+  Options forever;
+  forever.wait(-1);
+
+  ASSERT_EQ(dlock_acquire_queued(c, name.c_str(), forever.get(), q.get(), 1), DLOCK_OK);
+  EXPECT_FALSE(Readable(q.fd(), 200ms)) << "the wait ended early";
+  EXPECT_EQ(dlock_acquire_cancel_queued(c, q.get(), 1), DLOCK_OK) << dlock_last_error();
+  Entry cancelled = CollectOne(q.get());
+  EXPECT_EQ(cancelled.kind, DLOCK_QUEUE_DONE);
+  EXPECT_EQ(cancelled.tag, 1u);
+  EXPECT_EQ(cancelled.status, DLOCK_ECANCELLED) << cancelled;
+  EXPECT_EQ(cancelled.lock, nullptr);
+
+  ASSERT_EQ(dlock_acquire_queued(c, name.c_str(), forever.get(), q.get(), 2), DLOCK_OK);
+  EXPECT_FALSE(Readable(q.fd(), 100ms)) << "the wait ended early";
+  dlock_client_close(c);
+  Entry closed = CollectOne(q.get());
+  EXPECT_EQ(closed.tag, 2u);
+  EXPECT_EQ(closed.status, DLOCK_ECANCELLED) << closed;
+
+  EXPECT_TRUE(holder.Undisturbed());
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, Cancelling, ::testing::ValuesIn(AllBackends()), BackendTestName);
+
+}  // namespace
+}  // namespace dlock_test
