@@ -46,11 +46,13 @@ Status Run(Channel* channel, const Op<R>& op, R* out) {
   return s.ok() ? op.read(reply.get(), channel->server(), op.name, out) : s;
 }
 
-// Loop thread; done runs once, on the loop thread, with the status and the result.
-template <typename R>
-void RunAsync(Channel* channel, const Op<R>& op, std::function<void(const Status&, R)> done) {
-  channel->EvalAsync(op.call, [channel, read = op.read, name = op.name, done = std::move(done)](
-                                  redisReply* reply, const Status& error) {
+// Loop thread; done(const Status&, R) runs once, on the loop thread. A template rather than a
+// std::function: a heartbeat round makes one of these per held lock.
+template <typename R, typename Done>
+void RunAsync(Channel* channel, Op<R> op, Done&& done) {
+  channel->EvalAsync(op.call, [channel, read = op.read, name = std::move(op.name),
+                               done = std::forward<Done>(done)](redisReply* reply,
+                                                                const Status& error) mutable {
     R out{};
     Status s = error.ok() ? read(reply, channel->server(), name, &out) : error;
     done(s, std::move(out));
