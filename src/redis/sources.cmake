@@ -18,6 +18,7 @@ add_custom_command(
 
 target_sources(dlock_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/async_connection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/key_slot.cc
   ${CMAKE_CURRENT_LIST_DIR}/lock_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/node_channel.cc
   ${CMAKE_CURRENT_LIST_DIR}/redis_backend.cc
