@@ -13,6 +13,7 @@ namespace {
 const BackendEntry kBackends[] = {
     {"redis", NewRedisBackend, PrepareRedis},
     {"redis+unix", NewRedisBackend, PrepareRedis},
+    {"redis-cluster", NewRedisClusterBackend, PrepareRedisCluster},
 #if DLOCK_WITH_DYNAMODB
     {"dynamodb", NewDynamoDbBackend, PrepareDynamoDb},
 #endif

@@ -116,6 +116,38 @@ void NodeChannel::EvalAsync(const ScriptCall& call, ReplyCallback done) {
   async_.Eval(GetScript(call.script), call.keys, call.args, std::move(done));
 }
 
+Status NodeChannel::Command(const std::vector<std::string>& argv, ReplyPtr* reply) {
+  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+    return conn.Command(argv, deadline, reply);
+  });
+}
+
+void NodeChannel::CommandAsync(const std::vector<std::string>& argv, ReplyCallback done) {
+  async_.Command(argv, std::move(done));
+}
+
+// EVAL rather than EVALSHA: a NOSCRIPT answer would need a SCRIPT LOAD and a second try, and
+// the ASKING before it would no longer apply.
+Status NodeChannel::EvalAsking(const ScriptCall& call, ReplyPtr* reply) {
+  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+    conn.Append({"ASKING"});
+    conn.Append(EvalBodyArgv(GetScript(call.script), call.keys, call.args));
+    ReplyPtr asking;
+    Status s = conn.ReadReply(deadline, &asking);
+    if (!s.ok()) return s;
+    s = conn.ReadReply(deadline, reply);
+    if (!s.ok()) return s;
+    // A refused ASKING shows in the script's answer too (it is then redirected or refused).
+    return Status::Ok();
+  });
+}
+
+void NodeChannel::EvalAskingAsync(const ScriptCall& call, ReplyCallback done) {
+  // Sent in the same loop iteration, in order, on the one async connection.
+  async_.Command({"ASKING"}, [](redisReply*, const Status&) {});
+  async_.Command(EvalBodyArgv(GetScript(call.script), call.keys, call.args), std::move(done));
+}
+
 void NodeChannel::Watch(const std::string& channel, ReleaseWatcher* watcher) {
   subscriber_.Watch(channel, watcher);
 }

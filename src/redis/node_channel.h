@@ -31,6 +31,15 @@ class NodeChannel : public Channel {
   size_t PendingAsync() const override { return async_.pending(); }
   void ShutdownOnLoop() override;
 
+  // For a cluster router. Blocking, any thread, bounded like Eval: one command (CLUSTER SLOTS).
+  Status Command(const std::vector<std::string>& argv, ReplyPtr* reply);
+  // Loop thread, like EvalAsync.
+  void CommandAsync(const std::vector<std::string>& argv, ReplyCallback done);
+  // ASKING, then the script, on one connection: a node importing the call's slot serves it
+  // once (a cluster's ASK redirection). Like Eval and EvalAsync otherwise.
+  Status EvalAsking(const ScriptCall& call, ReplyPtr* reply);
+  void EvalAskingAsync(const ScriptCall& call, ReplyCallback done);
+
  private:
   class Lease;
   // Runs fn(connection, deadline) on a pooled connection; see node_channel.cc for the bounds.

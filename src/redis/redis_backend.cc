@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "redis/cluster_channel.h"
 #include "redis/lock_ops.h"
 #include "redis/node_channel.h"
 #include "redis/redis_url.h"
@@ -126,6 +127,21 @@ Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>
   std::string prefix = config.params.prefix;
   *out = std::make_unique<redis::RedisBackend>(
       loop, std::move(prefix), std::make_unique<redis::NodeChannel>(loop, std::move(config)));
+  return Status::Ok();
+}
+
+Status PrepareRedisCluster(const Url& url, int64_t) {
+  redis::RedisClusterConfig config;
+  return redis::ParseRedisClusterUrl(url, &config);
+}
+
+Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
+  redis::RedisClusterConfig config;
+  Status s = redis::ParseRedisClusterUrl(url, &config);
+  if (!s.ok()) return s;
+  std::string prefix = config.node.params.prefix;
+  *out = std::make_unique<redis::RedisBackend>(
+      loop, std::move(prefix), std::make_unique<redis::ClusterChannel>(loop, std::move(config)));
   return Status::Ok();
 }
 

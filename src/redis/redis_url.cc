@@ -8,13 +8,13 @@ std::string RedisConfig::Describe() const {
   return "redis " + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-Status ParseRedisUrl(const Url& url, RedisConfig* out) {
-  *out = RedisConfig();
-  const bool unix_socket = url.scheme == "redis+unix";
-  std::vector<std::pair<std::string, std::string>> extra;
-  Status s = ParseCommonParams(url, unix_socket ? std::vector<std::string>{"db"}
-                                                : std::vector<std::string>{},
-                               &out->params, &extra);
+namespace {
+
+// The parts every Redis scheme shares: credentials and the common parameters. The scheme's own
+// parameters (backend_params) are returned in extra.
+Status ParseShared(const Url& url, const std::vector<std::string>& backend_params,
+                   RedisConfig* out, std::vector<std::pair<std::string, std::string>>* extra) {
+  Status s = ParseCommonParams(url, backend_params, &out->params, extra);
   if (!s.ok()) return s;
   if (url.user.has_value() && !url.user->empty()) out->user = url.user;
   out->password = url.password;
@@ -22,6 +22,45 @@ Status ParseRedisUrl(const Url& url, RedisConfig* out) {
     return Status::InvalidArgument("URL names user '" + *out->user +
                                    "' without a password (use user:password@ or :password@)");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+RedisConfig RedisClusterConfig::At(const std::string& host, int port) const {
+  RedisConfig c = node;
+  c.host = host;
+  c.port = port;
+  return c;
+}
+
+Status ParseRedisClusterUrl(const Url& url, RedisClusterConfig* out) {
+  *out = RedisClusterConfig();
+  std::vector<std::pair<std::string, std::string>> extra;
+  Status s = ParseShared(url, {}, &out->node, &extra);
+  if (!s.ok()) return s;
+  if (url.hosts.empty()) {
+    return Status::InvalidArgument(
+        "redis-cluster:// URL has no host (expected redis-cluster://host:port[,host:port...])");
+  }
+  if (!url.path.empty() && url.path != "/") {
+    return Status::InvalidArgument("redis-cluster:// URL has a path ('" + url.path +
+                                   "'): a cluster has database 0 only");
+  }
+  for (HostPort seed : url.hosts) {
+    if (seed.port == 0) seed.port = 6379;
+    out->seeds.push_back(std::move(seed));
+  }
+  return Status::Ok();
+}
+
+Status ParseRedisUrl(const Url& url, RedisConfig* out) {
+  *out = RedisConfig();
+  const bool unix_socket = url.scheme == "redis+unix";
+  std::vector<std::pair<std::string, std::string>> extra;
+  Status s = ParseShared(url, unix_socket ? std::vector<std::string>{"db"} : std::vector<std::string>{},
+                         out, &extra);
+  if (!s.ok()) return s;
   if (unix_socket) {
     if (!url.hosts.empty()) {
       return Status::InvalidArgument("redis+unix:// URL must not name a host: use redis+unix:///path/to.sock");

@@ -1,9 +1,10 @@
-// Redis connection settings from redis:// and redis+unix:// URLs.
+// Redis connection settings from redis://, redis+unix:// and redis-cluster:// URLs.
 #ifndef DLOCK_REDIS_REDIS_URL_H_
 #define DLOCK_REDIS_REDIS_URL_H_
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/url.h"
@@ -24,6 +25,17 @@ struct RedisConfig {
 };
 
 Status ParseRedisUrl(const Url& url, RedisConfig* out);
+
+// redis-cluster://[[user]:password@]host:port[,host:port...][?params]: the seed nodes, and the
+// settings every node of the cluster shares (node.host/port unset).
+struct RedisClusterConfig {
+  RedisConfig node;
+  std::vector<HostPort> seeds;
+  // The settings of the node at host:port.
+  RedisConfig At(const std::string& host, int port) const;
+};
+
+Status ParseRedisClusterUrl(const Url& url, RedisClusterConfig* out);
 
 }  // namespace dlock::redis
 

@@ -1,4 +1,4 @@
-# The Redis backend (redis://, redis+unix://): hiredis's reply reader and command formatter,
+# The Redis backends (redis://, redis+unix://, redis-cluster://): hiredis's reply reader and command formatter,
 # our own socket I/O for the blocking path, hiredis async on the loop, and the Lua scripts.
 # Included by the top-level CMakeLists.txt right after dlock_core exists.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
@@ -18,6 +18,8 @@ add_custom_command(
 
 target_sources(dlock_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/async_connection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cluster_channel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cluster_map.cc
   ${CMAKE_CURRENT_LIST_DIR}/key_slot.cc
   ${CMAKE_CURRENT_LIST_DIR}/lock_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/node_channel.cc

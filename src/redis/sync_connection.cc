@@ -114,6 +114,14 @@ std::vector<std::string> EvalShaArgv(const Script& script, const std::vector<std
   return argv;
 }
 
+std::vector<std::string> EvalBodyArgv(const Script& script, const std::vector<std::string>& keys,
+                                      const std::vector<std::string>& args) {
+  std::vector<std::string> argv = EvalShaArgv(script, keys, args);
+  argv[0] = "EVAL";
+  argv[1] = script.body;
+  return argv;
+}
+
 SyncConnection::SyncConnection(int fd, std::string server, int timeout_ms)
     : fd_(fd), server_(std::move(server)), timeout_ms_(timeout_ms), reader_(redisReaderCreate()) {
   GuardReader(reader_);

@@ -71,6 +71,10 @@ class SyncConnection {
 // argv for EVALSHA sha numkeys keys... args...
 std::vector<std::string> EvalShaArgv(const Script& script, const std::vector<std::string>& keys,
                                      const std::vector<std::string>& args);
+// argv for EVAL body numkeys keys... args...: where no NOSCRIPT round trip may come between
+// the command and the one before it (ASKING).
+std::vector<std::string> EvalBodyArgv(const Script& script, const std::vector<std::string>& keys,
+                                      const std::vector<std::string>& args);
 
 }  // namespace dlock::redis
 

@@ -33,7 +33,7 @@ class BackendServer {
 };
 
 struct BackendFactory {
-  std::string name;       // the tests' name suffix: "redis", "redis_unix", "dynamodb"
+  std::string name;       // the tests' name suffix: "redis", "redis_cluster", "dynamodb"
   uint32_t capabilities;  // what dlock_client_capabilities must say for this backend
   // Starts a server; ADD_FAILURE()s and returns one that is not running() when it cannot.
   std::function<std::unique_ptr<BackendServer>()> start;
@@ -47,6 +47,7 @@ const std::vector<BackendFactory>& AllBackends();
 // The factories, one per backend (each in its own file).
 BackendFactory RedisTcpBackend();
 BackendFactory RedisUnixBackend();
+BackendFactory RedisClusterBackendFactory();
 BackendFactory DynamoDbBackend();
 
 }  // namespace dlock_test

@@ -4,7 +4,8 @@ namespace dlock_test {
 
 const std::vector<BackendFactory>& AllBackends() {
   static const std::vector<BackendFactory> all = [] {
-    std::vector<BackendFactory> v = {RedisTcpBackend(), RedisUnixBackend()};
+    std::vector<BackendFactory> v = {RedisTcpBackend(), RedisUnixBackend(),
+                                       RedisClusterBackendFactory()};
 #ifdef DLOCK_CONFORMANCE_DYNAMODB
     v.push_back(DynamoDbBackend());
 #endif

@@ -19,10 +19,14 @@ RedisCluster::RedisCluster(int node_timeout_ms) {
         "--repl-diskless-sync-delay", "0"}));
     if (!nodes_.back()->running()) return;  // RedisServer said why
   }
+  ready_ = Create();
+}
+
+bool RedisCluster::Create() {
   const std::string cli = FindOnPath("redis-cli", "DLOCK_REDIS_CLI");
   if (cli.empty()) {
     ADD_FAILURE() << "RedisCluster: redis-cli not found on PATH";
-    return;
+    return false;
   }
   std::vector<std::string> create = {cli, "--cluster", "create"};
   for (auto& n : nodes_) create.push_back(n->address());
@@ -32,11 +36,27 @@ RedisCluster::RedisCluster(int node_timeout_ms) {
   if (code != 0) {
     ADD_FAILURE() << "RedisCluster: redis-cli --cluster create " << DescribeExitCode(code) << ":\n"
                   << creator.output();
-    return;
+    return false;
   }
   std::string why;
-  ready_ = WaitHealthy(std::chrono::seconds(30), &why);
-  if (!ready_) ADD_FAILURE() << "RedisCluster: " << why;
+  if (!WaitHealthy(std::chrono::seconds(30), &why)) {
+    ADD_FAILURE() << "RedisCluster: " << why;
+    return false;
+  }
+  return true;
+}
+
+void RedisCluster::Kill() {
+  for (auto& n : nodes_) n->Kill();
+}
+
+bool RedisCluster::Restart() {
+  ready_ = false;
+  for (auto& n : nodes_) {
+    if (!n->Restart()) return false;
+  }
+  ready_ = Create();
+  return ready_;
 }
 
 std::string RedisCluster::seeds() const {

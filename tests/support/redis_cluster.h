@@ -39,8 +39,16 @@ class RedisCluster {
   // Waits up to timeout until every running node reports cluster_state:ok and every running
   // replica is in sync with its master (only then can it be promoted); why says otherwise.
   bool WaitHealthy(std::chrono::milliseconds timeout, std::string* why);
+  // SIGKILLs every node.
+  void Kill();
+  // Starts every node again on its port, empty, and creates the cluster anew (as the
+  // constructor does). True when it is healthy again.
+  bool Restart();
 
  private:
+  // redis-cli --cluster create over the running nodes, then WaitHealthy; ADD_FAILURE()s.
+  bool Create();
+
   std::vector<std::unique_ptr<RedisServer>> nodes_;
   bool ready_ = false;
 };

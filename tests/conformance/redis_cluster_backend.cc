@@ -1,0 +1,38 @@
+// redis-cluster://: a real 3-master + 3-replica Redis Cluster, reached through all six seeds.
+#include <dlock/dlock.h>
+
+#include "conformance/backend.h"
+#include "support/redis_cluster.h"
+
+namespace dlock_test {
+namespace {
+
+class RedisClusterBackend : public BackendServer {
+ public:
+  bool running() const override { return cluster_.ready(); }
+  std::string url() const override { return "redis-cluster://" + cluster_.seeds(); }
+  // Errors name the cluster by its seeds.
+  std::string address() const override { return cluster_.seeds(); }
+  bool DeleteLock(const std::string& name) override {
+    // On whichever master serves the key: the others answer MOVED.
+    const std::string key = "dlock:{" + name + "}";
+    for (int i = 0; i < RedisCluster::kNodes; ++i) {
+      if (cluster_.node(i).Cli({"DEL", key}) == "1") return true;
+    }
+    return false;
+  }
+  void Kill() override { cluster_.Kill(); }
+  bool Restart() override { return cluster_.Restart(); }
+
+ private:
+  RedisCluster cluster_;
+};
+
+}  // namespace
+
+BackendFactory RedisClusterBackendFactory() {
+  return {"redis_cluster", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+          [] { return std::make_unique<RedisClusterBackend>(); }};
+}
+
+}  // namespace dlock_test
