@@ -1,12 +1,15 @@
 // Bytes from a Redis server, as the connections read them: hiredis's reader, then every reply
-// shape dlock reads (acquire.lua, release/extend.lua, inspect.lua, errors, NOSCRIPT). The first byte picks
+// shape dlock reads (acquire.lua, release/extend.lua, inspect.lua, errors, NOSCRIPT, a cluster's
+// CLUSTER SLOTS and its MOVED/ASK/TRYAGAIN/CLUSTERDOWN redirections). The first byte picks
 // how the input is cut into reads, so partial replies are exercised too.
 #include <hiredis/hiredis.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "redis/cluster_map.h"
 #include "redis/reply.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -36,6 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       dlock::LockInfo info;
       (void)dlock::redis::ParseInspectReply(reply, "fuzz", &info);
       (void)dlock::redis::IsNoScript(reply);
+      const dlock::redis::NodeAddress asked{"127.0.0.1", 7000};
+      std::vector<dlock::redis::SlotRange> ranges;
+      (void)dlock::redis::ParseClusterSlots(reply, asked, "fuzz", &ranges);
+      (void)dlock::redis::ParseRedirect(reply, asked);
       if (reply->type == REDIS_REPLY_ERROR) (void)dlock::redis::ErrorReplyStatus(reply, "fuzz");
       freeReplyObject(reply);
     }

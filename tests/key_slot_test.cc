@@ -1,5 +1,6 @@
 // Redis Cluster's key -> slot mapping, against the cluster spec's examples and against a real
-// cluster-enabled redis-server (CLUSTER KEYSLOT) as the oracle.
+// cluster-enabled redis-server (CLUSTER KEYSLOT) as the oracle; and how the cluster router reads
+// the cluster's answers (slot maps, redirections).
 #include "redis/key_slot.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "redis/cluster_map.h"
 #include "redis/reply.h"
 #include "support/redis_server.h"
 
@@ -43,6 +45,73 @@ TEST(KeySlotTest, AgreesWithARealServer) {
   }
   for (const std::string& key : keys) {
     EXPECT_EQ(std::to_string(KeySlot(key)), redis.Cli({"CLUSTER", "KEYSLOT", key})) << key;
+  }
+}
+
+// A cluster's answers, as the router reads them (cluster_map.h).
+redisReply* Read(const std::string& resp) {
+  redisReader* reader = redisReaderCreate();
+  redisReaderFeed(reader, resp.data(), resp.size());
+  void* reply = nullptr;
+  EXPECT_EQ(redisReaderGetReply(reader, &reply), REDIS_OK);
+  redisReaderFree(reader);
+  return static_cast<redisReply*>(reply);
+}
+
+TEST(ClusterMapTest, RedirectionsReadAsTheSpecWritesThem) {
+  using dlock::redis::NodeAddress;
+  using dlock::redis::ParseRedirect;
+  using dlock::redis::Redirect;
+  const NodeAddress from{"10.0.0.1", 7000};
+  dlock::redis::ReplyPtr moved(Read("-MOVED 3999 127.0.0.1:6381\r\n"));
+  Redirect r = ParseRedirect(moved.get(), from);
+  EXPECT_EQ(r.kind, Redirect::kMoved);
+  EXPECT_EQ(r.slot, 3999);
+  EXPECT_EQ(r.to.Name(), "127.0.0.1:6381");
+  // An empty host is the answering node's; IPv6 splits at the last ':'.
+  dlock::redis::ReplyPtr ask(Read("-ASK 12 :6390\r\n"));
+  r = ParseRedirect(ask.get(), from);
+  EXPECT_EQ(r.kind, Redirect::kAsk);
+  EXPECT_EQ(r.to.Name(), "10.0.0.1:6390");
+  dlock::redis::ReplyPtr v6(Read("-MOVED 1 ::1:7001\r\n"));
+  EXPECT_EQ(ParseRedirect(v6.get(), from).to.Name(), "[::1]:7001");
+  dlock::redis::ReplyPtr again(Read("-TRYAGAIN Multiple keys request during rehashing of slot\r\n"));
+  EXPECT_EQ(ParseRedirect(again.get(), from).kind, Redirect::kTryAgain);
+  dlock::redis::ReplyPtr down(Read("-CLUSTERDOWN The cluster is down\r\n"));
+  EXPECT_EQ(ParseRedirect(down.get(), from).kind, Redirect::kClusterDown);
+  // What does not read is no redirection: the caller gets the error as it is.
+  for (const char* bad : {"-MOVED 16384 127.0.0.1:1\r\n", "-MOVED -1 127.0.0.1:1\r\n",
+                          "-MOVED 5 127.0.0.1:0\r\n", "-MOVED 5 127.0.0.1:99999\r\n",
+                          "-MOVED 5\r\n", "-MOVED 5 ?:7000\r\n", "-MOVEDX 5 a:1\r\n",
+                          "-ERR MOVED 5 a:1\r\n", "+MOVED 5 a:1\r\n"}) {
+    dlock::redis::ReplyPtr reply(Read(bad));
+    EXPECT_EQ(ParseRedirect(reply.get(), from).kind, Redirect::kNone) << bad;
+  }
+}
+
+TEST(ClusterMapTest, SlotMapsAreCheckedBeforeUse) {
+  using dlock::redis::ParseClusterSlots;
+  using dlock::redis::SlotRange;
+  const dlock::redis::NodeAddress asked{"10.0.0.1", 7000};
+  std::vector<SlotRange> ranges;
+  dlock::redis::ReplyPtr good(Read(
+      "*2\r\n*4\r\n:0\r\n:8191\r\n*3\r\n$0\r\n\r\n:7000\r\n$2\r\nid\r\n*2\r\n$9\r\n127.0.0.1\r\n:7003\r\n"
+      "*3\r\n:8192\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:7001\r\n"));
+  ASSERT_TRUE(ParseClusterSlots(good.get(), asked, "node", &ranges).ok());
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].master.Name(), "10.0.0.1:7000");  // empty host: the node asked
+  EXPECT_EQ(ranges[1].first, 8192);
+  EXPECT_EQ(ranges[1].last, 16383);
+  EXPECT_EQ(ranges[1].master.Name(), "127.0.0.1:7001");
+  for (const char* bad : {"$2\r\nok\r\n", "*1\r\n:1\r\n",
+                          "*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\na\r\n:1\r\n",
+                          "*1\r\n*3\r\n:9\r\n:8\r\n*2\r\n$1\r\na\r\n:1\r\n",
+                          "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$1\r\na\r\n:70000\r\n",
+                          "*1\r\n*3\r\n:0\r\n:1\r\n*1\r\n$1\r\na\r\n"}) {
+    dlock::redis::ReplyPtr reply(Read(bad));
+    dlock::Status s = ParseClusterSlots(reply.get(), asked, "node 10.0.0.1:7000", &ranges);
+    EXPECT_EQ(s.code(), dlock::Code::kBackendError) << bad;
+    EXPECT_NE(s.message().find("node 10.0.0.1:7000"), std::string::npos) << s.message();
   }
 }
 

@@ -3,10 +3,18 @@
  *                                          then hold it (heartbeats renew it) until killed
  *   worker URL NAME increment N FILE       N times: acquire (wait forever), append "<token>" to
  *                                          FILE and add one to the counter in FILE.count, release
+ *   worker URL NAME fenced N FILE          until N increments were accepted: acquire, add one to
+ *                                          the counter in FILE as a fenced resource would (under
+ *                                          flock, refused unless the token is above the last
+ *                                          one it accepted), release. Rides out a failover:
+ *                                          failed calls are counted and retried for up to 60 s.
+ *                                          Prints "DONE accepted=A refused=R errors=E lost=L"
+ *                                          (L: releases answered DLOCK_NOT_HELD: a loss reported).
  * Exit status 0 on success; errors go to stderr. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlock/dlock.h>
 #include <inttypes.h>
+#include <sys/file.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +36,70 @@ static long read_count(const char *path) {
   return v;
 }
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The resource: "<count> <last token>" in FILE, changed under flock; a write from a token not
+ * above the last accepted one is refused, as a fenced storage system would. 1 when accepted. */
+static int fenced_increment(const char *path, uint64_t token) {
+  FILE *f = fopen(path, "a+");
+  if (!f) return 0;
+  flock(fileno(f), LOCK_EX);
+  long count = 0;
+  uint64_t last = 0;
+  rewind(f);
+  if (fscanf(f, "%ld %" SCNu64, &count, &last) != 2) count = 0, last = 0;
+  int accepted = token > last;
+  if (accepted) {
+    if (ftruncate(fileno(f), 0) != 0) accepted = 0;
+    fprintf(f, "%ld %" PRIu64 "\n", count + 1, token);
+    fflush(f);
+  }
+  flock(fileno(f), LOCK_UN);
+  fclose(f);
+  return accepted;
+}
+
+static int fenced(dlock_client *c, dlock_options *o, const char *name, long n, const char *path) {
+  long accepted = 0, refused = 0, errors = 0, lost = 0;
+  dlock_options_set_wait_ms(o, 2000);
+  dlock_options_set_lease_ms(o, 3000);
+  dlock_options_set_retry_ms(o, 5, 50);
+  const double give_up = now_s() + 60;
+  while (accepted < n) {
+    if (now_s() > give_up) {
+      fprintf(stderr, "worker: gave up after 60 s: accepted=%ld errors=%ld, last: %s\n", accepted,
+              errors, dlock_last_error());
+      return 1;
+    }
+    dlock_lock *l;
+    dlock_status s = dlock_acquire(c, name, o, &l);
+    if (s == DLOCK_NOT_ACQUIRED) continue;
+    if (s != DLOCK_OK) {
+      ++errors;
+      struct timespec pause_ms = {0, 50000000};
+      nanosleep(&pause_ms, NULL);
+      continue;
+    }
+    if (fenced_increment(path, dlock_lock_fencing_token(l))) {
+      ++accepted;
+    } else {
+      ++refused;
+    }
+    s = dlock_release(l);
+    if (s == DLOCK_NOT_HELD) ++lost;
+    else if (s != DLOCK_OK) ++errors;
+  }
+  printf("DONE accepted=%ld refused=%ld errors=%ld lost=%ld\n", accepted, refused, errors, lost);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: worker URL NAME hold LEASE_MS [OWNER] | increment N FILE\n");
+    fprintf(stderr, "usage: worker URL NAME hold LEASE_MS [OWNER] | increment N FILE | fenced N FILE\n");
     return 2;
   }
   dlock_client *c;
@@ -73,6 +142,12 @@ int main(int argc, char **argv) {
     dlock_options_free(o);
     dlock_client_close(c);
     return 0;
+  }
+  if (strcmp(argv[3], "fenced") == 0 && argc >= 6) {
+    int code = fenced(c, o, argv[2], strtol(argv[4], NULL, 10), argv[5]);
+    dlock_options_free(o);
+    dlock_client_close(c);
+    return code;
   }
   fprintf(stderr, "worker: unknown mode %s\n", argv[3]);
   return 2;

@@ -13,6 +13,10 @@ namespace {
 // jittered pause: long enough not to hammer a cluster that is electing, short next to a lease.
 Millis RetryPause() { return Millis(RandomBetween(20, 100)); }
 
+bool IsRedirection(const Redirect& r) {
+  return r.kind == Redirect::kMoved || r.kind == Redirect::kAsk;
+}
+
 // A node's failure, named as the cluster's (users know the cluster by its URL's seeds).
 Status InCluster(const std::string& cluster, const Status& s) {
   return Status(s.code(), cluster + ": " + s.message());
@@ -34,7 +38,7 @@ struct ClusterChannel::AsyncCall {
   ReplyCallback done;
   int slot = 0;
   TimePoint budget_end;
-  int attempts = 0;
+  int redirections = 0;
   NodeAddress ask;  // set after an ASK: the next attempt goes there, with ASKING
 };
 
@@ -193,7 +197,8 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
   const TimePoint budget_end =
       Now() + Millis(config_.node.params.connect_timeout_ms + config_.node.params.timeout_ms);
   NodeAddress ask;
-  for (int attempt = 1;; ++attempt) {
+  int redirections = 0;
+  for (;;) {
     NodeChannel* node = ask.port != 0 ? NodeAt(ask) : MasterOf(slot);
     if (node == nullptr) {
       s = LoadMap();
@@ -218,7 +223,8 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
     }
     Redirect redirect = ParseRedirect(reply->get(), from);
     if (redirect.kind == Redirect::kNone) return Status::Ok();
-    if (attempt >= kMaxAttempts || Now() >= budget_end) return Status::Ok();  // the error as is
+    if (Now() >= budget_end) return Status::Ok();  // the error as it is
+    if (IsRedirection(redirect) && ++redirections > kMaxRedirections) return Status::Ok();
     switch (redirect.kind) {
       case Redirect::kMoved:
         MoveSlot(redirect.slot, redirect.to);
@@ -228,6 +234,7 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
         ask = redirect.to;
         break;
       default:
+        redirections = 0;  // the limit is on redirections in a row (a loop), not on waiting
         std::this_thread::sleep_for(std::min<Millis>(
             RetryPause(), std::chrono::duration_cast<Millis>(budget_end - Now())));
         break;
@@ -269,7 +276,6 @@ void ClusterChannel::Attempt(std::shared_ptr<AsyncCall> c) {
     loop_->Post([this, c] { Finish(c, nullptr, Status::IoError(server_ + ": the client was closed")); });
     return;
   }
-  ++c->attempts;
   const bool asking = c->ask.port != 0;
   NodeChannel* node = asking ? NodeAt(c->ask) : MasterOf(c->slot);
   c->ask = NodeAddress();
@@ -293,8 +299,8 @@ void ClusterChannel::Attempt(std::shared_ptr<AsyncCall> c) {
       from = addresses_[node];
     }
     Redirect redirect = ParseRedirect(reply, from);
-    if (redirect.kind == Redirect::kNone || c->attempts >= kMaxAttempts || Now() >= c->budget_end ||
-        shut_down_) {
+    if (redirect.kind == Redirect::kNone || Now() >= c->budget_end || shut_down_ ||
+        (IsRedirection(redirect) && ++c->redirections > kMaxRedirections)) {
       Finish(c, reply, Status::Ok());  // a redirect left over reaches the caller as the error it is
       return;
     }
@@ -309,6 +315,7 @@ void ClusterChannel::Attempt(std::shared_ptr<AsyncCall> c) {
         Attempt(c);
         break;
       default:
+        c->redirections = 0;  // as in Eval
         RetryLater(c, std::min<Millis>(RetryPause(), std::chrono::duration_cast<Millis>(
                                                          c->budget_end - Now())));
         break;

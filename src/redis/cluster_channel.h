@@ -6,9 +6,10 @@
 // costs one round trip per master. Waiters watch on the master serving their lock's slot and
 // follow the map when the slot moves.
 //
-// Bounds: a call starts no new attempt (redirect or retry) once connect_timeout_ms +
-// timeout_ms have passed since it began; each attempt, and each map refresh, is bounded by the
-// node's own connect_timeout_ms + timeout_ms. At most kMaxAttempts attempts.
+// Bounds: a call starts no new attempt (redirected or retried) once connect_timeout_ms +
+// timeout_ms have passed since it began, and follows at most kMaxRedirections MOVED or ASK in a row;
+// each attempt, and a map load, is bounded by the node's own connect_timeout_ms + timeout_ms.
+// So a call ends within 3 x (connect_timeout_ms + timeout_ms).
 #ifndef DLOCK_REDIS_CLUSTER_CHANNEL_H_
 #define DLOCK_REDIS_CLUSTER_CHANNEL_H_
 
@@ -29,7 +30,7 @@ namespace dlock::redis {
 
 class ClusterChannel : public Channel {
  public:
-  static constexpr int kMaxAttempts = 6;
+  static constexpr int kMaxRedirections = 5;
 
   ClusterChannel(EventLoop* loop, RedisClusterConfig config);
   ~ClusterChannel() override;

@@ -46,6 +46,15 @@ bool RedisCluster::Create() {
   return true;
 }
 
+int RedisCluster::MasterOf(const std::string& key) {
+  for (int i = 0; i < kNodes; ++i) {
+    if (!nodes_[i]->running()) continue;
+    std::string answer = nodes_[i]->Cli({"EXISTS", key});
+    if (answer == "0" || answer == "1") return i;
+  }
+  return -1;
+}
+
 void RedisCluster::Kill() {
   for (auto& n : nodes_) n->Kill();
 }

@@ -39,6 +39,10 @@ class RedisCluster {
   // Waits up to timeout until every running node reports cluster_state:ok and every running
   // replica is in sync with its master (only then can it be promoted); why says otherwise.
   bool WaitHealthy(std::chrono::milliseconds timeout, std::string* why);
+  // The node now serving key as master (the one that does not redirect it), or -1.
+  int MasterOf(const std::string& key);
+  // CLUSTER MYID of node i.
+  std::string NodeId(int i) { return node(i).Cli({"CLUSTER", "MYID"}); }
   // SIGKILLs every node.
   void Kill();
   // Starts every node again on its port, empty, and creates the cluster anew (as the

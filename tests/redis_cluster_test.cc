@@ -1,0 +1,338 @@
+// redis-cluster:// against a real 3-master + 3-replica cluster: what only a cluster can show.
+// Everything else (holding, waiting, losing, fencing, bad input, event loops) runs against
+// the cluster in the conformance suite.
+#include <dlock/dlock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/redis_cluster.h"
+#include "support/redis_server.h"
+#include "test_util.h"
+#include "worker_process.h"
+
+namespace dlock_test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string Key(const std::string& name) { return "dlock:{" + name + "}"; }
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+// errorstat_<kind>:count=N from INFO errorstats; 0 when absent.
+long ErrorCount(RedisServer& node, const std::string& kind) {
+  std::string stats = node.Cli({"INFO", "errorstats"});
+  std::smatch m;
+  std::regex pattern("errorstat_" + kind + ":count=([0-9]+)");
+  return std::regex_search(stats, m, pattern) ? std::stol(m[1]) : 0;
+}
+
+std::vector<int> Masters(RedisCluster& cluster) {
+  std::vector<int> out;
+  for (int i = 0; i < RedisCluster::kNodes; ++i) {
+    if (cluster.node(i).running() && cluster.node(i).Cli({"ROLE"}).rfind("master", 0) == 0) {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+// One cluster for the tests that leave it whole.
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new RedisCluster(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(cluster_->ready()); }
+  static std::string url(const std::string& query = "") {
+    return "redis-cluster://" + cluster_->seeds() + (query.empty() ? "" : "?" + query);
+  }
+  static RedisCluster* cluster_;
+};
+RedisCluster* ClusterTest::cluster_ = nullptr;
+
+TEST_F(ClusterTest, LocksSpreadOverEveryMasterWithoutARedirectOnceTheMapIsLoaded) {
+  for (int i = 0; i < RedisCluster::kNodes; ++i) cluster_->node(i).Cli({"CONFIG", "RESETSTAT"});
+  Client client(url());
+  std::vector<dlock_lock*> held;
+  for (int i = 0; i < 100; ++i) {
+    dlock_lock* l = nullptr;
+    ASSERT_EQ(dlock_acquire(client.get(), ("spread-" + std::to_string(i)).c_str(), nullptr, &l), DLOCK_OK)
+        << dlock_last_error();
+    held.push_back(l);
+  }
+  for (dlock_lock* l : held) EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  for (int i = 0; i < RedisCluster::kNodes; ++i) {
+    EXPECT_EQ(ErrorCount(cluster_->node(i), "MOVED"), 0) << cluster_->node(i).address();
+    EXPECT_EQ(ErrorCount(cluster_->node(i), "ASK"), 0) << cluster_->node(i).address();
+  }
+  // Where they went: each name's fence counter stays on the master serving its slot.
+  std::map<int, int> per_master;
+  for (int i = 0; i < 100; ++i) {
+    const std::string fence = Key("spread-" + std::to_string(i)) + ":fence";
+    const int master = cluster_->MasterOf(fence);
+    ASSERT_GE(master, 0);
+    EXPECT_EQ(cluster_->node(master).Cli({"EXISTS", fence}), "1") << fence;
+    ++per_master[master];
+  }
+  EXPECT_EQ(per_master.size(), 3u) << "100 names should land on all three masters";
+}
+
+TEST_F(ClusterTest, HeartbeatsRenewLocksOnEveryMaster) {
+  Client client(url());
+  Options short_lease;
+  short_lease.lease(600).heartbeat(150);
+  std::vector<dlock_lock*> held;
+  for (int i = 0; i < 30; ++i) {
+    dlock_lock* l = nullptr;
+    ASSERT_EQ(dlock_acquire(client.get(), ("renewed-" + std::to_string(i)).c_str(), short_lease.get(), &l),
+              DLOCK_OK)
+        << dlock_last_error();
+    held.push_back(l);
+  }
+  std::this_thread::sleep_for(1800ms);  // three leases
+  for (int i = 0; i < 30; ++i) {
+    const std::string name = "renewed-" + std::to_string(i);
+    EXPECT_EQ(dlock_lock_is_valid(held[i]), 1) << name;
+    EXPECT_EQ(cluster_->node(cluster_->MasterOf(Key(name))).Cli({"EXISTS", Key(name)}), "1") << name;
+    EXPECT_EQ(dlock_release(held[i]), DLOCK_OK) << dlock_last_error();
+  }
+}
+
+TEST_F(ClusterTest, SeedsThatDoNotAnswerAreSkippedAndNamedWhenNoneDoes) {
+  // Port 1 on loopback: nothing listens there.
+  Client client("redis-cluster://127.0.0.1:1," + cluster_->seeds());
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(client.get(), "seeded", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+
+  dlock_client* none = nullptr;
+  EXPECT_EQ(dlock_client_open("redis-cluster://127.0.0.1:1,127.0.0.1:2?connect_timeout_ms=500", &none),
+            DLOCK_EIO);
+  const std::string error = dlock_last_error();
+  EXPECT_NE(error.find("127.0.0.1:1"), std::string::npos) << error;
+  EXPECT_NE(error.find("127.0.0.1:2"), std::string::npos) << error;
+}
+
+TEST_F(ClusterTest, AServerThatIsNotAClusterIsAClearError) {
+  RedisServer plain;
+  ASSERT_TRUE(plain.running());
+  dlock_client* c = nullptr;
+  EXPECT_NE(dlock_client_open(("redis-cluster://" + plain.address()).c_str(), &c), DLOCK_OK);
+  const std::string error = dlock_last_error();
+  EXPECT_NE(error.find("cluster support disabled"), std::string::npos) << error;
+  EXPECT_NE(error.find(plain.address()), std::string::npos) << error;
+}
+
+TEST_F(ClusterTest, ANameWhoseHashTagWouldBeEmptyIsRefused) {
+  Client client(url());
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(dlock_acquire(client.get(), "}x", nullptr, &l), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("hash slot"), std::string::npos) << dlock_last_error();
+  // A '}' elsewhere leaves a tag, so one slot: fine.
+  ASSERT_EQ(dlock_acquire(client.get(), "x}y", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// Threads take turns on a few names of one slot while the slot moves to another master, key by
+// key (MIGRATING/IMPORTING + MIGRATE): calls meet ASK and TRYAGAIN, and lose nothing.
+TEST_F(ClusterTest, ASlotMigratedWhileLockingLosesNothing) {
+  // Names "{mig}0".."{mig}2": keys dlock:{{mig}N}, whose hash tag is "{mig": one slot.
+  const int slot = std::stoi(cluster_->node(0).Cli({"CLUSTER", "KEYSLOT", Key("{mig}0")}));
+  const int from = cluster_->MasterOf(Key("{mig}0"));
+  ASSERT_GE(from, 0);
+  int to = -1;
+  for (int m : Masters(*cluster_)) {
+    if (m != from) to = m;
+  }
+  ASSERT_GE(to, 0);
+  for (int i = 0; i < RedisCluster::kNodes; ++i) cluster_->node(i).Cli({"CONFIG", "RESETSTAT"});
+
+  Client client(url());
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::map<std::string, uint64_t> last_token;
+  std::map<std::string, long> counter;
+  std::atomic<long> done{0}, failures{0};
+  std::string first_failure;
+  auto work = [&](int t) {
+    Options o;
+    o.lease(5000).wait(5000).retry(5, 20);
+    for (long i = 0; !stop; ++i) {
+      const std::string name = "{mig}" + std::to_string((t + i) % 3);
+      dlock_lock* l = nullptr;
+      dlock_status s = dlock_acquire(client.get(), name.c_str(), o.get(), &l);
+      if (s != DLOCK_OK) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failures++ == 0) first_failure = std::string(dlock_status_str(s)) + ": " + dlock_last_error();
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        EXPECT_GT(dlock_lock_fencing_token(l), last_token[name]) << name;
+        last_token[name] = dlock_lock_fencing_token(l);
+        ++counter[name];
+      }
+      s = dlock_release(l);
+      if (s != DLOCK_OK) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failures++ == 0) first_failure = std::string(dlock_status_str(s)) + ": " + dlock_last_error();
+      }
+      ++done;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) threads.emplace_back(work, t);
+  std::this_thread::sleep_for(200ms);
+
+  RedisServer& a = cluster_->node(from);
+  RedisServer& b = cluster_->node(to);
+  const std::string a_id = cluster_->NodeId(from), b_id = cluster_->NodeId(to);
+  const std::string s = std::to_string(slot);
+  EXPECT_EQ(b.Cli({"CLUSTER", "SETSLOT", s, "IMPORTING", a_id}), "OK");
+  EXPECT_EQ(a.Cli({"CLUSTER", "SETSLOT", s, "MIGRATING", b_id}), "OK");
+  const std::string b_port = b.address().substr(b.address().rfind(':') + 1);
+  int moved_keys = 0;
+  for (int round = 0; round < 200; ++round) {
+    std::string keys = a.Cli({"CLUSTER", "GETKEYSINSLOT", s, "1"});
+    if (keys.empty()) break;
+    // One key at a time, with locking going on in between.
+    std::string answer = a.Cli({"MIGRATE", "127.0.0.1", b_port, keys, "0", "5000", "REPLACE"});
+    if (answer == "OK") ++moved_keys;
+    std::this_thread::sleep_for(100ms);
+  }
+  for (int m : Masters(*cluster_)) {
+    EXPECT_EQ(cluster_->node(m).Cli({"CLUSTER", "SETSLOT", s, "NODE", b_id}), "OK");
+  }
+  std::this_thread::sleep_for(300ms);
+  stop = true;
+  for (auto& t : threads) t.join();
+
+  EXPECT_EQ(failures.load(), 0) << first_failure;
+  EXPECT_GT(moved_keys, 0);
+  long total = 0;
+  for (auto& [name, n] : counter) total += n;
+  EXPECT_EQ(total, done.load());
+  EXPECT_GT(done.load(), 20);
+  EXPECT_EQ(cluster_->MasterOf(Key("{mig}0")), to);
+  // The migration was met: the old master redirected with ASK (or refused with TRYAGAIN).
+  EXPECT_GT(ErrorCount(a, "ASK") + ErrorCount(a, "TRYAGAIN"), 0);
+  std::cout << "migration: " << moved_keys << " keys moved, " << done.load() << " cycles, ASK "
+            << ErrorCount(a, "ASK") << ", TRYAGAIN " << ErrorCount(a, "TRYAGAIN") << ", MOVED "
+            << ErrorCount(a, "MOVED") << "\n";
+}
+
+// A master dies while four processes increment a fenced counter under one lock: the run finishes
+// on the promoted replica, no update is lost, and a write refused by the fence always belongs to
+// a lock whose loss was reported.
+TEST(ClusterFailoverTest, AKilledMastersReplicaTakesOverAndNoUpdateIsLost) {
+  RedisCluster cluster;
+  ASSERT_TRUE(cluster.ready());
+  const std::string url = "redis-cluster://" + cluster.seeds();
+  const std::string name = "failover-counter";
+  const int master = cluster.MasterOf(Key(name));
+  ASSERT_GE(master, 0);
+  char dir[] = "/tmp/dlock-cluster-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string counter = std::string(dir) + "/counter";
+  constexpr int kProcesses = 4, kEach = 40;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int p = 0; p < kProcesses; ++p) {
+    workers.push_back(StartWorker({url, name, "fenced", std::to_string(kEach), counter}));
+  }
+  auto count_now = [&] {
+    long n = 0;
+    std::ifstream(counter) >> n;
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return count_now() >= 20; }, 30s)) << "the run did not start";
+  cluster.node(master).Kill();
+  const auto killed = Clock::now();
+
+  long accepted = 0, refused = 0, lost = 0, errors = 0;
+  for (auto& w : workers) {
+    ASSERT_EQ(w->Wait(120s), 0) << w->output();
+    std::smatch m;
+    std::string out = w->output();
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("DONE accepted=(\\d+) refused=(\\d+) errors=(\\d+) lost=(\\d+)")))
+        << out;
+    accepted += std::stol(m[1]);
+    refused += std::stol(m[2]);
+    errors += std::stol(m[3]);
+    lost += std::stol(m[4]);
+  }
+  std::cout << "failover run: " << MsSince(killed) << " ms after the kill; accepted " << accepted
+            << ", refused by the fence " << refused << ", call errors " << errors
+            << ", losses reported " << lost << "\n";
+  EXPECT_EQ(accepted, kProcesses * kEach);
+  EXPECT_EQ(count_now(), accepted) << "an update was lost";
+  EXPECT_LE(refused, lost) << "a holder was fenced off without being told its lock was lost";
+  const int now_master = cluster.MasterOf(Key(name));
+  EXPECT_GE(now_master, 0);
+  EXPECT_NE(now_master, master);
+  std::filesystem::remove_all(dir);
+}
+
+// A lock held through a failover is either still held (renewed on the promoted replica) or
+// reported lost: never silently gone. Tokens keep rising on the new master.
+TEST(ClusterFailoverTest, HeldLocksAreKeptOrReportedAndTokensKeepRising) {
+  RedisCluster cluster;
+  ASSERT_TRUE(cluster.ready());
+  const std::string url = "redis-cluster://" + cluster.seeds();
+  Client client(url);
+  LostRecorder lost;
+  Options o;
+  o.lease(3000).heartbeat(500).on_lost(&LostRecorder::Fn, &lost);
+  const std::string name = "through-failover";
+  dlock_lock* first = nullptr;
+  ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), nullptr, &first), DLOCK_OK) << dlock_last_error();
+  const uint64_t first_token = dlock_lock_fencing_token(first);
+  ASSERT_EQ(dlock_release(first), DLOCK_OK);
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), o.get(), &held), DLOCK_OK) << dlock_last_error();
+  const uint64_t held_token = dlock_lock_fencing_token(held);
+  EXPECT_GT(held_token, first_token);
+
+  const int master = cluster.MasterOf(Key(name));
+  ASSERT_GE(master, 0);
+  cluster.node(master).Kill();
+  ASSERT_TRUE(WaitFor([&] {
+    int m = cluster.MasterOf(Key(name));
+    return m >= 0 && m != master;
+  }, 30s)) << "no replica took over";
+  std::this_thread::sleep_for(3000ms);  // a whole lease on the new master
+
+  const int now_master = cluster.MasterOf(Key(name));
+  const bool still_ours = dlock_lock_is_valid(held) == 1;
+  if (still_ours) {
+    EXPECT_EQ(lost.calls.load(), 0);
+    EXPECT_EQ(cluster.node(now_master).Cli({"EXISTS", Key(name)}), "1") << "valid, yet not on the server";
+    EXPECT_EQ(dlock_release(held), DLOCK_OK) << dlock_last_error();
+  } else {
+    EXPECT_EQ(lost.calls.load(), 1) << "lost without a report";
+    EXPECT_EQ(dlock_release(held), DLOCK_NOT_HELD);
+  }
+  dlock_lock* after = nullptr;
+  ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), nullptr, &after), DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(dlock_lock_fencing_token(after), held_token);
+  EXPECT_EQ(dlock_release(after), DLOCK_OK);
+  std::cout << "through the failover the lock was " << (still_ours ? "kept" : "reported lost") << "\n";
+}
+
+}  // namespace
+}  // namespace dlock_test
