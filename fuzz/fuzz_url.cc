@@ -16,6 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!dlock::ParseUrl(text, &url).ok()) return 0;
   dlock::redis::RedisConfig redis;
   if (dlock::redis::ParseRedisUrl(url, &redis).ok()) (void)redis.Describe();
+  dlock::redis::RedisClusterConfig cluster;
+  if (dlock::redis::ParseRedisClusterUrl(url, &cluster).ok()) {
+    for (const auto& seed : cluster.seeds) (void)cluster.At(seed.host, seed.port).Describe();
+  }
   dlock::dynamodb::DynamoConfig dynamo;
   if (dlock::dynamodb::ParseDynamoUrl(url, &dynamo).ok()) {
     std::string partition, sort;

@@ -149,6 +149,56 @@ TEST_F(ClusterTest, ANameWhoseHashTagWouldBeEmptyIsRefused) {
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
 }
 
+// wait_replicas=N: a grant counts once N replicas have it; with fewer it fails, saying so, and
+// the lock is given back. Each master here has one replica.
+TEST_F(ClusterTest, WaitReplicasConfirmsTheGrantOrFailsAndGivesItBack) {
+  Client durable(url("wait_replicas=1"));
+  Options o;
+  o.wait(0);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(durable.get(), "durable", o.get(), &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+
+  Client too_many(url("wait_replicas=2&timeout_ms=400"));
+  Client observer(url());
+  for (bool async : {false, true}) {
+    const std::string name = async ? "undurable-async" : "undurable";
+    dlock_status s;
+    std::string error;
+    if (!async) {
+      s = dlock_acquire(too_many.get(), name.c_str(), o.get(), &l);
+      error = dlock_last_error();
+    } else {
+      struct Result {
+        std::atomic<bool> done{false};
+        dlock_status status = DLOCK_EINTERNAL;
+        std::string error;
+      } result;
+      ASSERT_EQ(dlock_acquire_async(too_many.get(), name.c_str(), o.get(),
+                                    [](dlock_status st, dlock_lock*, void* arg) {
+                                      auto* r = static_cast<Result*>(arg);
+                                      r->status = st;
+                                      r->error = dlock_last_error();  // the callback thread's
+                                      r->done = true;
+                                    },
+                                    &result),
+                DLOCK_OK);
+      ASSERT_TRUE(WaitFor([&] { return result.done.load(); }, 5000ms));
+      s = result.status;
+      error = result.error;
+    }
+    EXPECT_EQ(s, DLOCK_EBACKEND) << name;
+    EXPECT_NE(error.find("only 1 of 2 replicas acknowledged"), std::string::npos) << error;
+    // Given back: another client takes it.
+    EXPECT_TRUE(WaitFor([&] {
+      dlock_lock* other = nullptr;
+      if (dlock_acquire(observer.get(), name.c_str(), o.get(), &other) != DLOCK_OK) return false;
+      dlock_release(other);
+      return true;
+    }, 3000ms)) << name << " was left held";
+  }
+}
+
 // Threads take turns on a few names of one slot while the slot moves to another master, key by
 // key (MIGRATING/IMPORTING + MIGRATE): calls meet ASK and TRYAGAIN, and lose nothing.
 TEST_F(ClusterTest, ASlotMigratedWhileLockingLosesNothing) {

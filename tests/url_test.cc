@@ -54,6 +54,45 @@ TEST(UrlTest, UnixSocket) {
   EXPECT_EQ(c.Describe(), "redis unix:/run/redis.sock");
 }
 
+TEST(UrlTest, WaitReplicasOnEveryRedisScheme) {
+  redis::RedisConfig c;
+  ASSERT_TRUE(ParseRedis("redis://h?wait_replicas=2", &c).ok());
+  EXPECT_EQ(c.wait_replicas, 2);
+  ASSERT_TRUE(ParseRedis("redis+unix:///s.sock?wait_replicas=1&db=1", &c).ok());
+  EXPECT_EQ(c.wait_replicas, 1);
+  EXPECT_EQ(ParseRedis("redis://h?wait_replicas=-1", &c).code(), Code::kInvalidArgument);
+  EXPECT_EQ(ParseRedis("redis://h?wait_replicas=65", &c).code(), Code::kInvalidArgument);
+}
+
+Status ParseCluster(const std::string& text, redis::RedisClusterConfig* config) {
+  Url url;
+  Status s = ParseUrl(text, &url);
+  if (!s.ok()) return s;
+  return redis::ParseRedisClusterUrl(url, config);
+}
+
+TEST(UrlTest, ClusterSeedsAndSharedSettings) {
+  redis::RedisClusterConfig c;
+  ASSERT_TRUE(ParseCluster("redis-cluster://u:p@10.0.0.1:7000,[::1]:7001,node3?timeout_ms=500&wait_replicas=1",
+                           &c).ok());
+  ASSERT_EQ(c.seeds.size(), 3u);
+  EXPECT_EQ(c.seeds[1].host, "::1");
+  EXPECT_EQ(c.seeds[2].port, 6379);
+  EXPECT_EQ(*c.node.user, "u");
+  EXPECT_EQ(c.node.params.timeout_ms, 500);
+  EXPECT_EQ(c.node.wait_replicas, 1);
+  redis::RedisConfig node = c.At("10.0.0.9", 7005);
+  EXPECT_EQ(node.Describe(), "redis 10.0.0.9:7005");
+  EXPECT_EQ(*node.password, "p");
+  Status s = ParseCluster("redis-cluster://h:1/2", &c);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("database 0 only"), std::string::npos) << s.message();
+  s = ParseCluster("redis-cluster:///x", &c);
+  EXPECT_NE(s.message().find("no host"), std::string::npos) << s.message();
+  s = ParseCluster("redis-cluster://h:1?db=1", &c);
+  EXPECT_NE(s.message().find("db"), std::string::npos) << s.message();
+}
+
 struct BadUrl {
   const char* url;
   const char* message_part;

@@ -22,6 +22,9 @@ struct ScriptCall {
   ScriptId script;
   std::vector<std::string> keys;
   std::vector<std::string> args;
+  // > 0: the call counts only once this many replicas acknowledged its writes (WAIT, up to
+  // half of timeout_ms); fewer is an EBACKEND saying how many did.
+  int wait_replicas = 0;
 };
 
 class Channel {

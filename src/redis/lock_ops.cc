@@ -20,11 +20,13 @@ Status ReadInspect(const redisReply* r, const std::string& server, const std::st
 
 }  // namespace
 
-Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request) {
+Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request,
+                             int wait_replicas) {
   LockKeys keys(prefix, request.name);
   return {{ScriptId::kAcquire,
            {std::move(keys.holder), std::move(keys.fence)},
-           {request.owner_value, std::to_string(request.lease_ms)}},
+           {request.owner_value, std::to_string(request.lease_ms)},
+           wait_replicas},
           request.name,
           ReadAcquire};
 }

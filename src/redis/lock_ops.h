@@ -27,8 +27,10 @@ struct Op {
   ReadFn read;
 };
 
-// acquire.lua: acquired with a token, or the holder's remaining lease.
-Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request);
+// acquire.lua: acquired with a token, or the holder's remaining lease. wait_replicas: see
+// ScriptCall.
+Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request,
+                             int wait_replicas = 0);
 // release.lua: Ok, or NotHeld when owner_value no longer holds it. Wakes the waiters.
 Op<NoResult> ReleaseOp(const std::string& prefix, const std::string& name,
                        const std::string& owner_value);

@@ -83,6 +83,7 @@ Status NodeChannel::Ping() {
 }
 
 Status NodeChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
+  if (call.wait_replicas > 0) return EvalPipelined(call, false, reply);
   return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
     return conn.Eval(GetScript(call.script), call.keys, call.args, deadline, reply);
   });
@@ -113,6 +114,7 @@ void NodeChannel::EvalAll(const std::vector<ScriptCall>& calls) {
 }
 
 void NodeChannel::EvalAsync(const ScriptCall& call, ReplyCallback done) {
+  if (call.wait_replicas > 0) return EvalPipelinedAsync(call, false, std::move(done));
   async_.Eval(GetScript(call.script), call.keys, call.args, std::move(done));
 }
 
@@ -126,26 +128,79 @@ void NodeChannel::CommandAsync(const std::vector<std::string>& argv, ReplyCallba
   async_.Command(argv, std::move(done));
 }
 
-// EVAL rather than EVALSHA: a NOSCRIPT answer would need a SCRIPT LOAD and a second try, and
-// the ASKING before it would no longer apply.
 Status NodeChannel::EvalAsking(const ScriptCall& call, ReplyPtr* reply) {
-  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
-    conn.Append({"ASKING"});
-    conn.Append(EvalBodyArgv(GetScript(call.script), call.keys, call.args));
-    ReplyPtr asking;
-    Status s = conn.ReadReply(deadline, &asking);
-    if (!s.ok()) return s;
-    s = conn.ReadReply(deadline, reply);
-    if (!s.ok()) return s;
-    // A refused ASKING shows in the script's answer too (it is then redirected or refused).
-    return Status::Ok();
-  });
+  return EvalPipelined(call, true, reply);
 }
 
 void NodeChannel::EvalAskingAsync(const ScriptCall& call, ReplyCallback done) {
-  // Sent in the same loop iteration, in order, on the one async connection.
-  async_.Command({"ASKING"}, [](redisReply*, const Status&) {});
-  async_.Command(EvalBodyArgv(GetScript(call.script), call.keys, call.args), std::move(done));
+  EvalPipelinedAsync(call, true, std::move(done));
+}
+
+std::vector<std::string> NodeChannel::WaitArgv(const ScriptCall& call) const {
+  return {"WAIT", std::to_string(call.wait_replicas),
+          std::to_string(std::max(1, config_.params.timeout_ms / 2))};
+}
+
+Status NodeChannel::CheckAcknowledged(const redisReply* script_reply, const redisReply* wait_reply,
+                                      int wanted) const {
+  // The script's own error (a redirection, a refusal) speaks for itself.
+  if (script_reply->type == REDIS_REPLY_ERROR) return Status::Ok();
+  if (wait_reply->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(wait_reply, server_);
+  if (wait_reply->type != REDIS_REPLY_INTEGER) {
+    return Status::BackendError(server_ + " answered WAIT with something other than a count");
+  }
+  if (wait_reply->integer >= wanted) return Status::Ok();
+  return Status::BackendError(
+      server_ + ": only " + std::to_string(std::max<long long>(0, wait_reply->integer)) + " of " +
+      std::to_string(wanted) + " replicas acknowledged the write within " +
+      std::to_string(std::max(1, config_.params.timeout_ms / 2)) + " ms (wait_replicas=" +
+      std::to_string(wanted) + ")");
+}
+
+Status NodeChannel::EvalPipelined(const ScriptCall& call, bool asking, ReplyPtr* reply) {
+  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+    if (asking) conn.Append({"ASKING"});
+    conn.Append(EvalBodyArgv(GetScript(call.script), call.keys, call.args));
+    if (call.wait_replicas > 0) conn.Append(WaitArgv(call));
+    Status s;
+    if (asking) {
+      // A refused ASKING shows in the script's answer too (redirected or refused).
+      ReplyPtr asking_reply;
+      s = conn.ReadReply(deadline, &asking_reply);
+      if (!s.ok()) return s;
+    }
+    s = conn.ReadReply(deadline, reply);
+    if (!s.ok() || call.wait_replicas == 0) return s;
+    ReplyPtr acknowledged;
+    s = conn.ReadReply(deadline, &acknowledged);
+    if (!s.ok()) return s;
+    s = CheckAcknowledged(reply->get(), acknowledged.get(), call.wait_replicas);
+    if (!s.ok()) reply->reset();
+    return s;
+  });
+}
+
+void NodeChannel::EvalPipelinedAsync(const ScriptCall& call, bool asking, ReplyCallback done) {
+  // Sent in the same loop iteration, in order, on the one async connection: if one fails, so
+  // do the ones after it.
+  if (asking) async_.Command({"ASKING"}, [](redisReply*, const Status&) {});
+  const auto eval = EvalBodyArgv(GetScript(call.script), call.keys, call.args);
+  if (call.wait_replicas == 0) {
+    async_.Command(eval, std::move(done));
+    return;
+  }
+  auto kept = std::make_shared<ReplyPtr>();
+  async_.Command(eval, [kept](redisReply* reply, const Status& error) {
+    if (error.ok()) *kept = CloneReply(reply);
+  });
+  async_.Command(WaitArgv(call), [this, kept, wanted = call.wait_replicas,
+                                  done = std::move(done)](redisReply* reply, const Status& error) {
+    if (!error.ok()) return done(nullptr, error);
+    if (*kept == nullptr) return done(nullptr, Status::Internal("the script's answer was lost"));
+    Status s = CheckAcknowledged(kept->get(), reply, wanted);
+    if (!s.ok()) return done(nullptr, s);
+    done(kept->get(), Status::Ok());
+  });
 }
 
 void NodeChannel::Watch(const std::string& channel, ReleaseWatcher* watcher) {

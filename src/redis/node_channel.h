@@ -36,7 +36,7 @@ class NodeChannel : public Channel {
   // Loop thread, like EvalAsync.
   void CommandAsync(const std::vector<std::string>& argv, ReplyCallback done);
   // ASKING, then the script, on one connection: a node importing the call's slot serves it
-  // once (a cluster's ASK redirection). Like Eval and EvalAsync otherwise.
+  // once (a cluster's ASK redirection). Like Eval and EvalAsync otherwise (wait_replicas too).
   Status EvalAsking(const ScriptCall& call, ReplyPtr* reply);
   void EvalAskingAsync(const ScriptCall& call, ReplyCallback done);
 
@@ -45,6 +45,14 @@ class NodeChannel : public Channel {
   // Runs fn(connection, deadline) on a pooled connection; see node_channel.cc for the bounds.
   template <typename Fn>
   Status WithConnection(Fn&& fn);
+  // [ASKING,] EVAL (the body: no NOSCRIPT round may come in between) [, WAIT], pipelined on
+  // one connection: for ASK redirections and for wait_replicas.
+  Status EvalPipelined(const ScriptCall& call, bool asking, ReplyPtr* reply);
+  void EvalPipelinedAsync(const ScriptCall& call, bool asking, ReplyCallback done);
+  std::vector<std::string> WaitArgv(const ScriptCall& call) const;
+  // WAIT's answer to the call's writes: Ok, or why too few replicas acknowledged them.
+  Status CheckAcknowledged(const redisReply* script_reply, const redisReply* wait_reply,
+                           int wanted) const;
 
   RedisConfig config_;
   std::string server_;

@@ -14,14 +14,17 @@ namespace {
 // channel; nothing here knows how many servers answer.
 class RedisBackend : public Backend {
  public:
-  RedisBackend(EventLoop* loop, std::string prefix, std::unique_ptr<Channel> channel)
-      : loop_(loop), prefix_(std::move(prefix)), channel_(std::move(channel)) {}
+  RedisBackend(EventLoop* loop, const RedisConfig& config, std::unique_ptr<Channel> channel)
+      : loop_(loop),
+        prefix_(config.params.prefix),
+        wait_replicas_(config.wait_replicas),
+        channel_(std::move(channel)) {}
 
   Status Check() override { return channel_->Ping(); }
 
   Status TryAcquire(const LockRequest& request, AcquireAttempt* out) override {
     // Safe to retry: acquire.lua answers the same to an owner that already holds the lock.
-    Status s = Run(channel_.get(), AcquireOp(prefix_, request), out);
+    Status s = Run(channel_.get(), AcquireOp(prefix_, request, wait_replicas_), out);
     // The attempt may have reached the server before the connection failed or the reply
     // turned to garbage: if it did, the lock is ours and nobody knows it. Give it back, best
     // effort, in the background: the caller's bound must not pay another timeout for it.
@@ -48,7 +51,7 @@ class RedisBackend : public Backend {
 
   void TryAcquireAsync(const LockRequest& request, AttemptCallback done) override {
     RunAsync<AcquireAttempt>(
-        channel_.get(), AcquireOp(prefix_, request),
+        channel_.get(), AcquireOp(prefix_, request, wait_replicas_),
         [this, name = request.name, owner_value = request.owner_value, done = std::move(done)](
             const Status& s, AcquireAttempt attempt) {
           if (!s.ok()) GiveBack(name, owner_value);  // as in TryAcquire
@@ -107,6 +110,7 @@ class RedisBackend : public Backend {
 
   EventLoop* loop_;
   const std::string prefix_;
+  const int wait_replicas_;
   std::unique_ptr<Channel> channel_;
 };
 
@@ -124,9 +128,8 @@ Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>
   redis::RedisConfig config;
   Status s = redis::ParseRedisUrl(url, &config);
   if (!s.ok()) return s;
-  std::string prefix = config.params.prefix;
   *out = std::make_unique<redis::RedisBackend>(
-      loop, std::move(prefix), std::make_unique<redis::NodeChannel>(loop, std::move(config)));
+      loop, config, std::make_unique<redis::NodeChannel>(loop, config));
   return Status::Ok();
 }
 
@@ -139,9 +142,8 @@ Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<B
   redis::RedisClusterConfig config;
   Status s = redis::ParseRedisClusterUrl(url, &config);
   if (!s.ok()) return s;
-  std::string prefix = config.node.params.prefix;
   *out = std::make_unique<redis::RedisBackend>(
-      loop, std::move(prefix), std::make_unique<redis::ClusterChannel>(loop, std::move(config)));
+      loop, config.node, std::make_unique<redis::ClusterChannel>(loop, config));
   return Status::Ok();
 }
 

@@ -10,12 +10,24 @@ std::string RedisConfig::Describe() const {
 
 namespace {
 
-// The parts every Redis scheme shares: credentials and the common parameters. The scheme's own
-// parameters (backend_params) are returned in extra.
-Status ParseShared(const Url& url, const std::vector<std::string>& backend_params,
-                   RedisConfig* out, std::vector<std::pair<std::string, std::string>>* extra) {
-  Status s = ParseCommonParams(url, backend_params, &out->params, extra);
+// The parts every Redis scheme shares: credentials, the common parameters and wait_replicas.
+// The scheme's own parameters (backend_params) are returned in extra.
+Status ParseShared(const Url& url, std::vector<std::string> backend_params, RedisConfig* out,
+                   std::vector<std::pair<std::string, std::string>>* extra) {
+  backend_params.push_back("wait_replicas");
+  std::vector<std::pair<std::string, std::string>> values;
+  Status s = ParseCommonParams(url, backend_params, &out->params, &values);
   if (!s.ok()) return s;
+  for (auto& [key, value] : values) {
+    if (key != "wait_replicas") {
+      extra->emplace_back(std::move(key), std::move(value));
+      continue;
+    }
+    int64_t n;
+    s = ParseInt(value, 0, 64, "URL parameter wait_replicas", &n);
+    if (!s.ok()) return s;
+    out->wait_replicas = static_cast<int>(n);
+  }
   if (url.user.has_value() && !url.user->empty()) out->user = url.user;
   out->password = url.password;
   if (out->user.has_value() && !out->password.has_value()) {

@@ -19,6 +19,8 @@ struct RedisConfig {
   std::optional<std::string> password;
   int db = 0;
   CommonParams params;
+  // wait_replicas=N: an acquire counts only once N replicas acknowledged it (WAIT).
+  int wait_replicas = 0;
 
   // "redis 127.0.0.1:6379" or "redis unix:/path": how errors name the server.
   std::string Describe() const;

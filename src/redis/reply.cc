@@ -116,6 +116,51 @@ bool IsNoScript(const redisReply* r) {
          std::strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+namespace {
+
+// r as RESP, to be read back by a reader: a copy made with hiredis's own allocations.
+void Serialize(const redisReply* r, std::string* out) {
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+      *out += "$" + std::to_string(r->len) + "\r\n";
+      out->append(r->str, r->len);
+      *out += "\r\n";
+      break;
+    case REDIS_REPLY_STATUS:
+      *out += "+" + std::string(r->str, r->len) + "\r\n";
+      break;
+    case REDIS_REPLY_ERROR:
+      *out += "-" + std::string(r->str, r->len) + "\r\n";
+      break;
+    case REDIS_REPLY_INTEGER:
+      *out += ":" + std::to_string(r->integer) + "\r\n";
+      break;
+    case REDIS_REPLY_ARRAY:
+      *out += "*" + std::to_string(r->elements) + "\r\n";
+      for (size_t i = 0; i < r->elements; ++i) Serialize(r->element[i], out);
+      break;
+    default:  // nil
+      *out += "$-1\r\n";
+      break;
+  }
+}
+
+}  // namespace
+
+ReplyPtr CloneReply(const redisReply* r) {
+  std::string resp;
+  Serialize(r, &resp);
+  redisReader* reader = redisReaderCreate();
+  GuardReader(reader);
+  void* copy = nullptr;
+  if (redisReaderFeed(reader, resp.data(), resp.size()) != REDIS_OK ||
+      redisReaderGetReply(reader, &copy) != REDIS_OK) {
+    copy = nullptr;
+  }
+  redisReaderFree(reader);
+  return ReplyPtr(static_cast<redisReply*>(copy));
+}
+
 Status ErrorReplyStatus(const redisReply* r, const std::string& server) {
   std::string msg = Text(r);
   if (msg.rfind("NOAUTH", 0) == 0 || msg.rfind("WRONGPASS", 0) == 0 ||

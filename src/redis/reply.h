@@ -37,6 +37,8 @@ void GuardReader(redisReader* reader);
 // guarded here refuses such replies instead (as well as oversized arrays): a reader error, on
 // which hiredis drops the connection. Call right after creating the context.
 void GuardAsyncReader(redisAsyncContext* ac);
+// A copy of r that outlives the callback r was lent to (hiredis frees async replies after it).
+ReplyPtr CloneReply(const redisReply* r);
 // The reader's error as words for a Status.
 std::string ReaderError(const redisReader* reader);
 
