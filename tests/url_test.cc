@@ -93,6 +93,39 @@ TEST(UrlTest, ClusterSeedsAndSharedSettings) {
   EXPECT_NE(s.message().find("db"), std::string::npos) << s.message();
 }
 
+TEST(UrlTest, SentinelsMasterNameAndTheirOwnPassword) {
+  auto parse = [](const std::string& text, redis::RedisSentinelConfig* c) {
+    Url url;
+    Status s = ParseUrl(text, &url);
+    return s.ok() ? redis::ParseRedisSentinelUrl(url, c) : s;
+  };
+  redis::RedisSentinelConfig c;
+  ASSERT_TRUE(parse("redis-sentinel://:pw@10.0.0.1,10.0.0.2:5000/my%20master?sentinel_password=sp&db=2&wait_replicas=1",
+                    &c).ok());
+  ASSERT_EQ(c.sentinels.size(), 2u);
+  EXPECT_EQ(c.sentinels[0].port, 26379);
+  EXPECT_EQ(c.sentinels[1].port, 5000);
+  EXPECT_EQ(c.master_name, "my master");
+  EXPECT_EQ(*c.sentinel_password, "sp");
+  redis::RedisConfig master = c.MasterAt("10.0.0.9", 6380);
+  EXPECT_EQ(*master.password, "pw");
+  EXPECT_EQ(master.db, 2);
+  EXPECT_EQ(master.wait_replicas, 1);
+  redis::RedisConfig sentinel = c.SentinelAt(c.sentinels[0]);
+  EXPECT_EQ(*sentinel.password, "sp");  // its own password, not the master's
+  EXPECT_EQ(sentinel.db, 0);
+  ASSERT_TRUE(parse("redis-sentinel://h/m", &c).ok());
+  EXPECT_FALSE(c.SentinelAt(c.sentinels[0]).password.has_value());
+  for (const char* bad : {"redis-sentinel://h", "redis-sentinel://h/", "redis-sentinel://h/a/b",
+                          "redis-sentinel:///m"}) {
+    Status s = parse(bad, &c);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
+    EXPECT_TRUE(s.message().find("MASTER_NAME") != std::string::npos ||
+                s.message().find("no sentinel") != std::string::npos)
+        << s.message();
+  }
+}
+
 struct BadUrl {
   const char* url;
   const char* message_part;

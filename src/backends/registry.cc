@@ -14,6 +14,7 @@ const BackendEntry kBackends[] = {
     {"redis", NewRedisBackend, PrepareRedis},
     {"redis+unix", NewRedisBackend, PrepareRedis},
     {"redis-cluster", NewRedisClusterBackend, PrepareRedisCluster},
+    {"redis-sentinel", NewRedisSentinelBackend, PrepareRedisSentinel},
 #if DLOCK_WITH_DYNAMODB
     {"dynamodb", NewDynamoDbBackend, PrepareDynamoDb},
 #endif

@@ -48,7 +48,10 @@ struct ClusterChannel::Retry {
 };
 
 ClusterChannel::ClusterChannel(EventLoop* loop, RedisClusterConfig config)
-    : loop_(loop), config_(std::move(config)), server_("redis cluster " + SeedList(config_.seeds)) {}
+    : loop_(loop),
+      config_(std::move(config)),
+      server_("redis cluster " + SeedList(config_.seeds)),
+      watches_([this](const std::string& channel) { return MasterOf(KeySlot(channel)); }) {}
 
 ClusterChannel::~ClusterChannel() = default;
 
@@ -141,7 +144,7 @@ void ClusterChannel::ApplyMap(const std::vector<SlotRange>& ranges) {
     slots_ = std::move(slots);
     ++map_version_;
   }
-  RerouteWatchers();
+  watches_.Reroute();
 }
 
 void ClusterChannel::MoveSlot(int slot, const NodeAddress& to) {
@@ -153,7 +156,7 @@ void ClusterChannel::MoveSlot(int slot, const NodeAddress& to) {
     slots_[slot] = node;
     ++map_version_;
   }
-  RerouteWatchers();
+  watches_.Reroute();
 }
 
 void ClusterChannel::RefreshInBackground() {
@@ -357,39 +360,11 @@ void ClusterChannel::Finish(const std::shared_ptr<AsyncCall>& c, redisReply* rep
 }
 
 void ClusterChannel::Watch(const std::string& channel, ReleaseWatcher* watcher) {
-  NodeChannel* node = MasterOf(KeySlot(channel));
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  Watched& w = watched_[channel];
-  if (w.node == nullptr) w.node = node;
-  w.watchers.push_back(watcher);
-  // No master known for the slot: the waiter polls until the map names one.
-  if (w.node != nullptr) w.node->Watch(channel, watcher);
+  watches_.Watch(channel, watcher);
 }
 
 void ClusterChannel::Unwatch(const std::string& channel, ReleaseWatcher* watcher) {
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  auto it = watched_.find(channel);
-  if (it == watched_.end()) return;
-  Watched& w = it->second;
-  auto pos = std::find(w.watchers.begin(), w.watchers.end(), watcher);
-  if (pos == w.watchers.end()) return;
-  w.watchers.erase(pos);
-  if (w.node != nullptr) w.node->Unwatch(channel, watcher);
-  if (w.watchers.empty()) watched_.erase(it);
-}
-
-void ClusterChannel::RerouteWatchers() {
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  for (auto& [channel, w] : watched_) {
-    NodeChannel* now = MasterOf(KeySlot(channel));
-    if (now == w.node || now == nullptr) continue;
-    for (ReleaseWatcher* watcher : w.watchers) {
-      if (w.node != nullptr) w.node->Unwatch(channel, watcher);
-      now->Watch(channel, watcher);
-      watcher->OnReleased();  // a release may have gone by unheard: look again
-    }
-    w.node = now;
-  }
+  watches_.Unwatch(channel, watcher);
 }
 
 void ClusterChannel::ShutdownOnLoop() {

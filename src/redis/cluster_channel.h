@@ -25,6 +25,7 @@
 #include "redis/cluster_map.h"
 #include "redis/node_channel.h"
 #include "redis/redis_url.h"
+#include "redis/watch_router.h"
 
 namespace dlock::redis {
 
@@ -48,10 +49,6 @@ class ClusterChannel : public Channel {
 
  private:
   struct AsyncCall;
-  struct Watched {
-    NodeChannel* node = nullptr;
-    std::vector<ReleaseWatcher*> watchers;
-  };
 
   // The node at address, created on first use (never destroyed before the channel).
   NodeChannel* NodeAt(const NodeAddress& address);
@@ -68,9 +65,6 @@ class ClusterChannel : public Channel {
   std::vector<NodeAddress> RefreshCandidates();
   void ApplyMap(const std::vector<SlotRange>& ranges);
   void MoveSlot(int slot, const NodeAddress& to);
-  // Watchers whose channel's slot moved go to the new master, and are woken (a release may
-  // have been missed meanwhile).
-  void RerouteWatchers();
   void Attempt(std::shared_ptr<AsyncCall> call);
   void Finish(const std::shared_ptr<AsyncCall>& call, redisReply* reply, const Status& error);
   void RetryLater(std::shared_ptr<AsyncCall> call, Millis delay);
@@ -86,8 +80,7 @@ class ClusterChannel : public Channel {
   std::mutex load_mu_;               // one blocking map load at a time
   uint64_t map_version_ = 0;         // under map_mu_: bumped by every change of slots_
 
-  std::mutex watch_mu_;
-  std::unordered_map<std::string, Watched> watched_;
+  WatchRouter watches_;  // release channels follow their slot's master
 
   // Loop thread only.
   size_t async_calls_ = 0;

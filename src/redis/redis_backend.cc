@@ -5,6 +5,7 @@
 #include "redis/cluster_channel.h"
 #include "redis/lock_ops.h"
 #include "redis/node_channel.h"
+#include "redis/sentinel_channel.h"
 #include "redis/redis_url.h"
 
 namespace dlock::redis {
@@ -144,6 +145,20 @@ Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<B
   if (!s.ok()) return s;
   *out = std::make_unique<redis::RedisBackend>(
       loop, config.node, std::make_unique<redis::ClusterChannel>(loop, config));
+  return Status::Ok();
+}
+
+Status PrepareRedisSentinel(const Url& url, int64_t) {
+  redis::RedisSentinelConfig config;
+  return redis::ParseRedisSentinelUrl(url, &config);
+}
+
+Status NewRedisSentinelBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
+  redis::RedisSentinelConfig config;
+  Status s = redis::ParseRedisSentinelUrl(url, &config);
+  if (!s.ok()) return s;
+  *out = std::make_unique<redis::RedisBackend>(
+      loop, config.node, std::make_unique<redis::SentinelChannel>(loop, config));
   return Status::Ok();
 }
 

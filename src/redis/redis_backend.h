@@ -1,5 +1,6 @@
-// The Redis backends: one server (redis://, redis+unix://) and a Redis Cluster
-// (redis-cluster://), one Backend over the lock operations on a channel.
+// The Redis backends: one server (redis://, redis+unix://), a Redis Cluster (redis-cluster://)
+// and a master followed through Sentinel (redis-sentinel://): one Backend over the lock
+// operations, on a channel per topology.
 #ifndef DLOCK_REDIS_REDIS_BACKEND_H_
 #define DLOCK_REDIS_REDIS_BACKEND_H_
 
@@ -16,6 +17,8 @@ Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>
 Status PrepareRedis(const Url& url, int64_t wait_ms);
 Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out);
 Status PrepareRedisCluster(const Url& url, int64_t wait_ms);
+Status NewRedisSentinelBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out);
+Status PrepareRedisSentinel(const Url& url, int64_t wait_ms);
 
 }  // namespace dlock
 

@@ -66,6 +66,54 @@ Status ParseRedisClusterUrl(const Url& url, RedisClusterConfig* out) {
   return Status::Ok();
 }
 
+RedisConfig RedisSentinelConfig::MasterAt(const std::string& host, int port) const {
+  RedisConfig c = node;
+  c.host = host;
+  c.port = port;
+  return c;
+}
+
+RedisConfig RedisSentinelConfig::SentinelAt(const HostPort& sentinel) const {
+  RedisConfig c;
+  c.host = sentinel.host;
+  c.port = sentinel.port;
+  c.password = sentinel_password;
+  c.params = node.params;
+  return c;
+}
+
+Status ParseRedisSentinelUrl(const Url& url, RedisSentinelConfig* out) {
+  *out = RedisSentinelConfig();
+  std::vector<std::pair<std::string, std::string>> extra;
+  Status s = ParseShared(url, {"sentinel_password", "db"}, &out->node, &extra);
+  if (!s.ok()) return s;
+  for (const auto& [key, value] : extra) {
+    if (key == "sentinel_password") {
+      out->sentinel_password = value;
+    } else {
+      int64_t db;
+      s = ParseInt(value, 0, 1 << 30, "URL parameter db", &db);
+      if (!s.ok()) return s;
+      out->node.db = static_cast<int>(db);
+    }
+  }
+  if (url.hosts.empty()) {
+    return Status::InvalidArgument(
+        "redis-sentinel:// URL has no sentinel (expected redis-sentinel://host:port[,host:port...]/MASTER_NAME)");
+  }
+  if (url.path.size() < 2 || url.path.find('/', 1) != std::string::npos) {
+    return Status::InvalidArgument(
+        "redis-sentinel:// URL must name the master once after the hosts "
+        "(redis-sentinel://host:port[,host:port...]/MASTER_NAME)");
+  }
+  out->master_name = url.path.substr(1);
+  for (HostPort sentinel : url.hosts) {
+    if (sentinel.port == 0) sentinel.port = 26379;
+    out->sentinels.push_back(std::move(sentinel));
+  }
+  return Status::Ok();
+}
+
 Status ParseRedisUrl(const Url& url, RedisConfig* out) {
   *out = RedisConfig();
   const bool unix_socket = url.scheme == "redis+unix";

@@ -1,4 +1,5 @@
-// Redis connection settings from redis://, redis+unix:// and redis-cluster:// URLs.
+// Redis connection settings from redis://, redis+unix://, redis-cluster:// and
+// redis-sentinel:// URLs.
 #ifndef DLOCK_REDIS_REDIS_URL_H_
 #define DLOCK_REDIS_REDIS_URL_H_
 
@@ -38,6 +39,21 @@ struct RedisClusterConfig {
 };
 
 Status ParseRedisClusterUrl(const Url& url, RedisClusterConfig* out);
+
+// redis-sentinel://[[user]:password@]host:port[,host:port...]/MASTER_NAME[?params]: the
+// sentinels (port 26379 unless given), the master's name, and the settings of the master
+// (node.host/port unset). Sentinels are reached with sentinel_password= (none by default),
+// the same timeouts, no user, database 0.
+struct RedisSentinelConfig {
+  RedisConfig node;
+  std::vector<HostPort> sentinels;
+  std::string master_name;
+  std::optional<std::string> sentinel_password;
+  RedisConfig MasterAt(const std::string& host, int port) const;
+  RedisConfig SentinelAt(const HostPort& sentinel) const;
+};
+
+Status ParseRedisSentinelUrl(const Url& url, RedisSentinelConfig* out);
 
 }  // namespace dlock::redis
 

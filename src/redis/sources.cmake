@@ -1,4 +1,4 @@
-# The Redis backends (redis://, redis+unix://, redis-cluster://): hiredis's reply reader and command formatter,
+# The Redis backends (redis://, redis+unix://, redis-cluster://, redis-sentinel://): hiredis's reply reader and command formatter,
 # our own socket I/O for the blocking path, hiredis async on the loop, and the Lua scripts.
 # Included by the top-level CMakeLists.txt right after dlock_core exists.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
@@ -27,7 +27,9 @@ target_sources(dlock_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/redis_url.cc
   ${CMAKE_CURRENT_LIST_DIR}/reply.cc
   ${CMAKE_CURRENT_LIST_DIR}/scripts.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sentinel_channel.cc
   ${CMAKE_CURRENT_LIST_DIR}/subscriber.cc
   ${CMAKE_CURRENT_LIST_DIR}/sync_connection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/watch_router.cc
   ${DLOCK_LUA_GEN})
 target_link_libraries(dlock_core PUBLIC PkgConfig::HIREDIS)

@@ -1,0 +1,254 @@
+#include "redis/sentinel_channel.h"
+
+namespace dlock::redis {
+namespace {
+
+// Lookups in the background are at least this far apart: a sentinel that is down makes its
+// subscription report a loss every reconnect attempt, and each would start one.
+constexpr Millis kRelookupGap{250};
+
+std::string HostList(const std::vector<HostPort>& hosts) {
+  std::string out;
+  for (const HostPort& h : hosts) out += (out.empty() ? "" : ",") + NodeAddress{h.host, h.port}.Name();
+  return out;
+}
+
+bool IsReadOnly(const redisReply* r) {
+  return r != nullptr && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
+         std::string(r->str, 8) == "READONLY";
+}
+
+// SENTINEL get-master-addr-by-name: [ip, port], or nil for a master it does not know.
+Status ReadMasterAddress(const redisReply* r, const std::string& sentinel,
+                         const std::string& master_name, NodeAddress* out) {
+  if (r->type == REDIS_REPLY_NIL) {
+    return Status::BackendError(sentinel + " does not know a master named '" + master_name + "'");
+  }
+  if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, sentinel);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+      r->element[1]->type != REDIS_REPLY_STRING) {
+    return Status::BackendError(sentinel + " answered get-master-addr-by-name with garbage");
+  }
+  int64_t port;
+  Status s = ParseInt(std::string(r->element[1]->str, r->element[1]->len), 1, 65535,
+                      sentinel + "'s master port", &port);
+  if (!s.ok()) return Status::BackendError(s.message());
+  out->host.assign(r->element[0]->str, r->element[0]->len);
+  out->port = static_cast<int>(port);
+  return Status::Ok();
+}
+
+// ROLE: {"master", ...} from a master.
+Status CheckIsMaster(const redisReply* r, const std::string& node) {
+  if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, node);
+  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
+      std::string(r->element[0]->str, r->element[0]->len) == "master") {
+    return Status::Ok();
+  }
+  return Status::BackendError(node + " is not a master (yet)");
+}
+
+}  // namespace
+
+// Hears +switch-master on a sentinel (or that the subscription broke): look the master up.
+class SentinelChannel::SwitchWatcher : public ReleaseWatcher {
+ public:
+  explicit SwitchWatcher(SentinelChannel* channel) : channel_(channel) {}
+  void OnWatchReady(bool) override {}
+  void OnReleased() override {
+    channel_->loop_->Post([c = channel_] { c->FindMasterInBackground(); });
+  }
+
+ private:
+  SentinelChannel* channel_;
+};
+
+SentinelChannel::SentinelChannel(EventLoop* loop, RedisSentinelConfig config)
+    : loop_(loop),
+      config_(std::move(config)),
+      server_("redis sentinel master '" + config_.master_name + "' via " + HostList(config_.sentinels)),
+      watches_([this](const std::string&) { return Master(); }),
+      switch_watcher_(std::make_unique<SwitchWatcher>(this)),
+      lookup_timer_(loop, [this] { FindMasterInBackground(); }) {
+  for (const HostPort& sentinel : config_.sentinels) {
+    switch_subscribers_.push_back(std::make_unique<Subscriber>(loop, config_.SentinelAt(sentinel)));
+    switch_subscribers_.back()->Watch("+switch-master", switch_watcher_.get());
+  }
+}
+
+SentinelChannel::~SentinelChannel() {
+  for (auto& s : switch_subscribers_) s->Unwatch("+switch-master", switch_watcher_.get());
+}
+
+Status SentinelChannel::Named(const Status& s) const {
+  return Status(s.code(), server_ + ": " + s.message());
+}
+
+NodeChannel* SentinelChannel::NodeAt(const std::string& name, const RedisConfig& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& node = nodes_[name];
+  if (node == nullptr) node = std::make_unique<NodeChannel>(loop_, config);
+  return node.get();
+}
+
+NodeChannel* SentinelChannel::SentinelNode(size_t i) {
+  const HostPort& s = config_.sentinels[i];
+  return NodeAt("sentinel " + NodeAddress{s.host, s.port}.Name(), config_.SentinelAt(s));
+}
+
+NodeChannel* SentinelChannel::Master() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return master_;
+}
+
+void SentinelChannel::SetMaster(const NodeAddress& address) {
+  NodeChannel* node = NodeAt("master " + address.Name(), config_.MasterAt(address.host, address.port));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (master_ == node) return;
+    master_ = node;
+    master_address_ = address;
+  }
+  watches_.Reroute();
+}
+
+Status SentinelChannel::FindMaster() {
+  std::lock_guard<std::mutex> one_at_a_time(find_mu_);
+  std::string tried;
+  bool auth_failed = false;
+  for (size_t i = 0; i < config_.sentinels.size(); ++i) {
+    NodeChannel* sentinel = SentinelNode(i);
+    ReplyPtr reply;
+    NodeAddress address;
+    Status s = sentinel->Command({"SENTINEL", "get-master-addr-by-name", config_.master_name}, &reply);
+    if (s.ok()) s = ReadMasterAddress(reply.get(), sentinel->server(), config_.master_name, &address);
+    if (s.ok()) {
+      NodeChannel* master =
+          NodeAt("master " + address.Name(), config_.MasterAt(address.host, address.port));
+      s = master->Command({"ROLE"}, &reply);
+      if (s.ok()) s = CheckIsMaster(reply.get(), master->server());
+      if (s.ok()) {
+        SetMaster(address);
+        return Status::Ok();
+      }
+    }
+    auth_failed = auth_failed || s.code() == Code::kAuthError;
+    tried += (tried.empty() ? "" : "; ") + s.message();
+  }
+  return Status(auth_failed ? Code::kAuthError : Code::kIoError,
+                server_ + ": no sentinel named a reachable master (" + tried + ")");
+}
+
+void SentinelChannel::FindMasterInBackground() {
+  if (!loop_->InLoopThread()) {
+    loop_->Post([this] { FindMasterInBackground(); });
+    return;
+  }
+  if (looking_up_ || shut_down_) return;
+  const TimePoint next = last_lookup_ + kRelookupGap;
+  if (Now() < next) {
+    if (!lookup_timer_.pending()) lookup_timer_.StartAt(next);
+    return;
+  }
+  looking_up_ = true;
+  last_lookup_ = Now();
+  AskSentinel(0, "");
+}
+
+void SentinelChannel::AskSentinel(size_t i, std::string tried) {
+  if (shut_down_ || i >= config_.sentinels.size()) {
+    looking_up_ = false;
+    return;
+  }
+  NodeChannel* sentinel = SentinelNode(i);
+  sentinel->CommandAsync(
+      {"SENTINEL", "get-master-addr-by-name", config_.master_name},
+      [this, i, sentinel](redisReply* reply, const Status& error) {
+        NodeAddress address;
+        Status s = error.ok() ? ReadMasterAddress(reply, sentinel->server(), config_.master_name, &address)
+                              : error;
+        if (!s.ok() || shut_down_) return AskSentinel(i + 1, "");
+        NodeChannel* master =
+            NodeAt("master " + address.Name(), config_.MasterAt(address.host, address.port));
+        master->CommandAsync({"ROLE"}, [this, i, master, address](redisReply* role, const Status& e) {
+          if (e.ok() && CheckIsMaster(role, master->server()).ok() && !shut_down_) {
+            SetMaster(address);
+            looking_up_ = false;
+            return;
+          }
+          AskSentinel(i + 1, "");
+        });
+      });
+}
+
+Status SentinelChannel::Ping() {
+  Status s = FindMaster();
+  if (!s.ok()) return s;
+  s = Master()->Ping();
+  return s.ok() ? s : Named(s);
+}
+
+Status SentinelChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
+  for (int attempt = 1;; ++attempt) {
+    NodeChannel* master = Master();
+    if (master == nullptr) {
+      Status s = FindMaster();
+      if (!s.ok()) return s;
+      master = Master();
+    }
+    Status s = master->Eval(call, reply);
+    if (!s.ok()) {
+      if (s.code() == Code::kIoError) FindMasterInBackground();  // a failover under way?
+      return Named(s);
+    }
+    // A demoted master: find the new one and try there, once. (Its refusal changed nothing.)
+    if (!IsReadOnly(reply->get()) || attempt > 1) return Status::Ok();
+    s = FindMaster();
+    if (!s.ok() || Master() == master) return Status::Ok();  // READONLY, as it is
+  }
+}
+
+void SentinelChannel::EvalAll(const std::vector<ScriptCall>& calls) {
+  NodeChannel* master = Master();
+  if (master != nullptr) master->EvalAll(calls);
+}
+
+void SentinelChannel::EvalAsync(const ScriptCall& call, ReplyCallback done) {
+  NodeChannel* master = Master();
+  ++async_calls_;
+  auto finish = [this, done = std::move(done)](redisReply* reply, const Status& error) {
+    --async_calls_;
+    if ((!error.ok() && error.code() == Code::kIoError) || IsReadOnly(reply)) FindMasterInBackground();
+    done(reply, error.ok() ? error : Named(error));
+  };
+  if (master == nullptr || shut_down_) {
+    FindMasterInBackground();
+    loop_->Post([this, finish = std::move(finish)]() mutable {
+      finish(nullptr, Status::IoError("no master known yet"));
+    });
+    return;
+  }
+  master->EvalAsync(call, std::move(finish));
+}
+
+void SentinelChannel::Watch(const std::string& channel, ReleaseWatcher* watcher) {
+  watches_.Watch(channel, watcher);
+}
+
+void SentinelChannel::Unwatch(const std::string& channel, ReleaseWatcher* watcher) {
+  watches_.Unwatch(channel, watcher);
+}
+
+void SentinelChannel::ShutdownOnLoop() {
+  shut_down_ = true;
+  lookup_timer_.Free();
+  for (auto& s : switch_subscribers_) s->ShutdownOnLoop();
+  std::vector<NodeChannel*> nodes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, node] : nodes_) nodes.push_back(node.get());
+  }
+  for (NodeChannel* node : nodes) node->ShutdownOnLoop();
+}
+
+}  // namespace dlock::redis
