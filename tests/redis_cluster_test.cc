@@ -1,6 +1,6 @@
 // redis-cluster:// against a real 3-master + 3-replica cluster: what only a cluster can show.
 // Everything else (holding, waiting, losing, fencing, bad input, event loops) runs against
-// the cluster in the conformance suite.
+// the cluster in the conformance suite; failovers in failover_test.cc.
 #include <dlock/dlock.h>
 #include <gtest/gtest.h>
 
@@ -18,7 +18,6 @@
 #include "support/redis_cluster.h"
 #include "support/redis_server.h"
 #include "test_util.h"
-#include "worker_process.h"
 
 namespace dlock_test {
 namespace {
@@ -285,103 +284,6 @@ TEST_F(ClusterTest, ASlotMigratedWhileLockingLosesNothing) {
   std::cout << "migration: " << moved_keys << " keys moved, " << done.load() << " cycles, ASK "
             << ErrorCount(a, "ASK") << ", TRYAGAIN " << ErrorCount(a, "TRYAGAIN") << ", MOVED "
             << ErrorCount(a, "MOVED") << "\n";
-}
-
-// A master dies while four processes increment a fenced counter under one lock: the run finishes
-// on the promoted replica, no update is lost, and a write refused by the fence always belongs to
-// a lock whose loss was reported.
-TEST(ClusterFailoverTest, AKilledMastersReplicaTakesOverAndNoUpdateIsLost) {
-  RedisCluster cluster;
-  ASSERT_TRUE(cluster.ready());
-  const std::string url = "redis-cluster://" + cluster.seeds();
-  const std::string name = "failover-counter";
-  const int master = cluster.MasterOf(Key(name));
-  ASSERT_GE(master, 0);
-  char dir[] = "/tmp/dlock-cluster-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string counter = std::string(dir) + "/counter";
-  constexpr int kProcesses = 4, kEach = 40;
-  std::vector<std::unique_ptr<ChildProcess>> workers;
-  for (int p = 0; p < kProcesses; ++p) {
-    workers.push_back(StartWorker({url, name, "fenced", std::to_string(kEach), counter}));
-  }
-  auto count_now = [&] {
-    long n = 0;
-    std::ifstream(counter) >> n;
-    return n;
-  };
-  ASSERT_TRUE(WaitFor([&] { return count_now() >= 20; }, 30s)) << "the run did not start";
-  cluster.node(master).Kill();
-  const auto killed = Clock::now();
-
-  long accepted = 0, refused = 0, lost = 0, errors = 0;
-  for (auto& w : workers) {
-    ASSERT_EQ(w->Wait(120s), 0) << w->output();
-    std::smatch m;
-    std::string out = w->output();
-    ASSERT_TRUE(std::regex_search(out, m, std::regex("DONE accepted=(\\d+) refused=(\\d+) errors=(\\d+) lost=(\\d+)")))
-        << out;
-    accepted += std::stol(m[1]);
-    refused += std::stol(m[2]);
-    errors += std::stol(m[3]);
-    lost += std::stol(m[4]);
-  }
-  std::cout << "failover run: " << MsSince(killed) << " ms after the kill; accepted " << accepted
-            << ", refused by the fence " << refused << ", call errors " << errors
-            << ", losses reported " << lost << "\n";
-  EXPECT_EQ(accepted, kProcesses * kEach);
-  EXPECT_EQ(count_now(), accepted) << "an update was lost";
-  EXPECT_LE(refused, lost) << "a holder was fenced off without being told its lock was lost";
-  const int now_master = cluster.MasterOf(Key(name));
-  EXPECT_GE(now_master, 0);
-  EXPECT_NE(now_master, master);
-  std::filesystem::remove_all(dir);
-}
-
-// A lock held through a failover is either still held (renewed on the promoted replica) or
-// reported lost: never silently gone. Tokens keep rising on the new master.
-TEST(ClusterFailoverTest, HeldLocksAreKeptOrReportedAndTokensKeepRising) {
-  RedisCluster cluster;
-  ASSERT_TRUE(cluster.ready());
-  const std::string url = "redis-cluster://" + cluster.seeds();
-  Client client(url);
-  LostRecorder lost;
-  Options o;
-  o.lease(3000).heartbeat(500).on_lost(&LostRecorder::Fn, &lost);
-  const std::string name = "through-failover";
-  dlock_lock* first = nullptr;
-  ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), nullptr, &first), DLOCK_OK) << dlock_last_error();
-  const uint64_t first_token = dlock_lock_fencing_token(first);
-  ASSERT_EQ(dlock_release(first), DLOCK_OK);
-  dlock_lock* held = nullptr;
-  ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), o.get(), &held), DLOCK_OK) << dlock_last_error();
-  const uint64_t held_token = dlock_lock_fencing_token(held);
-  EXPECT_GT(held_token, first_token);
-
-  const int master = cluster.MasterOf(Key(name));
-  ASSERT_GE(master, 0);
-  cluster.node(master).Kill();
-  ASSERT_TRUE(WaitFor([&] {
-    int m = cluster.MasterOf(Key(name));
-    return m >= 0 && m != master;
-  }, 30s)) << "no replica took over";
-  std::this_thread::sleep_for(3000ms);  // a whole lease on the new master
-
-  const int now_master = cluster.MasterOf(Key(name));
-  const bool still_ours = dlock_lock_is_valid(held) == 1;
-  if (still_ours) {
-    EXPECT_EQ(lost.calls.load(), 0);
-    EXPECT_EQ(cluster.node(now_master).Cli({"EXISTS", Key(name)}), "1") << "valid, yet not on the server";
-    EXPECT_EQ(dlock_release(held), DLOCK_OK) << dlock_last_error();
-  } else {
-    EXPECT_EQ(lost.calls.load(), 1) << "lost without a report";
-    EXPECT_EQ(dlock_release(held), DLOCK_NOT_HELD);
-  }
-  dlock_lock* after = nullptr;
-  ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), nullptr, &after), DLOCK_OK) << dlock_last_error();
-  EXPECT_GT(dlock_lock_fencing_token(after), held_token);
-  EXPECT_EQ(dlock_release(after), DLOCK_OK);
-  std::cout << "through the failover the lock was " << (still_ours ? "kept" : "reported lost") << "\n";
 }
 
 }  // namespace

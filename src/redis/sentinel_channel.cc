@@ -115,7 +115,7 @@ void SentinelChannel::SetMaster(const NodeAddress& address) {
 Status SentinelChannel::FindMaster() {
   std::lock_guard<std::mutex> one_at_a_time(find_mu_);
   std::string tried;
-  bool auth_failed = false;
+  bool auth_failed = false, all_answered = true;
   for (size_t i = 0; i < config_.sentinels.size(); ++i) {
     NodeChannel* sentinel = SentinelNode(i);
     ReplyPtr reply;
@@ -133,9 +133,11 @@ Status SentinelChannel::FindMaster() {
       }
     }
     auth_failed = auth_failed || s.code() == Code::kAuthError;
+    all_answered = all_answered && s.code() == Code::kBackendError;
     tried += (tried.empty() ? "" : "; ") + s.message();
   }
-  return Status(auth_failed ? Code::kAuthError : Code::kIoError,
+  // Every sentinel answering "no such master" is the backend's answer, not a lost connection.
+  return Status(auth_failed ? Code::kAuthError : all_answered ? Code::kBackendError : Code::kIoError,
                 server_ + ": no sentinel named a reachable master (" + tried + ")");
 }
 

@@ -48,6 +48,7 @@ const std::vector<BackendFactory>& AllBackends();
 BackendFactory RedisTcpBackend();
 BackendFactory RedisUnixBackend();
 BackendFactory RedisClusterBackendFactory();
+BackendFactory RedisSentinelBackendFactory();
 BackendFactory DynamoDbBackend();
 
 }  // namespace dlock_test

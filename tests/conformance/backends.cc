@@ -5,7 +5,7 @@ namespace dlock_test {
 const std::vector<BackendFactory>& AllBackends() {
   static const std::vector<BackendFactory> all = [] {
     std::vector<BackendFactory> v = {RedisTcpBackend(), RedisUnixBackend(),
-                                       RedisClusterBackendFactory()};
+                                       RedisClusterBackendFactory(), RedisSentinelBackendFactory()};
 #ifdef DLOCK_CONFORMANCE_DYNAMODB
     v.push_back(DynamoDbBackend());
 #endif

@@ -1,0 +1,62 @@
+// redis-sentinel://: a real master with two replicas watched by three sentinels; clients find
+// the master through the sentinels.
+#include <dlock/dlock.h>
+#include <gtest/gtest.h>
+
+#include "conformance/backend.h"
+#include "support/redis_sentinel.h"
+
+namespace dlock_test {
+namespace {
+
+class RedisSentinelBackend : public BackendServer {
+ public:
+  bool running() const override { return group_.ready() && !killed_; }
+  std::string url() const override {
+    return "redis-sentinel://" + group_.sentinels() + "/" + group_.master_name();
+  }
+  // Errors name the sentinels they asked.
+  std::string address() const override { return group_.sentinels(); }
+  bool DeleteLock(const std::string& name) override {
+    const int master = group_.CurrentMaster();
+    return master >= 0 && group_.data_node(master).Cli({"DEL", "dlock:{" + name + "}"}) == "1";
+  }
+  // The data nodes die; the sentinels stay and keep naming the master.
+  void Kill() override {
+    master_ = group_.CurrentMaster();
+    for (int i = 0; i < RedisSentinelGroup::kDataNodes; ++i) group_.data_node(i).Kill();
+    killed_ = true;
+  }
+  // The master comes back empty at its address, the replicas follow it again.
+  bool Restart() override {
+    if (master_ < 0 || !group_.data_node(master_).Restart()) return false;
+    const std::string address = group_.data_node(master_).address();
+    const std::string port = address.substr(address.rfind(':') + 1);
+    for (int i = 0; i < RedisSentinelGroup::kDataNodes; ++i) {
+      if (i == master_) continue;
+      if (!group_.data_node(i).Restart()) return false;
+      group_.data_node(i).Cli({"REPLICAOF", "127.0.0.1", port});
+    }
+    std::string why;
+    if (!group_.WaitSettled(std::chrono::seconds(30), &why)) {
+      ADD_FAILURE() << "the sentinel group did not settle after the restart: " << why;
+      return false;
+    }
+    killed_ = false;
+    return true;
+  }
+
+ private:
+  RedisSentinelGroup group_;
+  int master_ = -1;
+  bool killed_ = false;
+};
+
+}  // namespace
+
+BackendFactory RedisSentinelBackendFactory() {
+  return {"redis_sentinel", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+          [] { return std::make_unique<RedisSentinelBackend>(); }};
+}
+
+}  // namespace dlock_test
