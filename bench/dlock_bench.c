@@ -9,6 +9,11 @@
  *   dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S
  *       One client acquires LOCKS distinct locks (heartbeat = lease/3) and holds them for
  *       HOLD_S: background-thread CPU, RSS per lock, and proof that leases were renewed.
+ *   dlock_bench routing PORT SECONDS ROUNDS
+ *       The client's cost of cluster routing. PORT is a cluster-enabled redis-server that is
+ *       the cluster's only master (it serves all 16384 slots). One thread, alternating per
+ *       round: dlock_acquire + dlock_release through redis-cluster://127.0.0.1:PORT, and the
+ *       same through redis://127.0.0.1:PORT (the very same node, no routing). Medians over ROUNDS.
  *
  * Each mode prints key=value lines on stdout (bench/run turns them into a table). It talks to
  * an existing redis-server on 127.0.0.1:PORT that nothing else uses. Timings are reported,
@@ -62,13 +67,16 @@ static void check(dlock_status s, const char *what) {
   if (s != DLOCK_OK) die("%s: %s: %s", what, dlock_status_str(s), dlock_last_error());
 }
 
-static dlock_client *open_client(void) {
+/* A client of the server on g_port through scheme ("redis", "redis-cluster"). */
+static dlock_client *open_scheme(const char *scheme) {
   char url[64];
-  snprintf(url, sizeof url, "redis://127.0.0.1:%d", g_port);
+  snprintf(url, sizeof url, "%s://127.0.0.1:%d", scheme, g_port);
   dlock_client *c;
   check(dlock_client_open(url, &c), "dlock_client_open");
   return c;
 }
+
+static dlock_client *open_client(void) { return open_scheme("redis"); }
 
 static redisContext *raw_connect(void) {
   redisContext *r = redisConnect("127.0.0.1", g_port);
@@ -520,6 +528,63 @@ static int bench_heartbeat(int nlocks, uint64_t lease_ms, double hold_s) {
   return 0;
 }
 
+/* ----- 4. cluster routing ------------------------------------------------------------------ */
+
+/* The same uncontended cycle (dlock_cycles, same lock name, so the same server work) through a
+ * cluster client and a single-node client of one node. What differs is only the client: slot
+ * of the keys, the slot map's master, the reply checked for a redirection. */
+static int bench_routing(double secs, int rounds) {
+  enum { kVariants = 2, kMaxRounds = 31 };
+  static const char *const names[kVariants] = {"cluster", "single"};
+  if (rounds < 1 || rounds > kMaxRounds) die("rounds must be 1..%d", kMaxRounds);
+
+  unc_ctx x[kVariants] = {{0}, {0}};
+  x[0].c = open_scheme("redis-cluster"); /* loads the slot map: fails unless a cluster node */
+  x[1].c = open_scheme("redis");
+  redisContext *mon = raw_connect(); /* INFO only, outside the timed loops */
+  redisReply *info = raw_cmd(mon, "CLUSTER INFO");
+  if (strstr(info->str, "cluster_state:ok") == NULL || strstr(info->str, "cluster_size:1\r") == NULL) {
+    die("port %d is not the only master of a healthy cluster:\n%s", g_port, info->str);
+  }
+  freeReplyObject(info);
+
+  for (int v = 0; v < kVariants; v++) dlock_cycles(&x[v], now_s() + 0.3); /* warm-up */
+
+  double rate[kVariants][kMaxRounds], cli[kVariants][kMaxRounds], srv[kVariants][kMaxRounds],
+      sw[kVariants][kMaxRounds];
+  /* Paired per round: cluster/single, and the µs per cycle (wall, client CPU) routing adds. */
+  double ratio[kMaxRounds], added_us[kMaxRounds], cpu_added_us[kMaxRounds];
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < kVariants; i++) {
+      int v = r % 2 ? kVariants - 1 - i : i;
+      unc_sample s = measure(dlock_cycles, &x[v], secs, mon);
+      rate[v][r] = s.rate, cli[v][r] = s.client_cpu_us, srv[v][r] = s.server_cpu_us;
+      sw[v][r] = s.switches;
+    }
+    ratio[r] = rate[0][r] / rate[1][r];
+    added_us[r] = 1e6 / rate[0][r] - 1e6 / rate[1][r];
+    cpu_added_us[r] = cli[0][r] - cli[1][r];
+  }
+  printf("rt_seconds=%g\nrt_rounds=%d\n", secs, rounds);
+  printf("rt_ratio_rounds=");
+  for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", ratio[r]);
+  printf("\nrt_ratio=%.3f\n", median(ratio, rounds));
+  printf("rt_added_us=%.2f\nrt_client_cpu_added_us=%.2f\n", median(added_us, rounds),
+         median(cpu_added_us, rounds));
+  for (int v = 0; v < kVariants; v++) {
+    printf("rt_%s_rounds=", names[v]);
+    for (int r = 0; r < rounds; r++) printf("%s%.0f", r ? "/" : "", rate[v][r]);
+    printf("\n");
+    printf("rt_%s_rate=%.1f\n", names[v], median(rate[v], rounds));
+    printf("rt_%s_client_cpu_us=%.2f\n", names[v], median(cli[v], rounds));
+    printf("rt_%s_server_cpu_us=%.2f\n", names[v], median(srv[v], rounds));
+    printf("rt_%s_switches=%.2f\n", names[v], median(sw[v], rounds));
+  }
+  for (int v = 0; v < kVariants; v++) dlock_client_close(x[v].c);
+  redisFree(mon);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3) g_port = atoi(argv[2]);
   if (argc == 5 && strcmp(argv[1], "uncontended") == 0) {
@@ -531,9 +596,13 @@ int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "heartbeat") == 0) {
     return bench_heartbeat(atoi(argv[3]), strtoull(argv[4], NULL, 10), atof(argv[5]));
   }
+  if (argc == 5 && strcmp(argv[1], "routing") == 0) {
+    return bench_routing(atof(argv[3]), atoi(argv[4]));
+  }
   fprintf(stderr,
           "usage: dlock_bench uncontended PORT SECONDS ROUNDS\n"
           "       dlock_bench contended PORT SECONDS PROCS\n"
-          "       dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S\n");
+          "       dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S\n"
+          "       dlock_bench routing PORT SECONDS ROUNDS\n");
   return 2;
 }

@@ -35,6 +35,8 @@ class Channel {
   virtual ~Channel() = default;
   // For messages: "redis 127.0.0.1:6379".
   virtual const std::string& server() const = 0;
+  // Releases are published with SPUBLISH (and watched with SSUBSCRIBE) rather than PUBLISH.
+  virtual bool sharded_pubsub() const { return false; }
   // Blocking, any thread: PING (open's reachability and credentials check).
   virtual Status Ping() = 0;
   // Blocking, any thread. A failed call may or may not have run on the server. Bounded by

@@ -59,7 +59,11 @@ NodeChannel* ClusterChannel::NodeAt(const NodeAddress& address) {
   std::lock_guard<std::mutex> lock(map_mu_);
   auto& node = nodes_[address.Name()];
   if (node == nullptr) {
-    node = std::make_unique<NodeChannel>(loop_, config_.At(address.host, address.port));
+    // A channel the node does not serve (any more) makes the map suspect: reload it, and the
+    // watchers follow their slot.
+    node = std::make_unique<NodeChannel>(loop_, config_.At(address.host, address.port),
+                                         PubSubMode::kSharded,
+                                         [this](const std::string&) { RefreshInBackground(); });
     addresses_[node.get()] = address;
   }
   return node.get();

@@ -37,6 +37,8 @@ class ClusterChannel : public Channel {
   ~ClusterChannel() override;
 
   const std::string& server() const override { return server_; }
+  // Releases go out with SPUBLISH, to the slot's master and replicas only.
+  bool sharded_pubsub() const override { return true; }
   // Loads the slot map: each known node, then each seed, until one answers.
   Status Ping() override;
   Status Eval(const ScriptCall& call, ReplyPtr* reply) override;

@@ -32,9 +32,11 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
 }
 
 Op<NoResult> ReleaseOp(const std::string& prefix, const std::string& name,
-                       const std::string& owner_value) {
+                       const std::string& owner_value, bool sharded) {
   LockKeys keys(prefix, name);
-  return {{ScriptId::kRelease, {std::move(keys.holder)}, {owner_value, std::move(keys.channel)}},
+  return {{ScriptId::kRelease,
+           {std::move(keys.holder)},
+           {owner_value, std::move(keys.channel), sharded ? "1" : "0"}},
           name,
           ReadOwned};
 }

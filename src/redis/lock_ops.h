@@ -31,9 +31,10 @@ struct Op {
 // ScriptCall.
 Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request,
                              int wait_replicas = 0);
-// release.lua: Ok, or NotHeld when owner_value no longer holds it. Wakes the waiters.
+// release.lua: Ok, or NotHeld when owner_value no longer holds it. Wakes the waiters (with
+// SPUBLISH when sharded).
 Op<NoResult> ReleaseOp(const std::string& prefix, const std::string& name,
-                       const std::string& owner_value);
+                       const std::string& owner_value, bool sharded = false);
 // extend.lua: sets the lease (0 = no expiry); Ok or NotHeld.
 Op<NoResult> ExtendOp(const std::string& prefix, const std::string& name,
                       const std::string& owner_value, uint64_t lease_ms);

@@ -42,11 +42,12 @@ class NodeChannel::Lease {
   std::unique_ptr<SyncConnection> conn_;
 };
 
-NodeChannel::NodeChannel(EventLoop* loop, RedisConfig config)
+NodeChannel::NodeChannel(EventLoop* loop, RedisConfig config, PubSubMode mode,
+                         std::function<void(const std::string& channel)> on_misrouted)
     : config_(std::move(config)),
       server_(config_.Describe()),
       async_(loop, config_),
-      subscriber_(loop, config_) {}
+      subscriber_(loop, config_, mode, std::move(on_misrouted)) {}
 
 // The whole call, connecting included, ends by start + connect_timeout_ms + timeout_ms; each
 // command by timeout_ms after it starts. A pooled connection that fails at once (reset,

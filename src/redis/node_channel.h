@@ -19,7 +19,9 @@ namespace dlock::redis {
 
 class NodeChannel : public Channel {
  public:
-  NodeChannel(EventLoop* loop, RedisConfig config);
+  // mode and on_misrouted: see Subscriber (a cluster node watches sharded channels).
+  NodeChannel(EventLoop* loop, RedisConfig config, PubSubMode mode = PubSubMode::kPlain,
+              std::function<void(const std::string& channel)> on_misrouted = nullptr);
 
   const std::string& server() const override { return server_; }
   Status Ping() override;

@@ -19,7 +19,8 @@ class RedisBackend : public Backend {
       : loop_(loop),
         prefix_(config.params.prefix),
         wait_replicas_(config.wait_replicas),
-        channel_(std::move(channel)) {}
+        channel_(std::move(channel)),
+        sharded_(channel_->sharded_pubsub()) {}
 
   Status Check() override { return channel_->Ping(); }
 
@@ -35,7 +36,8 @@ class RedisBackend : public Backend {
 
   Status Release(const LockState& lock) override {
     NoResult none;
-    Status s = Run(channel_.get(), ReleaseOp(prefix_, lock.name, lock.owner_value), &none);
+    Status s =
+        Run(channel_.get(), ReleaseOp(prefix_, lock.name, lock.owner_value, sharded_), &none);
     // Not confirmed, and the caller's handle is gone: try once more in the background, or the
     // key stays until its lease runs out (never, without one).
     if (!s.ok()) PostGiveBack(lock.name, lock.owner_value);
@@ -46,7 +48,9 @@ class RedisBackend : public Backend {
     // What stays unanswered ends with its lease.
     std::vector<ScriptCall> calls;
     calls.reserve(locks.size());
-    for (const auto& l : locks) calls.push_back(ReleaseOp(prefix_, l->name, l->owner_value).call);
+    for (const auto& l : locks) {
+      calls.push_back(ReleaseOp(prefix_, l->name, l->owner_value, sharded_).call);
+    }
     channel_->EvalAll(calls);
   }
 
@@ -61,7 +65,7 @@ class RedisBackend : public Backend {
   }
 
   void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) override {
-    RunAsync<NoResult>(channel_.get(), ReleaseOp(prefix_, lock->name, lock->owner_value),
+    RunAsync<NoResult>(channel_.get(), ReleaseOp(prefix_, lock->name, lock->owner_value, sharded_),
                        [done = std::move(done)](const Status& s, NoResult) { done(s); });
   }
 
@@ -101,7 +105,7 @@ class RedisBackend : public Backend {
   // Gives back an acquire that may have won, or a release not confirmed (fire and forget).
   // Loop thread.
   void GiveBack(const std::string& name, const std::string& owner_value) {
-    RunAsync<NoResult>(channel_.get(), ReleaseOp(prefix_, name, owner_value),
+    RunAsync<NoResult>(channel_.get(), ReleaseOp(prefix_, name, owner_value, sharded_),
                        [](const Status&, NoResult) {});
   }
   // The same from any thread.
@@ -113,6 +117,7 @@ class RedisBackend : public Backend {
   const std::string prefix_;
   const int wait_replicas_;
   std::unique_ptr<Channel> channel_;
+  const bool sharded_;
 };
 
 }  // namespace

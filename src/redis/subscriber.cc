@@ -1,31 +1,66 @@
 #include "redis/subscriber.h"
 
-#include "redis/async_connection.h"
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <strings.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 
-namespace dlock::redis {
+#include "redis/reply.h"
 
-Subscriber::Subscriber(EventLoop* loop, const RedisConfig& config)
+namespace dlock::redis {
+namespace {
+
+// The one place that makes the connection's bufferevent over a socket not yet connected: TLS
+// will wrap the socket here instead (bufferevent_openssl_socket_new, BUFFEREVENT_SSL_CONNECTING).
+bufferevent* NewBufferevent(event_base* base, evutil_socket_t fd) {
+  return bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+}
+
+bool IsString(const redisReply* r) {
+  return r != nullptr && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+}
+
+bool Is(const redisReply* r, const char* word) {
+  return std::strlen(word) == r->len && strncasecmp(r->str, word, r->len) == 0;
+}
+
+}  // namespace
+
+Subscriber::Subscriber(EventLoop* loop, const RedisConfig& config, PubSubMode mode,
+                       std::function<void(const std::string& channel)> on_misrouted)
     : loop_(loop),
       config_(config),
+      mode_(mode),
+      on_misrouted_(std::move(on_misrouted)),
       reconnect_timer_(loop, [this] { SubscribePending(); }),
-      sweep_timer_(loop, [this] { Sweep(); }) {}
+      sweep_timer_(loop, [this] { Sweep(); }),
+      deadline_timer_(loop, [this] { OnDeadline(); }) {}
 
-Subscriber::~Subscriber() = default;
+Subscriber::~Subscriber() { CloseConnection(); }
 
 void Subscriber::Watch(const std::string& channel, ReleaseWatcher* watcher) {
-  bool subscribe = false;
+  bool kick = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto [it, inserted] = channels_.try_emplace(channel);
     Channel& ch = it->second;
     ch.waiters.push_back(watcher);
     if (ch.state == State::kLive) watcher->OnWatchReady(true);
-    subscribe = inserted;  // kUnsubscribing resubscribes when the UNSUBSCRIBE is confirmed
+    if (inserted) {  // kUnsubscribing resubscribes when the UNSUBSCRIBE is answered
+      to_send_.push_back(channel);
+      kick = !kick_posted_;
+      kick_posted_ = true;
+    }
   }
-  if (subscribe) loop_->Post([this, channel] { SendSubscribe(channel); });
+  if (kick) loop_->Post([this] { SubscribePending(); });
 }
 
 void Subscriber::Unwatch(const std::string& channel, ReleaseWatcher* watcher) {
@@ -37,37 +72,181 @@ void Subscriber::Unwatch(const std::string& channel, ReleaseWatcher* watcher) {
   if (waiters.empty()) it->second.idle_since = Now();  // Sweep unsubscribes it later
 }
 
-bool Subscriber::EnsureConnected() {
-  if (shut_down_) return false;
-  if (ctx_ != nullptr) return true;
-  std::string error;  // a failed connection is retried by the reconnect timer
-  ctx_ = OpenAsyncContext(loop_, config_, this, &Subscriber::OnConnect, &Subscriber::OnDisconnect,
-                          &error);
-  return ctx_ != nullptr;
+// ----- the connection ------------------------------------------------------------------
+
+bool Subscriber::StartConnect() {
+  addresses_.clear();
+  next_address_ = 0;
+  if (!config_.socket_path.empty()) {
+    Address a{};
+    auto* un = reinterpret_cast<sockaddr_un*>(&a.addr);
+    if (config_.socket_path.size() >= sizeof un->sun_path) return false;
+    un->sun_family = AF_UNIX;
+    std::memcpy(un->sun_path, config_.socket_path.data(), config_.socket_path.size());
+    a.len = sizeof(sockaddr_un);
+    addresses_.push_back(a);
+  } else {
+    // Blocking, as hiredis's own connect was: names are rare and /etc/hosts answers most.
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(config_.port);
+    if (getaddrinfo(config_.host.c_str(), port.c_str(), &hints, &found) != 0) return false;
+    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      if (ai->ai_addrlen > sizeof(sockaddr_storage)) continue;
+      Address a{};
+      std::memcpy(&a.addr, ai->ai_addr, ai->ai_addrlen);
+      a.len = ai->ai_addrlen;
+      addresses_.push_back(a);
+    }
+    freeaddrinfo(found);
+  }
+  connect_started_ = Now();
+  return ConnectNext();
 }
 
-void Subscriber::OnConnect(const redisAsyncContext* ac, int status) {
-  auto* self = static_cast<Subscriber*>(ac->data);
-  if (status != REDIS_OK && self->ctx_ == ac) self->ConnectionLost();
+// Starts connecting to the next address; false when none is left. One deadline for them all.
+bool Subscriber::ConnectNext() {
+  const TimePoint deadline = connect_started_ + Millis(config_.params.connect_timeout_ms);
+  while (next_address_ < addresses_.size() && Now() < deadline) {
+    const Address& a = addresses_[next_address_++];
+    const int family = a.addr.ss_family;
+    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (family == AF_INET || family == AF_INET6) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    }
+    bufferevent* bev = NewBufferevent(loop_->base(), fd);
+    if (bev == nullptr) {
+      close(fd);
+      continue;
+    }
+    bufferevent_setcb(bev, &Subscriber::OnRead, nullptr, &Subscriber::OnEvent, this);
+    // A refused connect is reported later, through OnEvent; other failures right here.
+    if (bufferevent_socket_connect(bev, reinterpret_cast<const sockaddr*>(&a.addr),
+                                   static_cast<int>(a.len)) != 0 ||
+        bufferevent_enable(bev, EV_READ) != 0) {
+      bufferevent_free(bev);
+      continue;
+    }
+    reader_ = redisReaderCreate();
+    if (reader_ == nullptr) {
+      bufferevent_free(bev);
+      return false;
+    }
+    GuardReader(reader_);
+    bev_ = bev;
+    ++connection_id_;
+    ArmDeadline();
+    return true;
+  }
+  return false;
 }
 
-void Subscriber::OnDisconnect(const redisAsyncContext* ac, int) {
-  auto* self = static_cast<Subscriber*>(ac->data);
-  if (self->ctx_ == ac) self->ConnectionLost();
+void Subscriber::OnEvent(bufferevent*, short events, void* arg) {
+  auto* self = static_cast<Subscriber*>(arg);
+  if ((events & BEV_EVENT_CONNECTED) != 0) {
+    self->OnConnected();
+    return;
+  }
+  if ((events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) == 0) return;
+  if (!self->connected_) {  // this address failed: the next one, within the same deadline
+    self->CloseConnection();
+    if (self->ConnectNext()) return;
+  }
+  self->ConnectionLost();
+}
+
+void Subscriber::OnConnected() {
+  connected_ = true;
+  if (config_.password.has_value()) {
+    std::vector<std::string> auth{"AUTH"};
+    if (config_.user.has_value()) auth.push_back(*config_.user);
+    auth.push_back(*config_.password);
+    if (!Send(Command::kAuth, auth, "")) return;
+  }
+  ArmDeadline();
+  SubscribePending();
+}
+
+bool Subscriber::Send(Command command, const std::vector<std::string>& argv,
+                      const std::string& channel) {
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  for (const auto& a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  char* formatted = nullptr;
+  int len = redisFormatCommandArgv(&formatted, static_cast<int>(ptrs.size()), ptrs.data(),
+                                   lens.data());
+  bool written = len > 0 && formatted != nullptr &&
+                 bufferevent_write(bev_, formatted, static_cast<size_t>(len)) == 0;
+  if (formatted != nullptr) redisFreeCommand(formatted);
+  if (!written) {  // out of memory: the replies would no longer match what was sent
+    ConnectionLost();
+    return false;
+  }
+  // The first commands of a connection are its handshake: answered within connect_timeout_ms
+  // + timeout_ms of the connect's start. Later ones within timeout_ms.
+  const Millis timeout(config_.params.timeout_ms);
+  const Millis connect_timeout(config_.params.connect_timeout_ms);
+  const TimePoint deadline =
+      std::max(Now() + timeout, connect_started_ + connect_timeout + timeout);
+  sent_.push_back(Sent{command, channel, deadline});
+  if (!deadline_timer_.pending()) ArmDeadline();
+  return true;
+}
+
+void Subscriber::ArmDeadline() {
+  if (bev_ == nullptr) return;
+  if (!connected_) {
+    deadline_timer_.StartAt(connect_started_ + Millis(config_.params.connect_timeout_ms));
+  } else if (!sent_.empty()) {
+    deadline_timer_.StartAt(sent_.front().deadline);
+  } else {
+    deadline_timer_.Cancel();
+  }
+}
+
+void Subscriber::OnDeadline() {
+  if (bev_ == nullptr) return;
+  // No connection within connect_timeout_ms, or a server that accepts and then stays silent.
+  if (!connected_ || (!sent_.empty() && Now() >= sent_.front().deadline)) {
+    ConnectionLost();
+    return;
+  }
+  ArmDeadline();
+}
+
+void Subscriber::CloseConnection() {
+  if (bev_ != nullptr) bufferevent_free(bev_);  // no callback runs after this
+  bev_ = nullptr;
+  if (reader_ != nullptr) redisReaderFree(reader_);
+  reader_ = nullptr;
+  connected_ = false;
+  sent_.clear();
+  deadline_timer_.Cancel();
 }
 
 void Subscriber::ConnectionLost() {
-  ctx_ = nullptr;
+  CloseConnection();
   bool any_waiting = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = channels_.begin(); it != channels_.end();) {
       Channel& ch = it->second;
-      if (ch.waiters.empty()) {
+      if (ch.waiters.empty()) {  // nothing is subscribed any more: nothing to undo
         it = channels_.erase(it);
         continue;
       }
-      ch.state = State::kSubscribing;
+      if (ch.state != State::kPending && ch.state != State::kRefused) {
+        ch.state = State::kPending;
+        to_send_.push_back(it->first);
+      }
       any_waiting = true;
       // Wake everyone: a release may have been missed; they retry, then poll until resubscribed.
       for (ReleaseWatcher* w : ch.waiters) {
@@ -77,96 +256,229 @@ void Subscriber::ConnectionLost() {
       ++it;
     }
   }
-  if (any_waiting && !shut_down_) reconnect_timer_.StartAfter(Millis(200));
+  if (any_waiting && !shut_down_) reconnect_timer_.StartAfter(kReconnectDelay);
 }
+
+// ----- subscribing -----------------------------------------------------------------------
 
 void Subscriber::SubscribePending() {
-  std::vector<std::string> pending;
+  if (shut_down_) return;
+  const bool can_send = bev_ != nullptr && connected_;
+  std::vector<std::string> names;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [name, ch] : channels_) {
-      if (ch.state == State::kSubscribing) pending.push_back(name);
+    kick_posted_ = false;
+    if (bev_ == nullptr && reconnect_timer_.pending()) return;  // the timer calls again
+    if (bev_ != nullptr && !connected_) return;                 // OnConnected calls again
+    for (const std::string& name : to_send_) {
+      auto it = channels_.find(name);
+      if (it == channels_.end() || it->second.state != State::kPending) continue;
+      if (it->second.waiters.empty()) {  // left before it was ever sent
+        channels_.erase(it);
+        continue;
+      }
+      if (can_send) it->second.state = State::kSubscribing;
+      names.push_back(name);
     }
+    to_send_ = can_send ? std::vector<std::string>() : names;
   }
-  for (const auto& name : pending) SendSubscribe(name);
-}
-
-void Subscriber::SendSubscribe(const std::string& channel) {
-  if (!EnsureConnected()) {
-    if (!shut_down_) reconnect_timer_.StartAfter(Millis(200));
+  if (names.empty()) return;
+  if (!can_send) {
+    if (!StartConnect()) ConnectionLost();  // retried after kReconnectDelay
     return;
   }
-  const char* argv[] = {"SUBSCRIBE", channel.data()};
-  size_t lens[] = {9, channel.size()};
-  redisAsyncCommandArgv(ctx_, &Subscriber::OnMessage, this, 2, argv, lens);
+  const char* subscribe = mode_ == PubSubMode::kSharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+  // One channel per command, so that an error reply can be matched to its channel.
+  for (const std::string& name : names) {
+    if (!Send(Command::kSubscribe, {subscribe, name}, name)) return;
+  }
   if (!sweep_timer_.pending()) sweep_timer_.StartAfter(kLinger);
 }
 
 void Subscriber::Sweep() {
   std::vector<std::string> idle;
   bool any = false;
+  bool retry = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    TimePoint now = Now();
-    for (auto& [name, ch] : channels_) {
-      any = true;
-      if (ch.state == State::kLive && ch.waiters.empty() && now - ch.idle_since >= kLinger) {
-        ch.state = State::kUnsubscribing;
-        idle.push_back(name);
+    const TimePoint now = Now();
+    for (auto it = channels_.begin(); it != channels_.end();) {
+      Channel& ch = it->second;
+      if (ch.state == State::kRefused) {
+        if (ch.waiters.empty()) {  // not subscribed: nothing to undo
+          it = channels_.erase(it);
+          continue;
+        }
+        if (now >= ch.retry_at) {
+          ch.state = State::kPending;
+          to_send_.push_back(it->first);
+          retry = true;
+        }
       }
+      any = true;
+      if (ch.state == State::kLive && ch.waiters.empty() && now - ch.idle_since >= kLinger &&
+          connected_) {
+        ch.state = State::kUnsubscribing;
+        idle.push_back(it->first);
+      }
+      ++it;
     }
   }
-  if (ctx_ != nullptr) {
-    for (const auto& name : idle) {
-      const char* argv[] = {"UNSUBSCRIBE", name.data()};
-      size_t lens[] = {11, name.size()};
-      redisAsyncCommandArgv(ctx_, &Subscriber::OnMessage, this, 2, argv, lens);
+  const char* unsubscribe = mode_ == PubSubMode::kSharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
+  const uint64_t connection = connection_id_;
+  for (const auto& name : idle) {
+    if (connection_id_ != connection || !Send(Command::kUnsubscribe, {unsubscribe, name}, name)) {
+      break;  // the connection was lost: ConnectionLost reset every channel
     }
   }
+  if (retry) SubscribePending();
   if (any && !shut_down_) sweep_timer_.StartAfter(kLinger / 2);
 }
 
-void Subscriber::OnMessage(redisAsyncContext*, void* reply_ptr, void* privdata) {
-  auto* self = static_cast<Subscriber*>(privdata);
-  auto* reply = static_cast<redisReply*>(reply_ptr);
-  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
-      reply->element[0]->type != REDIS_REPLY_STRING || reply->element[1]->type != REDIS_REPLY_STRING) {
-    return;
+// ----- replies ---------------------------------------------------------------------------
+
+void Subscriber::OnRead(bufferevent*, void* arg) { static_cast<Subscriber*>(arg)->ReadReplies(); }
+
+void Subscriber::ReadReplies() {
+  std::vector<std::string> misrouted;
+  const uint64_t connection = connection_id_;
+  evbuffer* input = bufferevent_get_input(bev_);
+  char buf[16384];
+  while (connection_id_ == connection && bev_ != nullptr) {
+    int n = evbuffer_remove(input, buf, sizeof buf);
+    if (n <= 0) break;
+    if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
+      ConnectionLost();
+      break;
+    }
+    while (connection_id_ == connection && bev_ != nullptr) {
+      void* r = nullptr;
+      if (redisReaderGetReply(reader_, &r) != REDIS_OK) {  // not RESP: nothing more can be trusted
+        ConnectionLost();
+        break;
+      }
+      if (r == nullptr) break;
+      ReplyPtr reply(static_cast<redisReply*>(r));
+      if (!HandleReply(*reply, &misrouted)) ConnectionLost();
+    }
   }
-  std::string kind(reply->element[0]->str, reply->element[0]->len);
-  std::string channel(reply->element[1]->str, reply->element[1]->len);
+  // Last, outside the lock: the owner may Watch and Unwatch from here.
+  if (on_misrouted_) {
+    for (const std::string& channel : misrouted) on_misrouted_(channel);
+  }
+}
+
+bool Subscriber::HandleReply(const redisReply& reply, std::vector<std::string>* misrouted) {
+  const bool sharded = mode_ == PubSubMode::kSharded;
+  if (reply.type == REDIS_REPLY_ERROR) {
+    if (sent_.empty()) return false;  // an error nobody asked for
+    Sent sent = std::move(sent_.front());
+    sent_.pop_front();
+    switch (sent.command) {
+      case Command::kAuth:  // refused: tried again on a new connection, later
+        return false;
+      case Command::kSubscribe:  // MOVED (the slot is on another node), NOPERM...
+        Refuse(sent.channel, misrouted);
+        return true;
+      case Command::kUnsubscribe:  // MOVED: the slot left, and the subscription with it
+        Unsubscribed(sent.channel);
+        return true;
+    }
+    return false;
+  }
+  if (reply.type != REDIS_REPLY_ARRAY) {
+    if (sent_.empty() || sent_.front().command != Command::kAuth) return false;
+    sent_.pop_front();  // AUTH accepted
+    return true;
+  }
+  if (reply.elements < 3 || !IsString(reply.element[0])) return false;
+  const redisReply* kind = reply.element[0];
+  const bool is_subscribe = Is(kind, sharded ? "ssubscribe" : "subscribe");
+  const bool is_unsubscribe = Is(kind, sharded ? "sunsubscribe" : "unsubscribe");
+  const bool is_message = Is(kind, sharded ? "smessage" : "message");
+  if (!is_subscribe && !is_unsubscribe && !is_message) return true;  // not ours: ignored
+  if (!IsString(reply.element[1])) return false;
+  const std::string channel(reply.element[1]->str, reply.element[1]->len);
+
+  const Command expected = is_subscribe ? Command::kSubscribe : Command::kUnsubscribe;
+  const bool answers_front = !is_message && !sent_.empty() &&
+                             sent_.front().command == expected && sent_.front().channel == channel;
+  if (answers_front) sent_.pop_front();
+  if (is_subscribe && !answers_front) return false;  // a confirmation nobody asked for
+
+  if (is_unsubscribe && answers_front) {
+    Unsubscribed(channel);
+    return true;
+  }
+  bool dropped = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = channels_.find(channel);
+    if (it == channels_.end()) return true;  // e.g. a message for a channel just swept
+    Channel& ch = it->second;
+    if (is_message) {
+      for (ReleaseWatcher* w : ch.waiters) w->OnReleased();
+    } else if (is_subscribe) {
+      if (ch.state == State::kSubscribing) {
+        ch.state = State::kLive;
+        for (ReleaseWatcher* w : ch.waiters) w->OnWatchReady(true);
+      }
+    } else {
+      // The server dropped the subscription on its own. Only a live one counts: a push older
+      // than our SSUBSCRIBE in flight is settled by that SSUBSCRIBE's answer.
+      dropped = ch.state == State::kLive;
+    }
+  }
+  if (dropped) {
+    // In a cluster the slot moved away (migration, failover). Elsewhere nothing does that:
+    // start over.
+    if (!sharded) return false;
+    Refuse(channel, misrouted);
+  }
+  return true;
+}
+
+void Subscriber::Unsubscribed(const std::string& channel) {
   bool resubscribe = false;
   {
-    std::lock_guard<std::mutex> lock(self->mu_);
-    auto it = self->channels_.find(channel);
-    if (it == self->channels_.end()) return;
-    Channel& ch = it->second;
-    if (kind == "subscribe") {
-      ch.state = State::kLive;
-      for (ReleaseWatcher* w : ch.waiters) w->OnWatchReady(true);
-    } else if (kind == "message") {
-      for (ReleaseWatcher* w : ch.waiters) w->OnReleased();
-    } else if (kind == "unsubscribe") {
-      if (ch.waiters.empty()) {
-        self->channels_.erase(it);
-      } else {  // someone started waiting while the UNSUBSCRIBE was out
-        ch.state = State::kSubscribing;
-        resubscribe = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = channels_.find(channel);
+    if (it == channels_.end()) return;
+    if (it->second.waiters.empty()) {
+      channels_.erase(it);
+    } else {  // someone started waiting while the UNSUBSCRIBE was out
+      it->second.state = State::kPending;
+      to_send_.push_back(channel);
+      resubscribe = true;
+    }
+  }
+  if (resubscribe) SubscribePending();
+}
+
+void Subscriber::Refuse(const std::string& channel, std::vector<std::string>* misrouted) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = channels_.find(channel);
+    if (it != channels_.end()) {
+      Channel& ch = it->second;
+      ch.state = State::kRefused;
+      ch.retry_at = Now() + kRefusedRetry;  // not in a loop against the same node
+      for (ReleaseWatcher* w : ch.waiters) {
+        w->OnWatchReady(false);
+        w->OnReleased();  // retry now; then wait on timing
       }
     }
   }
-  if (resubscribe) self->SendSubscribe(channel);
+  if (mode_ == PubSubMode::kSharded) misrouted->push_back(channel);
+  if (!sweep_timer_.pending() && !shut_down_) sweep_timer_.StartAfter(kLinger / 2);
 }
 
 void Subscriber::ShutdownOnLoop() {
   shut_down_ = true;
   reconnect_timer_.Free();
   sweep_timer_.Free();
-  if (ctx_ != nullptr) {
-    redisAsyncContext* ac = ctx_;
-    ctx_ = nullptr;
-    redisAsyncFree(ac);
-  }
+  deadline_timer_.Free();
+  CloseConnection();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [name, ch] : channels_) {
     for (ReleaseWatcher* w : ch.waiters) w->OnReleased();

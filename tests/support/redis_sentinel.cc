@@ -1,4 +1,5 @@
 #include "support/redis_sentinel.h"
+#include "support/redis_wire.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -20,6 +21,13 @@
 namespace dlock_test {
 namespace {
 
+using wire::Command;
+using wire::ContextPtr;
+using wire::Render;
+using wire::ReplyPtr;
+using wire::ScopedNoSigpipe;
+using wire::Tv;
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 namespace fs = std::filesystem;
@@ -30,84 +38,6 @@ constexpr auto kReadyTimeout = std::chrono::seconds(20);
 constexpr int kPollMs = 50;
 
 void SleepMs(int ms) { std::this_thread::sleep_for(milliseconds(ms)); }
-
-// Blocks SIGPIPE on this thread for the scope and swallows one raised meanwhile (hiredis 0.14
-// writes with write(2); a sentinel that dies mid-command must not kill the test).
-class ScopedNoSigpipe {
- public:
-  ScopedNoSigpipe() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigemptyset(&pending);
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~ScopedNoSigpipe() {
-    if (!was_pending_) {
-      struct timespec zero = {0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t pipe_, old_;
-  bool was_pending_ = false;
-};
-
-struct ContextDeleter {
-  void operator()(redisContext* c) const { redisFree(c); }
-};
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
-using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
-
-timeval Tv(int ms) {
-  timeval tv;
-  tv.tv_sec = ms / 1000;
-  tv.tv_usec = (ms % 1000) * 1000;
-  return tv;
-}
-
-ReplyPtr Command(redisContext* c, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  return ReplyPtr(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
-}
-
-std::string Render(const redisReply* r) {
-  switch (r->type) {
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-      return std::string(r->str, r->len);
-    case REDIS_REPLY_INTEGER:
-      return std::to_string(r->integer);
-    case REDIS_REPLY_NIL:
-      return "(nil)";
-    case REDIS_REPLY_ERROR:
-      return "ERR: " + std::string(r->str, r->len);
-    case REDIS_REPLY_ARRAY: {
-      std::string out;
-      for (size_t i = 0; i < r->elements; ++i) {
-        if (i) out += '\n';
-        out += Render(r->element[i]);
-      }
-      return out;
-    }
-    default:
-      return "(reply type " + std::to_string(r->type) + ")";
-  }
-}
 
 // One command on 127.0.0.1:port, AUTHenticating first when password is set. The reply, or null
 // and why (rendered as RedisServer::Cli does: "CONNECT FAILED: ...", "IO FAILED: ...", "ERR: ...").

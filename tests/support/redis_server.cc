@@ -1,4 +1,5 @@
 #include "redis_server.h"
+#include "support/redis_wire.h"
 
 #include "support/child_process.h"
 
@@ -19,6 +20,13 @@
 namespace dlock_test {
 namespace {
 
+using wire::Command;
+using wire::ContextPtr;
+using wire::Render;
+using wire::ReplyPtr;
+using wire::ScopedNoSigpipe;
+using wire::Tv;
+
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
@@ -26,84 +34,6 @@ constexpr auto kReadyTimeout = std::chrono::seconds(5);
 constexpr int kStartAttempts = 5;
 
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-
-// Blocks SIGPIPE on this thread for the scope, and swallows one raised meanwhile: hiredis 0.14
-// writes with write(2), and a server that dies mid-command must not kill the test process.
-class ScopedNoSigpipe {
- public:
-  ScopedNoSigpipe() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigemptyset(&pending);
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~ScopedNoSigpipe() {
-    if (!was_pending_) {
-      struct timespec zero = {0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t pipe_, old_;
-  bool was_pending_ = false;
-};
-
-struct ContextDeleter {
-  void operator()(redisContext* c) const { redisFree(c); }
-};
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
-using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
-
-timeval Tv(int ms) {
-  timeval tv;
-  tv.tv_sec = ms / 1000;
-  tv.tv_usec = (ms % 1000) * 1000;
-  return tv;
-}
-
-ReplyPtr Command(redisContext* c, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  return ReplyPtr(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
-}
-
-std::string Render(const redisReply* r) {
-  switch (r->type) {
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-      return std::string(r->str, r->len);
-    case REDIS_REPLY_INTEGER:
-      return std::to_string(r->integer);
-    case REDIS_REPLY_NIL:
-      return "(nil)";
-    case REDIS_REPLY_ERROR:
-      return "ERR: " + std::string(r->str, r->len);
-    case REDIS_REPLY_ARRAY: {
-      std::string out;
-      for (size_t i = 0; i < r->elements; ++i) {
-        if (i) out += '\n';
-        out += Render(r->element[i]);
-      }
-      return out;
-    }
-    default:
-      return "(reply type " + std::to_string(r->type) + ")";
-  }
-}
 
 // Connects over TCP (or the unix socket when unix_path is set), authenticating when password is
 // set. On failure returns null and says why.
