@@ -197,7 +197,9 @@ TEST_P(Failover, AHeldLockIsKeptOrReportedLostAndTokensKeepRising) {
 // (pub/sub) moved with the master. (An acquire already waiting when the master dies ends with
 // DLOCK_EIO, as with one server: its caller tries again.)
 TEST_P(Failover, WaitersAreWokenByReleasesOnTheNewMaster) {
-  Client holder_client(topology_->url()), waiter_client(topology_->url());
+  // The grant reaches a replica before the acquire returns (replication is asynchronous: a
+  // master killed at once could otherwise take it along, and CI saw that happen).
+  Client holder_client(topology_->url() + "?wait_replicas=1"), waiter_client(topology_->url());
   const std::string name = "waited-after-failover";
   dlock_lock* held = nullptr;
   Options long_lease;
