@@ -86,7 +86,8 @@ TEST(ClusterMapTest, RedirectionsReadAsTheSpecWritesThem) {
   for (const char* bad : {"-MOVED 16384 127.0.0.1:1\r\n", "-MOVED -1 127.0.0.1:1\r\n",
                           "-MOVED 5 127.0.0.1:0\r\n", "-MOVED 5 127.0.0.1:99999\r\n",
                           "-MOVED 5\r\n", "-MOVED 5 ?:7000\r\n", "-MOVEDX 5 a:1\r\n",
-                          "-ERR MOVED 5 a:1\r\n", "+MOVED 5 a:1\r\n"}) {
+                          "-ERR MOVED 5 a:1\r\n", "+MOVED 5 a:1\r\n", "-MOVED\r\n", "-ASK\r\n",
+                          "-MOVED \r\n"}) {
     dlock::redis::ReplyPtr reply(Read(bad));
     EXPECT_EQ(ParseRedirect(reply.get(), from).kind, Redirect::kNone) << bad;
   }

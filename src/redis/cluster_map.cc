@@ -90,7 +90,9 @@ Redirect ParseRedirect(const redisReply* reply, const NodeAddress& from) {
   } else if (word("MOVED") || word("ASK")) {
     // "MOVED 3999 127.0.0.1:6381"
     const bool moved = word("MOVED");
-    std::string_view rest = text.substr(moved ? 6 : 4);
+    const size_t skip = moved ? 6 : 4;  // "MOVED " or "ASK "; a bare "MOVED" has nothing after it
+    if (text.size() <= skip) return r;
+    std::string_view rest = text.substr(skip);
     size_t space = rest.find(' ');
     if (space == std::string_view::npos) return r;
     if (!ReadSlot(rest.substr(0, space), &r.slot)) return r;
