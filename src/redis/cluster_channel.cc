@@ -77,15 +77,26 @@ NodeChannel* ClusterChannel::MasterOf(int slot) {
 Status ClusterChannel::SlotOf(const ScriptCall& call, int* slot) const {
   if (call.keys.empty()) return Status::Internal("a script call without keys cannot be routed");
   *slot = KeySlot(call.keys[0]);
-  for (const std::string& key : call.keys) {
-    if (KeySlot(key) != *slot) {
+  for (size_t i = 1; i < call.keys.size(); ++i) {
+    if (KeySlot(call.keys[i]) != *slot) {
       return Status::InvalidArgument(
-          "keys '" + call.keys[0] + "' and '" + key +
+          "keys '" + call.keys[0] + "' and '" + call.keys[i] +
           "' fall in different hash slots, which Redis Cluster cannot serve in one script (a lock "
           "name that starts with '}' leaves the hash tag empty)");
     }
   }
   return Status::Ok();
+}
+
+Redirect ClusterChannel::RedirectOf(const redisReply* reply, NodeChannel* node) {
+  // Most replies are answers, not redirections: the node's address is looked up only for errors.
+  if (reply == nullptr || reply->type != REDIS_REPLY_ERROR) return Redirect();
+  NodeAddress from;
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    from = addresses_[node];
+  }
+  return ParseRedirect(reply, from);
 }
 
 std::vector<NodeAddress> ClusterChannel::RefreshCandidates() {
@@ -223,12 +234,7 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
       if (s.code() == Code::kIoError) RefreshInBackground();
       return InCluster(server_, s);
     }
-    NodeAddress from;
-    {
-      std::lock_guard<std::mutex> lock(map_mu_);
-      from = addresses_[node];
-    }
-    Redirect redirect = ParseRedirect(reply->get(), from);
+    Redirect redirect = RedirectOf(reply->get(), node);
     if (redirect.kind == Redirect::kNone) return Status::Ok();
     if (Now() >= budget_end) return Status::Ok();  // the error as it is
     if (IsRedirection(redirect) && ++redirections > kMaxRedirections) return Status::Ok();
@@ -300,12 +306,7 @@ void ClusterChannel::Attempt(std::shared_ptr<AsyncCall> c) {
       Finish(c, nullptr, InCluster(server_, error));
       return;
     }
-    NodeAddress from;
-    {
-      std::lock_guard<std::mutex> lock(map_mu_);
-      from = addresses_[node];
-    }
-    Redirect redirect = ParseRedirect(reply, from);
+    Redirect redirect = RedirectOf(reply, node);
     if (redirect.kind == Redirect::kNone || Now() >= c->budget_end || shut_down_ ||
         (IsRedirection(redirect) && ++c->redirections > kMaxRedirections)) {
       Finish(c, reply, Status::Ok());  // a redirect left over reaches the caller as the error it is

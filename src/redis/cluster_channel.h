@@ -56,6 +56,8 @@ class ClusterChannel : public Channel {
   NodeChannel* NodeAt(const NodeAddress& address);
   // The master serving slot, or null when the map names none.
   NodeChannel* MasterOf(int slot);
+  // The redirection reply from node asks for, if any (an error reply names the target).
+  Redirect RedirectOf(const redisReply* reply, NodeChannel* node);
   // The slot of call's keys, or an error when they do not share one.
   Status SlotOf(const ScriptCall& call, int* slot) const;
   // Blocking: a new map from the first node that answers CLUSTER SLOTS.

@@ -107,7 +107,6 @@ void SentinelChannel::SetMaster(const NodeAddress& address) {
     std::lock_guard<std::mutex> lock(mu_);
     if (master_ == node) return;
     master_ = node;
-    master_address_ = address;
   }
   watches_.Reroute();
 }
@@ -154,10 +153,10 @@ void SentinelChannel::FindMasterInBackground() {
   }
   looking_up_ = true;
   last_lookup_ = Now();
-  AskSentinel(0, "");
+  AskSentinel(0);
 }
 
-void SentinelChannel::AskSentinel(size_t i, std::string tried) {
+void SentinelChannel::AskSentinel(size_t i) {
   if (shut_down_ || i >= config_.sentinels.size()) {
     looking_up_ = false;
     return;
@@ -169,7 +168,7 @@ void SentinelChannel::AskSentinel(size_t i, std::string tried) {
         NodeAddress address;
         Status s = error.ok() ? ReadMasterAddress(reply, sentinel->server(), config_.master_name, &address)
                               : error;
-        if (!s.ok() || shut_down_) return AskSentinel(i + 1, "");
+        if (!s.ok() || shut_down_) return AskSentinel(i + 1);
         NodeChannel* master =
             NodeAt("master " + address.Name(), config_.MasterAt(address.host, address.port));
         master->CommandAsync({"ROLE"}, [this, i, master, address](redisReply* role, const Status& e) {
@@ -178,7 +177,7 @@ void SentinelChannel::AskSentinel(size_t i, std::string tried) {
             looking_up_ = false;
             return;
           }
-          AskSentinel(i + 1, "");
+          AskSentinel(i + 1);
         });
       });
 }

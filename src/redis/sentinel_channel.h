@@ -6,7 +6,8 @@
 // reached, and when it answers READONLY (it became a replica). Waiters follow the master.
 //
 // Bounds: as NodeChannel's for a call; a blocking lookup (at open, or after READONLY) adds up
-// to connect_timeout_ms + timeout_ms per sentinel asked, and a READONLY call is tried once more.
+// to 2 x (connect_timeout_ms + timeout_ms) per sentinel asked (its answer, then ROLE on the
+// master it names), and a READONLY call is tried once more.
 #ifndef DLOCK_REDIS_SENTINEL_CHANNEL_H_
 #define DLOCK_REDIS_SENTINEL_CHANNEL_H_
 
@@ -53,7 +54,7 @@ class SentinelChannel : public Channel {
   Status FindMaster();
   // Loop thread: the same without blocking, one at a time, at most every kRelookupGap.
   void FindMasterInBackground();
-  void AskSentinel(size_t i, std::string tried);
+  void AskSentinel(size_t i);
   Status Named(const Status& s) const;
 
   EventLoop* loop_;
@@ -63,7 +64,6 @@ class SentinelChannel : public Channel {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<NodeChannel>> nodes_;  // sentinels and masters, by name
   NodeChannel* master_ = nullptr;
-  NodeAddress master_address_;
   std::mutex find_mu_;  // one blocking lookup at a time
 
   WatchRouter watches_;
