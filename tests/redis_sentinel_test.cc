@@ -3,6 +3,8 @@
 #include <dlock/dlock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <string>
 
 #include "support/redis_sentinel.h"
@@ -72,6 +74,67 @@ TEST_F(SentinelTest, WrongPasswordsAndUnknownMastersAreClearErrors) {
   EXPECT_EQ(dlock_client_open("redis-sentinel://127.0.0.1:1,127.0.0.1:2/m?connect_timeout_ms=300", &c),
             DLOCK_EIO);
   EXPECT_NE(std::string(dlock_last_error()).find("127.0.0.1:2"), std::string::npos) << dlock_last_error();
+}
+
+// A master that comes back empty at its address (restarted without persistence) says it is a
+// master, whether or not the sentinels still name it. A client that lost its connections to
+// the master must not grant locks there again before a sentinel names it: here the sentinels
+// are paused, so nothing can vouch for it, and the acquire fails rather than take a lock that
+// another client holds (its grant died with the old process).
+TEST(SentinelRestartTest, AClientThatLostTheMasterDoesNotUseItUntilASentinelNamesIt) {
+  RedisSentinelGroup group;
+  ASSERT_TRUE(group.ready());
+  const std::string url = "redis-sentinel://" + group.sentinels() + "/" + group.master_name() +
+                          "?connect_timeout_ms=300&timeout_ms=500";
+  Client holder(url);
+  Client blocking(url);
+  Client async(url);
+  dlock_lock* held = nullptr;
+  dlock_lock* held_too = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), "restarted", nullptr, &held), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(holder.get(), "restarted-too", nullptr, &held_too), DLOCK_OK);
+  // Both clients have used the master: a pooled connection, and the async connection.
+  dlock_lock* warm = nullptr;
+  ASSERT_EQ(dlock_acquire(blocking.get(), "warm", nullptr, &warm), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(warm), DLOCK_OK);
+  auto acquire_async = [&](const char* name, const dlock_options* o) {
+    std::promise<std::pair<dlock_status, dlock_lock*>> outcome;
+    EXPECT_EQ(dlock_acquire_async(async.get(), name, o,
+                                  [](dlock_status s, dlock_lock* l, void* arg) {
+                                    static_cast<std::promise<std::pair<dlock_status, dlock_lock*>>*>(arg)
+                                        ->set_value({s, l});
+                                  },
+                                  &outcome),
+              DLOCK_OK);
+    return outcome.get_future().get();
+  };
+  auto [status, lock] = acquire_async("warm", nullptr);
+  ASSERT_EQ(status, DLOCK_OK);
+  EXPECT_EQ(dlock_release(lock), DLOCK_OK);
+
+  for (int s = 0; s < RedisSentinelGroup::kSentinels; ++s) group.PauseSentinel(s);
+  group.data_node(0).Kill();
+  ASSERT_TRUE(group.data_node(0).Restart());  // empty, a master, the grant gone
+
+  Options once;
+  once.wait(0);
+  const auto start = std::chrono::steady_clock::now();
+  dlock_lock* second = nullptr;
+  EXPECT_EQ(dlock_acquire(blocking.get(), "restarted", once.get(), &second), DLOCK_EIO);
+  const std::string error = dlock_last_error();
+  EXPECT_NE(error.find("no sentinel named a reachable master"), std::string::npos) << error;
+  auto [async_status, async_lock] = acquire_async("restarted-too", once.get());
+  EXPECT_EQ(async_status, DLOCK_EIO);
+  // Bound: a lookup is 2 x (connect_timeout_ms + timeout_ms) per sentinel at most (4.8 s),
+  // plus the call's own; generous for sanitizers.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_EQ(group.data_node(0).Cli({"EXISTS", "dlock:{restarted}", "dlock:{restarted-too}"}), "0");
+  if (second != nullptr) dlock_release(second);
+  if (async_lock != nullptr) dlock_release(async_lock);
+
+  for (int s = 0; s < RedisSentinelGroup::kSentinels; ++s) group.ResumeSentinel(s);
+  dlock_release(held);  // lost with the old process: NOT_HELD or EIO, whichever comes first
+  dlock_release(held_too);
 }
 
 }  // namespace

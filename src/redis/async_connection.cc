@@ -18,7 +18,14 @@ AsyncConnection::AsyncConnection(EventLoop* loop, const RedisConfig& config)
       server_(config.Describe()),
       timeout_timer_(loop, [this] { CheckTimeout(); }) {}
 
-AsyncConnection::~AsyncConnection() { Drop("connection closed"); }
+AsyncConnection::~AsyncConnection() {
+  on_lost_ = nullptr;
+  Drop("connection closed");
+}
+
+void AsyncConnection::Lost() {
+  if (on_lost_ && shutdown_reason_.empty()) on_lost_();
+}
 
 redisAsyncContext* OpenAsyncContext(EventLoop* loop, const RedisConfig& config, void* data,
                                     redisConnectCallback* on_connect,
@@ -87,6 +94,7 @@ void AsyncConnection::OnConnect(const redisAsyncContext* ac, int status) {
     // hiredis frees the context after this callback and fails its pending commands.
     self->drop_reason_ = std::string("cannot connect to ") + self->server_ + ": " + ac->errstr;
     self->ctx_ = nullptr;
+    self->Lost();
   }
 }
 
@@ -98,6 +106,7 @@ void AsyncConnection::OnDisconnect(const redisAsyncContext* ac, int) {
                            (ac->err != 0 ? std::string(": ") + ac->errstr : std::string());
     }
     self->ctx_ = nullptr;
+    self->Lost();
   }
 }
 
@@ -106,6 +115,7 @@ void AsyncConnection::OnReply(redisAsyncContext* ac, void* reply, void* privdata
   AsyncConnection* self = pending->self;
   if (!self->sent_.empty()) self->sent_.pop_front();
   if (reply == nullptr) {
+    self->Lost();
     std::string why = self->drop_reason_;
     if (why.empty()) why = ac->errstr[0] != '\0' ? self->server_ + ": " + ac->errstr
                                                   : self->server_ + ": connection lost";
@@ -118,6 +128,7 @@ void AsyncConnection::OnReply(redisAsyncContext* ac, void* reply, void* privdata
 uint64_t AsyncConnection::Command(const std::vector<std::string>& argv, Callback cb) {
   std::string error;
   if (!EnsureConnected(&error)) {  // fail later, never inside the call (unless nothing runs later)
+    Lost();
     auto fail = [cb, error] { cb(nullptr, Status::IoError(error)); };
     if (!loop_->Post(fail)) fail();
     return 0;

@@ -50,6 +50,9 @@ class AsyncConnection {
   void Shutdown(const std::string& why);
   // Commands sent and not answered yet.
   size_t pending() const { return sent_.size(); }
+  // Runs (loop thread) whenever a connection fails: refused, closed by the server, dropped
+  // for silence, or a command failed on it. Not for Shutdown. May run several times per loss.
+  void set_on_lost(std::function<void()> on_lost) { on_lost_ = std::move(on_lost); }
 
  private:
   struct Pending;
@@ -59,6 +62,7 @@ class AsyncConnection {
   bool EnsureConnected(std::string* error);
   void CheckTimeout();
   void ArmTimeout();
+  void Lost();
 
   EventLoop* loop_;
   RedisConfig config_;
@@ -72,6 +76,7 @@ class AsyncConnection {
   uint64_t commands_sent_ = 0;
   std::unordered_map<std::string, uint64_t> script_loaded_at_;  // sha1 -> command number
   Timer timeout_timer_;
+  std::function<void()> on_lost_;
 };
 
 }  // namespace dlock::redis

@@ -44,7 +44,8 @@ class NodeChannel::Lease {
 
 NodeChannel::NodeChannel(EventLoop* loop, RedisConfig config, PubSubMode mode,
                          std::function<void(const std::string& channel)> on_misrouted)
-    : config_(std::move(config)),
+    : loop_(loop),
+      config_(std::move(config)),
       server_(config_.Describe()),
       async_(loop, config_),
       subscriber_(loop, config_, mode, std::move(on_misrouted)) {}
@@ -52,29 +53,74 @@ NodeChannel::NodeChannel(EventLoop* loop, RedisConfig config, PubSubMode mode,
 // The whole call, connecting included, ends by start + connect_timeout_ms + timeout_ms; each
 // command by timeout_ms after it starts. A pooled connection that fails at once (reset,
 // closed: the server restarted or dropped an idle client) was most likely stale: the pool is
-// dropped and fn runs once more on a fresh connection, within the same bound. A timeout is not
-// retried: the server is there but silent, and a retry would only double the caller's wait.
+// dropped and fn runs once more on a fresh connection, within the same bound (a guarded node
+// first waits for its owner's recheck, and the retry gets a bound of its own). A timeout is
+// not retried: the server is there but silent, and a retry would only double the caller's wait.
 template <typename Fn>
-Status NodeChannel::WithConnection(Fn&& fn) {
+Status NodeChannel::WithConnection(bool gated, Fn&& fn) {
   const Millis connect(config_.params.connect_timeout_ms);
   const Millis command(config_.params.timeout_ms);
-  const TimePoint call_deadline = Now() + connect + command;
+  TimePoint call_deadline = Now() + connect + command;
   for (int round = 0;; ++round) {
+    if (gated && !vouched()) return NotVouched();
     Lease conn(this);
     Status s = conn.Open(std::min(call_deadline, Now() + connect));
+    if (s.code() == Code::kIoError) Failed();
     if (!s.ok()) return s;
     s = fn(*conn, std::min(call_deadline, Now() + command));
-    if (s.code() != Code::kIoError || conn->timed_out()) return s;
+    if (s.code() != Code::kIoError) return s;
+    Failed();
+    if (conn->timed_out()) return s;
     {
       std::lock_guard<std::mutex> lock(pool_mu_);
       idle_.clear();
     }
     if (!conn.reused() || round > 0) return s;
+    if (gated && guarded_) {
+      // A restarted server answers at this address now, perhaps empty: only the master the
+      // owner finds again may take the retry.
+      Status found = recheck_();
+      if (!vouched()) return found.ok() ? s : found;
+      call_deadline = Now() + connect + command;
+    }
   }
 }
 
+void NodeChannel::Guard(std::function<Status()> recheck, std::function<void()> recheck_in_background) {
+  guarded_ = true;
+  recheck_ = std::move(recheck);
+  recheck_in_background_ = std::move(recheck_in_background);
+  async_.set_on_lost([this] {
+    Failed();
+    recheck_in_background_();
+  });
+}
+
+void NodeChannel::Failed() { failures_.fetch_add(1); }
+
+void NodeChannel::Vouch(uint64_t failures_seen) {
+  uint64_t v = vouched_.load();
+  while (v < failures_seen && !vouched_.compare_exchange_weak(v, failures_seen)) {
+  }
+}
+
+bool NodeChannel::vouched() const { return !guarded_ || vouched_.load() == failures_.load(); }
+
+Status NodeChannel::NotVouched() const {
+  return Status::IoError(server_ + ": a connection to it failed, and it has not been found to be " +
+                         "the master again since");
+}
+
+bool NodeChannel::PassesGuard(ReplyCallback& done) {
+  if (vouched()) return true;
+  recheck_in_background_();
+  auto fail = [done = std::move(done), why = NotVouched()] { done(nullptr, why); };
+  if (!loop_->Post(fail)) fail();
+  return false;
+}
+
 Status NodeChannel::Ping() {
-  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+  return WithConnection(false, [&](SyncConnection& conn, TimePoint deadline) {
     ReplyPtr reply;
     Status s = conn.Command({"PING"}, deadline, &reply);
     if (!s.ok()) return s;
@@ -85,7 +131,7 @@ Status NodeChannel::Ping() {
 
 Status NodeChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
   if (call.wait_replicas > 0) return EvalPipelined(call, false, reply);
-  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+  return WithConnection(true, [&](SyncConnection& conn, TimePoint deadline) {
     return conn.Eval(GetScript(call.script), call.keys, call.args, deadline, reply);
   });
 }
@@ -95,7 +141,7 @@ void NodeChannel::EvalAll(const std::vector<ScriptCall>& calls) {
   // bounded like any call. A stale pooled connection is retried once on a fresh one
   // (WithConnection), from the first unanswered call.
   size_t answered = 0;
-  (void)WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+  (void)WithConnection(true, [&](SyncConnection& conn, TimePoint deadline) {
     std::set<ScriptId> scripts;
     for (size_t i = answered; i < calls.size(); ++i) scripts.insert(calls[i].script);
     for (ScriptId id : scripts) {
@@ -116,11 +162,12 @@ void NodeChannel::EvalAll(const std::vector<ScriptCall>& calls) {
 
 void NodeChannel::EvalAsync(const ScriptCall& call, ReplyCallback done) {
   if (call.wait_replicas > 0) return EvalPipelinedAsync(call, false, std::move(done));
+  if (!PassesGuard(done)) return;
   async_.Eval(GetScript(call.script), call.keys, call.args, std::move(done));
 }
 
 Status NodeChannel::Command(const std::vector<std::string>& argv, ReplyPtr* reply) {
-  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+  return WithConnection(false, [&](SyncConnection& conn, TimePoint deadline) {
     return conn.Command(argv, deadline, reply);
   });
 }
@@ -159,7 +206,7 @@ Status NodeChannel::CheckAcknowledged(const redisReply* script_reply, const redi
 }
 
 Status NodeChannel::EvalPipelined(const ScriptCall& call, bool asking, ReplyPtr* reply) {
-  return WithConnection([&](SyncConnection& conn, TimePoint deadline) {
+  return WithConnection(true, [&](SyncConnection& conn, TimePoint deadline) {
     if (asking) conn.Append({"ASKING"});
     conn.Append(EvalBodyArgv(GetScript(call.script), call.keys, call.args));
     if (call.wait_replicas > 0) conn.Append(WaitArgv(call));
@@ -184,6 +231,7 @@ Status NodeChannel::EvalPipelined(const ScriptCall& call, bool asking, ReplyPtr*
 void NodeChannel::EvalPipelinedAsync(const ScriptCall& call, bool asking, ReplyCallback done) {
   // Sent in the same loop iteration, in order, on the one async connection: if one fails, so
   // do the ones after it.
+  if (!PassesGuard(done)) return;
   if (asking) async_.Command({"ASKING"}, [](redisReply*, const Status&) {});
   const auto eval = EvalBodyArgv(GetScript(call.script), call.keys, call.args);
   if (call.wait_replicas == 0) {

@@ -4,6 +4,8 @@
 #ifndef DLOCK_REDIS_NODE_CHANNEL_H_
 #define DLOCK_REDIS_NODE_CHANNEL_H_
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -42,11 +44,29 @@ class NodeChannel : public Channel {
   Status EvalAsking(const ScriptCall& call, ReplyPtr* reply);
   void EvalAskingAsync(const ScriptCall& call, ReplyCallback done);
 
+  // For a node whose address another server may take over: a Sentinel master, which after a
+  // failover may come back at the same address, empty, and still say it is a master for a
+  // while. Once any connection to a guarded node fails (refused, closed, silent), script calls
+  // stop using it until the owner vouches for it again: a blocking call runs `recheck` (the
+  // owner asks who the master is, and vouches or not; its error, if any, becomes the call's)
+  // before it reconnects and retries; a
+  // call that finds the node not vouched for fails with kIoError (an async call after running
+  // `recheck_in_background`). Command and CommandAsync (the owner's own checks) are not held.
+  void Guard(std::function<Status()> recheck, std::function<void()> recheck_in_background);
+  // Connection failures so far. Read it before checking the node, then Vouch with it: a
+  // failure after the check began is not vouched for.
+  uint64_t failures() const { return failures_.load(); }
+  void Vouch(uint64_t failures_seen);
+  // True unless guarded and a connection failed since the last Vouch.
+  bool vouched() const;
+
  private:
   class Lease;
   // Runs fn(connection, deadline) on a pooled connection; see node_channel.cc for the bounds.
+  // gated: a script call, held back while a guarded node is not vouched for.
   template <typename Fn>
-  Status WithConnection(Fn&& fn);
+  Status WithConnection(bool gated, Fn&& fn);
+  void Failed();
   // [ASKING,] EVAL (the body: no NOSCRIPT round may come in between) [, WAIT], pipelined on
   // one connection: for ASK redirections and for wait_replicas.
   Status EvalPipelined(const ScriptCall& call, bool asking, ReplyPtr* reply);
@@ -56,12 +76,23 @@ class NodeChannel : public Channel {
   Status CheckAcknowledged(const redisReply* script_reply, const redisReply* wait_reply,
                            int wanted) const;
 
+  Status NotVouched() const;
+  // Async script calls: false after failing done (later) when the node is not vouched for.
+  bool PassesGuard(ReplyCallback& done);
+
+  EventLoop* loop_;
   RedisConfig config_;
   std::string server_;
   std::mutex pool_mu_;
   std::vector<std::unique_ptr<SyncConnection>> idle_;
   AsyncConnection async_;  // loop thread only: heartbeats and async calls, pipelined
   Subscriber subscriber_;
+
+  bool guarded_ = false;  // set before any call, never changed after
+  std::function<Status()> recheck_;
+  std::function<void()> recheck_in_background_;
+  std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> vouched_{0};
 };
 
 }  // namespace dlock::redis

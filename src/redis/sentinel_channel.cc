@@ -56,7 +56,7 @@ class SentinelChannel::SwitchWatcher : public ReleaseWatcher {
   explicit SwitchWatcher(SentinelChannel* channel) : channel_(channel) {}
   void OnWatchReady(bool) override {}
   void OnReleased() override {
-    channel_->loop_->Post([c = channel_] { c->FindMasterInBackground(); });
+    channel_->loop_->Post([c = channel_] { c->FindMasterInBackground(/*announced=*/true); });
   }
 
  private:
@@ -81,6 +81,7 @@ SentinelChannel::~SentinelChannel() {
 }
 
 Status SentinelChannel::Named(const Status& s) const {
+  if (s.message().rfind(server_ + ": ", 0) == 0) return s;  // a lookup's own error
   return Status(s.code(), server_ + ": " + s.message());
 }
 
@@ -88,6 +89,16 @@ NodeChannel* SentinelChannel::NodeAt(const std::string& name, const RedisConfig&
   std::lock_guard<std::mutex> lock(mu_);
   auto& node = nodes_[name];
   if (node == nullptr) node = std::make_unique<NodeChannel>(loop_, config);
+  return node.get();
+}
+
+NodeChannel* SentinelChannel::MasterNode(const NodeAddress& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& node = nodes_["master " + address.Name()];
+  if (node == nullptr) {
+    node = std::make_unique<NodeChannel>(loop_, config_.MasterAt(address.host, address.port));
+    node->Guard([this] { return FindMaster(); }, [this] { FindMasterInBackground(); });
+  }
   return node.get();
 }
 
@@ -101,8 +112,7 @@ NodeChannel* SentinelChannel::Master() {
   return master_;
 }
 
-void SentinelChannel::SetMaster(const NodeAddress& address) {
-  NodeChannel* node = NodeAt("master " + address.Name(), config_.MasterAt(address.host, address.port));
+void SentinelChannel::SetMaster(NodeChannel* node) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (master_ == node) return;
@@ -122,12 +132,14 @@ Status SentinelChannel::FindMaster() {
     Status s = sentinel->Command({"SENTINEL", "get-master-addr-by-name", config_.master_name}, &reply);
     if (s.ok()) s = ReadMasterAddress(reply.get(), sentinel->server(), config_.master_name, &address);
     if (s.ok()) {
-      NodeChannel* master =
-          NodeAt("master " + address.Name(), config_.MasterAt(address.host, address.port));
+      NodeChannel* master = MasterNode(address);
+      const uint64_t failures = master->failures();
       s = master->Command({"ROLE"}, &reply);
       if (s.ok()) s = CheckIsMaster(reply.get(), master->server());
       if (s.ok()) {
-        SetMaster(address);
+        master->Vouch(failures);
+        SetMaster(master);
+        loop_->Post([this] { DispatchParked(false); });
         return Status::Ok();
       }
     }
@@ -140,25 +152,31 @@ Status SentinelChannel::FindMaster() {
                 server_ + ": no sentinel named a reachable master (" + tried + ")");
 }
 
-void SentinelChannel::FindMasterInBackground() {
+void SentinelChannel::FindMasterInBackground(bool announced) {
   if (!loop_->InLoopThread()) {
-    loop_->Post([this] { FindMasterInBackground(); });
+    loop_->Post([this, announced] { FindMasterInBackground(announced); });
     return;
   }
-  if (looking_up_ || shut_down_) return;
+  if (shut_down_) return;
+  if (looking_up_) {
+    // It may have asked before the switch just announced: look again when it ends.
+    lookup_again_ = lookup_again_ || announced;
+    return;
+  }
   const TimePoint next = last_lookup_ + kRelookupGap;
   if (Now() < next) {
     if (!lookup_timer_.pending()) lookup_timer_.StartAt(next);
     return;
   }
   looking_up_ = true;
+  lookup_again_ = false;
   last_lookup_ = Now();
   AskSentinel(0);
 }
 
 void SentinelChannel::AskSentinel(size_t i) {
   if (shut_down_ || i >= config_.sentinels.size()) {
-    looking_up_ = false;
+    LookupEnded();
     return;
   }
   NodeChannel* sentinel = SentinelNode(i);
@@ -169,17 +187,24 @@ void SentinelChannel::AskSentinel(size_t i) {
         Status s = error.ok() ? ReadMasterAddress(reply, sentinel->server(), config_.master_name, &address)
                               : error;
         if (!s.ok() || shut_down_) return AskSentinel(i + 1);
-        NodeChannel* master =
-            NodeAt("master " + address.Name(), config_.MasterAt(address.host, address.port));
-        master->CommandAsync({"ROLE"}, [this, i, master, address](redisReply* role, const Status& e) {
+        NodeChannel* master = MasterNode(address);
+        const uint64_t failures = master->failures();
+        master->CommandAsync({"ROLE"}, [this, i, master, failures](redisReply* role, const Status& e) {
           if (e.ok() && CheckIsMaster(role, master->server()).ok() && !shut_down_) {
-            SetMaster(address);
-            looking_up_ = false;
+            master->Vouch(failures);
+            SetMaster(master);
+            LookupEnded();
             return;
           }
           AskSentinel(i + 1);
         });
       });
+}
+
+void SentinelChannel::LookupEnded() {
+  looking_up_ = false;
+  DispatchParked(/*lookup_ended=*/true);
+  if (lookup_again_) FindMasterInBackground();
 }
 
 Status SentinelChannel::Ping() {
@@ -189,16 +214,30 @@ Status SentinelChannel::Ping() {
   return s.ok() ? s : Named(s);
 }
 
+NodeChannel* SentinelChannel::VouchedMaster(Status* error) {
+  NodeChannel* master = Master();
+  if (master != nullptr && master->vouched()) return master;
+  *error = FindMaster();
+  if (!error->ok()) return nullptr;
+  master = Master();
+  if (master != nullptr && master->vouched()) return master;
+  *error = Named(Status::IoError("the master changed again while it was being looked up"));
+  return nullptr;
+}
+
 Status SentinelChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
   for (int attempt = 1;; ++attempt) {
-    NodeChannel* master = Master();
-    if (master == nullptr) {
-      Status s = FindMaster();
-      if (!s.ok()) return s;
-      master = Master();
-    }
-    Status s = master->Eval(call, reply);
+    Status s;
+    NodeChannel* master = VouchedMaster(&s);
+    if (master == nullptr) return s;
+    s = master->Eval(call, reply);
     if (!s.ok()) {
+      // The master's connection failed at once and the sentinels name another master now
+      // (found by the node's recheck): the call most likely never ran; try it there, once.
+      // (Acquire and extend are idempotent for their owner; a release that did run on the
+      // old master before it died, and reached the new one, would report DLOCK_NOT_HELD.)
+      NodeChannel* now = Master();
+      if (attempt == 1 && now != master && now != nullptr && now->vouched()) continue;
       if (s.code() == Code::kIoError) FindMasterInBackground();  // a failover under way?
       return Named(s);
     }
@@ -210,26 +249,48 @@ Status SentinelChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
 }
 
 void SentinelChannel::EvalAll(const std::vector<ScriptCall>& calls) {
-  NodeChannel* master = Master();
+  Status unused;
+  NodeChannel* master = VouchedMaster(&unused);
   if (master != nullptr) master->EvalAll(calls);
 }
 
 void SentinelChannel::EvalAsync(const ScriptCall& call, ReplyCallback done) {
-  NodeChannel* master = Master();
   ++async_calls_;
   auto finish = [this, done = std::move(done)](redisReply* reply, const Status& error) {
     --async_calls_;
     if ((!error.ok() && error.code() == Code::kIoError) || IsReadOnly(reply)) FindMasterInBackground();
     done(reply, error.ok() ? error : Named(error));
   };
-  if (master == nullptr || shut_down_) {
+  NodeChannel* master = Master();
+  if (master == nullptr || !master->vouched() || shut_down_) {
+    // Held until the lookup under way (or started now) names a master, or finds none.
+    parked_.push_back({call, std::move(finish)});
     FindMasterInBackground();
-    loop_->Post([this, finish = std::move(finish)]() mutable {
-      finish(nullptr, Status::IoError("no master known yet"));
-    });
+    if (shut_down_) DispatchParked(false);
     return;
   }
   master->EvalAsync(call, std::move(finish));
+}
+
+void SentinelChannel::DispatchParked(bool lookup_ended) {
+  if (parked_.empty()) return;
+  NodeChannel* master = Master();
+  const bool ready = !shut_down_ && master != nullptr && master->vouched();
+  // Not ready: they wait for the end of the lookup under way or due (one started, or its
+  // timer set, when they were parked), so at most kRelookupGap + one lookup.
+  if (!ready && !shut_down_ && !lookup_ended) return;
+  std::vector<ParkedCall> calls;
+  calls.swap(parked_);
+  for (ParkedCall& parked : calls) {
+    if (ready) {
+      master->EvalAsync(parked.call, std::move(parked.finish));
+    } else {
+      loop_->Post([finish = std::move(parked.finish), closed = shut_down_] {
+        finish(nullptr, Status::IoError(closed ? "the client was closed"
+                                               : "no sentinel named a reachable master"));
+      });
+    }
+  }
 }
 
 void SentinelChannel::Watch(const std::string& channel, ReleaseWatcher* watcher) {
@@ -243,6 +304,7 @@ void SentinelChannel::Unwatch(const std::string& channel, ReleaseWatcher* watche
 void SentinelChannel::ShutdownOnLoop() {
   shut_down_ = true;
   lookup_timer_.Free();
+  DispatchParked(false);
   for (auto& s : switch_subscribers_) s->ShutdownOnLoop();
   std::vector<NodeChannel*> nodes;
   {

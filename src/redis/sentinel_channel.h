@@ -5,9 +5,18 @@
 // announces +switch-master (each sentinel is subscribed to it), when the master cannot be
 // reached, and when it answers READONLY (it became a replica). Waiters follow the master.
 //
-// Bounds: as NodeChannel's for a call; a blocking lookup (at open, or after READONLY) adds up
-// to 2 x (connect_timeout_ms + timeout_ms) per sentinel asked (its answer, then ROLE on the
-// master it names), and a READONLY call is tried once more.
+// Once a connection to the master fails, nothing is sent to that address again until a
+// sentinel names it anew (NodeChannel::Guard): after a failover the old master may come back
+// empty at its address and say it is a master for seconds, and a lock granted there would be
+// a second holder. Blocking calls look the master up first; async calls wait for the next
+// background lookup.
+//
+// Bounds: as NodeChannel's for a call; a blocking lookup (at open, after READONLY, or before
+// using a master whose connection failed) adds up to 2 x (connect_timeout_ms + timeout_ms) per
+// sentinel asked (its answer, then ROLE on the master it names); a call that failed at once
+// on a stale connection, or answered READONLY, is tried once more after the lookup, with a
+// bound of its own; an async call made while no master is vouched for first waits for the
+// next background lookup (at most 250 ms away, then the lookup's own bound).
 #ifndef DLOCK_REDIS_SENTINEL_CHANNEL_H_
 #define DLOCK_REDIS_SENTINEL_CHANNEL_H_
 
@@ -48,13 +57,24 @@ class SentinelChannel : public Channel {
 
   NodeChannel* Master();
   NodeChannel* NodeAt(const std::string& name, const RedisConfig& config);
+  // A master's node, guarded (see NodeChannel::Guard): it is vouched for when a sentinel
+  // names it and it says it is a master.
+  NodeChannel* MasterNode(const NodeAddress& address);
   NodeChannel* SentinelNode(size_t i);
-  void SetMaster(const NodeAddress& address);
+  void SetMaster(NodeChannel* node);
+  // The master, looked up first (blocking) when there is none or it is not vouched for.
+  NodeChannel* VouchedMaster(Status* error);
+  // Loop thread: parked async calls go to the master once one is vouched for, or fail when
+  // the lookup ended without one.
+  void DispatchParked(bool lookup_ended);
   // Blocking: asks every sentinel in turn until one names a master that says it is one.
   Status FindMaster();
   // Loop thread: the same without blocking, one at a time, at most every kRelookupGap.
-  void FindMasterInBackground();
+  // announced (a sentinel said the master switched): if a lookup is under way, another
+  // follows it, since it may have asked before the switch.
+  void FindMasterInBackground(bool announced = false);
   void AskSentinel(size_t i);
+  void LookupEnded();
   Status Named(const Status& s) const;
 
   EventLoop* loop_;
@@ -71,8 +91,14 @@ class SentinelChannel : public Channel {
   std::vector<std::unique_ptr<Subscriber>> switch_subscribers_;  // +switch-master, per sentinel
 
   // Loop thread only.
+  struct ParkedCall {
+    ScriptCall call;
+    ReplyCallback finish;
+  };
+  std::vector<ParkedCall> parked_;  // async calls waiting for a master to be vouched for
   size_t async_calls_ = 0;
   bool looking_up_ = false;
+  bool lookup_again_ = false;
   bool shut_down_ = false;
   TimePoint last_lookup_{};
   Timer lookup_timer_;
