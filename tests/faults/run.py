@@ -16,10 +16,26 @@ checks what a user would:
   - no worker crashes or hangs.
 The control scenario switches the store's fencing off and pauses a holder between its read and
 its write past its lease: it must show lost updates, or the suite could not fail.
-The last line reads `faults: N passed, N failed`; a Markdown table of figures precedes it.
+
+Two scenarios fail a master over, each fault a SIGKILL of the master, a wait until a replica is
+promoted, the killed node started again at once on its port, and a wait until all is settled
+(so that the next fault finds a replica in sync to promote):
+  - cluster: a real Redis Cluster (3 masters, 3 replicas, cluster-node-timeout 1000 ms), the
+    workers on redis-cluster://; the master killed is the one serving the lock's slot, and it
+    rejoins on its nodes.conf, empty, as the new master's replica (within ~0.1 s);
+  - sentinel: a master, two replicas and three sentinels (quorum 2, down-after 1500 ms), the
+    workers on redis-sentinel://; the old master comes back empty and a master, as a crashed
+    master restarted on its own configuration would, until the sentinels demote it (~10 s).
+Their recovery counts from the promotion being observed (every node, or every sentinel, names
+the new master): the outage before it is the servers' failure detection.
+
+The last line reads `faults: N passed, N failed`; a Markdown table of figures precedes it. A
+failed scenario's directory is kept: the servers' logs, each worker's events (workerN.events,
+s from the workers' start) and, for the failovers, faults.timeline.
 """
 import argparse
 import os
+import random
 import shutil
 import signal
 import socket
@@ -74,6 +90,99 @@ def wait_port(port, limit=10.0):
     return False
 
 
+def free_ports(n):
+    """n distinct free loopback ports (each held open until all are chosen)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# ----- a minimal Redis client, for the harness's own questions -----------------------------
+# The cluster and sentinel scenarios poll many nodes every 50 ms while the workers run: one
+# redis-cli process per question would load the 2 shared cores the timings depend on.
+
+
+class ReplyError(str):
+    """An error reply, or why there was no reply: returned, not raised, so that a poll loop
+    treats an unreachable node like one that answers the wrong thing."""
+
+
+def redis_calls(port, commands, timeout=1.0):
+    """Sends commands to 127.0.0.1:port on one fresh connection; their replies (str, int, None,
+    list, ReplyError). Raises OSError when the server cannot be reached or does not answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        out = b""
+        for args in commands:
+            words = [str(a).encode() for a in args]
+            out += b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+        sock.sendall(out)
+        reader = sock.makefile("rb")
+        return [read_reply(reader) for _ in commands]
+
+
+def read_reply(reader):
+    line = reader.readline()
+    if not line.endswith(b"\r\n"):
+        raise OSError("connection closed before a whole reply")
+    kind, rest = line[:1], line[1:-2].decode(errors="replace")
+    if kind == b"+":
+        return rest
+    if kind == b"-":
+        return ReplyError(rest)
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        if int(rest) < 0:
+            return None
+        data = reader.read(int(rest) + 2)
+        if len(data) != int(rest) + 2:
+            raise OSError("connection closed before a whole reply")
+        return data[:-2].decode(errors="replace")
+    if kind == b"*":
+        return None if int(rest) < 0 else [read_reply(reader) for _ in range(int(rest))]
+    raise OSError("not RESP: %r" % line[:80])
+
+
+def ask(port, *args, timeout=1.0):
+    """One command's reply; a ReplyError when the server could not be reached."""
+    try:
+        return redis_calls(port, [args], timeout)[0]
+    except OSError as e:
+        return ReplyError("no answer from port %d: %s" % (port, e))
+
+
+def info_fields(text):
+    """INFO's "name:value" lines as a dict ({} for an error reply)."""
+    if not isinstance(text, str) or isinstance(text, ReplyError):
+        return {}
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
+
+
+def pairs(flat):
+    """A flat [key, value, key, value...] reply (SENTINEL MASTER and the like) as a dict."""
+    return dict(zip(flat[::2], flat[1::2])) if isinstance(flat, list) else {}
+
+
+def poll(what, check, limit):
+    """Calls check() every 50 ms until it returns "" (all is well); then the monotonic time it
+    did. Raises RuntimeError with its last answer (what is still wrong) after limit seconds."""
+    until = time.monotonic() + limit
+    while True:
+        problem = check()
+        if not problem:
+            return time.monotonic()
+        if time.monotonic() > until:
+            raise RuntimeError("%s not within %.0f s: %s" % (what, limit, problem))
+        time.sleep(0.05)
+
+
 # ----- the fenced store ---------------------------------------------------------------------
 
 
@@ -87,6 +196,7 @@ class Store:
         self.max_token = 0
         self.accepted = []  # tokens of accepted writes, in order
         self.stale_rejected = 0
+        self.refusals = []  # (monotonic time, READ or WRITE, token refused, highest token seen)
         self.stale_accepted = 0
         self.mu = threading.Lock()
         self.sock = listen_loopback()
@@ -110,6 +220,7 @@ class Store:
             stale = token < self.max_token
             if stale and self.fenced:
                 self.stale_rejected += 1
+                self.refusals.append((time.monotonic(), words[0], token, self.max_token))
                 return "STALE\n"
             if words[0] == "READ":
                 self.max_token = max(self.max_token, token)
@@ -169,8 +280,8 @@ class Server(Process):
     same port (Redis: with no data, as without persistence; dynalite: on its data folder, as
     real DynamoDB keeps its data)."""
 
-    def __init__(self, argv_for_port, log):
-        self.port = free_port()
+    def __init__(self, argv_for_port, log, port=None):
+        self.port = port or free_port()
         super().__init__(argv_for_port(self.port), log)
         if not wait_port(self.port):
             raise RuntimeError("%s did not start (see %s)" % (self.argv[0], log))
@@ -182,13 +293,26 @@ class Server(Process):
 
 
 class Redis(Server):
-    def __init__(self, work):
+    """redis-server with no persistence (a restart comes back empty), its files in directory."""
+
+    def __init__(self, directory, extra_args=(), port=None):
+        os.makedirs(directory, exist_ok=True)
         super().__init__(lambda port: ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                       "--appendonly", "no", "--dir", work], os.path.join(work, "redis.log"))
+                                       "--appendonly", "no", "--dir", directory, *extra_args],
+                         os.path.join(directory, "redis.log"), port)
 
     def cli(self, *args):
         return subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True,
                               text=True, timeout=10).stdout.strip()
+
+    def call(self, *args, timeout=1.0):
+        return ask(self.port, *args, timeout=timeout)
+
+    def start_again(self):
+        """Starts the killed server again on its port, with the same arguments."""
+        self.start()
+        if not wait_port(self.port):
+            raise RuntimeError("redis-server on port %d did not start again (see %s)" % (self.port, self.log))
 
 
 class Dynalite(Server):
@@ -212,7 +336,8 @@ class Proxy:
         self.port = self.sock.getsockname()[1]
         self.stop = False
         self.conns = []
-        threading.Thread(target=accept_loop, args=(self, self.connect), daemon=True).start()
+        self.thread = threading.Thread(target=accept_loop, args=(self, self.connect), daemon=True)
+        self.thread.start()
 
     def connect(self, client):
         try:
@@ -259,9 +384,302 @@ class Proxy:
 
     def close(self):
         self.stop = True
+        self.thread.join()  # as Store.close: closing the socket under accept() raised EBADF there
         for c in self.conns:
             c.close()
         self.sock.close()
+
+
+# ----- Redis Cluster and Sentinel: a master SIGKILLed, its replica promoted ----------------------
+
+LOCK_KEY = "dlock:{faults}"  # fault_worker's lock is "faults"; its owner key with the default prefix
+# As tests/support/redis_cluster.cc: a killed master's replica is promoted within ~2-3 s.
+CLUSTER_NODE_TIMEOUT_MS = 1000
+SENTINEL_MASTER_NAME = "faults-master"
+# As tests/support/redis_sentinel.h: down-after-milliseconds must stay well above 1000 (Sentinel
+# reconnects at most once a second; 1000 once flagged a freshly switched master down at once).
+SENTINEL_DOWN_AFTER_MS = 1500
+SENTINEL_FAILOVER_TIMEOUT_MS = 3000
+# A replica that never finished its first sync is not promoted: sync at once (by default a
+# master waits 5 s for more replicas before streaming).
+SYNC_AT_ONCE = ("--repl-diskless-sync-delay", "0")
+
+
+def is_master(role_reply):
+    return isinstance(role_reply, list) and bool(role_reply) and role_reply[0] == "master"
+
+
+def scripts_run(node):
+    """How many EVALSHA and EVAL calls node ran without an error (INFO commandstats)."""
+    stats = info_fields(node.call("INFO", "commandstats"))
+    total = 0
+    for name in ("cmdstat_evalsha", "cmdstat_eval"):
+        fields = dict(kv.split("=", 1) for kv in stats.get(name, "").split(",") if "=" in kv)
+        total += int(fields.get("calls", 0)) - int(fields.get("failed_calls", 0))
+    return total
+
+
+class Sentinel(Server):
+    """redis-server --sentinel on its config file (which it rewrites: its state)."""
+
+    def __init__(self, conf, port, log):
+        super().__init__(lambda _: ["redis-server", conf, "--sentinel"], log, port)
+
+    def call(self, *args):
+        return ask(self.port, *args)
+
+
+class Deployment:
+    """Several servers, all stopped by pid by stop(), also when starting them failed half-way.
+    Subclasses define start(work), url(params), master() (the data node serving the lock as
+    master, and "", else None and why) and unsettled() ("" once the next fault would find a
+    replica in sync to promote, else what is still wrong)."""
+
+    def __init__(self, work):
+        self.servers = []
+        self.failover_s = []  # from each kill to its promotion being observed
+        self.settle_s = []  # from each restart of the killed node to all settled
+        self.timeline = []  # (monotonic time, what happened), for the record
+        try:
+            self.start(work)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        for server in self.servers:
+            server.stop()
+
+    def note(self):
+        if not self.failover_s:
+            return ""
+        return "kill to promotion %.1f-%.1f s, restart to settled %.1f-%.1f s" % (
+            min(self.failover_s), max(self.failover_s), min(self.settle_s), max(self.settle_s))
+
+    def watch_restarted(self, node):
+        """Called at each poll between the killed node's restart and all settled."""
+
+    def fail_over(self):
+        """SIGKILLs the master, waits until another node is named master and answers ROLE
+        master, starts the killed node again at once (same port and arguments) and waits until
+        all is settled. Returns the time the promotion was observed: recovery counts from
+        there, as the outage before it is the servers' failure detection (node timeout,
+        down-after), which no client can shorten."""
+        old, problem = self.master()
+        if problem:
+            raise RuntimeError(problem)
+
+        def promoted():
+            master, problem = self.master()
+            if problem or master is old:
+                return problem or "the killed node is still named the master"
+            return "" if is_master(master.call("ROLE")) else "port %d is not a master yet" % master.port
+
+        def settled():
+            self.watch_restarted(old)
+            return self.unsettled()
+
+        killed = time.monotonic()
+        old.kill()
+        at = poll("a replica promoted", promoted, 30)
+        restarted = time.monotonic()  # when the process is spawned: it may serve before wait_port sees it
+        old.start_again()
+        done = poll("settled after the restart", settled, 40)
+        self.failover_s.append(at - killed)
+        self.settle_s.append(done - restarted)
+        self.timeline += [(killed, "killed port %d" % old.port), (at, "promotion seen"),
+                          (restarted, "port %d being started again" % old.port), (done, "settled")]
+        return at
+
+
+class RedisClusterDeployment(Deployment):
+    """3 masters and 3 replicas (redis-cli --cluster create --cluster-replicas 1), each node in
+    its own directory: a node started again reads its nodes.conf there and rejoins, empty, as a
+    replica of the master that replaced it."""
+
+    def start(self, work):
+        ports = free_ports(12)
+        for i in range(6):
+            # The bus port is given, not port + 10000: free ports are often above 55535.
+            self.servers.append(Redis(os.path.join(work, "node%d" % i), (
+                "--cluster-enabled", "yes", "--cluster-port", str(ports[6 + i]),
+                "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS), *SYNC_AT_ONCE), port=ports[i]))
+        with open(os.path.join(work, "cluster-create.log"), "wb") as log:
+            subprocess.run(["redis-cli", "--cluster", "create", *["127.0.0.1:%d" % n.port for n in self.servers],
+                            "--cluster-replicas", "1", "--cluster-yes"], stdout=log, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, timeout=60, check=True)
+        self.slot = self.servers[0].call("CLUSTER", "KEYSLOT", LOCK_KEY)
+        if not isinstance(self.slot, int):
+            raise RuntimeError("CLUSTER KEYSLOT answered %r" % self.slot)
+        poll("the new cluster ready", self.unsettled, 30)
+
+    def url(self, params):
+        return "redis-cluster://%s?%s" % (",".join("127.0.0.1:%d" % n.port for n in self.servers), params)
+
+    def slot_master(self):
+        """The port of the master serving the lock's slot as every running node's CLUSTER SLOTS
+        says, and ""; else None and what disagrees."""
+        seen = {}
+        for node in self.servers:
+            if node.proc.poll() is not None:
+                continue
+            ranges = node.call("CLUSTER", "SLOTS")
+            if not isinstance(ranges, list):
+                return None, "node on port %d: CLUSTER SLOTS answered %r" % (node.port, ranges)
+            seen[node.port] = next((r[2][1] for r in ranges if r[0] <= self.slot <= r[1]), None)
+        if len(set(seen.values())) != 1 or None in seen.values():
+            return None, "the nodes disagree on slot %d's master: %s" % (self.slot, seen)
+        return seen.popitem()[1], ""
+
+    def unsettled(self):
+        """"" once every node says cluster_state:ok, every replica is in sync with its master and
+        all name one master for the lock's slot, which answers ROLE master and has a replica in
+        sync (one to promote at the next fault); else what is still wrong."""
+        for node in self.servers:
+            state = info_fields(node.call("CLUSTER", "INFO")).get("cluster_state")
+            if state != "ok":
+                return "node on port %d: cluster_state %s" % (node.port, state)
+            replication = info_fields(node.call("INFO", "replication"))
+            if replication.get("role") == "slave" and replication.get("master_link_status") != "up":
+                return "replica on port %d not in sync with its master yet" % node.port
+            # A node flagged failing (fail, or pfail: "fail?") until every node saw it back.
+            lines = str(node.call("CLUSTER", "NODES")).splitlines()
+            failing = [line for line in lines if len(line.split()) > 2 and "fail" in line.split()[2]]
+            if failing:
+                return "node on port %d still flags %s" % (node.port, failing)
+        master, problem = self.slot_master()
+        if problem:
+            return problem
+        role = ask(master, "ROLE")
+        if not is_master(role) or not role[2]:
+            return "slot %d's master (port %d) answers ROLE %r" % (self.slot, master, role)
+        return ""
+
+    def master(self):
+        port, problem = self.slot_master()
+        return next((n for n in self.servers if n.port == port), None), problem
+
+
+class SentinelDeployment(Deployment):
+    """One master and two replicas (no persistence) watched by three sentinels, quorum 2
+    (`redis-server sentinel.conf --sentinel`: Debian ships no redis-sentinel binary). Each
+    sentinel's config names its peers, so none waits for hello messages (every 2 s) to find
+    them."""
+
+    def start(self, work):
+        self.old_master_scripts = []
+        self.data = [Redis(os.path.join(work, "data%d" % i), SYNC_AT_ONCE) for i in range(3)]
+        self.servers += self.data
+        # REPLICAOF at run time, not --replicaof: a node started again comes back a master, as a
+        # crashed master started again on its own configuration would.
+        for replica in self.data[1:]:
+            answer = replica.call("REPLICAOF", "127.0.0.1", self.data[0].port)
+            if answer != "OK":
+                raise RuntimeError("REPLICAOF answered %r" % answer)
+        ports = free_ports(3)
+        ids = ["%040x" % random.getrandbits(160) for _ in ports]
+        self.sentinels = []
+        for s, port in enumerate(ports):
+            directory = os.path.join(work, "sentinel%d" % s)
+            os.makedirs(directory)
+            conf = os.path.join(directory, "sentinel.conf")
+            with open(conf, "w") as f:
+                f.write(self.sentinel_config(port, directory, ids[s],
+                                             [(p, i) for p, i in zip(ports, ids) if p != port]))
+            sentinel = Sentinel(conf, port, os.path.join(directory, "sentinel.log"))
+            self.sentinels.append(sentinel)
+            self.servers.append(sentinel)
+        poll("the sentinels ready", self.unsettled, 30)
+
+    def sentinel_config(self, port, directory, my_id, peers):
+        name = SENTINEL_MASTER_NAME
+        lines = ["port %d" % port, "bind 127.0.0.1", "protected-mode no", "daemonize no", "dir %s" % directory,
+                 "sentinel announce-ip 127.0.0.1",
+                 "sentinel monitor %s 127.0.0.1 %d 2" % (name, self.data[0].port),
+                 "sentinel down-after-milliseconds %s %d" % (name, SENTINEL_DOWN_AFTER_MS),
+                 "sentinel failover-timeout %s %d" % (name, SENTINEL_FAILOVER_TIMEOUT_MS),
+                 "sentinel parallel-syncs %s 1" % name, "sentinel myid %s" % my_id]
+        lines += ["sentinel known-sentinel %s 127.0.0.1 %d %s" % (name, p, i) for p, i in peers]
+        return "\n".join(lines) + "\n"
+
+    def url(self, params):
+        return "redis-sentinel://%s/%s?%s" % (",".join("127.0.0.1:%d" % s.port for s in self.sentinels),
+                                             SENTINEL_MASTER_NAME, params)
+
+    def master(self):
+        """The data node every sentinel names as the master, and ""; else None and why."""
+        named = {}
+        for sentinel in self.sentinels:
+            answer = sentinel.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_MASTER_NAME)
+            named[sentinel.port] = int(answer[1]) if isinstance(answer, list) and len(answer) == 2 else answer
+        node = next((d for d in self.data if d.port in named.values()), None)
+        if len(set(named.values())) != 1 or node is None:
+            return None, "the sentinels name %s" % named
+        return node, ""
+
+    def sentinel_problem(self, sentinel, master):
+        """What sentinel still sees wrong, with master as the master: a failover in progress, a
+        replica down or missing, a peer down; "" when nothing."""
+        m = pairs(sentinel.call("SENTINEL", "MASTER", SENTINEL_MASTER_NAME))
+        if m.get("port") != str(master.port) or m.get("flags") != "master":
+            return "sentinel %d: master port %s, flags %s" % (sentinel.port, m.get("port"), m.get("flags"))
+        answer = sentinel.call("SENTINEL", "REPLICAS", SENTINEL_MASTER_NAME)
+        replicas = {r.get("port"): r.get("flags") for r in map(pairs, answer if isinstance(answer, list) else [])}
+        for d in self.data:
+            if d is not master and replicas.get(str(d.port)) != "slave":
+                return "sentinel %d: replica %d has flags %s" % (sentinel.port, d.port, replicas.get(str(d.port)))
+        answer = sentinel.call("SENTINEL", "SENTINELS", SENTINEL_MASTER_NAME)
+        peers = {p.get("port"): p.get("flags", "") for p in map(pairs, answer if isinstance(answer, list) else [])}
+        for other in self.sentinels:
+            flags = peers.get(str(other.port), "unknown") if other is not sentinel else ""
+            if "unknown" in flags or "s_down" in flags or "disconnected" in flags:
+                return "sentinel %d: peer %d is %s" % (sentinel.port, other.port, flags)
+        return ""
+
+    def unsettled(self):
+        """"" once every sentinel names one master, with no failover in progress and every other
+        data node an up replica, and those replicas have acknowledged a write on it; else what
+        is still wrong."""
+        master, problem = self.master()
+        if problem:
+            return problem
+        if not is_master(master.call("ROLE")):
+            return "the named master (port %d) is not a master" % master.port
+        for sentinel in self.sentinels:
+            problem = self.sentinel_problem(sentinel, master)
+            if problem:
+                return problem
+        for d in self.data:
+            replication = info_fields(d.call("INFO", "replication"))
+            if d is not master and (replication.get("master_port") != str(master.port)
+                                    or replication.get("master_link_status") != "up"):
+                return "data node %d is not a replica of %d in sync yet" % (d.port, master.port)
+        # master_link_status:up is not enough: after a diskless sync a master streams writes to
+        # a replica only once it acknowledged the RDB. A write both replicas acknowledge is.
+        try:
+            acked = redis_calls(master.port, [("PUBLISH", "faults:probe", "1"), ("WAIT", 2, 500)], 2.0)[1]
+        except OSError as e:
+            return "the master (port %d): %s" % (master.port, e)
+        return "" if acked == 2 else "%r of 2 replicas acknowledged a write" % acked
+
+    def fail_over(self):
+        # The killed master comes back at once as a plain master, empty (no persistence): the
+        # harshest case, as a supervisor restarting a crashed master on its own configuration.
+        # The sentinels convert it into the new master's replica about 10 s later
+        # (+convert-to-slave), and no client may be granted a lock on it meanwhile.
+        self.old_master_scripts.append(0)
+        return super().fail_over()
+
+    def watch_restarted(self, node):
+        # Evidence, should a loss show: lock scripts the restarted old master ran while it was
+        # still a master (sampled at every poll until the sentinels demote it).
+        if is_master(node.call("ROLE")):
+            self.old_master_scripts[-1] = scripts_run(node)
+
+    def note(self):
+        base = super().note()
+        return base and base + "; lock scripts the restarted old master ran before its demotion: %s" % (
+            self.old_master_scripts)
 
 
 # ----- workers --------------------------------------------------------------------------------
@@ -302,43 +720,97 @@ class Worker:
         self.reader.join(5)
         return rc
 
+    def kill(self):
+        """Stops a worker still running (the harness failed): by pid, paused or not."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
 
 # ----- scenarios ----------------------------------------------------------------------------
 
 
 class Scenario:
-    def __init__(self, name, backend, fault, bound_s, fenced=True, expect_lost_updates=False):
+    # (seconds the workers run, faults injected): the default set, then --full.
+    TIMING = ((9, 2), (24, 6))
+
+    def __init__(self, name, backend, fault, bound_s, fenced=True, expect_lost_updates=False, timing=TIMING):
         self.name, self.backend, self.fault, self.bound_s = name, backend, fault, bound_s
-        self.fenced, self.expect_lost_updates = fenced, expect_lost_updates
+        self.fenced, self.expect_lost_updates, self.timing = fenced, expect_lost_updates, timing
 
 
-def run_scenario(sc, args, work):
-    seconds = 24 if args.full else 9
-    faults = 6 if args.full else 2
-    store = Store(fenced=sc.fenced)
+REDIS_PARAMS = "timeout_ms=500&connect_timeout_ms=500"
+
+
+def start_servers(sc, args, work):
+    """The scenario's servers (one object with stop()), its proxy or None, and the workers' URL."""
+    if sc.backend == "redis-cluster":
+        server = RedisClusterDeployment(work)
+        return server, None, server.url(REDIS_PARAMS)
+    if sc.backend == "redis-sentinel":
+        server = SentinelDeployment(work)
+        return server, None, server.url(REDIS_PARAMS)
     server = Redis(work) if sc.backend == "redis" else Dynalite(work)
     proxy = Proxy(server.port) if sc.fault.startswith("proxy") else None
     if sc.backend == "redis":
         port = proxy.port if proxy else server.port
-        url = "redis://127.0.0.1:%d?timeout_ms=500&connect_timeout_ms=500" % port
-    else:
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "faults")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "faults")
-        os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-        url = ("dynamodb://locks?region=us-east-1&endpoint=http://127.0.0.1:%d&timeout_ms=500"
-               "&connect_timeout_ms=500" % server.port)
+        return server, proxy, "redis://127.0.0.1:%d?%s" % (port, REDIS_PARAMS)
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "faults")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "faults")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    url = ("dynamodb://locks?region=us-east-1&endpoint=http://127.0.0.1:%d&timeout_ms=500"
+           "&connect_timeout_ms=500" % server.port)
+    try:
         subprocess.run([args.worker, "--prepare", url], check=True, timeout=30)
-    pause_flag = os.path.join(work, "pause")
-    faketime_file = None
-    if sc.fault == "clock_jump":
-        faketime_file = os.path.join(work, "faketime")
-        with open(faketime_file, "w") as f:
-            f.write("+0\n")
-    workers = [Worker(args.worker, url, store, seconds, pause_flag, os.path.join(work, "worker%d.log" % i),
-                      faketime_file if i == 0 else None) for i in range(3)]
+    except BaseException:
+        server.stop()
+        raise
+    return server, proxy, url
+
+
+def run_scenario(sc, args, work):
+    seconds, faults = sc.timing[1 if args.full else 0]
+    store = Store(fenced=sc.fenced)
+    server = proxy = None
+    workers = []
+    try:  # whatever fails, every process is stopped by pid
+        server, proxy, url = start_servers(sc, args, work)
+        pause_flag = os.path.join(work, "pause")
+        faketime_file = None
+        if sc.fault == "clock_jump":
+            faketime_file = os.path.join(work, "faketime")
+            with open(faketime_file, "w") as f:
+                f.write("+0\n")
+        workers = [Worker(args.worker, url, store, seconds, pause_flag, os.path.join(work, "worker%d.log" % i),
+                          faketime_file if i == 0 else None) for i in range(3)]
+        start = time.monotonic()
+        heals, injected = inject_faults(sc, work, server, proxy, seconds, faults, pause_flag, faketime_file)
+        codes = [w.finish(seconds + 30) for w in workers]
+        elapsed = time.monotonic() - start
+    finally:
+        for w in workers:
+            w.kill()
+        if proxy:
+            proxy.close()
+        if server:
+            server.stop()
+        store.close()
+    save_events(workers, start, work)
+    if isinstance(server, Deployment):
+        with open(os.path.join(work, "faults.timeline"), "w") as f:
+            f.writelines("%.3f %s\n" % (t - start, what) for t, what in server.timeline)
+    r = judge(sc, store, workers, codes, heals, injected, start)
+    r["elapsed_s"] = elapsed
+    r["note"] = server.note() if isinstance(server, Deployment) else ""
+    return r
+
+
+def inject_faults(sc, work, server, proxy, seconds, faults, pause_flag, faketime_file):
+    """Injects the scenario's fault `faults` times, one every (seconds - 3) / faults s; returns
+    the monotonic times at which each was healed, and how many were injected."""
     heals = []  # monotonic times at which a fault was healed
     injected = 0
-    start = time.monotonic()
     time.sleep(1.5)
     gap = (seconds - 3.0) / faults
     for k in range(faults):
@@ -395,16 +867,17 @@ def run_scenario(sc, args, work):
             server.restart()
             injected += 1
             heals.append(time.monotonic())
+        elif sc.fault == "failover":  # Cluster or Sentinel: healed once the promotion is seen
+            heals.append(server.fail_over())
+            injected += 1
         rest = gap - (time.monotonic() - t0)
         if rest > 0:
             time.sleep(rest)
-    codes = [w.finish(seconds + 30) for w in workers]
-    elapsed = time.monotonic() - start
-    if proxy:
-        proxy.close()
-    server.stop()
-    store.close()
+    return heals, injected
 
+
+def judge(sc, store, workers, codes, heals, injected, start):
+    """The scenario's figures, and its "problems": whatever a user would call a failure."""
     # ----- what a user checks
     events = sorted((t, w) for wk in workers for t, w in wk.events)
     acks = [int(w[1]) for _, w in events if w[0] == "ACK"]
@@ -425,7 +898,7 @@ def run_scenario(sc, args, work):
         "final": store.counter, "lost_updates": len(acks) - store.counter,
         "stale_rejected": store.stale_rejected, "stale_accepted": store.stale_accepted,
         "unreported": unreported, "reported": reported, "recovery_max_s": max(recoveries) if recoveries else 0.0,
-        "bound_s": sc.bound_s, "elapsed_s": elapsed,
+        "bound_s": sc.bound_s,
     }
     problems = []
     if any(c != 0 for c in codes):
@@ -445,13 +918,41 @@ def run_scenario(sc, args, work):
         if not rising:
             problems.append("accepted tokens did not rise strictly")
         if unreported:
-            problems.append("%d losses the store proved were never reported" % unreported)
+            problems.append("%d losses the store proved were never reported (%s)"
+                            % (unreported, unreported_evidence(store, workers, heals, start)))
         if r["recovery_max_s"] > sc.bound_s:
             problems.append("recovery took %.2f s, bound %.1f s" % (r["recovery_max_s"], sc.bound_s))
         if len(acks) == 0:
             problems.append("no increment was acknowledged at all")
     r["problems"] = problems
     return r
+
+
+def unreported_evidence(store, workers, heals, start):
+    """Each unreported loss: its worker and token, when the store refused it and which newer
+    token (acquired by whom, when) it had seen, and the latest heal before (s from the start)."""
+    acquired = {w[1]: (i, t) for i, wk in enumerate(workers) for t, w in wk.events if w[0] == "ACQ"}
+    out = []
+    for i, wk in enumerate(workers):
+        for t, w in wk.events:
+            if w[0] != "UNREPORTED":
+                continue
+            healed = [h - start for h in heals if h <= t]
+            text = "worker%d token %s (acquired at %.2f s)" % (i, w[1], acquired.get(w[1], (0, start))[1] - start)
+            for at, op, token, newer in store.refusals:
+                if str(token) == w[1]:
+                    by, when = acquired.get(str(newer), (-1, start))
+                    text += ", its %s refused at %.2f s: the store had seen token %d (worker%d, acquired at %.2f s)" % (
+                        op, at - start, newer, by, when - start)
+            out.append(text + ", last heal %s" % ("%.2f s" % healed[-1] if healed else "none"))
+    return "; ".join(out)
+
+
+def save_events(workers, start, work):
+    """Each worker's events, s from the start, in work/workerN.events: evidence for a failure."""
+    for i, wk in enumerate(workers):
+        with open(os.path.join(work, "worker%d.events" % i), "w") as f:
+            f.writelines("%.3f %s\n" % (t - start, " ".join(w)) for t, w in wk.events)
 
 
 SCENARIOS = [
@@ -468,6 +969,17 @@ SCENARIOS = [
     Scenario("dynamodb: holder SIGSTOPped past its lease", "dynamodb", "holder_stop", 6.0),
     Scenario("dynamodb: dynalite SIGSTOPped 2 leases", "dynamodb", "server_stop", 6.0),
     Scenario("dynamodb: dynalite killed, restarted on its data", "dynamodb", "restart", 6.0),
+    # A master SIGKILLed, its replica promoted, the killed node started again on its port. The
+    # bound counts from the promotion being observed (every node, or every sentinel, names the
+    # new master), as the outage before it is the servers' failure detection: the lock's lease
+    # (1 s) has run out by then, so lease + C + T = 2 s again, with slack. A cluster fault takes
+    # ~3 s (promotion ~2-2.6 s, the node back as a replica in ~0.1 s); a Sentinel fault ~13 s
+    # (promotion ~2.9 s, then ~10 s until the sentinels convert the empty restarted master: an
+    # 8 s wait in Sentinel, then its next 10-second INFO): one in the default set, six in --full.
+    Scenario("cluster: the lock's master SIGKILLed, replica promoted, old master rejoins", "redis-cluster",
+             "failover", 5.0, timing=((12, 2), (30, 6))),
+    Scenario("sentinel: the master SIGKILLed, replica promoted, old master back empty", "redis-sentinel",
+             "failover", 5.0, timing=((16, 1), (90, 6))),
     Scenario("control: fencing off, holder paused between read and write", "redis", "holder_stop", 99.0,
              fenced=False, expect_lost_updates=True),
 ]
@@ -491,10 +1003,12 @@ def main():
         except Exception as e:  # a harness failure fails the scenario, loudly
             r = {"scenario": sc.name, "problems": ["harness: %r" % e]}
         if r.get("problems"):
-            print("FAIL %s: %s (logs in %s)" % (sc.name, "; ".join(r["problems"]), work), flush=True)
+            print("FAIL %s: %s (logs in %s%s)" % (sc.name, "; ".join(r["problems"]), work,
+                                                  "; " + r["note"] if r.get("note") else ""), flush=True)
         else:
             shutil.rmtree(work, ignore_errors=True)
-            print("ok   %s (%.1f s)" % (sc.name, r["elapsed_s"]), flush=True)
+            print("ok   %s (%.1f s%s)" % (sc.name, r["elapsed_s"], "; " + r["note"] if r.get("note") else ""),
+                  flush=True)
         results.append(r)
 
     print()
