@@ -129,6 +129,9 @@ TEST_P(Failover, FencedCounterRunFinishesOnThePromotedReplicaLosingNoUpdate) {
     std::ifstream(counter) >> n;
     return n;
   };
+  // Every worker connected first: one that opens its client after the kill finds no master
+  // (a failed open, not what this test is about).
+  for (auto& w : workers) ASSERT_EQ(w->AwaitLine("OPEN", 30s), "OPEN") << w->output();
   ASSERT_TRUE(WaitFor([&] { return count_now() >= 20; }, 30s)) << "the run did not start";
   ASSERT_TRUE(topology_->KillMasterOf(Key(name)));
   const auto killed = Clock::now();

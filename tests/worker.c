@@ -144,6 +144,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(argv[3], "fenced") == 0 && argc >= 6) {
+    printf("OPEN\n");  /* a test may wait for every worker to be connected before a fault */
+    fflush(stdout);
     int code = fenced(c, o, argv[2], strtol(argv[4], NULL, 10), argv[5]);
     dlock_options_free(o);
     dlock_client_close(c);
