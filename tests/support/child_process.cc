@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -238,6 +239,21 @@ std::string ReadTail(const std::string& path, size_t max_bytes) {
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (s.size() > max_bytes) s = "..." + s.substr(s.size() - max_bytes);
   return s;
+}
+
+std::string MakeTempDir(const std::string& name, std::string* why) {
+  std::string base = "/tmp";
+  if (const char* t = getenv("TMPDIR"); t && *t && strlen(t) < 60) base = t;
+  std::string tmpl = base + "/dlock-" + name + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) {
+    *why = "mkdtemp(" + tmpl + ") failed: " + strerror(errno);
+    return "";
+  }
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(buf.data(), ec);
+  return ec ? std::string(buf.data()) : abs.string();
 }
 
 }  // namespace dlock_test

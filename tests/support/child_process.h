@@ -97,6 +97,11 @@ std::string FindOnPath(const std::string& name, const char* override_env);
 // The last max_bytes of a file ("" if unreadable), for failure messages.
 std::string ReadTail(const std::string& path, size_t max_bytes);
 
+// A fresh private directory "$TMPDIR/dlock-<name>-XXXXXX" (absolute path), or "" and *why. A
+// TMPDIR of 60 characters or more is passed over for /tmp: a unix socket's path in it must
+// fit in sun_path (108 bytes).
+std::string MakeTempDir(const std::string& name, std::string* why);
+
 }  // namespace dlock_test
 
 #endif  // DLOCK_TESTS_SUPPORT_CHILD_PROCESS_H_

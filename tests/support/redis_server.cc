@@ -1,5 +1,6 @@
 #include "redis_server.h"
 #include "support/redis_wire.h"
+#include "support/tls_certs.h"
 
 #include "support/child_process.h"
 
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -35,55 +37,84 @@ constexpr int kStartAttempts = 5;
 
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-// Connects over TCP (or the unix socket when unix_path is set), authenticating when password is
-// set. On failure returns null and says why.
-ContextPtr Connect(int port, const std::string& unix_path, const std::string& password,
-                   int connect_timeout_ms, int io_timeout_ms, std::string* why) {
-  ContextPtr c(unix_path.empty()
-                   ? redisConnectWithTimeout("127.0.0.1", port, Tv(connect_timeout_ms))
-                   : redisConnectUnixWithTimeout(unix_path.c_str(), Tv(connect_timeout_ms)));
-  if (!c) {
-    *why = "CONNECT FAILED: cannot allocate a hiredis context";
-    return nullptr;
-  }
-  if (c->err) {
-    *why = std::string("CONNECT FAILED: ") + c->errstr;
-    return nullptr;
-  }
-  redisSetTimeout(c.get(), Tv(io_timeout_ms));
-  if (!password.empty()) {
-    ReplyPtr r = Command(c.get(), {"AUTH", password});
-    if (!r) {
-      *why = std::string("IO FAILED: ") + c->errstr;
-      return nullptr;
+// A connection to the server under test, authenticated when password is set: hiredis over TCP
+// (or the unix socket when unix_path is set), or a wire::TlsConnection when tls is given. On
+// failure ok() is false and error() says why ("CONNECT FAILED: ...", "IO FAILED: ...", or the
+// AUTH error).
+class Connection {
+ public:
+  Connection(int port, const std::string& unix_path,
+             const std::optional<wire::TlsClientOptions>& tls, const std::string& password,
+             int connect_timeout_ms, int io_timeout_ms) {
+    if (tls) {
+      // One timeout for all: the TCP connect is quick on loopback, the handshake is I/O.
+      tls_ = std::make_unique<wire::TlsConnection>("127.0.0.1", port, *tls, io_timeout_ms);
+      if (!tls_->connected()) {
+        error_ = tls_->error();
+        return;
+      }
+    } else {
+      plain_.reset(unix_path.empty()
+                       ? redisConnectWithTimeout("127.0.0.1", port, Tv(connect_timeout_ms))
+                       : redisConnectUnixWithTimeout(unix_path.c_str(), Tv(connect_timeout_ms)));
+      if (!plain_) {
+        error_ = "CONNECT FAILED: cannot allocate a hiredis context";
+        return;
+      }
+      if (plain_->err) {
+        error_ = std::string("CONNECT FAILED: ") + plain_->errstr;
+        return;
+      }
+      redisSetTimeout(plain_.get(), Tv(io_timeout_ms));
     }
-    if (r->type == REDIS_REPLY_ERROR) {
-      *why = Render(r.get());
-      return nullptr;
+    if (!password.empty()) {
+      ReplyPtr r = Command({"AUTH", password});
+      if (r && r->type == REDIS_REPLY_ERROR) error_ = Render(r.get());
     }
   }
-  return c;
-}
 
-std::string MakeTempDir(std::string* why) {
-  // The unix socket path must fit in sun_path (108 bytes): fall back to /tmp for a long TMPDIR.
-  std::string base = "/tmp";
-  if (const char* t = getenv("TMPDIR"); t && *t && strlen(t) < 60) base = t;
-  std::string tmpl = base + "/dlock-redis-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (!mkdtemp(buf.data())) {
-    *why = "mkdtemp(" + tmpl + ") failed: " + strerror(errno);
-    return "";
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  // One command; null when it failed (error() says why).
+  ReplyPtr Command(const std::vector<std::string>& args) {
+    ReplyPtr r = tls_ ? tls_->Command(args) : wire::Command(plain_.get(), args);
+    if (!r) error_ = tls_ ? tls_->error() : std::string("IO FAILED: ") + plain_->errstr;
+    return r;
   }
-  std::error_code ec;
-  fs::path abs = fs::absolute(buf.data(), ec);
-  return ec ? std::string(buf.data()) : abs.string();
+
+ private:
+  ContextPtr plain_;
+  std::unique_ptr<wire::TlsConnection> tls_;
+  std::string error_;
+};
+
+// How Cli() and the readiness check meet a TLS server: any server certificate will do (the
+// wrong-host and expired ones too: it is our own server, as its pid shows), and client.crt for
+// a server that wants one. None (plain TCP) for a server without TLS.
+std::optional<wire::TlsClientOptions> ClientTls(const std::optional<RedisTls>& tls) {
+  if (!tls) return std::nullopt;
+  return wire::TlsClientOptions{.cert_file = tls->certs->client_cert(),
+                                .key_file = tls->certs->client_key()};
 }
 
 }  // namespace
 
 RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
+  Start();
+}
+
+RedisServer::RedisServer(const RedisTls& tls, std::vector<std::string> extra_args)
+    : extra_args_(std::move(extra_args)) {
+  if (!tls.certs || !tls.certs->ok()) {
+    ADD_FAILURE() << "RedisServer: RedisTls.certs must be certificates that were made (ok())";
+    return;
+  }
+  tls_ = tls;
+  Start();
+}
+
+void RedisServer::Start() {
   for (size_t i = 0; i < extra_args_.size(); ++i) {
     const std::string& a = extra_args_[i];
     if (a == "--requirepass" && i + 1 < extra_args_.size()) {
@@ -98,14 +129,19 @@ RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_args_(std:
     return;
   }
   std::string why;
-  dir_ = MakeTempDir(&why);
+  dir_ = MakeTempDir("redis", &why);
   if (dir_.empty()) {
     ADD_FAILURE() << "RedisServer: " << why;
     return;
   }
   for (int attempt = 1; attempt <= kStartAttempts; ++attempt) {
     port_ = FreeTcpPort();
-    if (port_ <= 0) {
+    if (tls_ && tls_->plain_port_too) {
+      do {
+        plain_port_ = FreeTcpPort();
+      } while (plain_port_ > 0 && plain_port_ == port_);
+    }
+    if (port_ <= 0 || (tls_ && tls_->plain_port_too && plain_port_ <= 0)) {
       why = std::string("no free TCP port on 127.0.0.1: ") + strerror(errno);
       continue;
     }
@@ -137,20 +173,38 @@ RedisServer::~RedisServer() {
 }
 
 std::string RedisServer::address() const { return host() + ":" + std::to_string(port_); }
-std::string RedisServer::url() const { return "redis://" + address(); }
-std::string RedisServer::unix_socket() const { return dir_.empty() ? "" : dir_ + "/redis.sock"; }
+std::string RedisServer::url() const { return (tls_ ? "rediss://" : "redis://") + address(); }
+std::string RedisServer::unix_socket() const {
+  return dir_.empty() || tls_ ? "" : dir_ + "/redis.sock";
+}
 
 void RedisServer::Spawn() {
+  // A TLS server gets --port 0 (no plain port) unless it has a plain_port_, and no unix socket.
+  const int plain_port = tls_ ? std::max(plain_port_, 0) : port_;
   std::vector<std::string> args = {redis_path_,
-                                   "--port", std::to_string(port_),
+                                   "--port", std::to_string(plain_port),
                                    "--bind", "127.0.0.1",
-                                   "--unixsocket", unix_socket(),
-                                   "--unixsocketperm", "700",
                                    "--save", "",
                                    "--appendonly", "no",
                                    "--dir", dir_,
                                    "--daemonize", "no",
                                    "--logfile", dir_ + "/redis.log"};
+  if (tls_) {
+    const TestCertificates& certs = *tls_->certs;
+    std::string cert = certs.server_cert(), key = certs.server_key();
+    if (tls_->server_cert == RedisTls::Cert::kWrongHost) {
+      cert = certs.wrong_host_cert();
+      key = certs.wrong_host_key();
+    } else if (tls_->server_cert == RedisTls::Cert::kExpired) {
+      cert = certs.expired_cert();
+      key = certs.expired_key();
+    }
+    args.insert(args.end(), {"--tls-port", std::to_string(port_), "--tls-cert-file", cert,
+                             "--tls-key-file", key, "--tls-ca-cert-file", certs.ca_cert(),
+                             "--tls-auth-clients", tls_->require_client_cert ? "yes" : "no"});
+  } else {
+    args.insert(args.end(), {"--unixsocket", unix_socket(), "--unixsocketperm", "700"});
+  }
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   process_ = std::make_unique<ChildProcess>(args, ChildOptions::LogTo(dir_ + "/stdout.log"));
 }
@@ -168,30 +222,29 @@ bool RedisServer::WaitReady(std::string* why) {
       *why = "redis-server " + DescribeExitCode(code) + " before answering PING";
       return false;
     }
-    std::string err;
-    if (ContextPtr c = Connect(port_, "", password_, 200, 1000, &err)) {
-      ReplyPtr pong = Command(c.get(), {"PING"});
-      ReplyPtr info = pong ? Command(c.get(), {"INFO", "server"}) : nullptr;
-      if (pong && info && pong->type == REDIS_REPLY_STATUS && Render(pong.get()) == "PONG" &&
-          info->type == REDIS_REPLY_STRING) {
-        // Make sure it is our server that answers, not another test's that raced us to the port.
-        std::string text = Render(info.get());
-        std::string want = "process_id:" + std::to_string(pid()) + "\r";
-        if (text.find(want) != std::string::npos) {
-          if (ContextPtr u = Connect(0, unix_socket(), password_, 200, 1000, &err)) {
-            ReplyPtr upong = Command(u.get(), {"PING"});
-            if (upong && upong->type == REDIS_REPLY_STATUS) return true;
-          }
-          last = "unix socket " + unix_socket() + ": " + err;
-        } else {
-          last = "port " + std::to_string(port_) + " answered by another redis-server";
-        }
+    Connection c(port_, "", ClientTls(tls_), password_, 200, 1000);
+    ReplyPtr pong = c.ok() ? c.Command({"PING"}) : nullptr;
+    ReplyPtr info = pong ? c.Command({"INFO", "server"}) : nullptr;
+    if (pong && info && pong->type == REDIS_REPLY_STATUS && Render(pong.get()) == "PONG" &&
+        info->type == REDIS_REPLY_STRING) {
+      // Make sure it is our server that answers, not another test's that raced us to the port.
+      std::string text = Render(info.get());
+      std::string want = "process_id:" + std::to_string(pid()) + "\r";
+      if (text.find(want) == std::string::npos) {
+        last = "port " + std::to_string(port_) + " answered by another redis-server";
+      } else if (tls_ && plain_port_ <= 0) {
+        return true;
       } else {
-        last = pong ? "PING/INFO answered: " + Render(pong.get()) : "PING failed: " +
-                                                                        std::string(c->errstr);
+        // Its other listener (the unix socket, or a TLS server's plain port) must answer too.
+        Connection other(std::max(plain_port_, 0), unix_socket(), std::nullopt, password_, 200,
+                         1000);
+        ReplyPtr other_pong = other.ok() ? other.Command({"PING"}) : nullptr;
+        if (other_pong && other_pong->type == REDIS_REPLY_STATUS) return true;
+        last = (tls_ ? "plain port " + std::to_string(plain_port_) : "unix socket " +
+                unix_socket()) + ": " + other.error();
       }
     } else {
-      last = err;
+      last = pong ? "PING/INFO answered: " + Render(pong.get()) : "PING failed: " + c.error();
     }
     SleepMs(20);
   }
@@ -235,12 +288,9 @@ bool RedisServer::Restart() {
 std::string RedisServer::Cli(const std::vector<std::string>& args) const {
   if (port_ <= 0) return "CONNECT FAILED: the server was never started";
   ScopedNoSigpipe no_sigpipe;
-  std::string why;
-  ContextPtr c = Connect(port_, "", password_, 2000, 10000, &why);
-  if (!c) return why;
-  ReplyPtr r = Command(c.get(), args);
-  if (!r) return std::string("IO FAILED: ") + c->errstr;
-  return Render(r.get());
+  Connection c(port_, "", ClientTls(tls_), password_, 2000, 10000);
+  ReplyPtr r = c.ok() ? c.Command(args) : nullptr;
+  return r ? Render(r.get()) : c.error();
 }
 
 std::string RedisServer::LogTail() const {

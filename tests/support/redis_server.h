@@ -14,18 +14,45 @@
 //
 // When extra_args contain `--requirepass PASSWORD`, Cli() and the readiness check authenticate
 // with it (a plain hiredis connection does not).
+//
+// A TLS server (certificates from tls_certs.h):
+//
+//   dlock_test::TestCertificates certs;
+//   dlock_test::RedisServer redis(dlock_test::RedisTls{.certs = &certs,
+//                                                      .require_client_cert = true});
+//   redis.url();             // "rediss://127.0.0.1:PORT": TLS only, no unix socket
+//   redis.Cli({"PING"});     // over TLS, with certs.client_cert(); Restart() keeps TLS
+//
+// redis-server refuses a plain client on a TLS port at once (the client sees the connection
+// reset), but a TLS client on a plain port waits: the server reads its ClientHello as the start
+// of an inline command and answers nothing, so the client's handshake times out.
 #ifndef DLOCK_TESTS_SUPPORT_REDIS_SERVER_H_
 #define DLOCK_TESTS_SUPPORT_REDIS_SERVER_H_
 
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "support/child_process.h"
 
 namespace dlock_test {
+
+class TestCertificates;
+
+// How a TLS RedisServer listens: redis-server --port 0 --tls-port PORT, with
+// --tls-cert-file/--tls-key-file of the chosen certificate, --tls-ca-cert-file certs->ca_cert()
+// and --tls-auth-clients yes|no.
+struct RedisTls {
+  enum class Cert { kServer, kWrongHost, kExpired };  // server_cert, wrong_host_cert, ...
+
+  const TestCertificates* certs = nullptr;  // must outlive the server (its files are used)
+  Cert server_cert = Cert::kServer;         // the certificate the server presents
+  bool require_client_cert = false;         // --tls-auth-clients yes: refuse clients without one
+  bool plain_port_too = false;              // also listen without TLS, on plain_port()
+};
 
 class RedisServer {
  public:
@@ -35,6 +62,10 @@ class RedisServer {
   // in the meantime. On failure, ADD_FAILURE() with the reason (and the server's log) and
   // running() is false.
   explicit RedisServer(std::vector<std::string> extra_args = {});
+  // The same, but listening with TLS only (on port(); with plain_port_too also without TLS on
+  // plain_port()); the readiness check and Cli() speak TLS (see wire::TlsConnection), without
+  // checking the server's certificate and presenting certs->client_cert().
+  explicit RedisServer(const RedisTls& tls, std::vector<std::string> extra_args = {});
   // Always stops it (SIGTERM, then SIGKILL after 2 s), reaps it, removes the temp dir. If the
   // current test has failed, the tail of the server's log is printed first.
   ~RedisServer();
@@ -42,11 +73,14 @@ class RedisServer {
   RedisServer& operator=(const RedisServer&) = delete;
 
   bool running() const { return pid() > 0; }
-  int port() const { return port_; }
+  int port() const { return port_; }  // a TLS server's TLS port
+  // A TLS server's port without TLS when it was asked for (plain_port_too); -1 otherwise.
+  int plain_port() const { return plain_port_; }
+  bool tls() const { return tls_.has_value(); }
   std::string host() const { return "127.0.0.1"; }
   std::string address() const;      // "127.0.0.1:PORT"
-  std::string url() const;          // "redis://127.0.0.1:PORT"
-  std::string unix_socket() const;  // absolute path of the socket
+  std::string url() const;          // "redis://127.0.0.1:PORT" ("rediss://" with TLS)
+  std::string unix_socket() const;  // absolute path of the socket ("" for a TLS server)
   std::string dir() const { return dir_; }  // the temp dir (log: dir() + "/redis.log")
   pid_t pid() const { return process_ ? process_->pid() : -1; }  // -1 when not running
 
@@ -58,7 +92,8 @@ class RedisServer {
   // it answers PING within 5 s; otherwise ADD_FAILURE() with the reason and false.
   bool Restart();
 
-  // Runs one command over a fresh hiredis connection (TCP) and renders the reply as text:
+  // Runs one command over a fresh hiredis connection (TCP; TLS for a TLS server, see
+  // wire::TlsConnection) and renders the reply as text:
   // status/string -> its text, integer -> decimal, nil -> "(nil)", error -> "ERR: <message>",
   // array -> elements rendered the same way and joined by "\n" (empty array -> "").
   // Connection failure -> "CONNECT FAILED: <reason>"; an I/O error or timeout (10 s) after
@@ -66,7 +101,8 @@ class RedisServer {
   std::string Cli(const std::vector<std::string>& args) const;
 
  private:
-  void Spawn();                       // starts redis-server on port_
+  void Start();                       // picks free ports, starts, waits until ready
+  void Spawn();                       // starts redis-server on port_ (and plain_port_)
   bool WaitReady(std::string* why);  // PING (and our pid) within the deadline
   std::string LogTail() const;
 
@@ -75,6 +111,8 @@ class RedisServer {
   std::string redis_path_;
   std::string dir_;
   int port_ = -1;
+  std::optional<RedisTls> tls_;
+  int plain_port_ = -1;
   std::unique_ptr<ChildProcess> process_;
 };
 

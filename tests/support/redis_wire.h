@@ -1,9 +1,11 @@
 // Plain hiredis helpers the test harnesses share to talk to the servers they start (not the
-// library's own I/O): one command, its reply as text, and no SIGPIPE from a server that died.
+// library's own I/O): one command, its reply as text, and no SIGPIPE from a server that died;
+// and, as hiredis 0.14 has no TLS, a small blocking TLS client (OpenSSL) for TLS servers.
 #ifndef DLOCK_TESTS_SUPPORT_REDIS_WIRE_H_
 #define DLOCK_TESTS_SUPPORT_REDIS_WIRE_H_
 
 #include <hiredis/hiredis.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <sys/time.h>
 
@@ -42,6 +44,54 @@ ReplyPtr Command(redisContext* c, const std::vector<std::string>& args);
 // status/string -> its text, integer -> decimal, nil -> "(nil)", error -> "ERR: <message>",
 // array -> elements rendered the same way and joined by "\n".
 std::string Render(const redisReply* r);
+
+// How a TlsConnection connects. (The `= {}`s let designated initializers leave fields out
+// without GCC 12's -Wmissing-field-initializers.)
+struct TlsClientOptions {
+  // Verify the server's certificate chain against this CA file; "" = accept any certificate
+  // (the harness talks to servers it started itself, whatever certificate they were given).
+  std::string ca_file = {};
+  // With ca_file: the host name or IP address the certificate must be for; "" = not checked.
+  std::string verify_host = {};
+  // A client certificate and its key, for a server that asks for one; "" = none.
+  std::string cert_file = {};
+  std::string key_file = {};
+};
+
+// A blocking TLS connection to a redis-server, for the harness and the tests of it. Replies
+// are parsed by hiredis's reader, so Render() shows them as it shows plain ones.
+//
+//   TlsConnection c("127.0.0.1", port, {.ca_file = certs.ca_cert()}, 2000);
+//   if (!c.connected()) ... c.error() ...            // "CONNECT FAILED: <OpenSSL's reason>"
+//   ReplyPtr r = c.Command({"PING"});                // null: c.error() is "IO FAILED: ..."
+//
+// Callers need no ScopedNoSigpipe: it holds one around every write.
+class TlsConnection {
+ public:
+  // Connects to ip:port (numeric IPv4) and completes the handshake; the TCP connect, and then
+  // every read and write, may take up to timeout_ms.
+  TlsConnection(const std::string& ip, int port, const TlsClientOptions& options,
+                int timeout_ms);
+  ~TlsConnection();
+  TlsConnection(const TlsConnection&) = delete;
+  TlsConnection& operator=(const TlsConnection&) = delete;
+
+  bool connected() const { return connected_; }
+  // Why the connection or the last command failed; "" when nothing failed.
+  const std::string& error() const { return error_; }
+  // One command; null when it could not be sent or its reply not read (error() says why).
+  ReplyPtr Command(const std::vector<std::string>& args);
+
+ private:
+  void Fail(const std::string& prefix, const std::string& what, int ssl_error = SSL_ERROR_SSL);
+
+  int fd_ = -1;
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
+  redisReader* reader_ = nullptr;
+  bool connected_ = false;
+  std::string error_;
+};
 
 }  // namespace dlock_test::wire
 
