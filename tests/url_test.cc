@@ -64,6 +64,28 @@ TEST(UrlTest, WaitReplicasOnEveryRedisScheme) {
   EXPECT_EQ(ParseRedis("redis://h?wait_replicas=65", &c).code(), Code::kInvalidArgument);
 }
 
+TEST(UrlTest, TlsByRedissOrTlsOneWithItsSettings) {
+  redis::RedisConfig c;
+  ASSERT_TRUE(ParseRedis("rediss://:pw@h:6380/2", &c).ok());
+  EXPECT_TRUE(c.tls.enabled);
+  EXPECT_TRUE(c.tls.verify);
+  EXPECT_EQ(c.port, 6380);
+  EXPECT_EQ(c.db, 2);
+  ASSERT_TRUE(ParseRedis("redis://h", &c).ok());
+  EXPECT_FALSE(c.tls.enabled);
+  ASSERT_TRUE(ParseRedis("redis://h?tls=1&ca=/c/ca.pem&cert=/c/me.pem&key=/c/me.key&sni=redis.example&"
+                         "tls_verify=0",
+                         &c)
+                  .ok());
+  EXPECT_TRUE(c.tls.enabled);
+  EXPECT_EQ(c.tls.ca, "/c/ca.pem");
+  EXPECT_EQ(c.tls.cert, "/c/me.pem");
+  EXPECT_EQ(c.tls.key, "/c/me.key");
+  EXPECT_EQ(c.tls.sni, "redis.example");
+  EXPECT_FALSE(c.tls.verify);
+  EXPECT_EQ(c.tls_context, nullptr);  // files are read at open (LoadTls), not when parsing
+}
+
 Status ParseCluster(const std::string& text, redis::RedisClusterConfig* config) {
   Url url;
   Status s = ParseUrl(text, &url);
@@ -84,6 +106,10 @@ TEST(UrlTest, ClusterSeedsAndSharedSettings) {
   redis::RedisConfig node = c.At("10.0.0.9", 7005);
   EXPECT_EQ(node.Describe(), "redis 10.0.0.9:7005");
   EXPECT_EQ(*node.password, "p");
+  EXPECT_FALSE(node.tls.enabled);
+  ASSERT_TRUE(ParseCluster("redis-cluster://h:1?tls=1&sni=c.example", &c).ok());
+  EXPECT_TRUE(c.At("10.0.0.9", 7005).tls.enabled);
+  EXPECT_EQ(c.At("10.0.0.9", 7005).tls.sni, "c.example");
   Status s = ParseCluster("redis-cluster://h:1/2", &c);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find("database 0 only"), std::string::npos) << s.message();
@@ -116,6 +142,12 @@ TEST(UrlTest, SentinelsMasterNameAndTheirOwnPassword) {
   EXPECT_EQ(sentinel.db, 0);
   ASSERT_TRUE(parse("redis-sentinel://h/m", &c).ok());
   EXPECT_FALSE(c.SentinelAt(c.sentinels[0]).password.has_value());
+  EXPECT_FALSE(c.SentinelAt(c.sentinels[0]).tls.enabled);
+  // tls=1 is for the sentinels and the master alike.
+  ASSERT_TRUE(parse("redis-sentinel://h/m?tls=1&ca=/ca.pem", &c).ok());
+  EXPECT_TRUE(c.SentinelAt(c.sentinels[0]).tls.enabled);
+  EXPECT_EQ(c.SentinelAt(c.sentinels[0]).tls.ca, "/ca.pem");
+  EXPECT_TRUE(c.MasterAt("10.0.0.9", 6380).tls.enabled);
   for (const char* bad : {"redis-sentinel://h", "redis-sentinel://h/", "redis-sentinel://h/a/b",
                           "redis-sentinel:///m"}) {
     Status s = parse(bad, &c);
@@ -158,7 +190,14 @@ INSTANTIATE_TEST_SUITE_P(
                       BadUrl{"redis://host/%zz", "percent"},
                       BadUrl{"redis+unix://host/sock", "must not name a host"},
                       BadUrl{"redis+unix://", "no socket path"},
-                      BadUrl{"redis://h?db=1", "unknown URL parameter 'db'"}));
+                      BadUrl{"redis://h?db=1", "unknown URL parameter 'db'"},
+                      BadUrl{"redis://h?ca=/x.pem", "ca= is a TLS setting, but TLS is off"},
+                      BadUrl{"redis://h?tls=0&sni=x", "sni= is a TLS setting"},
+                      BadUrl{"rediss://h?tls=0", "contradicts rediss://"},
+                      BadUrl{"rediss://h?tls=yes", "tls='yes' must be 0 or 1"},
+                      BadUrl{"rediss://h?tls_verify=2", "must be 0 or 1"},
+                      BadUrl{"rediss://h?ca=", "ca= is empty"},
+                      BadUrl{"redis+unix:///s.sock?tls=1", "TLS is for TCP"}));
 
 TEST(UrlTest, ErrorsNeverShowThePassword) {
   Url url;

@@ -13,6 +13,7 @@ namespace {
 const BackendEntry kBackends[] = {
     {"redis", NewRedisBackend, PrepareRedis},
     {"redis+unix", NewRedisBackend, PrepareRedis},
+    {"rediss", NewRedisBackend, PrepareRedis},
     {"redis-cluster", NewRedisClusterBackend, PrepareRedisCluster},
     {"redis-sentinel", NewRedisSentinelBackend, PrepareRedisSentinel},
 #if DLOCK_WITH_DYNAMODB

@@ -1,40 +1,35 @@
-// A hiredis async connection on the client's event loop (loop thread only). Commands issued in
-// one loop iteration leave in one write: that is how heartbeats are pipelined. hiredis 0.14 has
-// no async timeouts, so this class enforces timeout_ms itself: when the oldest command waits
-// longer, the connection is dropped and every pending command fails with EIO.
+// A pipelined Redis connection on the client's event loop (loop thread only), over a
+// StreamConnection (TCP, unix socket or TLS). Commands issued in one loop iteration leave in
+// one write: that is how heartbeats are pipelined. Replies come back in order and each goes
+// to its command's callback. When the oldest command waits longer than timeout_ms (connecting
+// included), the connection is dropped and every pending command fails with EIO; the next
+// command connects again.
 #ifndef DLOCK_REDIS_ASYNC_CONNECTION_H_
 #define DLOCK_REDIS_ASYNC_CONNECTION_H_
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include <deque>
-#include <unordered_map>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
 #include "loop/event_loop.h"
 #include "redis/redis_url.h"
 #include "redis/scripts.h"
+#include "redis/stream_connection.h"
 
 namespace dlock::redis {
 
-// Opens a hiredis async context on loop for config, attaches it to the loop, sets data and the
-// callbacks, and queues AUTH and SELECT (their replies are ignored: a refusal shows up as the
-// next command's NOAUTH error). Null with *error set when it cannot even start connecting.
-redisAsyncContext* OpenAsyncContext(EventLoop* loop, const RedisConfig& config, void* data,
-                                    redisConnectCallback* on_connect,
-                                    redisDisconnectCallback* on_disconnect, std::string* error);
-
-class AsyncConnection {
+class AsyncConnection : private StreamConnection::Handler {
  public:
   // reply is null exactly when error is not ok. The reply is freed after the callback.
   using Callback = std::function<void(redisReply* reply, const Status& error)>;
 
   AsyncConnection(EventLoop* loop, const RedisConfig& config);
-  ~AsyncConnection();
+  ~AsyncConnection() override;
   AsyncConnection(const AsyncConnection&) = delete;
   AsyncConnection& operator=(const AsyncConnection&) = delete;
 
@@ -49,17 +44,23 @@ class AsyncConnection {
   // Drops the connection for good: later commands fail at once and never reconnect.
   void Shutdown(const std::string& why);
   // Commands sent and not answered yet.
-  size_t pending() const { return sent_.size(); }
+  size_t pending() const { return pending_.size(); }
   // Runs (loop thread) whenever a connection fails: refused, closed by the server, dropped
   // for silence, or a command failed on it. Not for Shutdown. May run several times per loss.
   void set_on_lost(std::function<void()> on_lost) { on_lost_ = std::move(on_lost); }
 
  private:
-  struct Pending;
-  static void OnReply(redisAsyncContext* ac, void* reply, void* privdata);
-  static void OnConnect(const redisAsyncContext* ac, int status);
-  static void OnDisconnect(const redisAsyncContext* ac, int status);
+  struct Pending {
+    Callback cb;  // null for the connection's own setup commands
+    TimePoint sent;
+  };
+  void OnStreamConnected() override {}
+  void OnStreamReply(redisReply* reply) override;
+  void OnStreamLost(const Status& why) override;
   bool EnsureConnected(std::string* error);
+  // Fails every pending command with error (in order; their callbacks may send anew).
+  void FailPending(const Status& error);
+  void FailLater(Callback cb, const Status& error);
   void CheckTimeout();
   void ArmTimeout();
   void Lost();
@@ -67,10 +68,9 @@ class AsyncConnection {
   EventLoop* loop_;
   RedisConfig config_;
   std::string server_;
-  redisAsyncContext* ctx_ = nullptr;
-  std::string drop_reason_;
+  StreamConnection stream_;
   std::string shutdown_reason_;  // set once shut down
-  std::deque<TimePoint> sent_;  // send times of pending commands, oldest first
+  std::deque<Pending> pending_;  // sent, not answered, oldest first
   // NOSCRIPT handling: commands are numbered as sent; a script needs loading again only for a
   // NOSCRIPT to a command sent after its last SCRIPT LOAD (else one is already on its way).
   uint64_t commands_sent_ = 0;

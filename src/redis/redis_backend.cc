@@ -127,12 +127,14 @@ namespace dlock {
 
 Status PrepareRedis(const Url& url, int64_t) {
   redis::RedisConfig config;
-  return redis::ParseRedisUrl(url, &config);
+  Status s = redis::ParseRedisUrl(url, &config);
+  return s.ok() ? redis::LoadTls(&config) : s;
 }
 
 Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
   redis::RedisConfig config;
   Status s = redis::ParseRedisUrl(url, &config);
+  if (s.ok()) s = redis::LoadTls(&config);
   if (!s.ok()) return s;
   *out = std::make_unique<redis::RedisBackend>(
       loop, config, std::make_unique<redis::NodeChannel>(loop, config));
@@ -141,12 +143,14 @@ Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>
 
 Status PrepareRedisCluster(const Url& url, int64_t) {
   redis::RedisClusterConfig config;
-  return redis::ParseRedisClusterUrl(url, &config);
+  Status s = redis::ParseRedisClusterUrl(url, &config);
+  return s.ok() ? redis::LoadTls(&config.node) : s;
 }
 
 Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
   redis::RedisClusterConfig config;
   Status s = redis::ParseRedisClusterUrl(url, &config);
+  if (s.ok()) s = redis::LoadTls(&config.node);
   if (!s.ok()) return s;
   *out = std::make_unique<redis::RedisBackend>(
       loop, config.node, std::make_unique<redis::ClusterChannel>(loop, config));
@@ -155,12 +159,14 @@ Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<B
 
 Status PrepareRedisSentinel(const Url& url, int64_t) {
   redis::RedisSentinelConfig config;
-  return redis::ParseRedisSentinelUrl(url, &config);
+  Status s = redis::ParseRedisSentinelUrl(url, &config);
+  return s.ok() ? redis::LoadTls(&config.node) : s;
 }
 
 Status NewRedisSentinelBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
   redis::RedisSentinelConfig config;
   Status s = redis::ParseRedisSentinelUrl(url, &config);
+  if (s.ok()) s = redis::LoadTls(&config.node);
   if (!s.ok()) return s;
   *out = std::make_unique<redis::RedisBackend>(
       loop, config.node, std::make_unique<redis::SentinelChannel>(loop, config));

@@ -1,5 +1,7 @@
 #include "redis/redis_url.h"
 
+#include <algorithm>
+
 namespace dlock::redis {
 
 std::string RedisConfig::Describe() const {
@@ -10,15 +12,65 @@ std::string RedisConfig::Describe() const {
 
 namespace {
 
-// The parts every Redis scheme shares: credentials, the common parameters and wait_replicas.
-// The scheme's own parameters (backend_params) are returned in extra.
+const std::vector<std::string> kTlsParams = {"tls", "ca", "cert", "key", "sni", "tls_verify"};
+
+Status ParseFlag(const std::string& key, const std::string& value, bool* out) {
+  if (value != "0" && value != "1") {
+    return Status::InvalidArgument("URL parameter " + key + "='" + value + "' must be 0 or 1");
+  }
+  *out = value == "1";
+  return Status::Ok();
+}
+
+// rediss://, or tls=1 and its companions on any Redis scheme.
+Status ParseTls(const Url& url, const std::vector<std::pair<std::string, std::string>>& values,
+                TlsParams* out) {
+  out->enabled = url.scheme == "rediss";
+  std::string companion;  // a TLS setting given, which means nothing without TLS
+  for (const auto& [key, value] : values) {
+    Status s;
+    if (key == "tls") {
+      bool on;
+      s = ParseFlag(key, value, &on);
+      if (s.ok() && !on && url.scheme == "rediss") {
+        s = Status::InvalidArgument("URL parameter tls=0 contradicts rediss://");
+      }
+      out->enabled = out->enabled || on;
+    } else if (key == "tls_verify") {
+      s = ParseFlag(key, value, &out->verify);
+    } else if (value.empty()) {
+      s = Status::InvalidArgument("URL parameter " + key + "= is empty");
+    } else {
+      (key == "ca" ? out->ca : key == "cert" ? out->cert : key == "key" ? out->key : out->sni) = value;
+    }
+    if (!s.ok()) return s;
+    if (key != "tls" && companion.empty()) companion = key;
+  }
+  if (!companion.empty() && !out->enabled) {
+    return Status::InvalidArgument("URL parameter " + companion +
+                                   "= is a TLS setting, but TLS is off (use rediss:// or tls=1)");
+  }
+  if (out->enabled && url.scheme == "redis+unix") {
+    return Status::InvalidArgument("TLS is for TCP connections, not redis+unix://");
+  }
+  return Status::Ok();
+}
+
+// The parts every Redis scheme shares: credentials, the common parameters, wait_replicas and
+// TLS. The scheme's own parameters (backend_params) are returned in extra.
 Status ParseShared(const Url& url, std::vector<std::string> backend_params, RedisConfig* out,
                    std::vector<std::pair<std::string, std::string>>* extra) {
   backend_params.push_back("wait_replicas");
+  backend_params.insert(backend_params.end(), kTlsParams.begin(), kTlsParams.end());
   std::vector<std::pair<std::string, std::string>> values;
   Status s = ParseCommonParams(url, backend_params, &out->params, &values);
   if (!s.ok()) return s;
+  std::vector<std::pair<std::string, std::string>> tls;
   for (auto& [key, value] : values) {
+    if (std::find(kTlsParams.begin(), kTlsParams.end(), key) != kTlsParams.end()) {
+      tls.emplace_back(key, value);
+      continue;
+    }
     if (key != "wait_replicas") {
       extra->emplace_back(std::move(key), std::move(value));
       continue;
@@ -28,6 +80,8 @@ Status ParseShared(const Url& url, std::vector<std::string> backend_params, Redi
     if (!s.ok()) return s;
     out->wait_replicas = static_cast<int>(n);
   }
+  s = ParseTls(url, tls, &out->tls);
+  if (!s.ok()) return s;
   if (url.user.has_value() && !url.user->empty()) out->user = url.user;
   out->password = url.password;
   if (out->user.has_value() && !out->password.has_value()) {
@@ -79,6 +133,8 @@ RedisConfig RedisSentinelConfig::SentinelAt(const HostPort& sentinel) const {
   c.port = sentinel.port;
   c.password = sentinel_password;
   c.params = node.params;
+  c.tls = node.tls;  // tls=1 is for the sentinels and the master alike
+  c.tls_context = node.tls_context;
   return c;
 }
 
@@ -112,6 +168,11 @@ Status ParseRedisSentinelUrl(const Url& url, RedisSentinelConfig* out) {
     out->sentinels.push_back(std::move(sentinel));
   }
   return Status::Ok();
+}
+
+Status LoadTls(RedisConfig* config) {
+  if (!config->tls.enabled) return Status::Ok();
+  return TlsContext::Create(config->tls, &config->tls_context);
 }
 
 Status ParseRedisUrl(const Url& url, RedisConfig* out) {

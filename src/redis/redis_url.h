@@ -1,14 +1,18 @@
-// Redis connection settings from redis://, redis+unix://, redis-cluster:// and
-// redis-sentinel:// URLs.
+// Redis connection settings from redis://, rediss://, redis+unix://, redis-cluster:// and
+// redis-sentinel:// URLs. Every scheme takes the common parameters (prefix=,
+// connect_timeout_ms=, timeout_ms=), wait_replicas= and the TLS ones (tls=1, ca=, cert=, key=,
+// sni=, tls_verify=0; rediss:// is redis:// with tls=1).
 #ifndef DLOCK_REDIS_REDIS_URL_H_
 #define DLOCK_REDIS_REDIS_URL_H_
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "core/url.h"
+#include "redis/tls.h"
 
 namespace dlock::redis {
 
@@ -22,12 +26,20 @@ struct RedisConfig {
   CommonParams params;
   // wait_replicas=N: an acquire counts only once N replicas acknowledged it (WAIT).
   int wait_replicas = 0;
+  TlsParams tls;
+  // Made from tls at open (files read once), shared by every connection of the client; null
+  // for plain connections.
+  std::shared_ptr<const TlsContext> tls_context;
 
   // "redis 127.0.0.1:6379" or "redis unix:/path": how errors name the server.
   std::string Describe() const;
 };
 
+// redis://, rediss:// (TLS) and redis+unix://.
 Status ParseRedisUrl(const Url& url, RedisConfig* out);
+// With TLS on, makes config->tls_context from config->tls: reads the CA, certificate and key
+// files (DLOCK_EINVAL naming a file that is missing, unreadable or does not fit). At open.
+Status LoadTls(RedisConfig* config);
 
 // redis-cluster://[[user]:password@]host:port[,host:port...][?params]: the seed nodes, and the
 // settings every node of the cluster shares (node.host/port unset).

@@ -29,68 +29,6 @@ void* CreateBoundedArray(const redisReadTask* task, int elements) {
 
 }  // namespace
 
-namespace {
-
-bool AllowedInAsync(const redisReadTask* task, int type, long long elements) {
-  const auto* ac = static_cast<const redisAsyncContext*>(task->privdata);
-  if (ac == nullptr) return true;
-  const bool regular_expected = ac->replies.head != nullptr;
-  const bool subscribed = (ac->c.flags & REDIS_SUBSCRIBED) != 0;
-  if (task->parent == nullptr) {  // a whole reply
-    if (type == REDIS_REPLY_ERROR || regular_expected) return true;  // hiredis copes with these
-    // Else it must be pub/sub: {kind, channel, count or payload}.
-    return subscribed && type == REDIS_REPLY_ARRAY && elements >= 3 && elements <= 4;
-  }
-  if (regular_expected || !subscribed) return true;  // inside a regular reply: parsers judge it
-  if (task->parent->parent != nullptr) return false;  // pub/sub replies are flat
-  if (task->idx <= 1) return type == REDIS_REPLY_STRING;  // kind and channel
-  if (task->idx == 2) {
-    const auto* array = static_cast<const redisReply*>(task->parent->obj);
-    const redisReply* kind = array != nullptr ? array->element[0] : nullptr;
-    if (kind == nullptr) return false;
-    std::string k(kind->str, kind->len);
-    if (!k.empty() && (k[0] == 'p' || k[0] == 'P')) k.erase(0, 1);
-    if (strcasecmp(k.c_str(), "unsubscribe") == 0) return type == REDIS_REPLY_INTEGER;
-  }
-  return true;
-}
-
-void* AsyncString(const redisReadTask* task, char* str, size_t len) {
-  if (!AllowedInAsync(task, task->type, 0)) return nullptr;
-  return hiredis_functions->createString(task, str, len);
-}
-void* AsyncArray(const redisReadTask* task, int elements) {
-  if (!AllowedInAsync(task, REDIS_REPLY_ARRAY, elements)) return nullptr;
-  return CreateBoundedArray(task, elements);
-}
-void* AsyncInteger(const redisReadTask* task, long long value) {
-  if (!AllowedInAsync(task, REDIS_REPLY_INTEGER, 0)) return nullptr;
-  return hiredis_functions->createInteger(task, value);
-}
-void* AsyncNil(const redisReadTask* task) {
-  if (!AllowedInAsync(task, REDIS_REPLY_NIL, 0)) return nullptr;
-  return hiredis_functions->createNil(task);
-}
-redisReplyObjectFunctions async_functions;
-
-}  // namespace
-
-void GuardAsyncReader(redisAsyncContext* ac) {
-  redisReader* reader = ac->c.reader;
-  GuardReader(reader);  // learns hiredis's defaults
-  if (reader == nullptr || hiredis_functions == nullptr) return;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    async_functions = *hiredis_functions;
-    async_functions.createString = AsyncString;
-    async_functions.createArray = AsyncArray;
-    async_functions.createInteger = AsyncInteger;
-    async_functions.createNil = AsyncNil;
-  });
-  reader->fn = &async_functions;
-  reader->privdata = ac;
-}
-
 void GuardReader(redisReader* reader) {
   if (reader == nullptr || reader->fn == nullptr) return;
   std::call_once(guard_once, [reader] {

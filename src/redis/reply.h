@@ -3,7 +3,6 @@
 #ifndef DLOCK_REDIS_REPLY_H_
 #define DLOCK_REDIS_REPLY_H_
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include <memory>
@@ -32,12 +31,7 @@ constexpr int kMaxReplyElements = 1 << 16;
 // Makes reader refuse arrays claiming more than kMaxReplyElements (or fewer than 0): a reader
 // error, as for any other bytes that are not RESP. Every reader dlock creates goes through it.
 void GuardReader(redisReader* reader);
-// hiredis 0.14's async layer asserts, aborting the process, on a reply nobody asked for and on
-// a pub/sub reply shaped otherwise than Redis shapes them. The reader of an async context
-// guarded here refuses such replies instead (as well as oversized arrays): a reader error, on
-// which hiredis drops the connection. Call right after creating the context.
-void GuardAsyncReader(redisAsyncContext* ac);
-// A copy of r that outlives the callback r was lent to (hiredis frees async replies after it).
+// A copy of r that outlives the callback r was lent to (replies are freed after their callback).
 ReplyPtr CloneReply(const redisReply* r);
 // The reader's error as words for a Status.
 std::string ReaderError(const redisReader* reader);

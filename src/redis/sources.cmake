@@ -1,7 +1,9 @@
 # The Redis backends (redis://, redis+unix://, redis-cluster://, redis-sentinel://): hiredis's reply reader and command formatter,
-# our own socket I/O for the blocking path, hiredis async on the loop, and the Lua scripts.
+# our own socket I/O (blocking, and on libevent bufferevents on the loop; OpenSSL for TLS), and
+# the Lua scripts.
 # Included by the top-level CMakeLists.txt right after dlock_core exists.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+pkg_check_modules(LIBEVENT_OPENSSL REQUIRED IMPORTED_TARGET libevent_openssl)
 
 # lua/*.lua is the source of truth, embedded into the library at build time.
 set(DLOCK_LUA_SCRIPTS ${PROJECT_SOURCE_DIR}/lua/acquire.lua
@@ -27,9 +29,11 @@ target_sources(dlock_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/redis_url.cc
   ${CMAKE_CURRENT_LIST_DIR}/reply.cc
   ${CMAKE_CURRENT_LIST_DIR}/scripts.cc
+  ${CMAKE_CURRENT_LIST_DIR}/stream_connection.cc
   ${CMAKE_CURRENT_LIST_DIR}/sentinel_channel.cc
   ${CMAKE_CURRENT_LIST_DIR}/subscriber.cc
   ${CMAKE_CURRENT_LIST_DIR}/sync_connection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tls.cc
   ${CMAKE_CURRENT_LIST_DIR}/watch_router.cc
   ${DLOCK_LUA_GEN})
-target_link_libraries(dlock_core PUBLIC PkgConfig::HIREDIS)
+target_link_libraries(dlock_core PUBLIC PkgConfig::HIREDIS OpenSSL::SSL PkgConfig::LIBEVENT_OPENSSL)

@@ -1,14 +1,6 @@
 #include "redis/subscriber.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <strings.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,12 +9,6 @@
 
 namespace dlock::redis {
 namespace {
-
-// The one place that makes the connection's bufferevent over a socket not yet connected: TLS
-// will wrap the socket here instead (bufferevent_openssl_socket_new, BUFFEREVENT_SSL_CONNECTING).
-bufferevent* NewBufferevent(event_base* base, evutil_socket_t fd) {
-  return bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-}
 
 bool IsString(const redisReply* r) {
   return r != nullptr && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
@@ -40,6 +26,7 @@ Subscriber::Subscriber(EventLoop* loop, const RedisConfig& config, PubSubMode mo
       config_(config),
       mode_(mode),
       on_misrouted_(std::move(on_misrouted)),
+      stream_(loop, config, this),
       reconnect_timer_(loop, [this] { SubscribePending(); }),
       sweep_timer_(loop, [this] { Sweep(); }),
       deadline_timer_(loop, [this] { OnDeadline(); }) {}
@@ -75,93 +62,16 @@ void Subscriber::Unwatch(const std::string& channel, ReleaseWatcher* watcher) {
 // ----- the connection ------------------------------------------------------------------
 
 bool Subscriber::StartConnect() {
-  addresses_.clear();
-  next_address_ = 0;
-  if (!config_.socket_path.empty()) {
-    Address a{};
-    auto* un = reinterpret_cast<sockaddr_un*>(&a.addr);
-    if (config_.socket_path.size() >= sizeof un->sun_path) return false;
-    un->sun_family = AF_UNIX;
-    std::memcpy(un->sun_path, config_.socket_path.data(), config_.socket_path.size());
-    a.len = sizeof(sockaddr_un);
-    addresses_.push_back(a);
-  } else {
-    // Blocking, as hiredis's own connect was: names are rare and /etc/hosts answers most.
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const std::string port = std::to_string(config_.port);
-    if (getaddrinfo(config_.host.c_str(), port.c_str(), &hints, &found) != 0) return false;
-    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-      if (ai->ai_addrlen > sizeof(sockaddr_storage)) continue;
-      Address a{};
-      std::memcpy(&a.addr, ai->ai_addr, ai->ai_addrlen);
-      a.len = ai->ai_addrlen;
-      addresses_.push_back(a);
-    }
-    freeaddrinfo(found);
-  }
   connect_started_ = Now();
-  return ConnectNext();
+  std::string why;  // a subscriber's loss is not reported in words: waiters just fall back
+  if (!stream_.Open(&why)) return false;
+  ArmDeadline();
+  return true;
 }
 
-// Starts connecting to the next address; false when none is left. One deadline for them all.
-bool Subscriber::ConnectNext() {
-  const TimePoint deadline = connect_started_ + Millis(config_.params.connect_timeout_ms);
-  while (next_address_ < addresses_.size() && Now() < deadline) {
-    const Address& a = addresses_[next_address_++];
-    const int family = a.addr.ss_family;
-    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    if (family == AF_INET || family == AF_INET6) {
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    }
-    bufferevent* bev = NewBufferevent(loop_->base(), fd);
-    if (bev == nullptr) {
-      close(fd);
-      continue;
-    }
-    bufferevent_setcb(bev, &Subscriber::OnRead, nullptr, &Subscriber::OnEvent, this);
-    // A refused connect is reported later, through OnEvent; other failures right here.
-    if (bufferevent_socket_connect(bev, reinterpret_cast<const sockaddr*>(&a.addr),
-                                   static_cast<int>(a.len)) != 0 ||
-        bufferevent_enable(bev, EV_READ) != 0) {
-      bufferevent_free(bev);
-      continue;
-    }
-    reader_ = redisReaderCreate();
-    if (reader_ == nullptr) {
-      bufferevent_free(bev);
-      return false;
-    }
-    GuardReader(reader_);
-    bev_ = bev;
-    ++connection_id_;
-    ArmDeadline();
-    return true;
-  }
-  return false;
-}
+void Subscriber::OnStreamLost(const Status&) { ConnectionLost(); }
 
-void Subscriber::OnEvent(bufferevent*, short events, void* arg) {
-  auto* self = static_cast<Subscriber*>(arg);
-  if ((events & BEV_EVENT_CONNECTED) != 0) {
-    self->OnConnected();
-    return;
-  }
-  if ((events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) == 0) return;
-  if (!self->connected_) {  // this address failed: the next one, within the same deadline
-    self->CloseConnection();
-    if (self->ConnectNext()) return;
-  }
-  self->ConnectionLost();
-}
-
-void Subscriber::OnConnected() {
-  connected_ = true;
+void Subscriber::OnStreamConnected() {
   if (config_.password.has_value()) {
     std::vector<std::string> auth{"AUTH"};
     if (config_.user.has_value()) auth.push_back(*config_.user);
@@ -174,19 +84,7 @@ void Subscriber::OnConnected() {
 
 bool Subscriber::Send(Command command, const std::vector<std::string>& argv,
                       const std::string& channel) {
-  std::vector<const char*> ptrs;
-  std::vector<size_t> lens;
-  for (const auto& a : argv) {
-    ptrs.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  char* formatted = nullptr;
-  int len = redisFormatCommandArgv(&formatted, static_cast<int>(ptrs.size()), ptrs.data(),
-                                   lens.data());
-  bool written = len > 0 && formatted != nullptr &&
-                 bufferevent_write(bev_, formatted, static_cast<size_t>(len)) == 0;
-  if (formatted != nullptr) redisFreeCommand(formatted);
-  if (!written) {  // out of memory: the replies would no longer match what was sent
+  if (!stream_.Write(argv)) {  // out of memory: the replies would no longer match what was sent
     ConnectionLost();
     return false;
   }
@@ -202,8 +100,8 @@ bool Subscriber::Send(Command command, const std::vector<std::string>& argv,
 }
 
 void Subscriber::ArmDeadline() {
-  if (bev_ == nullptr) return;
-  if (!connected_) {
+  if (!stream_.open()) return;
+  if (!stream_.connected()) {
     deadline_timer_.StartAt(connect_started_ + Millis(config_.params.connect_timeout_ms));
   } else if (!sent_.empty()) {
     deadline_timer_.StartAt(sent_.front().deadline);
@@ -213,9 +111,9 @@ void Subscriber::ArmDeadline() {
 }
 
 void Subscriber::OnDeadline() {
-  if (bev_ == nullptr) return;
+  if (!stream_.open()) return;
   // No connection within connect_timeout_ms, or a server that accepts and then stays silent.
-  if (!connected_ || (!sent_.empty() && Now() >= sent_.front().deadline)) {
+  if (!stream_.connected() || (!sent_.empty() && Now() >= sent_.front().deadline)) {
     ConnectionLost();
     return;
   }
@@ -223,11 +121,7 @@ void Subscriber::OnDeadline() {
 }
 
 void Subscriber::CloseConnection() {
-  if (bev_ != nullptr) bufferevent_free(bev_);  // no callback runs after this
-  bev_ = nullptr;
-  if (reader_ != nullptr) redisReaderFree(reader_);
-  reader_ = nullptr;
-  connected_ = false;
+  stream_.Close();  // no callback runs after this
   sent_.clear();
   deadline_timer_.Cancel();
 }
@@ -263,13 +157,13 @@ void Subscriber::ConnectionLost() {
 
 void Subscriber::SubscribePending() {
   if (shut_down_) return;
-  const bool can_send = bev_ != nullptr && connected_;
+  const bool can_send = stream_.connected();
   std::vector<std::string> names;
   {
     std::lock_guard<std::mutex> lock(mu_);
     kick_posted_ = false;
-    if (bev_ == nullptr && reconnect_timer_.pending()) return;  // the timer calls again
-    if (bev_ != nullptr && !connected_) return;                 // OnConnected calls again
+    if (!stream_.open() && reconnect_timer_.pending()) return;  // the timer calls again
+    if (stream_.open() && !stream_.connected()) return;        // OnStreamConnected calls again
     for (const std::string& name : to_send_) {
       auto it = channels_.find(name);
       if (it == channels_.end() || it->second.state != State::kPending) continue;
@@ -317,7 +211,7 @@ void Subscriber::Sweep() {
       }
       any = true;
       if (ch.state == State::kLive && ch.waiters.empty() && now - ch.idle_since >= kLinger &&
-          connected_) {
+          stream_.connected()) {
         ch.state = State::kUnsubscribing;
         idle.push_back(it->first);
       }
@@ -325,9 +219,9 @@ void Subscriber::Sweep() {
     }
   }
   const char* unsubscribe = mode_ == PubSubMode::kSharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
-  const uint64_t connection = connection_id_;
+  const uint64_t connection = stream_.generation();
   for (const auto& name : idle) {
-    if (connection_id_ != connection || !Send(Command::kUnsubscribe, {unsubscribe, name}, name)) {
+    if (stream_.generation() != connection || !Send(Command::kUnsubscribe, {unsubscribe, name}, name)) {
       break;  // the connection was lost: ConnectionLost reset every channel
     }
   }
@@ -337,32 +231,13 @@ void Subscriber::Sweep() {
 
 // ----- replies ---------------------------------------------------------------------------
 
-void Subscriber::OnRead(bufferevent*, void* arg) { static_cast<Subscriber*>(arg)->ReadReplies(); }
-
-void Subscriber::ReadReplies() {
+void Subscriber::OnStreamReply(redisReply* reply) {
   std::vector<std::string> misrouted;
-  const uint64_t connection = connection_id_;
-  evbuffer* input = bufferevent_get_input(bev_);
-  char buf[16384];
-  while (connection_id_ == connection && bev_ != nullptr) {
-    int n = evbuffer_remove(input, buf, sizeof buf);
-    if (n <= 0) break;
-    if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
-      ConnectionLost();
-      break;
-    }
-    while (connection_id_ == connection && bev_ != nullptr) {
-      void* r = nullptr;
-      if (redisReaderGetReply(reader_, &r) != REDIS_OK) {  // not RESP: nothing more can be trusted
-        ConnectionLost();
-        break;
-      }
-      if (r == nullptr) break;
-      ReplyPtr reply(static_cast<redisReply*>(r));
-      if (!HandleReply(*reply, &misrouted)) ConnectionLost();
-    }
+  if (!HandleReply(*reply, &misrouted)) {
+    ConnectionLost();
+    return;
   }
-  // Last, outside the lock: the owner may Watch and Unwatch from here.
+  // Outside the lock: the owner may Watch and Unwatch from here.
   if (on_misrouted_) {
     for (const std::string& channel : misrouted) on_misrouted_(channel);
   }

@@ -6,9 +6,9 @@
 // + timeout_ms, every later command by timeout_ms; a refused AUTH, bytes that are not RESP and
 // replies of the wrong shape all count as a lost connection.
 //
-// The I/O is our own, on a libevent bufferevent (NewBufferevent in subscriber.cc is where TLS
-// will plug in), with hiredis formatting the commands and parsing the replies: hiredis 0.14's
-// async layer knows neither SSUBSCRIBE nor smessage, which Redis Cluster needs.
+// The I/O is a StreamConnection (TCP, unix socket or TLS, on a libevent bufferevent, hiredis
+// formatting and parsing): hiredis 0.14's async layer knows neither SSUBSCRIBE nor smessage,
+// which Redis Cluster needs.
 //
 // Sharded mode (Redis 7: SSUBSCRIBE/SUNSUBSCRIBE/smessage) serves a cluster node. A channel the
 // node refuses (an error such as MOVED, because its slot lives elsewhere) or drops on its own
@@ -24,7 +24,6 @@
 #define DLOCK_REDIS_SUBSCRIBER_H_
 
 #include <hiredis/hiredis.h>
-#include <sys/socket.h>
 
 #include <cstdint>
 #include <deque>
@@ -37,20 +36,19 @@
 #include "core/backend.h"
 #include "loop/event_loop.h"
 #include "redis/redis_url.h"
-
-struct bufferevent;
+#include "redis/stream_connection.h"
 
 namespace dlock::redis {
 
 // SUBSCRIBE/UNSUBSCRIBE/message vs SSUBSCRIBE/SUNSUBSCRIBE/smessage.
 enum class PubSubMode { kPlain, kSharded };
 
-class Subscriber {
+class Subscriber : private StreamConnection::Handler {
  public:
   Subscriber(EventLoop* loop, const RedisConfig& config, PubSubMode mode = PubSubMode::kPlain,
              std::function<void(const std::string& channel)> on_misrouted = nullptr);
   // Loop thread, or any thread once the loop has stopped. Safe after ShutdownOnLoop.
-  ~Subscriber();
+  ~Subscriber() override;
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
 
@@ -88,26 +86,20 @@ class Subscriber {
     std::string channel;
     TimePoint deadline;  // answered by then, or the connection is dropped
   };
-  struct Address {
-    sockaddr_storage addr;
-    socklen_t len;
-  };
 
   static constexpr Millis kLinger{2000};
   static constexpr Millis kReconnectDelay{200};
   static constexpr Millis kRefusedRetry{2000};
 
-  static void OnRead(bufferevent* bev, void* arg);
-  static void OnEvent(bufferevent* bev, short events, void* arg);
-  void OnConnected();
-  void ReadReplies();
+  void OnStreamConnected() override;
+  void OnStreamReply(redisReply* reply) override;
+  void OnStreamLost(const Status& why) override;
   // False when the reply makes no sense here: the connection is dropped.
   bool HandleReply(const redisReply& reply, std::vector<std::string>* misrouted);
   void Refuse(const std::string& channel, std::vector<std::string>* misrouted);
   // Our (S)UNSUBSCRIBE is answered: the channel goes, or is subscribed again for new waiters.
   void Unsubscribed(const std::string& channel);
   bool StartConnect();
-  bool ConnectNext();
   bool Send(Command command, const std::vector<std::string>& argv, const std::string& channel);
   void ArmDeadline();
   void OnDeadline();
@@ -123,12 +115,9 @@ class Subscriber {
 
   // Loop thread only.
   bool shut_down_ = false;
-  bufferevent* bev_ = nullptr;  // null when not connected nor connecting
-  redisReader* reader_ = nullptr;
-  bool connected_ = false;      // the socket is connected (the handshake may still be out)
-  uint64_t connection_id_ = 0;  // changes with every connection
-  std::vector<Address> addresses_;  // of the connect under way, tried in order
-  size_t next_address_ = 0;
+  // open() while connected or connecting; connected() once the socket (and TLS) is up, the
+  // AUTH may still be out.
+  StreamConnection stream_;
   TimePoint connect_started_;
   std::deque<Sent> sent_;
   Timer reconnect_timer_;

@@ -129,7 +129,78 @@ SyncConnection::SyncConnection(int fd, std::string server, int timeout_ms)
 
 SyncConnection::~SyncConnection() {
   if (reader_ != nullptr) redisReaderFree(reader_);
+  if (ssl_ != nullptr) SSL_free(ssl_);  // no close_notify: it could block, and Redis needs none
   close(fd_);
+}
+
+Status SyncConnection::Handshake(const RedisConfig& config, TimePoint deadline,
+                                 const std::string& limit) {
+  const std::string context = "cannot connect to " + server_ + ": ";
+  std::string why;
+  ssl_ = config.tls_context->NewSsl(config.host, &why);
+  if (ssl_ == nullptr) return Status::IoError(context + why);
+  if (!AttachSocket(ssl_, fd_)) return Status::IoError(context + "cannot start TLS on the socket");
+  while (true) {
+    if (!Arm(deadline)) {
+      timed_out_ = true;
+      // A plain Redis port reads a ClientHello as the start of a command and waits for more.
+      return Status::IoError(context + "the TLS handshake did not finish within " + limit +
+                             " (a plain Redis port never answers one: then no rediss:// nor tls=1)");
+    }
+    ClearTlsErrors();
+    const int ret = SSL_connect(ssl_);
+    if (ret == 1) return Status::Ok();
+    const int err = SSL_get_error(ssl_, ret);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) continue;  // the socket timeout
+    if (err == SSL_ERROR_SYSCALL && errno == EINTR) continue;
+    return TlsFailure(ssl_, ret, err, context + "TLS handshake failed: ");
+  }
+}
+
+ssize_t SyncConnection::Send(const char* data, size_t len, bool* again, Status* error) {
+  *again = false;
+  if (ssl_ == nullptr) {
+    ssize_t n = send(fd_, data, len, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) *again = true;
+    if (n < 0 && !*again) *error = Status::IoError("talking to " + server_ + " failed: " + std::strerror(errno));
+    return n;
+  }
+  ClearTlsErrors();
+  const int ret = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(len, 1 << 30)));
+  if (ret > 0) return ret;
+  const int err = SSL_get_error(ssl_, ret);
+  *again = err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ||
+           (err == SSL_ERROR_SYSCALL && errno == EINTR);
+  if (!*again) *error = TlsFailure(ssl_, ret, err, "talking to " + server_ + " failed: ");
+  return -1;
+}
+
+ssize_t SyncConnection::Recv(char* buf, size_t len, bool* again, Status* error) {
+  *again = false;
+  if (ssl_ == nullptr) {
+    ssize_t n = recv(fd_, buf, len, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) *again = true;
+    if (n < 0 && !*again) *error = Status::IoError("reading from " + server_ + " failed: " + std::strerror(errno));
+    return n;
+  }
+  ClearTlsErrors();
+  const int ret = SSL_read(ssl_, buf, static_cast<int>(len));
+  if (ret > 0) return ret;
+  const int err = SSL_get_error(ssl_, ret);
+  if (err == SSL_ERROR_ZERO_RETURN) return 0;
+  *again = err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ||
+           (err == SSL_ERROR_SYSCALL && errno == EINTR);
+  if (!*again) *error = TlsFailure(ssl_, ret, err, "reading from " + server_ + " failed: ");
+  return -1;
+}
+
+std::string SyncConnection::ProtocolHint() const {
+  if (answered_) return "";
+  if (ssl_ == nullptr) return " (before any reply: if that port expects TLS, use rediss:// or tls=1)";
+  // TLS 1.3: a server that wants a client certificate says so only after the handshake, and
+  // may reset the connection before its alert is read.
+  return " (before any reply over TLS: does the server require a client certificate? cert= and "
+         "key=)";
 }
 
 Status SyncConnection::Connect(const RedisConfig& config, TimePoint deadline,
@@ -146,6 +217,10 @@ Status SyncConnection::Connect(const RedisConfig& config, TimePoint deadline,
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::unique_ptr<SyncConnection> conn(new SyncConnection(fd, server, config.params.timeout_ms));
   if (conn->reader_ == nullptr) return Status(Code::kNoMemory, "out of memory connecting to " + server);
+  if (config.tls_context != nullptr) {
+    Status s = conn->Handshake(config, deadline, limit);
+    if (!s.ok()) return s;
+  }
   auto handshake_failed = [&](const Status& s) {
     if (!conn->timed_out()) return s;
     return Status::IoError("cannot connect to " + server + ": the handshake did not finish within " + limit);
@@ -213,13 +288,17 @@ Status SyncConnection::Flush(TimePoint deadline) {
   size_t sent = 0;
   while (sent < pending_.size()) {
     if (!Arm(deadline)) return TimedOut("talking to");
-    ssize_t n = send(fd_, pending_.data() + sent, pending_.size() - sent, MSG_NOSIGNAL);
+    bool again;
+    Status error;
+    ssize_t n = Send(pending_.data() + sent, pending_.size() - sent, &again, &error);
     if (n > 0) {
       sent += static_cast<size_t>(n);
       continue;
     }
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    return Fail(Status::IoError("talking to " + server_ + " failed: " + std::strerror(errno)));
+    if (again) continue;
+    if (n == 0) error = Status::IoError("talking to " + server_ + " failed: the server closed the connection");
+    if (error.code() == Code::kIoError) error = Status::IoError(error.message() + ProtocolHint());
+    return Fail(error);
   }
   pending_.clear();
   return Status::Ok();
@@ -247,25 +326,36 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
   while (true) {
     void* r = nullptr;
     if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
-      // Bytes that are not RESP: nothing more on this connection can be trusted.
-      return Fail(Status::BackendError(server_ + " does not speak the Redis protocol: " +
-                                       ReaderError(reader_)));
+      // Bytes that are not RESP: nothing more on this connection can be trusted. A TLS
+      // record's first byte (0x15 alert, 0x16 handshake) says what the server speaks.
+      const bool tls_bytes = !answered_ && ssl_ == nullptr && reader_->buf != nullptr &&
+                             (reader_->buf[0] == 0x15 || reader_->buf[0] == 0x16);
+      return Fail(Status::BackendError(
+          server_ + " does not speak the Redis protocol: " + ReaderError(reader_) +
+          (tls_bytes ? " (it answered in TLS: use rediss:// or tls=1)" : "")));
     }
     if (r != nullptr) {
       reply->reset(static_cast<redisReply*>(r));
+      answered_ = true;
       return Status::Ok();
     }
     if (!Arm(deadline)) return TimedOut("reading from");
-    ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    bool again;
+    Status error;
+    ssize_t n = Recv(buf, sizeof buf, &again, &error);
     if (n > 0) {
       if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
         return Fail(Status(Code::kNoMemory, "out of memory reading from " + server_));
       }
       continue;
     }
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (n == 0) return Fail(Status::IoError("reading from " + server_ + " failed: the server closed the connection"));
-    return Fail(Status::IoError("reading from " + server_ + " failed: " + std::strerror(errno)));
+    if (again) continue;
+    if (n == 0) {
+      return Fail(Status::IoError("reading from " + server_ +
+                                  " failed: the server closed the connection" + ProtocolHint()));
+    }
+    if (error.code() == Code::kIoError) error = Status::IoError(error.message() + ProtocolHint());
+    return Fail(error);
   }
 }
 

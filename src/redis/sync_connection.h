@@ -3,11 +3,15 @@
 // pool), so threads never wait on each other's round trips.
 //
 // The socket I/O is our own (connect with poll, then a blocking socket whose timeouts follow the
-// deadline) so that every call has a deadline for the whole exchange: hiredis's blocking context only bounds each read(), so a server trickling
-// one byte at a time could hold a caller forever. hiredis still formats commands and parses
-// replies.
+// deadline) so that every call has a deadline for the whole exchange: hiredis's blocking
+// context only bounds each read(), so a server trickling one byte at a time could hold a
+// caller forever. hiredis still formats commands and parses replies. With TLS (the config's
+// tls_context) the same socket carries OpenSSL's records: handshake, reads and writes follow
+// the same deadlines.
 #ifndef DLOCK_REDIS_SYNC_CONNECTION_H_
 #define DLOCK_REDIS_SYNC_CONNECTION_H_
+
+#include <openssl/ssl.h>
 
 #include <memory>
 #include <string>
@@ -51,6 +55,13 @@ class SyncConnection {
 
  private:
   SyncConnection(int fd, std::string server, int timeout_ms);
+  Status Handshake(const RedisConfig& config, TimePoint deadline, const std::string& limit);
+  // One send or recv, over TLS when there is any: > 0 bytes; 0 the peer closed; < 0 with
+  // *again (the socket timeout: look at the deadline and try again) or *error set.
+  ssize_t Send(const char* data, size_t len, bool* again, Status* error);
+  ssize_t Recv(char* buf, size_t len, bool* again, Status* error);
+  // Words for a failure before the first reply: a plain client at a TLS port, and the reverse.
+  std::string ProtocolHint() const;
   Status Flush(TimePoint deadline);
   Status Fail(Status s);
   Status TimedOut(const char* doing);
@@ -59,6 +70,7 @@ class SyncConnection {
   bool Arm(TimePoint deadline);
 
   int fd_;
+  SSL* ssl_ = nullptr;
   std::string server_;
   int timeout_ms_;  // for messages: what the deadline was made of
   redisReader* reader_;
@@ -66,6 +78,7 @@ class SyncConnection {
   int64_t armed_ms_ = 0;  // the socket's current SO_RCVTIMEO/SO_SNDTIMEO
   bool broken_ = false;
   bool timed_out_ = false;
+  bool answered_ = false;  // a reply was read: the server speaks RESP on this transport
 };
 
 // argv for EVALSHA sha numkeys keys... args...

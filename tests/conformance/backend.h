@@ -49,6 +49,8 @@ BackendFactory RedisTcpBackend();
 BackendFactory RedisUnixBackend();
 BackendFactory RedisClusterBackendFactory();
 BackendFactory RedisSentinelBackendFactory();
+BackendFactory RedisTlsBackendFactory();
+BackendFactory RedisTlsClientCertBackendFactory();
 BackendFactory DynamoDbBackend();
 
 }  // namespace dlock_test

@@ -4,8 +4,12 @@ namespace dlock_test {
 
 const std::vector<BackendFactory>& AllBackends() {
   static const std::vector<BackendFactory> all = [] {
-    std::vector<BackendFactory> v = {RedisTcpBackend(), RedisUnixBackend(),
-                                       RedisClusterBackendFactory(), RedisSentinelBackendFactory()};
+    std::vector<BackendFactory> v = {RedisTcpBackend(),
+                                     RedisUnixBackend(),
+                                     RedisTlsBackendFactory(),
+                                     RedisTlsClientCertBackendFactory(),
+                                     RedisClusterBackendFactory(),
+                                     RedisSentinelBackendFactory()};
 #ifdef DLOCK_CONFORMANCE_DYNAMODB
     v.push_back(DynamoDbBackend());
 #endif
