@@ -20,6 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (dlock::redis::ParseRedisClusterUrl(url, &cluster).ok()) {
     for (const auto& seed : cluster.seeds) (void)cluster.At(seed.host, seed.port).Describe();
   }
+  dlock::redis::RedisSentinelConfig sentinel;
+  if (dlock::redis::ParseRedisSentinelUrl(url, &sentinel).ok()) {
+    for (const auto& s : sentinel.sentinels) (void)sentinel.SentinelAt(s).Describe();
+    (void)sentinel.MasterAt("127.0.0.1", 6379).Describe();
+  }
   dlock::dynamodb::DynamoConfig dynamo;
   if (dlock::dynamodb::ParseDynamoUrl(url, &dynamo).ok()) {
     std::string partition, sort;
