@@ -8,12 +8,23 @@
  *       PROCS forked processes loop acquire(wait_ms=-1) + release on one name for SECONDS.
  *   dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S
  *       One client acquires LOCKS distinct locks (heartbeat = lease/3) and holds them for
- *       HOLD_S: background-thread CPU, RSS per lock, and proof that leases were renewed.
+ *       HOLD_S: background-thread and whole-process CPU, RSS per lock, bytes on the wire, and
+ *       proof that leases were renewed.
  *   dlock_bench routing PORT SECONDS ROUNDS
  *       The client's cost of cluster routing. PORT is a cluster-enabled redis-server that is
  *       the cluster's only master (it serves all 16384 slots). One thread, alternating per
  *       round: dlock_acquire + dlock_release through redis-cluster://127.0.0.1:PORT, and the
  *       same through redis://127.0.0.1:PORT (the very same node, no routing). Medians over ROUNDS.
+ *   dlock_bench tls PORT SECONDS ROUNDS URL
+ *       The client's cost of TLS. URL (rediss://...) names the TLS port of the redis-server
+ *       whose plain port is PORT. One thread, alternating per round: dlock_acquire +
+ *       dlock_release through URL and through redis://127.0.0.1:PORT. Medians over ROUNDS.
+ *   dlock_bench cycles PORT CYCLES [URL]
+ *       One acquire+release to connect, then CYCLES more, nothing else: for counting system
+ *       calls with strace (the difference of two CYCLES cancels connecting and closing).
+ *
+ * heartbeat takes a URL too, after HOLD_S: its client then talks to URL (say, the TLS port of
+ * the same server) while PORT still serves the monitoring connection.
  *
  * Each mode prints key=value lines on stdout (bench/run turns them into a table). It talks to
  * an existing redis-server on 127.0.0.1:PORT that nothing else uses. Timings are reported,
@@ -24,11 +35,14 @@
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_acked (glibc's netinet/tcp.h has not) */
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +52,7 @@
 #endif
 
 static int g_port;
+static const char *g_url; /* the dlock client's URL when not redis://127.0.0.1:PORT */
 
 /* ----- small helpers ------------------------------------------------------------------------ */
 
@@ -76,7 +91,12 @@ static dlock_client *open_scheme(const char *scheme) {
   return c;
 }
 
-static dlock_client *open_client(void) { return open_scheme("redis"); }
+static dlock_client *open_client(void) {
+  if (g_url == NULL) return open_scheme("redis");
+  dlock_client *c;
+  check(dlock_client_open(g_url, &c), "dlock_client_open");
+  return c;
+}
 
 static redisContext *raw_connect(void) {
   redisContext *r = redisConnect("127.0.0.1", g_port);
@@ -161,6 +181,32 @@ static double other_threads_cpu_s(int *threads) {
   closedir(d);
   if (threads != NULL) *threads = n;
   return (double)ticks / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* What this process's TCP connections open now have carried so far: payload bytes sent (and
+ * acknowledged) and received, and segments, from TCP_INFO of every socket in /proc/self/fd.
+ * Over TLS the payload is the TLS records: the bytes on the wire but for TCP/IP headers. */
+typedef struct {
+  double bytes_out, bytes_in, segs_out, segs_in;
+} wire_count;
+
+static wire_count tcp_totals(void) {
+  wire_count w = {0, 0, 0, 0};
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL) die("opendir /proc/self/fd: %s", strerror(errno));
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int fd = (int)strtol(e->d_name, NULL, 10);
+    if (fd == dirfd(d) || e->d_name[0] == '.') continue;
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue; /* not a TCP socket */
+    w.bytes_out += (double)ti.tcpi_bytes_acked, w.bytes_in += (double)ti.tcpi_bytes_received;
+    w.segs_out += (double)ti.tcpi_segs_out, w.segs_in += (double)ti.tcpi_segs_in;
+  }
+  closedir(d);
+  return w;
 }
 
 /* Resident set size of this process, in bytes. */
@@ -286,18 +332,25 @@ typedef struct {
   double bg_cpu_us;     /* non-main threads (dlock's loop thread), per cycle */
   double server_cpu_us; /* redis-server, per cycle */
   double switches;      /* context switches of this process's threads, per cycle */
+  wire_count wire;      /* this process's TCP traffic, per cycle */
 } unc_sample;
 
 static unc_sample measure(cycle_fn fn, unc_ctx *x, double secs, redisContext *mon) {
   long sw0, sw1;
-  double srv0 = server_cpu_s(mon), cpu0 = process_cpu_s(&sw0), bg0 = other_threads_cpu_s(NULL);
+  double srv0 = server_cpu_s(mon);
+  wire_count w0 = tcp_totals(); /* after mon's INFO: mon is idle until after w1 */
+  double cpu0 = process_cpu_s(&sw0), bg0 = other_threads_cpu_s(NULL);
   double t0 = now_s();
   long n = fn(x, t0 + secs);
   double t1 = now_s();
-  double cpu1 = process_cpu_s(&sw1), bg1 = other_threads_cpu_s(NULL), srv1 = server_cpu_s(mon);
-  unc_sample s = {(double)n / (t1 - t0), (cpu1 - cpu0) * 1e6 / (double)n,
-                  (bg1 - bg0) * 1e6 / (double)n, (srv1 - srv0) * 1e6 / (double)n,
-                  (double)(sw1 - sw0) / (double)n};
+  double cpu1 = process_cpu_s(&sw1), bg1 = other_threads_cpu_s(NULL);
+  wire_count w1 = tcp_totals();
+  double srv1 = server_cpu_s(mon);
+  double dn = (double)n;
+  unc_sample s = {dn / (t1 - t0), (cpu1 - cpu0) * 1e6 / dn, (bg1 - bg0) * 1e6 / dn,
+                  (srv1 - srv0) * 1e6 / dn, (double)(sw1 - sw0) / dn,
+                  {(w1.bytes_out - w0.bytes_out) / dn, (w1.bytes_in - w0.bytes_in) / dn,
+                   (w1.segs_out - w0.segs_out) / dn, (w1.segs_in - w0.segs_in) / dn}};
   return s;
 }
 
@@ -480,11 +533,14 @@ static int bench_heartbeat(int nlocks, uint64_t lease_ms, double hold_s) {
   double evalsha0 = info_number(mon, "commandstats", "cmdstat_evalsha:calls=");
   double loads0 = info_number(mon, "commandstats", "cmdstat_script|load:calls=");
   double srv0 = server_cpu_s(mon);
-  double cpu0 = other_threads_cpu_s(&threads);
+  wire_count wire0 = tcp_totals(); /* after mon's INFO: mon is idle until after wire1 */
+  long sw;
+  double cpu0 = other_threads_cpu_s(&threads), proc0 = process_cpu_s(&sw);
   double w0 = now_s();
   sleep_s(t_acquired + hold_s - w0);
   double w1 = now_s();
-  double cpu1 = other_threads_cpu_s(NULL);
+  double cpu1 = other_threads_cpu_s(NULL), proc1 = process_cpu_s(&sw);
+  wire_count wire1 = tcp_totals();
   double srv1 = server_cpu_s(mon);
   double evalsha1 = info_number(mon, "commandstats", "cmdstat_evalsha:calls=");
   double loads1 = info_number(mon, "commandstats", "cmdstat_script|load:calls=");
@@ -502,7 +558,10 @@ static int bench_heartbeat(int nlocks, uint64_t lease_ms, double hold_s) {
   printf("hb_acquire_rate=%.1f\n", (double)nlocks / (t_acquired - t0));
   printf("hb_hold_s=%.2f\nhb_threads=%d\n", w1 - w0, threads);
   printf("hb_bg_cpu_s=%.3f\nhb_bg_cpu_pct=%.3f\n", cpu1 - cpu0, (cpu1 - cpu0) * 100 / (w1 - w0));
+  printf("hb_proc_cpu_s=%.3f\nhb_proc_cpu_pct=%.3f\n", proc1 - proc0, (proc1 - proc0) * 100 / (w1 - w0));
   printf("hb_server_cpu_pct=%.3f\n", (srv1 - srv0) * 100 / (w1 - w0));
+  printf("hb_bytes_out=%.0f\nhb_bytes_in=%.0f\nhb_segments=%.0f\n", wire1.bytes_out - wire0.bytes_out,
+         wire1.bytes_in - wire0.bytes_in, wire1.segs_out - wire0.segs_out + wire1.segs_in - wire0.segs_in);
   printf("hb_rss_before=%ld\nhb_rss_after=%ld\nhb_bytes_per_lock=%.1f\n", rss0, rss1,
          (double)(rss1 - rss0) / nlocks);
   printf("hb_bytes_per_lock_after_hold=%.1f\n", (double)(rss2 - rss0) / nlocks);
@@ -528,60 +587,102 @@ static int bench_heartbeat(int nlocks, uint64_t lease_ms, double hold_s) {
   return 0;
 }
 
-/* ----- 4. cluster routing ------------------------------------------------------------------ */
+/* ----- 4. two clients of one server: cluster routing, TLS ---------------------------------- */
 
-/* The same uncontended cycle (dlock_cycles, same lock name, so the same server work) through a
- * cluster client and a single-node client of one node. What differs is only the client: slot
- * of the keys, the slot map's master, the reply checked for a redirection. */
-static int bench_routing(double secs, int rounds) {
+/* The same uncontended cycle (dlock_cycles, same lock name, so the same server work) through two
+ * clients of one server, alternating per round. What differs is only how the client reaches it.
+ * Prints PREFIX_* lines: NAMES[0] against NAMES[1]. */
+static void compare_clients(const char *prefix, const char *const names[2], dlock_client *clients[2],
+                            redisContext *mon, double secs, int rounds) {
   enum { kVariants = 2, kMaxRounds = 31 };
-  static const char *const names[kVariants] = {"cluster", "single"};
   if (rounds < 1 || rounds > kMaxRounds) die("rounds must be 1..%d", kMaxRounds);
-
   unc_ctx x[kVariants] = {{0}, {0}};
-  x[0].c = open_scheme("redis-cluster"); /* loads the slot map: fails unless a cluster node */
-  x[1].c = open_scheme("redis");
+  for (int v = 0; v < kVariants; v++) x[v].c = clients[v];
+  for (int v = 0; v < kVariants; v++) dlock_cycles(&x[v], now_s() + 0.3); /* warm-up */
+
+  double rate[kVariants][kMaxRounds], cli[kVariants][kMaxRounds], srv[kVariants][kMaxRounds],
+      sw[kVariants][kMaxRounds], out[kVariants][kMaxRounds], in[kVariants][kMaxRounds],
+      segs[kVariants][kMaxRounds];
+  /* Paired per round: the ratio, and the µs per cycle (wall, client CPU, server CPU) added. */
+  double ratio[kMaxRounds], added_us[kMaxRounds], cpu_added_us[kMaxRounds], srv_added_us[kMaxRounds];
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < kVariants; i++) {
+      int v = r % 2 ? kVariants - 1 - i : i;
+      unc_sample s = measure(dlock_cycles, &x[v], secs, mon);
+      rate[v][r] = s.rate, cli[v][r] = s.client_cpu_us, srv[v][r] = s.server_cpu_us;
+      sw[v][r] = s.switches, out[v][r] = s.wire.bytes_out, in[v][r] = s.wire.bytes_in;
+      segs[v][r] = s.wire.segs_out + s.wire.segs_in;
+    }
+    ratio[r] = rate[0][r] / rate[1][r];
+    added_us[r] = 1e6 / rate[0][r] - 1e6 / rate[1][r];
+    cpu_added_us[r] = cli[0][r] - cli[1][r];
+    srv_added_us[r] = srv[0][r] - srv[1][r];
+  }
+  printf("%s_seconds=%g\n%s_rounds=%d\n", prefix, secs, prefix, rounds);
+  printf("%s_ratio_rounds=", prefix);
+  for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", ratio[r]);
+  printf("\n%s_ratio=%.3f\n", prefix, median(ratio, rounds));
+  printf("%s_added_us=%.2f\n%s_client_cpu_added_us=%.2f\n%s_server_cpu_added_us=%.2f\n", prefix,
+         median(added_us, rounds), prefix, median(cpu_added_us, rounds), prefix,
+         median(srv_added_us, rounds));
+  for (int v = 0; v < kVariants; v++) {
+    const char *n = names[v];
+    printf("%s_%s_rounds=", prefix, n);
+    for (int r = 0; r < rounds; r++) printf("%s%.0f", r ? "/" : "", rate[v][r]);
+    printf("\n");
+    printf("%s_%s_rate=%.1f\n", prefix, n, median(rate[v], rounds));
+    printf("%s_%s_client_cpu_us=%.2f\n", prefix, n, median(cli[v], rounds));
+    printf("%s_%s_server_cpu_us=%.2f\n", prefix, n, median(srv[v], rounds));
+    printf("%s_%s_switches=%.2f\n", prefix, n, median(sw[v], rounds));
+    printf("%s_%s_bytes_out=%.1f\n%s_%s_bytes_in=%.1f\n%s_%s_segments=%.2f\n", prefix, n,
+           median(out[v], rounds), prefix, n, median(in[v], rounds), prefix, n,
+           median(segs[v], rounds));
+  }
+}
+
+/* Cluster routing: redis-cluster:// and redis:// to a cluster-enabled server that is its
+ * cluster's only master. Only the client differs: slot of the keys, the slot map's master, the
+ * reply checked for a redirection. */
+static int bench_routing(double secs, int rounds) {
+  static const char *const names[2] = {"cluster", "single"};
+  dlock_client *c[2] = {open_scheme("redis-cluster"), /* loads the slot map: fails unless a cluster node */
+                        open_scheme("redis")};
   redisContext *mon = raw_connect(); /* INFO only, outside the timed loops */
   redisReply *info = raw_cmd(mon, "CLUSTER INFO");
   if (strstr(info->str, "cluster_state:ok") == NULL || strstr(info->str, "cluster_size:1\r") == NULL) {
     die("port %d is not the only master of a healthy cluster:\n%s", g_port, info->str);
   }
   freeReplyObject(info);
-
-  for (int v = 0; v < kVariants; v++) dlock_cycles(&x[v], now_s() + 0.3); /* warm-up */
-
-  double rate[kVariants][kMaxRounds], cli[kVariants][kMaxRounds], srv[kVariants][kMaxRounds],
-      sw[kVariants][kMaxRounds];
-  /* Paired per round: cluster/single, and the µs per cycle (wall, client CPU) routing adds. */
-  double ratio[kMaxRounds], added_us[kMaxRounds], cpu_added_us[kMaxRounds];
-  for (int r = 0; r < rounds; r++) {
-    for (int i = 0; i < kVariants; i++) {
-      int v = r % 2 ? kVariants - 1 - i : i;
-      unc_sample s = measure(dlock_cycles, &x[v], secs, mon);
-      rate[v][r] = s.rate, cli[v][r] = s.client_cpu_us, srv[v][r] = s.server_cpu_us;
-      sw[v][r] = s.switches;
-    }
-    ratio[r] = rate[0][r] / rate[1][r];
-    added_us[r] = 1e6 / rate[0][r] - 1e6 / rate[1][r];
-    cpu_added_us[r] = cli[0][r] - cli[1][r];
-  }
-  printf("rt_seconds=%g\nrt_rounds=%d\n", secs, rounds);
-  printf("rt_ratio_rounds=");
-  for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", ratio[r]);
-  printf("\nrt_ratio=%.3f\n", median(ratio, rounds));
-  printf("rt_added_us=%.2f\nrt_client_cpu_added_us=%.2f\n", median(added_us, rounds),
-         median(cpu_added_us, rounds));
-  for (int v = 0; v < kVariants; v++) {
-    printf("rt_%s_rounds=", names[v]);
-    for (int r = 0; r < rounds; r++) printf("%s%.0f", r ? "/" : "", rate[v][r]);
-    printf("\n");
-    printf("rt_%s_rate=%.1f\n", names[v], median(rate[v], rounds));
-    printf("rt_%s_client_cpu_us=%.2f\n", names[v], median(cli[v], rounds));
-    printf("rt_%s_server_cpu_us=%.2f\n", names[v], median(srv[v], rounds));
-    printf("rt_%s_switches=%.2f\n", names[v], median(sw[v], rounds));
-  }
-  for (int v = 0; v < kVariants; v++) dlock_client_close(x[v].c);
+  compare_clients("rt", names, c, mon, secs, rounds);
+  for (int v = 0; v < 2; v++) dlock_client_close(c[v]);
   redisFree(mon);
+  return 0;
+}
+
+/* TLS: url (the server's TLS port) and redis://127.0.0.1:PORT (its plain port). Only the
+ * client's transport differs: TLS records, encrypted, on both sides. */
+static int bench_tls(double secs, int rounds, const char *url) {
+  static const char *const names[2] = {"tls", "plain"};
+  dlock_client *c[2];
+  check(dlock_client_open(url, &c[0]), "dlock_client_open (TLS)");
+  c[1] = open_scheme("redis");
+  redisContext *mon = raw_connect();
+  compare_clients("tls", names, c, mon, secs, rounds);
+  for (int v = 0; v < 2; v++) dlock_client_close(c[v]);
+  redisFree(mon);
+  return 0;
+}
+
+/* One cycle to connect, then `cycles` more: what strace counts, less what the same run with
+ * fewer cycles counts, is the cycles' own system calls. */
+static int bench_cycles(long cycles) {
+  dlock_client *c = open_client();
+  for (long i = 0; i <= cycles; i++) {
+    dlock_lock *l;
+    check(dlock_acquire(c, "bench:cycles", NULL, &l), "dlock_acquire");
+    check(dlock_release(l), "dlock_release");
+  }
+  dlock_client_close(c);
   return 0;
 }
 
@@ -593,16 +694,26 @@ int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "contended") == 0) {
     return bench_contended(atof(argv[3]), atoi(argv[4]));
   }
-  if (argc == 6 && strcmp(argv[1], "heartbeat") == 0) {
+  if ((argc == 6 || argc == 7) && strcmp(argv[1], "heartbeat") == 0) {
+    if (argc == 7) g_url = argv[6];
     return bench_heartbeat(atoi(argv[3]), strtoull(argv[4], NULL, 10), atof(argv[5]));
   }
   if (argc == 5 && strcmp(argv[1], "routing") == 0) {
     return bench_routing(atof(argv[3]), atoi(argv[4]));
   }
+  if (argc == 6 && strcmp(argv[1], "tls") == 0) {
+    return bench_tls(atof(argv[3]), atoi(argv[4]), argv[5]);
+  }
+  if ((argc == 4 || argc == 5) && strcmp(argv[1], "cycles") == 0) {
+    if (argc == 5) g_url = argv[4];
+    return bench_cycles(atol(argv[3]));
+  }
   fprintf(stderr,
           "usage: dlock_bench uncontended PORT SECONDS ROUNDS\n"
           "       dlock_bench contended PORT SECONDS PROCS\n"
-          "       dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S\n"
-          "       dlock_bench routing PORT SECONDS ROUNDS\n");
+          "       dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S [URL]\n"
+          "       dlock_bench routing PORT SECONDS ROUNDS\n"
+          "       dlock_bench tls PORT SECONDS ROUNDS URL\n"
+          "       dlock_bench cycles PORT CYCLES [URL]\n");
   return 2;
 }
