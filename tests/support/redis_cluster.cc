@@ -5,18 +5,25 @@
 #include <thread>
 
 #include "support/child_process.h"
+#include "support/tls_certs.h"
 
 namespace dlock_test {
 
-RedisCluster::RedisCluster(int node_timeout_ms) {
+RedisCluster::RedisCluster(Options options) : options_(std::move(options)) {
   for (int i = 0; i < kNodes; ++i) {
     // The bus port is given, not the default port + 10000: free ports are often above 55535.
-    nodes_.push_back(std::make_unique<RedisServer>(std::vector<std::string>{
+    std::vector<std::string> args = {
         "--cluster-enabled", "yes", "--cluster-port", std::to_string(FreeTcpPort()),
-        "--cluster-node-timeout", std::to_string(node_timeout_ms),
+        "--cluster-node-timeout", std::to_string(options_.node_timeout_ms),
         // A replica that never finished its first sync is not promoted: sync at once (the
         // default waits 5 s for more replicas before streaming).
-        "--repl-diskless-sync-delay", "0"}));
+        "--repl-diskless-sync-delay", "0"};
+    if (options_.tls) {
+      args.insert(args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+      nodes_.push_back(std::make_unique<RedisServer>(*options_.tls, args));
+    } else {
+      nodes_.push_back(std::make_unique<RedisServer>(args));
+    }
     if (!nodes_.back()->running()) return;  // RedisServer said why
   }
   ready_ = Create();
@@ -31,6 +38,11 @@ bool RedisCluster::Create() {
   std::vector<std::string> create = {cli, "--cluster", "create"};
   for (auto& n : nodes_) create.push_back(n->address());
   create.insert(create.end(), {"--cluster-replicas", "1", "--cluster-yes"});
+  if (options_.tls) {
+    const TestCertificates& certs = *options_.tls->certs;
+    create.insert(create.end(), {"--tls", "--cacert", certs.ca_cert(), "--cert",
+                                 certs.client_cert(), "--key", certs.client_key()});
+  }
   ChildProcess creator(create);
   int code = creator.Wait(std::chrono::seconds(30));
   if (code != 0) {

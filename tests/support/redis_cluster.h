@@ -9,11 +9,21 @@
 //
 // cluster-node-timeout is short (1000 ms by default), so a killed master's replica is promoted
 // within a few seconds.
+//
+// A TLS cluster (certificates from tls_certs.h): every node listens with TLS only (see
+// RedisTls), its cluster bus and replication use TLS too (--tls-cluster yes,
+// --tls-replication yes), so CLUSTER SLOTS, MOVED and ASK name TLS ports; node(i).Cli() speaks
+// TLS.
+//
+//   dlock_test::TestCertificates certs;
+//   dlock_test::RedisCluster cluster({.tls = dlock_test::RedisTls{.certs = &certs}});
+//   "redis-cluster://" + cluster.seeds() + "?tls=1&ca=" + certs.ca_cert();
 #ifndef DLOCK_TESTS_SUPPORT_REDIS_CLUSTER_H_
 #define DLOCK_TESTS_SUPPORT_REDIS_CLUSTER_H_
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,18 +31,30 @@
 
 namespace dlock_test {
 
+struct RedisClusterOptions {
+  // cluster-node-timeout.
+  int node_timeout_ms = 1000;
+  // Set: every node is a TLS RedisServer with these settings (with plain_port_too, a plain
+  // client is answered with the plain ports), and the nodes talk TLS to each other.
+  std::optional<RedisTls> tls = {};
+};
+
 class RedisCluster {
  public:
+  using Options = RedisClusterOptions;
   static constexpr int kMasters = 3;
   static constexpr int kNodes = 6;  // each master has one replica
 
   // Starts the nodes, creates the cluster and waits (up to 30 s) until it is healthy (see
   // WaitHealthy). On failure, ADD_FAILURE() with the reason and ready() is false.
-  explicit RedisCluster(int node_timeout_ms = 1000);
+  explicit RedisCluster(Options options = {});
+  explicit RedisCluster(int node_timeout_ms)
+      : RedisCluster(Options{.node_timeout_ms = node_timeout_ms}) {}
   RedisCluster(const RedisCluster&) = delete;
   RedisCluster& operator=(const RedisCluster&) = delete;
 
   bool ready() const { return ready_; }
+  const Options& options() const { return options_; }
   RedisServer& node(int i) { return *nodes_[i]; }
   // Every node's address, comma-separated: the seed list of a redis-cluster:// URL.
   std::string seeds() const;
@@ -53,6 +75,7 @@ class RedisCluster {
   // redis-cli --cluster create over the running nodes, then WaitHealthy; ADD_FAILURE()s.
   bool Create();
 
+  Options options_;
   std::vector<std::unique_ptr<RedisServer>> nodes_;
   bool ready_ = false;
 };

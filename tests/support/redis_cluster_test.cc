@@ -4,8 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
+
+#include "support/redis_wire.h"
+#include "support/tls_certs.h"
 
 namespace {
 
@@ -59,6 +64,41 @@ TEST(RedisClusterTest, KilledMasterIsReplacedByItsReplica) {
   EXPECT_EQ(masters, 3);  // the replica took over
   std::string why;
   EXPECT_TRUE(cluster.WaitHealthy(std::chrono::seconds(30), &why)) << why;
+}
+
+// TLS everywhere: the nodes answer over TLS only (to clients with a certificate), and name
+// each other by their TLS ports (tls-cluster), which a TLS client is sent to by CLUSTER SLOTS.
+TEST(RedisClusterTest, ATlsClusterTalksTlsOnlyAndNamesItsTlsPorts) {
+  dlock_test::TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  RedisCluster cluster({.tls = dlock_test::RedisTls{.certs = &certs, .require_client_cert = true}});
+  ASSERT_TRUE(cluster.ready());
+  std::set<std::string> ports;
+  for (int i = 0; i < RedisCluster::kNodes; ++i) {
+    ports.insert(std::to_string(cluster.node(i).port()));
+    EXPECT_EQ(cluster.node(i).Cli({"CONFIG", "GET", "port"}), "port\n0");
+    EXPECT_EQ(cluster.node(i).Cli({"CONFIG", "GET", "tls-cluster"}), "tls-cluster\nyes");
+    // A plain client is cut off.
+    dlock_test::wire::Connection plain(cluster.node(i).port(), "", std::nullopt, "", 1000, 1000);
+    EXPECT_EQ(plain.ok() ? plain.Command({"PING"}) : nullptr, nullptr) << cluster.node(i).address();
+  }
+  // "<id> 127.0.0.1:<port>@<bus port> ..." for each of the six: every port a TLS port.
+  std::istringstream nodes(cluster.node(0).Cli({"CLUSTER", "NODES"}));
+  int lines = 0;
+  for (std::string line; std::getline(nodes, line); ++lines) {
+    const size_t colon = line.find(" 127.0.0.1:"), at = line.find('@');
+    ASSERT_TRUE(colon != std::string::npos && at != std::string::npos) << line;
+    const std::string port = line.substr(colon + 11, at - colon - 11);
+    EXPECT_EQ(ports.count(port), 1u) << "not a TLS port: " << line;
+  }
+  EXPECT_EQ(lines, RedisCluster::kNodes);
+  // And MOVED, as a TLS client gets it, names one of them.
+  const int master = cluster.MasterOf("k");
+  ASSERT_GE(master, 0);
+  const std::string moved = cluster.node((master + 1) % RedisCluster::kNodes).Cli({"GET", "k"});
+  if (moved.rfind("ERR: MOVED ", 0) == 0) {
+    EXPECT_EQ(moved.substr(moved.rfind(':') + 1), std::to_string(cluster.node(master).port()));
+  }
 }
 
 }  // namespace

@@ -21,12 +21,9 @@
 namespace dlock_test {
 namespace {
 
-using wire::Command;
-using wire::ContextPtr;
+using wire::Connection;
 using wire::Render;
 using wire::ReplyPtr;
-using wire::ScopedNoSigpipe;
-using wire::Tv;
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -39,34 +36,15 @@ constexpr int kPollMs = 50;
 
 void SleepMs(int ms) { std::this_thread::sleep_for(milliseconds(ms)); }
 
-// One command on 127.0.0.1:port, AUTHenticating first when password is set. The reply, or null
-// and why (rendered as RedisServer::Cli does: "CONNECT FAILED: ...", "IO FAILED: ...", "ERR: ...").
-ReplyPtr Run(int port, const std::string& password, const std::vector<std::string>& args,
-             int io_timeout_ms, std::string* why) {
-  ScopedNoSigpipe no_sigpipe;
-  ContextPtr c(redisConnectWithTimeout("127.0.0.1", port, Tv(1000)));
-  if (!c) {
-    *why = "CONNECT FAILED: cannot allocate a hiredis context";
-    return nullptr;
-  }
-  if (c->err) {
-    *why = std::string("CONNECT FAILED: ") + c->errstr;
-    return nullptr;
-  }
-  redisSetTimeout(c.get(), Tv(io_timeout_ms));
-  if (!password.empty()) {
-    ReplyPtr r = Command(c.get(), {"AUTH", password});
-    if (!r) {
-      *why = std::string("IO FAILED: ") + c->errstr;
-      return nullptr;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-      *why = Render(r.get());
-      return nullptr;
-    }
-  }
-  ReplyPtr r = Command(c.get(), args);
-  if (!r) *why = std::string("IO FAILED: ") + c->errstr;
+// One command on 127.0.0.1:port (over TLS when tls is set), AUTHenticating first when password
+// is set. The reply, or null and why (rendered as RedisServer::Cli does: "CONNECT FAILED: ...",
+// "IO FAILED: ...", "ERR: ...").
+ReplyPtr Run(int port, const std::optional<RedisTls>& tls, const std::string& password,
+             const std::vector<std::string>& args, int io_timeout_ms, std::string* why) {
+  Connection c(port, "", wire::HarnessTls(tls ? tls->certs : nullptr), password, 1000,
+               io_timeout_ms);
+  ReplyPtr r = c.ok() ? c.Command(args) : nullptr;
+  if (!r) *why = c.error();
   return r;
 }
 
@@ -213,9 +191,11 @@ bool RedisSentinelGroup::StartDataNodes(std::string* why) {
     args.insert(args.end(), {"--requirepass", options_.master_password, "--masterauth",
                              options_.master_password});
   }
+  if (options_.tls) args.insert(args.end(), {"--tls-replication", "yes"});
   args.insert(args.end(), options_.data_node_args.begin(), options_.data_node_args.end());
   for (int i = 0; i < kDataNodes; ++i) {
-    data_.push_back(std::make_unique<RedisServer>(args));
+    data_.push_back(options_.tls ? std::make_unique<RedisServer>(*options_.tls, args)
+                                 : std::make_unique<RedisServer>(args));
     if (!data_.back()->running()) {
       *why = "data node " + std::to_string(i) + " did not start";  // RedisServer said why
       return false;
@@ -249,7 +229,17 @@ bool RedisSentinelGroup::WriteSentinelConfig(int s, std::string* why) {
   const Sentinel& sn = sentinels_[s];
   const std::string name = Quoted(options_.master_name);
   std::string conf;
-  conf += "port " + std::to_string(sn.port) + "\n";
+  if (options_.tls) {
+    // TLS only; tls-replication makes its links to the data nodes and its peers TLS too.
+    conf += "port 0\n";
+    conf += "tls-port " + std::to_string(sn.port) + "\n";
+    conf += "tls-replication yes\n";
+    for (const auto& [directive, value] : options_.tls->ServerConfig()) {
+      conf += directive + " " + Quoted(value) + "\n";
+    }
+  } else {
+    conf += "port " + std::to_string(sn.port) + "\n";
+  }
   conf += "bind 127.0.0.1\n";
   conf += "protected-mode no\n";
   conf += "daemonize no\n";
@@ -372,7 +362,8 @@ bool RedisSentinelGroup::WaitSentinelUp(int s, std::chrono::milliseconds timeout
       return false;
     }
     std::string err;
-    ReplyPtr info = Run(sn.port, options_.sentinel_password, {"INFO", "server"}, 1000, &err);
+    ReplyPtr info =
+        Run(sn.port, options_.tls, options_.sentinel_password, {"INFO", "server"}, 1000, &err);
     if (info && info->type == REDIS_REPLY_STRING) {
       std::string text = Render(info.get());
       // Ours, not another test's process that raced us to the port.
@@ -394,7 +385,7 @@ std::string RedisSentinelGroup::SentinelProblem(int s, int master, bool replica_
   const Sentinel& sn = sentinels_[s];
   const std::string who = "sentinel " + std::to_string(s) + " (" + sentinel_address(s) + ")";
   std::string why;
-  ReplyPtr m = Run(sn.port, options_.sentinel_password,
+  ReplyPtr m = Run(sn.port, options_.tls, options_.sentinel_password,
                    {"SENTINEL", "MASTER", options_.master_name}, 1000, &why);
   if (!m) return who + ": " + why;
   if (m->type != REDIS_REPLY_ARRAY) return who + ": SENTINEL MASTER answered " + Render(m.get());
@@ -406,7 +397,7 @@ std::string RedisSentinelGroup::SentinelProblem(int s, int master, bool replica_
   }
   if (fields["flags"] != "master") return who + ": master flags are " + fields["flags"];
 
-  ReplyPtr replicas = Run(sn.port, options_.sentinel_password,
+  ReplyPtr replicas = Run(sn.port, options_.tls, options_.sentinel_password,
                           {"SENTINEL", "REPLICAS", options_.master_name}, 1000, &why);
   if (!replicas) return who + ": " + why;
   if (replicas->type != REDIS_REPLY_ARRAY) {
@@ -435,7 +426,7 @@ std::string RedisSentinelGroup::SentinelProblem(int s, int master, bool replica_
     if (!found) return who + " does not know replica " + std::to_string(d) + " yet";
   }
 
-  ReplyPtr peers = Run(sn.port, options_.sentinel_password,
+  ReplyPtr peers = Run(sn.port, options_.tls, options_.sentinel_password,
                        {"SENTINEL", "SENTINELS", options_.master_name}, 1000, &why);
   if (!peers) return who + ": " + why;
   if (peers->type != REDIS_REPLY_ARRAY) {
@@ -512,7 +503,7 @@ int RedisSentinelGroup::AskMaster(int s, bool* answered) {
   *answered = false;
   if (!sentinel_running(s) || sentinels_[s].port <= 0) return -1;
   std::string why;
-  ReplyPtr r = Run(sentinels_[s].port, options_.sentinel_password,
+  ReplyPtr r = Run(sentinels_[s].port, options_.tls, options_.sentinel_password,
                    {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", options_.master_name}, 1000, &why);
   if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) return -1;  // no answer, nil
   *answered = true;
@@ -562,21 +553,18 @@ std::string RedisSentinelGroup::SettledProblem(int* master_out) {
 std::string RedisSentinelGroup::ReplicationProblem(int master, milliseconds timeout) {
   int replicas = 0;
   for (int d = 0; d < kDataNodes; ++d) replicas += d != master && data_[d]->running();
-  ScopedNoSigpipe no_sigpipe;
   const std::string who = "data node " + std::to_string(master);
-  ContextPtr c(redisConnectWithTimeout("127.0.0.1", data_[master]->port(), Tv(1000)));
-  if (!c || c->err) return who + ": CONNECT FAILED: " + (c ? c->errstr : "no context");
-  redisSetTimeout(c.get(), Tv(static_cast<int>(timeout.count()) + 2000));
-  std::vector<std::vector<std::string>> commands;
-  if (!options_.master_password.empty()) commands.push_back({"AUTH", options_.master_password});
-  commands.push_back({"PUBLISH", "__dlock_test__:replication-probe", "1"});
-  commands.push_back({"WAIT", std::to_string(replicas), std::to_string(timeout.count())});
-  ReplyPtr r;
-  for (const auto& command : commands) {
-    r = Command(c.get(), command);
-    if (!r) return who + ": IO FAILED: " + c->errstr;
-    if (r->type == REDIS_REPLY_ERROR) return who + ": " + command[0] + ": " + Render(r.get());
+  // One connection for all: WAIT counts the acknowledgements of this connection's writes.
+  Connection c(data_[master]->port(), "",
+               wire::HarnessTls(options_.tls ? options_.tls->certs : nullptr),
+               options_.master_password, 1000, static_cast<int>(timeout.count()) + 2000);
+  if (!c.ok()) return who + ": " + c.error();
+  ReplyPtr r = c.Command({"PUBLISH", "__dlock_test__:replication-probe", "1"});
+  if (r && r->type != REDIS_REPLY_ERROR) {
+    r = c.Command({"WAIT", std::to_string(replicas), std::to_string(timeout.count())});
   }
+  if (!r) return who + ": " + c.error();
+  if (r->type == REDIS_REPLY_ERROR) return who + ": " + Render(r.get());
   if (r->type != REDIS_REPLY_INTEGER || r->integer < replicas) {
     return who + ": only " + Render(r.get()) + " of its " + std::to_string(replicas) +
            " replicas acknowledged a write within " + Ms(timeout);
@@ -715,8 +703,8 @@ std::string RedisSentinelGroup::SentinelCli(int s, const std::vector<std::string
                                             bool authenticate) const {
   if (sentinels_[s].port <= 0) return "CONNECT FAILED: the sentinel was never started";
   std::string why;
-  ReplyPtr r = Run(sentinels_[s].port, authenticate ? options_.sentinel_password : "", args,
-                   10000, &why);
+  ReplyPtr r = Run(sentinels_[s].port, options_.tls, authenticate ? options_.sentinel_password : "",
+                   args, 10000, &why);
   return r ? Render(r.get()) : why;
 }
 

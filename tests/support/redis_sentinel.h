@@ -16,6 +16,15 @@
 // RestartSentinel). Everything is stopped by pid when the group is destroyed, and dies with the
 // thread that created it (PR_SET_PDEATHSIG): create the group on the test's own thread.
 //
+// A TLS group (certificates from tls_certs.h):
+//
+//   dlock_test::TestCertificates certs;
+//   RedisSentinelGroup::Options options;
+//   options.tls = dlock_test::RedisTls{.certs = &certs};
+//   dlock_test::RedisSentinelGroup group(options);
+//   std::string url = "redis-sentinel://" + group.sentinels() + "/" + group.master_name() +
+//                     "?tls=1&ca=" + certs.ca_cert();
+//
 // Timing (redis 7.0.15, loopback, 2 CPUs): the group is ready in about 1.2 s (each sentinel's
 // config names its peers, `sentinel known-sentinel`, instead of waiting for hello messages,
 // which are published every 2 s; the remaining second is a sentinel retrying a peer that was not
@@ -48,6 +57,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +80,11 @@ struct RedisSentinelOptions {
   int failover_timeout_ms = 3000;
   // Extra redis-server arguments for every data node.
   std::vector<std::string> data_node_args;
+  // Set: TLS everywhere, with these settings (RedisTls). Every data node is a TLS RedisServer
+  // replicating over TLS (--tls-replication yes); every sentinel listens with TLS only
+  // (port 0, tls-port) and talks TLS to the data nodes and to its peers (tls-replication yes,
+  // which is what a sentinel's outgoing links follow). The helpers below speak TLS then.
+  std::optional<RedisTls> tls = {};
 };
 
 class RedisSentinelGroup {

@@ -14,6 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include "support/redis_wire.h"
+#include "support/tls_certs.h"
+
 namespace {
 
 using dlock_test::RedisSentinelGroup;
@@ -309,6 +312,34 @@ TEST(RedisSentinelTest, SentinelsCanBeStoppedPausedAndRestarted) {
   EXPECT_EQ(group.MasterNamedBy(1), 0);
   std::string why;
   EXPECT_TRUE(group.WaitSettled(10s, &why)) << why;
+}
+
+// TLS everywhere: the sentinels listen over TLS only, watch TLS-only data nodes and know each
+// other (over TLS), and the replicas replicate over TLS. (A failover over TLS is in
+// redis_tls_topology_test.cc.)
+TEST(RedisSentinelTest, ATlsGroupTalksTlsOnly) {
+  dlock_test::TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  RedisSentinelOptions options;
+  options.tls = dlock_test::RedisTls{.certs = &certs, .require_client_cert = true};
+  const auto start = Clock::now();
+  RedisSentinelGroup group(options);
+  ASSERT_TRUE(group.ready());
+  RecordProperty("startup_ms", std::to_string(MsSince(start)));
+  EXPECT_EQ(group.CurrentMaster(), 0);
+  for (int s = 0; s < RedisSentinelGroup::kSentinels; ++s) {
+    std::string master = group.SentinelCli(s, {"SENTINEL", "MASTER", group.master_name()});
+    EXPECT_NE(master.find("\nnum-slaves\n2\n"), std::string::npos) << master;
+    EXPECT_NE(master.find("\nnum-other-sentinels\n2\n"), std::string::npos) << master;
+    dlock_test::wire::Connection plain(group.sentinel_port(s), "", std::nullopt, "", 1000, 1000);
+    EXPECT_EQ(plain.ok() ? plain.Command({"PING"}) : nullptr, nullptr) << "sentinel " << s;
+  }
+  EXPECT_EQ(group.data_node(0).Cli({"CONFIG", "GET", "port"}), "port\n0");
+  EXPECT_EQ(group.data_node(0).Cli({"SET", "k", "v"}), "OK");
+  std::string why;
+  EXPECT_TRUE(group.WaitReplicated(5s, &why)) << why;
+  EXPECT_EQ(group.data_node(1).Cli({"GET", "k"}), "v");
+  EXPECT_EQ(group.data_node(2).Cli({"GET", "k"}), "v");
 }
 
 }  // namespace

@@ -22,12 +22,10 @@
 namespace dlock_test {
 namespace {
 
-using wire::Command;
-using wire::ContextPtr;
+using wire::Connection;
 using wire::Render;
 using wire::ReplyPtr;
 using wire::ScopedNoSigpipe;
-using wire::Tv;
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -37,68 +35,27 @@ constexpr int kStartAttempts = 5;
 
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-// A connection to the server under test, authenticated when password is set: hiredis over TCP
-// (or the unix socket when unix_path is set), or a wire::TlsConnection when tls is given. On
-// failure ok() is false and error() says why ("CONNECT FAILED: ...", "IO FAILED: ...", or the
-// AUTH error).
-class Connection {
- public:
-  Connection(int port, const std::string& unix_path,
-             const std::optional<wire::TlsClientOptions>& tls, const std::string& password,
-             int connect_timeout_ms, int io_timeout_ms) {
-    if (tls) {
-      // One timeout for all: the TCP connect is quick on loopback, the handshake is I/O.
-      tls_ = std::make_unique<wire::TlsConnection>("127.0.0.1", port, *tls, io_timeout_ms);
-      if (!tls_->connected()) {
-        error_ = tls_->error();
-        return;
-      }
-    } else {
-      plain_.reset(unix_path.empty()
-                       ? redisConnectWithTimeout("127.0.0.1", port, Tv(connect_timeout_ms))
-                       : redisConnectUnixWithTimeout(unix_path.c_str(), Tv(connect_timeout_ms)));
-      if (!plain_) {
-        error_ = "CONNECT FAILED: cannot allocate a hiredis context";
-        return;
-      }
-      if (plain_->err) {
-        error_ = std::string("CONNECT FAILED: ") + plain_->errstr;
-        return;
-      }
-      redisSetTimeout(plain_.get(), Tv(io_timeout_ms));
-    }
-    if (!password.empty()) {
-      ReplyPtr r = Command({"AUTH", password});
-      if (r && r->type == REDIS_REPLY_ERROR) error_ = Render(r.get());
-    }
-  }
-
-  bool ok() const { return error_.empty(); }
-  const std::string& error() const { return error_; }
-
-  // One command; null when it failed (error() says why).
-  ReplyPtr Command(const std::vector<std::string>& args) {
-    ReplyPtr r = tls_ ? tls_->Command(args) : wire::Command(plain_.get(), args);
-    if (!r) error_ = tls_ ? tls_->error() : std::string("IO FAILED: ") + plain_->errstr;
-    return r;
-  }
-
- private:
-  ContextPtr plain_;
-  std::unique_ptr<wire::TlsConnection> tls_;
-  std::string error_;
-};
-
-// How Cli() and the readiness check meet a TLS server: any server certificate will do (the
-// wrong-host and expired ones too: it is our own server, as its pid shows), and client.crt for
-// a server that wants one. None (plain TCP) for a server without TLS.
-std::optional<wire::TlsClientOptions> ClientTls(const std::optional<RedisTls>& tls) {
-  if (!tls) return std::nullopt;
-  return wire::TlsClientOptions{.cert_file = tls->certs->client_cert(),
-                                .key_file = tls->certs->client_key()};
-}
-
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> RedisTls::ServerConfig() const {
+  std::string cert = certs->server_cert(), key = certs->server_key();
+  if (server_cert == Cert::kWrongHost) {
+    cert = certs->wrong_host_cert();
+    key = certs->wrong_host_key();
+  } else if (server_cert == Cert::kExpired) {
+    cert = certs->expired_cert();
+    key = certs->expired_key();
+  }
+  return {{"tls-cert-file", cert},
+          {"tls-key-file", key},
+          {"tls-ca-cert-file", certs->ca_cert()},
+          {"tls-auth-clients", require_client_cert ? "yes" : "no"},
+          // What it presents when it connects to another server (a replica to its master, a
+          // cluster node to another's bus, a sentinel to anyone): the server certificate is
+          // for serverAuth only, which a peer that checks client certificates refuses.
+          {"tls-client-cert-file", certs->client_cert()},
+          {"tls-client-key-file", certs->client_key()}};
+}
 
 RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_args_(std::move(extra_args)) {
   Start();
@@ -190,18 +147,10 @@ void RedisServer::Spawn() {
                                    "--daemonize", "no",
                                    "--logfile", dir_ + "/redis.log"};
   if (tls_) {
-    const TestCertificates& certs = *tls_->certs;
-    std::string cert = certs.server_cert(), key = certs.server_key();
-    if (tls_->server_cert == RedisTls::Cert::kWrongHost) {
-      cert = certs.wrong_host_cert();
-      key = certs.wrong_host_key();
-    } else if (tls_->server_cert == RedisTls::Cert::kExpired) {
-      cert = certs.expired_cert();
-      key = certs.expired_key();
+    args.insert(args.end(), {"--tls-port", std::to_string(port_)});
+    for (const auto& [name, value] : tls_->ServerConfig()) {
+      args.insert(args.end(), {"--" + name, value});
     }
-    args.insert(args.end(), {"--tls-port", std::to_string(port_), "--tls-cert-file", cert,
-                             "--tls-key-file", key, "--tls-ca-cert-file", certs.ca_cert(),
-                             "--tls-auth-clients", tls_->require_client_cert ? "yes" : "no"});
   } else {
     args.insert(args.end(), {"--unixsocket", unix_socket(), "--unixsocketperm", "700"});
   }
@@ -222,7 +171,7 @@ bool RedisServer::WaitReady(std::string* why) {
       *why = "redis-server " + DescribeExitCode(code) + " before answering PING";
       return false;
     }
-    Connection c(port_, "", ClientTls(tls_), password_, 200, 1000);
+    Connection c(port_, "", wire::HarnessTls(tls_ ? tls_->certs : nullptr), password_, 200, 1000);
     ReplyPtr pong = c.ok() ? c.Command({"PING"}) : nullptr;
     ReplyPtr info = pong ? c.Command({"INFO", "server"}) : nullptr;
     if (pong && info && pong->type == REDIS_REPLY_STATUS && Render(pong.get()) == "PONG" &&
@@ -288,7 +237,7 @@ bool RedisServer::Restart() {
 std::string RedisServer::Cli(const std::vector<std::string>& args) const {
   if (port_ <= 0) return "CONNECT FAILED: the server was never started";
   ScopedNoSigpipe no_sigpipe;
-  Connection c(port_, "", ClientTls(tls_), password_, 2000, 10000);
+  Connection c(port_, "", wire::HarnessTls(tls_ ? tls_->certs : nullptr), password_, 2000, 10000);
   ReplyPtr r = c.ok() ? c.Command(args) : nullptr;
   return r ? Render(r.get()) : c.error();
 }

@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/child_process.h"
@@ -44,7 +45,8 @@ class TestCertificates;
 
 // How a TLS RedisServer listens: redis-server --port 0 --tls-port PORT, with
 // --tls-cert-file/--tls-key-file of the chosen certificate, --tls-ca-cert-file certs->ca_cert()
-// and --tls-auth-clients yes|no.
+// and --tls-auth-clients yes|no. When it connects to another server itself (give it
+// --tls-replication yes, --tls-cluster yes in extra_args), it presents certs->client_cert().
 struct RedisTls {
   enum class Cert { kServer, kWrongHost, kExpired };  // server_cert, wrong_host_cert, ...
 
@@ -52,6 +54,10 @@ struct RedisTls {
   Cert server_cert = Cert::kServer;         // the certificate the server presents
   bool require_client_cert = false;         // --tls-auth-clients yes: refuse clients without one
   bool plain_port_too = false;              // also listen without TLS, on plain_port()
+
+  // The settings above as redis.conf directives, name and value ("tls-cert-file", path...):
+  // the certificates, tls-auth-clients, and the client certificate. Not the ports.
+  std::vector<std::pair<std::string, std::string>> ServerConfig() const;
 };
 
 class RedisServer {

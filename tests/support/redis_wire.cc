@@ -1,4 +1,5 @@
 #include "support/redis_wire.h"
+#include "support/tls_certs.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -267,6 +268,51 @@ ReplyPtr TlsConnection::Command(const std::vector<std::string>& args) {
     }
     redisReaderFeed(reader_, buf, static_cast<size_t>(ret));
   }
+}
+
+std::optional<TlsClientOptions> HarnessTls(const TestCertificates* certs) {
+  if (certs == nullptr) return std::nullopt;
+  return TlsClientOptions{.cert_file = certs->client_cert(), .key_file = certs->client_key()};
+}
+
+Connection::Connection(int port, const std::string& unix_path,
+                       const std::optional<TlsClientOptions>& tls, const std::string& password,
+                       int connect_timeout_ms, int io_timeout_ms) {
+  if (tls) {
+    // One timeout for all: the TCP connect is quick on loopback, the handshake is I/O.
+    tls_ = std::make_unique<TlsConnection>("127.0.0.1", port, *tls, io_timeout_ms);
+    if (!tls_->connected()) {
+      error_ = tls_->error();
+      return;
+    }
+  } else {
+    plain_.reset(unix_path.empty()
+                     ? redisConnectWithTimeout("127.0.0.1", port, Tv(connect_timeout_ms))
+                     : redisConnectUnixWithTimeout(unix_path.c_str(), Tv(connect_timeout_ms)));
+    if (!plain_) {
+      error_ = "CONNECT FAILED: cannot allocate a hiredis context";
+      return;
+    }
+    if (plain_->err) {
+      error_ = std::string("CONNECT FAILED: ") + plain_->errstr;
+      return;
+    }
+    redisSetTimeout(plain_.get(), Tv(io_timeout_ms));
+  }
+  if (!password.empty()) {
+    ReplyPtr r = Command({"AUTH", password});
+    if (r && r->type == REDIS_REPLY_ERROR) error_ = Render(r.get());
+  }
+}
+
+ReplyPtr Connection::Command(const std::vector<std::string>& args) {
+  if (!tls_ && !plain_) {
+    if (error_.empty()) error_ = "IO FAILED: not connected";
+    return nullptr;
+  }
+  ReplyPtr r = tls_ ? tls_->Command(args) : wire::Command(plain_.get(), args);
+  if (!r) error_ = tls_ ? tls_->error() : std::string("IO FAILED: ") + plain_->errstr;
+  return r;
 }
 
 }  // namespace dlock_test::wire

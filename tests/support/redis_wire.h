@@ -10,8 +10,13 @@
 #include <sys/time.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+namespace dlock_test {
+class TestCertificates;
+}
 
 namespace dlock_test::wire {
 
@@ -90,6 +95,39 @@ class TlsConnection {
   SSL* ssl_ = nullptr;
   redisReader* reader_ = nullptr;
   bool connected_ = false;
+  std::string error_;
+};
+
+// How the harness meets a TLS server (or sentinel) that it started itself with certs: any
+// server certificate will do (the wrong-host and expired ones too: it is our own server, as its
+// pid shows), and certs->client_cert() for a server that wants one. None (plain TCP) when certs
+// is null: a server without TLS.
+std::optional<TlsClientOptions> HarnessTls(const TestCertificates* certs);
+
+// One connection to a server on 127.0.0.1 that the harness started, AUTHenticated when password
+// is set: hiredis over TCP (or the unix socket when unix_path is set), or a TlsConnection when
+// tls is given. On failure ok() is false and error() says why ("CONNECT FAILED: ...",
+// "IO FAILED: ...", or the AUTH error, rendered as Render() does).
+//
+//   Connection c(port, "", HarnessTls(&certs), "", 1000, 2000);
+//   ReplyPtr r = c.ok() ? c.Command({"PING"}) : nullptr;   // null: c.error() says why
+class Connection {
+ public:
+  Connection(int port, const std::string& unix_path, const std::optional<TlsClientOptions>& tls,
+             const std::string& password, int connect_timeout_ms, int io_timeout_ms);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  // One command; null when it failed (error() says why).
+  ReplyPtr Command(const std::vector<std::string>& args);
+
+ private:
+  ScopedNoSigpipe no_sigpipe_;  // hiredis writes with write(2)
+  ContextPtr plain_;
+  std::unique_ptr<TlsConnection> tls_;
   std::string error_;
 };
 
