@@ -4,10 +4,13 @@
 #include <dlock/dlock.h>
 #include <gtest/gtest.h>
 
+#include <future>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -26,10 +29,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 std::string Key(const std::string& name) { return "dlock:{" + name + "}"; }
-
-int64_t MsSince(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
-}
 
 // errorstat_<kind>:count=N from INFO errorstats; 0 when absent.
 long ErrorCount(RedisServer& node, const std::string& kind) {
@@ -284,6 +283,53 @@ TEST_F(ClusterTest, ASlotMigratedWhileLockingLosesNothing) {
   std::cout << "migration: " << moved_keys << " keys moved, " << done.load() << " cycles, ASK "
             << ErrorCount(a, "ASK") << ", TRYAGAIN " << ErrorCount(a, "TRYAGAIN") << ", MOVED "
             << ErrorCount(a, "MOVED") << "\n";
+}
+
+// A slot left mid-migration (MIGRATING on its master, IMPORTING on another, the lock's keys on
+// neither): the old master answers ASK, the new one TRYAGAIN, until the call's time is up. The
+// error then says TRYAGAIN, the reason, not the ASK met last on the way.
+TEST_F(ClusterTest, ASlotStuckMidMigrationFailsSayingTryAgain) {
+  const std::string name = "{stuck}0";
+  const std::string s = cluster_->node(0).Cli({"CLUSTER", "KEYSLOT", Key(name)});
+  const int from = cluster_->MasterOf(Key(name));
+  ASSERT_GE(from, 0);
+  int to = -1;
+  for (int m : Masters(*cluster_)) {
+    if (m != from) to = m;
+  }
+  ASSERT_GE(to, 0);
+  RedisServer& a = cluster_->node(from);
+  RedisServer& b = cluster_->node(to);
+  ASSERT_EQ(b.Cli({"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->NodeId(from)}), "OK");
+  ASSERT_EQ(a.Cli({"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->NodeId(to)}), "OK");
+
+  Client client(url("connect_timeout_ms=200&timeout_ms=300"));
+  Options once;
+  once.wait(0);
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(dlock_acquire(client.get(), name.c_str(), once.get(), &l), DLOCK_EBACKEND);
+  std::string error = dlock_last_error();
+  EXPECT_NE(error.find("TRYAGAIN"), std::string::npos) << error;
+  EXPECT_EQ(error.find("ASK "), std::string::npos) << error;
+  // The same through the async path.
+  std::promise<std::pair<dlock_status, std::string>> outcome;
+  ASSERT_EQ(dlock_acquire_async(client.get(), name.c_str(), once.get(),
+                                [](dlock_status st, dlock_lock* lock, void* arg) {
+                                  if (lock != nullptr) dlock_release(lock);
+                                  static_cast<std::promise<std::pair<dlock_status, std::string>>*>(arg)
+                                      ->set_value({st, dlock_last_error()});
+                                },
+                                &outcome),
+            DLOCK_OK);
+  auto [status, async_error] = outcome.get_future().get();
+  EXPECT_EQ(status, DLOCK_EBACKEND);
+  EXPECT_NE(async_error.find("TRYAGAIN"), std::string::npos) << async_error;
+
+  EXPECT_EQ(a.Cli({"CLUSTER", "SETSLOT", s, "STABLE"}), "OK");
+  EXPECT_EQ(b.Cli({"CLUSTER", "SETSLOT", s, "STABLE"}), "OK");
+  EXPECT_EQ(a.Cli({"EXISTS", Key(name)}), "0");  // nothing was granted meanwhile
+  ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), once.get(), &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ struct ClusterChannel::AsyncCall {
   TimePoint budget_end;
   int redirections = 0;
   NodeAddress ask;  // set after an ASK: the next attempt goes there, with ASKING
+  ReplyPtr waited;  // the last TRYAGAIN or CLUSTERDOWN: why the call ran out of time
 };
 
 struct ClusterChannel::Retry {
@@ -216,6 +217,7 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
       Now() + Millis(config_.node.params.connect_timeout_ms + config_.node.params.timeout_ms);
   NodeAddress ask;
   int redirections = 0;
+  ReplyPtr waited;  // as AsyncCall::waited
   for (;;) {
     NodeChannel* node = ask.port != 0 ? NodeAt(ask) : MasterOf(slot);
     if (node == nullptr) {
@@ -236,7 +238,12 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
     }
     Redirect redirect = RedirectOf(reply->get(), node);
     if (redirect.kind == Redirect::kNone) return Status::Ok();
-    if (Now() >= budget_end) return Status::Ok();  // the error as it is
+    if (Now() >= budget_end) {
+      // Out of time: say why. A slot stuck mid-migration answers ASK on its old master and
+      // TRYAGAIN on its new one; the ASK met last is only the way, the TRYAGAIN is the reason.
+      if (IsRedirection(redirect) && waited != nullptr) *reply = std::move(waited);
+      return Status::Ok();
+    }
     if (IsRedirection(redirect) && ++redirections > kMaxRedirections) return Status::Ok();
     switch (redirect.kind) {
       case Redirect::kMoved:
@@ -248,6 +255,7 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
         break;
       default:
         redirections = 0;  // the limit is on redirections in a row (a loop), not on waiting
+        waited = CloneReply(reply->get());
         std::this_thread::sleep_for(std::min<Millis>(
             RetryPause(), std::chrono::duration_cast<Millis>(budget_end - Now())));
         break;
@@ -309,7 +317,11 @@ void ClusterChannel::Attempt(std::shared_ptr<AsyncCall> c) {
     Redirect redirect = RedirectOf(reply, node);
     if (redirect.kind == Redirect::kNone || Now() >= c->budget_end || shut_down_ ||
         (IsRedirection(redirect) && ++c->redirections > kMaxRedirections)) {
-      Finish(c, reply, Status::Ok());  // a redirect left over reaches the caller as the error it is
+      // A redirect left over reaches the caller as the error it is, or, out of time, the
+      // TRYAGAIN met before it (as in Eval).
+      const bool say_why = IsRedirection(redirect) &&
+                           Now() >= c->budget_end && c->waited != nullptr;
+      Finish(c, say_why ? c->waited.get() : reply, Status::Ok());
       return;
     }
     switch (redirect.kind) {
@@ -324,6 +336,7 @@ void ClusterChannel::Attempt(std::shared_ptr<AsyncCall> c) {
         break;
       default:
         c->redirections = 0;  // as in Eval
+        c->waited = CloneReply(reply);
         RetryLater(c, std::min<Millis>(RetryPause(), std::chrono::duration_cast<Millis>(
                                                          c->budget_end - Now())));
         break;

@@ -145,7 +145,8 @@ Status SyncConnection::Handshake(const RedisConfig& config, TimePoint deadline,
       timed_out_ = true;
       // A plain Redis port reads a ClientHello as the start of a command and waits for more.
       return Status::IoError(context + "the TLS handshake did not finish within " + limit +
-                             " (a plain Redis port never answers one: then no rediss:// nor tls=1)");
+                             " (a plain Redis port never answers one: then no rediss:// nor tls=1; a "
+                             "cluster without tls-cluster yes names its plain ports)");
     }
     ClearTlsErrors();
     const int ret = SSL_connect(ssl_);
