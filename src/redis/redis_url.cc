@@ -30,12 +30,12 @@ Status ParseTls(const Url& url, const std::vector<std::pair<std::string, std::st
   for (const auto& [key, value] : values) {
     Status s;
     if (key == "tls") {
-      bool on;
+      bool on = false;
       s = ParseFlag(key, value, &on);
       if (s.ok() && !on && url.scheme == "rediss") {
         s = Status::InvalidArgument("URL parameter tls=0 contradicts rediss://");
       }
-      out->enabled = out->enabled || on;
+      if (s.ok()) out->enabled = out->enabled || on;
     } else if (key == "tls_verify") {
       s = ParseFlag(key, value, &out->verify);
     } else if (value.empty()) {
