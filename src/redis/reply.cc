@@ -49,6 +49,14 @@ std::string ReaderError(const redisReader* reader) {
   return what;
 }
 
+Status NotRedisProtocol(const std::string& server, const redisReader* reader,
+                        bool plain_first_reply) {
+  const bool tls_bytes = plain_first_reply && reader->buf != nullptr &&
+                         (reader->buf[0] == 0x15 || reader->buf[0] == 0x16);
+  return Status::BackendError(server + " does not speak the Redis protocol: " + ReaderError(reader) +
+                              (tls_bytes ? " (it answered in TLS: use rediss:// or tls=1)" : ""));
+}
+
 bool IsNoScript(const redisReply* r) {
   return r != nullptr && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
          std::strncmp(r->str, "NOSCRIPT", 8) == 0;

@@ -35,6 +35,9 @@ void GuardReader(redisReader* reader);
 ReplyPtr CloneReply(const redisReply* r);
 // The reader's error as words for a Status.
 std::string ReaderError(const redisReader* reader);
+// A server that is not RESP, in words: ReaderError, plus a hint when a plain connection got TLS
+// bytes before any reply (a TLS record starts 0x15, an alert, or 0x16, a handshake).
+Status NotRedisProtocol(const std::string& server, const redisReader* reader, bool plain_first_reply);
 
 bool IsNoScript(const redisReply* r);
 // An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise).

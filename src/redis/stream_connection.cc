@@ -215,14 +215,8 @@ void StreamConnection::ReadReplies() {
     while (generation_ == generation && bev_ != nullptr) {
       void* r = nullptr;
       if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
-        // Bytes that are not RESP: nothing more can be trusted. A TLS record's first byte
-        // (0x15 alert, 0x16 handshake) says what the server speaks.
-        const bool tls_bytes = !answered_ && config_.tls_context == nullptr &&
-                               reader_->buf != nullptr &&
-                               (reader_->buf[0] == 0x15 || reader_->buf[0] == 0x16);
-        return Lost(Status::BackendError(
-            server_ + " does not speak the Redis protocol: " + ReaderError(reader_) +
-            (tls_bytes ? " (it answered in TLS: use rediss:// or tls=1)" : "")));
+        // Bytes that are not RESP: nothing more can be trusted.
+        return Lost(NotRedisProtocol(server_, reader_, !answered_ && config_.tls_context == nullptr));
       }
       if (r == nullptr) break;
       answered_ = true;

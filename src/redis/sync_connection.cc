@@ -327,13 +327,8 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
   while (true) {
     void* r = nullptr;
     if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
-      // Bytes that are not RESP: nothing more on this connection can be trusted. A TLS
-      // record's first byte (0x15 alert, 0x16 handshake) says what the server speaks.
-      const bool tls_bytes = !answered_ && ssl_ == nullptr && reader_->buf != nullptr &&
-                             (reader_->buf[0] == 0x15 || reader_->buf[0] == 0x16);
-      return Fail(Status::BackendError(
-          server_ + " does not speak the Redis protocol: " + ReaderError(reader_) +
-          (tls_bytes ? " (it answered in TLS: use rediss:// or tls=1)" : "")));
+      // Bytes that are not RESP: nothing more on this connection can be trusted.
+      return Fail(NotRedisProtocol(server_, reader_, !answered_ && ssl_ == nullptr));
     }
     if (r != nullptr) {
       reply->reset(static_cast<redisReply*>(r));
