@@ -232,10 +232,11 @@ Status SentinelChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
     if (master == nullptr) return s;
     s = master->Eval(call, reply);
     if (!s.ok()) {
-      // The master's connection failed at once and the sentinels name another master now
-      // (found by the node's recheck): the call most likely never ran; try it there, once.
-      // (Acquire and extend are idempotent for their owner; a release that did run on the
-      // old master before it died, and reached the new one, would report DLOCK_NOT_HELD.)
+      // The sentinels name another master now (found by the node's recheck after a dead
+      // pooled connection, or by a lookup in the background): try the call there, once. It
+      // may have run on the old master (a timeout, or a master that died after running it):
+      // acquire and extend are idempotent for their owner; a release that ran there and
+      // reached the new master reports DLOCK_NOT_HELD.
       NodeChannel* now = Master();
       if (attempt == 1 && now != master && now != nullptr && now->vouched()) continue;
       if (s.code() == Code::kIoError) FindMasterInBackground();  // a failover under way?
