@@ -6,6 +6,9 @@
 #if DLOCK_WITH_DYNAMODB
 #include "dynamodb/dynamodb_backend.h"
 #endif
+#if DLOCK_WITH_ETCD
+#include "etcd/etcd_backend.h"
+#endif
 
 namespace dlock {
 namespace {
@@ -18,6 +21,9 @@ const BackendEntry kBackends[] = {
     {"redis-sentinel", NewRedisSentinelBackend, PrepareRedisSentinel},
 #if DLOCK_WITH_DYNAMODB
     {"dynamodb", NewDynamoDbBackend, PrepareDynamoDb},
+#endif
+#if DLOCK_WITH_ETCD
+    {"etcd", NewEtcdBackend, PrepareEtcd},
 #endif
 };
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <charconv>
 
 #include "core/text.h"
@@ -202,6 +205,69 @@ Status ParseCommonParams(const Url& url, const std::vector<std::string>& backend
       return Status::InvalidArgument("unknown URL parameter '" + key + "' for " + url.scheme +
                                      ":// (known: " + known + ")");
     }
+  }
+  return Status::Ok();
+}
+
+Status CheckReadableFile(const std::string& param, const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) {
+    return Status::InvalidArgument("URL parameter " + param + "=" + path + ": cannot read it: " +
+                                   std::strerror(errno));
+  }
+  std::fclose(f);
+  return Status::Ok();
+}
+
+const std::vector<std::string>& TlsParamNames() {
+  static const std::vector<std::string> names = {"tls", "ca", "cert", "key", "sni", "tls_verify"};
+  return names;
+}
+
+namespace {
+
+Status ParseFlag(const std::string& key, const std::string& value, bool* out) {
+  if (value != "0" && value != "1") {
+    return Status::InvalidArgument("URL parameter " + key + "='" + value + "' must be 0 or 1");
+  }
+  *out = value == "1";
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseTlsParams(const Url& url, const std::vector<std::pair<std::string, std::string>>& values,
+                      bool on_by_scheme, const std::string& how_to_enable, TlsParams* out) {
+  out->enabled = on_by_scheme;
+  std::string companion;  // a TLS setting given, which means nothing without TLS
+  const auto& names = TlsParamNames();
+  for (const auto& [key, value] : values) {
+    if (std::find(names.begin(), names.end(), key) == names.end()) continue;
+    Status s;
+    if (key == "tls") {
+      bool on = false;
+      s = ParseFlag(key, value, &on);
+      if (s.ok() && !on && on_by_scheme) {
+        s = Status::InvalidArgument("URL parameter tls=0 contradicts " + url.scheme + "://");
+      }
+      if (s.ok()) out->enabled = out->enabled || on;
+    } else if (key == "tls_verify") {
+      s = ParseFlag(key, value, &out->verify);
+    } else if (value.empty()) {
+      s = Status::InvalidArgument("URL parameter " + key + "= is empty");
+    } else {
+      (key == "ca" ? out->ca : key == "cert" ? out->cert : key == "key" ? out->key : out->sni) = value;
+    }
+    if (!s.ok()) return s;
+    if (key != "tls" && companion.empty()) companion = key;
+  }
+  if (!companion.empty() && !out->enabled) {
+    return Status::InvalidArgument("URL parameter " + companion +
+                                   "= is a TLS setting, but TLS is off (" + how_to_enable + ")");
+  }
+  if (out->cert.empty() != out->key.empty()) {
+    return Status::InvalidArgument(
+        "URL parameters cert= and key= go together (a client certificate and its key)");
   }
   return Status::Ok();
 }

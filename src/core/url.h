@@ -44,6 +44,31 @@ Status ParseCommonParams(const Url& url, const std::vector<std::string>& backend
                          CommonParams* out,
                          std::vector<std::pair<std::string, std::string>>* backend_values);
 
+// TLS settings from a URL, the same on every scheme that has TLS: tls=1, ca= (PEM file of
+// trusted CAs; the system's store when absent), cert= and key= (a client certificate and its
+// key, both or neither), sni= (the name sent in the handshake and checked in the certificate
+// instead of the host), tls_verify=0 (no check of the server's certificate at all).
+struct TlsParams {
+  bool enabled = false;
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string sni;
+  bool verify = true;
+};
+
+// The TLS parameter names, for ParseCommonParams' backend_params.
+const std::vector<std::string>& TlsParamNames();
+
+// Reads the TLS parameters among values (others are ignored) into out. on_by_scheme: the
+// scheme itself means TLS (rediss://), so tls=0 contradicts it. A TLS setting without TLS is
+// an error whose message ends with how_to_enable ("use rediss:// or tls=1").
+Status ParseTlsParams(const Url& url, const std::vector<std::pair<std::string, std::string>>& values,
+                      bool on_by_scheme, const std::string& how_to_enable, TlsParams* out);
+
+// EINVAL naming URL parameter param=path when the file cannot be opened for reading.
+Status CheckReadableFile(const std::string& param, const std::string& path);
+
 // Parses a decimal integer in [lo, hi]; what names the value in the error.
 Status ParseInt(const std::string& text, int64_t lo, int64_t hi, const std::string& what,
                 int64_t* out);

@@ -70,6 +70,8 @@ class AsyncClient {
   // Fails every transfer in flight with EIO(why), closes the connections; later calls fail.
   void Shutdown(const std::string& why);
   size_t in_flight() const { return active_.size(); }
+  // In flight, streams left out (a watch lasts until cancelled).
+  size_t requests_in_flight() const { return active_.size() - streams_.size(); }
 
  private:
   struct Transfer {

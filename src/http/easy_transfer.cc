@@ -30,6 +30,7 @@ EasyTransfer::EasyTransfer() : curl_(curl_easy_init()) { error_[0] = '\0'; }
 EasyTransfer::~EasyTransfer() {
   if (curl_ != nullptr) curl_easy_cleanup(curl_);
   curl_slist_free_all(headers_);
+  curl_slist_free_all(connect_to_);
 }
 
 size_t EasyTransfer::OnData(char* data, size_t size, size_t n, void* arg) {
@@ -78,6 +79,14 @@ void EasyTransfer::Prepare(const Request& request, Bound bound) {
   curl_easy_setopt(curl_, CURLOPT_WRITEDATA, this);
   curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, error_);
   curl_easy_setopt(curl_, CURLOPT_PROXY, "");  // never through an environment proxy
+  // Empty strings would name files: null restores curl's defaults on a reused handle.
+  auto file_or_null = [](const std::string& f) { return f.empty() ? nullptr : f.c_str(); };
+  curl_easy_setopt(curl_, CURLOPT_CAINFO, file_or_null(request.ca_file));
+  curl_easy_setopt(curl_, CURLOPT_SSLCERT, file_or_null(request.cert_file));
+  curl_easy_setopt(curl_, CURLOPT_SSLKEY, file_or_null(request.key_file));
+  curl_slist_free_all(connect_to_);
+  connect_to_ = request.connect_to.empty() ? nullptr : curl_slist_append(nullptr, request.connect_to.c_str());
+  curl_easy_setopt(curl_, CURLOPT_CONNECT_TO, connect_to_);
   if (request.method == "POST" || request.method == "PUT") {
     curl_easy_setopt(curl_, CURLOPT_POSTFIELDS, body_.data());
     curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(body_.size()));
@@ -115,6 +124,10 @@ Status EasyTransfer::Finish(CURLcode code, Response* response) {
              " (" + detail + ")";
   }
   // The URL names the endpoint only (no credentials ever appear in it).
+  if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CERTPROBLEM ||
+      code == CURLE_SSL_CACERT_BADFILE) {
+    return Status::AuthError("TLS with " + url_ + " failed: " + detail);
+  }
   return Status::IoError("cannot reach " + url_ + ": " + detail);
 }
 

@@ -41,13 +41,14 @@ class EasyTransfer {
   // The HTTP status once the answer's head has come; 0 before.
   long status() const;
   // Turns curl's result into a status and fills *response; an error only when no whole HTTP
-  // answer came (DLOCK_EIO).
+  // answer came: DLOCK_EAUTH when TLS refused a certificate, DLOCK_EIO otherwise.
   Status Finish(CURLcode code, Response* response);
 
  private:
   static size_t OnData(char* data, size_t size, size_t n, void* arg);
   CURL* curl_ = nullptr;
   curl_slist* headers_ = nullptr;
+  curl_slist* connect_to_ = nullptr;
   std::string body_;  // curl reads the request body from here: must outlive the transfer
   std::string url_;
   int timeout_ms_ = 0;             // what this request got: timeout_ms, or less before a deadline

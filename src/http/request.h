@@ -21,6 +21,13 @@ struct Request {
   int timeout_ms = 3000;
   TimePoint deadline = TimePoint::max();
   bool tls_verify = true;
+  // HTTPS: trusted CAs (PEM; the system's when empty), a client certificate and its key.
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  // "HOST:PORT:CONNECT-HOST:CONNECT-PORT" (curl's CURLOPT_CONNECT_TO): the URL names the host
+  // the certificate must match (and the SNI), the connection goes to another address.
+  std::string connect_to;
 };
 
 struct Response {

@@ -12,48 +12,14 @@ std::string RedisConfig::Describe() const {
 
 namespace {
 
-const std::vector<std::string> kTlsParams = {"tls", "ca", "cert", "key", "sni", "tls_verify"};
-
-Status ParseFlag(const std::string& key, const std::string& value, bool* out) {
-  if (value != "0" && value != "1") {
-    return Status::InvalidArgument("URL parameter " + key + "='" + value + "' must be 0 or 1");
-  }
-  *out = value == "1";
-  return Status::Ok();
-}
-
 // rediss://, or tls=1 and its companions on any Redis scheme.
 Status ParseTls(const Url& url, const std::vector<std::pair<std::string, std::string>>& values,
                 TlsParams* out) {
-  out->enabled = url.scheme == "rediss";
-  std::string companion;  // a TLS setting given, which means nothing without TLS
-  for (const auto& [key, value] : values) {
-    Status s;
-    if (key == "tls") {
-      bool on = false;
-      s = ParseFlag(key, value, &on);
-      if (s.ok() && !on && url.scheme == "rediss") {
-        s = Status::InvalidArgument("URL parameter tls=0 contradicts rediss://");
-      }
-      if (s.ok()) out->enabled = out->enabled || on;
-    } else if (key == "tls_verify") {
-      s = ParseFlag(key, value, &out->verify);
-    } else if (value.empty()) {
-      s = Status::InvalidArgument("URL parameter " + key + "= is empty");
-    } else {
-      (key == "ca" ? out->ca : key == "cert" ? out->cert : key == "key" ? out->key : out->sni) = value;
-    }
-    if (!s.ok()) return s;
-    if (key != "tls" && companion.empty()) companion = key;
-  }
-  if (!companion.empty() && !out->enabled) {
-    return Status::InvalidArgument("URL parameter " + companion +
-                                   "= is a TLS setting, but TLS is off (use rediss:// or tls=1)");
-  }
-  if (out->enabled && url.scheme == "redis+unix") {
+  Status s = ParseTlsParams(url, values, url.scheme == "rediss", "use rediss:// or tls=1", out);
+  if (s.ok() && out->enabled && url.scheme == "redis+unix") {
     return Status::InvalidArgument("TLS is for TCP connections, not redis+unix://");
   }
-  return Status::Ok();
+  return s;
 }
 
 // The parts every Redis scheme shares: credentials, the common parameters, wait_replicas and
@@ -61,13 +27,14 @@ Status ParseTls(const Url& url, const std::vector<std::pair<std::string, std::st
 Status ParseShared(const Url& url, std::vector<std::string> backend_params, RedisConfig* out,
                    std::vector<std::pair<std::string, std::string>>* extra) {
   backend_params.push_back("wait_replicas");
-  backend_params.insert(backend_params.end(), kTlsParams.begin(), kTlsParams.end());
+  const auto& tls_names = TlsParamNames();
+  backend_params.insert(backend_params.end(), tls_names.begin(), tls_names.end());
   std::vector<std::pair<std::string, std::string>> values;
   Status s = ParseCommonParams(url, backend_params, &out->params, &values);
   if (!s.ok()) return s;
   std::vector<std::pair<std::string, std::string>> tls;
   for (auto& [key, value] : values) {
-    if (std::find(kTlsParams.begin(), kTlsParams.end(), key) != kTlsParams.end()) {
+    if (std::find(tls_names.begin(), tls_names.end(), key) != tls_names.end()) {
       tls.emplace_back(key, value);
       continue;
     }

@@ -11,21 +11,12 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/url.h"
 
 namespace dlock::redis {
 
-// URL parameters: ca= (PEM file of trusted CAs; the system's store when absent), cert= and
-// key= (a client certificate and its key, both or neither), sni= (the name sent in the
-// handshake and checked in the certificate instead of the host), tls_verify=0 (no check of the
-// server's certificate at all: anyone on the path can read and change the traffic).
-struct TlsParams {
-  bool enabled = false;
-  std::string ca;
-  std::string cert;
-  std::string key;
-  std::string sni;
-  bool verify = true;
-};
+// The URL's settings are TlsParams (core/url.h); tls_verify=0 means anyone on the path can
+// read and change the traffic.
 
 class TlsContext {
  public:

@@ -1,0 +1,134 @@
+#include "etcd/etcd_backend.h"
+
+#include "etcd/lock_protocol.h"
+#include "etcd/transport.h"
+#include "etcd/watches.h"
+
+namespace dlock::etcd {
+namespace {
+
+// A non-owning shared_ptr for the blocking calls, which finish before the reference could dangle.
+std::shared_ptr<const LockState> Borrow(const LockState& lock) {
+  return std::shared_ptr<const LockState>(std::shared_ptr<const LockState>(), &lock);
+}
+
+TimePoint LocalDeadline(const LockState& lock) {
+  int64_t d = lock.deadline_ns.load();
+  return d == kNoDeadline ? TimePoint::max() : FromNanos(d);
+}
+
+class EtcdBackend : public Backend {
+ public:
+  EtcdBackend(EventLoop* loop, EtcdConfig config)
+      : config_(std::move(config)),
+        protocol_(&config_),
+        blocking_(&config_),
+        async_(&config_, loop),
+        watches_(&config_, loop, async_.http()) {}
+
+  Status Check() override {
+    Status status;
+    protocol_.Probe(&blocking_, CallDeadline(), [&](Status s) { status = std::move(s); });
+    return status;
+  }
+
+  Status TryAcquire(const LockRequest& request, AcquireAttempt* out) override {
+    Status status;
+    protocol_.Acquire(&blocking_, request, CallDeadline(), [&](Status s, AcquireAttempt a) {
+      status = std::move(s);
+      *out = std::move(a);
+    });
+    return status;
+  }
+
+  Status Release(const LockState& lock) override {
+    Status status;
+    protocol_.Release(&blocking_, Borrow(lock), CallDeadline(), [&](Status s) { status = std::move(s); });
+    return status;
+  }
+
+  void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
+    protocol_.ReleaseAll(&blocking_, locks, CallDeadline());
+  }
+
+  void TryAcquireAsync(const LockRequest& request, AttemptCallback done) override {
+    protocol_.Acquire(&async_, request, CallDeadline(), std::move(done));
+  }
+
+  void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) override {
+    protocol_.Release(&async_, std::move(lock), CallDeadline(), std::move(done));
+  }
+
+  void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) override {
+    protocol_.Extend(&async_, std::move(lock), lease_ms, CallDeadline(), std::move(done));
+  }
+
+  void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) override {
+    // One round per lease length in use; it must be over by the earliest local deadline.
+    std::vector<std::shared_ptr<const LockState>> locks;
+    TimePoint deadline = TimePoint::max();
+    for (const auto& r : batch) {
+      locks.push_back(r.lock);
+      deadline = std::min(deadline, LocalDeadline(*r.lock));
+    }
+    deadline = std::min(deadline, CallDeadline());
+    auto shared = std::make_shared<std::vector<RenewRequest>>(std::move(batch));
+    protocol_.Renew(&async_, locks, deadline,
+                    [sink, shared](size_t k, Status s) { sink->OnRenewed((*shared)[k], s); });
+  }
+
+  Status Inspect(const std::string& name, LockInfo* out) override {
+    Status status;
+    protocol_.Inspect(&blocking_, name, CallDeadline(), [&](Status s, LockInfo info) {
+      status = std::move(s);
+      *out = std::move(info);
+    });
+    return status;
+  }
+
+  // Tokens are create revisions (strict); deletions of a held key wake waiters (watches).
+  uint32_t Capabilities() const override { return kCapFencingStrict | kCapNotifies; }
+  void Watch(const std::string& name, ReleaseWatcher* watcher) override {
+    watches_.Watch(protocol_.KeyFor(name), watcher);
+  }
+  void Unwatch(const std::string& name, ReleaseWatcher* watcher) override {
+    watches_.Unwatch(protocol_.KeyFor(name), watcher);
+  }
+
+  // Watch streams never end by themselves: they are not work close waits for.
+  size_t PendingAsync() const override { return async_.in_flight(); }
+  void ShutdownOnLoop() override {
+    watches_.Shutdown();
+    async_.Shutdown();
+  }
+
+ private:
+  // A call ends by timeout_ms (README: etcd backend, bounds).
+  TimePoint CallDeadline() const { return Now() + Millis(config_.params.timeout_ms); }
+
+  EtcdConfig config_;
+  LockProtocol protocol_;
+  BlockingTransport blocking_;
+  AsyncTransport async_;  // loop thread only
+  Watches watches_;
+};
+
+}  // namespace
+}  // namespace dlock::etcd
+
+namespace dlock {
+
+Status NewEtcdBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
+  etcd::EtcdConfig config;
+  Status s = etcd::ParseEtcdUrl(url, &config);
+  if (!s.ok()) return s;
+  *out = std::make_unique<etcd::EtcdBackend>(loop, std::move(config));
+  return Status::Ok();
+}
+
+Status PrepareEtcd(const Url& url, int64_t) {
+  etcd::EtcdConfig config;
+  return etcd::ParseEtcdUrl(url, &config);
+}
+
+}  // namespace dlock

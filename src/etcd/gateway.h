@@ -1,0 +1,113 @@
+// etcd's v3 JSON gateway, as text: the request bodies dlock sends and the answers it reads.
+// The gateway speaks protobuf's JSON mapping: keys and values are base64, 64-bit integers are
+// strings, fields at their zero value are left out ("succeeded": false, "lease": 0, a PUT
+// event's type). Every number read here is clamped before anyone does arithmetic with it.
+// Pure functions: no I/O, no exception escapes (fuzz/fuzz_etcd_reply.cc feeds them).
+#ifndef DLOCK_ETCD_GATEWAY_H_
+#define DLOCK_ETCD_GATEWAY_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dlock::etcd {
+
+using Json = nlohmann::json;
+
+std::string Base64Encode(std::string_view bytes);
+// False on text that is not base64.
+bool Base64Decode(std::string_view text, std::string* out);
+
+// One key as a range or a watch event shows it.
+struct KeyValue {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;  // 0: absent
+  int64_t mod_revision = 0;
+  int64_t lease = 0;            // 0: none
+};
+
+// What an error answer says: {"error": ..., "message": ..., "code": gRPC code}.
+struct GatewayError {
+  int code = 0;  // gRPC status code; 0 when the answer was no gateway error
+  std::string message;
+};
+
+// gRPC codes the backend tells apart.
+inline constexpr int kGrpcInvalidArgument = 3;
+inline constexpr int kGrpcDeadlineExceeded = 4;
+inline constexpr int kGrpcNotFound = 5;
+inline constexpr int kGrpcPermissionDenied = 7;
+inline constexpr int kGrpcResourceExhausted = 8;
+inline constexpr int kGrpcFailedPrecondition = 9;
+inline constexpr int kGrpcOutOfRange = 11;
+inline constexpr int kGrpcUnavailable = 14;
+inline constexpr int kGrpcUnauthenticated = 16;
+
+// Parses an answer's text: an object, or false.
+bool ParseObject(std::string_view text, Json* out);
+// The error in an answer, if it is one (code 0 otherwise).
+GatewayError ReadError(const Json& answer);
+// header.revision of an answer (0 when absent), clamped to [0, INT64_MAX].
+int64_t ReadRevision(const Json& answer);
+// A 64-bit integer field, given as a string or a number, clamped to [lo, hi]; missing or
+// unreadable fields read as fallback.
+int64_t ReadInt(const Json& object, const char* field, int64_t lo, int64_t hi, int64_t fallback);
+// A kvs[] entry or a watch event's kv; false when it is malformed.
+bool ReadKeyValue(const Json& kv, KeyValue* out);
+
+// Request bodies.
+// Creates key with value (attached to lease unless 0) only if it does not exist; otherwise
+// reads it: the acquire.
+std::string CreateIfAbsentTxn(const std::string& key, const std::string& value, int64_t lease);
+// If key holds value and was created at create_revision: puts it again with the lease (unless
+// 0: then with none), keeping its create revision (extend); or deletes it (release).
+std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int64_t create_revision,
+                          int64_t lease);
+std::string IfOwnedDeleteTxn(const std::string& key, const std::string& value, int64_t create_revision);
+std::string RangeBody(const std::string& key);
+std::string LeaseGrantBody(int64_t ttl_s);
+std::string LeaseIdBody(int64_t lease);                 // keepalive, revoke
+std::string LeaseTimeToLiveBody(int64_t lease, bool keys);
+// A watch of key's deletions from now on (progress notifications asked for).
+std::string WatchDeletesBody(const std::string& key);
+
+// Answers.
+struct TxnAnswer {
+  bool succeeded = false;
+  int64_t revision = 0;        // header.revision: a successful put's create/mod revision
+  std::vector<KeyValue> kvs;   // what a request_range in the branch taken read
+};
+Status ReadTxn(const Json& answer, TxnAnswer* out);
+// The first kv of a range answer (*found false when there is none).
+Status ReadRange(const Json& answer, KeyValue* out, bool* found);
+// A grant: the lease and the TTL the server gave (which may be more than asked).
+Status ReadGrant(const Json& answer, int64_t* lease, int64_t* ttl_s);
+// A keepalive ({"result": ...}): the TTL after it, 0 when the lease is gone.
+Status ReadKeepAlive(const Json& answer, int64_t* ttl_s);
+// timetolive: TTL in seconds (-1 when the lease is gone) and, when asked, its keys.
+Status ReadTimeToLive(const Json& answer, int64_t* ttl_s, std::vector<std::string>* keys);
+
+// One message of a watch stream ({"result": ...}).
+struct WatchMessage {
+  bool created = false;
+  bool canceled = false;        // the server ended the watch (compaction, or an error)
+  int64_t compact_revision = 0;
+  int64_t revision = 0;
+  int deletes = 0;              // DELETE events in it
+  int events = 0;
+  std::string cancel_reason;
+};
+Status ReadWatchMessage(const Json& line, WatchMessage* out);
+
+// Largest lease TTL etcd grants (its MaxLeaseTTL, 9,000,000,000 s), and a sane bound on what
+// a server says of a lease's TTL.
+inline constexpr int64_t kMaxLeaseTtlS = 9000000000;
+
+}  // namespace dlock::etcd
+
+#endif  // DLOCK_ETCD_GATEWAY_H_

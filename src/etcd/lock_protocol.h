@@ -1,0 +1,106 @@
+// The lock protocol on etcd, written once for both transports (transport.h).
+//
+// Lock NAME is the key prefix + NAME; its value is the holder's owner value (secret token
+// [+ "|label"]).
+// Acquire: one transaction: if the key's create_revision is 0 (absent), put it attached to a
+//   lease; else read it. The fencing token is the key's create_revision: etcd's revision counter,
+//   strictly increasing across the whole cluster through leader changes, with no clock in it.
+//   A refused acquire reports the holder's lease's time to live (or -1: no lease).
+// Extend: if the key still holds our value and create_revision, put it again on a lease of the
+//   new length (the create revision, and so the token, stays). Release: the same condition,
+//   then delete. A refused condition means not held.
+// A call that may have been applied (a timeout, a dropped connection, an Unavailable answer)
+//   is settled by reading the key: it is ours (our value, our revision) or it is not.
+//
+// Leases are shared, as etcd's own sessions share one: all locks of a client with leases that
+// round up to the same whole seconds hang on one etcd lease, so that a heartbeat is one
+// keepalive per lease length in use, not one per lock (10,000 locks: one request per tick).
+// Its TTL is the lease rounded up to whole seconds, plus one (or etcd's minimum, if more;
+// read back from the grant): a key attached to it lives at least lease_ms after the attach as
+// long as the lease was kept alive within that spare second; otherwise the acquire keeps it
+// alive first. So the server may hold a lock up to about 2 s longer than asked after its
+// holder died; the holder's local validity keeps to lease_ms (the safe direction).
+// A renewal keeps the lease alive and asks which keys hang on it: a lease etcd no longer
+// knows, or a key no longer on it (deleted behind the holder's back), is a lost lock.
+#ifndef DLOCK_ETCD_LOCK_PROTOCOL_H_
+#define DLOCK_ETCD_LOCK_PROTOCOL_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "etcd/transport.h"
+
+namespace dlock::etcd {
+
+// What the backend keeps of a held lock.
+struct EtcdLockData : BackendLockData {
+  std::atomic<int64_t> lease{0};  // the etcd lease the key hangs on; 0: none
+};
+
+// The lease length in whole seconds a lock of lease_ms gets (before etcd's own minimum).
+int64_t LeaseTtlSeconds(uint64_t lease_ms);
+
+class LockProtocol {
+ public:
+  explicit LockProtocol(const EtcdConfig* config) : config_(config) {}
+
+  using Done = std::function<void(Status)>;
+  void Acquire(Transport* t, const LockRequest& request, TimePoint deadline,
+               std::function<void(Status, AcquireAttempt)> done);
+  void Extend(Transport* t, std::shared_ptr<const LockState> lock, uint64_t lease_ms, TimePoint deadline,
+              Done done);
+  void Release(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
+  // One round for several locks: per etcd lease, a keepalive and a look at the keys on it.
+  // done(k, status) once per lock k.
+  void Renew(Transport* t, const std::vector<std::shared_ptr<const LockState>>& locks, TimePoint deadline,
+             std::function<void(size_t, Status)> done);
+  void Inspect(Transport* t, const std::string& name, TimePoint deadline,
+               std::function<void(Status, LockInfo)> done);
+  // Revokes the client's leases that locks hang on (and with them their keys), and releases
+  // the locks that have none: a closing client's release of everything, in few requests.
+  void ReleaseAll(Transport* t, const std::vector<std::shared_ptr<LockState>>& locks, TimePoint deadline);
+  // A read that proves the cluster answers (and has a leader): Check at open.
+  void Probe(Transport* t, TimePoint deadline, Done done);
+
+  std::string KeyFor(const std::string& name) const { return config_->params.prefix + name; }
+
+ private:
+  struct SharedLease {
+    int64_t id = 0;
+    int64_t ttl_s = 0;
+    TimePoint alive_until;  // etcd holds it at least until then: last keepalive's send + TTL
+  };
+  struct AcquireOp;
+  // A lease for a lock of lease_ms that will outlive an attach made now by lease_ms (0 for
+  // lease_ms 0): the shared one, kept alive first when needed, or a new grant.
+  void EnsureLease(Transport* t, uint64_t lease_ms, TimePoint deadline,
+                   std::function<void(Status, int64_t lease)> done);
+  void KeepAlive(Transport* t, int64_t lease, TimePoint deadline, std::function<void(Status, int64_t ttl_s)> done);
+  // A keepalive sent at `sent` answered ttl_s: what is known of the lease now.
+  void Refreshed(int64_t lease, int64_t ttl_s, TimePoint sent);
+  void Forget(int64_t lease);
+  void AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op);
+  void Refused(Transport* t, std::shared_ptr<AcquireOp> op, KeyValue holder);
+  // Reads the key: *ours when it holds owner_value at create_revision (0: any revision).
+  void ReadOwner(Transport* t, const std::string& key, const std::string& owner_value, int64_t create_revision,
+                 TimePoint deadline, std::function<void(Status, bool ours, KeyValue kv)> done);
+  // The holder's remaining lease in ms: -1 none, 0 gone.
+  void HolderTtl(Transport* t, int64_t lease, TimePoint deadline, std::function<void(Status, int64_t)> done);
+  void ChangeLease(Transport* t, std::shared_ptr<const LockState> lock, int64_t lease, TimePoint deadline,
+                   bool retried, Done done);
+  void ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
+
+  const EtcdConfig* config_;
+  std::mutex mu_;
+  std::map<int64_t, SharedLease> leases_;  // by the TTL asked for, in seconds
+};
+
+}  // namespace dlock::etcd
+
+#endif  // DLOCK_ETCD_LOCK_PROTOCOL_H_

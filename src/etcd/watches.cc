@@ -1,0 +1,153 @@
+#include "etcd/watches.h"
+
+#include <algorithm>
+
+#include "etcd/gateway.h"
+
+namespace dlock::etcd {
+namespace {
+
+constexpr Millis kKeepIdle{5000};
+constexpr Millis kSweepEvery{1000};
+constexpr Millis kFirstPause{100};
+constexpr Millis kMaxPause{1000};
+// A watch message is small (one deletion); a line longer than this is not etcd's.
+constexpr size_t kMaxLine = 1 << 20;
+
+}  // namespace
+
+Watches::Watches(const EtcdConfig* config, EventLoop* loop, http::AsyncClient* http)
+    : config_(config), loop_(loop), http_(http), sweep_(loop, [this] { Sweep(); }) {}
+
+Watches::~Watches() = default;
+
+void Watches::Tell(Entry& e, bool released, bool ready_changed) {
+  for (ReleaseWatcher* w : e.watchers) {
+    if (ready_changed) w->OnWatchReady(e.live);
+    if (released) w->OnReleased();
+  }
+}
+
+void Watches::Watch(const std::string& key, ReleaseWatcher* watcher) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_) return;
+  Entry& e = entries_[key];
+  e.watchers.push_back(watcher);
+  if (e.live) watcher->OnWatchReady(true);
+  if (e.stream == 0 && !e.starting) {
+    e.starting = true;
+    loop_->Post([this, key] { Start(key); });
+  }
+}
+
+void Watches::Unwatch(const std::string& key, ReleaseWatcher* watcher) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  auto& ws = it->second.watchers;
+  ws.erase(std::remove(ws.begin(), ws.end(), watcher), ws.end());
+  if (ws.empty()) it->second.idle_since = Now();
+}
+
+void Watches::Start(const std::string& key) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (shut_down_ || it == entries_.end() || it->second.stream != 0) return;
+  it->second.starting = false;
+  it->second.partial.clear();
+  const size_t endpoint = next_endpoint_ % config_->endpoints.size();
+  http::Request request = config_->Post(endpoint, "/v3/watch", WatchDeletesBody(key));
+  lock.unlock();  // the stream's callbacks take mu_; none runs inside Stream
+  http::AsyncClient::StreamId id = http_->Stream(
+      request, Millis(0), [this, key](long, std::string_view chunk) { OnChunk(key, chunk); },
+      [this, key](const Status& error, http::Response) { Ended(key, error); });
+  lock.lock();
+  it = entries_.find(key);
+  if (it == entries_.end() || id == 0) return;  // a failed start ends through Ended
+  it->second.stream = id;
+  ++streams_;
+  if (!sweep_.pending()) sweep_.StartAfter(kSweepEvery);
+}
+
+void Watches::OnChunk(const std::string& key, std::string_view chunk) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  e.partial.append(chunk);
+  size_t start = 0;
+  bool released = false, became_live = false, broken = false;
+  for (size_t nl; (nl = e.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    Json line;
+    WatchMessage m;
+    if (!ParseObject(std::string_view(e.partial).substr(start, nl - start), &line) ||
+        !ReadWatchMessage(line, &m).ok() || m.canceled) {
+      broken = true;  // an error line, or the watch was cancelled: start again
+      break;
+    }
+    if (m.created && !e.live) became_live = e.live = true;
+    if (m.deletes > 0) released = true;
+  }
+  e.partial.erase(0, start);
+  if (e.partial.size() > kMaxLine) broken = true;
+  if (became_live) e.pause = Millis(0);
+  if (became_live || released) Tell(e, released, became_live);
+  if (broken) {
+    http::AsyncClient::StreamId id = e.stream;
+    // Cancel runs Ended, which takes mu_: after this call returns.
+    loop_->Post([this, id] { http_->Cancel(id); });
+  }
+}
+
+void Watches::Ended(const std::string& key, const Status& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  if (e.stream != 0) --streams_;
+  e.stream = 0;
+  const bool was_live = e.live;
+  e.live = false;
+  // Whatever ended it, a release may have gone unseen: the waiters try again now.
+  Tell(e, /*released=*/true, /*ready_changed=*/was_live);
+  (void)error;  // a stream cancelled as broken is made again as one that failed
+  if (shut_down_ || e.watchers.empty()) {
+    entries_.erase(it);
+    return;
+  }
+  ++next_endpoint_;  // this one failed us
+  e.pause = std::min(kMaxPause, e.pause.count() == 0 ? kFirstPause : e.pause * 2);
+  e.starting = true;
+  if (e.retry == nullptr) e.retry = std::make_unique<Timer>(loop_, [this, key] { Start(key); });
+  e.retry->StartAfter(e.pause);
+}
+
+void Watches::Sweep() {
+  std::vector<http::AsyncClient::StreamId> idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const TimePoint now = Now();
+    for (auto& [key, e] : entries_) {
+      if (e.watchers.empty() && e.stream != 0 && now - e.idle_since >= kKeepIdle) idle.push_back(e.stream);
+    }
+  }
+  for (auto id : idle) http_->Cancel(id);  // Ended erases them
+  if (streams_ > 0) sweep_.StartAfter(kSweepEvery);
+}
+
+void Watches::Shutdown() {
+  std::vector<http::AsyncClient::StreamId> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+    for (auto& [key, e] : entries_) {
+      if (e.stream != 0) all.push_back(e.stream);
+      if (e.retry != nullptr) e.retry->Free();
+    }
+  }
+  for (auto id : all) http_->Cancel(id);
+  sweep_.Free();
+}
+
+}  // namespace dlock::etcd
+

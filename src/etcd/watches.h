@@ -1,0 +1,70 @@
+// Release notifications for waiters: per lock name with waiters, one etcd watch of the key's
+// deletions (a DELETE event: released, expired or revoked), streamed over one HTTP request on
+// the client's loop. The watch starts at the revision after the one etcd is at when it is
+// created (no catch-up from an old revision); the waiter's next attempt comes after the watch
+// is live (ReleaseWatcher::OnWatchReady), so no release between the two is missed.
+// A stream that ends (the endpoint died, the watch was cancelled by a compaction) wakes its
+// waiters (they try again, and fall back on the holder's TTL) and is made again on the next
+// endpoint, after a pause that grows to 1 s. A stream without waiters is kept 5 s for the next
+// waiter, then closed.
+#ifndef DLOCK_ETCD_WATCHES_H_
+#define DLOCK_ETCD_WATCHES_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "etcd/etcd_config.h"
+#include "http/async_client.h"
+#include "loop/event_loop.h"
+
+namespace dlock::etcd {
+
+class Watches {
+ public:
+  Watches(const EtcdConfig* config, EventLoop* loop, http::AsyncClient* http);
+  ~Watches();
+  // Any thread (ReleaseWatcher's rules: called back under our lock, on the loop thread or
+  // inside Watch).
+  void Watch(const std::string& key, ReleaseWatcher* watcher);
+  void Unwatch(const std::string& key, ReleaseWatcher* watcher);
+  // Loop thread: ends every stream; nothing starts again.
+  void Shutdown();
+  // Loop thread.
+  size_t streams() const { return streams_; }
+
+ private:
+  struct Entry {
+    std::vector<ReleaseWatcher*> watchers;
+    http::AsyncClient::StreamId stream = 0;  // 0: none
+    bool live = false;
+    bool starting = false;  // a start is posted or its pause is running
+    std::string partial;    // the stream's last line, not yet whole
+    TimePoint idle_since;   // when the last watcher left
+    Millis pause{0};        // before the next start after a failure
+    std::unique_ptr<Timer> retry;  // runs that start
+  };
+  void Start(const std::string& key);                   // loop thread
+  void OnChunk(const std::string& key, std::string_view chunk);
+  void Ended(const std::string& key, const Status& error);
+  // Under mu_: tells every watcher of e.
+  static void Tell(Entry& e, bool released, bool ready_changed);
+  void Sweep();
+
+  const EtcdConfig* config_;
+  EventLoop* loop_;
+  http::AsyncClient* http_;
+  Timer sweep_;
+  std::mutex mu_;
+  std::map<std::string, Entry> entries_;
+  size_t next_endpoint_ = 0;  // loop thread
+  size_t streams_ = 0;        // loop thread
+  bool shut_down_ = false;
+};
+
+}  // namespace dlock::etcd
+
+#endif  // DLOCK_ETCD_WATCHES_H_

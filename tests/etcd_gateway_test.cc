@@ -1,0 +1,174 @@
+// The etcd backend's pure parts: its URL and the JSON gateway's text (what goes out, and what
+// it makes of what comes back, hostile answers included).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/url.h"
+#include "etcd/etcd_config.h"
+#include "etcd/gateway.h"
+#include "etcd/lock_protocol.h"
+
+namespace dlock::etcd {
+namespace {
+
+Json Parse(const std::string& text) {
+  Json j;
+  EXPECT_TRUE(ParseObject(text, &j)) << text;
+  return j;
+}
+
+Status ParseEtcd(const std::string& text, EtcdConfig* out) {
+  Url url;
+  Status s = ParseUrl(text, &url);
+  return s.ok() ? ParseEtcdUrl(url, out) : s;
+}
+
+TEST(EtcdUrlTest, EndpointsDefaultsAndDescription) {
+  EtcdConfig c;
+  ASSERT_TRUE(ParseEtcd("etcd://10.0.0.1,10.0.0.2:3379,[::1]:4000?prefix=app:&timeout_ms=500", &c).ok());
+  ASSERT_EQ(c.endpoints.size(), 3u);
+  EXPECT_EQ(c.endpoints[0].port, 2379);
+  EXPECT_EQ(c.Describe(), "etcd 10.0.0.1:2379,10.0.0.2:3379,[::1]:4000");
+  EXPECT_EQ(c.params.prefix, "app:");
+  EXPECT_EQ(c.params.timeout_ms, 500);
+  http::Request r = c.Post(2, "/v3/kv/range", "{}");
+  EXPECT_EQ(r.url, "http://[::1]:4000/v3/kv/range");
+  EXPECT_EQ(r.timeout_ms, 500);
+  EXPECT_FALSE(c.tls.enabled);
+}
+
+TEST(EtcdUrlTest, BadUrlsSayWhatIsWrong) {
+  EtcdConfig c;
+  auto error = [&](const std::string& url) {
+    Status s = ParseEtcd(url, &c);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << url;
+    return s.message();
+  };
+  EXPECT_NE(error("etcd://user:pw@h:1").find("no user or password"), std::string::npos);
+  EXPECT_NE(error("etcd://h:1/locks").find("no path"), std::string::npos);
+  EXPECT_NE(error("etcd://h:1?ca=/x").find("TLS is off"), std::string::npos);
+  EXPECT_NE(error("etcd://h:1?tls=1&cert=/x").find("go together"), std::string::npos);
+  EXPECT_NE(error("etcd://h:1?tls=1&ca=/no/such/file.pem").find("/no/such/file.pem"), std::string::npos);
+  EXPECT_NE(error("etcd://h:1?wait_replicas=1").find("unknown URL parameter 'wait_replicas'"), std::string::npos);
+  std::string many = "etcd://";
+  for (int i = 0; i < 17; ++i) many += (i ? ",h:" : "h:") + std::to_string(1000 + i);
+  EXPECT_NE(error(many).find("at most 16"), std::string::npos);
+}
+
+TEST(EtcdUrlTest, TlsWithSniConnectsToTheEndpointButChecksTheName) {
+  EtcdConfig c;
+  ASSERT_TRUE(ParseEtcd("etcd://127.0.0.1:2379?tls=1&sni=etcd.example&tls_verify=0", &c).ok());
+  http::Request r = c.Post(0, "/v3/kv/txn", "{}");
+  EXPECT_EQ(r.url, "https://etcd.example:2379/v3/kv/txn");
+  EXPECT_EQ(r.connect_to, "etcd.example:2379:127.0.0.1:2379");
+  EXPECT_FALSE(r.tls_verify);
+}
+
+TEST(EtcdGatewayTest, Base64RoundTripsAnyBytes) {
+  for (std::string bytes : {std::string(), std::string("a"), std::string("ab"), std::string("abc"),
+                            std::string("dlock:\0\xff\x80name", 13)}) {
+    std::string back;
+    ASSERT_TRUE(Base64Decode(Base64Encode(bytes), &back));
+    EXPECT_EQ(back, bytes);
+  }
+  std::string out;
+  EXPECT_FALSE(Base64Decode("abc", &out));
+  EXPECT_FALSE(Base64Decode("a!c=", &out));
+}
+
+TEST(EtcdGatewayTest, NumbersAreClampedBeforeUse) {
+  Json j = Parse(R"({"big":"99999999999999999999","neg":"-5","text":"12x","num":7,"huge":18446744073709551615})");
+  EXPECT_EQ(ReadInt(j, "big", 0, 100, -1), 100);
+  EXPECT_EQ(ReadInt(j, "neg", 0, 100, -1), 0);
+  EXPECT_EQ(ReadInt(j, "text", 0, 100, -1), -1);
+  EXPECT_EQ(ReadInt(j, "num", 0, 100, -1), 7);
+  EXPECT_EQ(ReadInt(j, "huge", 0, 100, -1), 100);
+  EXPECT_EQ(ReadInt(j, "missing", 0, 100, -1), -1);
+  int64_t ttl = 0;
+  ASSERT_TRUE(ReadKeepAlive(Parse(R"({"result":{"ID":"1","TTL":"999999999999999"}})"), &ttl).ok());
+  EXPECT_EQ(ttl, kMaxLeaseTtlS);
+}
+
+TEST(EtcdGatewayTest, AcquireTransactionWonOrRefused) {
+  Json body = Parse(CreateIfAbsentTxn("dlock:a", "owner|label", 42));
+  EXPECT_EQ(body["compare"][0]["target"], "CREATE");
+  EXPECT_EQ(body["compare"][0]["create_revision"], "0");
+  EXPECT_EQ(body["success"][0]["request_put"]["lease"], "42");
+  EXPECT_EQ(body["failure"][0]["request_range"]["key"], Base64Encode("dlock:a"));
+  EXPECT_FALSE(Parse(CreateIfAbsentTxn("k", "v", 0))["success"][0]["request_put"].contains("lease"));
+
+  TxnAnswer won;
+  ASSERT_TRUE(ReadTxn(Parse(R"({"header":{"revision":"17"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"17"}}}]})"), &won).ok());
+  EXPECT_TRUE(won.succeeded);
+  EXPECT_EQ(won.revision, 17);
+
+  TxnAnswer refused;  // "succeeded": false is left out, as the gateway does
+  ASSERT_TRUE(ReadTxn(Parse(R"({"header":{"revision":"18"},"responses":[{"response_range":{"header":{"revision":"18"},"kvs":[{"key":"ZGxvY2s6YQ==","create_revision":"9","mod_revision":"9","version":"1","value":"b3RoZXI=","lease":"77"}],"count":"1"}}]})"), &refused).ok());
+  EXPECT_FALSE(refused.succeeded);
+  ASSERT_EQ(refused.kvs.size(), 1u);
+  EXPECT_EQ(refused.kvs[0].key, "dlock:a");
+  EXPECT_EQ(refused.kvs[0].value, "other");
+  EXPECT_EQ(refused.kvs[0].create_revision, 9);
+  EXPECT_EQ(refused.kvs[0].lease, 77);
+}
+
+TEST(EtcdGatewayTest, MalformedAnswersAreErrorsNotCrashes) {
+  TxnAnswer txn;
+  EXPECT_FALSE(ReadTxn(Parse(R"({"succeeded":true})"), &txn).ok()) << "no header revision";
+  EXPECT_FALSE(ReadTxn(Parse(R"({"header":{"revision":"3"},"responses":{}})"), &txn).ok());
+  EXPECT_FALSE(ReadTxn(Parse(R"({"header":{"revision":"3"},"responses":[{"response_range":{"kvs":[{"key":"!!"}]}}]})"), &txn).ok());
+  KeyValue kv;
+  bool found = true;
+  ASSERT_TRUE(ReadRange(Parse(R"({"header":{"revision":"3"}})"), &kv, &found).ok());
+  EXPECT_FALSE(found);
+  EXPECT_FALSE(ReadRange(Parse(R"({"header":{"revision":"3"},"kvs":[5]})"), &kv, &found).ok());
+  int64_t ttl = 0;
+  EXPECT_FALSE(ReadKeepAlive(Parse(R"({"ID":"1"})"), &ttl).ok());
+  int64_t lease = 0;
+  EXPECT_FALSE(ReadGrant(Parse(R"({"header":{"revision":"1"},"ID":"0","TTL":"5"})"), &lease, &ttl).ok());
+  Json not_object;
+  EXPECT_FALSE(ParseObject("[1,2]", &not_object));
+  EXPECT_FALSE(ParseObject("{\"a\":", &not_object));
+}
+
+TEST(EtcdGatewayTest, LeasesKeepAliveAndTimeToLive) {
+  int64_t ttl = -9;
+  ASSERT_TRUE(ReadKeepAlive(Parse(R"({"result":{"header":{"revision":"4"},"ID":"5","TTL":"11"}})"), &ttl).ok());
+  EXPECT_EQ(ttl, 11);
+  // A lease etcd no longer has: the TTL is left out.
+  ASSERT_TRUE(ReadKeepAlive(Parse(R"({"result":{"header":{"revision":"4"},"ID":"5"}})"), &ttl).ok());
+  EXPECT_EQ(ttl, 0);
+  std::vector<std::string> keys;
+  ASSERT_TRUE(ReadTimeToLive(Parse(R"({"header":{"revision":"4"},"ID":"5","TTL":"9","grantedTTL":"10","keys":["ZGxvY2s6YQ==","ZGxvY2s6Yg=="]})"), &ttl, &keys).ok());
+  EXPECT_EQ(ttl, 9);
+  EXPECT_EQ(keys, (std::vector<std::string>{"dlock:a", "dlock:b"}));
+  ASSERT_TRUE(ReadTimeToLive(Parse(R"({"header":{"revision":"4"},"ID":"99","TTL":"-1"})"), &ttl, &keys).ok());
+  EXPECT_EQ(ttl, -1);
+  EXPECT_TRUE(keys.empty());
+  EXPECT_EQ(LeaseTtlSeconds(10000), 11);
+  EXPECT_EQ(LeaseTtlSeconds(10001), 12);
+  EXPECT_EQ(LeaseTtlSeconds(1), 2);
+}
+
+TEST(EtcdGatewayTest, WatchMessagesAndErrors) {
+  WatchMessage m;
+  ASSERT_TRUE(ReadWatchMessage(Parse(R"({"result":{"header":{"revision":"6"},"created":true}})"), &m).ok());
+  EXPECT_TRUE(m.created);
+  ASSERT_TRUE(ReadWatchMessage(Parse(R"({"result":{"header":{"revision":"8"},"events":[{"kv":{"key":"dw=="}},{"type":"DELETE","kv":{"key":"dw==","mod_revision":"8"}}]}})"), &m).ok());
+  EXPECT_EQ(m.events, 2);
+  EXPECT_EQ(m.deletes, 1);
+  ASSERT_TRUE(ReadWatchMessage(Parse(R"({"result":{"header":{},"canceled":true,"compact_revision":"6"}})"), &m).ok());
+  EXPECT_TRUE(m.canceled);
+  EXPECT_EQ(m.compact_revision, 6);
+  EXPECT_FALSE(ReadWatchMessage(Parse(R"({"error":{"grpc_code":14}})"), &m).ok());
+
+  GatewayError e = ReadError(Parse(R"({"error":"etcdserver: no leader","message":"etcdserver: no leader","code":14})"));
+  EXPECT_EQ(e.code, kGrpcUnavailable);
+  EXPECT_EQ(e.message, "etcdserver: no leader");
+  EXPECT_EQ(ReadError(Parse(R"({"header":{}})")).code, 0);
+  EXPECT_EQ(ReadError(Parse(R"({"error":{"x":1}})")).code, 2) << "an error of unknown shape is still one";
+}
+
+}  // namespace
+}  // namespace dlock::etcd
