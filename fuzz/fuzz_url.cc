@@ -7,6 +7,7 @@
 
 #include "core/url.h"
 #include "dynamodb/dynamodb_config.h"
+#include "etcd/etcd_config.h"
 #include "redis/redis_url.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -29,6 +30,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (dlock::dynamodb::ParseDynamoUrl(url, &dynamo).ok()) {
     std::string partition, sort;
     (void)dlock::dynamodb::SplitLockName(dynamo, text, &partition, &sort);
+  }
+  dlock::etcd::EtcdConfig etcd;
+  if (dlock::etcd::ParseEtcdUrl(url, &etcd).ok()) {
+    for (size_t i = 0; i < etcd.endpoints.size(); ++i) (void)etcd.Post(i, "/v3/kv/txn", "{}");
+    (void)etcd.Describe();
   }
   return 0;
 }

@@ -266,4 +266,25 @@ Status ReadWatchMessage(const Json& line, WatchMessage* out) {
   return Status::Ok();
 }
 
+Status TakeWatchLines(std::string* buffer, std::vector<WatchMessage>* out) {
+  // A watch message is small (a deletion); a line longer than this is not etcd's.
+  constexpr size_t kMaxLine = 1 << 20;
+  size_t start = 0;
+  Status status;
+  for (size_t nl; (nl = buffer->find('\n', start)) != std::string::npos; start = nl + 1) {
+    Json line;
+    WatchMessage m;
+    if (!ParseObject(std::string_view(*buffer).substr(start, nl - start), &line)) {
+      status = Malformed("a watch line");
+    } else {
+      status = ReadWatchMessage(line, &m);
+    }
+    if (!status.ok()) break;
+    out->push_back(std::move(m));
+  }
+  buffer->erase(0, start);
+  if (status.ok() && buffer->size() > kMaxLine) status = Malformed("a watch line over 1 MiB");
+  return status;
+}
+
 }  // namespace dlock::etcd

@@ -103,6 +103,10 @@ struct WatchMessage {
   std::string cancel_reason;
 };
 Status ReadWatchMessage(const Json& line, WatchMessage* out);
+// Reads the whole lines at the front of *buffer (a watch stream's text so far: one JSON
+// message a line) into *out and removes them, leaving a partial last line. An error for a line
+// that is no watch message (an error answer, garbage) or a partial line over 1 MiB.
+Status TakeWatchLines(std::string* buffer, std::vector<WatchMessage>* out);
 
 // Largest lease TTL etcd grants (its MaxLeaseTTL, 9,000,000,000 s), and a sane bound on what
 // a server says of a lease's TTL.

@@ -11,8 +11,6 @@ constexpr Millis kKeepIdle{5000};
 constexpr Millis kSweepEvery{1000};
 constexpr Millis kFirstPause{100};
 constexpr Millis kMaxPause{1000};
-// A watch message is small (one deletion); a line longer than this is not etcd's.
-constexpr size_t kMaxLine = 1 << 20;
 
 }  // namespace
 
@@ -75,21 +73,15 @@ void Watches::OnChunk(const std::string& key, std::string_view chunk) {
   if (it == entries_.end()) return;
   Entry& e = it->second;
   e.partial.append(chunk);
-  size_t start = 0;
-  bool released = false, became_live = false, broken = false;
-  for (size_t nl; (nl = e.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    Json line;
-    WatchMessage m;
-    if (!ParseObject(std::string_view(e.partial).substr(start, nl - start), &line) ||
-        !ReadWatchMessage(line, &m).ok() || m.canceled) {
-      broken = true;  // an error line, or the watch was cancelled: start again
-      break;
-    }
+  std::vector<WatchMessage> messages;
+  // An error line, or a watch the server cancelled (compaction): start again.
+  bool broken = !TakeWatchLines(&e.partial, &messages).ok();
+  bool released = false, became_live = false;
+  for (const WatchMessage& m : messages) {
+    if (m.canceled) broken = true;
     if (m.created && !e.live) became_live = e.live = true;
     if (m.deletes > 0) released = true;
   }
-  e.partial.erase(0, start);
-  if (e.partial.size() > kMaxLine) broken = true;
   if (became_live) e.pause = Millis(0);
   if (became_live || released) Tell(e, released, became_live);
   if (broken) {
