@@ -1,7 +1,7 @@
-// A master dies and a replica takes its place: in a Redis Cluster (the cluster promotes it) and
-// under Sentinel (the sentinels do). The same promises for both: clients follow without a
-// restart, no update is lost behind a fence, a lock that could not be kept is reported lost,
-// and tokens keep rising on the new master.
+// A master dies and a replica takes its place: in a Redis Cluster (the cluster promotes it),
+// under Sentinel (the sentinels do), and in etcd (the leader dies, Raft elects another). The
+// same promises for all: clients follow without a restart, no update is lost behind a fence, a
+// lock that could not be kept is reported lost, and tokens keep rising on the new master.
 #include <dlock/dlock.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/etcd_cluster.h"
 #include "support/redis_cluster.h"
 #include "support/redis_sentinel.h"
 #include "test_util.h"
@@ -29,39 +30,41 @@ using Clock = std::chrono::steady_clock;
 
 std::string Key(const std::string& name) { return "dlock:{" + name + "}"; }
 
-// A deployment whose master can be killed and replaced.
+// A deployment whose master can be killed and replaced. Locks are named by name.
 class Topology {
  public:
   virtual ~Topology() = default;
   virtual bool ready() const = 0;
   virtual std::string url() const = 0;
-  // SIGKILLs the master serving key; false when there is none.
-  virtual bool KillMasterOf(const std::string& key) = 0;
-  // Waits until another node serves key as master; false on timeout.
-  virtual bool AwaitNewMasterOf(const std::string& key, std::chrono::milliseconds timeout) = 0;
-  // EXISTS key on the master serving it now.
-  virtual std::string ExistsOnMaster(const std::string& key) = 0;
+  // A URL whose acquires are on a replica too before they return.
+  virtual std::string durable_url() const { return url() + "?wait_replicas=1"; }
+  // SIGKILLs the master serving the lock; false when there is none.
+  virtual bool KillMasterOf(const std::string& name) = 0;
+  // Waits until another node serves the lock as master; false on timeout.
+  virtual bool AwaitNewMasterOf(const std::string& name, std::chrono::milliseconds timeout) = 0;
+  // "1" when the master serving it now has the lock's key, "0" when not.
+  virtual std::string ExistsOnMaster(const std::string& name) = 0;
 };
 
 class ClusterTopology : public Topology {
  public:
   bool ready() const override { return cluster_.ready(); }
   std::string url() const override { return "redis-cluster://" + cluster_.seeds(); }
-  bool KillMasterOf(const std::string& key) override {
-    killed_ = cluster_.MasterOf(key);
+  bool KillMasterOf(const std::string& name) override {
+    killed_ = cluster_.MasterOf(Key(name));
     if (killed_ < 0) return false;
     cluster_.node(killed_).Kill();
     return true;
   }
-  bool AwaitNewMasterOf(const std::string& key, std::chrono::milliseconds timeout) override {
+  bool AwaitNewMasterOf(const std::string& name, std::chrono::milliseconds timeout) override {
     return WaitFor([&] {
-      int m = cluster_.MasterOf(key);
+      int m = cluster_.MasterOf(Key(name));
       return m >= 0 && m != killed_;
     }, timeout);
   }
-  std::string ExistsOnMaster(const std::string& key) override {
-    int m = cluster_.MasterOf(key);
-    return m < 0 ? "no master" : cluster_.node(m).Cli({"EXISTS", key});
+  std::string ExistsOnMaster(const std::string& name) override {
+    int m = cluster_.MasterOf(Key(name));
+    return m < 0 ? "no master" : cluster_.node(m).Cli({"EXISTS", Key(name)});
   }
 
  private:
@@ -87,13 +90,40 @@ class SentinelTopology : public Topology {
       return m >= 0 && m != killed_;
     }, timeout);
   }
-  std::string ExistsOnMaster(const std::string& key) override {
+  std::string ExistsOnMaster(const std::string& name) override {
     int m = group_.CurrentMaster();
-    return m < 0 ? "no master" : group_.data_node(m).Cli({"EXISTS", key});
+    return m < 0 ? "no master" : group_.data_node(m).Cli({"EXISTS", Key(name)});
   }
 
  private:
   RedisSentinelGroup group_;
+  int killed_ = -1;
+};
+
+// etcd: the "master" is the Raft leader; every write is on a quorum before it is answered.
+class EtcdTopology : public Topology {
+ public:
+  bool ready() const override { return etcd_.ready(); }
+  std::string url() const override { return etcd_.url(); }
+  std::string durable_url() const override { return etcd_.url(); }
+  bool KillMasterOf(const std::string&) override {
+    killed_ = etcd_.Leader();
+    if (killed_ < 0) return false;
+    etcd_.Kill(killed_);
+    return true;
+  }
+  bool AwaitNewMasterOf(const std::string&, std::chrono::milliseconds timeout) override {
+    return WaitFor([&] {
+      int m = etcd_.Leader();
+      return m >= 0 && m != killed_;
+    }, timeout);
+  }
+  std::string ExistsOnMaster(const std::string& name) override {
+    return etcd_.Get("dlock:" + name).has_value() ? "1" : "0";
+  }
+
+ private:
+  EtcdCluster etcd_;
   int killed_ = -1;
 };
 
@@ -133,7 +163,7 @@ TEST_P(Failover, FencedCounterRunFinishesOnThePromotedReplicaLosingNoUpdate) {
   // (a failed open, not what this test is about).
   for (auto& w : workers) ASSERT_EQ(w->AwaitLine("OPEN", 30s), "OPEN") << w->output();
   ASSERT_TRUE(WaitFor([&] { return count_now() >= 20; }, 30s)) << "the run did not start";
-  ASSERT_TRUE(topology_->KillMasterOf(Key(name)));
+  ASSERT_TRUE(topology_->KillMasterOf(name));
   const auto killed = Clock::now();
 
   long accepted = 0, refused = 0, lost = 0, errors = 0;
@@ -156,7 +186,7 @@ TEST_P(Failover, FencedCounterRunFinishesOnThePromotedReplicaLosingNoUpdate) {
   EXPECT_EQ(accepted, kProcesses * kEach);
   EXPECT_EQ(count_now(), accepted) << "an update was lost";
   EXPECT_LE(refused, lost) << "a holder was fenced off without being told its lock was lost";
-  EXPECT_TRUE(topology_->AwaitNewMasterOf(Key(name), 1s)) << "the run finished without a failover";
+  EXPECT_TRUE(topology_->AwaitNewMasterOf(name, 1s)) << "the run finished without a failover";
   std::filesystem::remove_all(dir);
 }
 
@@ -172,14 +202,14 @@ TEST_P(Failover, AHeldLockIsKeptOrReportedLostAndTokensKeepRising) {
   ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), o.get(), &held), DLOCK_OK) << dlock_last_error();
   const uint64_t held_token = dlock_lock_fencing_token(held);
 
-  ASSERT_TRUE(topology_->KillMasterOf(Key(name)));
-  ASSERT_TRUE(topology_->AwaitNewMasterOf(Key(name), 30s)) << "no replica took over";
+  ASSERT_TRUE(topology_->KillMasterOf(name));
+  ASSERT_TRUE(topology_->AwaitNewMasterOf(name, 30s)) << "no replica took over";
   std::this_thread::sleep_for(3000ms);  // a whole lease on the new master
 
   const bool still_ours = dlock_lock_is_valid(held) == 1;
   if (still_ours) {
     EXPECT_EQ(lost.calls.load(), 0);
-    EXPECT_EQ(topology_->ExistsOnMaster(Key(name)), "1") << "valid, yet not on the new master";
+    EXPECT_EQ(topology_->ExistsOnMaster(name), "1") << "valid, yet not on the new master";
     EXPECT_EQ(dlock_release(held), DLOCK_OK) << dlock_last_error();
   } else {
     EXPECT_EQ(lost.calls.load(), 1) << "lost without a report";
@@ -202,7 +232,7 @@ TEST_P(Failover, AHeldLockIsKeptOrReportedLostAndTokensKeepRising) {
 TEST_P(Failover, WaitersAreWokenByReleasesOnTheNewMaster) {
   // The grant reaches a replica before the acquire returns (replication is asynchronous: a
   // master killed at once could otherwise take it along, and CI saw that happen).
-  Client holder_client(topology_->url() + "?wait_replicas=1"), waiter_client(topology_->url());
+  Client holder_client(topology_->durable_url()), waiter_client(topology_->url());
   const std::string name = "waited-after-failover";
   dlock_lock* held = nullptr;
   Options long_lease;
@@ -211,8 +241,8 @@ TEST_P(Failover, WaitersAreWokenByReleasesOnTheNewMaster) {
   // Both clients have talked to the old master.
   dlock_lock* refused = nullptr;
   EXPECT_EQ(dlock_acquire(waiter_client.get(), name.c_str(), nullptr, &refused), DLOCK_NOT_ACQUIRED);
-  ASSERT_TRUE(topology_->KillMasterOf(Key(name)));
-  ASSERT_TRUE(topology_->AwaitNewMasterOf(Key(name), 30s)) << "no replica took over";
+  ASSERT_TRUE(topology_->KillMasterOf(name));
+  ASSERT_TRUE(topology_->AwaitNewMasterOf(name, 30s)) << "no replica took over";
   // The holder's calls reach the new master once its client found it (the first may fail).
   ASSERT_TRUE(WaitFor([&] { return dlock_extend(held, 60000) == DLOCK_OK; }, 10s)) << dlock_last_error();
 
@@ -247,10 +277,11 @@ TEST_P(Failover, WaitersAreWokenByReleasesOnTheNewMaster) {
 
 std::vector<TopologyKind> Topologies() {
   return {{"cluster", [] { return std::make_unique<ClusterTopology>(); }},
-          {"sentinel", [] { return std::make_unique<SentinelTopology>(); }}};
+          {"sentinel", [] { return std::make_unique<SentinelTopology>(); }},
+          {"etcd", [] { return std::make_unique<EtcdTopology>(); }}};
 }
 
-INSTANTIATE_TEST_SUITE_P(Redis, Failover, ::testing::ValuesIn(Topologies()),
+INSTANTIATE_TEST_SUITE_P(Topology, Failover, ::testing::ValuesIn(Topologies()),
                          [](const ::testing::TestParamInfo<TopologyKind>& info) { return info.param.name; });
 
 }  // namespace

@@ -1,0 +1,195 @@
+// What only etcd does, against a real 3-node cluster (support/etcd_cluster.h); every behaviour
+// a user relies on is in conformance/, and a leader's death in failover_test.cc.
+#include <dlock/dlock.h>
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+
+#include <chrono>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/etcd_cluster.h"
+#include "support/tls_certs.h"
+#include "test_util.h"
+
+namespace dlock_test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string Base64(const std::string& s) {
+  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+long long MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+class EtcdTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { etcd_ = new EtcdCluster(); }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(etcd_->ready()); }
+
+  // The etcd lease a lock's key hangs on ("0" when none), read behind the client's back.
+  static std::string LeaseOf(const std::string& name) {
+    auto body = etcd_->Post("/v3/kv/range", R"({"key":")" + Base64("dlock:" + name) + R"("})");
+    if (!body) return "unreadable";
+    std::smatch m;
+    return std::regex_search(*body, m, std::regex(R"("lease":"(\d+)")")) ? m[1].str() : "0";
+  }
+  static int LeaseCount() {
+    auto body = etcd_->Post("/v3/lease/leases", "{}");
+    if (!body) return -1;
+    std::string s = *body;
+    int n = 0;
+    for (size_t at = 0; (at = s.find("\"ID\"", at)) != std::string::npos; ++at) ++n;
+    return n;
+  }
+
+  static EtcdCluster* etcd_;
+};
+
+EtcdCluster* EtcdTest::etcd_ = nullptr;
+
+// etcd leases are whole seconds: the server holds a lock at least as long as asked (the lease
+// rounded up), while the holder's own validity keeps to lease_ms.
+TEST_F(EtcdTest, LeaseIsRoundedUpOnTheServerNeverDownLocally) {
+  Client holder(etcd_->url()), other(etcd_->url());
+  Options o;
+  o.lease(1500);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), "rounded", o.get(), &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_LE(dlock_lock_remaining_ms(l), 1500);
+  dlock_info* info = nullptr;
+  ASSERT_EQ(dlock_inspect(other.get(), "rounded", &info), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_info_holders(info), 1u);
+  EXPECT_GE(dlock_info_remaining_ms(info, 0), 2000) << "etcd holds it for whole seconds, rounded up";
+  EXPECT_EQ(dlock_info_fencing_token(info, 0), dlock_lock_fencing_token(l));
+  dlock_info_free(info);
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// Locks of one client with leases of the same whole seconds share one etcd lease (one
+// keepalive per tick for all of them); a lock without a lease has none.
+TEST_F(EtcdTest, LocksShareOneLeasePerLengthAndNoLeaseMeansNone) {
+  const int before = LeaseCount();
+  ASSERT_GE(before, 0);
+  Client c(etcd_->url());
+  Options ten, forever;
+  ten.lease(10000);
+  forever.lease(0);
+  std::vector<dlock_lock*> held(20);
+  for (size_t i = 0; i < held.size(); ++i) {
+    ASSERT_EQ(dlock_acquire(c.get(), ("shared-" + std::to_string(i)).c_str(), ten.get(), &held[i]), DLOCK_OK)
+        << dlock_last_error();
+  }
+  EXPECT_EQ(LeaseCount(), before + 1) << "20 locks of 10 s: one etcd lease";
+  EXPECT_EQ(LeaseOf("shared-0"), LeaseOf("shared-19"));
+  dlock_lock* unleased = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), "unleased", forever.get(), &unleased), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(LeaseOf("unleased"), "0");
+  EXPECT_EQ(dlock_lock_remaining_ms(unleased), INT64_MAX);
+  for (dlock_lock* l : held) EXPECT_EQ(dlock_release(l), DLOCK_OK);
+  EXPECT_EQ(dlock_release(unleased), DLOCK_OK);
+}
+
+// A keepalive answered without a TTL means etcd no longer has the lease: every lock on it is
+// lost, and reported.
+TEST_F(EtcdTest, ARevokedLeaseIsALostLockReported) {
+  Client c(etcd_->url());
+  LostRecorder lost;
+  Options o;
+  o.lease(3000).heartbeat(500).on_lost(&LostRecorder::Fn, &lost);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), "revoked", o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const std::string lease = LeaseOf("revoked");
+  ASSERT_NE(lease, "0");
+  ASSERT_TRUE(etcd_->Post("/v3/lease/revoke", R"({"ID":")" + lease + R"("})").has_value());
+  const auto revoked = Clock::now();
+  ASSERT_TRUE(WaitFor([&] { return lost.calls.load() > 0; }, 5000ms)) << "never reported";
+  EXPECT_LT(MsSince(revoked), 2000) << "found by the next heartbeat, not the local deadline";
+  EXPECT_EQ(dlock_lock_is_valid(l), 0);
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+  // The client grants a new lease for its next lock.
+  ASSERT_EQ(dlock_acquire(c.get(), "revoked", o.get(), &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_NE(LeaseOf("revoked"), lease);
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// Endpoints are tried in turn: a dead one first costs nothing but a refused connect.
+TEST_F(EtcdTest, ADeadEndpointIsSkipped) {
+  Client c("etcd://127.0.0.1:1," + etcd_->endpoints());
+  ASSERT_NE(c.get(), nullptr);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), "skipping", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// Two of three nodes paused: no quorum. Calls fail with DLOCK_EIO within timeout_ms, and work
+// again once the nodes are back. (Last in the suite, as gtest runs them in order.)
+TEST_F(EtcdTest, MinorityFailsWithinTimeoutThenHeals) {
+  Client c(etcd_->url() + "?timeout_ms=1000");
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), "partitioned", nullptr, &l), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_release(l), DLOCK_OK);
+  const int leader = etcd_->Leader();
+  ASSERT_GE(leader, 0);
+  const int kept = (leader + 1) % EtcdCluster::kNodes;
+  for (int i = 0; i < EtcdCluster::kNodes; ++i) {
+    if (i != kept) etcd_->Stop(i);
+  }
+  for (int attempt = 0; attempt < 3; ++attempt) {  // each endpoint the client may be on
+    const auto start = Clock::now();
+    EXPECT_EQ(dlock_acquire(c.get(), "partitioned", nullptr, &l), DLOCK_EIO);
+    EXPECT_LT(MsSince(start), 1000 + 1500) << "bounded by timeout_ms=1000: " << dlock_last_error();
+  }
+  for (int i = 0; i < EtcdCluster::kNodes; ++i) {
+    if (i != kept) etcd_->Cont(i);
+  }
+  std::string why;
+  ASSERT_TRUE(etcd_->WaitHealthy(30s, &why)) << why;
+  ASSERT_TRUE(WaitFor([&] {
+    if (dlock_acquire(c.get(), "partitioned", nullptr, &l) != DLOCK_OK) return false;
+    return dlock_release(l) == DLOCK_OK;
+  }, 15s)) << "not healed: " << dlock_last_error();
+}
+
+// TLS: https to every endpoint, the server checked against ca=, and a client certificate
+// where the cluster asks for one.
+TEST(EtcdTlsTest, ClientCertificatesAndTheServerCheck) {
+  TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  EtcdCluster etcd({.tls = &certs, .client_cert_required = true});
+  ASSERT_TRUE(etcd.ready());
+  {
+    Client c(etcd.url());
+    dlock_lock* l = nullptr;
+    ASSERT_EQ(dlock_acquire(c.get(), "tls", nullptr, &l), DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(dlock_release(l), DLOCK_OK);
+  }
+  const std::string base = "etcd://" + etcd.endpoints() + "?tls=1";
+  dlock_client* c = nullptr;
+  EXPECT_EQ(dlock_client_open((base + "&ca=" + certs.other_ca_cert() + "&cert=" + certs.client_cert() +
+                               "&key=" + certs.client_key()).c_str(), &c),
+            DLOCK_EAUTH);
+  EXPECT_NE(std::string(dlock_last_error()).find("TLS"), std::string::npos) << dlock_last_error();
+  EXPECT_NE(dlock_client_open((base + "&ca=" + certs.ca_cert()).c_str(), &c), DLOCK_OK)
+      << "no client certificate, yet the cluster let us in";
+  EXPECT_EQ(dlock_client_open((base + "&ca=/no/such/ca.pem").c_str(), &c), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("/no/such/ca.pem"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dlock_test
