@@ -52,6 +52,7 @@ BackendFactory RedisSentinelBackendFactory();
 BackendFactory RedisTlsBackendFactory();
 BackendFactory RedisTlsClientCertBackendFactory();
 BackendFactory DynamoDbBackend();
+BackendFactory EtcdBackendFactory();
 
 }  // namespace dlock_test
 

@@ -13,6 +13,9 @@ const std::vector<BackendFactory>& AllBackends() {
 #ifdef DLOCK_CONFORMANCE_DYNAMODB
     v.push_back(DynamoDbBackend());
 #endif
+#ifdef DLOCK_CONFORMANCE_ETCD
+    v.push_back(EtcdBackendFactory());
+#endif
     return v;
   }();
   return all;

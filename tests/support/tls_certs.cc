@@ -56,6 +56,12 @@ subjectAltName = DNS:wrong.example
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
 extendedKeyUsage = clientAuth
+
+[peer_ext]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = DNS:localhost, IP:127.0.0.1
 )";
 
 const std::vector<std::string> kNewKey = {"-newkey", "ec", "-pkeyopt",
@@ -88,6 +94,7 @@ TestCertificates::TestCertificates() {
         Issue("expired", "/CN=localhost", "server_ext",
               {"-startdate", "20000101000000Z", "-enddate", "20000102000000Z"}) &&
         Issue("client", "/CN=dlock test client", "client_ext", kTenYears) &&
+        Issue("peer", "/CN=localhost", "peer_ext", kTenYears) &&
         OpenSsl({"genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out",
                  mismatched_key()});
 }

@@ -7,13 +7,16 @@
 //   url += "&cert=" + certs.client_cert() + "&key=" + certs.client_key();
 //
 // Everything lives in a fresh temp dir, removed by the destructor. Keys are EC P-256 (a key is
-// made in about 5 ms; RSA 2048 takes about 150 ms), so a whole set, 11 runs of openssl, takes
+// made in about 5 ms; RSA 2048 takes about 150 ms), so a whole set, 13 runs of openssl, takes
 // about 0.1 s.
 // Every certificate but the CAs is issued by ca_cert():
 //   server_cert      DNS:localhost, IP:127.0.0.1; valid for 10 years
 //   wrong_host_cert  DNS:wrong.example only: no good for 127.0.0.1 or localhost
 //   expired_cert     DNS:localhost, IP:127.0.0.1; valid 2000-01-01 to 2000-01-02 only
 //   client_cert      clientAuth, CN=dlock test client; mismatched_key() is not its key
+//   peer_cert        serverAuth and clientAuth, DNS:localhost, IP:127.0.0.1: for a server that
+//                    also dials with its own certificate (etcd's JSON gateway dials its own
+//                    gRPC port with it, which --client-cert-auth checks as a client's)
 // other_ca_cert() is an unrelated CA that issued none of them.
 #ifndef DLOCK_TESTS_SUPPORT_TLS_CERTS_H_
 #define DLOCK_TESTS_SUPPORT_TLS_CERTS_H_
@@ -47,6 +50,8 @@ class TestCertificates {
   std::string expired_key() const { return Path("expired.key"); }
   std::string client_cert() const { return Path("client.crt"); }
   std::string client_key() const { return Path("client.key"); }
+  std::string peer_cert() const { return Path("peer.crt"); }
+  std::string peer_key() const { return Path("peer.key"); }
   std::string mismatched_key() const { return Path("mismatched.key"); }  // not client_cert's
 
  private:

@@ -87,7 +87,7 @@ TEST(TestCertificatesTest, MakesEveryFileInItsOwnDirAndRemovesIt) {
          {certs.ca_cert(), certs.ca_key(), certs.other_ca_cert(), certs.server_cert(),
           certs.server_key(), certs.wrong_host_cert(), certs.wrong_host_key(),
           certs.expired_cert(), certs.expired_key(), certs.client_cert(), certs.client_key(),
-          certs.mismatched_key()}) {
+          certs.peer_cert(), certs.peer_key(), certs.mismatched_key()}) {
       EXPECT_EQ(path.rfind(dir + "/", 0), 0u) << path;
       EXPECT_EQ(path[0], '/') << path;
       struct stat st;
@@ -107,6 +107,9 @@ TEST(TestCertificatesTest, IssuedCertificatesVerifyAgainstTheCaOnly) {
   EXPECT_EQ(Verify({"-CAfile", ca, "-purpose", "sslserver", certs.server_cert()}), "OK");
   EXPECT_EQ(Verify({"-CAfile", ca, "-purpose", "sslserver", certs.wrong_host_cert()}), "OK");
   EXPECT_EQ(Verify({"-CAfile", ca, "-purpose", "sslclient", certs.client_cert()}), "OK");
+  EXPECT_EQ(Verify({"-CAfile", ca, "-purpose", "sslserver", "-verify_ip", "127.0.0.1",
+                    certs.peer_cert()}), "OK");
+  EXPECT_EQ(Verify({"-CAfile", ca, "-purpose", "sslclient", certs.peer_cert()}), "OK");
   // Usages: the client certificate is no server's, nor the server's a client's.
   EXPECT_NE(Verify({"-CAfile", ca, "-purpose", "sslserver", certs.client_cert()}), "OK");
   EXPECT_NE(Verify({"-CAfile", ca, "-purpose", "sslclient", certs.server_cert()}), "OK");
@@ -151,6 +154,7 @@ TEST(TestCertificatesTest, EachKeyMatchesItsCertificateButTheMismatchedOne) {
   EXPECT_TRUE(KeyMatches(certs.wrong_host_cert(), certs.wrong_host_key()));
   EXPECT_TRUE(KeyMatches(certs.expired_cert(), certs.expired_key()));
   EXPECT_TRUE(KeyMatches(certs.client_cert(), certs.client_key()));
+  EXPECT_TRUE(KeyMatches(certs.peer_cert(), certs.peer_key()));
   EXPECT_FALSE(KeyMatches(certs.client_cert(), certs.mismatched_key()));
   // A TLS client will not even offer that pair.
   std::string e = TlsConnection("127.0.0.1", 1,

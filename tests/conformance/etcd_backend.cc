@@ -1,0 +1,42 @@
+// etcd://: a real 3-node etcd cluster (support/etcd_cluster.h); clients are given every node's
+// client endpoint.
+#include <dlock/dlock.h>
+#include <gtest/gtest.h>
+
+#include "conformance/backend.h"
+#include "support/etcd_cluster.h"
+
+namespace dlock_test {
+namespace {
+
+class EtcdBackend : public BackendServer {
+ public:
+  bool running() const override { return etcd_.ready() && !killed_; }
+  std::string url() const override { return etcd_.url(); }
+  // Errors name the endpoints they tried.
+  std::string address() const override { return etcd_.endpoints(); }
+  // The backend keeps lock NAME at key prefix + NAME, the prefix "dlock:" by default.
+  bool DeleteLock(const std::string& name) override { return etcd_.Delete("dlock:" + name); }
+  void Kill() override {
+    etcd_.Kill();
+    killed_ = true;
+  }
+  // A new empty cluster at the same endpoints.
+  bool Restart() override {
+    killed_ = !etcd_.Restart();
+    return !killed_;
+  }
+
+ private:
+  EtcdCluster etcd_;
+  bool killed_ = false;
+};
+
+}  // namespace
+
+BackendFactory EtcdBackendFactory() {
+  return {"etcd", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+          [] { return std::make_unique<EtcdBackend>(); }};
+}
+
+}  // namespace dlock_test
