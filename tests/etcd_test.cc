@@ -47,7 +47,7 @@ class EtcdTest : public ::testing::Test {
     auto body = etcd_->Post("/v3/kv/range", R"({"key":")" + Base64("dlock:" + name) + R"("})");
     if (!body) return "unreadable";
     std::smatch m;
-    return std::regex_search(*body, m, std::regex(R"("lease":"(\d+)")")) ? m[1].str() : "0";
+    return std::regex_search(*body, m, std::regex(R"re("lease":"(\d+)")re")) ? m[1].str() : "0";
   }
   static int LeaseCount() {
     auto body = etcd_->Post("/v3/lease/leases", "{}");

@@ -24,7 +24,13 @@ class EtcdBackend : public Backend {
         protocol_(&config_),
         blocking_(&config_),
         async_(&config_, loop),
-        watches_(&config_, loop, async_.http()) {}
+        watches_(&config_, loop, async_.http()) {
+    protocol_.SetBackground([this, loop](const std::string& path, std::string body) {
+      loop->Post([this, path, body = std::move(body)]() mutable {
+        async_.Call(path, std::move(body), CallDeadline(), [](CallResult) {});
+      });
+    });
+  }
 
   Status Check() override {
     Status status;

@@ -58,6 +58,8 @@ Json PutOp(const std::string& key, const std::string& value, int64_t lease) {
 
 Json RangeOp(const std::string& key) { return {{"request_range", {{"key", Base64Encode(key)}}}}; }
 
+Json DeleteOp(const std::string& key) { return {{"request_delete_range", {{"key", Base64Encode(key)}}}}; }
+
 Status Malformed(const std::string& what) {
   return Status::BackendError("etcd answered " + what + " in a shape dlock does not know");
 }
@@ -156,8 +158,19 @@ std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int6
 }
 
 std::string IfOwnedDeleteTxn(const std::string& key, const std::string& value, int64_t create_revision) {
-  return Txn(OwnedCompare(key, value, create_revision),
-             Json::array({{{"request_delete_range", {{"key", Base64Encode(key)}}}}}), Json());
+  return Txn(OwnedCompare(key, value, create_revision), Json::array({DeleteOp(key)}), Json());
+}
+
+std::string IfOnLeaseDeleteTxn(const std::string& key, int64_t lease) {
+  Json compare = Json::array(
+      {{{"key", Base64Encode(key)}, {"target", "LEASE"}, {"result", "EQUAL"}, {"lease", std::to_string(lease)}}});
+  return Txn(compare, Json::array({DeleteOp(key)}), Json());
+}
+
+std::string IfValueDeleteTxn(const std::string& key, const std::string& value) {
+  Json compare = Json::array(
+      {{{"key", Base64Encode(key)}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", Base64Encode(value)}}});
+  return Txn(compare, Json::array({DeleteOp(key)}), Json());
 }
 
 std::string RangeBody(const std::string& key) { return Json{{"key", Base64Encode(key)}}.dump(); }

@@ -69,6 +69,10 @@ std::string CreateIfAbsentTxn(const std::string& key, const std::string& value, 
 std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int64_t create_revision,
                           int64_t lease);
 std::string IfOwnedDeleteTxn(const std::string& key, const std::string& value, int64_t create_revision);
+// Deletes key if it hangs on lease (a key on one of the client's leases that no lock of it
+// holds), or if it holds value (an acquire without a lease whose outcome stayed unknown).
+std::string IfOnLeaseDeleteTxn(const std::string& key, int64_t lease);
+std::string IfValueDeleteTxn(const std::string& key, const std::string& value);
 std::string RangeBody(const std::string& key);
 std::string LeaseGrantBody(int64_t ttl_s);
 std::string LeaseIdBody(int64_t lease);                 // keepalive, revoke

@@ -51,6 +51,41 @@ void LockProtocol::Forget(int64_t lease) {
   }
 }
 
+void LockProtocol::Count(int64_t lease, const std::string& key) {
+  if (lease == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  counted_[lease].insert(key);
+}
+
+void LockProtocol::Uncount(int64_t lease, const std::string& key) {
+  if (lease == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = counted_.find(lease);
+  if (it == counted_.end()) return;
+  auto one = it->second.find(key);
+  if (one != it->second.end()) it->second.erase(one);
+  if (it->second.empty()) counted_.erase(it);
+}
+
+void LockProtocol::Forgotten(const LockState& lock) {
+  EtcdLockData* data = DataOf(lock);
+  if (data != nullptr && data->counted.exchange(false)) Uncount(data->lease.load(), KeyFor(lock.name));
+}
+
+void LockProtocol::SweepStrays(int64_t lease, const std::unordered_set<std::string>& keys) {
+  std::vector<std::string> strays;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = counted_.find(lease);
+    for (const std::string& key : keys) {
+      if (it == counted_.end() || it->second.count(key) == 0) strays.push_back(key);
+    }
+  }
+  for (const std::string& key : strays) {
+    if (background_) background_(kTxn, IfOnLeaseDeleteTxn(key, lease));
+  }
+}
+
 void LockProtocol::KeepAlive(Transport* t, int64_t lease, TimePoint deadline,
                              std::function<void(Status, int64_t)> done) {
   const TimePoint sent = Now();
@@ -135,43 +170,57 @@ void LockProtocol::Acquire(Transport* t, const LockRequest& request, TimePoint d
   AcquireRound(t, std::move(op));
 }
 
+void LockProtocol::Won(AcquireOp& op, int64_t sent_lease, int64_t kv_lease, int64_t token) {
+  if (kv_lease != sent_lease) {  // an earlier try's lease: count the key where it hangs
+    Uncount(sent_lease, op.key);
+    Count(kv_lease, op.key);
+  }
+  AcquireAttempt attempt;
+  attempt.acquired = true;
+  attempt.fencing_token = static_cast<uint64_t>(token);
+  attempt.backend_data = std::make_shared<EtcdLockData>(kv_lease);
+  op.done(Status::Ok(), attempt);
+}
+
 void LockProtocol::AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op) {
   EnsureLease(t, op->request.lease_ms, op->deadline, [this, t, op](Status s, int64_t lease) {
     if (!s.ok()) return op->done(s, AcquireAttempt());
+    Count(lease, op->key);  // before it is sent: a renewal sweeping the lease must spare it
     t->Call(kTxn, CreateIfAbsentTxn(op->key, op->request.owner_value, lease), op->deadline,
             [this, t, op, lease](CallResult r) {
       if (LeaseNotFound(r) && !op->lease_retried) {
         op->lease_retried = true;
+        Uncount(lease, op->key);
         Forget(lease);
         return AcquireRound(t, op);
       }
       TxnAnswer txn;
       if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
       if (!r.status.ok()) {
-        if (!r.maybe_applied) return op->done(r.status, AcquireAttempt());
+        if (!r.maybe_applied) {
+          Uncount(lease, op->key);
+          return op->done(r.status, AcquireAttempt());
+        }
         // Settle: did our create land?
         return ReadOwner(t, op->key, op->request.owner_value, 0, op->deadline,
-                         [op, lease, failed = r.status](Status s, bool ours, KeyValue kv) {
-          AcquireAttempt attempt;
-          if (!s.ok() || !ours) return op->done(failed, attempt);
-          attempt.acquired = true;
-          attempt.fencing_token = static_cast<uint64_t>(kv.create_revision);
-          auto data = std::make_shared<EtcdLockData>();
-          data->lease = kv.lease;
-          attempt.backend_data = std::move(data);
-          op->done(Status::Ok(), attempt);
+                         [this, op, lease, failed = r.status](Status s, bool ours, KeyValue kv) {
+          if (s.ok() && ours) return Won(*op, lease, kv.lease, kv.create_revision);
+          // Not there yet is not never: a proposal queued on a node without a leader commits
+          // when the partition heals. See "An acquire whose outcome stays unknown".
+          Uncount(lease, op->key);
+          Forget(lease);
+          if (lease == 0 && background_) background_(kTxn, IfValueDeleteTxn(op->key, op->request.owner_value));
+          op->done(failed, AcquireAttempt());
         });
       }
-      AcquireAttempt attempt;
-      if (txn.succeeded) {
-        attempt.acquired = true;
-        attempt.fencing_token = static_cast<uint64_t>(txn.revision);  // the put's create revision
-        auto data = std::make_shared<EtcdLockData>();
-        data->lease = lease;
-        attempt.backend_data = std::move(data);
-        return op->done(Status::Ok(), attempt);
+      if (txn.succeeded) return Won(*op, lease, lease, txn.revision);  // the put's create revision
+      if (!txn.kvs.empty() && txn.kvs[0].value == op->request.owner_value) {
+        // Ours already: an earlier try of this very acquire landed (its answer was lost).
+        return Won(*op, lease, txn.kvs[0].lease, txn.kvs[0].create_revision);
       }
+      Uncount(lease, op->key);
       if (txn.kvs.empty()) {  // deleted between the compare and the read: cannot happen in one txn
+        AcquireAttempt attempt;
         attempt.holder_ttl_ms = 0;
         return op->done(Status::Ok(), attempt);
       }
@@ -181,16 +230,6 @@ void LockProtocol::AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op) {
 }
 
 void LockProtocol::Refused(Transport* t, std::shared_ptr<AcquireOp> op, KeyValue holder) {
-  if (holder.value == op->request.owner_value) {
-    // Ours already: an earlier try of this very acquire landed (its answer was lost).
-    AcquireAttempt attempt;
-    attempt.acquired = true;
-    attempt.fencing_token = static_cast<uint64_t>(holder.create_revision);
-    auto data = std::make_shared<EtcdLockData>();
-    data->lease = holder.lease;
-    attempt.backend_data = std::move(data);
-    return op->done(Status::Ok(), attempt);
-  }
   HolderTtl(t, holder.lease, op->deadline, [op](Status, int64_t ttl_ms) {
     AcquireAttempt attempt;
     attempt.holder_ttl_ms = ttl_ms;  // -2 (unknown) when the look failed: not worth failing for
@@ -224,9 +263,22 @@ void LockProtocol::Extend(Transport* t, std::shared_ptr<const LockState> lock, u
 void LockProtocol::ChangeLease(Transport* t, std::shared_ptr<const LockState> lock, int64_t lease,
                                TimePoint deadline, bool retried, Done done) {
   const std::string key = KeyFor(lock->name);
+  Count(lease, key);  // before it is sent: a renewal sweeping the lease must spare it
+  // The put landed: the key hangs on now_on; the count sent for `sent` and the one on the old
+  // lease give way to one on now_on.
+  auto moved = [this, lock, key, lease](int64_t now_on) {
+    EtcdLockData* data = DataOf(*lock);
+    Uncount(lease, key);
+    if (data->counted.load()) {
+      Uncount(data->lease.load(), key);
+      Count(now_on, key);
+    }
+    data->lease = now_on;
+  };
   t->Call(kTxn, IfOwnedPutTxn(key, lock->owner_value, TokenOf(*lock), lease), deadline,
-          [this, t, lock, lease, deadline, retried, key, done](CallResult r) {
+          [this, t, lock, lease, deadline, retried, key, moved, done](CallResult r) {
     if (LeaseNotFound(r) && !retried) {  // the shared lease was forgotten: a new one, once
+      Uncount(lease, key);
       Forget(lease);
       return EnsureLease(t, lock->lease_ms.load(), deadline, [this, t, lock, deadline, done](Status s, int64_t l) {
         if (!s.ok()) return done(s);
@@ -236,23 +288,44 @@ void LockProtocol::ChangeLease(Transport* t, std::shared_ptr<const LockState> lo
     TxnAnswer txn;
     if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
     if (r.status.ok()) {
-      if (!txn.succeeded) return done(NotHeld(*config_, lock->name));
-      DataOf(*lock)->lease = lease;
+      if (!txn.succeeded) {
+        Uncount(lease, key);
+        return done(NotHeld(*config_, lock->name));
+      }
+      moved(lease);
       return done(Status::Ok());
     }
-    if (!r.maybe_applied) return done(r.status);
+    if (!r.maybe_applied) {
+      Uncount(lease, key);
+      return done(r.status);
+    }
     ReadOwner(t, key, lock->owner_value, TokenOf(*lock), deadline,
-              [this, lock, lease, failed = r.status, done](Status s, bool ours, KeyValue kv) {
-      if (!s.ok()) return done(failed);
-      if (!ours) return done(NotHeld(*config_, lock->name));
-      DataOf(*lock)->lease = kv.lease;  // where the key hangs now, whichever write landed
-      done(kv.lease == lease ? Status::Ok() : failed);
+              [this, lock, lease, key, moved, failed = r.status, done](Status s, bool ours, KeyValue kv) {
+      if (s.ok() && ours) {
+        moved(kv.lease);  // where the key hangs now, whichever write landed
+        return done(kv.lease == lease ? Status::Ok() : failed);
+      }
+      // Not ours, or unknown: if the put lands later, the key moves to a lease where no lock
+      // counts it, and that lease's renewals delete it (the lock is then reported lost).
+      Uncount(lease, key);
+      done(!s.ok() ? failed : NotHeld(*config_, lock->name));
     });
   });
 }
 
 void LockProtocol::Release(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done) {
-  ReleaseRound(t, std::move(lock), deadline, std::move(done));
+  // Whatever the answer, the caller's handle is gone: the key no longer counts as held (if it
+  // stays on a lease, that lease's renewals delete it).
+  ReleaseRound(t, lock, deadline, [this, lock, done = std::move(done)](Status s) {
+    Forgotten(*lock);
+    if (!s.ok() && s.code() != Code::kNotHeld) {
+      // The key may still be there: released again in the background, and its lease no longer
+      // kept alive by acquires (see "An acquire whose outcome stays unknown").
+      Forget(DataOf(*lock)->lease.load());
+      if (background_) background_(kTxn, IfOwnedDeleteTxn(KeyFor(lock->name), lock->owner_value, TokenOf(*lock)));
+    }
+    done(s);
+  });
 }
 
 void LockProtocol::ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline,
@@ -302,16 +375,19 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
     auto round = std::make_shared<Round>();
     auto judge = [this, round, members, locks, done, lease_id = lease] {
       if (++round->answers < 2) return;
+      if (round->alive.ok() && round->ttl_s > 0 && round->listed.ok()) SweepStrays(lease_id, round->keys);
       for (size_t k : members) {
         const LockState& lock = *locks[k];
         if (!round->alive.ok()) {
           done(k, round->alive);
         } else if (round->ttl_s == 0) {
+          Forgotten(lock);
           done(k, Status::NotHeld(config_->Describe() + ": lock '" + lock.name + "' is lost: its etcd lease " +
                                   std::to_string(lease_id) + " expired"));
         } else if (!round->listed.ok()) {
           done(k, round->listed);
         } else if (round->keys.count(KeyFor(lock.name)) == 0) {
+          Forgotten(lock);
           done(k, NotHeld(*config_, lock.name));
         } else {
           done(k, Status::Ok());
@@ -360,6 +436,7 @@ void LockProtocol::ReleaseAll(Transport* t, const std::vector<std::shared_ptr<Lo
                               TimePoint deadline) {
   std::unordered_set<int64_t> leases;
   for (const auto& lock : locks) {
+    Forgotten(*lock);
     int64_t lease = DataOf(*lock)->lease.load();
     if (lease != 0) {
       leases.insert(lease);

@@ -22,6 +22,15 @@
 // holder died; the holder's local validity keeps to lease_ms (the safe direction).
 // A renewal keeps the lease alive and asks which keys hang on it: a lease etcd no longer
 // knows, or a key no longer on it (deleted behind the holder's back), is a lost lock.
+//
+// An acquire whose outcome stays unknown (etcd may apply it later: a proposal queued on a node
+// cut off from the leader commits once the partition heals), or a release that failed, must not
+// leave a lock held by nobody for longer than a lease. Its lease is no longer used for new
+// locks, so that only the heartbeats of locks already on it keep it alive; each of those
+// renewals deletes the keys on the lease that no lock of the client holds (a transaction
+// conditional on the key's lease). So such a key lives at most until the lease's other locks
+// are gone, or a heartbeat later. A failed release is also sent again in the background; an
+// unknown acquire without a lease is given back there (deleted if it holds our owner value).
 #ifndef DLOCK_ETCD_LOCK_PROTOCOL_H_
 #define DLOCK_ETCD_LOCK_PROTOCOL_H_
 
@@ -30,7 +39,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/backend.h"
@@ -40,7 +51,9 @@ namespace dlock::etcd {
 
 // What the backend keeps of a held lock.
 struct EtcdLockData : BackendLockData {
-  std::atomic<int64_t> lease{0};  // the etcd lease the key hangs on; 0: none
+  explicit EtcdLockData(int64_t l) : lease(l) {}
+  std::atomic<int64_t> lease;          // the etcd lease the key hangs on; 0: none
+  std::atomic<bool> counted{true};     // in LockProtocol::attached_ (until released or lost)
 };
 
 // The lease length in whole seconds a lock of lease_ms gets (before etcd's own minimum).
@@ -70,6 +83,13 @@ class LockProtocol {
 
   std::string KeyFor(const std::string& name) const { return config_->params.prefix + name; }
 
+  // How the protocol sends a write in the background, its answer ignored (a give-back, a
+  // stray key's deletion): the backend sends it on the loop's transport.
+  using BackgroundSend = std::function<void(const std::string& path, std::string body)>;
+  void SetBackground(BackgroundSend send) { background_ = std::move(send); }
+  // A lock is gone (released, lost): its key no longer counts as one of the client's.
+  void Forgotten(const LockState& lock);
+
  private:
   struct SharedLease {
     int64_t id = 0;
@@ -95,10 +115,19 @@ class LockProtocol {
   void ChangeLease(Transport* t, std::shared_ptr<const LockState> lock, int64_t lease, TimePoint deadline,
                    bool retried, Done done);
   void ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
+  // The acquire won: the key hangs on kv_lease (normally the lease it was sent with).
+  void Won(AcquireOp& op, int64_t sent_lease, int64_t kv_lease, int64_t token);
+  // The client's keys on each lease: held locks, and acquires in flight.
+  void Count(int64_t lease, const std::string& key);
+  void Uncount(int64_t lease, const std::string& key);
+  // Deletes in the background the keys on lease that the client does not count.
+  void SweepStrays(int64_t lease, const std::unordered_set<std::string>& keys);
 
   const EtcdConfig* config_;
   std::mutex mu_;
   std::map<int64_t, SharedLease> leases_;  // by the TTL asked for, in seconds
+  std::map<int64_t, std::multiset<std::string>> counted_;  // lease -> the client's keys on it
+  BackgroundSend background_;
 };
 
 }  // namespace dlock::etcd
