@@ -8,6 +8,9 @@
 #   start_dynalite DIR          starts a throwaway dynalite (in memory) logging to DIR; sets
 #                               DYNALITE_PID, DYNALITE_ENDPOINT
 #   stop_dynalite               stops it; safe to call twice
+#   start_etcd DIR              starts a throwaway one-node etcd (data in DIR); sets ETCD_PID,
+#                               ETCD_ENDPOINT (host:port of its client URL)
+#   stop_etcd                   stops it; safe to call twice
 #   abs_path PATH               PATH made absolute against the current directory
 #   use_dlock_library           exports DLOCK_LIBRARY for the bindings' tests: the caller's
 #                               value made absolute (a path is relative to the caller's cwd;
@@ -22,6 +25,8 @@ REDIS_PORT=""
 REDIS_URL=""
 DYNALITE_PID=""
 DYNALITE_ENDPOINT=""
+ETCD_PID=""
+ETCD_ENDPOINT=""
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 
@@ -121,6 +126,39 @@ start_dynalite() {
 stop_dynalite() {
   local pid=$DYNALITE_PID
   DYNALITE_PID=""
+  stop_pid "$pid"
+}
+
+start_etcd() {
+  local dir=$1 client peer attempt
+  command -v etcd >/dev/null || { echo "start_etcd: etcd missing (run scripts/setup)" >&2; return 1; }
+  for attempt in 1 2 3; do
+    client=$(free_port)
+    peer=$(free_port)
+    rm -rf "$dir/etcd.data"
+    etcd --name e0 --data-dir "$dir/etcd.data" --listen-client-urls "http://127.0.0.1:$client" \
+      --advertise-client-urls "http://127.0.0.1:$client" --listen-peer-urls "http://127.0.0.1:$peer" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "e0=http://127.0.0.1:$peer" \
+      </dev/null >"$dir/etcd.log" 2>&1 &
+    ETCD_PID=$!
+    for _ in $(seq 200); do  # up to 10 s: until its JSON gateway answers
+      if ! kill -0 "$ETCD_PID" 2>/dev/null; then break; fi
+      if curl -sf -m 1 -X POST -d '{}' "http://127.0.0.1:$client/v3/maintenance/status" >/dev/null 2>&1; then
+        ETCD_ENDPOINT="127.0.0.1:$client"
+        return 0
+      fi
+      sleep 0.05
+    done
+    stop_etcd
+    echo "start_etcd: attempt $attempt on port $client failed:" >&2
+    tail -n 5 "$dir/etcd.log" >&2 2>/dev/null || true
+  done
+  return 1
+}
+
+stop_etcd() {
+  local pid=$ETCD_PID
+  ETCD_PID=""
   stop_pid "$pid"
 }
 

@@ -5,11 +5,12 @@ A fenced block tagged c, cpp, python, js or lua is an example: a complete progra
 build (C and C++ with -Wall -Wextra -Werror against the build tree) and exit 0 within 30 s.
 Blocks tagged otherwise (sh, text, none) are commands or grammar and are not run. The one
 liberty taken: the addresses the READMEs print for a local server (127.0.0.1:6379 for Redis,
-http://127.0.0.1:4567 for dynalite) are replaced with the throwaway servers' addresses.
+http://127.0.0.1:4567 for dynalite, 127.0.0.1:2379 for etcd) are replaced with the throwaway
+servers' addresses.
 AWS_* variables are cleared, as on a new user's machine.
 
     check_examples.py --source-dir . --build-dir build --redis 127.0.0.1:PORT \\
-        --dynalite http://127.0.0.1:PORT README.md bindings/*/README.md
+        --dynalite http://127.0.0.1:PORT --etcd 127.0.0.1:PORT README.md bindings/*/README.md
 
 Every README named must hold at least one example. The last line reads
 `readme-examples: N passed, N failed`.
@@ -98,6 +99,7 @@ def main():
     parser.add_argument("--build-dir", required=True)
     parser.add_argument("--redis", required=True, help="host:port of a throwaway redis-server")
     parser.add_argument("--dynalite", required=True, help="http://host:port of a throwaway dynalite")
+    parser.add_argument("--etcd", required=True, help="host:port of a throwaway etcd")
     parser.add_argument("readmes", nargs="+")
     args = parser.parse_args()
 
@@ -111,6 +113,7 @@ def main():
         for line, lang, code in found:
             code = code.replace("http://127.0.0.1:4567", args.dynalite)
             code = code.replace("127.0.0.1:6379", args.redis)
+            code = code.replace("127.0.0.1:2379", args.etcd)
             work = tempfile.mkdtemp(prefix="dlock-readme-")
             started = time.monotonic()
             ok, output = True, ""

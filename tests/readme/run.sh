@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every code example of README.md and the bindings' READMEs as printed (see
-# check_examples.py), against a throwaway redis-server and dynalite on free loopback ports.
+# check_examples.py), against a throwaway redis-server, dynalite and etcd on free loopback ports.
 #
 #   tests/readme/run.sh [BUILD_DIR]      # default: build
 set -euo pipefail
@@ -10,11 +10,12 @@ build=$(abs_path "${1:-build}")
 [[ -e $build/libdlock.so ]] || { echo "readme examples: no $build/libdlock.so (build first)" >&2; exit 1; }
 
 work=$(mktemp -d)
-trap 'stop_redis; stop_dynalite; rm -rf "$work"' EXIT
+trap 'stop_redis; stop_dynalite; stop_etcd; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 start_redis "$work"
 start_dynalite "$work"
+start_etcd "$work"
 cd "$repo"
 python3 tests/readme/check_examples.py --source-dir "$repo" --build-dir "$build" \
-  --redis "127.0.0.1:$REDIS_PORT" --dynalite "$DYNALITE_ENDPOINT" \
+  --redis "127.0.0.1:$REDIS_PORT" --dynalite "$DYNALITE_ENDPOINT" --etcd "$ETCD_ENDPOINT" \
   README.md bindings/python/README.md bindings/node/README.md bindings/luajit/README.md
