@@ -71,6 +71,13 @@
  *   taken over once its recordVersion has stood unchanged for a whole lease on the waiter's
  *   monotonic clock (trust_local_time=1: once renewedAtMs + leaseMs is past the waiter's wall
  *   clock). The table must exist: see dlock_dynamodb_create_table.
+ *
+ *   etcd://host[:port][,host[:port]...][?tls=1&ca=&cert=&key=&sni=&tls_verify=0&params]
+ *   An etcd v3 cluster through its JSON gateway (port 2379 unless given), endpoints tried in
+ *   turn. Lock NAME is the key <prefix>NAME; the fencing token is its create_revision. Leases
+ *   are whole seconds on etcd: a lock's key may outlive a dead holder by up to about 2 s beyond
+ *   lease_ms (lease_ms rounded up, plus one), while the holder's own validity keeps to
+ *   lease_ms. Bounds: every call T (open, acquire, release, extend, inspect); waiting W + T.
  */
 #ifndef DLOCK_DLOCK_H_
 #define DLOCK_DLOCK_H_
