@@ -52,6 +52,17 @@ s.close()' 2>/dev/null; then
   return 1
 }
 
+# Waits up to 10 s, while process PID runs, for the shell test PROBE (a string) to succeed.
+await_ready() {
+  local pid=$1 probe=$2
+  for _ in $(seq 200); do
+    kill -0 "$pid" 2>/dev/null || return 1
+    if eval "$probe"; then return 0; fi
+    sleep 0.05
+  done
+  return 1
+}
+
 start_redis() {
   local dir=$1 port attempt
   command -v redis-server >/dev/null || { echo "start_redis: redis-server not found" >&2; return 1; }
@@ -62,17 +73,12 @@ start_redis() {
       --daemonize no --logfile "$dir/redis.log" --unixsocket "$dir/redis.sock" \
       --unixsocketperm 700 </dev/null >"$dir/redis.stdout" 2>&1 &
     REDIS_PID=$!
-    for _ in $(seq 100); do  # up to 5 s
-      if ! kill -0 "$REDIS_PID" 2>/dev/null; then break; fi
-      # Ours, not some other server that raced us to the port?
-      if [[ $(redis-cli -p "$port" info server 2>/dev/null | tr -d '\r' |
-        sed -n 's/^process_id://p') == "$REDIS_PID" ]]; then
-        REDIS_PORT=$port
-        REDIS_URL="redis://127.0.0.1:$port"
-        return 0
-      fi
-      sleep 0.05
-    done
+    # Ours, not some other server that raced us to the port?
+    if await_ready "$REDIS_PID" "[[ \$(redis-cli -p $port info server 2>/dev/null | tr -d '\\r' | sed -n 's/^process_id://p') == $REDIS_PID ]]"; then
+      REDIS_PORT=$port
+      REDIS_URL="redis://127.0.0.1:$port"
+      return 0
+    fi
     stop_redis
     echo "start_redis: attempt $attempt on port $port failed:" >&2
     tail -n 5 "$dir/redis.log" "$dir/redis.stdout" >&2 2>/dev/null || true
@@ -108,14 +114,10 @@ start_dynalite() {
     node "$cli" --port "$port" --host 127.0.0.1 --createTableMs 0 --deleteTableMs 0 \
       --updateTableMs 0 </dev/null >"$dir/dynalite.log" 2>&1 &
     DYNALITE_PID=$!
-    for _ in $(seq 200); do  # up to 10 s
-      if ! kill -0 "$DYNALITE_PID" 2>/dev/null; then break; fi
-      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        DYNALITE_ENDPOINT="http://127.0.0.1:$port"
-        return 0
-      fi
-      sleep 0.05
-    done
+    if await_ready "$DYNALITE_PID" "(exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null"; then
+      DYNALITE_ENDPOINT="http://127.0.0.1:$port"
+      return 0
+    fi
     stop_dynalite
     echo "start_dynalite: attempt $attempt on port $port failed:" >&2
     tail -n 5 "$dir/dynalite.log" >&2 2>/dev/null || true
@@ -141,14 +143,11 @@ start_etcd() {
       --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "e0=http://127.0.0.1:$peer" \
       </dev/null >"$dir/etcd.log" 2>&1 &
     ETCD_PID=$!
-    for _ in $(seq 200); do  # up to 10 s: until its JSON gateway answers
-      if ! kill -0 "$ETCD_PID" 2>/dev/null; then break; fi
-      if curl -sf -m 1 -X POST -d '{}' "http://127.0.0.1:$client/v3/maintenance/status" >/dev/null 2>&1; then
-        ETCD_ENDPOINT="127.0.0.1:$client"
-        return 0
-      fi
-      sleep 0.05
-    done
+    # Until its JSON gateway answers, which comes after the port opens.
+    if await_ready "$ETCD_PID" "curl -sf -m 1 -X POST -d '{}' http://127.0.0.1:$client/v3/maintenance/status >/dev/null 2>&1"; then
+      ETCD_ENDPOINT="127.0.0.1:$client"
+      return 0
+    fi
     stop_etcd
     echo "start_etcd: attempt $attempt on port $client failed:" >&2
     tail -n 5 "$dir/etcd.log" >&2 2>/dev/null || true

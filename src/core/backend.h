@@ -113,6 +113,12 @@ class WakeSignal : public ReleaseWatcher {
   bool ready_ = false;
 };
 
+// A non-owning shared_ptr for a backend's blocking calls, which finish before the reference
+// could dangle: lets them share code with the async calls, which keep the lock alive.
+inline std::shared_ptr<const LockState> BorrowLock(const LockState& lock) {
+  return std::shared_ptr<const LockState>(std::shared_ptr<const LockState>(), &lock);
+}
+
 struct RenewRequest {
   std::shared_ptr<LockState> lock;
   uint64_t lease_ms;

@@ -73,6 +73,11 @@ struct LockState {
     while (want < cur && !deadline_ns.compare_exchange_weak(cur, want)) {
     }
   }
+  // The local deadline as a time point; TimePoint::max() for a lock without expiry.
+  TimePoint LocalDeadline() const {
+    int64_t d = deadline_ns.load();
+    return d == kNoDeadline ? TimePoint::max() : FromNanos(d);
+  }
   bool IsValid() const {
     return Phase() == LockPhase::kHeld && ToNanos(Now()) < deadline_ns.load();
   }

@@ -16,16 +16,6 @@ namespace {
 // Threads releasing at once when a client holding many locks closes.
 constexpr size_t kReleaseAllThreads = 8;
 
-// A non-owning shared_ptr for the blocking calls, which finish before the reference could dangle.
-std::shared_ptr<const LockState> Borrow(const LockState& lock) {
-  return std::shared_ptr<const LockState>(std::shared_ptr<const LockState>(), &lock);
-}
-
-TimePoint LocalDeadline(const LockState& lock) {
-  int64_t d = lock.deadline_ns.load();
-  return d == kNoDeadline ? TimePoint::max() : FromNanos(d);
-}
-
 class DynamoDbBackend : public Backend {
  public:
   DynamoDbBackend(EventLoop* loop, DynamoConfig config)
@@ -67,7 +57,7 @@ class DynamoDbBackend : public Backend {
 
   Status Release(const LockState& lock) override {
     Status status;
-    protocol_.Release(&blocking_, Borrow(lock), [&](Status s) { status = std::move(s); });
+    protocol_.Release(&blocking_, BorrowLock(lock), [&](Status s) { status = std::move(s); });
     return status;
   }
 
@@ -115,7 +105,7 @@ class DynamoDbBackend : public Backend {
     // No conditional batch write in DynamoDB: the renewals go out at once, each its own
     // request on the multi handle's kept-alive connections.
     for (auto& request : batch) {
-      TimePoint deadline = LocalDeadline(*request.lock);
+      TimePoint deadline = request.lock->LocalDeadline();
       protocol_.Renew(&async_, request.lock, request.lease_ms, deadline,
                       [sink, request](Status s) { sink->OnRenewed(request, s); });
     }

@@ -7,16 +7,6 @@
 namespace dlock::etcd {
 namespace {
 
-// A non-owning shared_ptr for the blocking calls, which finish before the reference could dangle.
-std::shared_ptr<const LockState> Borrow(const LockState& lock) {
-  return std::shared_ptr<const LockState>(std::shared_ptr<const LockState>(), &lock);
-}
-
-TimePoint LocalDeadline(const LockState& lock) {
-  int64_t d = lock.deadline_ns.load();
-  return d == kNoDeadline ? TimePoint::max() : FromNanos(d);
-}
-
 class EtcdBackend : public Backend {
  public:
   EtcdBackend(EventLoop* loop, EtcdConfig config)
@@ -49,7 +39,7 @@ class EtcdBackend : public Backend {
 
   Status Release(const LockState& lock) override {
     Status status;
-    protocol_.Release(&blocking_, Borrow(lock), CallDeadline(), [&](Status s) { status = std::move(s); });
+    protocol_.Release(&blocking_, BorrowLock(lock), CallDeadline(), [&](Status s) { status = std::move(s); });
     return status;
   }
 
@@ -75,7 +65,7 @@ class EtcdBackend : public Backend {
     TimePoint deadline = TimePoint::max();
     for (const auto& r : batch) {
       locks.push_back(r.lock);
-      deadline = std::min(deadline, LocalDeadline(*r.lock));
+      deadline = std::min(deadline, r.lock->LocalDeadline());
     }
     deadline = std::min(deadline, CallDeadline());
     auto shared = std::make_shared<std::vector<RenewRequest>>(std::move(batch));
