@@ -29,11 +29,19 @@ promoted, the killed node started again at once on its port, and a wait until al
 Their recovery counts from the promotion being observed (every node, or every sentinel, names
 the new master): the outage before it is the servers' failure detection.
 
+etcd runs 3 members (heartbeat 50 ms, election timeout 500 ms, as tests/support/etcd_cluster.cc),
+the workers on etcd://. Its faults: the leader SIGKILLed, a wait until the other two name a new
+leader (recovery counts from there), the killed member started again at once on its data dir
+(it rejoins as a follower); a holder paused past its lease; the leader SIGSTOPped for 2 leases
+(the others elect a new leader meanwhile; healed at the SIGCONT, when it steps down).
+
 The last line reads `faults: N passed, N failed`; a Markdown table of figures precedes it. A
 failed scenario's directory is kept: the servers' logs, each worker's events (workerN.events,
 s from the workers' start) and, for the failovers, faults.timeline.
 """
 import argparse
+import http.client
+import json
 import os
 import random
 import shutil
@@ -44,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LEASE_MS = 1000
@@ -433,7 +442,8 @@ class Deployment:
     """Several servers, all stopped by pid by stop(), also when starting them failed half-way.
     Subclasses define start(work), url(params), master() (the data node serving the lock as
     master, and "", else None and why) and unsettled() ("" once the next fault would find a
-    replica in sync to promote, else what is still wrong)."""
+    replica in sync to promote, else what is still wrong); serving(node) says whether the node
+    named master serves as one (Redis: ROLE), and each node has kill() and start_again()."""
 
     def __init__(self, work):
         self.servers = []
@@ -473,7 +483,7 @@ class Deployment:
             master, problem = self.master()
             if problem or master is old:
                 return problem or "the killed node is still named the master"
-            return "" if is_master(master.call("ROLE")) else "port %d is not a master yet" % master.port
+            return self.serving(master)
 
         def settled():
             self.watch_restarted(old)
@@ -490,6 +500,10 @@ class Deployment:
         self.timeline += [(killed, "killed port %d" % old.port), (at, "promotion seen"),
                           (restarted, "port %d being started again" % old.port), (done, "settled")]
         return at
+
+    def serving(self, node):
+        """"" when node, named the master, answers as one; else what it answers."""
+        return "" if is_master(node.call("ROLE")) else "port %d is not a master yet" % node.port
 
 
 class RedisClusterDeployment(Deployment):
@@ -682,6 +696,157 @@ class SentinelDeployment(Deployment):
             self.old_master_scripts)
 
 
+# ----- etcd: a 3-member Raft cluster, its leader SIGKILLed or SIGSTOPped ----------------------
+
+# As tests/support/etcd_cluster.cc: a new leader 0.35 to 1.5 s after the leader dies (mostly 0.5
+# to 0.7 s). With these timings etcd's minimum lease TTL is 1 s, so a lock of LEASE_MS = 1000 hangs
+# on an etcd lease of TTL 2 s (src/etcd/lock_protocol.h: ceil(lease) + 1 s).
+ETCD_HEARTBEAT_MS = 50
+ETCD_ELECTION_TIMEOUT_MS = 500
+# The library asks its watches for progress notifications; the tests' interval (default 10 min).
+ETCD_PROGRESS_NOTIFY = "2s"
+# A member's JSON gateway holds requests until it is ready (up to ~2.5 s after its start).
+ETCD_STATUS_TIMEOUT_S = 1.0
+# No proxy from the environment for the harness's own loopback requests.
+NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def etcd_status(port):
+    """POST /v3/maintenance/status to the member on 127.0.0.1:port: (its member id, the leader
+    it names), ints, and ""; else None and why."""
+    request = urllib.request.Request("http://127.0.0.1:%d/v3/maintenance/status" % port, data=b"{}",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with NO_PROXY_OPENER.open(request, timeout=ETCD_STATUS_TIMEOUT_S) as answer:
+            body = json.loads(answer.read())
+        # The gateway prints 64-bit integers as strings, and leaves out the ones that are 0.
+        return (int(body["header"]["member_id"]), int(body.get("leader", 0))), ""
+    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as e:
+        return None, "port %d: %s" % (port, e)
+
+
+class EtcdMember(Process):
+    """One etcd member, its data dir and log in directory. start_again() starts it on the same
+    data dir and ports as a member of the existing cluster, as a crashed member restarted."""
+
+    def __init__(self, name, directory, client_port, peer_port, initial_cluster, token):
+        os.makedirs(directory, exist_ok=True)
+        self.name, self.port, self.peer_port = name, client_port, peer_port
+        self.initial_cluster, self.token = initial_cluster, token
+        self.data_dir = os.path.join(directory, "data")
+        self.stopped = False  # SIGSTOPped: not asked anything until SIGCONTed
+        super().__init__(self.argv_for("new"), os.path.join(directory, "etcd.log"))
+
+    def argv_for(self, state):
+        client, peer = "http://127.0.0.1:%d" % self.port, "http://127.0.0.1:%d" % self.peer_port
+        return ["etcd", "--name", self.name, "--data-dir", self.data_dir,
+                "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", self.initial_cluster, "--initial-cluster-state", state,
+                "--initial-cluster-token", self.token,
+                "--heartbeat-interval", str(ETCD_HEARTBEAT_MS), "--election-timeout", str(ETCD_ELECTION_TIMEOUT_MS),
+                "--experimental-watch-progress-notify-interval", ETCD_PROGRESS_NOTIFY,
+                "--logger", "zap", "--log-outputs", "stderr"]
+
+    def start_again(self):
+        self.argv = self.argv_for("existing")
+        self.start()
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None and not self.stopped
+
+
+class EtcdDeployment(Deployment):
+    """3 etcd members on free loopback ports, the workers on etcd://. A failover SIGKILLs the
+    leader, waits until the other two name a new one, and starts the killed member again on its
+    data dir (it rejoins as a follower); stop_leader() SIGSTOPs the leader for a while."""
+
+    def start(self, work):
+        ports = free_ports(6)
+        peers = ",".join("n%d=http://127.0.0.1:%d" % (i, ports[3 + i]) for i in range(3))
+        token = "faults-%x" % random.getrandbits(48)  # a new cluster id: never one mistaken for another
+        for i in range(3):
+            self.servers.append(EtcdMember("n%d" % i, os.path.join(work, "etcd%d" % i), ports[i], ports[3 + i],
+                                           peers, token))
+        try:
+            poll("the new etcd cluster ready", self.unsettled, 30)
+        except RuntimeError as e:
+            exited = ["%s %s" % (m.name, m.log) for m in self.servers if m.proc.poll() is not None]
+            raise RuntimeError("%s%s" % (e, "; exited: %s" % exited if exited else ""))
+
+    def url(self, params):
+        return "etcd://%s?%s" % (",".join("127.0.0.1:%d" % m.port for m in self.servers), params)
+
+    def master(self):
+        """The leader every running member (not killed, not stopped) names, and ""; else None and
+        what disagrees."""
+        statuses = {}
+        for m in self.servers:
+            if not m.running():
+                continue
+            status, problem = etcd_status(m.port)
+            if problem:
+                return None, problem
+            statuses[m] = status
+        by_id = {member_id: m for m, (member_id, _) in statuses.items()}
+        named = {m.port: leader for m, (_, leader) in statuses.items()}
+        leaders = set(named.values())
+        if len(leaders) != 1 or next(iter(leaders)) not in by_id:
+            return None, "the members (by client port) name leaders %s; their ids %s" % (
+                named, {m.port: member_id for m, (member_id, _) in statuses.items()})
+        return by_id[leaders.pop()], ""
+
+    def serving(self, node):
+        return ""  # a member every other names the leader, and that answers, is one
+
+    def unsettled(self):
+        """"" once all 3 members run, answer, and name one leader; else what is still wrong."""
+        down = [m.port for m in self.servers if not m.running()]
+        if down:
+            return "members not running: %s" % down
+        return self.master()[1]
+
+    def stop_leader(self, seconds):
+        """SIGSTOPs the leader for seconds, then SIGCONTs it; returns when (the heal). Records
+        when the other two were seen to name a new leader, and waits (after the heal) until all 3
+        name one leader again, so that the next fault finds one."""
+        poll("a leader before the stop", self.unsettled, 30)
+        old, problem = self.master()
+        if problem:
+            raise RuntimeError(problem)
+        stopped = time.monotonic()
+        old.signal(signal.SIGSTOP)
+        old.stopped = True
+        elected = None
+        while time.monotonic() < stopped + seconds:
+            if elected is None:
+                leader, problem = self.master()
+                if not problem and leader is not old:
+                    elected = time.monotonic()
+            time.sleep(0.05)
+        old.signal(signal.SIGCONT)
+        old.stopped = False
+        healed = time.monotonic()
+        done = poll("settled after the SIGCONT", self.unsettled, 40)
+        if elected is not None:
+            self.failover_s.append(elected - stopped)
+        self.settle_s.append(done - healed)
+        self.timeline += [(stopped, "SIGSTOPped the leader (port %d)" % old.port)]
+        self.timeline += [(elected, "new leader seen")] if elected is not None else []
+        self.timeline += [(healed, "SIGCONTed port %d" % old.port), (done, "settled")]
+        return healed
+
+    def note(self):
+        if not self.settle_s:
+            return ""
+        words = ("kill", "restart") if any("killed" in what for _, what in self.timeline) else ("stop", "SIGCONT")
+        elected = ("%.1f-%.1f s" % (min(self.failover_s), max(self.failover_s))) if self.failover_s else "never"
+        missed = len(self.settle_s) - len(self.failover_s)
+        return "%s to new leader seen %s%s, %s to settled %.1f-%.1f s" % (
+            words[0], elected, " (%d times not within the stop)" % missed if missed and self.failover_s else "",
+            words[1], min(self.settle_s), max(self.settle_s))
+
+
 # ----- workers --------------------------------------------------------------------------------
 
 
@@ -751,6 +916,9 @@ def start_servers(sc, args, work):
     if sc.backend == "redis-sentinel":
         server = SentinelDeployment(work)
         return server, None, server.url(REDIS_PARAMS)
+    if sc.backend == "etcd":
+        server = EtcdDeployment(work)
+        return server, None, server.url(REDIS_PARAMS)  # the same timeouts as on Redis
     server = Redis(work) if sc.backend == "redis" else Dynalite(work)
     proxy = Proxy(server.port) if sc.fault.startswith("proxy") else None
     if sc.backend == "redis":
@@ -867,8 +1035,11 @@ def inject_faults(sc, work, server, proxy, seconds, faults, pause_flag, faketime
             server.restart()
             injected += 1
             heals.append(time.monotonic())
-        elif sc.fault == "failover":  # Cluster or Sentinel: healed once the promotion is seen
+        elif sc.fault == "failover":  # Cluster, Sentinel, etcd: healed once the promotion is seen
             heals.append(server.fail_over())
+            injected += 1
+        elif sc.fault == "leader_stop":  # etcd: healed at the SIGCONT
+            heals.append(server.stop_leader(2 * LEASE_MS / 1000))
             injected += 1
         rest = gap - (time.monotonic() - t0)
         if rest > 0:
@@ -980,6 +1151,19 @@ SCENARIOS = [
              "failover", 5.0, timing=((12, 2), (30, 6))),
     Scenario("sentinel: the master SIGKILLed, replica promoted, old master back empty", "redis-sentinel",
              "failover", 5.0, timing=((16, 1), (90, 6))),
+    # etcd holds a lock on a lease of whole seconds: ceil(1 s) + 1 = TTL 2 s (src/etcd/
+    # lock_protocol.h), kept alive by the holder's heartbeats. A holder paused (or a release lost)
+    # leaves its key until the TTL runs out, etcd's lessor notices (it looks every 500 ms) and the
+    # revoke commits: up to about 2.6 s, measured 1.9-2.4 s after the pause began. A new leader
+    # first extends every lease by an election timeout (500 ms): a key whose release failed in
+    # the election (its one background retry too) goes about 3 s after the new leader, measured
+    # 2.6 s. The bounds (5 s) add about 2 s of slack to those. A failover takes ~0.6-1.2 s (new
+    # leader 0.5-1.2 s after the kill, the killed member back in ~0.1 s), a leader stop 2 s and
+    # ~0.1 s to settle: 2 faults in 12 s, so that the second's recovery ends well within the run.
+    Scenario("etcd: the leader SIGKILLed, a new one elected, the old rejoins", "etcd", "failover", 5.0,
+             timing=((12, 2), (30, 6))),
+    Scenario("etcd: holder SIGSTOPped past its lease", "etcd", "holder_stop", 5.0, timing=((12, 2), (30, 6))),
+    Scenario("etcd: the leader SIGSTOPped 2 leases", "etcd", "leader_stop", 5.0, timing=((12, 2), (30, 6))),
     Scenario("control: fencing off, holder paused between read and write", "redis", "holder_stop", 99.0,
              fenced=False, expect_lost_updates=True),
 ]
@@ -994,6 +1178,9 @@ def main():
     scenarios = [s for s in SCENARIOS if not args.only or any(o in s.name for o in args.only)]
     if not os.path.exists(FAKETIME_LIB):
         print("faults: %s missing (apt-get install libfaketime)" % FAKETIME_LIB)
+        return 1
+    if any(s.backend == "etcd" for s in scenarios) and not shutil.which("etcd"):
+        print("faults: etcd not on PATH (apt-get install etcd-server)")
         return 1
     results = []
     for sc in scenarios:
