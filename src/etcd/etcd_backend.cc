@@ -1,5 +1,7 @@
 #include "etcd/etcd_backend.h"
 
+#include <map>
+
 #include "etcd/lock_protocol.h"
 #include "etcd/transport.h"
 #include "etcd/watches.h"
@@ -10,15 +12,14 @@ namespace {
 class EtcdBackend : public Backend {
  public:
   EtcdBackend(EventLoop* loop, EtcdConfig config)
-      : config_(std::move(config)),
+      : loop_(loop),
+        config_(std::move(config)),
         protocol_(&config_),
         blocking_(&config_),
         async_(&config_, loop),
         watches_(&config_, loop, async_.http()) {
-    protocol_.SetBackground([this, loop](const std::string& path, std::string body) {
-      loop->Post([this, path, body = std::move(body)]() mutable {
-        async_.Call(path, std::move(body), CallDeadline(), [](CallResult) {});
-      });
+    protocol_.SetBackground([this](const std::string& path, std::string body) {
+      loop_->Post([this, path, body = std::move(body)]() mutable { SendInBackground(path, std::move(body), 8); });
     });
   }
 
@@ -94,19 +95,41 @@ class EtcdBackend : public Backend {
   // Watch streams never end by themselves: they are not work close waits for.
   size_t PendingAsync() const override { return async_.in_flight(); }
   void ShutdownOnLoop() override {
+    shut_down_ = true;
+    for (auto& [id, timer] : retries_) timer->Free();
     watches_.Shutdown();
     async_.Shutdown();
   }
 
  private:
+  // Loop thread: a write the protocol sends in the background (a release again, a give-back),
+  // sent again every 250 ms while etcd cannot take it (no leader, out of reach), up to `tries`
+  // times: an election takes about a second, and until the write lands the key holds its lock.
+  void SendInBackground(const std::string& path, std::string body, int tries) {
+    if (shut_down_) return;
+    async_.Call(path, body, CallDeadline(), [this, path, body, tries](CallResult r) {
+      const bool refused = r.grpc_code != 0 && r.grpc_code != kGrpcUnavailable;
+      if (r.status.ok() || refused || tries <= 1 || shut_down_) return;
+      // Not inside a timer's own callback here: the ones that fired can go.
+      std::erase_if(retries_, [](const auto& entry) { return !entry.second->pending(); });
+      auto timer = std::make_unique<Timer>(loop_, [this, path, body, tries] { SendInBackground(path, body, tries - 1); });
+      timer->StartAfter(Millis(250));
+      retries_.emplace(++last_retry_, std::move(timer));
+    });
+  }
+
   // A call ends by timeout_ms (README: etcd backend, bounds).
   TimePoint CallDeadline() const { return Now() + Millis(config_.params.timeout_ms); }
 
+  EventLoop* loop_;
   EtcdConfig config_;
   LockProtocol protocol_;
   BlockingTransport blocking_;
   AsyncTransport async_;  // loop thread only
   Watches watches_;
+  bool shut_down_ = false;                             // loop thread
+  std::map<uint64_t, std::unique_ptr<Timer>> retries_;  // loop thread: background writes' next tries
+  uint64_t last_retry_ = 0;
 };
 
 }  // namespace

@@ -123,7 +123,12 @@ Status EasyTransfer::Finish(CURLcode code, Response* response) {
                   : std::string()) +
              " (" + detail + ")";
   }
-  // The URL names the endpoint only (no credentials ever appear in it).
+  // The URL names the endpoint only (no credentials ever appear in it). A request sent and
+  // never answered met a server that is there and silent (an etcd member without a leader
+  // holds a write until its own timeout), not one out of reach.
+  const bool connected_silence = code == CURLE_OPERATION_TIMEDOUT && response->maybe_sent &&
+                                 std::string(error_).find("onnect") == std::string::npos;
+  if (connected_silence) return Status::IoError(url_ + ": " + detail);
   if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CERTPROBLEM ||
       code == CURLE_SSL_CACERT_BADFILE) {
     return Status::AuthError("TLS with " + url_ + " failed: " + detail);
