@@ -353,7 +353,9 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
                          TimePoint deadline, std::function<void(size_t, Status)> done) {
   std::map<int64_t, std::vector<size_t>> by_lease;
   for (size_t k = 0; k < locks.size(); ++k) by_lease[DataOf(*locks[k])->lease.load()].push_back(k);
-  for (auto& [lease, members] : by_lease) {
+  for (const auto& group : by_lease) {
+    const int64_t lease = group.first;
+    const std::vector<size_t>& members = group.second;  // named: clang 14 cannot capture a binding
     if (lease == 0) {  // no lease to keep alive: only check the key is still ours
       for (size_t k : members) {
         ReadOwner(t, KeyFor(locks[k]->name), locks[k]->owner_value, TokenOf(*locks[k]), deadline,
