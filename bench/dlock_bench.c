@@ -47,6 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 #ifndef DLOCK_LUA_DIR
 #error "DLOCK_LUA_DIR must name the source tree's lua/ directory"
 #endif
@@ -64,18 +66,6 @@ static void die(const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   exit(1);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
 }
 
 static void check(dlock_status s, const char *what) {
@@ -207,25 +197,6 @@ static wire_count tcp_totals(void) {
   }
   closedir(d);
   return w;
-}
-
-/* Resident set size of this process, in bytes. */
-static long rss_bytes(void) {
-  long size = 0, resident = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f == NULL || fscanf(f, "%ld %ld", &size, &resident) != 2) die("cannot read /proc/self/statm");
-  fclose(f);
-  return resident * sysconf(_SC_PAGESIZE);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* A fresh 128-bit token per cycle for the raw client, like dlock's owner token. */

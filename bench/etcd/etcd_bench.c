@@ -49,6 +49,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench_util.h"
+
 /* ----- small helpers ------------------------------------------------------------------------ */
 
 static const char *g_role = "etcd_bench";
@@ -68,19 +70,6 @@ static void check(dlock_status s, const char *what) {
   if (s != DLOCK_OK) die("%s: %s: %s", what, dlock_status_str(s), dlock_last_error());
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s) {
-  if (s <= 0) return;
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 static double process_cpu_s(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -95,24 +84,6 @@ static double total_cpu_s(void) {
   getrusage(RUSAGE_CHILDREN, &b);
   return (double)(a.ru_utime.tv_sec + a.ru_stime.tv_sec + b.ru_utime.tv_sec + b.ru_stime.tv_sec) +
          (double)(a.ru_utime.tv_usec + a.ru_stime.tv_usec + b.ru_utime.tv_usec + b.ru_stime.tv_usec) / 1e6;
-}
-
-static long rss_bytes(void) {
-  long size = 0, resident = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f == NULL || fscanf(f, "%ld %ld", &size, &resident) != 2) die("cannot read /proc/self/statm");
-  fclose(f);
-  return resident * sysconf(_SC_PAGESIZE);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* The q-quantile of sorted v (nearest rank). */

@@ -22,6 +22,10 @@ bool LeaseNotFound(const CallResult& r) {
   return r.grpc_code == kGrpcNotFound && r.status.message().find("lease not found") != std::string::npos;
 }
 
+// How long etcd says a lease lives, for time arithmetic: at most ten years (as the core clamps
+// a holder's TTL), so that no server-supplied TTL can overflow a time point.
+Millis LeaseSpan(int64_t ttl_s) { return Millis(std::min<int64_t>(ttl_s, int64_t{10} * 365 * 86400) * 1000); }
+
 Status NotHeld(const EtcdConfig& config, const std::string& name) {
   return Status::NotHeld(config.Describe() + ": lock '" + name +
                          "' is not held by this owner any more (its key is gone or another holds it)");
@@ -40,7 +44,7 @@ void LockProtocol::Refreshed(int64_t lease, int64_t ttl_s, TimePoint sent) {
   for (auto& [asked, shared] : leases_) {
     if (shared.id != lease) continue;
     shared.ttl_s = ttl_s;
-    shared.alive_until = std::max(shared.alive_until, sent + Millis(ttl_s * 1000));
+    shared.alive_until = std::max(shared.alive_until, sent + LeaseSpan(ttl_s));
   }
 }
 
@@ -125,7 +129,7 @@ void LockProtocol::EnsureLease(Transport* t, uint64_t lease_ms, TimePoint deadli
         SharedLease& shared = leases_[asked];
         // Another thread's grant may have won meanwhile: both leases work; later locks share
         // the newer one, and an unused one simply expires.
-        shared = {id, ttl_s, sent + Millis(ttl_s * 1000)};
+        shared = {id, ttl_s, sent + LeaseSpan(ttl_s)};
       }
       done(Status::Ok(), id);
     });

@@ -33,8 +33,6 @@ class Watches {
   void Unwatch(const std::string& key, ReleaseWatcher* watcher);
   // Loop thread: ends every stream; nothing starts again.
   void Shutdown();
-  // Loop thread.
-  size_t streams() const { return streams_; }
 
  private:
   struct Entry {
@@ -61,7 +59,7 @@ class Watches {
   std::mutex mu_;
   std::map<std::string, Entry> entries_;
   size_t next_endpoint_ = 0;  // loop thread
-  size_t streams_ = 0;        // loop thread
+  size_t streams_ = 0;        // loop thread: open streams (the sweep runs while there are some)
   bool shut_down_ = false;
 };
 

@@ -1,0 +1,46 @@
+/* Small helpers the C benchmarks share: a monotonic clock in seconds, a sleep that survives
+ * signals, this process's resident memory, and the median of a sample. */
+#ifndef DLOCK_BENCH_BENCH_UTIL_H_
+#define DLOCK_BENCH_BENCH_UTIL_H_
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static inline void sleep_s(double s) {
+  if (s <= 0) return;
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* Resident set size of this process, in bytes; -1 when /proc/self/statm cannot be read. */
+static inline long rss_bytes(void) {
+  long size = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL) return -1;
+  int read = fscanf(f, "%ld %ld", &size, &resident);
+  fclose(f);
+  return read == 2 ? resident * sysconf(_SC_PAGESIZE) : -1;
+}
+
+static inline int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sorts v and returns its median. */
+static inline double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#endif /* DLOCK_BENCH_BENCH_UTIL_H_ */
