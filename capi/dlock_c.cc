@@ -559,6 +559,8 @@ dlock_kind dlock_info_kind(const dlock_info* i) {
   return i == nullptr ? DLOCK_EXCLUSIVE : static_cast<dlock_kind>(i->impl.kind);
 }
 
+uint32_t dlock_info_permits(const dlock_info* i) { return i == nullptr ? 0 : i->impl.permits; }
+
 uint64_t dlock_limit_value(dlock_limit which) {
   switch (which) {
     case DLOCK_LIMIT_NAME_BYTES: return dlock::kMaxNameBytes;

@@ -394,8 +394,10 @@ DLOCK_API const char *dlock_info_owner(const dlock_info *i, uint32_t k);
 DLOCK_API int64_t dlock_info_remaining_ms(const dlock_info *i, uint32_t k);
 /* Holder k's fencing token; 0 = unknown (or k out of range). */
 DLOCK_API uint64_t dlock_info_fencing_token(const dlock_info *i, uint32_t k);
-/* The kind of hold the holders have; DLOCK_EXCLUSIVE when free. */
+/* The kind of hold the holders have; DLOCK_EXCLUSIVE when free and for a semaphore. */
 DLOCK_API dlock_kind dlock_info_kind(const dlock_info *i);
+/* The semaphore's number of permits while the name is one; 0 for a lock, a free name or NULL. */
+DLOCK_API uint32_t dlock_info_permits(const dlock_info *i);
 
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 

@@ -231,6 +231,7 @@ struct Holder {
 };
 struct Info {
   dlock_kind kind = DLOCK_EXCLUSIVE;
+  uint32_t permits = 0;         // a semaphore's size; 0 = a lock (or free)
   std::vector<Holder> holders;  // empty = free
   bool is_free() const noexcept { return holders.empty(); }
 };
@@ -371,6 +372,7 @@ class Client {
     std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
     Info info;
     info.kind = dlock_info_kind(raw);
+    info.permits = dlock_info_permits(raw);
     for (uint32_t k = 0; k < dlock_info_holders(raw); ++k) {
       Holder h;
       h.owner = dlock_info_owner(raw, k);

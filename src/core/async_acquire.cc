@@ -34,6 +34,7 @@ void AsyncAcquire::Attempt() {
   released_meanwhile_ = false;
   ++attempts_;
   TimePoint sent = Now();
+  request_.queue_ms = WriterQueueMs(options_, sent, policy_.wait_until());
   client_->backend()->TryAcquireAsync(
       request_,
       [self = shared_from_this(), sent](const Status& s, const AcquireAttempt& attempt) {
@@ -67,7 +68,7 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
     Attempt();
     return;
   }
-  WaitStep step = policy_.AfterRefusal(now, attempt.holder_ttl_ms);
+  WaitStep step = policy_.AfterRefusal(now, attempt.holder_ttl_ms, request_.queue_ms);
   switch (step.kind) {
     case WaitStep::Kind::kGiveUp:
       Finish(client_->NotAcquiredStatus(request_.name, attempt.holder_ttl_ms, attempts_, start_),

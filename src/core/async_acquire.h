@@ -47,7 +47,7 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   void Finish(const Status& s, std::shared_ptr<LockState> lock);
 
   Client* client_;
-  const LockRequest request_;
+  LockRequest request_;  // queue_ms set per attempt
   const AcquireOptions options_;
   const CancelKey key_;
   AcquireDone done_;

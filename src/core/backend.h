@@ -32,6 +32,12 @@ struct LockRequest {
   std::string owner_label;  // for people and tools ("" = none)
   std::string owner_value;  // what the server stores and checks: secret token [+ "|" + label]
   uint64_t lease_ms = 0;    // 0 = no expiry
+  // Writer preference: an exclusive acquire that will wait if refused announces itself for this
+  // long, and while the announcement stands no new shared hold is granted. 0 = it gives up
+  // when refused (announces nothing). The core sets it before each attempt (WriterQueueMs) and
+  // retries within half of it, so a waiting writer's announcement never lapses while it waits
+  // and a crashed one's ends on its own.
+  uint64_t queue_ms = 0;
 };
 
 // A snapshot of who holds a name (dlock_inspect).
@@ -42,6 +48,7 @@ struct HolderInfo {
 };
 struct LockInfo {
   LockKind kind = LockKind::kExclusive;
+  uint32_t permits = 0;  // the semaphore's size while it is one; 0 = a lock (or free)
   std::vector<HolderInfo> holders;  // empty = free
 };
 

@@ -179,6 +179,19 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
                                    "': this backend does not offer semaphores (permits; see "
                                    "dlock_client_capabilities)");
   }
+  if (options.kind == LockKind::kExclusive && options.permits == 0) {
+    // No upgrade: an exclusive acquire would wait for this client's own shared hold forever.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [ptr, state] : held_) {
+      if (state->name == name && state->kind == LockKind::kShared &&
+          state->Phase() == LockPhase::kHeld) {
+        return Status::InvalidArgument(
+            "lock '" + name +
+            "': this client holds it shared; an exclusive acquire would wait for itself "
+            "(no upgrade: release the shared hold first)");
+      }
+    }
+  }
   out->name = name;
   out->kind = options.kind;
   out->permits = options.permits;
@@ -267,6 +280,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
     TimePoint sent = Now();
     AcquireAttempt attempt;
     ++attempts;
+    request.queue_ms = WriterQueueMs(options, sent, policy.wait_until());
     s = backend_->TryAcquire(request, &attempt);
     if (!s.ok()) {
       stop_watching();
@@ -276,7 +290,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
       stop_watching();
       return Adopt(request, attempt, attempts, options, sent, out);
     }
-    WaitStep step = policy.AfterRefusal(Now(), attempt.holder_ttl_ms);
+    WaitStep step = policy.AfterRefusal(Now(), attempt.holder_ttl_ms, request.queue_ms);
     switch (step.kind) {
       case WaitStep::Kind::kGiveUp:
         stop_watching();

@@ -34,6 +34,23 @@ inline TimePoint NextWake(TimePoint now, int64_t holder_ttl_ms, const AcquireOpt
   return wake;
 }
 
+// How long a refused exclusive acquire at `now` announces itself (LockRequest::queue_ms): its
+// lease, between 1 s and 10 s (10 s without one), and never past the end of its wait, so that a
+// writer that gave up or crashed keeps readers out briefly. 0 for shared holds, semaphores and
+// single tries.
+inline uint64_t WriterQueueMs(const AcquireOptions& options, TimePoint now, TimePoint wait_until) {
+  if (options.kind != LockKind::kExclusive || options.permits != 0 || options.wait_ms == 0 ||
+      now >= wait_until) {
+    return 0;
+  }
+  uint64_t span = options.lease_ms == 0 ? 10000 : std::clamp<uint64_t>(options.lease_ms, 1000, 10000);
+  if (wait_until != TimePoint::max()) {
+    auto left = std::chrono::duration_cast<Millis>(wait_until - now).count() + 1;
+    span = std::min<uint64_t>(span, static_cast<uint64_t>(left));
+  }
+  return span;
+}
+
 // What a waiter does next after a refused attempt.
 struct WaitStep {
   enum class Kind { kGiveUp, kSubscribe, kSleep };
@@ -54,14 +71,18 @@ class WaitPolicy {
         wait_until_(WaitUntil(start, options.wait_ms)),
         backoff_ms_(options.retry_min_ms) {}
 
-  WaitStep AfterRefusal(TimePoint now, int64_t holder_ttl_ms) {
+  // queue_ms: the refused attempt's writer announcement; the next attempt comes within half
+  // of it, to renew it.
+  WaitStep AfterRefusal(TimePoint now, int64_t holder_ttl_ms, uint64_t queue_ms = 0) {
     if (options_.wait_ms == 0 || now >= wait_until_) return {WaitStep::Kind::kGiveUp, now};
+    TimePoint until = wait_until_;
+    if (queue_ms > 0) until = std::min(until, now + Millis(std::max<uint64_t>(queue_ms / 2, 1)));
     if (notifies_ && !subscribed_) {
       subscribed_ = true;
-      return {WaitStep::Kind::kSubscribe, std::min(wait_until_, now + kSubscribeWait)};
+      return {WaitStep::Kind::kSubscribe, std::min(until, now + kSubscribeWait)};
     }
     return {WaitStep::Kind::kSleep,
-            std::min(NextWake(now, holder_ttl_ms, options_, &backoff_ms_), wait_until_)};
+            std::min(NextWake(now, holder_ttl_ms, options_, &backoff_ms_), until)};
   }
   bool subscribed() const { return subscribed_; }
   TimePoint wait_until() const { return wait_until_; }
