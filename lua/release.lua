@@ -1,13 +1,31 @@
--- Release a lock held by this owner and wake its waiters.
--- KEYS[1] holder key; ARGV[1] owner value; ARGV[2] release channel <prefix>{NAME}:released;
--- ARGV[3] "1" to publish on the sharded channel (Redis Cluster: SPUBLISH reaches the slot's
--- nodes only, where PUBLISH goes to every node of the cluster)
+-- Release a hold by this owner and wake the lock's waiters.
+-- KEYS[1] holder; KEYS[2] holds; KEYS[3] hold data (see acquire.lua)
+-- ARGV[1] owner value; ARGV[2] release channel <prefix>{NAME}:released; ARGV[3] "1" to publish
+-- on the sharded channel (Redis Cluster: SPUBLISH reaches the slot's nodes only, where PUBLISH
+-- goes to every node of the cluster); ARGV[4] 'exclusive' or 'hold' (shared or semaphore)
 -- Returns 1 when released, 0 when this owner no longer held it.
 -- pcall: a key overwritten with another type is simply not ours.
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+local owner = ARGV[1]
+if ARGV[4] == 'exclusive' then
+  if redis.pcall('GET', KEYS[1]) ~= owner then
+    return 0
+  end
+  redis.call('DEL', KEYS[1])
+else
+  local expiry = redis.pcall('ZSCORE', KEYS[2], owner)
+  if type(expiry) ~= 'string' then
+    return 0
+  end
+  redis.call('ZREM', KEYS[2], owner)
+  redis.call('HDEL', KEYS[3], owner)
+  if redis.call('ZCARD', KEYS[2]) == 0 then redis.call('DEL', KEYS[2], KEYS[3]) end
+  if expiry ~= 'inf' then
+    local now = redis.call('TIME')
+    if tonumber(expiry) <= tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) then
+      return 0  -- its lease had run out: it was not held any more (its entry is gone now)
+    end
+  end
 end
-redis.call('DEL', KEYS[1])
 if ARGV[3] == '1' then
   redis.call('SPUBLISH', ARGV[2], 'released')
 else
