@@ -91,12 +91,14 @@ TEST(EtcdGatewayTest, NumbersAreClampedBeforeUse) {
 }
 
 TEST(EtcdGatewayTest, AcquireTransactionWonOrRefused) {
-  Json body = Parse(CreateIfAbsentTxn("dlock:a", "owner|label", 42));
+  Json body = Parse(TxnBody(Json::array({CompareCreateEqual("dlock:a", 0)}),
+                            Json::array({PutRequest("dlock:a", "owner|label", 42)}),
+                            Json::array({RangeRequest("dlock:a", "dlock:a\x01")})));
   EXPECT_EQ(body["compare"][0]["target"], "CREATE");
   EXPECT_EQ(body["compare"][0]["create_revision"], "0");
   EXPECT_EQ(body["success"][0]["request_put"]["lease"], "42");
   EXPECT_EQ(body["failure"][0]["request_range"]["key"], Base64Encode("dlock:a"));
-  EXPECT_FALSE(Parse(CreateIfAbsentTxn("k", "v", 0))["success"][0]["request_put"].contains("lease"));
+  EXPECT_FALSE(PutRequest("k", "v", 0)["request_put"].contains("lease"));
 
   TxnAnswer won;
   ASSERT_TRUE(ReadTxn(Parse(R"({"header":{"revision":"17"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"17"}}}]})"), &won).ok());

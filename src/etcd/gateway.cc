@@ -56,8 +56,6 @@ Json PutOp(const std::string& key, const std::string& value, int64_t lease) {
   return {{"request_put", put}};
 }
 
-Json RangeOp(const std::string& key) { return {{"request_range", {{"key", Base64Encode(key)}}}}; }
-
 Json RangeCompare(const std::string& key, const std::string& range_end, const char* target, const char* result,
                   const char* field, int64_t number) {
   return {{"key", Base64Encode(key)},
@@ -153,12 +151,6 @@ bool ReadKeyValue(const Json& kv, KeyValue* out) {
   out->mod_revision = ReadInt(kv, "mod_revision", 0, kMaxInt64, 0);
   out->lease = ReadInt(kv, "lease", std::numeric_limits<int64_t>::min(), kMaxInt64, 0);
   return true;
-}
-
-std::string CreateIfAbsentTxn(const std::string& key, const std::string& value, int64_t lease) {
-  Json compare = Json::array(
-      {{{"key", Base64Encode(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}});
-  return Txn(compare, Json::array({PutOp(key, value, lease)}), Json::array({RangeOp(key)}));
 }
 
 std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int64_t create_revision,

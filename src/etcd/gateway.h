@@ -61,9 +61,6 @@ int64_t ReadInt(const Json& object, const char* field, int64_t lo, int64_t hi, i
 bool ReadKeyValue(const Json& kv, KeyValue* out);
 
 // Request bodies.
-// Creates key with value (attached to lease unless 0) only if it does not exist; otherwise
-// reads it: the acquire.
-std::string CreateIfAbsentTxn(const std::string& key, const std::string& value, int64_t lease);
 // If key holds value and was created at create_revision: puts it again with the lease (unless
 // 0: then with none), keeping its create revision (extend); or deletes it (release).
 std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int64_t create_revision,

@@ -109,10 +109,6 @@ NameView Classify(const NameKeys& keys, const std::vector<KeyValue>& kvs, const 
   return v;
 }
 
-std::string IsSemaphore(const std::string& name, uint32_t n) {
-  return "lock '" + name + "' is a semaphore of " + std::to_string(n) + " permits now";
-}
-
 Status NotHeld(const EtcdConfig& config, const std::string& name) {
   return Status::NotHeld(config.Describe() + ": lock '" + name +
                          "' is not held by this owner any more (its key is gone or another holds it)");
@@ -351,8 +347,7 @@ void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t 
     }
     Uncount(lease, op->key);
     if (!view.permits.empty()) {
-      return op->done(Status::InvalidArgument(IsSemaphore(op->request.name, view.permits[0].second) + ", not a lock"),
-                      AcquireAttempt());
+      return op->done(SortMismatch(op->request.name, view.permits[0].second, 0), AcquireAttempt());
     }
     // What stands in the way: the exclusive holder, and every shared hold (exclusive) or
     // every announcement (shared). None: it went between the compare and the read, which one
@@ -382,16 +377,10 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
     if (view.ours != nullptr) return Won(*op, lease, view.ours->lease, view.ours->create_revision);
     const uint32_t n = op->request.permits;
     Status sort;
-    if (view.exclusive != nullptr || !view.shared.empty()) {
-      sort = Status::InvalidArgument("lock '" + op->request.name +
-                                     "' is held as a lock (exclusive or shared), not a semaphore");
-    }
+    if (view.exclusive != nullptr || !view.shared.empty()) sort = SortMismatch(op->request.name, 0, n);
     std::vector<int64_t> leases;
     for (const auto& permit : view.permits) {
-      if (permit.second != n && sort.ok()) {
-        sort = Status::InvalidArgument(IsSemaphore(op->request.name, permit.second) + "; this acquire asked for " +
-                                       std::to_string(n));
-      }
+      if (permit.second != n && sort.ok()) sort = SortMismatch(op->request.name, permit.second, n);
       leases.push_back(permit.first->lease);
     }
     if (!sort.ok()) {
