@@ -267,6 +267,24 @@ TEST_F(EtcdTest, AWaitingWriterStopsNewReaders) {
   EXPECT_EQ(dlock_release(l2), DLOCK_OK);
 }
 
+// A writer that gave up waiting leaves no announcement standing for long: it lasts about the
+// rest of the writer's wait (in etcd's whole seconds), not a whole announcement span.
+TEST_F(EtcdTest, AGivenUpWritersAnnouncementLapses) {
+  Client r1(etcd_->url()), r2(etcd_->url()), w(etcd_->url());
+  Options shared, shared_waiting, impatient;
+  Shared(shared).lease(10000);
+  Shared(shared_waiting).wait(20000).retry(100, 200);
+  impatient.lease(10000).wait(2500);
+  dlock_lock *l1 = nullptr, *l2 = nullptr, *lw = nullptr;
+  ASSERT_EQ(dlock_acquire(r1.get(), "given-up", shared.get(), &l1), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire(w.get(), "given-up", impatient.get(), &lw), DLOCK_NOT_ACQUIRED);
+  const auto gave_up = Clock::now();
+  ASSERT_EQ(dlock_acquire(r2.get(), "given-up", shared_waiting.get(), &l2), DLOCK_OK) << dlock_last_error();
+  EXPECT_LT(MsSince(gave_up), 4000) << "the writer's announcement outlived its wait by far";
+  EXPECT_EQ(dlock_release(l2), DLOCK_OK);
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+}
+
 // A semaphore of 2 refuses a third holder; an acquire asking another size, or a lock of a
 // name that is a semaphore (and the other way round), is EINVAL saying what the name is.
 TEST_F(EtcdTest, SemaphoreCountsAndSortsAreChecked) {

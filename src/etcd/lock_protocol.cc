@@ -490,18 +490,22 @@ void LockProtocol::Announce(Transport* t, std::shared_ptr<AcquireOp> op, std::fu
   }
   auto grant = [this, t, op, ttl_s, then]() {
     const TimePoint sent = Now();
-    t->Call(kGrant, LeaseGrantBody(ttl_s), op->deadline, [this, t, op, sent, then](CallResult r) {
+    t->Call(kGrant, LeaseGrantBody(ttl_s), op->deadline, [this, t, op, ttl_s, sent, then](CallResult r) {
       int64_t id = 0, granted_s = 0;
       if (r.status.ok()) r.status = ReadGrant(r.answer, &id, &granted_s);
       if (!r.status.ok()) return then();  // best effort: the writer waits all the same
+      int64_t replaced = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        announces_[op->request.owner_value] = {id, sent + LeaseSpan(granted_s)};
+        Announcement& a = announces_[op->request.owner_value];
+        replaced = a.id;
+        a = {id, ttl_s, sent + LeaseSpan(granted_s)};
       }
-      PutAnnouncement(t, op, id, then);
+      PutAnnouncement(t, op, id, replaced != id ? replaced : 0, then);
     });
   };
-  if (known.id == 0) return grant();
+  // None yet, or one that would outlast this writer's wait: a new lease.
+  if (known.id == 0 || ttl_s < known.asked_s) return grant();
   // Alive: made to last a whole queue_ms more (the core tries again within half of it).
   const TimePoint sent = Now();
   t->Call(kKeepAlive, LeaseIdBody(known.id), op->deadline, [this, t, op, known, sent, grant, then](CallResult r) {
@@ -514,16 +518,21 @@ void LockProtocol::Announce(Transport* t, std::shared_ptr<AcquireOp> op, std::fu
       auto it = announces_.find(op->request.owner_value);
       if (it != announces_.end() && it->second.id == known.id) it->second.alive_until = sent + LeaseSpan(ttl);
     }
-    PutAnnouncement(t, op, known.id, then);
+    PutAnnouncement(t, op, known.id, 0, then);
   });
 }
 
-void LockProtocol::PutAnnouncement(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease,
+void LockProtocol::PutAnnouncement(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, int64_t replaced,
                                    std::function<void()> then) {
   // Put each time: the key may have gone with an earlier lease of this writer.
   const NameKeys keys(KeyFor(op->request.name));
   t->Call(kPut, PutBody(keys.Writer(HoldId(op->request.owner_value)), op->request.owner_value, lease), op->deadline,
-          [then](CallResult) { then(); });
+          [this, replaced, then](CallResult r) {
+    // The key hangs on the new lease now: the old one can go (revoked before, it would have
+    // taken the key with it for a moment).
+    if (r.status.ok() && replaced != 0 && background_) background_(kRevoke, LeaseIdBody(replaced));
+    then();
+  });
 }
 
 void LockProtocol::WriterDone(const std::string& owner_value) {

@@ -55,9 +55,10 @@
 //     again (up to 16 rounds per attempt).
 //   Writer announcement: a refused exclusive acquire with queue_ms > 0 puts K\0w\0ID (its
 //     owner value) on a lease of its own, ceil(queue_ms / 1000) s (or etcd's minimum), kept
-//     alive by the writer's later attempts and revoked once it acquires (its acquire
-//     transaction deletes the key). A writer that gave up or died: the lease runs out. While
-//     any announcement stands, shared acquires fail their compare.
+//     alive by the writer's later attempts (a shorter queue_ms, near the end of its wait, moves
+//     it to a new, shorter lease) and revoked once it acquires (its acquire transaction deletes
+//     the key). A writer that gave up or died: the lease runs out. While any announcement
+//     stands, shared acquires fail their compare.
 //   Refused: holder_ttl_ms is the earliest time-to-live among the blocking keys' leases
 //     (exclusive: K and every hold; shared: K and announcements; semaphore: the permits), -1
 //     when none of them has a lease.
@@ -135,6 +136,7 @@ class LockProtocol {
   struct AcquireOp;
   struct Announcement {  // a waiting writer's own lease
     int64_t id = 0;
+    int64_t asked_s = 0;  // the TTL it was granted for (etcd may have given more)
     TimePoint alive_until;
   };
   // A lease for a lock of lease_ms that will outlive an attach made now by lease_ms (0 for
@@ -156,7 +158,9 @@ class LockProtocol {
   void RefusedBy(Transport* t, std::shared_ptr<AcquireOp> op, std::vector<int64_t> leases);
   // A refused waiting writer's announcement, best effort; then() runs after it either way.
   void Announce(Transport* t, std::shared_ptr<AcquireOp> op, std::function<void()> then);
-  void PutAnnouncement(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, std::function<void()> then);
+  // Puts the announcement on lease, then revokes the writer's replaced lease (0: none).
+  void PutAnnouncement(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, int64_t replaced,
+                       std::function<void()> then);
   // The writer acquired (or its client closes): its announcement lease goes.
   void WriterDone(const std::string& owner_value);
   // Time to live of each lease (ms; 0 gone, -2 unknown), asked in parallel; the first error.
