@@ -20,6 +20,10 @@ Status ReadInspect(const redisReply* r, const std::string& server, const std::st
 
 // release.lua and extend.lua: the exclusive holder's key, or an entry among the holds.
 const char* HoldSort(const HoldRef& hold) { return hold.exclusive ? "exclusive" : "hold"; }
+std::vector<std::string> HoldKeys(LockKeys keys, const HoldRef& hold) {
+  if (hold.exclusive) return {std::move(keys.holder)};
+  return {std::move(keys.holds), std::move(keys.hold_data)};
+}
 
 }  // namespace
 
@@ -38,9 +42,10 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
 
 Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool sharded) {
   LockKeys keys(prefix, hold.name);
+  std::string channel = keys.channel;
   return {{ScriptId::kRelease,
-           {std::move(keys.holder), std::move(keys.holds), std::move(keys.hold_data)},
-           {hold.owner_value, std::move(keys.channel), sharded ? "1" : "0", HoldSort(hold)}},
+           HoldKeys(std::move(keys), hold),
+           {hold.owner_value, std::move(channel), sharded ? "1" : "0", HoldSort(hold)}},
           hold.name,
           ReadOwned};
 }
@@ -48,7 +53,7 @@ Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool shar
 Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t lease_ms) {
   LockKeys keys(prefix, hold.name);
   return {{ScriptId::kExtend,
-           {std::move(keys.holder), std::move(keys.holds), std::move(keys.hold_data)},
+           HoldKeys(std::move(keys), hold),
            {hold.owner_value, std::to_string(lease_ms), HoldSort(hold)}},
           hold.name,
           ReadOwned};
