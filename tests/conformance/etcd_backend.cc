@@ -16,7 +16,12 @@ class EtcdBackend : public BackendServer {
   // Errors name the endpoints they tried.
   std::string address() const override { return etcd_.endpoints(); }
   // The backend keeps lock NAME at key prefix + NAME, the prefix "dlock:" by default.
-  bool DeleteLock(const std::string& name) override { return etcd_.Delete("dlock:" + name); }
+  // Its shared holds, permits and writer announcements are keys after it: key + NUL + ...;
+  // all of them lie in [key, key + "\x01").
+  bool DeleteLock(const std::string& name) override {
+    const std::string key = "dlock:" + name;
+    return etcd_.DeleteRange(key, key + '\x01');
+  }
   void Kill() override {
     etcd_.Kill();
     killed_ = true;
@@ -35,7 +40,7 @@ class EtcdBackend : public BackendServer {
 }  // namespace
 
 BackendFactory EtcdBackendFactory() {
-  return {"etcd", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+  return {"etcd", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
           [] { return std::make_unique<EtcdBackend>(); }};
 }
 

@@ -394,6 +394,13 @@ bool EtcdCluster::Delete(const std::string& key) {
   return body && JsonString(*body, "deleted") == "1";
 }
 
+bool EtcdCluster::DeleteRange(const std::string& key, const std::string& range_end) {
+  std::optional<std::string> body =
+      Post("/v3/kv/deleterange",
+           R"({"key":")" + Base64(key) + R"(","range_end":")" + Base64(range_end) + R"("})");
+  return body && !JsonString(*body, "deleted").empty();
+}
+
 std::string EtcdCluster::LogTail(int i) const {
   return dir_.empty() ? "" : ReadTail(LogPath(i), 3000);
 }

@@ -95,6 +95,8 @@ class EtcdCluster {
   bool Put(const std::string& key, const std::string& value);
   std::optional<std::string> Get(const std::string& key);  // nullopt: no such key, or no answer
   bool Delete(const std::string& key);                      // true when a key was deleted
+  // Deletes every key in [key, range_end); true when one was.
+  bool DeleteRange(const std::string& key, const std::string& range_end);
   // POST json to path ("/v3/...") on node i, or as above when i is -1: the body of a 200
   // answer, nullopt otherwise. For what the helpers above do not cover (leases...).
   std::optional<std::string> Post(const std::string& path, const std::string& json, int i = -1);
