@@ -308,6 +308,26 @@ void LockProtocol::AcquireUnknown(Transport* t, std::shared_ptr<AcquireOp> op, i
   });
 }
 
+bool LockProtocol::SettledFailure(Transport* t, const std::shared_ptr<AcquireOp>& op, int64_t lease,
+                                  CallResult& r, TxnAnswer* txn) {
+  if (LeaseNotFound(r) && !op->lease_retried) {
+    op->lease_retried = true;
+    Uncount(lease, op->key);
+    Forget(lease);
+    AcquireRound(t, op);
+    return true;
+  }
+  if (r.status.ok()) r.status = ReadTxn(r.answer, txn);
+  if (r.status.ok()) return false;
+  if (!r.maybe_applied) {
+    Uncount(lease, op->key);
+    op->done(r.status, AcquireAttempt());
+  } else {
+    AcquireUnknown(t, op, lease, std::move(r));
+  }
+  return true;
+}
+
 void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease) {
   const NameKeys keys(KeyFor(op->request.name));
   const std::string& value = op->request.owner_value;
@@ -323,21 +343,8 @@ void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t 
   }
   const Json failure = Json::array({RangeRequest(keys.exclusive(), keys.end())});
   t->Call(kTxn, TxnBody(compare, success, failure), op->deadline, [this, t, op, lease](CallResult r) {
-    if (LeaseNotFound(r) && !op->lease_retried) {
-      op->lease_retried = true;
-      Uncount(lease, op->key);
-      Forget(lease);
-      return AcquireRound(t, op);
-    }
     TxnAnswer txn;
-    if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
-    if (!r.status.ok()) {
-      if (!r.maybe_applied) {
-        Uncount(lease, op->key);
-        return op->done(r.status, AcquireAttempt());
-      }
-      return AcquireUnknown(t, op, lease, std::move(r));
-    }
+    if (SettledFailure(t, op, lease, r, &txn)) return;
     if (txn.succeeded) return Won(*op, lease, lease, txn.revision);  // the put's create revision
     const NameKeys keys(KeyFor(op->request.name));
     const NameView view = Classify(keys, txn.kvs, op->key, op->request.owner_value);
@@ -397,21 +404,8 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
                                 CompareRangeModAtMost(keys.Under("hp"), keys.Under("hq"), revision)});
     Json success = Json::array({PutRequest(op->key, op->request.owner_value, lease)});
     t->Call(kTxn, TxnBody(compare, success, Json()), op->deadline, [this, t, op, lease, round](CallResult r) {
-      if (LeaseNotFound(r) && !op->lease_retried) {
-        op->lease_retried = true;
-        Uncount(lease, op->key);
-        Forget(lease);
-        return AcquireRound(t, op);
-      }
       TxnAnswer txn;
-      if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
-      if (!r.status.ok()) {
-        if (!r.maybe_applied) {
-          Uncount(lease, op->key);
-          return op->done(r.status, AcquireAttempt());
-        }
-        return AcquireUnknown(t, op, lease, std::move(r));
-      }
+      if (SettledFailure(t, op, lease, r, &txn)) return;
       if (txn.succeeded) return Won(*op, lease, lease, txn.revision);
       // Another acquire (or an extend) moved a permit, or a lock came, since the read.
       if (round + 1 < kSemaphoreRounds && Now() < op->deadline) return SemaphoreRound(t, op, lease, round + 1);

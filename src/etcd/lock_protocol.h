@@ -154,6 +154,11 @@ class LockProtocol {
   void SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, int round);
   // An acquire transaction that failed without an answer: settled by reading the hold key.
   void AcquireUnknown(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, CallResult r);
+  // The common failures of an acquire transaction's answer: a lease etcd no longer knows is
+  // replaced once (the round starts again), a failed call ends the attempt or settles its
+  // unknown outcome. True when handled; otherwise *txn holds the transaction's result.
+  bool SettledFailure(Transport* t, const std::shared_ptr<AcquireOp>& op, int64_t lease,
+                      CallResult& r, TxnAnswer* txn);
   // Refused: holder_ttl_ms from the blocking keys' leases (0: a lease etcd had no more).
   void RefusedBy(Transport* t, std::shared_ptr<AcquireOp> op, std::vector<int64_t> leases);
   // A refused waiting writer's announcement, best effort; then() runs after it either way.

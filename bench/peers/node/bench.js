@@ -358,6 +358,21 @@ async function child(lib, port, key, startAt, endAt, file) {
   console.log(`count ${n} ${handoffs}`);
 }
 
+// Starts procs copies of this script with args; each promise resolves to the two numbers of its
+// "count A B" line.
+function spawnCounters(procs, args) {
+  return Array.from({ length: procs }, () => new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, [__filename, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.on('exit', (code) => {
+      const m = /count (\d+) (\d+)/.exec(out);
+      if (code === 0 && m) resolve([Number(m[1]), Number(m[2])]);
+      else reject(new Error(`${args[0]} ${args[1]} exited with ${code}: ${out}`));
+    });
+  }));
+}
+
 // One contended run: PROCS processes of one library for SECONDS. Returns [handoffs/s, detail].
 async function contendedOnce(lib, port, seconds, procs) {
   const key = `bench:con:${lib}:${process.pid}:${Date.now()}`;
@@ -367,18 +382,7 @@ async function contendedOnce(lib, port, seconds, procs) {
   const startAt = Date.now() + 1500;  // time for every process to load and connect
   const endAt = startAt + seconds * 1000;
   try {
-    const results = await Promise.all(Array.from({ length: procs }, () => new Promise((resolve, reject) => {
-      const p = spawn(process.execPath,
-        [__filename, 'child', lib, String(port), key, String(startAt), String(endAt), file],
-        { stdio: ['ignore', 'pipe', 'inherit'] });
-      let out = '';
-      p.stdout.on('data', (d) => { out += d; });
-      p.on('exit', (code) => {
-        const m = /count (\d+) (\d+)/.exec(out);
-        if (code === 0 && m) resolve([Number(m[1]), Number(m[2])]);
-        else reject(new Error(`${lib} contender exited with ${code}: ${out}`));
-      });
-    })));
+    const results = await Promise.all(spawnCounters(procs, ['child', lib, String(port), key, String(startAt), String(endAt), file]));
     const acquisitions = results.reduce((x, r) => x + r[0], 0);
     const handoffs = results.reduce((x, r) => x + r[1], 0);
     return [handoffs / seconds, `${(acquisitions / seconds).toFixed(0)}acq/s[${results.map((r) => r[0]).join('/')}]`];
@@ -467,18 +471,8 @@ async function semaphoreOnce(lib, port, seconds, procs, permits, holdMs) {
   const endAt = startAt + seconds * 1000;
   const stats = await BareRedis.connect(port);
   try {
-    const children = Array.from({ length: procs }, () => new Promise((resolve, reject) => {
-      const p = spawn(process.execPath,
-        [__filename, 'semaphore-child', lib, String(port), key, String(permits), String(holdMs), String(startAt), String(endAt)],
-        { stdio: ['ignore', 'pipe', 'inherit'] });
-      let out = '';
-      p.stdout.on('data', (d) => { out += d; });
-      p.on('exit', (code) => {
-        const m = /count (\d+) (\d+)/.exec(out);
-        if (code === 0 && m) resolve([Number(m[1]), Number(m[2])]);
-        else reject(new Error(`${lib} semaphore contender exited with ${code}: ${out}`));
-      });
-    }));
+    const children = spawnCounters(procs,
+      ['semaphore-child', lib, String(port), key, String(permits), String(holdMs), String(startAt), String(endAt)]);
     await sleep(Math.max(0, startAt - Date.now()));
     await stats.call('CONFIG', 'RESETSTAT');
     await sleep(Math.max(0, endAt - Date.now()));
