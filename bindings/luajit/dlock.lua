@@ -64,6 +64,7 @@ const char *dlock_info_owner(const dlock_info *i, uint32_t k);
 int64_t dlock_info_remaining_ms(const dlock_info *i, uint32_t k);
 uint64_t dlock_info_fencing_token(const dlock_info *i, uint32_t k);
 int dlock_info_kind(const dlock_info *i);
+uint32_t dlock_info_permits(const dlock_info *i);
 uint64_t dlock_limit_value(int which);
 size_t dlock_url_redact(const char *url, char *buf, size_t len);
 ]]
@@ -290,10 +291,11 @@ function Client:capabilities()
 end
 
 -- Who holds the lock called name now: { kind = "exclusive" | "shared", holders = { { owner,
--- remaining_ms, fencing_token }, ... } } (holders empty when free; owner nil when the holder set
--- none, remaining_ms nil for no expiry, fencing_token uint64_t cdata or nil when unknown), or
--- nil, message, code. A snapshot read from the server, stale as soon as it returns: never
--- decide from it whether to take the lock. Owner tokens are never shown, only the labels.
+-- remaining_ms, fencing_token }, ... }, permits = n } (holders empty when free; owner nil when
+-- the holder set none, remaining_ms nil for no expiry, fencing_token uint64_t cdata or nil when
+-- unknown; permits the semaphore's size, 0 for a lock or a free name), or nil, message, code.
+-- A snapshot read from the server, stale as soon as it returns: never decide from it whether to
+-- take the lock. Owner tokens are never shown, only the labels.
 function Client:inspect(name)
   if getmetatable(self) ~= Client then raise("dlock: call it as client:inspect(name)") end
   check_string(name, 1, "inspect", "string")
@@ -315,8 +317,9 @@ function Client:inspect(name)
     }
   end
   local kind = C.dlock_info_kind(info)
+  local permits = tonumber(C.dlock_info_permits(info))
   C.dlock_info_free(ffi.gc(info, nil))
-  return { kind = KINDS[kind] or kind, holders = holders }
+  return { kind = KINDS[kind] or kind, holders = holders, permits = permits }
 end
 
 local function build_options(opts)
@@ -337,6 +340,19 @@ local function build_options(opts)
   if opts.kind ~= nil and KIND_NUMBERS[opts.kind] == nil then
     argerror(2, "acquire", "kind must be \"exclusive\" or \"shared\"")
   end
+  -- shared = true is kind = "shared", shared = false kind = "exclusive"; saying both, they must agree.
+  local kind = opts.kind
+  if opts.shared ~= nil then
+    if type(opts.shared) ~= "boolean" then
+      argerror(2, "acquire", "shared must be a boolean, got " .. type(opts.shared))
+    end
+    local said = opts.shared and "shared" or "exclusive"
+    if kind ~= nil and kind ~= said then
+      argerror(2, "acquire", "shared = " .. tostring(opts.shared) .. " contradicts kind = \""
+        .. kind .. "\" (give one of them)")
+    end
+    kind = said
+  end
   local permits = opts.permits
   if permits ~= nil and (type(permits) ~= "number" or permits % 1 ~= 0 or permits < 0
     or permits > 2^32 - 1) then
@@ -349,7 +365,7 @@ local function build_options(opts)
   end
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
-      and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "permits" then
+      and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits" then
       argerror(2, "acquire", "unknown option '" .. tostring(k) .. "'")
     end
   end
@@ -362,7 +378,7 @@ local function build_options(opts)
   if s == 0 and wait then s = C.dlock_options_set_wait_ms(o, wait) end
   if s == 0 and rmin then s = C.dlock_options_set_retry_ms(o, rmin, rmax) end
   if s == 0 and opts.owner then s = C.dlock_options_set_owner(o, opts.owner) end
-  if s == 0 and opts.kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[opts.kind]) end
+  if s == 0 and kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[kind]) end
   if s == 0 and permits then s = C.dlock_options_set_permits(o, permits) end
   if s ~= 0 then
     local _, msg, code = fail(s)
@@ -376,8 +392,9 @@ end
 --   optional): lease_ms (default 10000; 0 = no expiry), wait_ms (0 = one try, default; N ms;
 --   -1 = no limit), heartbeat_ms (default lease/3; 0 = none), retry_ms = { min, max } (default
 --   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top), kind =
---   "exclusive" (default) or "shared", permits = n (a semaphore of n holders; 0 = off): the
---   library refuses kinds the backend does not offer with "EINVAL" (see client:capabilities()).
+--   "exclusive" (default) or "shared" (shared = true says the same), permits = n (a semaphore
+--   of n holders; 0 = off): the library refuses kinds the backend does not offer, a shared
+--   semaphore, and another n (or a lock kind) than the name's holders have, with "EINVAL".
 -- Returns the lock, or nil, message, code: "NOT_ACQUIRED" when someone else holds it and the
 -- wait ran out; "EINVAL" for values the library refuses (a name over 1024 bytes, ...).
 function Client:acquire(name, opts)

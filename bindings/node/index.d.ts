@@ -35,7 +35,15 @@ export interface AcquireOptions {
   owner?: string;
   /** 'exclusive' (default) or 'shared'; EINVAL unless the backend offers it (capabilities()). */
   kind?: LockKind;
-  /** A counting semaphore of this many holders; 0 = off (default). EINVAL unless the backend offers it. */
+  /**
+   * true is kind: 'shared' (any number of shared holders, no exclusive one meanwhile), false is
+   * kind: 'exclusive'; a TypeError when it contradicts kind.
+   */
+  shared?: boolean;
+  /**
+   * A counting semaphore of this many holders; 0 = off (default). EINVAL unless the backend offers
+   * it, with a shared kind, or when the name is held with another number of permits (or as a lock).
+   */
   permits?: number;
   /** Aborting cancels a pending acquire: it rejects with code 'ECANCELLED'. */
   signal?: AbortSignal;
@@ -55,10 +63,12 @@ export interface Holder {
 
 /** Who holds a lock: Client.inspect()'s answer. */
 export interface LockInfo {
-  /** The kind of hold the holders have ('exclusive' when free). */
+  /** The kind of hold the holders have ('exclusive' when free and for a semaphore). */
   kind: LockKind;
   /** Empty when nobody holds it. */
   holders: Holder[];
+  /** The semaphore's number of permits while the name is one; 0 for a lock or a free name. */
+  permits: number;
 }
 
 /** What a client's backend offers (Client.capabilities()). */

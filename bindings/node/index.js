@@ -138,8 +138,8 @@ function checkName(name) {
   throw typeError('ERR_INVALID_ARG_TYPE', `lock name must be a string or Buffer, got ${describe(name)}`);
 }
 
-const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'kind', 'permits',
-  'signal']);
+const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'kind', 'shared',
+  'permits', 'signal']);
 
 function checkOptions(opts) {
   if (opts === undefined || opts === null) return {};
@@ -175,6 +175,17 @@ function checkOptions(opts) {
       throw typeError('ERR_INVALID_ARG_VALUE', `options.kind must be one of ${KINDS.map((k) => `'${k}'`).join(', ')}, got ${describe(opts.kind)}`);
     }
     o.kind = KINDS.indexOf(opts.kind);
+  }
+  if (opts.shared !== undefined) {
+    // shared: true is kind: 'shared', shared: false kind: 'exclusive'; saying both, they must agree.
+    if (typeof opts.shared !== 'boolean') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `options.shared must be a boolean, got ${describe(opts.shared)}`);
+    }
+    const said = opts.shared ? 'shared' : 'exclusive';
+    if (opts.kind !== undefined && opts.kind !== said) {
+      throw typeError('ERR_INVALID_ARG_VALUE', `options.shared ${opts.shared} contradicts options.kind '${opts.kind}' (give one of them)`);
+    }
+    o.kind = KINDS.indexOf(said);
   }
   if (opts.permits !== undefined) {
     if (typeof opts.permits !== 'number') {
@@ -390,7 +401,7 @@ class Client {
   /**
    * Acquires the lock called name. Returns a promise of a Lock, or with a callback
    * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, retryMs, owner, kind,
-   * permits, signal }.
+   * shared, permits, signal }; shared: true is kind: 'shared'.
    */
   acquire(name, options, callback) {
     if (typeof options === 'function' && callback === undefined) {
@@ -507,8 +518,9 @@ class Client {
   }
 
   /**
-   * Who holds the lock called name now: a promise of { kind, holders }, holders being
-   * [{ owner, remainingMs, fencingToken }] (empty when free); or with a callback (err, info).
+   * Who holds the lock called name now: a promise of { kind, holders, permits }, holders being
+   * [{ owner, remainingMs, fencingToken }] (empty when free), permits the semaphore's size (0 for
+   * a lock or a free name); or with a callback (err, info).
    * A snapshot read from the server (on libuv's pool), stale as soon as it arrives: never decide
    * from it whether to take the lock. Owner tokens are never shown, only the owner labels.
    */
@@ -642,7 +654,7 @@ function urlShown(url) {
   return buf.toString('utf8', 0, n);
 }
 
-// A dlock_info as { kind, holders: [{ owner, remainingMs, fencingToken }] }.
+// A dlock_info as { kind, holders: [{ owner, remainingMs, fencingToken }], permits }.
 function lockInfo(info) {
   const holders = [];
   const n = C.info_holders(info);
@@ -656,7 +668,7 @@ function lockInfo(info) {
     });
   }
   const kind = C.info_kind(info);
-  return { kind: KINDS[kind] ?? kind, holders };
+  return { kind: KINDS[kind] ?? kind, holders, permits: C.info_permits(info) };
 }
 
 // ----- Lock -----------------------------------------------------------------------------------

@@ -455,6 +455,117 @@ test("kind and permits reach the library; capabilities", function()
   assert(r == nil and code == "EINVAL")
 end)
 
+test("shared: three holders at once, no exclusive one meanwhile", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local third = assert(dlock.open(URL))
+  assert(assert(client:capabilities()).shared)
+  local name = unique("shared")
+  local r1 = assert(client:acquire(name, { shared = true, owner = "r1" }))
+  local r2 = assert(client:acquire(name, { shared = true, owner = "r2" }))
+  local r3 = assert(other:acquire(name, { kind = "shared", owner = "r3" }))
+  -- a client holding the name shared may not take it exclusive (no upgrade) ...
+  local lock, msg, code = client:acquire(name)
+  assert(lock == nil and code == "EINVAL", msg)
+  -- ... and another client is refused while the shared holds stand
+  lock, msg, code = third:acquire(name)
+  assert(lock == nil and code == "NOT_ACQUIRED", msg)
+  lock, msg, code = third:acquire(name, { shared = false, wait_ms = 200 })
+  assert(lock == nil and code == "NOT_ACQUIRED", msg)
+  local info = assert(third:inspect(name))
+  assert(info.kind == "shared" and info.permits == 0 and #info.holders == 3, #info.holders)
+  local want = { r1 = r1, r2 = r2, r3 = r3 }
+  for _, h in ipairs(info.holders) do
+    assert(want[h.owner] and h.fencing_token == want[h.owner]:fencing_token(), tostring(h.owner))
+    want[h.owner] = nil
+  end
+  assert(next(want) == nil)
+  assert(r1:fencing_token() ~= r2:fencing_token() and r2:fencing_token() ~= r3:fencing_token())
+  assert(r1:release() and r2:release() and r3:release())
+  info = assert(third:inspect(name))
+  assert(info.kind == "exclusive" and #info.holders == 0 and info.permits == 0)
+  assert(assert(third:acquire(name)):release())  -- free for an exclusive hold now
+  client:close() other:close() third:close()
+end)
+
+test("shared: a waiting exclusive acquire (another process) keeps new shared holds out", function()
+  local client = assert(dlock.open(URL))
+  local third = assert(dlock.open(URL))
+  local name = unique("shared")
+  local reader = assert(client:acquire(name, { shared = true }))
+  local script = string.format([[
+    package.path = %q .. "/../?.lua;" .. package.path
+    local c = assert(require("dlock").open(%q))
+    local l, err = c:acquire(%q, { wait_ms = 5000 })
+    print(l and l:fencing_token_string() or ("FAIL " .. tostring(err)))
+    if l then l:release() end
+    c:close()]], here, URL, name)
+  local writer = assert(io.popen("luajit -e " .. shq(script)))
+  assert(wait_for(function()
+    local l, _, code = third:acquire(name, { shared = true })
+    if l then assert(l:release()) return false end  -- before the writer queued up
+    return code == "NOT_ACQUIRED"
+  end), "a new shared hold was let in before the waiting exclusive acquire")
+  assert(reader:release())
+  local out = writer:read("*a")
+  writer:close()
+  assert(out:match("^%d+"), out)
+  assert(dlock.token(out:match("^%d+")) > reader:fencing_token(), out)
+  client:close() third:close()
+end)
+
+test("permits: a semaphore of 2 admits 2 and refuses a 3rd; another size is EINVAL", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local third = assert(dlock.open(URL))
+  local name = unique("sem")
+  local a = assert(client:acquire(name, { permits = 2, owner = "a" }))
+  local b = assert(other:acquire(name, { permits = 2, owner = "b" }))
+  local lock, msg, code = third:acquire(name, { permits = 2 })
+  assert(lock == nil and code == "NOT_ACQUIRED", msg)
+  local info = assert(third:inspect(name))
+  assert(info.permits == 2 and info.kind == "exclusive" and #info.holders == 2, info.permits)
+  lock, msg, code = third:acquire(name, { permits = 3 })
+  assert(lock == nil and code == "EINVAL", msg)
+  assert(msg:find("2 permits", 1, true) and msg:find("3 permits", 1, true), msg)
+  for _, mixed in ipairs({ {}, { shared = true } }) do  -- no lock kind on a held semaphore
+    lock, msg, code = third:acquire(name, mixed)
+    assert(lock == nil and code == "EINVAL", msg)
+  end
+  assert(a:release())
+  local c = assert(third:acquire(name, { permits = 2 }))  -- a permit came free
+  assert(c:fencing_token() > b:fencing_token())
+  assert(b:release() and c:release())
+  assert(assert(third:inspect(name)).permits == 0)  -- free: a lock again
+  assert(assert(third:acquire(name, { permits = 3 })):release())  -- and any size once free
+  client:close() other:close() third:close()
+end)
+
+test("tokens rise across kinds; shared with permits or against kind is refused", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("tokens")
+  local last = 0ULL
+  for _, o in ipairs({ {}, { shared = true }, { shared = true }, { permits = 2 }, { kind = "shared" },
+                       { shared = false } }) do
+    local lock = assert(client:acquire(name, o))
+    assert(lock:fencing_token() > last, lock:fencing_token_string())
+    last = lock:fencing_token()
+    assert(lock:release())
+  end
+  -- a shared semaphore: the library's EINVAL, in its words
+  for _, o in ipairs({ { shared = true, permits = 2 }, { kind = "shared", permits = 2 } }) do
+    local lock, msg, code = client:acquire(name, o)
+    assert(lock == nil and code == "EINVAL" and msg:find("shared"), msg)
+  end
+  raises(function() client:acquire(name, { shared = true, kind = "exclusive" }) end, "contradicts")
+  raises(function() client:acquire(name, { shared = false, kind = "shared" }) end, "contradicts")
+  raises(function() client:acquire(name, { shared = "yes" }) end, "shared must be a boolean")
+  assert(#assert(client:inspect(name)).holders == 0)  -- nothing taken
+  -- agreeing words and permits 0 (off) are fine
+  assert(assert(client:acquire(name, { shared = true, kind = "shared", permits = 0 })):release())
+  client:close()
+end)
+
 test("limits are the library's; a client shows its URL without the password", function()
   assert(dlock.MAX_NAME_BYTES == 1024 and dlock.MAX_OWNER_BYTES == 256)  -- as documented
   local client = assert(dlock.open(URL))

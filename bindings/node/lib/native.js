@@ -80,6 +80,7 @@ const C = {
   info_remaining_ms: f('int64_t dlock_info_remaining_ms(void *i, uint32_t k)'),
   info_fencing_token: f('uint64_t dlock_info_fencing_token(void *i, uint32_t k)'),
   info_kind: f('int dlock_info_kind(void *i)'),
+  info_permits: f('uint32_t dlock_info_permits(void *i)'),
   limit_value: f('uint64_t dlock_limit_value(int which)'),
   url_redact: f('size_t dlock_url_redact(const char *url, _Out_ uint8_t *buf, size_t len)'),
 };

@@ -25,7 +25,7 @@ test('inspect: a held lock seen from another client, then free', async () => {
     assert.equal(holder.fencingToken, lock.fencingToken);
     assert.ok(holder.remainingMs > 0 && holder.remainingMs <= 5000, String(holder.remainingMs));
     await lock.release();
-    assert.deepEqual(await other.inspect(name), { kind: 'exclusive', holders: [] });
+    assert.deepEqual(await other.inspect(name), { kind: 'exclusive', holders: [], permits: 0 });
   } finally {
     await other.close();
   }

@@ -317,11 +317,14 @@ owner          its label (acquire's owner=), or None when it set none
 remaining_ms   its remaining lease as the server sees it, in ms; None for no expiry
 fencing_token  the token of its acquisition (int); None when the backend does not know it
 """
-LockInfo = collections.namedtuple("LockInfo", "kind holders")
+# permits came later: last, with a default, so LockInfo(kind, holders) still makes one.
+LockInfo = collections.namedtuple("LockInfo", "kind holders permits", defaults=(0,))
 LockInfo.__doc__ = """Who holds a lock: Client.inspect's answer.
 
-kind     "exclusive" or "shared": the kind of hold the holders have ("exclusive" when free)
+kind     "exclusive" or "shared": the kind of hold the holders have ("exclusive" when free and
+         for a semaphore)
 holders  a list of Holder; empty when nobody holds it
+permits  the semaphore's number of permits while the name is one; 0 for a lock or a free name
 """
 
 
@@ -334,7 +337,7 @@ def _lock_info(info):
         holders.append(Holder(owner.decode("utf-8", "replace") if owner else None,
                               None if left < 0 else left, token or None))
     kind = _c.dlock_info_kind(info)
-    return LockInfo(_KIND_NAMES.get(kind, kind), holders)
+    return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(_c.dlock_info_permits(info)))
 
 
 # ----- Client ----------------------------------------------------------------------------------
@@ -426,7 +429,8 @@ class Client:
     # -- options
 
     @staticmethod
-    def _options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind=None, permits=None):
+    def _options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind=None, permits=None,
+                 shared=None):
         """Checks every argument (TypeError / InvalidArgument), then builds a dlock_options and
         the on_lost slot. Returns (options pointer or None, slot or None)."""
         if lease_ms is not None:
@@ -458,6 +462,17 @@ class Client:
             permits = _ms_arg("permits", permits, "a count")
             if not 0 <= permits <= _U32_MAX:
                 raise InvalidArgument(f"permits {permits} is out of range (0..{_U32_MAX}; 0 means off)")
+        if shared is not None:
+            # shared=True is kind="shared", shared=False kind="exclusive"; saying both must agree.
+            if not isinstance(shared, bool):
+                raise TypeError(f"shared must be a bool, not {type(shared).__name__}")
+            said = "shared" if shared else "exclusive"
+            if kind is not None and kind != said:
+                raise InvalidArgument(f"shared={shared} contradicts kind={kind!r} (give one of them)")
+            if shared and permits:
+                raise InvalidArgument(f"shared=True and permits={permits}: a name is shared or a "
+                                      "semaphore, not both (drop shared, or permits=0)")
+            kind = said
 
         if (lease_ms is None and wait_ms == 0 and heartbeat_ms is None and retry_ms is None
                 and owner is None and on_lost is None and kind is None and permits is None):
@@ -504,10 +519,11 @@ class Client:
         return frozenset(name for bit, name in _CAPABILITIES.items() if bits & bit)
 
     def inspect(self, name):
-        """Who holds the lock called `name` now: a LockInfo(kind, holders), holders being a list of
-        Holder(owner, remaining_ms, fencing_token) (empty when free). A snapshot read from the
-        server in one call, stale as soon as it returns: never decide from it whether to take
-        the lock. Owner tokens are never shown, only the owner labels."""
+        """Who holds the lock called `name` now: a LockInfo(kind, holders, permits), holders being a
+        list of Holder(owner, remaining_ms, fencing_token) (empty when free), permits the
+        semaphore's size (0 for a lock or a free name). A snapshot read from the server in one
+        call, stale as soon as it returns: never decide from it whether to take the lock. Owner
+        tokens are never shown, only the owner labels."""
         bname = _name_arg(name)
         out = _lib.c_info_p()
         h = self._enter()
@@ -530,7 +546,7 @@ class Client:
     # -- acquire
 
     def acquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
-                owner=None, on_lost=None, kind=None, permits=None):
+                owner=None, on_lost=None, kind=None, permits=None, shared=None):
         """Acquires the lock called `name` (str or bytes, 1..MAX_NAME_BYTES bytes) and returns a Lock.
 
         lease_ms      server-side lease (default 10000; 0 = never expires until released)
@@ -539,15 +555,17 @@ class Client:
         retry_ms      (min, max) of the fallback retry while waiting (default (50, 1000))
         owner         a label stored with the lock for people and tools
         on_lost       callback(lock), run once on the "dlock-events" thread if the lock is found lost
-        kind          "exclusive" (default) or "shared"; permits: a semaphore of that many holders
-                      (0 = off). InvalidArgument unless the backend offers them (capabilities).
+        kind          "exclusive" (default) or "shared"; shared=True is kind="shared" (and
+                      shared=False kind="exclusive"); permits: a semaphore of that many holders
+                      (0 = off). A shared semaphore, or shared= contradicting kind=, is
+                      InvalidArgument; so are kinds the backend does not offer (capabilities).
 
         Raises NotAcquired when someone else holds it and the wait ran out. Blocks the calling
         thread only (the GIL is released while waiting).
         """
         bname = _name_arg(name)
         opts, slot = self._options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind,
-                                   permits)
+                                   permits, shared)
         out = ctypes.c_void_p()
         err = None
         try:
@@ -580,7 +598,7 @@ class Client:
     # -- asyncio
 
     async def aacquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
-                       owner=None, on_lost=None, kind=None, permits=None):
+                       owner=None, on_lost=None, kind=None, permits=None, shared=None):
         """acquire() for asyncio: waits without blocking the event loop or holding a thread
         (the library's async API and completion queue; with DLOCK_PY_FORCE_THREADS=1, a worker
         thread per waiting call).
@@ -598,7 +616,8 @@ class Client:
                 except RuntimeError:  # loop closed: nobody to tell
                     pass
         kwargs = dict(lease_ms=lease_ms, wait_ms=wait_ms, heartbeat_ms=heartbeat_ms,
-                      retry_ms=retry_ms, owner=owner, on_lost=on_lost, kind=kind, permits=permits)
+                      retry_ms=retry_ms, owner=owner, on_lost=on_lost, kind=kind, permits=permits,
+                      shared=shared)
         if not _use_async_c:
             return await _in_thread(loop, lambda: self.acquire(name, **kwargs), _release_quietly,
                                     dedicated=wait_ms != 0)

@@ -135,5 +135,6 @@ def _declare(lib):
     _fn(lib, "dlock_info_remaining_ms", ctypes.c_int64, [c_info_p, ctypes.c_uint32])
     _fn(lib, "dlock_info_fencing_token", ctypes.c_uint64, [c_info_p, ctypes.c_uint32])
     _fn(lib, "dlock_info_kind", ctypes.c_int, [c_info_p])
+    _fn(lib, "dlock_info_permits", ctypes.c_uint32, [c_info_p])
     _fn(lib, "dlock_limit_value", ctypes.c_uint64, [ctypes.c_int])
     _fn(lib, "dlock_url_redact", ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t])

@@ -751,6 +751,138 @@ class Kinds(Base):
                 c.acquire(unique(), **kw)
 
 
+class SharedAndPermits(Base):
+    """shared=True and permits=n as a user would check them, against this redis-server (which
+    offers both)."""
+
+    def setUp(self):
+        super().setUp()
+        self.other = dlock.Client(URL)
+        self.third = dlock.Client(URL)
+
+    def tearDown(self):
+        self.third.close()
+        self.other.close()
+        super().tearDown()
+
+    def test_backend_offers_both(self):
+        self.assertTrue({"shared", "permits"} <= self.client.capabilities)
+
+    def test_three_shared_holders_and_no_exclusive_meanwhile(self):
+        name = unique("shared")
+        with self.client.lock(name, shared=True, owner="r1") as r1, \
+                self.client.lock(name, shared=True, owner="r2") as r2:
+            r3 = self.other.acquire(name, shared=True, owner="r3")
+            # a client holding the name shared may not take it exclusive (no upgrade) ...
+            with self.assertRaises(dlock.InvalidArgument):
+                self.client.acquire(name)
+            # ... and another client is refused while the shared holds stand
+            with self.assertRaises(dlock.NotAcquired):
+                self.third.acquire(name)
+            with self.assertRaises(dlock.NotAcquired):
+                self.third.acquire(name, kind="exclusive", wait_ms=200)
+            info = self.third.inspect(name)
+            self.assertEqual(info.kind, "shared")
+            self.assertEqual(info.permits, 0)
+            self.assertEqual(sorted((h.owner, h.fencing_token) for h in info.holders),
+                             [("r1", r1.fencing_token), ("r2", r2.fencing_token),
+                              ("r3", r3.fencing_token)])
+            self.assertEqual(len({r1.fencing_token, r2.fencing_token, r3.fencing_token}), 3)
+            r3.release()
+        self.assertEqual(self.third.inspect(name), dlock.LockInfo("exclusive", []))
+        self.third.acquire(name).release()  # free for an exclusive hold now
+
+    def test_async_shared(self):
+        name = unique("shared")
+
+        async def main():
+            a = await self.client.aacquire(name, shared=True)
+            async with self.other.alock(name, shared=True) as b:
+                info = await self.third.ainspect(name)
+                self.assertEqual((info.kind, len(info.holders)), ("shared", 2))
+                with self.assertRaises(dlock.NotAcquired):
+                    await self.third.aacquire(name)
+                self.assertGreater(b.fencing_token, a.fencing_token)
+            await a.arelease()
+            with self.assertRaises(dlock.InvalidArgument):
+                await self.client.aacquire(name, shared=True, permits=2)
+
+        asyncio.run(main())
+
+    def test_a_waiting_exclusive_acquire_keeps_new_shared_holds_out(self):
+        name = unique("shared")
+        reader = self.client.acquire(name, shared=True)
+        got = []
+        writer = threading.Thread(
+            target=lambda: got.append(self.other.acquire(name, wait_ms=5000)))
+        writer.start()
+
+        def new_reader_refused():
+            try:
+                self.third.acquire(name, shared=True).release()
+                return False  # before the writer queued up
+            except dlock.NotAcquired:
+                return True
+
+        self.assertTrue(wait_for(new_reader_refused))
+        reader.release()
+        writer.join(10)
+        self.assertEqual(len(got), 1)
+        self.assertGreater(got[0].fencing_token, reader.fencing_token)
+        self.assertEqual(self.third.inspect(name).kind, "exclusive")
+        got[0].release()
+
+    def test_semaphore_of_two(self):
+        name = unique("sem")
+        a = self.client.acquire(name, permits=2, owner="a")
+        b = self.other.acquire(name, permits=2, owner="b")
+        with self.assertRaises(dlock.NotAcquired):
+            self.third.acquire(name, permits=2)
+        info = self.third.inspect(name)
+        self.assertEqual(info.permits, 2)
+        self.assertEqual(info.kind, "exclusive")
+        self.assertEqual(sorted(h.owner for h in info.holders), ["a", "b"])
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            self.third.acquire(name, permits=3)
+        self.assertIn("2 permits", str(cm.exception))
+        self.assertIn("3 permits", str(cm.exception))
+        for mixed in ({}, {"shared": True}):  # no lock kind on a semaphore while it is held
+            with self.assertRaises(dlock.InvalidArgument, msg=str(mixed)):
+                self.third.acquire(name, **mixed)
+        a.release()
+        c = self.third.acquire(name, permits=2)  # a permit came free
+        self.assertGreater(c.fencing_token, b.fencing_token)
+        b.release()
+        c.release()
+        self.assertEqual(self.third.inspect(name).permits, 0)  # free: a lock again
+        self.third.acquire(name, permits=3).release()  # and any size once free
+
+    def test_tokens_rise_across_kinds(self):
+        name = unique("tokens")
+        tokens = []
+        for kw in ({}, {"shared": True}, {"shared": True}, {"permits": 2}, {"kind": "shared"},
+                   {"shared": False}):
+            lock = self.client.acquire(name, **kw)
+            tokens.append(lock.fencing_token)
+            lock.release()
+        self.assertEqual(tokens, sorted(set(tokens)), tokens)
+
+    def test_shared_with_permits_or_exclusive_is_refused(self):
+        name = unique("bad")
+        for kw in ({"shared": True, "permits": 2}, {"shared": True, "kind": "exclusive"},
+                   {"shared": False, "kind": "shared"}, {"kind": "shared", "permits": 2}):
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)) as cm:
+                self.client.acquire(name, **kw)
+            self.assertIn("shared", str(cm.exception))
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)):
+                self.client.lock(name, **kw)
+        with self.assertRaises(TypeError):
+            self.client.acquire(name, shared="yes")
+        self.assertEqual(self.client.inspect(name).holders, [])  # nothing taken
+        # agreeing words and permits=0 (off) are fine
+        self.client.acquire(name, shared=True, kind="shared", permits=0).release()
+
+
 class NoLeaks(Base):
     def test_10000_cycles(self):
         name = unique("leak")

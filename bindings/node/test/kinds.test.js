@@ -1,0 +1,132 @@
+'use strict';
+// { shared: true } and { permits: n } as a user would check them, against the redis-server that
+// bindings/test.sh starts (which offers both).
+const test = require('node:test');
+const assert = require('node:assert/strict');
+
+const dlock = require('..');
+const { Client, DlockError } = dlock;
+const { URL, unique, waitFor } = require('./support/helpers');
+
+let client;
+let other;
+let third;
+test.before(async () => {
+  [client, other, third] = await Promise.all([URL, URL, URL].map((u) => Client.connect(u)));
+});
+test.after(async () => { await Promise.all([client, other, third].map((c) => c.close())); });
+
+test('the Redis backend offers shared holds and permits', async () => {
+  const caps = await client.capabilities();
+  assert.equal(caps.shared, true);
+  assert.equal(caps.permits, true);
+});
+
+test('three shared holders at once, no exclusive one meanwhile', async () => {
+  const name = unique('shared');
+  const r1 = await client.acquire(name, { shared: true, owner: 'r1' });
+  const r2 = await client.acquire(name, { shared: true, owner: 'r2' });
+  const r3 = await other.acquire(name, { kind: 'shared', owner: 'r3' });
+  // a client holding the name shared may not take it exclusive (no upgrade) ...
+  await assert.rejects(client.acquire(name), { name: 'DlockError', code: 'EINVAL' });
+  // ... and another client is refused while the shared holds stand
+  await assert.rejects(third.acquire(name), { name: 'DlockError', code: 'NOT_ACQUIRED' });
+  await assert.rejects(third.acquire(name, { shared: false, waitMs: 200 }), { code: 'NOT_ACQUIRED' });
+  const info = await third.inspect(name);
+  assert.equal(info.kind, 'shared');
+  assert.equal(info.permits, 0);
+  assert.deepEqual(info.holders.map((h) => [h.owner, h.fencingToken]).sort(),
+    [['r1', r1.fencingToken], ['r2', r2.fencingToken], ['r3', r3.fencingToken]]);
+  assert.equal(new Set([r1, r2, r3].map((l) => l.fencingToken)).size, 3);
+  for (const l of [r1, r2, r3]) await l.release();
+  assert.deepEqual(await third.inspect(name), { kind: 'exclusive', holders: [], permits: 0 });
+  await (await third.acquire(name)).release();  // free for an exclusive hold now
+});
+
+test('using() and the callback form take shared too', async () => {
+  const name = unique('shared');
+  await client.using(name, { shared: true }, async (a) => {
+    const b = await new Promise((resolve, reject) => {
+      other.acquire(name, { shared: true }, (err, l) => (err ? reject(err) : resolve(l)));
+    });
+    assert.ok(b.fencingToken > a.fencingToken);
+    const info = await third.inspect(name);
+    assert.equal(info.kind, 'shared');
+    assert.equal(info.holders.length, 2);
+    await b.release();
+  });
+});
+
+test('a waiting exclusive acquire keeps new shared holds out', async () => {
+  const name = unique('shared');
+  const reader = await client.acquire(name, { shared: true });
+  const writer = other.acquire(name, { waitMs: 5000 });
+  const refused = await waitFor(async () => {
+    try {
+      await (await third.acquire(name, { shared: true })).release();
+      return false;  // before the writer queued up
+    } catch (e) {
+      if (e.code !== 'NOT_ACQUIRED') throw e;
+      return true;
+    }
+  });
+  assert.ok(refused, 'a new shared hold was let in before the waiting exclusive acquire');
+  await reader.release();
+  const w = await writer;
+  assert.ok(w.fencingToken > reader.fencingToken);
+  assert.equal((await third.inspect(name)).kind, 'exclusive');
+  await w.release();
+});
+
+test('a semaphore of 2 admits 2 and refuses a 3rd; another size is EINVAL naming both', async () => {
+  const name = unique('sem');
+  const a = await client.acquire(name, { permits: 2, owner: 'a' });
+  const b = await other.acquire(name, { permits: 2, owner: 'b' });
+  await assert.rejects(third.acquire(name, { permits: 2 }), { code: 'NOT_ACQUIRED' });
+  const info = await third.inspect(name);
+  assert.equal(info.permits, 2);
+  assert.equal(info.kind, 'exclusive');
+  assert.deepEqual(info.holders.map((h) => h.owner).sort(), ['a', 'b']);
+  const e = await third.acquire(name, { permits: 3 }).catch((x) => x);
+  assert.ok(e instanceof DlockError, String(e));
+  assert.equal(e.code, 'EINVAL');
+  assert.match(e.message, /\b2 permits\b/);
+  assert.match(e.message, /\b3 permits\b/);
+  for (const mixed of [{}, { shared: true }]) {  // no lock kind on a semaphore while it is held
+    await assert.rejects(third.acquire(name, mixed), { code: 'EINVAL' }, JSON.stringify(mixed));
+  }
+  await a.release();
+  const c = await third.acquire(name, { permits: 2 });  // a permit came free
+  assert.ok(c.fencingToken > b.fencingToken);
+  await b.release();
+  await c.release();
+  assert.equal((await third.inspect(name)).permits, 0);  // free: a lock again
+  await (await third.acquire(name, { permits: 3 })).release();  // and any size once free
+});
+
+test('fencing tokens rise across kinds', async () => {
+  const name = unique('tokens');
+  const tokens = [];
+  for (const o of [{}, { shared: true }, { shared: true }, { permits: 2 }, { kind: 'shared' }, { shared: false }]) {
+    const lock = await client.acquire(name, o);
+    tokens.push(lock.fencingToken);
+    await lock.release();
+  }
+  for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i] > tokens[i - 1], tokens.join(' '));
+});
+
+test('shared with permits, or against kind, is refused', async () => {
+  const name = unique('bad');
+  // a shared semaphore: the library's EINVAL, in its words
+  for (const o of [{ shared: true, permits: 2 }, { kind: 'shared', permits: 2 }]) {
+    await assert.rejects(client.acquire(name, o), { name: 'DlockError', code: 'EINVAL', message: /shared/ });
+  }
+  for (const o of [{ shared: true, kind: 'exclusive' }, { shared: false, kind: 'shared' }]) {
+    await assert.rejects(client.acquire(name, o),
+      { name: 'TypeError', code: 'ERR_INVALID_ARG_VALUE', message: /contradicts/ });
+  }
+  await assert.rejects(client.acquire(name, { shared: 'yes' }), { code: 'ERR_INVALID_ARG_TYPE' });
+  assert.deepEqual((await client.inspect(name)).holders, []);  // nothing taken
+  // agreeing words and permits 0 (off) are fine
+  await (await client.acquire(name, { shared: true, kind: 'shared', permits: 0 })).release();
+});
