@@ -3,7 +3,8 @@
  *   dlock_bench uncontended PORT SECONDS ROUNDS
  *       One thread. Per round, for SECONDS each: dlock_acquire + dlock_release on one name;
  *       raw hiredis SET NX PX + EVALSHA compare-and-delete; and (diagnostic) raw hiredis
- *       running dlock's own acquire/release scripts. Medians over ROUNDS.
+ *       running dlock's own acquire/release scripts; dlock with a shared hold (DLOCK_SHARED).
+ *       Medians over ROUNDS.
  *   dlock_bench contended PORT SECONDS PROCS
  *       PROCS forked processes loop acquire(wait_ms=-1) + release on one name for SECONDS.
  *   dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S
@@ -242,6 +243,7 @@ typedef struct {
   redisContext *r;     /* raw variants */
   const char *cad_sha; /* compare-and-delete */
   const char *acq_sha, *rel_sha; /* dlock's lua/acquire.lua and lua/release.lua */
+  dlock_options *shared;         /* kind DLOCK_SHARED */
 } unc_ctx;
 
 /* Each runs acquire+release cycles until the monotonic clock passes `until`; returns cycles. */
@@ -253,6 +255,18 @@ static long dlock_cycles(unc_ctx *x, double until) {
     dlock_lock *l;
     check(dlock_acquire(x->c, "bench:uncontended", NULL, &l), "dlock_acquire");
     check(dlock_release(l), "dlock_release");
+    n++;
+  } while (now_s() < until);
+  return n;
+}
+
+/* The same as dlock_cycles with a shared hold: what a reader pays. */
+static long dlock_shared_cycles(unc_ctx *x, double until) {
+  long n = 0;
+  do {
+    dlock_lock *l;
+    check(dlock_acquire(x->c, "bench:uncontended:shared", x->shared, &l), "dlock_acquire shared");
+    check(dlock_release(l), "dlock_release shared");
     n++;
   } while (now_s() < until);
   return n;
@@ -282,13 +296,18 @@ static long raw_dlock_scripts_cycles(unc_ctx *x, double until) {
   char token[33];
   do {
     raw_token(token);
-    redisReply *rep = raw_cmd(x->r, "EVALSHA %s 2 dlock:{bench:rawscripts} dlock:{bench:rawscripts}:fence %s 10000",
+    redisReply *rep = raw_cmd(x->r,
+                              "EVALSHA %s 5 dlock:{bench:rawscripts} dlock:{bench:rawscripts}:fence "
+                              "dlock:{bench:rawscripts}:holds dlock:{bench:rawscripts}:holdinfo "
+                              "dlock:{bench:rawscripts}:writer %s 10000 exclusive 0",
                               x->acq_sha, token);
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 || rep->element[0]->integer != 1) {
       die("raw acquire.lua did not acquire");
     }
     freeReplyObject(rep);
-    rep = raw_cmd(x->r, "EVALSHA %s 1 dlock:{bench:rawscripts} %s dlock:{bench:rawscripts}:released",
+    rep = raw_cmd(x->r,
+                  "EVALSHA %s 1 dlock:{bench:rawscripts} %s dlock:{bench:rawscripts}:released 0 "
+                  "exclusive",
                   x->rel_sha, token);
     if (rep->type != REDIS_REPLY_INTEGER || rep->integer != 1) die("raw release.lua refused");
     freeReplyObject(rep);
@@ -326,13 +345,16 @@ static unc_sample measure(cycle_fn fn, unc_ctx *x, double secs, redisContext *mo
 }
 
 static int bench_uncontended(double secs, int rounds) {
-  enum { kVariants = 3, kMaxRounds = 15 };
-  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts"};
-  const cycle_fn fns[kVariants] = {dlock_cycles, raw_cycles, raw_dlock_scripts_cycles};
+  enum { kVariants = 4, kMaxRounds = 15 };
+  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts", "shared"};
+  const cycle_fn fns[kVariants] = {dlock_cycles, raw_cycles, raw_dlock_scripts_cycles,
+                                   dlock_shared_cycles};
   if (rounds < 1 || rounds > kMaxRounds) die("rounds must be 1..%d", kMaxRounds);
 
   unc_ctx x = {0};
   x.c = open_client();
+  x.shared = dlock_options_new();
+  check(dlock_options_set_kind(x.shared, DLOCK_SHARED), "set_kind");
   x.r = raw_connect();
   redisContext *mon = raw_connect(); /* INFO only, outside the timed loops */
   x.cad_sha = load_script(x.r, kCompareAndDelete, NULL);
@@ -349,7 +371,7 @@ static int bench_uncontended(double secs, int rounds) {
   /* Paired per round (the machine's speed drifts; variants measured next to each other do not):
    * dlock/raw, rawscripts/raw, dlock/rawscripts, and the µs per cycle that dlock adds. */
   double ratio[kMaxRounds], scripts_ratio[kMaxRounds], lib_ratio[kMaxRounds],
-      added_us[kMaxRounds], scripts_added_us[kMaxRounds];
+      added_us[kMaxRounds], scripts_added_us[kMaxRounds], shared_ratio[kMaxRounds];
   for (int r = 0; r < rounds; r++) {
     for (int i = 0; i < kVariants; i++) {
       int v = r % 2 ? kVariants - 1 - i : i;
@@ -362,6 +384,7 @@ static int bench_uncontended(double secs, int rounds) {
     lib_ratio[r] = rate[0][r] / rate[2][r];
     added_us[r] = 1e6 / rate[0][r] - 1e6 / rate[1][r];
     scripts_added_us[r] = 1e6 / rate[2][r] - 1e6 / rate[1][r];
+    shared_ratio[r] = rate[3][r] / rate[0][r];
   }
   printf("unc_seconds=%g\nunc_rounds=%d\n", secs, rounds);
   printf("unc_ratio_rounds=");
@@ -369,6 +392,9 @@ static int bench_uncontended(double secs, int rounds) {
   printf("\nunc_ratio=%.3f\n", median(ratio, rounds));
   printf("unc_scripts_ratio=%.3f\nunc_lib_ratio=%.3f\n", median(scripts_ratio, rounds),
          median(lib_ratio, rounds));
+  printf("unc_shared_ratio_rounds=");
+  for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", shared_ratio[r]);
+  printf("\nunc_shared_ratio=%.3f\n", median(shared_ratio, rounds));
   printf("unc_added_us=%.1f\nunc_scripts_added_us=%.1f\n", median(added_us, rounds),
          median(scripts_added_us, rounds));
   for (int v = 0; v < kVariants; v++) {
@@ -381,6 +407,7 @@ static int bench_uncontended(double secs, int rounds) {
     printf("unc_%s_server_cpu_us=%.2f\n", names[v], median(srv[v], rounds));
     printf("unc_%s_switches=%.2f\n", names[v], median(sw[v], rounds));
   }
+  dlock_options_free(x.shared);
   dlock_client_close(x.c);
   redisFree(x.r);
   redisFree(mon);

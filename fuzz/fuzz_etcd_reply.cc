@@ -1,6 +1,6 @@
 // etcd gateway answers: any text, read the way the etcd backend reads every answer (an error,
-// a transaction, a range, a lease grant, keepalive and time to live), and fed in two pieces to
-// the watch stream's line reader.
+// a transaction, a range (its first key, and every key), a lease grant, keepalive and time to
+// live), and fed in two pieces to the watch stream's line reader.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,6 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     KeyValue kv;
     bool found = false;
     (void)ReadRange(answer, &kv, &found);
+    std::vector<KeyValue> kvs;
+    int64_t revision = 0;
+    (void)ReadRangeAll(answer, &kvs, &revision);
     int64_t lease = 0, ttl = 0;
     (void)ReadGrant(answer, &lease, &ttl);
     (void)ReadKeepAlive(answer, &ttl);

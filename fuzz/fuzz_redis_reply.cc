@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (r == nullptr) break;
       auto* reply = static_cast<redisReply*>(r);
       dlock::AcquireAttempt attempt;
-      (void)dlock::redis::ParseAcquireReply(reply, "fuzz", &attempt);
+      (void)dlock::redis::ParseAcquireReply(reply, "fuzz", "lock", &attempt);
       (void)dlock::redis::ParseOwnedReply(reply, "fuzz", "name");
       dlock::LockInfo info;
       (void)dlock::redis::ParseInspectReply(reply, "fuzz", &info);

@@ -1,27 +1,95 @@
--- Acquire a lock if nobody holds it, and issue its fencing token.
--- KEYS[1] holder key <prefix>{NAME}; KEYS[2] fence counter <prefix>{NAME}:fence (never expires)
--- ARGV[1] owner value (128-bit random token, optionally "|label"); ARGV[2] lease in ms, "0" = none
--- Returns {1, token} when acquired (token as a decimal string),
---         {0, pttl} when held by someone (pttl in ms, -1 when the holder has no expiry).
+-- Acquire a hold on lock NAME and issue its fencing token: the exclusive hold, a shared hold, or
+-- one of n permits of a semaphore.
+-- KEYS[1] holder <prefix>{NAME}: the exclusive holder's owner value, expiring with its lease
+-- KEYS[2] fence counter <prefix>{NAME}:fence (never expires)
+-- KEYS[3] holds <prefix>{NAME}:holds: sorted set of the shared or semaphore holders' owner
+--         values, scored by when each expires in server ms ('inf' = never)
+-- KEYS[4] hold data <prefix>{NAME}:holdinfo: hash, owner value -> token, and '~sort' -> 'shared'
+--         or 'permits:N' (owner values start with hex digits: no owner is '~sort')
+-- KEYS[5] writer announcement <prefix>{NAME}:writer: a waiting exclusive acquire's owner value,
+--         expiring after its queue span; while it stands no new shared hold is granted
+-- ARGV[1] owner value (128-bit random token, optionally "|label"); ARGV[2] lease in ms, '0' =
+-- none; ARGV[3] 'exclusive', 'shared' or 'permits:N'; ARGV[4] how long a refused exclusive
+-- acquire announces itself waiting, ms ('0': it will not wait)
+-- Returns {1, token} when acquired (token as a decimal string); {0, pttl} when refused (ms until
+-- the first hold in the way may end, -1 when none of them expires); {2, sort held, sort asked}
+-- when the name is held as the other sort ('lock' or 'permits:N').
+local owner, lease, sort, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+-- A refused exclusive acquire that will wait keeps new shared holds out (writer preference).
+local function announce()
+  if sort == 'exclusive' and queue ~= '0' then
+    redis.call('SET', KEYS[5], owner, 'PX', queue)
+  end
+end
+local function sort_of(s)
+  if s == 'exclusive' or s == 'shared' then return 'lock' end
+  return s
+end
+
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl ~= -2 then
   -- Already ours (a retry after a lost reply): same answer as the first time.
-  if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  if redis.pcall('GET', KEYS[1]) == owner then
     return {1, redis.call('GET', KEYS[2])}
   end
+  if sort_of(sort) ~= 'lock' then return {2, 'lock', sort} end
+  announce()
   return {0, ttl}
 end
+
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function ms(x) return string.format('%.0f', x) end  -- no exponent: Lua would print 1.7e+12
+
+-- The shared or semaphore holds, those whose lease ran out removed first.
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms))
+  for _, g in ipairs(gone) do redis.call('HDEL', KEYS[4], g) end
+  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms)) end
+  local held = redis.call('ZCARD', KEYS[3])
+  if held == 0 then
+    redis.call('DEL', KEYS[3], KEYS[4])
+  else
+    local held_sort = redis.call('HGET', KEYS[4], '~sort') or 'shared'
+    if sort_of(held_sort) ~= sort_of(sort) then return {2, sort_of(held_sort), sort_of(sort)} end
+    local mine = redis.call('HGET', KEYS[4], owner)
+    if mine then return {1, mine} end  -- a retry after a lost reply
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2]
+    local wait = first == 'inf' and -1 or tonumber(first) - now_ms
+    if sort == 'exclusive' then
+      announce()
+      return {0, wait}
+    end
+    if sort ~= 'shared' and held >= tonumber(string.sub(sort, 9)) then return {0, wait} end
+  end
+end
+if sort == 'shared' then
+  local writer = redis.call('PTTL', KEYS[5])
+  if writer ~= -2 then return {0, writer} end
+end
+
 -- The token is max(counter + 1, server time in microseconds): it rises across releases and
 -- expiries through the counter, and across a restart that lost the counter through the clock.
-local now = redis.call('TIME')
 local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
-local next_token = redis.call('INCR', KEYS[2])
-if tonumber(now_us) > next_token then
+if tonumber(now_us) > redis.call('INCR', KEYS[2]) then
   redis.call('SET', KEYS[2], now_us)
 end
-if ARGV[2] == '0' then
-  redis.call('SET', KEYS[1], ARGV[1])
-else
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local token = redis.call('GET', KEYS[2])
+if sort == 'exclusive' then
+  if lease == '0' then
+    redis.call('SET', KEYS[1], owner)
+  else
+    redis.call('SET', KEYS[1], owner, 'PX', lease)
+  end
+  if redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
+  return {1, token}
 end
-return {1, redis.call('GET', KEYS[2])}
+redis.call('ZADD', KEYS[3], lease == '0' and 'inf' or ms(now_ms + tonumber(lease)), owner)
+redis.call('HSET', KEYS[4], owner, token, '~sort', sort)
+-- Both keys end with the last hold's lease, so that crashed holders leave nothing behind.
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+for k = 3, 4 do
+  if last == 'inf' then redis.call('PERSIST', KEYS[k]) else redis.call('PEXPIREAT', KEYS[k], ms(tonumber(last) + 1)) end
+end
+return {1, token}

@@ -91,12 +91,14 @@ TEST(EtcdGatewayTest, NumbersAreClampedBeforeUse) {
 }
 
 TEST(EtcdGatewayTest, AcquireTransactionWonOrRefused) {
-  Json body = Parse(CreateIfAbsentTxn("dlock:a", "owner|label", 42));
+  Json body = Parse(TxnBody(Json::array({CompareCreateEqual("dlock:a", 0)}),
+                            Json::array({PutRequest("dlock:a", "owner|label", 42)}),
+                            Json::array({RangeRequest("dlock:a", "dlock:a\x01")})));
   EXPECT_EQ(body["compare"][0]["target"], "CREATE");
   EXPECT_EQ(body["compare"][0]["create_revision"], "0");
   EXPECT_EQ(body["success"][0]["request_put"]["lease"], "42");
   EXPECT_EQ(body["failure"][0]["request_range"]["key"], Base64Encode("dlock:a"));
-  EXPECT_FALSE(Parse(CreateIfAbsentTxn("k", "v", 0))["success"][0]["request_put"].contains("lease"));
+  EXPECT_FALSE(PutRequest("k", "v", 0)["request_put"].contains("lease"));
 
   TxnAnswer won;
   ASSERT_TRUE(ReadTxn(Parse(R"({"header":{"revision":"17"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"17"}}}]})"), &won).ok());
@@ -111,6 +113,47 @@ TEST(EtcdGatewayTest, AcquireTransactionWonOrRefused) {
   EXPECT_EQ(refused.kvs[0].value, "other");
   EXPECT_EQ(refused.kvs[0].create_revision, 9);
   EXPECT_EQ(refused.kvs[0].lease, 77);
+}
+
+// The kinds' transactions: range compares (every key in [key, range_end) must pass) and reads.
+TEST(EtcdGatewayTest, RangeComparesAndRangeReads) {
+  Json empty = CompareRangeEmpty(std::string("k\0h", 3), std::string("k\0i", 3));
+  EXPECT_EQ(empty["target"], "VERSION");
+  EXPECT_EQ(empty["result"], "EQUAL");
+  EXPECT_EQ(empty["version"], "0");
+  EXPECT_EQ(empty["key"], Base64Encode(std::string("k\0h", 3)));
+  EXPECT_EQ(empty["range_end"], Base64Encode(std::string("k\0i", 3)));
+  Json moved = CompareRangeModAtMost("a", "b", 41);
+  EXPECT_EQ(moved["target"], "MOD");
+  EXPECT_EQ(moved["result"], "LESS");
+  EXPECT_EQ(moved["mod_revision"], "42") << "at most 41: less than 42";
+  EXPECT_EQ(CompareRangeModAtMost("a", "b", INT64_MAX)["mod_revision"], std::to_string(INT64_MAX));
+  EXPECT_EQ(CompareCreateEqual("a", 0)["create_revision"], "0");
+  Json txn = Parse(TxnBody(Json::array({empty}), Json::array({PutRequest("a", "v", 7), DeleteRequest("w")}),
+                           Json::array({RangeRequest("a", "a\x01")})));
+  EXPECT_EQ(txn["success"][0]["request_put"]["lease"], "7");
+  EXPECT_EQ(txn["success"][1]["request_delete_range"]["key"], Base64Encode("w"));
+  EXPECT_EQ(txn["failure"][0]["request_range"]["range_end"], Base64Encode("a\x01"));
+  EXPECT_FALSE(Parse(TxnBody(Json::array(), Json::array(), Json())).contains("failure"));
+  EXPECT_EQ(Parse(PutBody("a", "v", 0)), Parse(R"({"key":"YQ==","value":"dg=="})"));
+  EXPECT_EQ(Parse(RangeBody("a", "b"))["range_end"], Base64Encode("b"));
+  EXPECT_EQ(Parse(WatchDeletesBody("a", "a\x01"))["create_request"]["range_end"], Base64Encode("a\x01"));
+
+  std::vector<KeyValue> kvs;
+  int64_t revision = 0;
+  ASSERT_TRUE(ReadRangeAll(Parse(R"({"header":{"revision":"30"},"kvs":[{"key":"YQ==","create_revision":"5","value":"dg=="},{"key":"Yg==","create_revision":"6","lease":"9"}],"count":"2"})"), &kvs, &revision).ok());
+  EXPECT_EQ(revision, 30);
+  ASSERT_EQ(kvs.size(), 2u);
+  EXPECT_EQ(kvs[0].key, "a");
+  EXPECT_EQ(kvs[0].value, "v");
+  EXPECT_EQ(kvs[1].create_revision, 6);
+  EXPECT_EQ(kvs[1].lease, 9);
+  ASSERT_TRUE(ReadRangeAll(Parse(R"({"header":{"revision":"31"}})"), &kvs, &revision).ok());
+  EXPECT_TRUE(kvs.empty());
+  EXPECT_FALSE(ReadRangeAll(Parse(R"({"kvs":[]})"), &kvs, &revision).ok()) << "no header revision";
+  EXPECT_FALSE(ReadRangeAll(Parse(R"({"header":{"revision":"3"},"kvs":[{"key":"!!"}]})"), &kvs, &revision).ok());
+  EXPECT_TRUE(kvs.empty()) << "nothing half-read";
+  EXPECT_FALSE(ReadRangeAll(Parse(R"({"header":{"revision":"3"},"kvs":{}})"), &kvs, &revision).ok());
 }
 
 TEST(EtcdGatewayTest, MalformedAnswersAreErrorsNotCrashes) {

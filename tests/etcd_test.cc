@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <regex>
@@ -135,6 +136,273 @@ TEST_F(EtcdTest, ADeadEndpointIsSkipped) {
   dlock_lock* l = nullptr;
   ASSERT_EQ(dlock_acquire(c.get(), "skipping", nullptr, &l), DLOCK_OK) << dlock_last_error();
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// ---- Lock kinds: shared holds and semaphores (lock_protocol.h, "Kinds") ----
+
+Options& Shared(Options& o) {
+  EXPECT_EQ(dlock_options_set_kind(o.mutable_get(), DLOCK_SHARED), DLOCK_OK);
+  return o;
+}
+Options& Permits(Options& o, uint32_t n) {
+  EXPECT_EQ(dlock_options_set_permits(o.mutable_get(), n), DLOCK_OK);
+  return o;
+}
+
+TEST_F(EtcdTest, KindsAreOffered) {
+  Client c(etcd_->url());
+  EXPECT_EQ(dlock_client_capabilities(c.get()) & (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS),
+            DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS);
+}
+
+// Three readers at once; inspect lists each with its label, lease and token.
+TEST_F(EtcdTest, ThreeSharedHoldersAtOnceAndInspectListsThem) {
+  Client a(etcd_->url()), b(etcd_->url()), c(etcd_->url()), look(etcd_->url());
+  Options oa, ob, oc;
+  Shared(oa).owner("reader-a").lease(10000);
+  Shared(ob).owner("reader-b").lease(10000);
+  Shared(oc).owner("reader-c").lease(0);
+  dlock_lock *la = nullptr, *lb = nullptr, *lc = nullptr;
+  ASSERT_EQ(dlock_acquire(a.get(), "readers", oa.get(), &la), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(b.get(), "readers", ob.get(), &lb), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(c.get(), "readers", oc.get(), &lc), DLOCK_OK) << dlock_last_error();
+  EXPECT_LT(dlock_lock_fencing_token(la), dlock_lock_fencing_token(lb));
+  EXPECT_LT(dlock_lock_fencing_token(lb), dlock_lock_fencing_token(lc));
+  dlock_info* info = nullptr;
+  ASSERT_EQ(dlock_inspect(look.get(), "readers", &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_kind(info), DLOCK_SHARED);
+  EXPECT_EQ(dlock_info_permits(info), 0u);
+  ASSERT_EQ(dlock_info_holders(info), 3u);
+  // In acquisition order (by token).
+  EXPECT_STREQ(dlock_info_owner(info, 0), "reader-a");
+  EXPECT_STREQ(dlock_info_owner(info, 1), "reader-b");
+  EXPECT_STREQ(dlock_info_owner(info, 2), "reader-c");
+  EXPECT_EQ(dlock_info_fencing_token(info, 0), dlock_lock_fencing_token(la));
+  EXPECT_EQ(dlock_info_fencing_token(info, 2), dlock_lock_fencing_token(lc));
+  EXPECT_GT(dlock_info_remaining_ms(info, 0), 5000);
+  EXPECT_EQ(dlock_info_remaining_ms(info, 2), -1) << "no lease, no expiry";
+  dlock_info_free(info);
+  // Each hold is released (and extended) on its own.
+  EXPECT_EQ(dlock_extend(la, 20000), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(lb), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_inspect(look.get(), "readers", &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(info), 2u);
+  dlock_info_free(info);
+  EXPECT_EQ(dlock_release(la), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(lc), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_inspect(look.get(), "readers", &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(info), 0u);
+  dlock_info_free(info);
+}
+
+// A writer is refused while readers hold the name, and granted (woken by the last release,
+// not a retry) once they are gone; readers are refused while it holds.
+TEST_F(EtcdTest, ExclusiveWaitsForEverySharedHold) {
+  Client r1(etcd_->url()), r2(etcd_->url()), w(etcd_->url());
+  Options shared, once, waiting;
+  Shared(shared).lease(10000);
+  once.wait(0);
+  waiting.wait(20000).retry(5000, 5000);
+  dlock_lock *l1 = nullptr, *l2 = nullptr, *lw = nullptr;
+  ASSERT_EQ(dlock_acquire(r1.get(), "rw", shared.get(), &l1), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(r2.get(), "rw", shared.get(), &l2), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire(w.get(), "rw", once.get(), &lw), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(std::string(dlock_last_error()).find("ms more"), std::string::npos)
+      << "a refusal says how long the readers may hold: " << dlock_last_error();
+  std::atomic<bool> done{false};
+  dlock_status got = DLOCK_EINTERNAL;
+  std::thread writer([&] {
+    got = dlock_acquire(w.get(), "rw", waiting.get(), &lw);
+    done = true;
+  });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(done.load()) << "granted while a reader held";
+  const auto released = Clock::now();
+  EXPECT_EQ(dlock_release(l2), DLOCK_OK);
+  writer.join();
+  ASSERT_EQ(got, DLOCK_OK) << dlock_last_error();
+  EXPECT_LT(MsSince(released), 2500) << "woken by the release, not its 5 s retry";
+  EXPECT_GT(dlock_lock_fencing_token(lw), dlock_lock_fencing_token(l2) + 0) << "tokens rise across kinds";
+  Options shared_once;
+  Shared(shared_once).wait(0);
+  EXPECT_EQ(dlock_acquire(r1.get(), "rw", shared_once.get(), &l1), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_release(lw), DLOCK_OK);
+  ASSERT_EQ(dlock_acquire(r1.get(), "rw", shared_once.get(), &l1), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+}
+
+// A waiting writer's announcement stops new readers (no writer starvation); once it acquires,
+// the announcement is gone, and after its release readers get in again at once.
+TEST_F(EtcdTest, AWaitingWriterStopsNewReaders) {
+  Client r1(etcd_->url()), r2(etcd_->url()), w(etcd_->url());
+  Options shared, shared_once, waiting;
+  Shared(shared).lease(10000);
+  Shared(shared_once).wait(0);
+  waiting.lease(10000).wait(30000);
+  dlock_lock *l1 = nullptr, *l2 = nullptr, *lw = nullptr;
+  ASSERT_EQ(dlock_acquire(r1.get(), "starve", shared.get(), &l1), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(r2.get(), "starve", shared_once.get(), &l2), DLOCK_OK) << "no writer yet";
+  EXPECT_EQ(dlock_release(l2), DLOCK_OK);
+  dlock_status got = DLOCK_EINTERNAL;
+  std::thread writer([&] { got = dlock_acquire(w.get(), "starve", waiting.get(), &lw); });
+  // Once its first attempt was refused, the announcement stands.
+  EXPECT_TRUE(WaitFor([&] {
+    if (dlock_acquire(r2.get(), "starve", shared_once.get(), &l2) == DLOCK_NOT_ACQUIRED) return true;
+    dlock_release(l2);
+    return false;
+  }, 5000ms)) << "readers still get in while a writer waits";
+  const std::string refusal = dlock_last_error();
+  EXPECT_NE(refusal.find("ms more"), std::string::npos) << "says how long the announcement may stand: " << refusal;
+  // While a reader holds, the announcement stays (the writer refreshes it).
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(dlock_acquire(r2.get(), "starve", shared_once.get(), &l2), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+  writer.join();
+  ASSERT_EQ(got, DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(lw), DLOCK_OK);
+  ASSERT_EQ(dlock_acquire(r2.get(), "starve", shared_once.get(), &l2), DLOCK_OK)
+      << "the writer's announcement outlived its acquire: " << dlock_last_error();
+  EXPECT_EQ(dlock_release(l2), DLOCK_OK);
+}
+
+// A writer that gave up waiting leaves no announcement standing for long: it lasts about the
+// rest of the writer's wait (in etcd's whole seconds), not a whole announcement span.
+TEST_F(EtcdTest, AGivenUpWritersAnnouncementLapses) {
+  Client r1(etcd_->url()), r2(etcd_->url()), w(etcd_->url());
+  Options shared, shared_waiting, impatient;
+  Shared(shared).lease(10000);
+  Shared(shared_waiting).wait(20000).retry(100, 200);
+  impatient.lease(10000).wait(2500);
+  dlock_lock *l1 = nullptr, *l2 = nullptr, *lw = nullptr;
+  ASSERT_EQ(dlock_acquire(r1.get(), "given-up", shared.get(), &l1), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire(w.get(), "given-up", impatient.get(), &lw), DLOCK_NOT_ACQUIRED);
+  const auto gave_up = Clock::now();
+  ASSERT_EQ(dlock_acquire(r2.get(), "given-up", shared_waiting.get(), &l2), DLOCK_OK) << dlock_last_error();
+  EXPECT_LT(MsSince(gave_up), 4000) << "the writer's announcement outlived its wait by far";
+  EXPECT_EQ(dlock_release(l2), DLOCK_OK);
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+}
+
+// A semaphore of 2 refuses a third holder; an acquire asking another size, or a lock of a
+// name that is a semaphore (and the other way round), is EINVAL saying what the name is.
+TEST_F(EtcdTest, SemaphoreCountsAndSortsAreChecked) {
+  Client a(etcd_->url()), b(etcd_->url()), c(etcd_->url());
+  Options two, three, shared, exclusive, two_waiting;
+  Permits(two, 2).wait(0).owner("permit");
+  Permits(three, 3).wait(0);
+  Shared(shared).wait(0);
+  exclusive.wait(0);
+  Permits(two_waiting, 2).wait(10000).retry(5000, 5000);
+  dlock_lock *l1 = nullptr, *l2 = nullptr, *l3 = nullptr;
+  ASSERT_EQ(dlock_acquire(a.get(), "sem", two.get(), &l1), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(b.get(), "sem", two.get(), &l2), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire(c.get(), "sem", two.get(), &l3), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_acquire(c.get(), "sem", three.get(), &l3), DLOCK_EINVAL);
+  const std::string mixed = dlock_last_error();
+  EXPECT_NE(mixed.find("semaphore of 2 permits"), std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("asked for a semaphore of 3 permits"), std::string::npos) << mixed;
+  EXPECT_EQ(dlock_acquire(c.get(), "sem", shared.get(), &l3), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("semaphore of 2 permits"), std::string::npos) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire(c.get(), "sem", exclusive.get(), &l3), DLOCK_EINVAL);
+  dlock_info* info = nullptr;
+  ASSERT_EQ(dlock_inspect(c.get(), "sem", &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_kind(info), DLOCK_EXCLUSIVE);
+  EXPECT_EQ(dlock_info_permits(info), 2u);
+  ASSERT_EQ(dlock_info_holders(info), 2u);
+  EXPECT_STREQ(dlock_info_owner(info, 1), "permit");
+  dlock_info_free(info);
+  // A waiter for a permit is woken by a release.
+  dlock_status got = DLOCK_EINTERNAL;
+  std::thread waiter([&] { got = dlock_acquire(c.get(), "sem", two_waiting.get(), &l3); });
+  std::this_thread::sleep_for(500ms);
+  const auto released = Clock::now();
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+  waiter.join();
+  ASSERT_EQ(got, DLOCK_OK) << dlock_last_error();
+  EXPECT_LT(MsSince(released), 2500) << "woken by the release, not its 5 s retry";
+  EXPECT_EQ(dlock_release(l2), DLOCK_OK);
+  EXPECT_EQ(dlock_release(l3), DLOCK_OK);
+  // Free: of any sort again.
+  ASSERT_EQ(dlock_acquire(c.get(), "sem", three.get(), &l3), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire(a.get(), "sem", exclusive.get(), &l1), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_release(l3), DLOCK_OK);
+  ASSERT_EQ(dlock_acquire(a.get(), "sem", shared.get(), &l1), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire(c.get(), "sem", three.get(), &l3), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("is a lock"), std::string::npos) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+}
+
+// Six clients contend for a semaphore of 2: never a third holder at once (the count is
+// decided in one transaction against concurrent acquires).
+TEST_F(EtcdTest, SemaphoreNeverHasMoreThanItsPermits) {
+  constexpr int kClients = 6, kRounds = 8;
+  std::atomic<int> inside{0}, most{0}, acquired{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&] {
+      Client c(etcd_->url());
+      Options o;
+      Permits(o, 2).lease(5000).wait(30000).retry(10, 50);
+      for (int k = 0; k < kRounds; ++k) {
+        dlock_lock* l = nullptr;
+        if (dlock_acquire(c.get(), "crowded", o.get(), &l) != DLOCK_OK) {
+          ADD_FAILURE() << dlock_last_error();
+          return;
+        }
+        const int now = ++inside;
+        int seen = most.load();
+        while (now > seen && !most.compare_exchange_weak(seen, now)) {
+        }
+        std::this_thread::sleep_for(10ms);
+        --inside;
+        ++acquired;
+        EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(acquired.load(), kClients * kRounds);
+  EXPECT_LE(most.load(), 2);
+  EXPECT_EQ(most.load(), 2) << "two holders at once never happened";
+}
+
+// Every acquisition of a name, of every kind, gets a token above every earlier one.
+TEST_F(EtcdTest, TokensRiseAcrossKinds) {
+  Client c(etcd_->url());
+  Options exclusive, shared, permits;
+  Shared(shared);
+  Permits(permits, 3);
+  uint64_t last = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (const Options* o : {&exclusive, &shared, &permits, &shared, &exclusive}) {
+      dlock_lock* l = nullptr;
+      ASSERT_EQ(dlock_acquire(c.get(), "kinds-tokens", o->get(), &l), DLOCK_OK) << dlock_last_error();
+      EXPECT_GT(dlock_lock_fencing_token(l), last);
+      last = dlock_lock_fencing_token(l);
+      EXPECT_EQ(dlock_release(l), DLOCK_OK);
+    }
+  }
+}
+
+// A reader whose client vanished (no heartbeat, no release) frees the name when its lease
+// runs out on etcd; a waiting writer gets it then.
+TEST_F(EtcdTest, AVanishedReadersHoldExpires) {
+  Client gone(etcd_->url()), writer(etcd_->url());
+  Options shared, waiting;
+  Shared(shared).lease(1000).heartbeat(0);
+  waiting.wait(15000);
+  dlock_lock* lr = nullptr;
+  ASSERT_EQ(dlock_acquire(gone.get(), "vanished", shared.get(), &lr), DLOCK_OK) << dlock_last_error();
+  const auto start = Clock::now();
+  dlock_lock* lw = nullptr;
+  ASSERT_EQ(dlock_acquire(writer.get(), "vanished", waiting.get(), &lw), DLOCK_OK) << dlock_last_error();
+  EXPECT_GE(MsSince(start), 900) << "granted before the reader's lease ran out";
+  EXPECT_LT(MsSince(start), 6000) << "the lease is ~1 s, rounded up to etcd's whole seconds";
+  EXPECT_GT(dlock_lock_fencing_token(lw), dlock_lock_fencing_token(lr));
+  EXPECT_EQ(dlock_release(lw), DLOCK_OK);
+  EXPECT_EQ(dlock_release(lr), DLOCK_NOT_HELD);
 }
 
 // Every member paused: each call ends with DLOCK_EIO by its bound (T), naming the cluster.

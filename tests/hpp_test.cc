@@ -100,16 +100,33 @@ TEST_F(HppTest, InspectShowsTheHolderThenFree) {
   EXPECT_EQ(CodeOf([&] { observer.inspect(""); }), DLOCK_EINVAL);
 }
 
-TEST_F(HppTest, KindsTheBackendDoesNotOfferAreEinval) {
-  dlock::Client client(redis_.url());
-  EXPECT_EQ(client.capabilities() & (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS), 0u);
+TEST_F(HppTest, SharedHoldsAndPermitsThroughTheWrapper) {
+  dlock::Client client(redis_.url()), observer(redis_.url());
+  EXPECT_EQ(client.capabilities() & (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS),
+            DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS);
+  dlock::Lock r1 = client.acquire("hpp/kinds", dlock::Options().shared().owner("r1"));
+  dlock::Lock r2 = observer.acquire("hpp/kinds", dlock::Options().shared().owner("r2"));
+  EXPECT_GT(r2.fencing_token(), r1.fencing_token());
+  dlock::Info info = observer.inspect("hpp/kinds");
+  EXPECT_EQ(info.kind, DLOCK_SHARED);
+  EXPECT_EQ(info.permits, 0u);
+  EXPECT_EQ(info.holders.size(), 2u);
   std::string message;
-  EXPECT_EQ(CodeOf([&] { client.acquire("hpp/kinds", dlock::Options().shared()); }, &message),
+  EXPECT_EQ(CodeOf([&] { client.acquire("hpp/kinds", dlock::Options().permits(3)); }, &message),
             DLOCK_EINVAL);
-  EXPECT_NE(message.find("shared"), std::string::npos) << message;
-  EXPECT_EQ(CodeOf([&] { client.acquire("hpp/kinds", dlock::Options().permits(3)); }), DLOCK_EINVAL);
-  EXPECT_TRUE(client.inspect("hpp/kinds").is_free());  // nothing was taken
-  EXPECT_TRUE(client.acquire("hpp/kinds", dlock::Options().kind(DLOCK_EXCLUSIVE)));
+  EXPECT_NE(message.find("a lock"), std::string::npos) << message;
+  dlock::Client writer(redis_.url());
+  EXPECT_FALSE(writer.try_acquire("hpp/kinds"));  // no exclusive hold beside readers
+  // No upgrade: the reader's own exclusive acquire would wait for itself.
+  EXPECT_EQ(CodeOf([&] { observer.try_acquire("hpp/kinds"); }), DLOCK_EINVAL);
+  r1.release();
+  r2.release();
+  dlock::Lock permit = client.acquire("hpp/kinds", dlock::Options().permits(3));
+  info = observer.inspect("hpp/kinds");
+  EXPECT_EQ(info.kind, DLOCK_EXCLUSIVE);
+  EXPECT_EQ(info.permits, 3u);
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_EQ(info.holders[0].fencing_token, permit.fencing_token());
 }
 
 TEST_F(HppTest, TokensIncreaseAcrossAcquisitions) {

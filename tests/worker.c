@@ -1,6 +1,12 @@
 /* A separate process for the multi-process tests of every backend, using only the public C ABI.
- *   worker URL NAME hold LEASE_MS [OWNER]  acquire (labelled OWNER), print "ACQUIRED <token>",
- *                                          then hold it (heartbeats renew it) until killed
+ *   worker URL NAME hold LEASE_MS [OWNER [KIND]]
+ *                                          acquire (labelled OWNER; KIND "shared", "permits=N"
+ *                                          or "exclusive"), print "ACQUIRED <token>", then hold
+ *                                          it (heartbeats renew it) until killed
+ *   worker URL NAME permits N ROUNDS FILE  ROUNDS times: take one of N permits (wait forever),
+ *                                          count itself in as a current holder in FILE (under
+ *                                          flock: "<current> <most ever>"), hold 2 ms, count
+ *                                          itself out, release
  *   worker URL NAME increment N FILE       N times: acquire (wait forever), append "<token>" to
  *                                          FILE and add one to the counter in FILE.count, release
  *   worker URL NAME fenced N FILE          until N increments were accepted: acquire, add one to
@@ -97,9 +103,51 @@ static int fenced(dlock_client *c, dlock_options *o, const char *name, long n, c
   return 0;
 }
 
+/* Adds delta to the current holders in FILE ("<current> <most ever>", under flock); returns the
+ * new current count. */
+static long count_holders(const char *path, long delta) {
+  FILE *f = fopen(path, "a+");
+  if (!f) return -1;
+  flock(fileno(f), LOCK_EX);
+  long current = 0, most = 0;
+  rewind(f);
+  if (fscanf(f, "%ld %ld", &current, &most) != 2) current = 0, most = 0;
+  current += delta;
+  if (current > most) most = current;
+  if (ftruncate(fileno(f), 0) == 0) {
+    fprintf(f, "%ld %ld\n", current, most);
+    fflush(f);
+  }
+  flock(fileno(f), LOCK_UN);
+  fclose(f);
+  return current;
+}
+
+static int semaphore_rounds(dlock_client *c, dlock_options *o, const char *name, long permits,
+                            long rounds, const char *path) {
+  dlock_status s;
+  if ((s = dlock_options_set_permits(o, (uint32_t)permits)) != DLOCK_OK) return fail("permits", s);
+  dlock_options_set_wait_ms(o, -1);
+  dlock_options_set_lease_ms(o, 5000);
+  dlock_options_set_retry_ms(o, 5, 50); /* backends without release notices poll */
+  for (long i = 0; i < rounds; i++) {
+    dlock_lock *l;
+    s = dlock_acquire(c, name, o, &l);
+    if (s != DLOCK_OK) return fail("acquire", s);
+    count_holders(path, +1);
+    struct timespec pause_ms = {0, 2000000};
+    nanosleep(&pause_ms, NULL);
+    count_holders(path, -1);
+    s = dlock_release(l);
+    if (s != DLOCK_OK) return fail("release", s);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: worker URL NAME hold LEASE_MS [OWNER] | increment N FILE | fenced N FILE\n");
+    fprintf(stderr, "usage: worker URL NAME hold LEASE_MS [OWNER [KIND]] | increment N FILE | fenced N FILE"
+                    " | permits N ROUNDS FILE\n");
     return 2;
   }
   dlock_client *c;
@@ -109,6 +157,11 @@ int main(int argc, char **argv) {
   if (strcmp(argv[3], "hold") == 0) {
     dlock_options_set_lease_ms(o, strtoull(argv[4], NULL, 10));
     if (argc >= 6 && (s = dlock_options_set_owner(o, argv[5])) != DLOCK_OK) return fail("owner", s);
+    if (argc >= 7 && strcmp(argv[6], "shared") == 0) s = dlock_options_set_kind(o, DLOCK_SHARED);
+    if (argc >= 7 && strncmp(argv[6], "permits=", 8) == 0) {
+      s = dlock_options_set_permits(o, (uint32_t)strtoul(argv[6] + 8, NULL, 10));
+    }
+    if (s != DLOCK_OK) return fail("kind", s);
     dlock_lock *l;
     s = dlock_acquire(c, argv[2], o, &l);
     if (s != DLOCK_OK) return fail("acquire", s);
@@ -142,6 +195,13 @@ int main(int argc, char **argv) {
     dlock_options_free(o);
     dlock_client_close(c);
     return 0;
+  }
+  if (strcmp(argv[3], "permits") == 0 && argc >= 7) {
+    int code = semaphore_rounds(c, o, argv[2], strtol(argv[4], NULL, 10), strtol(argv[5], NULL, 10),
+                                argv[6]);
+    dlock_options_free(o);
+    dlock_client_close(c);
+    return code;
   }
   if (strcmp(argv[3], "fenced") == 0 && argc >= 6) {
     printf("OPEN\n");  /* a test may wait for every worker to be connected before a fault */

@@ -52,6 +52,20 @@ struct LockInfo {
   std::vector<HolderInfo> holders;  // empty = free
 };
 
+// What a name is while held, in words: "a lock (exclusive or shared holds)" for permits 0, "a
+// semaphore of N permits" otherwise.
+inline std::string SortWords(uint32_t permits) {
+  return permits == 0 ? std::string("a lock (exclusive or shared holds)")
+                      : "a semaphore of " + std::to_string(permits) + " permit" +
+                            (permits == 1 ? "" : "s");
+}
+// The refusal of an acquire of the other sort (or another n) than the name's holders: every
+// backend says it the same way.
+inline Status SortMismatch(const std::string& name, uint32_t held_permits, uint32_t asked_permits) {
+  return Status::InvalidArgument("lock '" + name + "' is " + SortWords(held_permits) +
+                                 " while held; this acquire asked for " + SortWords(asked_permits));
+}
+
 // The label part of an owner value (token "|" label), "" when it has none.
 inline std::string OwnerLabel(const std::string& owner_value) {
   size_t bar = owner_value.find('|');

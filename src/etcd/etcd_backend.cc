@@ -83,8 +83,9 @@ class EtcdBackend : public Backend {
     return status;
   }
 
-  // Tokens are create revisions (strict); deletions of a held key wake waiters (watches).
-  uint32_t Capabilities() const override { return kCapFencingStrict | kCapNotifies; }
+  // Tokens are create revisions (strict); deletions of a held key wake waiters (watches);
+  // shared holds and semaphores (lock_protocol.h, "Kinds").
+  uint32_t Capabilities() const override { return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits; }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     watches_.Watch(protocol_.KeyFor(name), watcher);
   }

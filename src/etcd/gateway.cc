@@ -56,7 +56,14 @@ Json PutOp(const std::string& key, const std::string& value, int64_t lease) {
   return {{"request_put", put}};
 }
 
-Json RangeOp(const std::string& key) { return {{"request_range", {{"key", Base64Encode(key)}}}}; }
+Json RangeCompare(const std::string& key, const std::string& range_end, const char* target, const char* result,
+                  const char* field, int64_t number) {
+  return {{"key", Base64Encode(key)},
+          {"range_end", Base64Encode(range_end)},
+          {"target", target},
+          {"result", result},
+          {field, std::to_string(number)}};
+}
 
 Json DeleteOp(const std::string& key) { return {{"request_delete_range", {{"key", Base64Encode(key)}}}}; }
 
@@ -146,12 +153,6 @@ bool ReadKeyValue(const Json& kv, KeyValue* out) {
   return true;
 }
 
-std::string CreateIfAbsentTxn(const std::string& key, const std::string& value, int64_t lease) {
-  Json compare = Json::array(
-      {{{"key", Base64Encode(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}});
-  return Txn(compare, Json::array({PutOp(key, value, lease)}), Json::array({RangeOp(key)}));
-}
-
 std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int64_t create_revision,
                           int64_t lease) {
   return Txn(OwnedCompare(key, value, create_revision), Json::array({PutOp(key, value, lease)}), Json());
@@ -175,6 +176,41 @@ std::string IfValueDeleteTxn(const std::string& key, const std::string& value) {
 
 std::string RangeBody(const std::string& key) { return Json{{"key", Base64Encode(key)}}.dump(); }
 
+std::string RangeBody(const std::string& key, const std::string& range_end) {
+  return Json{{"key", Base64Encode(key)}, {"range_end", Base64Encode(range_end)}}.dump();
+}
+
+std::string PutBody(const std::string& key, const std::string& value, int64_t lease) {
+  return PutOp(key, value, lease)["request_put"].dump();
+}
+
+Json CompareCreateEqual(const std::string& key, int64_t create_revision) {
+  return {{"key", Base64Encode(key)},
+          {"target", "CREATE"},
+          {"result", "EQUAL"},
+          {"create_revision", std::to_string(create_revision)}};
+}
+
+Json CompareRangeEmpty(const std::string& key, const std::string& range_end) {
+  return RangeCompare(key, range_end, "VERSION", "EQUAL", "version", 0);
+}
+
+Json CompareRangeModAtMost(const std::string& key, const std::string& range_end, int64_t revision) {
+  return RangeCompare(key, range_end, "MOD", "LESS", "mod_revision", revision < kMaxInt64 ? revision + 1 : revision);
+}
+
+Json PutRequest(const std::string& key, const std::string& value, int64_t lease) { return PutOp(key, value, lease); }
+
+Json DeleteRequest(const std::string& key) { return DeleteOp(key); }
+
+Json RangeRequest(const std::string& key, const std::string& range_end) {
+  return {{"request_range", {{"key", Base64Encode(key)}, {"range_end", Base64Encode(range_end)}}}};
+}
+
+std::string TxnBody(const Json& compare, const Json& success, const Json& failure) {
+  return Txn(compare, success, failure);
+}
+
 std::string LeaseGrantBody(int64_t ttl_s) { return Json{{"TTL", std::to_string(ttl_s)}}.dump(); }
 
 std::string LeaseIdBody(int64_t lease) { return Json{{"ID", std::to_string(lease)}}.dump(); }
@@ -185,9 +221,12 @@ std::string LeaseTimeToLiveBody(int64_t lease, bool keys) {
   return body.dump();
 }
 
-std::string WatchDeletesBody(const std::string& key) {
+std::string WatchDeletesBody(const std::string& key, const std::string& range_end) {
   return Json{{"create_request",
-               {{"key", Base64Encode(key)}, {"filters", Json::array({"NOPUT"})}, {"progress_notify", true}}}}
+               {{"key", Base64Encode(key)},
+                {"range_end", Base64Encode(range_end)},
+                {"filters", Json::array({"NOPUT"})},
+                {"progress_notify", true}}}}
       .dump();
 }
 
@@ -224,6 +263,24 @@ Status ReadRange(const Json& answer, KeyValue* out, bool* found) {
   if (kvs->empty()) return Status::Ok();
   if (!ReadKeyValue((*kvs)[0], out)) return Malformed("a read");
   *found = true;
+  return Status::Ok();
+}
+
+Status ReadRangeAll(const Json& answer, std::vector<KeyValue>* out, int64_t* revision) {
+  out->clear();
+  *revision = ReadRevision(answer);
+  if (*revision == 0) return Malformed("a read");
+  const Json* kvs = Field(answer, "kvs");
+  if (kvs == nullptr) return Status::Ok();
+  if (!kvs->is_array()) return Malformed("a read");
+  for (const Json& kv : *kvs) {
+    KeyValue v;
+    if (!ReadKeyValue(kv, &v)) {
+      out->clear();
+      return Malformed("a read");
+    }
+    out->push_back(std::move(v));
+  }
   return Status::Ok();
 }
 

@@ -61,9 +61,6 @@ int64_t ReadInt(const Json& object, const char* field, int64_t lo, int64_t hi, i
 bool ReadKeyValue(const Json& kv, KeyValue* out);
 
 // Request bodies.
-// Creates key with value (attached to lease unless 0) only if it does not exist; otherwise
-// reads it: the acquire.
-std::string CreateIfAbsentTxn(const std::string& key, const std::string& value, int64_t lease);
 // If key holds value and was created at create_revision: puts it again with the lease (unless
 // 0: then with none), keeping its create revision (extend); or deletes it (release).
 std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int64_t create_revision,
@@ -74,11 +71,30 @@ std::string IfOwnedDeleteTxn(const std::string& key, const std::string& value, i
 std::string IfOnLeaseDeleteTxn(const std::string& key, int64_t lease);
 std::string IfValueDeleteTxn(const std::string& key, const std::string& value);
 std::string RangeBody(const std::string& key);
+// A read of every key in [key, range_end).
+std::string RangeBody(const std::string& key, const std::string& range_end);
+// A plain put (attached to lease unless 0).
+std::string PutBody(const std::string& key, const std::string& value, int64_t lease);
 std::string LeaseGrantBody(int64_t ttl_s);
 std::string LeaseIdBody(int64_t lease);                 // keepalive, revoke
 std::string LeaseTimeToLiveBody(int64_t lease, bool keys);
-// A watch of key's deletions from now on (progress notifications asked for).
-std::string WatchDeletesBody(const std::string& key);
+// A watch of the deletions of the keys in [key, range_end) from now on (progress
+// notifications asked for).
+std::string WatchDeletesBody(const std::string& key, const std::string& range_end);
+
+// Building blocks for transactions the fixed bodies above do not cover (the lock kinds').
+// A compare on a range [key, range_end) holds when every key in it passes; on an empty range
+// it compares a key at its zero values (version 0, create and mod revision 0).
+Json CompareCreateEqual(const std::string& key, int64_t create_revision);
+// No key in [key, range_end): every version there is 0.
+Json CompareRangeEmpty(const std::string& key, const std::string& range_end);
+// No key in [key, range_end) was created or changed after revision: mod_revision < revision+1.
+Json CompareRangeModAtMost(const std::string& key, const std::string& range_end, int64_t revision);
+Json PutRequest(const std::string& key, const std::string& value, int64_t lease);
+Json DeleteRequest(const std::string& key);
+Json RangeRequest(const std::string& key, const std::string& range_end);
+// {"compare": [...], "success": [...], "failure": [...]} (failure left out when empty).
+std::string TxnBody(const Json& compare, const Json& success, const Json& failure);
 
 // Answers.
 struct TxnAnswer {
@@ -89,6 +105,8 @@ struct TxnAnswer {
 Status ReadTxn(const Json& answer, TxnAnswer* out);
 // The first kv of a range answer (*found false when there is none).
 Status ReadRange(const Json& answer, KeyValue* out, bool* found);
+// Every kv of a range answer, and the revision it was read at.
+Status ReadRangeAll(const Json& answer, std::vector<KeyValue>* out, int64_t* revision);
 // A grant: the lease and the TTL the server gave (which may be more than asked).
 Status ReadGrant(const Json& answer, int64_t* lease, int64_t* ttl_s);
 // A keepalive ({"result": ...}): the TTL after it, 0 when the lease is gone.

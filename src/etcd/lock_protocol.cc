@@ -1,6 +1,9 @@
 #include "etcd/lock_protocol.h"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
+#include <charconv>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -13,6 +16,13 @@ constexpr char kGrant[] = "/v3/lease/grant";
 constexpr char kKeepAlive[] = "/v3/lease/keepalive";
 constexpr char kTimeToLive[] = "/v3/lease/timetolive";
 constexpr char kRevoke[] = "/v3/lease/revoke";
+constexpr char kPut[] = "/v3/kv/put";
+
+// Lost races a semaphore attempt runs again before it reports a refusal (holder_ttl_ms 0: the
+// core tries again at once).
+constexpr int kSemaphoreRounds = 16;
+// Distinct leases a refused attempt asks the time to live of.
+constexpr size_t kMaxTtlLookups = 16;
 
 int64_t TokenOf(const LockState& lock) { return static_cast<int64_t>(std::min<uint64_t>(lock.fencing_token, INT64_MAX)); }
 
@@ -26,6 +36,79 @@ bool LeaseNotFound(const CallResult& r) {
 // a holder's TTL), so that no server-supplied TTL can overflow a time point.
 Millis LeaseSpan(int64_t ttl_s) { return Millis(std::min<int64_t>(ttl_s, int64_t{10} * 365 * 86400) * 1000); }
 
+// The keys of one name (lock_protocol.h, "Kinds"): K, and under K + NUL the holds and the
+// announcements.
+class NameKeys {
+ public:
+  explicit NameKeys(std::string k) : k_(std::move(k)) {}
+  const std::string& exclusive() const { return k_; }
+  std::string end() const { return k_ + '\x01'; }  // [K, end): every key of the name
+  std::string Under(std::string_view tag) const {
+    std::string key = k_;
+    key += '\0';
+    key += tag;
+    return key;
+  }
+  std::string Shared(const std::string& id) const { return Under("hs") + '\0' + id; }
+  std::string Permit(uint32_t n, const std::string& id) const {
+    return Under("hp") + '\0' + std::to_string(n) + '\0' + id;
+  }
+  std::string Writer(const std::string& id) const { return Under("w") + '\0' + id; }
+
+ private:
+  std::string k_;
+};
+
+// A hold's ID: the first 16 bytes of SHA-256(owner value), in hex.
+std::string HoldId(const std::string& owner_value) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(owner_value.data(), owner_value.size(), digest, &n, EVP_sha256(), nullptr) != 1 || n < 16) {
+    // Cannot happen with a working libcrypto; the owner value is unique all the same.
+    return Base64Encode(owner_value);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string id;
+  for (unsigned int i = 0; i < 16; ++i) {
+    id += kHex[digest[i] >> 4];
+    id += kHex[digest[i] & 15];
+  }
+  return id;
+}
+
+// What a read of [K, K\x01) shows.
+struct NameView {
+  const KeyValue* exclusive = nullptr;
+  std::vector<const KeyValue*> shared;
+  std::vector<std::pair<const KeyValue*, uint32_t>> permits;  // and the semaphore's size
+  std::vector<const KeyValue*> writers;
+  const KeyValue* ours = nullptr;  // the hold key asked about, holding our owner value
+};
+
+NameView Classify(const NameKeys& keys, const std::vector<KeyValue>& kvs, const std::string& own_key,
+                  const std::string& owner_value) {
+  NameView v;
+  const std::string shared = keys.Under("hs") + '\0', permit = keys.Under("hp") + '\0',
+                    writer = keys.Under("w") + '\0';
+  for (const KeyValue& kv : kvs) {
+    if (kv.key == own_key && kv.value == owner_value) v.ours = &kv;
+    if (kv.key == keys.exclusive()) {
+      v.exclusive = &kv;
+    } else if (kv.key.compare(0, shared.size(), shared) == 0) {
+      v.shared.push_back(&kv);
+    } else if (kv.key.compare(0, permit.size(), permit) == 0) {
+      const char* begin = kv.key.data() + permit.size();
+      const char* end = kv.key.data() + kv.key.size();
+      uint32_t n = 0;
+      auto [stop, ec] = std::from_chars(begin, end, n);
+      if (ec == std::errc() && stop != end && *stop == '\0' && n > 0) v.permits.emplace_back(&kv, n);
+    } else if (kv.key.compare(0, writer.size(), writer) == 0) {
+      v.writers.push_back(&kv);
+    }
+  }
+  return v;
+}
+
 Status NotHeld(const EtcdConfig& config, const std::string& name) {
   return Status::NotHeld(config.Describe() + ": lock '" + name +
                          "' is not held by this owner any more (its key is gone or another holds it)");
@@ -35,6 +118,20 @@ Status NotHeld(const EtcdConfig& config, const std::string& name) {
 
 int64_t LeaseTtlSeconds(uint64_t lease_ms) {
   return static_cast<int64_t>((lease_ms + 999) / 1000) + 1;
+}
+
+std::string LockProtocol::HoldKey(const std::string& name, LockKind kind, uint32_t permits,
+                                  const std::string& owner_value) const {
+  NameKeys keys(KeyFor(name));
+  if (permits != 0) return keys.Permit(permits, HoldId(owner_value));
+  if (kind == LockKind::kShared) return keys.Shared(HoldId(owner_value));
+  return keys.exclusive();
+}
+
+std::string LockProtocol::KeyOf(const LockState& lock) const {
+  const EtcdLockData* data = DataOf(lock);
+  if (data != nullptr && !data->key.empty()) return data->key;
+  return HoldKey(lock.name, lock.kind, lock.permits, lock.owner_value);
 }
 
 // ---- Leases ----
@@ -73,7 +170,7 @@ void LockProtocol::Uncount(int64_t lease, const std::string& key) {
 
 void LockProtocol::Forgotten(const LockState& lock) {
   EtcdLockData* data = DataOf(lock);
-  if (data != nullptr && data->counted.exchange(false)) Uncount(data->lease.load(), KeyFor(lock.name));
+  if (data != nullptr && data->counted.exchange(false)) Uncount(data->lease.load(), KeyOf(lock));
 }
 
 void LockProtocol::SweepStrays(int64_t lease, const std::unordered_set<std::string>& keys) {
@@ -158,17 +255,18 @@ void LockProtocol::HolderTtl(Transport* t, int64_t lease, TimePoint deadline,
 
 struct LockProtocol::AcquireOp {
   LockRequest request;
-  std::string key;
+  std::string key;  // the hold's key: K, or a shared hold's, or a permit's
   TimePoint deadline;
   std::function<void(Status, AcquireAttempt)> done;
   bool lease_retried = false;  // a shared lease etcd had forgotten was replaced once
+  bool Exclusive() const { return request.kind == LockKind::kExclusive && request.permits == 0; }
 };
 
 void LockProtocol::Acquire(Transport* t, const LockRequest& request, TimePoint deadline,
                            std::function<void(Status, AcquireAttempt)> done) {
   auto op = std::make_shared<AcquireOp>();
   op->request = request;
-  op->key = KeyFor(request.name);
+  op->key = HoldKey(request.name, request.kind, request.permits, request.owner_value);
   op->deadline = deadline;
   op->done = std::move(done);
   AcquireRound(t, std::move(op));
@@ -179,10 +277,11 @@ void LockProtocol::Won(AcquireOp& op, int64_t sent_lease, int64_t kv_lease, int6
     Uncount(sent_lease, op.key);
     Count(kv_lease, op.key);
   }
+  if (op.Exclusive()) WriterDone(op.request.owner_value);
   AcquireAttempt attempt;
   attempt.acquired = true;
   attempt.fencing_token = static_cast<uint64_t>(token);
-  attempt.backend_data = std::make_shared<EtcdLockData>(kv_lease);
+  attempt.backend_data = std::make_shared<EtcdLockData>(kv_lease, op.key);
   op.done(Status::Ok(), attempt);
 }
 
@@ -190,8 +289,114 @@ void LockProtocol::AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op) {
   EnsureLease(t, op->request.lease_ms, op->deadline, [this, t, op](Status s, int64_t lease) {
     if (!s.ok()) return op->done(s, AcquireAttempt());
     Count(lease, op->key);  // before it is sent: a renewal sweeping the lease must spare it
-    t->Call(kTxn, CreateIfAbsentTxn(op->key, op->request.owner_value, lease), op->deadline,
-            [this, t, op, lease](CallResult r) {
+    if (op->request.permits != 0) return SemaphoreRound(t, op, lease, 0);
+    LockTxn(t, op, lease);
+  });
+}
+
+void LockProtocol::AcquireUnknown(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, CallResult r) {
+  // Settle: did our create land?
+  ReadOwner(t, op->key, op->request.owner_value, 0, op->deadline,
+            [this, op, lease, failed = r.status](Status s, bool ours, KeyValue kv) {
+    if (s.ok() && ours) return Won(*op, lease, kv.lease, kv.create_revision);
+    // Not there yet is not never: a proposal queued on a node without a leader commits
+    // when the partition heals. See "An acquire whose outcome stays unknown".
+    Uncount(lease, op->key);
+    Forget(lease);
+    if (lease == 0 && background_) background_(kTxn, IfValueDeleteTxn(op->key, op->request.owner_value));
+    op->done(failed, AcquireAttempt());
+  });
+}
+
+void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease) {
+  const NameKeys keys(KeyFor(op->request.name));
+  const std::string& value = op->request.owner_value;
+  Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0)});
+  Json success = Json::array({PutRequest(op->key, value, lease)});
+  if (op->Exclusive()) {
+    compare.push_back(CompareRangeEmpty(keys.Under("h"), keys.Under("i")));  // no hold of any kind
+    success.push_back(DeleteRequest(keys.Writer(HoldId(value))));             // our announcement
+  } else {
+    compare.push_back(CompareCreateEqual(op->key, 0));  // an earlier try of ours did not land
+    compare.push_back(CompareRangeEmpty(keys.Under("hp"), keys.Under("hq")));  // no semaphore
+    compare.push_back(CompareRangeEmpty(keys.Under("w"), keys.Under("x")));    // no waiting writer
+  }
+  const Json failure = Json::array({RangeRequest(keys.exclusive(), keys.end())});
+  t->Call(kTxn, TxnBody(compare, success, failure), op->deadline, [this, t, op, lease](CallResult r) {
+    if (LeaseNotFound(r) && !op->lease_retried) {
+      op->lease_retried = true;
+      Uncount(lease, op->key);
+      Forget(lease);
+      return AcquireRound(t, op);
+    }
+    TxnAnswer txn;
+    if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+    if (!r.status.ok()) {
+      if (!r.maybe_applied) {
+        Uncount(lease, op->key);
+        return op->done(r.status, AcquireAttempt());
+      }
+      return AcquireUnknown(t, op, lease, std::move(r));
+    }
+    if (txn.succeeded) return Won(*op, lease, lease, txn.revision);  // the put's create revision
+    const NameKeys keys(KeyFor(op->request.name));
+    const NameView view = Classify(keys, txn.kvs, op->key, op->request.owner_value);
+    if (view.ours != nullptr) {
+      // Ours already: an earlier try of this very acquire landed (its answer was lost).
+      return Won(*op, lease, view.ours->lease, view.ours->create_revision);
+    }
+    Uncount(lease, op->key);
+    if (!view.permits.empty()) {
+      return op->done(SortMismatch(op->request.name, view.permits[0].second, 0), AcquireAttempt());
+    }
+    // What stands in the way: the exclusive holder, and every shared hold (exclusive) or
+    // every announcement (shared). None: it went between the compare and the read, which one
+    // transaction rules out; try again at once all the same.
+    std::vector<int64_t> leases;
+    if (view.exclusive != nullptr) leases.push_back(view.exclusive->lease);
+    for (const KeyValue* kv : op->Exclusive() ? view.shared : view.writers) leases.push_back(kv->lease);
+    if (op->Exclusive() && op->request.queue_ms > 0) {
+      return Announce(t, op, [this, t, op, leases] { RefusedBy(t, op, leases); });
+    }
+    RefusedBy(t, op, std::move(leases));
+  });
+}
+
+void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, int round) {
+  const NameKeys keys(KeyFor(op->request.name));
+  t->Call(kRange, RangeBody(keys.exclusive(), keys.end()), op->deadline, [this, t, op, lease, round](CallResult r) {
+    std::vector<KeyValue> kvs;
+    int64_t revision = 0;
+    if (r.status.ok()) r.status = ReadRangeAll(r.answer, &kvs, &revision);
+    if (!r.status.ok()) {  // a read: nothing was written
+      Uncount(lease, op->key);
+      return op->done(r.status, AcquireAttempt());
+    }
+    const NameKeys keys(KeyFor(op->request.name));
+    const NameView view = Classify(keys, kvs, op->key, op->request.owner_value);
+    if (view.ours != nullptr) return Won(*op, lease, view.ours->lease, view.ours->create_revision);
+    const uint32_t n = op->request.permits;
+    Status sort;
+    if (view.exclusive != nullptr || !view.shared.empty()) sort = SortMismatch(op->request.name, 0, n);
+    std::vector<int64_t> leases;
+    for (const auto& permit : view.permits) {
+      if (permit.second != n && sort.ok()) sort = SortMismatch(op->request.name, permit.second, n);
+      leases.push_back(permit.first->lease);
+    }
+    if (!sort.ok()) {
+      Uncount(lease, op->key);
+      return op->done(sort, AcquireAttempt());
+    }
+    if (view.permits.size() >= n) {
+      Uncount(lease, op->key);
+      return RefusedBy(t, op, std::move(leases));
+    }
+    // Fewer than n at revision: ours, if nothing of the name's holds moved since.
+    Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0),
+                                CompareRangeEmpty(keys.Under("hs"), keys.Under("ht")),
+                                CompareRangeModAtMost(keys.Under("hp"), keys.Under("hq"), revision)});
+    Json success = Json::array({PutRequest(op->key, op->request.owner_value, lease)});
+    t->Call(kTxn, TxnBody(compare, success, Json()), op->deadline, [this, t, op, lease, round](CallResult r) {
       if (LeaseNotFound(r) && !op->lease_retried) {
         op->lease_retried = true;
         Uncount(lease, op->key);
@@ -205,40 +410,142 @@ void LockProtocol::AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op) {
           Uncount(lease, op->key);
           return op->done(r.status, AcquireAttempt());
         }
-        // Settle: did our create land?
-        return ReadOwner(t, op->key, op->request.owner_value, 0, op->deadline,
-                         [this, op, lease, failed = r.status](Status s, bool ours, KeyValue kv) {
-          if (s.ok() && ours) return Won(*op, lease, kv.lease, kv.create_revision);
-          // Not there yet is not never: a proposal queued on a node without a leader commits
-          // when the partition heals. See "An acquire whose outcome stays unknown".
-          Uncount(lease, op->key);
-          Forget(lease);
-          if (lease == 0 && background_) background_(kTxn, IfValueDeleteTxn(op->key, op->request.owner_value));
-          op->done(failed, AcquireAttempt());
-        });
+        return AcquireUnknown(t, op, lease, std::move(r));
       }
-      if (txn.succeeded) return Won(*op, lease, lease, txn.revision);  // the put's create revision
-      if (!txn.kvs.empty() && txn.kvs[0].value == op->request.owner_value) {
-        // Ours already: an earlier try of this very acquire landed (its answer was lost).
-        return Won(*op, lease, txn.kvs[0].lease, txn.kvs[0].create_revision);
-      }
+      if (txn.succeeded) return Won(*op, lease, lease, txn.revision);
+      // Another acquire (or an extend) moved a permit, or a lock came, since the read.
+      if (round + 1 < kSemaphoreRounds && Now() < op->deadline) return SemaphoreRound(t, op, lease, round + 1);
       Uncount(lease, op->key);
-      if (txn.kvs.empty()) {  // deleted between the compare and the read: cannot happen in one txn
-        AcquireAttempt attempt;
-        attempt.holder_ttl_ms = 0;
-        return op->done(Status::Ok(), attempt);
-      }
-      Refused(t, op, std::move(txn.kvs[0]));
+      AcquireAttempt attempt;
+      attempt.holder_ttl_ms = 0;
+      op->done(Status::Ok(), attempt);
     });
   });
 }
 
-void LockProtocol::Refused(Transport* t, std::shared_ptr<AcquireOp> op, KeyValue holder) {
-  HolderTtl(t, holder.lease, op->deadline, [op](Status, int64_t ttl_ms) {
+void LockProtocol::RefusedBy(Transport* t, std::shared_ptr<AcquireOp> op, std::vector<int64_t> leases) {
+  AcquireAttempt attempt;
+  if (leases.empty()) {
+    attempt.holder_ttl_ms = 0;
+    return op->done(Status::Ok(), attempt);
+  }
+  std::vector<int64_t> expiring;
+  for (int64_t lease : leases) {
+    if (lease != 0 && std::find(expiring.begin(), expiring.end(), lease) == expiring.end() &&
+        expiring.size() < kMaxTtlLookups) {
+      expiring.push_back(lease);
+    }
+  }
+  if (expiring.empty()) {  // none of them expires
+    attempt.holder_ttl_ms = -1;
+    return op->done(Status::Ok(), attempt);
+  }
+  LeaseTtls(t, expiring, op->deadline, [op](Status, std::map<int64_t, int64_t> ttls) {
     AcquireAttempt attempt;
-    attempt.holder_ttl_ms = ttl_ms;  // -2 (unknown) when the look failed: not worth failing for
+    attempt.holder_ttl_ms = -2;  // unknown when every look failed: not worth failing for
+    for (const auto& entry : ttls) {
+      if (entry.second >= 0 && (attempt.holder_ttl_ms < 0 || entry.second < attempt.holder_ttl_ms)) {
+        attempt.holder_ttl_ms = entry.second;
+      }
+    }
     op->done(Status::Ok(), attempt);
   });
+}
+
+void LockProtocol::LeaseTtls(Transport* t, const std::vector<int64_t>& leases, TimePoint deadline,
+                             std::function<void(Status, std::map<int64_t, int64_t>)> done) {
+  struct Gather {
+    Status first_error;
+    std::map<int64_t, int64_t> ttls;
+    size_t left = 0;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->left = leases.size();
+  if (leases.empty()) return done(Status::Ok(), {});
+  for (int64_t lease : leases) {
+    HolderTtl(t, lease, deadline, [gather, lease, done](Status s, int64_t ttl_ms) {
+      gather->ttls[lease] = ttl_ms;  // -2 when the look failed
+      if (!s.ok() && gather->first_error.ok()) gather->first_error = s;
+      if (--gather->left == 0) done(gather->first_error, std::move(gather->ttls));
+    });
+  }
+}
+
+// ---- Writer announcements ----
+
+void LockProtocol::Announce(Transport* t, std::shared_ptr<AcquireOp> op, std::function<void()> then) {
+  const uint64_t queue_ms = op->request.queue_ms;
+  const int64_t ttl_s = std::max<int64_t>(1, static_cast<int64_t>((queue_ms + 999) / 1000));
+  const std::string& owner = op->request.owner_value;
+  const TimePoint now = Now();
+  Announcement known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Writers that gave up: their leases ran out on their own.
+    for (auto it = announces_.begin(); it != announces_.end();) {
+      it = it->second.alive_until <= now ? announces_.erase(it) : std::next(it);
+    }
+    auto it = announces_.find(owner);
+    if (it != announces_.end()) known = it->second;
+  }
+  auto grant = [this, t, op, ttl_s, then]() {
+    const TimePoint sent = Now();
+    t->Call(kGrant, LeaseGrantBody(ttl_s), op->deadline, [this, t, op, ttl_s, sent, then](CallResult r) {
+      int64_t id = 0, granted_s = 0;
+      if (r.status.ok()) r.status = ReadGrant(r.answer, &id, &granted_s);
+      if (!r.status.ok()) return then();  // best effort: the writer waits all the same
+      int64_t replaced = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        Announcement& a = announces_[op->request.owner_value];
+        replaced = a.id;
+        a = {id, ttl_s, sent + LeaseSpan(granted_s)};
+      }
+      PutAnnouncement(t, op, id, replaced != id ? replaced : 0, then);
+    });
+  };
+  // None yet, or one that would outlast this writer's wait: a new lease.
+  if (known.id == 0 || ttl_s < known.asked_s) return grant();
+  // Alive: made to last a whole queue_ms more (the core tries again within half of it).
+  const TimePoint sent = Now();
+  t->Call(kKeepAlive, LeaseIdBody(known.id), op->deadline, [this, t, op, known, sent, grant, then](CallResult r) {
+    int64_t ttl = 0;
+    if (r.status.ok()) r.status = ReadKeepAlive(r.answer, &ttl);
+    if (!r.status.ok()) return then();
+    if (ttl == 0) return grant();  // it ran out meanwhile
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = announces_.find(op->request.owner_value);
+      if (it != announces_.end() && it->second.id == known.id) it->second.alive_until = sent + LeaseSpan(ttl);
+    }
+    PutAnnouncement(t, op, known.id, 0, then);
+  });
+}
+
+void LockProtocol::PutAnnouncement(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, int64_t replaced,
+                                   std::function<void()> then) {
+  // Put each time: the key may have gone with an earlier lease of this writer.
+  const NameKeys keys(KeyFor(op->request.name));
+  t->Call(kPut, PutBody(keys.Writer(HoldId(op->request.owner_value)), op->request.owner_value, lease), op->deadline,
+          [this, replaced, then](CallResult r) {
+    // The key hangs on the new lease now: the old one can go (revoked before, it would have
+    // taken the key with it for a moment).
+    if (r.status.ok() && replaced != 0 && background_) background_(kRevoke, LeaseIdBody(replaced));
+    then();
+  });
+}
+
+void LockProtocol::WriterDone(const std::string& owner_value) {
+  int64_t lease = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = announces_.find(owner_value);
+    if (it == announces_.end()) return;
+    lease = it->second.id;
+    announces_.erase(it);
+  }
+  // Its key went with the acquire; the lease would run out by itself, soon.
+  if (background_) background_(kRevoke, LeaseIdBody(lease));
 }
 
 void LockProtocol::ReadOwner(Transport* t, const std::string& key, const std::string& owner_value,
@@ -266,7 +573,7 @@ void LockProtocol::Extend(Transport* t, std::shared_ptr<const LockState> lock, u
 
 void LockProtocol::ChangeLease(Transport* t, std::shared_ptr<const LockState> lock, int64_t lease,
                                TimePoint deadline, bool retried, Done done) {
-  const std::string key = KeyFor(lock->name);
+  const std::string key = KeyOf(*lock);
   Count(lease, key);  // before it is sent: a renewal sweeping the lease must spare it
   // The put landed: the key hangs on now_on; the count sent for `sent` and the one on the old
   // lease give way to one on now_on.
@@ -326,7 +633,7 @@ void LockProtocol::Release(Transport* t, std::shared_ptr<const LockState> lock, 
       // The key may still be there: released again in the background, and its lease no longer
       // kept alive by acquires (see "An acquire whose outcome stays unknown").
       Forget(DataOf(*lock)->lease.load());
-      if (background_) background_(kTxn, IfOwnedDeleteTxn(KeyFor(lock->name), lock->owner_value, TokenOf(*lock)));
+      if (background_) background_(kTxn, IfOwnedDeleteTxn(KeyOf(*lock), lock->owner_value, TokenOf(*lock)));
     }
     done(s);
   });
@@ -334,7 +641,7 @@ void LockProtocol::Release(Transport* t, std::shared_ptr<const LockState> lock, 
 
 void LockProtocol::ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline,
                                 Done done) {
-  const std::string key = KeyFor(lock->name);
+  const std::string key = KeyOf(*lock);
   t->Call(kTxn, IfOwnedDeleteTxn(key, lock->owner_value, TokenOf(*lock)), deadline,
           [this, t, lock, deadline, key, done](CallResult r) {
     TxnAnswer txn;
@@ -362,7 +669,7 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
     const std::vector<size_t>& members = group.second;  // named: clang 14 cannot capture a binding
     if (lease == 0) {  // no lease to keep alive: only check the key is still ours
       for (size_t k : members) {
-        ReadOwner(t, KeyFor(locks[k]->name), locks[k]->owner_value, TokenOf(*locks[k]), deadline,
+        ReadOwner(t, KeyOf(*locks[k]), locks[k]->owner_value, TokenOf(*locks[k]), deadline,
                   [this, k, lock = locks[k], done](Status s, bool ours, KeyValue) {
           done(k, !s.ok() ? s : ours ? Status::Ok() : NotHeld(*config_, lock->name));
         });
@@ -392,7 +699,7 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
                                   std::to_string(lease_id) + " expired"));
         } else if (!round->listed.ok()) {
           done(k, round->listed);
-        } else if (round->keys.count(KeyFor(lock.name)) == 0) {
+        } else if (round->keys.count(KeyOf(lock)) == 0) {
           Forgotten(lock);
           done(k, NotHeld(*config_, lock.name));
         } else {
@@ -420,20 +727,44 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
 
 void LockProtocol::Inspect(Transport* t, const std::string& name, TimePoint deadline,
                            std::function<void(Status, LockInfo)> done) {
-  t->Call(kRange, RangeBody(KeyFor(name)), deadline, [this, t, deadline, done](CallResult r) {
-    KeyValue kv;
-    bool found = false;
-    if (r.status.ok()) r.status = ReadRange(r.answer, &kv, &found);
-    if (!r.status.ok() || !found) return done(r.status, LockInfo());
-    HolderTtl(t, kv.lease, deadline, [kv, done](Status s, int64_t ttl_ms) {
-      LockInfo info;
-      if (!s.ok()) return done(s, info);
-      HolderInfo holder;
-      holder.owner = OwnerLabel(kv.value);
-      holder.remaining_ms = ttl_ms;
-      holder.fencing_token = static_cast<uint64_t>(kv.create_revision);
-      info.holders.push_back(std::move(holder));
-      done(Status::Ok(), std::move(info));
+  const NameKeys keys(KeyFor(name));
+  t->Call(kRange, RangeBody(keys.exclusive(), keys.end()), deadline, [this, t, name, deadline, done](CallResult r) {
+    auto kvs = std::make_shared<std::vector<KeyValue>>();
+    int64_t revision = 0;
+    if (r.status.ok()) r.status = ReadRangeAll(r.answer, kvs.get(), &revision);
+    if (!r.status.ok()) return done(r.status, LockInfo());
+    const NameView view = Classify(NameKeys(KeyFor(name)), *kvs, std::string(), std::string());
+    // The holds (announcements are no holders): the exclusive holder, else the shared holds,
+    // else the permits. Only one of these can stand at a time.
+    auto info = std::make_shared<LockInfo>();
+    std::vector<const KeyValue*> holds;
+    if (view.exclusive != nullptr) holds.push_back(view.exclusive);
+    if (!view.shared.empty()) {
+      if (holds.empty()) info->kind = LockKind::kShared;
+      holds.insert(holds.end(), view.shared.begin(), view.shared.end());
+    }
+    for (const auto& permit : view.permits) {
+      if (holds.empty()) info->permits = permit.second;
+      holds.push_back(permit.first);
+    }
+    std::sort(holds.begin(), holds.end(),
+              [](const KeyValue* a, const KeyValue* b) { return a->create_revision < b->create_revision; });
+    std::vector<int64_t> leases;
+    for (const KeyValue* kv : holds) {
+      if (kv->lease != 0 && std::find(leases.begin(), leases.end(), kv->lease) == leases.end()) {
+        leases.push_back(kv->lease);
+      }
+    }
+    LeaseTtls(t, leases, deadline, [kvs, holds, info, done](Status s, std::map<int64_t, int64_t> ttls) {
+      if (!s.ok()) return done(s, LockInfo());
+      for (const KeyValue* kv : holds) {
+        HolderInfo holder;
+        holder.owner = OwnerLabel(kv->value);
+        holder.remaining_ms = kv->lease == 0 ? -1 : ttls[kv->lease];
+        holder.fencing_token = static_cast<uint64_t>(kv->create_revision);
+        info->holders.push_back(std::move(holder));
+      }
+      done(Status::Ok(), std::move(*info));
     });
   });
 }
@@ -449,6 +780,12 @@ void LockProtocol::ReleaseAll(Transport* t, const std::vector<std::shared_ptr<Lo
     } else {
       Release(t, lock, deadline, [](Status) {});
     }
+  }
+  {
+    // Waiting writers' announcements go too.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& entry : announces_) leases.insert(entry.second.id);
+    announces_.clear();
   }
   for (int64_t lease : leases) {
     Forget(lease);

@@ -1,7 +1,7 @@
 // The lock protocol on etcd, written once for both transports (transport.h).
 //
-// Lock NAME is the key prefix + NAME; its value is the holder's owner value (secret token
-// [+ "|label"]).
+// Lock NAME is the key prefix + NAME (K below); its value is the holder's owner value (secret
+// token [+ "|label"]).
 // Acquire: one transaction: if the key's create_revision is 0 (absent), put it attached to a
 //   lease; else read it. The fencing token is the key's create_revision: etcd's revision counter,
 //   strictly increasing across the whole cluster through leader changes, with no clock in it.
@@ -31,6 +31,39 @@
 // conditional on the key's lease). So such a key lives at most until the lease's other locks
 // are gone, or a heartbeat later. A failed release is also sent again in the background; an
 // unknown acquire without a lease is given back there (deleted if it holds our owner value).
+//
+// Kinds (shared holds, semaphores). The exclusive key K stays as it was; every other hold is a
+// key of its own, under K + NUL (a name is a C string, so no other name's key starts so, and
+// the range [K, K + "\x01") is exactly NAME's keys):
+//   K \0 "hs" \0 ID              a shared hold
+//   K \0 "hp" \0 n \0 ID         a permit of a semaphore of n (n in decimal)
+//   K \0 "w"  \0 ID              a waiting writer's announcement
+// ID = the first 16 bytes of SHA-256(owner value), in hex: one key per hold, unguessable. Each
+// hold key carries its owner value and hangs on its holder's (shared) lease like K; its token
+// is its create_revision, so tokens rise across every kind of a name (one revision counter).
+// Extend, release and renew work on a hold's key exactly as on K.
+//   Exclusive: the transaction also asks that no hold key exist (a range compare: every
+//     version in [K\0h, K\0i) is 0), and deletes this writer's own announcement.
+//   Shared: one transaction: K absent, no permit key, no announcement key (range compares),
+//     our hold key absent; then put the hold key. Refused: the transaction reads [K, K\x01).
+//   Semaphore of n: a read of [K, K\x01) at revision R decides (K or a shared hold: EINVAL,
+//     a permit of another size: EINVAL naming both, n permits already: refused), then a
+//     transaction puts our permit if K is absent, no shared hold exists and no permit key was
+//     created or changed after R (a range compare: every mod_revision in [K\0hp, K\0hq) <= R).
+//     etcd compares cannot count, but they can tell that nothing in a range moved since the
+//     count was made: two acquires that both counted n-1 cannot both pass. A lost race reads
+//     again (up to 16 rounds per attempt).
+//   Writer announcement: a refused exclusive acquire with queue_ms > 0 puts K\0w\0ID (its
+//     owner value) on a lease of its own, ceil(queue_ms / 1000) s (or etcd's minimum), kept
+//     alive by the writer's later attempts (a shorter queue_ms, near the end of its wait, moves
+//     it to a new, shorter lease) and revoked once it acquires (its acquire transaction deletes
+//     the key). A writer that gave up or died: the lease runs out. While any announcement
+//     stands, shared acquires fail their compare.
+//   Refused: holder_ttl_ms is the earliest time-to-live among the blocking keys' leases
+//     (exclusive: K and every hold; shared: K and announcements; semaphore: the permits), -1
+//     when none of them has a lease.
+//   Waiting: the watch covers [K, K\x01): a hold's or an announcement's deletion wakes waiters.
+//   Mixing with a dlock built before kinds: its exclusive acquires do not look at hold keys.
 #ifndef DLOCK_ETCD_LOCK_PROTOCOL_H_
 #define DLOCK_ETCD_LOCK_PROTOCOL_H_
 
@@ -51,7 +84,8 @@ namespace dlock::etcd {
 
 // What the backend keeps of a held lock.
 struct EtcdLockData : BackendLockData {
-  explicit EtcdLockData(int64_t l) : lease(l) {}
+  EtcdLockData(int64_t l, std::string k) : key(std::move(k)), lease(l) {}
+  const std::string key;               // the hold's key: K, or a shared hold's or permit's
   std::atomic<int64_t> lease;          // the etcd lease the key hangs on; 0: none
   std::atomic<bool> counted{true};     // in LockProtocol::attached_ (until released or lost)
 };
@@ -82,6 +116,9 @@ class LockProtocol {
   void Probe(Transport* t, TimePoint deadline, Done done);
 
   std::string KeyFor(const std::string& name) const { return config_->params.prefix + name; }
+  // The key a hold of request / of lock lives at (K for an exclusive lock).
+  std::string HoldKey(const std::string& name, LockKind kind, uint32_t permits, const std::string& owner_value) const;
+  std::string KeyOf(const LockState& lock) const;
 
   // How the protocol sends a write in the background, its answer ignored (a give-back, a
   // stray key's deletion): the backend sends it on the loop's transport.
@@ -97,6 +134,11 @@ class LockProtocol {
     TimePoint alive_until;  // etcd holds it at least until then: last keepalive's send + TTL
   };
   struct AcquireOp;
+  struct Announcement {  // a waiting writer's own lease
+    int64_t id = 0;
+    int64_t asked_s = 0;  // the TTL it was granted for (etcd may have given more)
+    TimePoint alive_until;
+  };
   // A lease for a lock of lease_ms that will outlive an attach made now by lease_ms (0 for
   // lease_ms 0): the shared one, kept alive first when needed, or a new grant.
   void EnsureLease(Transport* t, uint64_t lease_ms, TimePoint deadline,
@@ -106,7 +148,24 @@ class LockProtocol {
   void Refreshed(int64_t lease, int64_t ttl_s, TimePoint sent);
   void Forget(int64_t lease);
   void AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op);
-  void Refused(Transport* t, std::shared_ptr<AcquireOp> op, KeyValue holder);
+  // Exclusive and shared: one transaction.
+  void LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease);
+  // Semaphore: a read, then a transaction; round counts lost races.
+  void SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, int round);
+  // An acquire transaction that failed without an answer: settled by reading the hold key.
+  void AcquireUnknown(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, CallResult r);
+  // Refused: holder_ttl_ms from the blocking keys' leases (0: a lease etcd had no more).
+  void RefusedBy(Transport* t, std::shared_ptr<AcquireOp> op, std::vector<int64_t> leases);
+  // A refused waiting writer's announcement, best effort; then() runs after it either way.
+  void Announce(Transport* t, std::shared_ptr<AcquireOp> op, std::function<void()> then);
+  // Puts the announcement on lease, then revokes the writer's replaced lease (0: none).
+  void PutAnnouncement(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, int64_t replaced,
+                       std::function<void()> then);
+  // The writer acquired (or its client closes): its announcement lease goes.
+  void WriterDone(const std::string& owner_value);
+  // Time to live of each lease (ms; 0 gone, -2 unknown), asked in parallel; the first error.
+  void LeaseTtls(Transport* t, const std::vector<int64_t>& leases, TimePoint deadline,
+                 std::function<void(Status, std::map<int64_t, int64_t>)> done);
   // Reads the key: *ours when it holds owner_value at create_revision (0: any revision).
   void ReadOwner(Transport* t, const std::string& key, const std::string& owner_value, int64_t create_revision,
                  TimePoint deadline, std::function<void(Status, bool ours, KeyValue kv)> done);
@@ -127,6 +186,7 @@ class LockProtocol {
   std::mutex mu_;
   std::map<int64_t, SharedLease> leases_;  // by the TTL asked for, in seconds
   std::map<int64_t, std::multiset<std::string>> counted_;  // lease -> the client's keys on it
+  std::map<std::string, Announcement> announces_;          // by the waiting writer's owner value
   BackgroundSend background_;
 };
 

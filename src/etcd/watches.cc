@@ -54,7 +54,7 @@ void Watches::Start(const std::string& key) {
   it->second.starting = false;
   it->second.partial.clear();
   const size_t endpoint = next_endpoint_ % config_->endpoints.size();
-  http::Request request = config_->Post(endpoint, "/v3/watch", WatchDeletesBody(key));
+  http::Request request = config_->Post(endpoint, "/v3/watch", WatchDeletesBody(key, key + '\x01'));
   lock.unlock();  // the stream's callbacks take mu_; none runs inside Stream
   http::AsyncClient::StreamId id = http_->Stream(
       request, Millis(0), [this, key](long, std::string_view chunk) { OnChunk(key, chunk); },

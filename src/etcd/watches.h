@@ -1,6 +1,7 @@
-// Release notifications for waiters: per lock name with waiters, one etcd watch of the key's
-// deletions (a DELETE event: released, expired or revoked), streamed over one HTTP request on
-// the client's loop. The watch starts at the revision after the one etcd is at when it is
+// Release notifications for waiters: per lock name with waiters, one etcd watch of the
+// deletions (a DELETE event: released, expired or revoked) of the name's key K and of every key
+// under K + NUL (the shared holds, permits and writer announcements of lock_protocol.h: the
+// range [K, K + "\x01")), streamed over one HTTP request on the client's loop. The watch starts at the revision after the one etcd is at when it is
 // created (no catch-up from an old revision); the waiter's next attempt comes after the watch
 // is live (ReleaseWatcher::OnWatchReady), so no release between the two is missed.
 // A stream that ends (the endpoint died, the watch was cancelled by a compaction) wakes its

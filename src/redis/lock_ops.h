@@ -27,17 +27,29 @@ struct Op {
   ReadFn read;
 };
 
+// One hold, as release and extend find it.
+struct HoldRef {
+  std::string name;
+  std::string owner_value;
+  bool exclusive = true;  // the exclusive hold, or a shared or semaphore one
+  static HoldRef Of(const LockState& lock) {
+    return {lock.name, lock.owner_value, lock.kind == LockKind::kExclusive && lock.permits == 0};
+  }
+  static HoldRef Of(const LockRequest& request) {
+    return {request.name, request.owner_value,
+            request.kind == LockKind::kExclusive && request.permits == 0};
+  }
+};
+
 // acquire.lua: acquired with a token, or the holder's remaining lease. wait_replicas: see
 // ScriptCall.
 Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request,
                              int wait_replicas = 0);
-// release.lua: Ok, or NotHeld when owner_value no longer holds it. Wakes the waiters (with
+// release.lua: Ok, or NotHeld when the owner no longer holds it. Wakes the waiters (with
 // SPUBLISH when sharded).
-Op<NoResult> ReleaseOp(const std::string& prefix, const std::string& name,
-                       const std::string& owner_value, bool sharded = false);
+Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool sharded = false);
 // extend.lua: sets the lease (0 = no expiry); Ok or NotHeld.
-Op<NoResult> ExtendOp(const std::string& prefix, const std::string& name,
-                      const std::string& owner_value, uint64_t lease_ms);
+Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t lease_ms);
 // inspect.lua: who holds it.
 Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name);
 

@@ -30,17 +30,17 @@ class RedisBackend : public Backend {
     // The attempt may have reached the server before the connection failed or the reply
     // turned to garbage: if it did, the lock is ours and nobody knows it. Give it back, best
     // effort, in the background: the caller's bound must not pay another timeout for it.
-    if (!s.ok()) PostGiveBack(request.name, request.owner_value);
+    if (!s.ok() && s.code() != Code::kInvalidArgument) PostGiveBack(HoldRef::Of(request));
     return s;
   }
 
   Status Release(const LockState& lock) override {
     NoResult none;
     Status s =
-        Run(channel_.get(), ReleaseOp(prefix_, lock.name, lock.owner_value, sharded_), &none);
+        Run(channel_.get(), ReleaseOp(prefix_, HoldRef::Of(lock), sharded_), &none);
     // Not confirmed, and the caller's handle is gone: try once more in the background, or the
     // key stays until its lease runs out (never, without one).
-    if (!s.ok()) PostGiveBack(lock.name, lock.owner_value);
+    if (!s.ok()) PostGiveBack(HoldRef::Of(lock));
     return s;
   }
 
@@ -49,7 +49,7 @@ class RedisBackend : public Backend {
     std::vector<ScriptCall> calls;
     calls.reserve(locks.size());
     for (const auto& l : locks) {
-      calls.push_back(ReleaseOp(prefix_, l->name, l->owner_value, sharded_).call);
+      calls.push_back(ReleaseOp(prefix_, HoldRef::Of(*l), sharded_).call);
     }
     channel_->EvalAll(calls);
   }
@@ -57,20 +57,20 @@ class RedisBackend : public Backend {
   void TryAcquireAsync(const LockRequest& request, AttemptCallback done) override {
     RunAsync<AcquireAttempt>(
         channel_.get(), AcquireOp(prefix_, request, wait_replicas_),
-        [this, name = request.name, owner_value = request.owner_value, done = std::move(done)](
-            const Status& s, AcquireAttempt attempt) {
-          if (!s.ok()) GiveBack(name, owner_value);  // as in TryAcquire
+        [this, hold = HoldRef::Of(request), done = std::move(done)](const Status& s,
+                                                                     AcquireAttempt attempt) {
+          if (!s.ok() && s.code() != Code::kInvalidArgument) GiveBack(hold);  // as in TryAcquire
           done(s, attempt);
         });
   }
 
   void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) override {
-    RunAsync<NoResult>(channel_.get(), ReleaseOp(prefix_, lock->name, lock->owner_value, sharded_),
+    RunAsync<NoResult>(channel_.get(), ReleaseOp(prefix_, HoldRef::Of(*lock), sharded_),
                        [done = std::move(done)](const Status& s, NoResult) { done(s); });
   }
 
   void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) override {
-    RunAsync<NoResult>(channel_.get(), ExtendOp(prefix_, lock->name, lock->owner_value, lease_ms),
+    RunAsync<NoResult>(channel_.get(), ExtendOp(prefix_, HoldRef::Of(*lock), lease_ms),
                        [done = std::move(done)](const Status& s, NoResult) { done(s); });
   }
 
@@ -79,7 +79,7 @@ class RedisBackend : public Backend {
     for (auto& request : batch) {
       RunAsync<NoResult>(
           channel_.get(),
-          ExtendOp(prefix_, request.lock->name, request.lock->owner_value, request.lease_ms),
+          ExtendOp(prefix_, HoldRef::Of(*request.lock), request.lease_ms),
           [sink, request](const Status& s, NoResult) { sink->OnRenewed(request, s); });
     }
   }
@@ -89,8 +89,12 @@ class RedisBackend : public Backend {
   }
 
   // Tokens: max(counter + 1, server TIME in µs), so they rise across a restart that lost the
-  // data too. Releases are published, so waiters wake on them.
-  uint32_t Capabilities() const override { return kCapFencingStrict | kCapNotifies; }
+  // data too. Releases are published, so waiters wake on them. Shared and semaphore holds
+  // expire by the server's clock (lua/acquire.lua); a waiting writer keeps new shared holds out
+  // with an announcement key that lapses unless it retries.
+  uint32_t Capabilities() const override {
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits;
+  }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     channel_->Watch(LockKeys(prefix_, name).channel, watcher);
   }
@@ -104,13 +108,13 @@ class RedisBackend : public Backend {
  private:
   // Gives back an acquire that may have won, or a release not confirmed (fire and forget).
   // Loop thread.
-  void GiveBack(const std::string& name, const std::string& owner_value) {
-    RunAsync<NoResult>(channel_.get(), ReleaseOp(prefix_, name, owner_value, sharded_),
+  void GiveBack(const HoldRef& hold) {
+    RunAsync<NoResult>(channel_.get(), ReleaseOp(prefix_, hold, sharded_),
                        [](const Status&, NoResult) {});
   }
   // The same from any thread.
-  void PostGiveBack(const std::string& name, const std::string& owner_value) {
-    loop_->Post([this, name, owner_value] { GiveBack(name, owner_value); });
+  void PostGiveBack(HoldRef hold) {
+    loop_->Post([this, hold = std::move(hold)] { GiveBack(hold); });
   }
 
   EventLoop* loop_;

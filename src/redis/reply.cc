@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <string_view>
 
 #include "core/options.h"
 
@@ -121,8 +122,38 @@ Status ErrorReplyStatus(const redisReply* r, const std::string& server) {
   return Status::BackendError(server + " answered an error: " + msg);
 }
 
-Status ParseAcquireReply(const redisReply* r, const std::string& server, AcquireAttempt* out) {
+std::string ScriptSort(LockKind kind, uint32_t permits) {
+  if (permits != 0) return "permits:" + std::to_string(permits);
+  return kind == LockKind::kShared ? "shared" : "exclusive";
+}
+
+namespace {
+
+// A script's sort ('lock', 'shared', 'exclusive' or 'permits:N') as a semaphore size, 0 for a
+// lock; false for anything else.
+bool SortPermits(const redisReply* r, uint32_t* permits) {
+  if (r->type != REDIS_REPLY_STRING) return false;
+  std::string_view text(r->str, r->len);
+  *permits = 0;
+  if (text == "lock" || text == "shared" || text == "exclusive") return true;
+  if (text.substr(0, 8) != "permits:") return false;
+  auto [ptr, ec] = std::from_chars(text.data() + 8, text.data() + text.size(), *permits);
+  return ec == std::errc() && ptr == text.data() + text.size() && *permits > 0;
+}
+
+}  // namespace
+
+Status ParseAcquireReply(const redisReply* r, const std::string& server, const std::string& name,
+                         AcquireAttempt* out) {
   if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, server);
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+      r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 2) {
+    uint32_t held = 0, asked = 0;
+    if (!SortPermits(r->element[1], &held) || !SortPermits(r->element[2], &asked)) {
+      return Garbage(server, "the acquire script (sort)");
+    }
+    return SortMismatch(name, held, asked);
+  }
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER) {
     return Garbage(server, "the acquire script");
@@ -154,21 +185,36 @@ Status ParseInspectReply(const redisReply* r, const std::string& server, LockInf
       r->element[0]->type != REDIS_REPLY_INTEGER) {
     return Garbage(server, "the inspect script");
   }
-  if (r->element[0]->integer == 0 && r->elements == 1) return Status::Ok();  // free
-  if (r->element[0]->integer != 1 || r->elements != 4 ||
-      r->element[1]->type != REDIS_REPLY_STRING || r->element[2]->type != REDIS_REPLY_INTEGER ||
-      r->element[3]->type != REDIS_REPLY_STRING) {
+  const long long shape = r->element[0]->integer;
+  if (shape == 0 && r->elements == 1) return Status::Ok();  // free
+  // {1, label, pttl, token}, or {2, sort} followed by (label, pttl, token) per holder.
+  size_t first = shape == 1 ? 1 : 2;
+  if ((shape != 1 && shape != 2) || (shape == 1 && r->elements != 4) ||
+      (shape == 2 && (r->elements < 5 || (r->elements - 2) % 3 != 0 ||
+                      !SortPermits(r->element[1], &out->permits)))) {
+    *out = LockInfo();
     return Garbage(server, "the inspect script");
   }
-  HolderInfo holder;
-  holder.owner.assign(r->element[1]->str, r->element[1]->len);
-  // PTTL: -1 no expiry; anything else below 0 (gone meanwhile) reads as expiring now.
-  long long pttl = r->element[2]->integer;
-  holder.remaining_ms = pttl == -1 ? -1 : std::clamp<long long>(pttl, 0, static_cast<long long>(kMaxLeaseMs));
-  const redisReply* token = r->element[3];
-  auto [ptr, ec] = std::from_chars(token->str, token->str + token->len, holder.fencing_token);
-  if (ec != std::errc() || ptr != token->str + token->len) holder.fencing_token = 0;  // unknown
-  out->holders.push_back(std::move(holder));
+  out->kind = shape == 2 && out->permits == 0 ? LockKind::kShared : LockKind::kExclusive;
+  for (size_t k = first; k + 2 < r->elements; k += 3) {
+    const redisReply* label = r->element[k];
+    const redisReply* ttl = r->element[k + 1];
+    const redisReply* token = r->element[k + 2];
+    if (label->type != REDIS_REPLY_STRING || ttl->type != REDIS_REPLY_INTEGER ||
+        token->type != REDIS_REPLY_STRING) {
+      *out = LockInfo();
+      return Garbage(server, "the inspect script");
+    }
+    HolderInfo holder;
+    holder.owner.assign(label->str, label->len);
+    // -1 no expiry; anything else below 0 (gone meanwhile) reads as expiring now.
+    long long pttl = ttl->integer;
+    holder.remaining_ms =
+        pttl == -1 ? -1 : std::clamp<long long>(pttl, 0, static_cast<long long>(kMaxLeaseMs));
+    auto [ptr, ec] = std::from_chars(token->str, token->str + token->len, holder.fencing_token);
+    if (ec != std::errc() || ptr != token->str + token->len) holder.fencing_token = 0;  // unknown
+    out->holders.push_back(std::move(holder));
+  }
   return Status::Ok();
 }
 

@@ -18,12 +18,22 @@ struct ReplyDeleter {
 };
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 
-// Key names for lock NAME: all three share the hash tag {NAME}, hence one cluster slot.
+// Key names for lock NAME (lua/acquire.lua says what each holds): all share the hash tag
+// {NAME}, hence one cluster slot.
 struct LockKeys {
   LockKeys(const std::string& prefix, const std::string& name)
-      : holder(prefix + "{" + name + "}"), fence(holder + ":fence"), channel(holder + ":released") {}
-  std::string holder, fence, channel;
+      : holder(prefix + "{" + name + "}"),
+        fence(holder + ":fence"),
+        channel(holder + ":released"),
+        holds(holder + ":holds"),
+        hold_data(holder + ":holdinfo"),
+        writer(holder + ":writer") {}
+  std::string holder, fence, channel, holds, hold_data, writer;
 };
+
+// The sort of hold a request asks for, as the scripts name it: "exclusive", "shared" or
+// "permits:N".
+std::string ScriptSort(LockKind kind, uint32_t permits);
 
 // The most elements a reply array may claim. hiredis allocates what an array header claims
 // before the elements arrive: "*2000000000" would reserve 16 GB. dlock's replies hold a few.
@@ -42,9 +52,11 @@ Status NotRedisProtocol(const std::string& server, const redisReader* reader, bo
 bool IsNoScript(const redisReply* r);
 // An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise).
 Status ErrorReplyStatus(const redisReply* r, const std::string& server);
-// acquire.lua: {1, token} or {0, pttl}.
-Status ParseAcquireReply(const redisReply* r, const std::string& server, AcquireAttempt* out);
-// inspect.lua: {0} or {1, label, pttl, token}.
+// acquire.lua: {1, token}, {0, pttl}, or {2, sort held, sort asked} (InvalidArgument naming
+// lock `name`).
+Status ParseAcquireReply(const redisReply* r, const std::string& server, const std::string& name,
+                         AcquireAttempt* out);
+// inspect.lua: {0}, {1, label, pttl, token} or {2, sort, label, pttl, token, ...}.
 Status ParseInspectReply(const redisReply* r, const std::string& server, LockInfo* out);
 // release.lua / extend.lua: 1 -> Ok, 0 -> NotHeld.
 Status ParseOwnedReply(const redisReply* r, const std::string& server, const std::string& name);

@@ -41,6 +41,19 @@ struct BackendFactory {
 
 inline void PrintTo(const BackendFactory& f, std::ostream* os) { *os << f.name; }
 
+// The redis-cli words that delete every key of Redis lock `name` (its exclusive holder and its
+// shared or semaphore holds): DeleteLock on the Redis deployments.
+inline std::vector<std::string> RedisDeleteLockCommand(const std::string& name) {
+  const std::string key = "dlock:{" + name + "}";
+  return {"DEL", key, key + ":holds", key + ":holdinfo"};
+}
+// Whether redis-cli's answer to it says it deleted something (a count, not 0 and not an error
+// such as a cluster node's MOVED).
+inline bool RedisDeletedSome(const std::string& answer) {
+  return !answer.empty() && answer != "0" &&
+         answer.find_first_not_of("0123456789") == std::string::npos;
+}
+
 // Every backend of this build.
 const std::vector<BackendFactory>& AllBackends();
 

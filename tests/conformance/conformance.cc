@@ -56,6 +56,7 @@ Snapshot Inspect(dlock_client* c, const std::string& name) {
     return snap;
   }
   snap.kind = dlock_info_kind(info);
+  snap.permits = dlock_info_permits(info);
   for (uint32_t k = 0; k < dlock_info_holders(info); ++k) {
     const char* owner = dlock_info_owner(info, k);
     snap.holders.push_back({owner ? owner : "(null)", dlock_info_remaining_ms(info, k),
@@ -66,7 +67,9 @@ Snapshot Inspect(dlock_client* c, const std::string& name) {
 }
 
 std::ostream& operator<<(std::ostream& os, const Snapshot& s) {
-  os << dlock_status_str(s.status) << ", " << s.holders.size() << " holder(s)";
+  os << dlock_status_str(s.status) << ", " << (s.kind == DLOCK_SHARED ? "shared, " : "")
+     << (s.permits ? "semaphore of " + std::to_string(s.permits) + ", " : std::string())
+     << s.holders.size() << " holder(s)";
   for (const Holder& h : s.holders) {
     os << " {owner '" << h.owner << "', " << h.remaining_ms << " ms left, token " << h.token << "}";
   }

@@ -44,6 +44,7 @@ struct Holder {
 struct Snapshot {
   dlock_status status = DLOCK_EINTERNAL;
   dlock_kind kind = DLOCK_EXCLUSIVE;
+  uint32_t permits = 0;
   std::vector<Holder> holders;
   bool free() const { return status == DLOCK_OK && holders.empty(); }
 };

@@ -16,7 +16,7 @@ class RedisBackend : public BackendServer {
   }
   std::string address() const override { return unix_ ? redis_.unix_socket() : redis_.address(); }
   bool DeleteLock(const std::string& name) override {
-    return redis_.Cli({"DEL", "dlock:{" + name + "}"}) == "1";
+    return RedisDeletedSome(redis_.Cli(RedisDeleteLockCommand(name)));
   }
   void Kill() override { redis_.Kill(); }
   bool Restart() override { return redis_.Restart(); }
@@ -29,12 +29,12 @@ class RedisBackend : public BackendServer {
 }  // namespace
 
 BackendFactory RedisTcpBackend() {
-  return {"redis", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+  return {"redis", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
           [] { return std::make_unique<RedisBackend>(false); }};
 }
 
 BackendFactory RedisUnixBackend() {
-  return {"redis_unix", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+  return {"redis_unix", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
           [] { return std::make_unique<RedisBackend>(true); }};
 }
 

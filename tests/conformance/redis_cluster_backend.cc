@@ -15,9 +15,8 @@ class RedisClusterBackend : public BackendServer {
   std::string address() const override { return cluster_.seeds(); }
   bool DeleteLock(const std::string& name) override {
     // On whichever master serves the key: the others answer MOVED.
-    const std::string key = "dlock:{" + name + "}";
     for (int i = 0; i < RedisCluster::kNodes; ++i) {
-      if (cluster_.node(i).Cli({"DEL", key}) == "1") return true;
+      if (RedisDeletedSome(cluster_.node(i).Cli(RedisDeleteLockCommand(name)))) return true;
     }
     return false;
   }
@@ -31,7 +30,7 @@ class RedisClusterBackend : public BackendServer {
 }  // namespace
 
 BackendFactory RedisClusterBackendFactory() {
-  return {"redis_cluster", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+  return {"redis_cluster", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
           [] { return std::make_unique<RedisClusterBackend>(); }};
 }
 

@@ -19,7 +19,7 @@ class RedisSentinelBackend : public BackendServer {
   std::string address() const override { return group_.sentinels(); }
   bool DeleteLock(const std::string& name) override {
     const int master = group_.CurrentMaster();
-    return master >= 0 && group_.data_node(master).Cli({"DEL", "dlock:{" + name + "}"}) == "1";
+    return master >= 0 && RedisDeletedSome(group_.data_node(master).Cli(RedisDeleteLockCommand(name)));
   }
   // The data nodes die; the sentinels stay and keep naming the master.
   void Kill() override {
@@ -55,7 +55,7 @@ class RedisSentinelBackend : public BackendServer {
 }  // namespace
 
 BackendFactory RedisSentinelBackendFactory() {
-  return {"redis_sentinel", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+  return {"redis_sentinel", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
           [] { return std::make_unique<RedisSentinelBackend>(); }};
 }
 

@@ -31,7 +31,7 @@ class RedisTlsBackend : public BackendServer {
   }
   std::string address() const override { return redis_.address(); }
   bool DeleteLock(const std::string& name) override {
-    return redis_.Cli({"DEL", "dlock:{" + name + "}"}) == "1";
+    return RedisDeletedSome(redis_.Cli(RedisDeleteLockCommand(name)));
   }
   void Kill() override { redis_.Kill(); }
   bool Restart() override { return redis_.Restart(); }
@@ -44,12 +44,12 @@ class RedisTlsBackend : public BackendServer {
 }  // namespace
 
 BackendFactory RedisTlsBackendFactory() {
-  return {"redis_tls", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+  return {"redis_tls", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
           [] { return std::make_unique<RedisTlsBackend>(false); }};
 }
 
 BackendFactory RedisTlsClientCertBackendFactory() {
-  return {"redis_tls_client_cert", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES,
+  return {"redis_tls_client_cert", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
           [] { return std::make_unique<RedisTlsBackend>(true); }};
 }
 

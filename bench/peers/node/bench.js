@@ -6,6 +6,10 @@
 //   node bench.js contended PORT SECONDS PROCS ROUNDS LIB...
 //       PROCS processes of one library contend for one lock; handoffs/s = acquisitions that
 //       follow another process's (a shared file under the lock names the last holder)
+//   node bench.js semaphore PORT SECONDS PROCS PERMITS HOLD_MS ROUNDS LIB...
+//       PROCS processes take one of PERMITS permits of one name, hold it HOLD_MS, give it back:
+//       acquisitions/s, redis-server commands per acquisition, dlock's attempts per
+//       acquisition (LIB: dlock | redis-semaphore, whose Semaphore is the peer)
 //
 // Prints key=value lines (medians over the rounds, per-round figures, and the median of the
 // per-round ratios dlock / best peer); bench/peers/run turns them into a table. Every library runs with its own defaults except what it takes to
@@ -244,12 +248,13 @@ const adapters = {
       const acquireSha = await load('acquire.lua');
       const releaseSha = await load('release.lua');
       const holder = `dlock:{${key}}`;
-      const fence = `${holder}:fence`;
+      const keys = [holder, `${holder}:fence`, `${holder}:holds`, `${holder}:holdinfo`, `${holder}:writer`];
       const channel = `${holder}:released`;
       return {
-        acquireCall: (owner) => ['EVALSHA', acquireSha, '2', holder, fence, owner, String(LEASE_MS)],
+        // An exclusive hold that will not wait (queue span 0), as dlock's one-try acquire sends.
+        acquireCall: (owner) => ['EVALSHA', acquireSha, '5', ...keys, owner, String(LEASE_MS), 'exclusive', '0'],
         acquired: (reply) => Array.isArray(reply) && reply[0] === 1,  // {1, token} | {0, pttl}
-        releaseCall: (owner) => ['EVALSHA', releaseSha, '1', holder, owner, channel],
+        releaseCall: (owner) => ['EVALSHA', releaseSha, '1', holder, owner, channel, '0', 'exclusive'],
       };
     });
   },
@@ -396,6 +401,114 @@ async function contended(port, seconds, procs, rounds, libs) {
   report('con', rates, rounds, details);
 }
 
+// Semaphores: PROCS processes take one of PERMITS permits of one name, hold it HOLD_MS, give it
+// back, for SECONDS. Adapters: setup(port, key, permits) -> { acquire(): Promise<{attempts,
+// release}>, close() }; attempts is null when the library does not say.
+const semaphoreAdapters = {
+  async dlock(port, key, permits) {
+    const { Client } = require(path.join(repo, 'bindings', 'node'));
+    const client = await Client.connect(`redis://127.0.0.1:${port}`);
+    const opts = { leaseMs: LEASE_MS, waitMs: -1, permits };
+    return {
+      async acquire() {
+        const lock = await client.acquire(key, opts);
+        return { attempts: lock.attempts, release: () => lock.release() };
+      },
+      close: () => client.close(),
+    };
+  },
+
+  async 'redis-semaphore'(port, key, permits) {
+    const Redis = require('ioredis');
+    const { Semaphore } = require('redis-semaphore');
+    const redis = new Redis(port, '127.0.0.1');
+    // defaults: retryInterval 10 ms, refreshInterval 0.8 * lockTimeout; acquireTimeout -> 1 h
+    const semaphore = new Semaphore(redis, key, permits, { lockTimeout: LEASE_MS, acquireTimeout: 3600 * 1000 });
+    return {
+      async acquire() {
+        await semaphore.acquire();
+        return { attempts: null, release: () => semaphore.release() };
+      },
+      close: () => redis.quit(),
+    };
+  },
+};
+
+async function semaphoreChild(lib, port, key, permits, holdMs, startAt, endAt) {
+  const a = await semaphoreAdapters[lib](port, key, permits);
+  await sleep(Math.max(0, startAt - Date.now()));
+  let n = 0;
+  let attempts = 0;
+  while (Date.now() < endAt) {
+    const { attempts: tries, release } = await a.acquire();
+    if (Date.now() < endAt) {
+      n++;
+      attempts += tries ?? 0;
+      await sleep(holdMs);
+    }
+    await release();
+  }
+  await a.close();
+  console.log(`count ${n} ${attempts}`);
+}
+
+// Scripts redis-server ran since the last CONFIG RESETSTAT (INFO commandstats: EVAL and
+// EVALSHA calls; the commands a script runs count separately and are left out).
+async function serverCommands(redis) {
+  const info = await redis.call('INFO', 'commandstats');
+  let calls = 0;
+  for (const m of String(info).matchAll(/cmdstat_(?:eval|evalsha):calls=(\d+)/g)) calls += Number(m[1]);
+  return calls;
+}
+
+async function semaphoreOnce(lib, port, seconds, procs, permits, holdMs) {
+  const key = `bench:sem:${lib}:${process.pid}:${Date.now()}`;
+  const startAt = Date.now() + 1500;
+  const endAt = startAt + seconds * 1000;
+  const stats = await BareRedis.connect(port);
+  try {
+    const children = Array.from({ length: procs }, () => new Promise((resolve, reject) => {
+      const p = spawn(process.execPath,
+        [__filename, 'semaphore-child', lib, String(port), key, String(permits), String(holdMs), String(startAt), String(endAt)],
+        { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      p.stdout.on('data', (d) => { out += d; });
+      p.on('exit', (code) => {
+        const m = /count (\d+) (\d+)/.exec(out);
+        if (code === 0 && m) resolve([Number(m[1]), Number(m[2])]);
+        else reject(new Error(`${lib} semaphore contender exited with ${code}: ${out}`));
+      });
+    }));
+    await sleep(Math.max(0, startAt - Date.now()));
+    await stats.call('CONFIG', 'RESETSTAT');
+    await sleep(Math.max(0, endAt - Date.now()));
+    const commands = await serverCommands(stats);  // before the children close their connections
+    const results = await Promise.all(children);
+    const acquisitions = results.reduce((x, r) => x + r[0], 0);
+    const attempts = results.reduce((x, r) => x + r[1], 0);
+    const perAcq = (x) => (acquisitions ? x / acquisitions : 0).toFixed(2);
+    const detail = `${perAcq(commands)}scripts/acq` + (lib === 'dlock' ? ` ${perAcq(attempts)}tries/acq` : '') +
+      `[${results.map((r) => r[0]).join('/')}]`;
+    return [acquisitions / seconds, detail];
+  } finally {
+    stats.close();
+  }
+}
+
+async function semaphore(port, seconds, procs, permits, holdMs, rounds, libs) {
+  const rates = Object.fromEntries(libs.map((l) => [l, []]));
+  const details = Object.fromEntries(libs.map((l) => [l, []]));
+  for (let r = 0; r < rounds; r++) {
+    for (let i = 0; i < libs.length; i++) {
+      const lib = libs[(i + r) % libs.length];
+      const [rate, detail] = await semaphoreOnce(lib, port, seconds, procs, permits, holdMs);
+      rates[lib].push(rate);
+      details[lib].push(detail);
+    }
+  }
+  report('sem', rates, rounds, details);
+}
+
 async function main() {
   const [mode, ...rest] = process.argv.slice(2);
   const check = (libs) => {
@@ -410,6 +523,13 @@ async function main() {
   } else if (mode === 'contended') {
     const [port, seconds, procs, rounds, ...libs] = rest;
     await contended(Number(port), Number(seconds), Number(procs), Number(rounds), check(libs));
+  } else if (mode === 'semaphore') {
+    const [port, seconds, procs, permits, holdMs, rounds, ...libs] = rest;
+    for (const lib of libs) if (!semaphoreAdapters[lib]) throw new Error(`no semaphore adapter for '${lib}'`);
+    await semaphore(Number(port), Number(seconds), Number(procs), Number(permits), Number(holdMs), Number(rounds), libs);
+  } else if (mode === 'semaphore-child') {
+    const [lib, port, key, permits, holdMs, startAt, endAt] = rest;
+    await semaphoreChild(lib, Number(port), key, Number(permits), Number(holdMs), Number(startAt), Number(endAt));
   } else if (mode === 'child') {
     const [lib, port, key, startAt, endAt, file] = rest;
     await child(check([lib])[0], Number(port), key, Number(startAt), Number(endAt), file);

@@ -1,0 +1,401 @@
+// Lock kinds, on every backend that offers them: shared holds side by side and a writer that is
+// not starved by them; counting semaphores that never let in one holder too many, across
+// processes; the two sorts never mixed; every hold with its own token, lease and loss report.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "conformance/conformance.h"
+#include "worker_process.h"
+
+namespace dlock_test {
+namespace {
+
+// The backends that say they offer both kinds.
+std::vector<BackendFactory> KindsBackends() {
+  std::vector<BackendFactory> out;
+  for (const BackendFactory& f : AllBackends()) {
+    if ((f.capabilities & (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS)) ==
+        (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS)) {
+      out.push_back(f);
+    }
+  }
+  return out;
+}
+
+// A hold taken with dlock_acquire, released (if still held) when it goes out of scope.
+class Hold {
+ public:
+  Hold() = default;
+  Hold(dlock_client* c, const std::string& name, const dlock_options* o) {
+    status_ = dlock_acquire(c, name.c_str(), o, &lock_);
+    if (status_ != DLOCK_OK) error_ = dlock_last_error();
+  }
+  ~Hold() { Release(); }
+  Hold(Hold&& other) noexcept
+      : status_(other.status_), lock_(std::exchange(other.lock_, nullptr)), error_(other.error_) {}
+  Hold& operator=(Hold&& other) noexcept {
+    Release();
+    status_ = other.status_;
+    lock_ = std::exchange(other.lock_, nullptr);
+    error_ = other.error_;
+    return *this;
+  }
+  Hold(const Hold&) = delete;
+  dlock_status status() const { return status_; }
+  const std::string& error() const { return error_; }
+  bool held() const { return lock_ != nullptr; }
+  uint64_t token() const { return lock_ ? dlock_lock_fencing_token(lock_) : 0; }
+  dlock_lock* get() const { return lock_; }
+  dlock_status Release() {
+    if (!lock_) return DLOCK_NOT_HELD;
+    dlock_status s = dlock_release(std::exchange(lock_, nullptr));
+    if (s != DLOCK_OK) error_ = dlock_last_error();
+    return s;
+  }
+
+ private:
+  dlock_status status_ = DLOCK_EINTERNAL;
+  dlock_lock* lock_ = nullptr;
+  std::string error_;
+};
+
+class Kinds : public BackendTest {};
+
+TEST_P(Kinds, ClientSaysItOffersSharedLocksAndSemaphores) {
+  Client c(url());
+  EXPECT_EQ(dlock_client_capabilities(c.get()) & (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS),
+            DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS);
+}
+
+TEST_P(Kinds, ReadersHoldAtOnceAndInspectListsEveryOne) {
+  const std::string name = Name("doc");
+  Client r1(url()), r2(url()), r3(url()), writer(url());
+  Options o1, o2, o3;
+  o1.shared().owner("reader-1");
+  o2.shared().owner("reader-2");
+  o3.shared().owner("reader-3").lease(0);  // no expiry
+  Hold a(r1.get(), name, o1.get()), b(r2.get(), name, o2.get()), c(r3.get(), name, o3.get());
+  ASSERT_TRUE(a.held() && b.held() && c.held()) << a.error() << b.error() << c.error();
+  EXPECT_LT(a.token(), b.token());
+  EXPECT_LT(b.token(), c.token());
+
+  Snapshot snap = Inspect(writer.get(), name);
+  EXPECT_EQ(snap.kind, DLOCK_SHARED) << snap;
+  EXPECT_EQ(snap.permits, 0u);
+  ASSERT_EQ(snap.holders.size(), 3u) << snap;
+  std::sort(snap.holders.begin(), snap.holders.end(),
+            [](const Holder& x, const Holder& y) { return x.token < y.token; });
+  EXPECT_EQ(snap.holders[0].owner, "reader-1");
+  EXPECT_EQ(snap.holders[1].owner, "reader-2");
+  EXPECT_EQ(snap.holders[2].owner, "reader-3");
+  EXPECT_EQ(snap.holders[0].token, a.token());
+  EXPECT_EQ(snap.holders[2].token, c.token());
+  EXPECT_GT(snap.holders[0].remaining_ms, 5000) << snap;
+  EXPECT_LE(snap.holders[0].remaining_ms, 10000) << snap;
+  EXPECT_EQ(snap.holders[2].remaining_ms, -1) << snap;
+
+  // No exclusive hold while they read; one more reader is welcome.
+  EXPECT_EQ(TryToTake(writer.get(), name).status, DLOCK_NOT_ACQUIRED);
+  Options fourth;
+  fourth.shared();
+  Hold d(writer.get(), name, fourth.get());
+  EXPECT_EQ(d.status(), DLOCK_OK) << d.error();
+  EXPECT_GT(d.token(), c.token());
+
+  for (Hold* h : {&a, &b, &c, &d}) EXPECT_EQ(h->Release(), DLOCK_OK) << h->error();
+  EXPECT_TRUE(Inspect(writer.get(), name).free());
+  Attempt after = TryToTake(writer.get(), name);
+  EXPECT_EQ(after.status, DLOCK_OK) << after.error;
+  EXPECT_GT(after.token, d.token()) << "a writer after the readers gets a greater token";
+}
+
+TEST_P(Kinds, WriterWaitsForEveryReaderAndNewReadersWaitBehindIt) {
+  const std::string name = Name("table");
+  Client r1(url()), r2(url()), w(url()), late(url());
+  Options shared;
+  shared.shared();
+  Hold a(r1.get(), name, shared.get()), b(r2.get(), name, shared.get());
+  ASSERT_TRUE(a.held() && b.held()) << a.error() << b.error();
+
+  std::atomic<bool> writer_done{false};
+  Hold written;
+  std::thread writer([&] {
+    Options patient;
+    patient.wait(20000).owner("writer");
+    written = Hold(w.get(), name, patient.get());
+    writer_done = true;
+  });
+  std::this_thread::sleep_for(500ms);  // the writer is waiting now
+  EXPECT_FALSE(writer_done) << "the writer got in while readers held: " << written.error();
+
+  // A writer waits: readers arriving now queue behind it, even while readers still hold.
+  Options one_try, short_wait;
+  one_try.shared();
+  short_wait.shared().wait(300);
+  Hold refused(late.get(), name, one_try.get());
+  EXPECT_EQ(refused.status(), DLOCK_NOT_ACQUIRED) << "a new reader jumped ahead of the writer";
+  Hold refused_too(late.get(), name, short_wait.get());
+  EXPECT_EQ(refused_too.status(), DLOCK_NOT_ACQUIRED) << "a new reader jumped ahead of the writer";
+
+  // A reader that waits without limit gets in after the writer is done.
+  std::atomic<bool> reader_done{false};
+  Hold read_later;
+  std::thread reader([&] {
+    Options forever;
+    forever.shared().wait(-1);
+    read_later = Hold(late.get(), name, forever.get());
+    reader_done = true;
+  });
+
+  EXPECT_EQ(a.Release(), DLOCK_OK) << a.error();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(writer_done) << "the writer got in while a reader still held";
+  const auto released_at = Clock::now();
+  EXPECT_EQ(b.Release(), DLOCK_OK) << b.error();
+  ASSERT_TRUE(WaitFor([&] { return writer_done.load(); }, 10000ms));
+  writer.join();
+  ASSERT_EQ(written.status(), DLOCK_OK) << written.error();
+  EXPECT_LT(MsSince(released_at), 4000) << "the writer slept long after the last reader left";
+  EXPECT_GT(written.token(), std::max(a.token(), b.token()));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(reader_done) << "a reader got in while the writer held";
+  Snapshot snap = Inspect(r1.get(), name);
+  ASSERT_EQ(snap.holders.size(), 1u) << snap;
+  EXPECT_EQ(snap.kind, DLOCK_EXCLUSIVE);
+  EXPECT_EQ(snap.holders[0].owner, "writer");
+
+  EXPECT_EQ(written.Release(), DLOCK_OK) << written.error();
+  ASSERT_TRUE(WaitFor([&] { return reader_done.load(); }, 10000ms));
+  reader.join();
+  ASSERT_EQ(read_later.status(), DLOCK_OK) << read_later.error();
+  EXPECT_GT(read_later.token(), written.token());
+}
+
+TEST_P(Kinds, NoUpgradeFromSharedToExclusive) {
+  const std::string name = Name("upgrade");
+  Client c(url()), other(url());
+  Options shared, exclusive;
+  shared.shared();
+  exclusive.wait(2000);
+  Hold reading(c.get(), name, shared.get());
+  ASSERT_TRUE(reading.held()) << reading.error();
+  const auto start = Clock::now();
+  Hold upgrade(c.get(), name, exclusive.get());
+  EXPECT_EQ(upgrade.status(), DLOCK_EINVAL) << "it would wait for itself";
+  EXPECT_LT(MsSince(start), 1000) << "refused at once, not after its wait";
+  EXPECT_NE(upgrade.error().find("shared"), std::string::npos) << upgrade.error();
+  EXPECT_NE(upgrade.error().find(name), std::string::npos) << upgrade.error();
+
+  // Another shared hold by the same client is just one more reader; another client's
+  // exclusive acquire waits as usual.
+  Hold again(c.get(), name, shared.get());
+  EXPECT_EQ(again.status(), DLOCK_OK) << again.error();
+  Options one_try;
+  Hold elsewhere(other.get(), name, one_try.get());
+  EXPECT_EQ(elsewhere.status(), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(reading.Release(), DLOCK_OK);
+  EXPECT_EQ(again.Release(), DLOCK_OK);
+  Hold now(c.get(), name, one_try.get());  // released: exclusive is fine now
+  EXPECT_EQ(now.status(), DLOCK_OK) << now.error();
+}
+
+TEST_P(Kinds, SemaphoreAdmitsExactlyItsPermits) {
+  const std::string name = Name("pool");
+  Client c1(url()), c2(url()), c3(url()), c4(url());
+  Options three;
+  three.permits(3).owner("worker");
+  Hold a(c1.get(), name, three.get()), b(c2.get(), name, three.get()), c(c3.get(), name, three.get());
+  ASSERT_TRUE(a.held() && b.held() && c.held()) << a.error() << b.error() << c.error();
+  Hold fourth(c4.get(), name, three.get());
+  EXPECT_EQ(fourth.status(), DLOCK_NOT_ACQUIRED) << "a 4th holder of 3 permits";
+  Snapshot snap = Inspect(c4.get(), name);
+  EXPECT_EQ(snap.permits, 3u) << snap;
+  EXPECT_EQ(snap.kind, DLOCK_EXCLUSIVE) << snap;
+  ASSERT_EQ(snap.holders.size(), 3u) << snap;
+  std::set<uint64_t> tokens;
+  for (const Holder& h : snap.holders) tokens.insert(h.token);
+  EXPECT_EQ(tokens, (std::set<uint64_t>{a.token(), b.token(), c.token()}));
+
+  // A permit given back is a permit to take; a waiter gets it soon after.
+  Options waiting;
+  waiting.permits(3).wait(10000);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    b.Release();
+  });
+  const auto start = Clock::now();
+  Hold next(c4.get(), name, waiting.get());
+  releaser.join();
+  ASSERT_EQ(next.status(), DLOCK_OK) << next.error();
+  EXPECT_LT(MsSince(start), 4000);
+  EXPECT_GT(next.token(), c.token());
+}
+
+TEST_P(Kinds, SemaphoreOfThreeNeverHasAFourthHolderAcrossSixProcesses) {
+  char dir[] = "/tmp/dlock-conformance-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string holders = std::string(dir) + "/holders";
+  constexpr int kProcesses = 6, kRounds = 15;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int p = 0; p < kProcesses; ++p) {
+    workers.push_back(
+        StartWorker({url(), Name("pool"), "permits", "3", std::to_string(kRounds), holders}));
+  }
+  for (auto& w : workers) EXPECT_EQ(w->Wait(180s), 0) << w->output();
+  long current = -1, most = -1;
+  std::ifstream(holders) >> current >> most;
+  EXPECT_EQ(current, 0) << "every holder counted itself out";
+  EXPECT_LE(most, 3) << "more holders at once than the semaphore's 3 permits";
+  EXPECT_GE(most, 2) << "the permits were never held side by side: not a semaphore";
+  std::filesystem::remove_all(dir);
+}
+
+TEST_P(Kinds, SortsAndSizesAreNeverMixed) {
+  const std::string name = Name("mixed");
+  Client c(url()), other(url());
+  Options both;
+  EXPECT_EQ(dlock_options_set_kind(both.mutable_get(), DLOCK_SHARED), DLOCK_OK);
+  EXPECT_EQ(dlock_options_set_permits(both.mutable_get(), 2), DLOCK_OK);
+  Hold neither(c.get(), name, both.get());
+  EXPECT_EQ(neither.status(), DLOCK_EINVAL) << "shared and permits on one options object";
+
+  Options three, four, shared, exclusive;
+  three.permits(3);
+  four.permits(4);
+  shared.shared();
+  Hold sem(c.get(), name, three.get());
+  ASSERT_TRUE(sem.held()) << sem.error();
+  Hold bigger(other.get(), name, four.get());
+  EXPECT_EQ(bigger.status(), DLOCK_EINVAL);
+  EXPECT_NE(bigger.error().find("3 permits"), std::string::npos) << bigger.error();
+  EXPECT_NE(bigger.error().find("4 permits"), std::string::npos) << bigger.error();
+  for (const Options* lock_sort : {&shared, &exclusive}) {
+    Hold as_lock(other.get(), name, lock_sort->get());
+    EXPECT_EQ(as_lock.status(), DLOCK_EINVAL);
+    EXPECT_NE(as_lock.error().find("semaphore of 3"), std::string::npos) << as_lock.error();
+  }
+  EXPECT_EQ(sem.Release(), DLOCK_OK) << sem.error();
+
+  // Free again, the name is whatever its next holder makes it.
+  Hold reading(c.get(), name, shared.get());
+  ASSERT_TRUE(reading.held()) << reading.error();
+  Hold as_semaphore(other.get(), name, four.get());
+  EXPECT_EQ(as_semaphore.status(), DLOCK_EINVAL);
+  EXPECT_NE(as_semaphore.error().find("a lock"), std::string::npos) << as_semaphore.error();
+  EXPECT_EQ(reading.Release(), DLOCK_OK);
+  Hold exclusive_hold(c.get(), name, exclusive.get());
+  ASSERT_TRUE(exclusive_hold.held()) << exclusive_hold.error();
+  Hold still_not(other.get(), name, four.get());
+  EXPECT_EQ(still_not.status(), DLOCK_EINVAL);
+  EXPECT_EQ(exclusive_hold.Release(), DLOCK_OK);
+  Hold now(other.get(), name, four.get());
+  EXPECT_EQ(now.status(), DLOCK_OK) << now.error();
+  EXPECT_TRUE(Inspect(c.get(), name).permits == 4u);
+}
+
+TEST_P(Kinds, TokensRiseAcrossEveryKind) {
+  const std::string name = Name("t");
+  Client c(url()), d(url());
+  Options exclusive, shared, two;
+  shared.shared();
+  two.permits(2);
+  std::vector<uint64_t> tokens;
+  auto take = [&](dlock_client* client, const Options& o) {
+    Hold h(client, name, o.get());
+    EXPECT_EQ(h.status(), DLOCK_OK) << h.error();
+    tokens.push_back(h.token());
+    return h;
+  };
+  take(c.get(), exclusive);
+  {
+    Hold r1 = take(c.get(), shared), r2 = take(d.get(), shared);
+  }
+  take(d.get(), exclusive);
+  {
+    Hold p1 = take(c.get(), two), p2 = take(d.get(), two);
+  }
+  take(c.get(), shared);
+  take(c.get(), exclusive);
+  ASSERT_EQ(tokens.size(), 8u);
+  for (size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]) << "token " << i;
+}
+
+TEST_P(Kinds, KilledReadersHoldEndsWithItsLease) {
+  const std::string name = Name("reader");
+  constexpr int kLeaseMs = 800;
+  auto reader = StartWorker({url(), name, "hold", std::to_string(kLeaseMs), "doomed-reader", "shared"});
+  const uint64_t reader_token = AwaitAcquired(*reader);
+  ASSERT_GT(reader_token, 0u) << reader->output();
+  Client c(url());
+  Snapshot held = Inspect(c.get(), name);
+  ASSERT_EQ(held.holders.size(), 1u) << held;
+  EXPECT_EQ(held.kind, DLOCK_SHARED);
+  EXPECT_EQ(held.holders[0].owner, "doomed-reader");
+
+  // Alive, it renews: a writer gets nothing over several leases.
+  Options brief;
+  brief.wait(2 * kLeaseMs + 300).retry(50, 200);
+  Hold early(c.get(), name, brief.get());
+  EXPECT_EQ(early.status(), DLOCK_NOT_ACQUIRED);
+
+  reader->Kill();
+  const auto killed_at = Clock::now();
+  Options patient;
+  patient.wait(15000).retry(50, 200);
+  Hold writer(c.get(), name, patient.get());
+  ASSERT_EQ(writer.status(), DLOCK_OK) << writer.error();
+  const int64_t waited = MsSince(killed_at);
+  EXPECT_GE(waited, kLeaseMs / 2) << "taken before the dead reader's lease could have run out";
+  EXPECT_LT(waited, 3 * kLeaseMs + 4000) << "the dead reader's hold outlived its lease";
+  EXPECT_GT(writer.token(), reader_token);
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, Kinds, ::testing::ValuesIn(KindsBackends()), BackendTestName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Kinds);
+
+// A shared hold is lost like any other: reported in every style, never silent.
+class KindsLosing : public StyleTest {};
+
+TEST_P(KindsLosing, DeletedSharedHoldIsReportedLost) {
+  auto c = Open();
+  Client other(url());
+  const std::string name = Name("victim");
+  Options opts;
+  opts.shared().lease(3000).heartbeat(100);
+  c->ReportLosses(opts.mutable_get());
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(c->Acquire(name.c_str(), opts.get(), &l), DLOCK_OK) << c->last_error();
+  const uint64_t token = dlock_lock_fencing_token(l);
+  // Renewed past its lease while held.
+  std::this_thread::sleep_for(400ms);
+  Snapshot held = Inspect(other.get(), name);
+  ASSERT_EQ(held.holders.size(), 1u) << held;
+  EXPECT_GT(held.holders[0].remaining_ms, 2500) << "not renewed: " << held;
+
+  ASSERT_TRUE(server().DeleteLock(name));
+  LossReport lost = c->AwaitLoss(5000ms);
+  ASSERT_EQ(lost.count, 1) << "the loss was not reported";
+  EXPECT_NE(lost.says.find(name), std::string::npos) << lost.says;
+  if (style() != Style::kQueued) EXPECT_EQ(lost.token, token);
+  EXPECT_EQ(dlock_lock_is_valid(l), 0);
+  EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
+}
+
+std::vector<std::tuple<BackendFactory, Style>> KindsStyles() {
+  std::vector<std::tuple<BackendFactory, Style>> out;
+  for (const BackendFactory& f : KindsBackends()) {
+    for (Style s : {Style::kBlocking, Style::kAsync, Style::kQueued}) out.emplace_back(f, s);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, KindsLosing, ::testing::ValuesIn(KindsStyles()), StyleTestName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(KindsLosing);
+
+}  // namespace
+}  // namespace dlock_test
