@@ -312,7 +312,7 @@ void LockProtocol::Acquire(Transport* transport, const LockRequest& request,
   AcquireRound(transport, std::move(op), nullptr, nullptr);
 }
 
-Json LockProtocol::ExclusiveBody(const AcquireOp& op, const LockItem* item, const Judgement* judged) {
+Json LockProtocol::ExclusiveBody(const AcquireOp& op, const LockItem* item) {
   Update u;
   const std::string o = u.Name(attr::kOwner), rv = u.Name(attr::kRecordVersion),
                     h = u.Name(attr::kHolds), f = u.Name(attr::kFence);
@@ -346,7 +346,6 @@ Json LockProtocol::ExclusiveBody(const AcquireOp& op, const LockItem* item, cons
   } else {
     u.Condition("(attribute_not_exists(" + h + ") OR size(" + h + ") = " + u.Value(N(uint64_t{0})) + ")");
   }
-  (void)judged;
   Json body = u.Body(api_->config().table, op.key, "ALL_NEW");
   // Saves the read that follows a refusal where DynamoDB supports it.
   body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
@@ -454,7 +453,7 @@ void LockProtocol::AcquireRound(Transport* transport, std::shared_ptr<AcquireOp>
       return;
     }
   } else {
-    body = ExclusiveBody(*op, item, judged);
+    body = ExclusiveBody(*op, item);
   }
   CallWithRetries(transport, api_->credentials(), "UpdateItem", std::move(body), op->deadline,
                   [this, transport, op](ApiResult r) {
@@ -606,25 +605,16 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
       op->NotAcquired(0);  // the item kept changing: try again at once
     }
   };
+  // The name's sort while held (a lock, or a semaphore of n) is what its live holders make it.
+  const uint32_t held_permits = semaphore_live ? item.permits : 0;
+  if ((semaphore_live || lock_live) && held_permits != op->permits) {
+    op->Finish(SortMismatch(op->name, held_permits, op->permits), AcquireAttempt());
+    return;
+  }
   const std::string lock = "lock '" + op->name + "'";
-  if (op->permits == 0 && semaphore_live) {
-    op->Finish(Status::InvalidArgument(lock + " is a semaphore of " + std::to_string(item.permits) +
-                                       " permits now, not a lock"),
-               AcquireAttempt());
-    return;
-  }
-  if (op->permits != 0 && lock_live) {
-    op->Finish(Status::InvalidArgument(lock + " is held as a lock (exclusive or shared), not a semaphore"),
-               AcquireAttempt());
-    return;
-  }
-  if (op->permits != 0 && semaphore_live && item.permits != op->permits) {
-    op->Finish(Status::InvalidArgument(lock + " is a semaphore of " + std::to_string(item.permits) +
-                                       " permits now; this acquire asked for " +
-                                       std::to_string(op->permits)),
-               AcquireAttempt());
-    return;
-  }
+  // A hold of another sort (or n) than the expired holds left behind: they all go before
+  // `permits` changes, so that no live hold ever stands beside a stale `permits`.
+  const bool sort_changes = item.permits != op->permits && expired > kMaxRemovalsPerWrite;
 
   if (op->kind == LockKind::kExclusive && op->permits == 0) {
     std::vector<int64_t> blockers = live_in;
@@ -653,7 +643,7 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
                  AcquireAttempt());
       return;
     }
-    next_round(item.holds.size() - removable + 1 > kMaxHoldsPerName);
+    next_round(sort_changes || item.holds.size() - removable + 1 > kMaxHoldsPerName);
     return;
   }
   // A semaphore of op->permits.
@@ -662,7 +652,7 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
     return;
   }
   // Expired holds beyond one write's share still count: removed first.
-  next_round(item.holds.size() - removable >= op->permits);
+  next_round(sort_changes || item.holds.size() - removable >= op->permits);
 }
 
 void LockProtocol::Announce(Transport* transport, std::shared_ptr<AcquireOp> op, int64_t holder_ttl_ms) {

@@ -182,7 +182,8 @@ class LockProtocol {
   // A refused exclusive acquire that will wait: writes its announcement, then reports the refusal.
   void Announce(Transport* transport, std::shared_ptr<AcquireOp> op, int64_t holder_ttl_ms);
   void AcquiredExclusive(const std::shared_ptr<AcquireOp>& op, const Json& answer);
-  Json ExclusiveBody(const AcquireOp& op, const LockItem* item, const Judgement* judged);
+  // The writes: built from the item as read and judged (null: the first write's guess).
+  Json ExclusiveBody(const AcquireOp& op, const LockItem* item);
   Status HoldBody(const AcquireOp& op, const LockItem* item, const Judgement* judged, Json* body,
                   uint64_t* token);
   Json CleanupBody(const AcquireOp& op, const LockItem& item, const Judgement& judged);
