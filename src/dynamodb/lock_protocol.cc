@@ -86,6 +86,13 @@ int64_t SoonestExpiry(const std::vector<int64_t>& ins) {
   return soonest == kNever ? -1 : std::max<int64_t>(soonest, 0);
 }
 
+// A write to holds.<owner> refused because `holds` is gone (the item was deleted): DynamoDB
+// may say so with a ValidationException rather than a failed condition.
+bool HoldPathGone(const ApiResult& r) {
+  return r.outcome == Outcome::kFailed && r.error_type == "ValidationException" &&
+         r.status.message().find("document path") != std::string::npos;
+}
+
 // An UpdateItem's expressions, with a placeholder for every attribute name and value: each
 // name declared once, every declared one used (DynamoDB refuses unused placeholders), and any
 // text (an owner value as a map key) safe as a name.
@@ -474,6 +481,10 @@ void LockProtocol::AcquireRound(Transport* transport, std::shared_ptr<AcquireOp>
       default:
         break;
     }
+    if (HoldPathGone(r)) {  // the item went away since it was read: judge it again
+      AcquireRefused(transport, op, Json());
+      return;
+    }
     if (!r.maybe_applied) {
       op->Finish(r.status, AcquireAttempt());
       return;
@@ -768,13 +779,6 @@ bool LockProtocol::KnownFence(const std::string& key_text, uint64_t* fence) {
 namespace {
 
 bool IsHold(const LockState& lock) { return lock.kind == LockKind::kShared || lock.permits != 0; }
-
-// A write to holds.<ours> refused because the path is gone (the item was deleted): DynamoDB
-// may say so with a ValidationException rather than a failed condition.
-bool HoldPathGone(const ApiResult& r) {
-  return r.outcome == Outcome::kFailed && r.error_type == "ValidationException" &&
-         r.status.message().find("document path") != std::string::npos;
-}
 
 Status NotHeldStatus(const LockState& lock) {
   return Status::NotHeld(IsHold(lock) ? "lock '" + lock.name + "' no longer has this hold (released, " +

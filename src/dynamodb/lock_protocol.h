@@ -20,8 +20,9 @@
 //
 // Exclusive acquire: one UpdateItem, conditional on no owner (or the owner's recordVersion the
 //   waiter saw expire) and an absent or empty `holds` (or, taking over, `fence` unchanged and
-//   every hold's recordVersion the one the waiter saw expire), that sets the holder, removes
-//   `holds` and `permits`, and does fence = if_not_exists(fence, wall-clock µs) + 1: tokens rise
+//   every hold's recordVersion the one the waiter saw expire), that sets the holder, empties
+//   `holds` (never removed once there: SET holds.<owner> needs it), removes `permits`, and
+//   does fence = if_not_exists(fence, wall-clock µs) + 1: tokens rise
 //   across releases through the counter, and across a deleted item through the clock. Refused
 //   (ConditionalCheckFailedException), the waiter reads the item (ALL_OLD, or a ConsistentRead
 //   GetItem), judges it and takes over in a second write when every blocker expired. A refused
@@ -38,7 +39,10 @@
 //   `permits`. A shared acquire is also conditional on no `writer` (or the one the waiter saw
 //   stand for its queueMs, removed by the write): a standing announcement refuses new readers,
 //   so a waiting writer is not starved. A write refused because the item changed is judged again
-//   from the new item, a bounded number of rounds per attempt.
+//   from the new item, a bounded number of rounds per attempt. One write removes at most 100
+//   expired holds (DynamoDB's expressions are at most 4 KB); more are removed by writes that
+//   do only that, first. A name changes sort (lock <-> semaphore, or another n) only once every
+//   old hold is gone.
 // Renew/extend: UpdateItem conditional on the hold still being ours (owner = ours, or
 //   holds.<ours> exists): new recordVersion, lease, renewedAtMs.
 // Release: UpdateItem conditional on the same that removes the exclusive holder's attributes,
