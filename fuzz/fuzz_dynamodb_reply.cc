@@ -1,5 +1,6 @@
 // DynamoDB answers: any HTTP status with any body, sorted by Api::Interpret as every call's
-// answer is, then read the way the lock protocol reads items (attributes, fencing token).
+// answer is, then read the way the lock protocol reads items (attributes, fencing token, the
+// map of shared holds and permits, a writer's announcement).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -31,6 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)dlock::dynamodb::NumberAttribute(*it, "fence", &token);
       (void)dlock::dynamodb::NumberAttribute(*it, "leaseMs", &token);
       (void)dlock::dynamodb::StringAttribute(*it, "owner");
+      // The whole item: exclusive holder, map of holds, permits, writer's announcement.
+      dlock::dynamodb::LockItem item;
+      dlock::dynamodb::ParseLockItem(*it, &item);
     }
   }
   return 0;

@@ -111,9 +111,11 @@ class DynamoDbBackend : public Backend {
     }
   }
 
-  // Tokens: if_not_exists(fence, now in µs) + 1, kept in the item across releases. DynamoDB has
-  // no release notifications: waiters use holder_ttl_ms and jittered retries.
-  uint32_t Capabilities() const override { return kCapFencingStrict; }
+  // Tokens: one counter per name (fence, seeded from the wall clock in µs), kept in the item
+  // across releases, raised by every acquisition of every kind. Shared holds and semaphores:
+  // a map of holds in the same item (lock_protocol.h). DynamoDB has no release notifications:
+  // waiters use holder_ttl_ms and jittered retries.
+  uint32_t Capabilities() const override { return kCapFencingStrict | kCapShared | kCapPermits; }
   void Watch(const std::string&, ReleaseWatcher*) override {}
   void Unwatch(const std::string&, ReleaseWatcher*) override {}
 

@@ -38,11 +38,13 @@ Status CheckAttributeName(const std::string& param, const std::string& name) {
     return Status::InvalidArgument("URL parameter " + param + " must be 1 to 255 bytes");
   }
   for (const char* reserved : {attr::kOwner, attr::kRecordVersion, attr::kLeaseMs,
-                               attr::kRenewedAtMs, attr::kFence}) {
+                               attr::kRenewedAtMs, attr::kFence, attr::kHolds, attr::kPermits,
+                               attr::kWriter}) {
     if (name == reserved) {
       return Status::InvalidArgument(
           "URL parameter " + param + "='" + name + "' collides with an attribute the lock "
-          "protocol writes (owner, recordVersion, leaseMs, renewedAtMs, fence): pick another name");
+          "protocol writes (owner, recordVersion, leaseMs, renewedAtMs, fence, holds, permits, "
+          "writer): pick another name");
     }
   }
   if (!IsValidUtf8(name)) return Status::InvalidArgument("URL parameter " + param + " is not UTF-8");

@@ -20,6 +20,12 @@ inline constexpr char kRecordVersion[] = "recordVersion";  // S: random, rotated
 inline constexpr char kLeaseMs[] = "leaseMs";              // N: lease in ms, 0 = no expiry
 inline constexpr char kRenewedAtMs[] = "renewedAtMs";      // N: holder's wall clock at its last write
 inline constexpr char kFence[] = "fence";                  // N: last fencing token; never removed
+// Shared and semaphore holds (lock_protocol.h):
+inline constexpr char kHolds[] = "holds";      // M: owner value -> {recordVersion, leaseMs, renewedAtMs, token}
+inline constexpr char kToken[] = "token";      // N: in a hold: its fencing token
+inline constexpr char kPermits[] = "permits";  // N: the semaphore's size while holds are permits
+inline constexpr char kWriter[] = "writer";    // M: a waiting writer {owner, recordVersion, queueMs}
+inline constexpr char kQueueMs[] = "queueMs";  // N: in writer: how long it stands unchanged
 }  // namespace attr
 
 inline constexpr char kDefaultPartitionKey[] = "id";

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <limits>
+#include <map>
 
 #include "core/options.h"
 #include "core/token.h"
@@ -10,10 +12,20 @@
 namespace dlock::dynamodb {
 namespace {
 
-// Rounds of one acquire attempt: write, (read,) takeover or retry-because-free write.
-constexpr int kMaxAcquireRounds = 3;
-// Observations kept per backend before they are forgotten wholesale (waiters re-observe).
+// Writes of one acquire attempt: the first (guessed) write, then rewrites after refusals (a
+// takeover, or a race with another acquisition of the name). Each refusal's item is judged
+// anew; past this the attempt reports "not acquired, try again at once".
+constexpr int kMaxAcquireRounds = 8;
+// Expired holds one write removes at most (an expression is at most 4 KB: about 29 bytes each
+// in the condition); more are removed by cleanup writes first.
+constexpr size_t kMaxRemovalsPerWrite = 100;
+// Cleanup writes one attempt makes at most (enough to clear a full item).
+constexpr int kMaxCleanups = static_cast<int>(kMaxHoldsPerName / kMaxRemovalsPerWrite) + 2;
+// Names whose observations a backend keeps before they are forgotten wholesale (waiters
+// re-observe).
 constexpr size_t kMaxObservations = 10000;
+// "Never expires" (lease 0, or a foreign entry without a record version).
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 int64_t WallClockMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -48,6 +60,96 @@ int64_t CeilMs(std::chrono::nanoseconds d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d + std::chrono::nanoseconds(999999)).count();
 }
 
+// The "M" object of an attribute value, or null.
+const Json* MapOf(const Json& value) {
+  if (!value.is_object()) return nullptr;
+  auto m = value.find("M");
+  return m != value.end() && m->is_object() ? &*m : nullptr;
+}
+
+// Clamps a server-supplied wall-clock time before any arithmetic (far past any wall clock).
+int64_t ClampWallMs(uint64_t ms) { return static_cast<int64_t>(std::min<uint64_t>(ms, uint64_t{1} << 52)); }
+
+// A hold's stored value.
+Json HoldValue(const std::string& record_version, uint64_t lease_ms, uint64_t token) {
+  return Json{{"M",
+               {{attr::kRecordVersion, S(record_version)},
+                {attr::kLeaseMs, N(lease_ms)},
+                {attr::kRenewedAtMs, N(WallClockMs())},
+                {attr::kToken, N(token)}}}};
+}
+
+// The soonest of the blockers' expiries: -1 when none of them expires.
+int64_t SoonestExpiry(const std::vector<int64_t>& ins) {
+  int64_t soonest = kNever;
+  for (int64_t in : ins) soonest = std::min(soonest, in);
+  return soonest == kNever ? -1 : std::max<int64_t>(soonest, 0);
+}
+
+// A write to holds.<owner> refused because `holds` is gone (the item was deleted): DynamoDB
+// may say so with a ValidationException rather than a failed condition.
+bool HoldPathGone(const ApiResult& r) {
+  return r.outcome == Outcome::kFailed && r.error_type == "ValidationException" &&
+         r.status.message().find("document path") != std::string::npos;
+}
+
+// An UpdateItem's expressions, with a placeholder for every attribute name and value: each
+// name declared once, every declared one used (DynamoDB refuses unused placeholders), and any
+// text (an owner value as a map key) safe as a name.
+class Update {
+ public:
+  std::string Name(const std::string& attribute) {
+    auto it = names_.find(attribute);
+    if (it != names_.end()) return it->second;
+    std::string placeholder = "#n" + std::to_string(names_.size());
+    names_.emplace(attribute, placeholder);
+    return placeholder;
+  }
+  std::string Path(std::initializer_list<std::string> parts) {
+    std::string path;
+    for (const std::string& part : parts) path += (path.empty() ? "" : ".") + Name(part);
+    return path;
+  }
+  std::string Value(Json value) {
+    std::string placeholder = ":v" + std::to_string(values_.size());
+    values_[placeholder] = std::move(value);
+    return placeholder;
+  }
+  void Set(const std::string& clause) { set_.push_back(clause); }
+  void Remove(const std::string& path) { remove_.push_back(path); }
+  void Condition(const std::string& condition) { conditions_.push_back(condition); }
+
+  Json Body(const std::string& table, const Json& key, const char* return_values) const {
+    std::string update;
+    auto clause = [&update](const char* verb, const std::vector<std::string>& parts) {
+      if (parts.empty()) return;
+      update += (update.empty() ? "" : " ") + std::string(verb);
+      for (size_t i = 0; i < parts.size(); ++i) update += (i ? ", " : " ") + parts[i];
+    };
+    clause("SET", set_);
+    clause("REMOVE", remove_);
+    Json names = Json::object();
+    for (const auto& entry : names_) names[entry.second] = entry.first;
+    Json body = {{"TableName", table},
+                 {"Key", key},
+                 {"UpdateExpression", update},
+                 {"ExpressionAttributeNames", std::move(names)},
+                 {"ReturnValues", return_values}};
+    if (!conditions_.empty()) {
+      std::string condition;
+      for (const std::string& c : conditions_) condition += (condition.empty() ? "" : " AND ") + c;
+      body["ConditionExpression"] = condition;
+    }
+    if (!values_.empty()) body["ExpressionAttributeValues"] = values_;
+    return body;
+  }
+
+ private:
+  std::map<std::string, std::string> names_;  // attribute -> placeholder
+  Json values_ = Json::object();
+  std::vector<std::string> set_, remove_, conditions_;
+};
+
 }  // namespace
 
 bool NumberAttribute(const Json& item, const char* name, uint64_t* out) {
@@ -69,25 +171,77 @@ std::string StringAttribute(const Json& item, const char* name) {
   return s != it->end() && s->is_string() ? s->get<std::string>() : std::string();
 }
 
+void ParseLockItem(const Json& item, LockItem* out) {
+  *out = LockItem();
+  if (!item.is_object()) return;
+  uint64_t n = 0;
+  out->owner = StringAttribute(item, attr::kOwner);
+  out->record_version = StringAttribute(item, attr::kRecordVersion);
+  if (NumberAttribute(item, attr::kLeaseMs, &n)) out->lease_ms = std::min<uint64_t>(n, kMaxLeaseMs);
+  if (NumberAttribute(item, attr::kRenewedAtMs, &n)) out->renewed_at_ms = ClampWallMs(n);
+  out->has_fence = NumberAttribute(item, attr::kFence, &out->fence);
+  auto holds = item.find(attr::kHolds);
+  if (holds != item.end()) {
+    out->has_holds = true;
+    const Json* map = MapOf(*holds);
+    if (map == nullptr) {
+      out->holds_malformed = true;
+    } else {
+      for (auto it = map->begin(); it != map->end(); ++it) {
+        HoldRecord hold;
+        hold.owner = it.key();
+        if (const Json* fields = MapOf(it.value())) {
+          hold.record_version = StringAttribute(*fields, attr::kRecordVersion);
+          if (NumberAttribute(*fields, attr::kLeaseMs, &n)) hold.lease_ms = std::min<uint64_t>(n, kMaxLeaseMs);
+          if (NumberAttribute(*fields, attr::kRenewedAtMs, &n)) hold.renewed_at_ms = ClampWallMs(n);
+          (void)NumberAttribute(*fields, attr::kToken, &hold.token);
+        }
+        out->holds.push_back(std::move(hold));
+      }
+      std::sort(out->holds.begin(), out->holds.end(), [](const HoldRecord& a, const HoldRecord& b) {
+        return a.token != b.token ? a.token < b.token : a.owner < b.owner;
+      });
+    }
+  }
+  out->has_permits = item.contains(attr::kPermits);
+  if (NumberAttribute(item, attr::kPermits, &n) && n <= UINT32_MAX) out->permits = static_cast<uint32_t>(n);
+  auto writer = item.find(attr::kWriter);
+  if (writer != item.end()) {
+    out->has_writer = true;
+    if (const Json* fields = MapOf(*writer)) {
+      out->writer.owner = StringAttribute(*fields, attr::kOwner);
+      out->writer.record_version = StringAttribute(*fields, attr::kRecordVersion);
+      if (NumberAttribute(*fields, attr::kQueueMs, &n)) out->writer.queue_ms = std::min<uint64_t>(n, kMaxLeaseMs);
+    }
+  }
+}
+
 struct LockProtocol::AcquireOp {
   std::string name;
   std::string owner_value;
-  uint64_t lease_ms;
+  uint64_t lease_ms = 0;
+  LockKind kind = LockKind::kExclusive;
+  uint32_t permits = 0;
+  uint64_t queue_ms = 0;
   Json key;
   std::string key_text;
   int rounds = 0;
+  int cleanups = 0;
+  bool cleanup = false;        // the write in flight only removes expired holds
   std::string record_version;  // what this round writes
+  uint64_t token = 0;          // a hold's token in the write in flight
   TimePoint deadline;
   std::function<void(Status, AcquireAttempt)> done;
 
+  bool is_hold() const { return kind == LockKind::kShared || permits != 0; }
   void Finish(Status s, AcquireAttempt attempt) {
     auto d = std::move(done);
     d(std::move(s), std::move(attempt));
   }
-  void Acquired(uint64_t token) {
+  void Acquired(uint64_t fencing_token) {
     AcquireAttempt attempt;
     attempt.acquired = true;
-    attempt.fencing_token = token;
+    attempt.fencing_token = fencing_token;
     Finish(Status::Ok(), std::move(attempt));
   }
   void NotAcquired(int64_t holder_ttl_ms) {
@@ -95,6 +249,14 @@ struct LockProtocol::AcquireOp {
     attempt.holder_ttl_ms = holder_ttl_ms;
     Finish(Status::Ok(), std::move(attempt));
   }
+};
+
+// What a waiter makes of an item: for each holder, the ms until it may be taken over (<= 0:
+// now, it expired; kNever: it never expires).
+struct LockProtocol::Judgement {
+  int64_t owner_in = kNever;     // the exclusive holder, if the item has one
+  std::vector<int64_t> hold_in;  // item.holds[i]
+  int64_t writer_in = kNever;    // the announcement, if the item has one
 };
 
 Status LockProtocol::KeyFor(const std::string& name, Json* key) const {
@@ -134,176 +296,504 @@ void LockProtocol::Acquire(Transport* transport, const LockRequest& request,
   op->name = request.name;
   op->owner_value = request.owner_value;
   op->lease_ms = request.lease_ms;
+  op->kind = request.kind;
+  op->permits = request.permits;
+  op->queue_ms = std::min<uint64_t>(request.queue_ms, kMaxLeaseMs);
   op->deadline = CallDeadline();
   op->done = std::move(done);
   Status s = KeyFor(request.name, &op->key);
   if (s.ok() && !IsValidUtf8(request.owner_value)) {
     s = Status::InvalidArgument("the owner label is not valid UTF-8, which DynamoDB requires");
   }
+  if (s.ok() && request.permits > kMaxHoldsPerName) {
+    s = Status::InvalidArgument(
+        "lock '" + request.name + "': a DynamoDB semaphore has at most " +
+        std::to_string(kMaxHoldsPerName) + " permits (every hold of a name lives in its one item " +
+        "of at most 400 KB); this acquire asked for " + std::to_string(request.permits));
+  }
   if (!s.ok()) {
     op->Finish(s, AcquireAttempt());
     return;
   }
   op->key_text = op->key.dump();
-  AcquireRound(transport, std::move(op));
+  AcquireRound(transport, std::move(op), nullptr, nullptr);
 }
 
-void LockProtocol::AcquireRound(Transport* transport, std::shared_ptr<AcquireOp> op) {
-  ++op->rounds;
-  op->record_version = NewRecordVersion();
-  const std::string takeover_from = ExpiredRecordVersion(op->key_text);
-  Json values = {{":o", S(op->owner_value)},
-                 {":rv", S(op->record_version)},
-                 {":l", N(op->lease_ms)},
-                 {":t", N(WallClockMs())},
-                 {":seed", N(WallClockUs())},
-                 {":one", N(uint64_t{1})}};
-  std::string condition = "attribute_not_exists(#o)";
-  if (!takeover_from.empty()) {
-    condition += " OR #rv = :seen";
-    values[":seen"] = S(takeover_from);
+Json LockProtocol::ExclusiveBody(const AcquireOp& op, const LockItem* item) {
+  Update u;
+  const std::string o = u.Name(attr::kOwner), rv = u.Name(attr::kRecordVersion),
+                    h = u.Name(attr::kHolds), f = u.Name(attr::kFence);
+  u.Set(o + " = " + u.Value(S(op.owner_value)));
+  u.Set(rv + " = " + u.Value(S(op.record_version)));
+  u.Set(u.Name(attr::kLeaseMs) + " = " + u.Value(N(op.lease_ms)));
+  u.Set(u.Name(attr::kRenewedAtMs) + " = " + u.Value(N(WallClockMs())));
+  u.Set(f + " = if_not_exists(" + f + ", " + u.Value(N(WallClockUs())) + ") + " + u.Value(N(uint64_t{1})));
+  // An empty map rather than none: a shared acquire's SET holds.<owner> needs it to exist, and
+  // `holds` is never removed once there (only an exclusive acquire empties it).
+  u.Set(h + " = " + u.Value(Json{{"M", Json::object()}}));
+  u.Remove(u.Name(attr::kPermits));
+  // The exclusive holder: none, or the one whose record version this waiter saw expire.
+  std::string takeover_from;
+  if (item == nullptr) {
+    takeover_from = ExpiredRecordVersion(op.key_text);
+  } else if (!item->owner.empty()) {
+    takeover_from = item->record_version;  // the judge saw it expire
   }
-  Json body = {
-      {"TableName", api_->config().table},
-      {"Key", op->key},
-      {"UpdateExpression", "SET #o = :o, #rv = :rv, #l = :l, #t = :t, #f = if_not_exists(#f, :seed) + :one"},
-      {"ConditionExpression", condition},
-      {"ExpressionAttributeNames",
-       {{"#o", attr::kOwner}, {"#rv", attr::kRecordVersion}, {"#l", attr::kLeaseMs},
-        {"#t", attr::kRenewedAtMs}, {"#f", attr::kFence}}},
-      {"ExpressionAttributeValues", std::move(values)},
-      {"ReturnValues", "UPDATED_NEW"},
-      // Saves the read that follows a refusal where DynamoDB supports it.
-      {"ReturnValuesOnConditionCheckFailure", "ALL_OLD"}};
+  u.Condition(takeover_from.empty()
+                  ? "attribute_not_exists(" + o + ")"
+                  : "(attribute_not_exists(" + o + ") OR " + rv + " = " + u.Value(S(takeover_from)) + ")");
+  if (item != nullptr && !item->holds.empty()) {
+    // Every hold expired (the judge saw to it): each still at the record version seen, and no
+    // hold added since (every acquisition changes the fence).
+    u.Condition(item->has_fence ? f + " = " + u.Value(N(item->fence)) : "attribute_not_exists(" + f + ")");
+    for (const HoldRecord& hold : item->holds) {
+      u.Condition(u.Path({attr::kHolds, hold.owner, attr::kRecordVersion}) + " = " +
+                  u.Value(S(hold.record_version)));
+    }
+  } else {
+    u.Condition("(attribute_not_exists(" + h + ") OR size(" + h + ") = " + u.Value(N(uint64_t{0})) + ")");
+  }
+  Json body = u.Body(api_->config().table, op.key, "ALL_NEW");
+  // Saves the read that follows a refusal where DynamoDB supports it.
+  body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
+  return body;
+}
+
+Status LockProtocol::HoldBody(const AcquireOp& op, const LockItem* item, const Judgement* judged,
+                              Json* body, uint64_t* token) {
+  Update u;  // names are declared where used: DynamoDB refuses unused ones
+  const std::string o = u.Name(attr::kOwner), h = u.Name(attr::kHolds), f = u.Name(attr::kFence);
+  // The token: the fence read (or last seen, for the first write) + 1, conditional on it.
+  uint64_t fence = 0;
+  const bool has_fence = item == nullptr ? KnownFence(op.key_text, &fence) : item->has_fence;
+  if (item != nullptr) fence = item->fence;
+  if (has_fence && fence == UINT64_MAX) {
+    return Status::BackendError("the fencing counter of lock '" + op.name + "' is at its end (2^64 - 1)");
+  }
+  *token = has_fence ? fence + 1 : static_cast<uint64_t>(WallClockUs()) + 1;
+  u.Condition(has_fence ? f + " = " + u.Value(N(fence)) : "attribute_not_exists(" + f + ")");
+  u.Set(f + " = " + u.Value(N(*token)));
+  Json hold = HoldValue(op.record_version, op.lease_ms, *token);
+  if (item == nullptr || !item->has_holds) {
+    Json map = Json{{"M", Json{{op.owner_value, std::move(hold)}}}};
+    u.Set(h + " = " + u.Value(std::move(map)));
+    u.Condition(item == nullptr
+                    ? "(attribute_not_exists(" + h + ") OR size(" + h + ") = " + u.Value(N(uint64_t{0})) + ")"
+                    : "attribute_not_exists(" + h + ")");
+  } else {
+    u.Set(u.Path({attr::kHolds, op.owner_value}) + " = " + u.Value(std::move(hold)));
+  }
+  if (item == nullptr || item->owner.empty()) {
+    u.Condition("attribute_not_exists(" + o + ")");
+  } else {  // an exclusive holder the judge saw expire
+    u.Condition("(attribute_not_exists(" + o + ") OR " + u.Name(attr::kRecordVersion) + " = " +
+                u.Value(S(item->record_version)) + ")");
+    for (const char* a : {attr::kOwner, attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs}) u.Remove(u.Name(a));
+  }
+  if (item != nullptr) {
+    size_t removed = 0;
+    for (size_t i = 0; i < item->holds.size() && removed < kMaxRemovalsPerWrite; ++i) {
+      if (judged->hold_in[i] > 0) continue;
+      const HoldRecord& expired = item->holds[i];
+      u.Condition(u.Path({attr::kHolds, expired.owner, attr::kRecordVersion}) + " = " +
+                  u.Value(S(expired.record_version)));
+      u.Remove(u.Path({attr::kHolds, expired.owner}));
+      ++removed;
+    }
+  }
+  if (op.permits != 0) {
+    u.Set(u.Name(attr::kPermits) + " = " + u.Value(N(uint64_t{op.permits})));
+  } else if (item == nullptr || item->has_permits) {
+    u.Remove(u.Name(attr::kPermits));
+  }
+  if (op.kind == LockKind::kShared) {
+    const std::string w = u.Name(attr::kWriter);
+    if (item == nullptr || !item->has_writer) {
+      u.Condition("attribute_not_exists(" + w + ")");
+    } else {  // an announcement the judge saw stand unchanged for its queueMs: removed
+      u.Condition("(attribute_not_exists(" + w + ") OR " +
+                  (item->writer.record_version.empty()
+                       ? "attribute_not_exists(" + u.Path({attr::kWriter, attr::kRecordVersion}) + ")"
+                       : u.Path({attr::kWriter, attr::kRecordVersion}) + " = " +
+                             u.Value(S(item->writer.record_version))) +
+                  ")");
+      u.Remove(w);
+    }
+  }
+  *body = u.Body(api_->config().table, op.key, "NONE");
+  (*body)["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
+  return Status::Ok();
+}
+
+Json LockProtocol::CleanupBody(const AcquireOp& op, const LockItem& item, const Judgement& judged) {
+  Update u;
+  size_t removed = 0;
+  for (size_t i = 0; i < item.holds.size() && removed < kMaxRemovalsPerWrite; ++i) {
+    if (judged.hold_in[i] > 0) continue;
+    const HoldRecord& expired = item.holds[i];
+    u.Condition(u.Path({attr::kHolds, expired.owner, attr::kRecordVersion}) + " = " +
+                u.Value(S(expired.record_version)));
+    u.Remove(u.Path({attr::kHolds, expired.owner}));
+    ++removed;
+  }
+  Json body = u.Body(api_->config().table, op.key, "NONE");
+  body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
+  return body;
+}
+
+void LockProtocol::AcquireRound(Transport* transport, std::shared_ptr<AcquireOp> op,
+                                const LockItem* item, const Judgement* judged, bool cleanup) {
+  op->cleanup = cleanup;
+  if (cleanup) {
+    ++op->cleanups;
+  } else {
+    ++op->rounds;
+  }
+  op->record_version = NewRecordVersion();
+  Json body;
+  if (cleanup) {
+    body = CleanupBody(*op, *item, *judged);
+  } else if (op->is_hold()) {
+    Status s = HoldBody(*op, item, judged, &body, &op->token);
+    if (!s.ok()) {
+      op->Finish(s, AcquireAttempt());
+      return;
+    }
+  } else {
+    body = ExclusiveBody(*op, item);
+  }
   CallWithRetries(transport, api_->credentials(), "UpdateItem", std::move(body), op->deadline,
                   [this, transport, op](ApiResult r) {
     switch (r.outcome) {
-      case Outcome::kOk: {
-        uint64_t token = 0;
-        auto attrs = r.body.find("Attributes");
-        if (attrs == r.body.end() || !NumberAttribute(*attrs, attr::kFence, &token)) {
-          op->Finish(Status::BackendError(api_->config().Describe() +
-                                          " answered an acquire without the new fencing token"),
-                     AcquireAttempt());
-          return;
+      case Outcome::kOk:
+        if (op->cleanup) {  // expired holds removed: judge the item again
+          AcquireRefused(transport, op, Json());
+        } else if (op->is_hold()) {
+          Acquired(op->key_text, op->token, false);
+          op->Acquired(op->token);
+        } else {
+          AcquiredExclusive(op, r.body);
         }
-        ForgetObservation(op->key_text);
-        op->Acquired(token);
         return;
-      }
-      case Outcome::kConditionFailed: {
-        Json item = ItemOf(r.body);
-        if (!item.is_null()) {
-          AcquireJudge(transport, op, std::move(item), Now());
-          return;
-        }
-        Read(transport, op->key, op->deadline, [this, transport, op](Status s, Json item) {
-          if (!s.ok()) {
-            op->Finish(s, AcquireAttempt());
-            return;
-          }
-          AcquireJudge(transport, op, std::move(item), Now());
-        });
+      case Outcome::kConditionFailed:
+        AcquireRefused(transport, op, ItemOf(r.body));
         return;
-      }
       default:
         break;
+    }
+    if (HoldPathGone(r)) {  // the item went away since it was read: judge it again
+      AcquireRefused(transport, op, Json());
+      return;
     }
     if (!r.maybe_applied) {
       op->Finish(r.status, AcquireAttempt());
       return;
     }
-    // The write may have landed: the item says whether the lock is ours, if the call's time
-    // still allows a read (a silent server used it all up).
-    Status failure = r.status;
-    Read(transport, op->key, op->deadline, [this, op, failure](Status s, Json item) {
-      if (s.ok() && StringAttribute(item, attr::kOwner) == op->owner_value) {
-        uint64_t token = 0;
-        if (NumberAttribute(item, attr::kFence, &token)) {
-          op->Acquired(token);
-          return;
-        }
-      }
-      // Unknown: give it back in case it landed, so no dead owner keeps it (in the
-      // background: the caller does not wait another timeout for it).
-      if (!s.ok()) InBackground("UpdateItem", ReleaseBody(op->key, op->owner_value));
-      op->Finish(failure, AcquireAttempt());
-    });
+    AcquireAmbiguous(transport, op, r.status);
   });
 }
 
-void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp> op, Json item,
-                                TimePoint seen_at) {
-  const std::string owner = StringAttribute(item, attr::kOwner);
-  if (owner.empty()) {  // released in between: try again at once
-    if (op->rounds < kMaxAcquireRounds) {
-      AcquireRound(transport, std::move(op));
-    } else {
-      op->NotAcquired(0);
+void LockProtocol::AcquiredExclusive(const std::shared_ptr<AcquireOp>& op, const Json& answer) {
+  uint64_t token = 0;
+  auto attrs = answer.find("Attributes");
+  if (attrs == answer.end() || !NumberAttribute(*attrs, attr::kFence, &token)) {
+    op->Finish(Status::BackendError(api_->config().Describe() +
+                                    " answered an acquire without the new fencing token"),
+               AcquireAttempt());
+    return;
+  }
+  Acquired(op->key_text, token, true);
+  // A writer that announced itself while it waited removes its announcement, if it is still
+  // its own (another writer may have announced since: that one stays). In the background: the
+  // exclusive hold keeps readers out meanwhile, and a lost removal ends after its queueMs.
+  auto writer = attrs->find(attr::kWriter);
+  if (writer != attrs->end()) {
+    const Json* fields = MapOf(*writer);
+    if (fields != nullptr && StringAttribute(*fields, attr::kOwner) == op->owner_value) {
+      Update u;
+      const std::string w = u.Name(attr::kWriter);
+      u.Remove(w);
+      u.Condition(u.Path({attr::kWriter, attr::kOwner}) + " = " + u.Value(S(op->owner_value)));
+      InBackground("UpdateItem", u.Body(api_->config().table, op->key, "NONE"));
     }
-    return;
   }
-  if (owner == op->owner_value) {  // an earlier round did land
-    uint64_t token = 0;
-    if (NumberAttribute(item, attr::kFence, &token)) {
-      ForgetObservation(op->key_text);
-      op->Acquired(token);
-      return;
-    }
-  }
-  uint64_t lease_ms = 0, renewed_at = 0;
-  if (!NumberAttribute(item, attr::kLeaseMs, &lease_ms) || lease_ms == 0) {
-    op->NotAcquired(-1);  // fail-closed (or a foreign item): it never expires
-    return;
-  }
-  (void)NumberAttribute(item, attr::kRenewedAtMs, &renewed_at);
-  // Both come from the item, written by anyone: clamped before the takeover arithmetic (a
-  // leaseMs of 2^64 - 1 once turned into -1 ms, a takeover at once).
-  lease_ms = std::min<uint64_t>(lease_ms, kMaxLeaseMs);
-  renewed_at = std::min<uint64_t>(renewed_at, uint64_t{1} << 52);  // far past any wall clock
-  int64_t takeover_in = ObserveHolder(op->key_text, StringAttribute(item, attr::kRecordVersion),
-                                      lease_ms, static_cast<int64_t>(renewed_at), seen_at);
-  if (takeover_in <= 0 && op->rounds < kMaxAcquireRounds) {
-    AcquireRound(transport, std::move(op));
-    return;
-  }
-  op->NotAcquired(std::max<int64_t>(takeover_in, 0));
+  op->Acquired(token);
 }
 
-int64_t LockProtocol::TakeoverIn(const Observation& o) const {
+void LockProtocol::AcquireRefused(Transport* transport, std::shared_ptr<AcquireOp> op, Json old_item) {
+  if (!old_item.is_null()) {
+    AcquireJudge(transport, std::move(op), std::move(old_item), Now());
+    return;
+  }
+  Read(transport, op->key, op->deadline, [this, transport, op](Status s, Json item) {
+    if (!s.ok()) {
+      op->Finish(s, AcquireAttempt());
+      return;
+    }
+    // Seen when the answer came, not when the read was sent: a holder's write that landed
+    // while the read was on its way was sent after the read, and its lease counts from then.
+    AcquireJudge(transport, op, std::move(item), Now());
+  });
+}
+
+void LockProtocol::AcquireAmbiguous(Transport* transport, std::shared_ptr<AcquireOp> op, Status failure) {
+  // The write may have landed: the item says whether the lock is ours, if the call's time
+  // still allows a read (a silent server used it all up).
+  Read(transport, op->key, op->deadline, [this, op, failure](Status s, Json json) {
+    if (s.ok()) {
+      LockItem item;
+      ParseLockItem(json, &item);
+      if (!op->is_hold() && item.owner == op->owner_value && item.has_fence) {
+        Acquired(op->key_text, item.fence, true);
+        op->Acquired(item.fence);
+        return;
+      }
+      if (op->is_hold()) {
+        for (const HoldRecord& hold : item.holds) {
+          if (hold.owner == op->owner_value && hold.token != 0) {
+            Acquired(op->key_text, hold.token, false);
+            op->Acquired(hold.token);
+            return;
+          }
+        }
+      }
+      if (op->cleanup) {  // only expired holds were being removed: nothing to give back
+        op->Finish(failure, AcquireAttempt());
+        return;
+      }
+    }
+    // Unknown: give it back in case it landed, so no dead owner keeps it (in the
+    // background: the caller does not wait another timeout for it).
+    if (!s.ok() && !op->cleanup) InBackground("UpdateItem", ReleaseBody(op->key, op->owner_value, op->is_hold()));
+    op->Finish(failure, AcquireAttempt());
+  });
+}
+
+void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp> op, Json json,
+                                TimePoint seen_at) {
+  LockItem item;
+  ParseLockItem(json, &item);
+  // An earlier round did land (its answer was lost).
+  if (!op->is_hold() && !item.owner.empty() && item.owner == op->owner_value && item.has_fence) {
+    Acquired(op->key_text, item.fence, true);
+    op->Acquired(item.fence);
+    return;
+  }
+  if (op->is_hold()) {
+    for (const HoldRecord& hold : item.holds) {
+      if (hold.owner == op->owner_value && hold.token != 0) {
+        Acquired(op->key_text, hold.token, false);
+        op->Acquired(hold.token);
+        return;
+      }
+    }
+  }
+  if (item.holds_malformed) {
+    op->Finish(Status::BackendError("the item of lock '" + op->name + "' in " + api_->config().Describe() +
+                                    " has a '" + attr::kHolds + "' attribute that is not a map (not " +
+                                    "written by dlock)"),
+               AcquireAttempt());
+    return;
+  }
+  const Judgement judged = Judge(op->key_text, item, seen_at);
+  const bool owner_live = !item.owner.empty() && judged.owner_in > 0;
+  std::vector<int64_t> live_in;  // the live holds' expiries
+  size_t expired = 0;
+  for (int64_t in : judged.hold_in) {
+    if (in > 0) {
+      live_in.push_back(in);
+    } else {
+      ++expired;
+    }
+  }
+  const size_t removable = std::min(expired, kMaxRemovalsPerWrite);
+  const bool semaphore_live = !live_in.empty() && item.permits != 0;
+  const bool lock_live = owner_live || (!live_in.empty() && item.permits == 0);
+  auto next_round = [&](bool cleanup) {
+    if (cleanup ? op->cleanups < kMaxCleanups : op->rounds < kMaxAcquireRounds) {
+      AcquireRound(transport, op, &item, &judged, cleanup);
+    } else {
+      op->NotAcquired(0);  // the item kept changing: try again at once
+    }
+  };
+  // The name's sort while held (a lock, or a semaphore of n) is what its live holders make it.
+  const uint32_t held_permits = semaphore_live ? item.permits : 0;
+  if ((semaphore_live || lock_live) && held_permits != op->permits) {
+    op->Finish(SortMismatch(op->name, held_permits, op->permits), AcquireAttempt());
+    return;
+  }
+  const std::string lock = "lock '" + op->name + "'";
+  // A hold of another sort (or n) than the expired holds left behind: they all go before
+  // `permits` changes, so that no live hold ever stands beside a stale `permits`.
+  const bool sort_changes = item.permits != op->permits && expired > kMaxRemovalsPerWrite;
+
+  if (op->kind == LockKind::kExclusive && op->permits == 0) {
+    std::vector<int64_t> blockers = live_in;
+    if (owner_live) blockers.push_back(judged.owner_in);
+    if (!blockers.empty()) {
+      Announce(transport, op, SoonestExpiry(blockers));
+      return;
+    }
+    // Every holder expired: take over, after removing expired holds beyond one write's share.
+    next_round(expired > kMaxRemovalsPerWrite);
+    return;
+  }
+  if (op->kind == LockKind::kShared) {
+    std::vector<int64_t> blockers;
+    if (owner_live) blockers.push_back(judged.owner_in);
+    if (item.has_writer && judged.writer_in > 0) blockers.push_back(judged.writer_in);
+    if (!blockers.empty()) {
+      op->NotAcquired(SoonestExpiry(blockers));
+      return;
+    }
+    if (live_in.size() >= kMaxHoldsPerName) {
+      op->Finish(Status::InvalidArgument(
+                     lock + " has " + std::to_string(live_in.size()) + " shared holders, the most " +
+                     "one name can have on DynamoDB (" + std::to_string(kMaxHoldsPerName) +
+                     ": every hold lives in the name's one item of at most 400 KB)"),
+                 AcquireAttempt());
+      return;
+    }
+    next_round(sort_changes || item.holds.size() - removable + 1 > kMaxHoldsPerName);
+    return;
+  }
+  // A semaphore of op->permits.
+  if (live_in.size() >= op->permits) {
+    op->NotAcquired(SoonestExpiry(live_in));
+    return;
+  }
+  // Expired holds beyond one write's share still count: removed first.
+  next_round(sort_changes || item.holds.size() - removable >= op->permits);
+}
+
+void LockProtocol::Announce(Transport* transport, std::shared_ptr<AcquireOp> op, int64_t holder_ttl_ms) {
+  if (op->queue_ms == 0) {
+    op->NotAcquired(holder_ttl_ms);
+    return;
+  }
+  // Unconditional: the latest waiting writer's announcement stands (each keeps rewriting its
+  // own while it waits), and whichever of them acquires removes only its own.
+  Update u;
+  Json writer = {{"M",
+                  {{attr::kOwner, S(op->owner_value)},
+                   {attr::kRecordVersion, S(NewRecordVersion())},
+                   {attr::kQueueMs, N(op->queue_ms)}}}};
+  u.Set(u.Name(attr::kWriter) + " = " + u.Value(std::move(writer)));
+  CallWithRetries(transport, api_->credentials(), "UpdateItem",
+                  u.Body(api_->config().table, op->key, "NONE"), op->deadline,
+                  [op, holder_ttl_ms](ApiResult) {
+                    // Best effort: a failed announcement only lets readers in until the next
+                    // attempt's; the refusal stands either way.
+                    op->NotAcquired(holder_ttl_ms);
+                  });
+}
+
+int64_t LockProtocol::TakeoverIn(const Observation& o, bool trust_wall_clock) const {
   int64_t in = CeilMs(o.first_seen + Millis(o.lease_ms) - Now());
-  if (api_->config().trust_local_time && o.renewed_at_ms > 0) {
+  if (trust_wall_clock && api_->config().trust_local_time && o.renewed_at_ms > 0) {
     in = std::min<int64_t>(in, o.renewed_at_ms + static_cast<int64_t>(o.lease_ms) - WallClockMs());
   }
   return in;
 }
 
-int64_t LockProtocol::ObserveHolder(const std::string& key_text, const std::string& record_version,
-                                    uint64_t lease_ms, int64_t renewed_at_ms, TimePoint seen_at) {
-  std::lock_guard<std::mutex> lock(observed_mu_);
+LockProtocol::NameObservations& LockProtocol::ObservationsOf(const std::string& key_text) {
   if (observed_.size() >= kMaxObservations && observed_.find(key_text) == observed_.end()) {
     observed_.clear();
   }
-  Observation& o = observed_[key_text];
-  if (o.record_version != record_version || o.record_version.empty()) {
-    // The holder wrote since we last looked (or we never looked): its lease starts over, as
-    // far as this waiter can tell.
-    o = Observation{record_version, seen_at, lease_ms, renewed_at_ms};
+  return observed_[key_text];
+}
+
+LockProtocol::Judgement LockProtocol::Judge(const std::string& key_text, const LockItem& item,
+                                            TimePoint seen_at) {
+  std::lock_guard<std::mutex> lock(observed_mu_);
+  NameObservations& seen = ObservationsOf(key_text);
+  if (item.has_fence) {
+    seen.fence_known = true;
+    seen.fence = item.fence;
   }
-  return TakeoverIn(o);
+  // One holder's takeover clock: it restarts whenever its record version changes (the holder
+  // wrote since we last looked, or we never looked), as far as this waiter can tell.
+  auto observe = [this, seen_at](Observation& o, const std::string& record_version, uint64_t lease_ms,
+                                 int64_t renewed_at_ms, bool trust_wall_clock) -> int64_t {
+    if (record_version.empty() || lease_ms == 0) {
+      o = Observation();
+      return kNever;
+    }
+    if (o.record_version != record_version) o = Observation{record_version, seen_at, lease_ms, renewed_at_ms};
+    return TakeoverIn(o, trust_wall_clock);
+  };
+  Judgement judged;
+  if (!item.owner.empty()) {
+    judged.owner_in = observe(seen.owner, item.record_version, item.lease_ms, item.renewed_at_ms, true);
+  } else {
+    seen.owner = Observation();
+  }
+  std::unordered_map<std::string, Observation> holds;  // only the holds the item still has
+  judged.hold_in.reserve(item.holds.size());
+  for (const HoldRecord& hold : item.holds) {
+    Observation o;
+    auto it = seen.holds.find(hold.owner);
+    if (it != seen.holds.end()) o = it->second;
+    judged.hold_in.push_back(observe(o, hold.record_version, hold.lease_ms, hold.renewed_at_ms, true));
+    holds[hold.owner] = o;
+  }
+  seen.holds = std::move(holds);
+  if (!item.has_writer) {
+    seen.writer = Observation();
+  } else if (item.writer.record_version.empty() || item.writer.queue_ms == 0) {
+    seen.writer = Observation();
+    judged.writer_in = 0;  // not a usable announcement: it stands for nothing
+  } else {
+    // No wall-clock shortcut: the announcement carries no writer's clock.
+    judged.writer_in = observe(seen.writer, item.writer.record_version, item.writer.queue_ms, 0, false);
+  }
+  return judged;
 }
 
 std::string LockProtocol::ExpiredRecordVersion(const std::string& key_text) {
   std::lock_guard<std::mutex> lock(observed_mu_);
   auto it = observed_.find(key_text);
-  if (it == observed_.end() || TakeoverIn(it->second) > 0) return "";
-  return it->second.record_version;
+  if (it == observed_.end() || it->second.owner.record_version.empty() ||
+      TakeoverIn(it->second.owner, true) > 0) {
+    return "";
+  }
+  return it->second.owner.record_version;
 }
 
-void LockProtocol::ForgetObservation(const std::string& key_text) {
+void LockProtocol::Acquired(const std::string& key_text, uint64_t fence, bool exclusive) {
   std::lock_guard<std::mutex> lock(observed_mu_);
-  observed_.erase(key_text);
+  NameObservations& seen = ObservationsOf(key_text);
+  if (exclusive) seen = NameObservations();
+  seen.fence_known = true;
+  seen.fence = fence;
 }
+
+bool LockProtocol::KnownFence(const std::string& key_text, uint64_t* fence) {
+  std::lock_guard<std::mutex> lock(observed_mu_);
+  auto it = observed_.find(key_text);
+  if (it == observed_.end() || !it->second.fence_known) return false;
+  *fence = it->second.fence;
+  return true;
+}
+
+namespace {
+
+bool IsHold(const LockState& lock) { return lock.kind == LockKind::kShared || lock.permits != 0; }
+
+Status NotHeldStatus(const LockState& lock) {
+  return Status::NotHeld(IsHold(lock) ? "lock '" + lock.name + "' no longer has this hold (released, " +
+                                            "deleted, or taken over after its lease)"
+                                      : "the item of lock '" + lock.name + "' has another owner");
+}
+
+const HoldRecord* FindHold(const LockItem& item, const std::string& owner_value) {
+  for (const HoldRecord& hold : item.holds) {
+    if (hold.owner == owner_value) return &hold;
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> lock, uint64_t lease_ms,
                          TimePoint deadline, std::function<void(Status)> done) {
@@ -313,25 +803,30 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
     done(s);
     return;
   }
+  const bool hold = IsHold(*lock);
   std::string rv = NewRecordVersion();
-  Json body = {{"TableName", api_->config().table},
-               {"Key", key},
-               {"UpdateExpression", "SET #rv = :rv, #l = :l, #t = :t"},
-               {"ConditionExpression", "#o = :o"},
-               {"ExpressionAttributeNames",
-                {{"#o", attr::kOwner}, {"#rv", attr::kRecordVersion}, {"#l", attr::kLeaseMs},
-                 {"#t", attr::kRenewedAtMs}}},
-               {"ExpressionAttributeValues",
-                {{":o", S(lock->owner_value)}, {":rv", S(rv)}, {":l", N(lease_ms)}, {":t", N(WallClockMs())}}}};
-  CallWithRetries(transport, api_->credentials(), "UpdateItem", std::move(body),
+  Update u;
+  if (hold) {
+    const std::string me = u.Path({attr::kHolds, lock->owner_value});
+    u.Set(me + "." + u.Name(attr::kRecordVersion) + " = " + u.Value(S(rv)));
+    u.Set(me + "." + u.Name(attr::kLeaseMs) + " = " + u.Value(N(lease_ms)));
+    u.Set(me + "." + u.Name(attr::kRenewedAtMs) + " = " + u.Value(N(WallClockMs())));
+    u.Condition("attribute_exists(" + me + ")");
+  } else {
+    u.Set(u.Name(attr::kRecordVersion) + " = " + u.Value(S(rv)));
+    u.Set(u.Name(attr::kLeaseMs) + " = " + u.Value(N(lease_ms)));
+    u.Set(u.Name(attr::kRenewedAtMs) + " = " + u.Value(N(WallClockMs())));
+    u.Condition(u.Name(attr::kOwner) + " = " + u.Value(S(lock->owner_value)));
+  }
+  CallWithRetries(transport, api_->credentials(), "UpdateItem", u.Body(api_->config().table, key, "NONE"),
                   std::min(deadline, CallDeadline()),
-                  [this, transport, lock, rv, key, deadline, done = std::move(done)](ApiResult r) {
+                  [this, transport, lock, rv, key, deadline, hold, done = std::move(done)](ApiResult r) {
     if (r.outcome == Outcome::kOk) {
       done(Status::Ok());
       return;
     }
-    if (r.outcome == Outcome::kConditionFailed) {
-      done(Status::NotHeld("the item of lock '" + lock->name + "' has another owner"));
+    if (r.outcome == Outcome::kConditionFailed || (hold && HoldPathGone(r))) {
+      done(NotHeldStatus(*lock));
       return;
     }
     if (!r.maybe_applied) {
@@ -341,33 +836,44 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
     // Ambiguous (e.g. a timeout after sending): read before deciding the lock is lost, within
     // `deadline` (a heartbeat: the lock's local deadline; an extend: the caller's bound).
     Status failure = r.status;
-    Read(transport, key, std::min(deadline, CallDeadline()), [lock, rv, failure, done](Status s, Json item) {
+    Read(transport, key, std::min(deadline, CallDeadline()), [lock, rv, failure, done](Status s, Json json) {
       if (!s.ok()) {
         done(failure);  // still unknown: the heartbeat retries until the local deadline
         return;
       }
-      if (StringAttribute(item, attr::kOwner) != lock->owner_value) {
-        done(Status::NotHeld("the item of lock '" + lock->name + "' has another owner"));
-        return;
+      LockItem item;
+      ParseLockItem(json, &item);
+      std::string current;  // our hold's record version, "" when it is not ours any more
+      if (IsHold(*lock)) {
+        const HoldRecord* mine = FindHold(item, lock->owner_value);
+        if (mine != nullptr) current = mine->record_version.empty() ? "?" : mine->record_version;
+      } else if (item.owner == lock->owner_value) {
+        current = item.record_version.empty() ? "?" : item.record_version;
       }
-      if (StringAttribute(item, attr::kRecordVersion) == rv) {
+      if (current.empty()) {
+        done(NotHeldStatus(*lock));
+      } else if (current == rv) {
         done(Status::Ok());  // it did land
-        return;
+      } else {
+        done(failure);  // still ours, not renewed: try again
       }
-      done(failure);  // still ours, not renewed: try again
     });
   });
 }
 
-Json LockProtocol::ReleaseBody(const Json& key, const std::string& owner_value) const {
-  return {{"TableName", api_->config().table},
-          {"Key", key},
-          {"UpdateExpression", "REMOVE #o, #rv, #l, #t"},
-          {"ConditionExpression", "#o = :o"},
-          {"ExpressionAttributeNames",
-           {{"#o", attr::kOwner}, {"#rv", attr::kRecordVersion}, {"#l", attr::kLeaseMs},
-            {"#t", attr::kRenewedAtMs}}},
-          {"ExpressionAttributeValues", {{":o", S(owner_value)}}}};
+Json LockProtocol::ReleaseBody(const Json& key, const std::string& owner_value, bool is_hold) const {
+  Update u;
+  if (is_hold) {
+    const std::string me = u.Path({attr::kHolds, owner_value});
+    u.Remove(me);
+    u.Condition("attribute_exists(" + me + ")");
+  } else {
+    const std::string o = u.Name(attr::kOwner);
+    u.Remove(o);
+    for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs}) u.Remove(u.Name(a));
+    u.Condition(o + " = " + u.Value(S(owner_value)));
+  }
+  return u.Body(api_->config().table, key, "NONE");
 }
 
 void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState> lock,
@@ -379,16 +885,16 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
     return;
   }
   const TimePoint deadline = CallDeadline();
-  CallWithRetries(transport, api_->credentials(), "UpdateItem", ReleaseBody(key, lock->owner_value),
-                  deadline, [this, transport, lock, key, deadline, done = std::move(done)](ApiResult r) {
+  const bool hold = IsHold(*lock);
+  CallWithRetries(transport, api_->credentials(), "UpdateItem", ReleaseBody(key, lock->owner_value, hold),
+                  deadline, [this, transport, lock, key, deadline, hold, done = std::move(done)](ApiResult r) {
     if (r.outcome == Outcome::kOk) {
       done(Status::Ok());
       return;
     }
-    if (r.outcome == Outcome::kConditionFailed) {
+    if (r.outcome == Outcome::kConditionFailed || (hold && HoldPathGone(r))) {
       // After an attempt that may have landed, "not ours" is that attempt's own doing.
-      done(r.maybe_applied ? Status::Ok()
-                           : Status::NotHeld("the item of lock '" + lock->name + "' has another owner"));
+      done(r.maybe_applied ? Status::Ok() : NotHeldStatus(*lock));
       return;
     }
     // Not confirmed: the caller's handle is gone either way, so the release is retried in the
@@ -396,16 +902,21 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
     // fail-closed lock).
     Status failure = r.status;
     if (!r.maybe_applied) {
-      if (failure.code() == Code::kIoError) InBackground("UpdateItem", ReleaseBody(key, lock->owner_value));
+      if (failure.code() == Code::kIoError) InBackground("UpdateItem", ReleaseBody(key, lock->owner_value, hold));
       done(failure);
       return;
     }
-    Read(transport, key, deadline, [this, lock, key, failure, done](Status s, Json item) {
-      if (s.ok() && StringAttribute(item, attr::kOwner) != lock->owner_value) {
-        done(Status::Ok());  // no longer ours: the release landed
-        return;
+    Read(transport, key, deadline, [this, lock, key, failure, hold, done](Status s, Json json) {
+      if (s.ok()) {
+        LockItem item;
+        ParseLockItem(json, &item);
+        const bool ours = hold ? FindHold(item, lock->owner_value) != nullptr : item.owner == lock->owner_value;
+        if (!ours) {
+          done(Status::Ok());  // no longer ours: the release landed
+          return;
+        }
       }
-      InBackground("UpdateItem", ReleaseBody(key, lock->owner_value));
+      InBackground("UpdateItem", ReleaseBody(key, lock->owner_value, hold));
       done(failure);
     });
   });
@@ -419,29 +930,40 @@ void LockProtocol::Inspect(Transport* transport, const std::string& name,
     done(s, LockInfo());
     return;
   }
-  Read(transport, key, CallDeadline(), [done = std::move(done)](Status st, Json item) {
+  Read(transport, key, CallDeadline(), [done = std::move(done)](Status st, Json json) {
     LockInfo info;
-    const std::string owner = st.ok() ? StringAttribute(item, attr::kOwner) : std::string();
-    if (owner.empty()) {
+    if (!st.ok()) {
       done(st, info);
       return;
     }
-    HolderInfo holder;
-    holder.owner = OwnerLabel(owner);
-    uint64_t lease_ms = 0;
-    uint64_t renewed_at = 0;
-    (void)NumberAttribute(item, attr::kLeaseMs, &lease_ms);
-    (void)NumberAttribute(item, attr::kRenewedAtMs, &renewed_at);
-    (void)NumberAttribute(item, attr::kFence, &holder.fencing_token);
-    if (lease_ms == 0) {
-      holder.remaining_ms = -1;
-    } else {
-      // Server-supplied numbers, clamped before the arithmetic.
-      const int64_t lease = static_cast<int64_t>(std::min<uint64_t>(lease_ms, kMaxLeaseMs));
-      const int64_t renewed = static_cast<int64_t>(std::min<uint64_t>(renewed_at, INT64_MAX / 2));
-      holder.remaining_ms = std::clamp<int64_t>(renewed + lease - WallClockMs(), 0, lease);
+    LockItem item;
+    ParseLockItem(json, &item);
+    const int64_t now = WallClockMs();
+    // The remaining lease, estimated from the holder's wall clock at its last write.
+    auto remaining = [now](uint64_t lease_ms, int64_t renewed_at_ms) -> int64_t {
+      if (lease_ms == 0) return -1;
+      const int64_t lease = static_cast<int64_t>(lease_ms);  // both clamped by ParseLockItem
+      return std::clamp<int64_t>(renewed_at_ms + lease - now, 0, lease);
+    };
+    if (!item.owner.empty()) {
+      HolderInfo holder;
+      holder.owner = OwnerLabel(item.owner);
+      holder.remaining_ms = remaining(item.lease_ms, item.renewed_at_ms);
+      holder.fencing_token = item.has_fence ? item.fence : 0;
+      info.holders.push_back(std::move(holder));
     }
-    info.holders.push_back(std::move(holder));
+    // Holds a crashed holder left are listed (with 0 ms left) until a waiter removes them.
+    for (const HoldRecord& hold : item.holds) {
+      HolderInfo holder;
+      holder.owner = OwnerLabel(hold.owner);
+      holder.remaining_ms = remaining(hold.lease_ms, hold.renewed_at_ms);
+      holder.fencing_token = hold.token;
+      info.holders.push_back(std::move(holder));
+    }
+    if (item.owner.empty() && !item.holds.empty()) {
+      info.kind = item.permits != 0 ? LockKind::kExclusive : LockKind::kShared;
+      info.permits = item.permits;
+    }
     done(Status::Ok(), std::move(info));
   });
 }

@@ -1,26 +1,64 @@
-// The lock protocol on one DynamoDB item per lock, written once for both transports.
+// The lock protocol on one DynamoDB item per lock name, written once for both transports.
 //
 // Item: the key attribute(s), then (dynamodb_config.h, attr::)
-//   owner          the holder's secret owner token [+ "|label"]; absent when the lock is free
-//   recordVersion  random, rewritten by every acquire and heartbeat
-//   leaseMs        the holder's lease; 0 = no expiry (fail-closed)
-//   renewedAtMs    the holder's wall clock at its last write (used only by trust_local_time=1)
-//   fence          the last fencing token; kept by release, so tokens keep rising
+//   owner          the exclusive holder's secret owner token [+ "|label"]; absent when none
+//   recordVersion  random, rewritten by every acquire and heartbeat of the exclusive holder
+//   leaseMs        the exclusive holder's lease; 0 = no expiry (fail-closed)
+//   renewedAtMs    its wall clock at its last write (used only by trust_local_time=1)
+//   fence          the last fencing token of the name, of every kind of hold; never removed
+//   holds          shared holds or semaphore permits: a map from each holder's owner value to
+//                  {recordVersion, leaseMs, renewedAtMs, token}; may be left empty ({})
+//   permits        the semaphore's size n while `holds` holds permits; absent while it holds
+//                  shared holds. Meaningless (may be stale) while `holds` is empty.
+//   writer         a waiting exclusive acquire's announcement {owner, recordVersion, queueMs}
 //
-// Acquire: one UpdateItem, conditional on attribute_not_exists(owner) (free, or never used),
-//   that sets the holder and does fence = if_not_exists(fence, wall-clock µs) + 1, returning
-//   the new fence: tokens rise across releases through the counter, and across a deleted
-//   item through the clock. Refused (ConditionalCheckFailedException), the waiter reads the
-//   item (from the error's ALL_OLD item, or a ConsistentRead GetItem) and remembers when it
-//   first saw that recordVersion, on its monotonic clock. Once the same recordVersion has
-//   stood for a whole lease, the holder stopped heartbeating: the waiter takes over with the
-//   same UpdateItem conditional on "recordVersion = the one it saw". With trust_local_time=1,
-//   renewedAtMs + leaseMs past the waiter's wall clock is enough.
-// Renew/extend: UpdateItem conditional on owner = ours: new recordVersion, lease, renewedAtMs.
-// Release: UpdateItem conditional on owner = ours that removes owner, recordVersion, leaseMs,
-//   renewedAtMs and keeps the item and its fence.
+// A name is free of any sort while it has no exclusive owner and no hold in `holds`; it is a
+// lock while it has an exclusive owner or shared holds, a semaphore of `permits` while it has
+// permits. A hold is "live" to a waiter until the waiter saw its recordVersion stand unchanged
+// for that hold's lease on its own monotonic clock (remembered across its attempts, as for
+// exclusive locks since the start); holds with lease 0 never expire. There is no server clock.
+//
+// Exclusive acquire: one UpdateItem, conditional on no owner (or the owner's recordVersion the
+//   waiter saw expire) and an absent or empty `holds` (or, taking over, `fence` unchanged and
+//   every hold's recordVersion the one the waiter saw expire), that sets the holder, empties
+//   `holds` (never removed once there: SET holds.<owner> needs it), removes `permits`, and
+//   does fence = if_not_exists(fence, wall-clock µs) + 1: tokens rise
+//   across releases through the counter, and across a deleted item through the clock. Refused
+//   (ConditionalCheckFailedException), the waiter reads the item (ALL_OLD, or a ConsistentRead
+//   GetItem), judges it and takes over in a second write when every blocker expired. A refused
+//   acquire that will wait (LockRequest::queue_ms > 0) then writes its announcement with a new
+//   recordVersion (each attempt does: a live writer's announcement keeps changing). Acquired,
+//   a writer removes its own announcement (a conditional write in the background).
+// Shared and semaphore acquire: one UpdateItem built from the item as last read (the first try
+//   guesses a free item and the fence last seen), conditional on `fence` being what was read:
+//   every acquisition of every kind changes `fence`, so no hold was added meanwhile (holds
+//   only go away between two acquisitions), and a semaphore never gets an (n+1)th holder: the
+//   count checked against n on the read item can only have fallen when the write lands. It
+//   sets fence = read + 1 and the hold with that token, removes the holds (and an exclusive
+//   holder) the waiter saw expire, each conditional on its recordVersion, and sets or removes
+//   `permits`. A shared acquire is also conditional on no `writer` (or the one the waiter saw
+//   stand for its queueMs, removed by the write): a standing announcement refuses new readers,
+//   so a waiting writer is not starved. A write refused because the item changed is judged again
+//   from the new item, a bounded number of rounds per attempt. One write removes at most 100
+//   expired holds (DynamoDB's expressions are at most 4 KB); more are removed by writes that
+//   do only that, first. A name changes sort (lock <-> semaphore, or another n) only once every
+//   old hold is gone.
+// Renew/extend: UpdateItem conditional on the hold still being ours (owner = ours, or
+//   holds.<ours> exists): new recordVersion, lease, renewedAtMs.
+// Release: UpdateItem conditional on the same that removes the exclusive holder's attributes,
+//   or holds.<ours>, keeping the item and its fence.
 // A refused condition means not acquired / not held. A failure after which the write may
 // have been applied (timeout, 5xx) is settled by reading the item before deciding.
+//
+// Holder limit: an item is at most 400 KB (409,600 bytes, DynamoDB's sizes: a string is its
+// bytes, a number at most 21, a map 3 plus 1 per entry plus its names and values). One hold
+// takes at most 428 bytes: its map key, the owner value (32 hex + '|' + a label of at most 256
+// bytes = 289), 1 + 3 for the entry and its value's map, the field names recordVersion,
+// leaseMs, renewedAtMs, token (36) with 1 each (4), the 32-byte record version, three numbers
+// (63). The rest of the item (keys of up to 1,280 bytes, exclusive holder, writer, fence,
+// permits) takes at most about 4 KB. kMaxHoldsPerName = 900 holds (385 KB) leaves a margin: the
+// 901st concurrent shared hold, or a semaphore of more than 900 permits, is refused with EINVAL
+// naming the limit.
 #ifndef DLOCK_DYNAMODB_LOCK_PROTOCOL_H_
 #define DLOCK_DYNAMODB_LOCK_PROTOCOL_H_
 
@@ -29,16 +67,56 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/backend.h"
 #include "dynamodb/dynamodb_api.h"
 
 namespace dlock::dynamodb {
 
-// What a waiter has seen of a held lock: the takeover clock.
+// The most shared holds or semaphore permits one name can have at once (see above).
+inline constexpr size_t kMaxHoldsPerName = 900;
+
+// One shared hold or permit, as stored in `holds`.
+struct HoldRecord {
+  std::string owner;           // the holder's owner value (the map key)
+  std::string record_version;  // "" when missing (a foreign entry: it never expires)
+  uint64_t lease_ms = 0;       // clamped to kMaxLeaseMs; 0 = no expiry
+  int64_t renewed_at_ms = 0;   // clamped
+  uint64_t token = 0;
+};
+
+// A writer's announcement, as stored in `writer`.
+struct WriterRecord {
+  std::string owner;
+  std::string record_version;  // "" when missing
+  uint64_t queue_ms = 0;       // clamped to kMaxLeaseMs
+};
+
+// A lock item as read, every field checked and clamped (no arithmetic on raw server numbers).
+struct LockItem {
+  std::string owner;           // the exclusive holder; "" = none
+  std::string record_version;
+  uint64_t lease_ms = 0;
+  int64_t renewed_at_ms = 0;
+  bool has_fence = false;
+  uint64_t fence = 0;
+  bool has_holds = false;      // the `holds` attribute exists (maybe empty)
+  bool holds_malformed = false;  // `holds` exists but is no map: the item is not ours to change
+  std::vector<HoldRecord> holds;  // sorted by token
+  uint32_t permits = 0;        // the `permits` attribute (0 = absent or unusable)
+  bool has_permits = false;
+  bool has_writer = false;
+  WriterRecord writer;
+};
+// Reads an item (a GetItem "Item", an "Attributes" of ALL_NEW, or null for none). Never throws.
+void ParseLockItem(const Json& item, LockItem* out);
+
+// What a waiter has seen of one holder (the exclusive one, a hold, or a writer's
+// announcement): the takeover clock.
 struct Observation {
   std::string record_version;
-  TimePoint first_seen;      // monotonic: when this record version was first seen
+  TimePoint first_seen;       // monotonic: when this record version was first seen
   uint64_t lease_ms = 0;
   int64_t renewed_at_ms = 0;  // the holder's wall clock (trust_local_time only)
 };
@@ -47,7 +125,7 @@ class LockProtocol {
  public:
   explicit LockProtocol(Api* api) : api_(api) {}
 
-  // One acquire attempt (may take up to three round trips: write, read, takeover write).
+  // One acquire attempt (a few round trips at most: write, read, write again).
   void Acquire(Transport* transport, const LockRequest& request,
                std::function<void(Status, AcquireAttempt)> done);
   // Renews (heartbeat) or changes (extend) the lease of a held lock. Ok, NotHeld, or an error.
@@ -59,7 +137,7 @@ class LockProtocol {
   // Ok, NotHeld, or an error.
   void Release(Transport* transport, std::shared_ptr<const LockState> lock,
                std::function<void(Status)> done);
-  // Who holds name (one ConsistentRead). The remaining lease is estimated from the holder's
+  // Who holds name (one ConsistentRead). Remaining leases are estimated from each holder's
   // wall clock at its last write (renewedAtMs + leaseMs), within 0..leaseMs.
   void Inspect(Transport* transport, const std::string& name,
                std::function<void(Status, LockInfo)> done);
@@ -68,8 +146,9 @@ class LockProtocol {
             std::function<void(Status, Json item)> done);
 
   // How the protocol sends a write in the background, its answer ignored: giving back what an
-  // ambiguous acquire may have won, or retrying a release that could not be confirmed, without
-  // making the caller wait another timeout. The backend sends it on the loop's transport.
+  // ambiguous acquire may have won, retrying a release that could not be confirmed, or removing
+  // a writer's announcement, without making the caller wait another timeout. The backend sends
+  // it on the loop's transport.
   using BackgroundSend = std::function<void(const std::string& operation, Json body)>;
   void SetBackground(BackgroundSend send) { background_ = std::move(send); }
 
@@ -80,29 +159,55 @@ class LockProtocol {
 
  private:
   struct AcquireOp;
+  struct Judgement;
+  // What one waiter remembers of one name.
+  struct NameObservations {
+    Observation owner;  // the exclusive holder
+    std::unordered_map<std::string, Observation> holds;  // by owner value
+    Observation writer;  // lease_ms = the announcement's queueMs
+    bool fence_known = false;
+    uint64_t fence = 0;  // the last fence seen: the first guess of a shared acquire
+  };
+
   // The conditional write that removes owner_value's hold on key (release, give-back).
-  Json ReleaseBody(const Json& key, const std::string& owner_value) const;
+  Json ReleaseBody(const Json& key, const std::string& owner_value, bool is_hold) const;
   void InBackground(const std::string& operation, Json body) const {
     if (background_) background_(operation, std::move(body));
   }
-  void AcquireRound(Transport* transport, std::shared_ptr<AcquireOp> op);
+  // Sends the acquire write built from the item and what the judge made of it (both null: the
+  // first write, which guesses a free item); cleanup: only removes expired holds.
+  void AcquireRound(Transport* transport, std::shared_ptr<AcquireOp> op, const LockItem* item,
+                    const Judgement* judged, bool cleanup = false);
+  // A write was refused: judges the old item it returned, or reads it first.
+  void AcquireRefused(Transport* transport, std::shared_ptr<AcquireOp> op, Json old_item);
   void AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp> op, Json item, TimePoint seen_at);
-  // Remembers the holder's record version for key_text; returns the ms until a takeover is
-  // allowed (<= 0: now).
-  int64_t ObserveHolder(const std::string& key_text, const std::string& record_version,
-                        uint64_t lease_ms, int64_t renewed_at_ms, TimePoint seen_at);
+  // A write that may have landed: the item says whether it did.
+  void AcquireAmbiguous(Transport* transport, std::shared_ptr<AcquireOp> op, Status failure);
+  // A refused exclusive acquire that will wait: writes its announcement, then reports the refusal.
+  void Announce(Transport* transport, std::shared_ptr<AcquireOp> op, int64_t holder_ttl_ms);
+  void AcquiredExclusive(const std::shared_ptr<AcquireOp>& op, const Json& answer);
+  // The writes: built from the item as read and judged (null: the first write's guess).
+  Json ExclusiveBody(const AcquireOp& op, const LockItem* item);
+  Status HoldBody(const AcquireOp& op, const LockItem* item, const Judgement* judged, Json* body,
+                  uint64_t* token);
+  Json CleanupBody(const AcquireOp& op, const LockItem& item, const Judgement& judged);
+  // Remembers what the item shows and says what has expired, on this waiter's clock.
+  Judgement Judge(const std::string& key_text, const LockItem& item, TimePoint seen_at);
   // The ms until a takeover of what was observed is allowed (<= 0: now), with the shortcut of
   // trust_local_time. mu held.
-  int64_t TakeoverIn(const Observation& observation) const;
-  // The record version that has stood for a whole lease, if any (the takeover condition).
+  int64_t TakeoverIn(const Observation& observation, bool trust_wall_clock) const;
+  // The exclusive holder's record version that has stood for a whole lease, if any.
   std::string ExpiredRecordVersion(const std::string& key_text);
-  void ForgetObservation(const std::string& key_text);
+  // After an acquisition: remember the fence; an exclusive one also forgets the holders seen.
+  void Acquired(const std::string& key_text, uint64_t fence, bool exclusive);
+  bool KnownFence(const std::string& key_text, uint64_t* fence);
+  NameObservations& ObservationsOf(const std::string& key_text);  // mu held
   TimePoint CallDeadline() const;
 
   Api* api_;
   BackgroundSend background_;
   std::mutex observed_mu_;
-  std::unordered_map<std::string, Observation> observed_;
+  std::unordered_map<std::string, NameObservations> observed_;
 };
 
 // Reads an "N" attribute as uint64 (false when absent or not a number).

@@ -202,7 +202,9 @@ TEST_F(DynamoFailureTest, AmbiguousHeartbeatIsSettledByReadingTheItem) {
   std::atomic<int> renewals{0}, reads{0};
   FakeHttpServer proxy([&](const FakeRequest& r) {
     FakeResponse response = ForwardTo(ddb_.endpoint(), r);
-    if (Operation(r) == "UpdateItem" && r.body.find("SET #rv = :rv, #l = :l") != std::string::npos) {
+    // A renewal: an UpdateItem that neither acquires (if_not_exists of the fence) nor releases.
+    if (Operation(r) == "UpdateItem" && r.body.find("if_not_exists") == std::string::npos &&
+        r.body.find("REMOVE") == std::string::npos) {
       renewals++;
       std::this_thread::sleep_for(600ms);
     }
