@@ -54,7 +54,8 @@ class DynamoDbServer : public BackendServer {
 
 BackendFactory DynamoDbBackend() {
   (void)kCredentialsSet;
-  return {"dynamodb", DLOCK_CAP_FENCING_STRICT, [] { return std::make_unique<DynamoDbServer>(); }};
+  return {"dynamodb", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
+          [] { return std::make_unique<DynamoDbServer>(); }};
 }
 
 }  // namespace dlock_test
