@@ -82,7 +82,8 @@ if sort == 'exclusive' then
   else
     redis.call('SET', KEYS[1], owner, 'PX', lease)
   end
-  if redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
+  -- Only an acquire that waits can have announced itself (a single try sends queue '0').
+  if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
   return {1, token}
 end
 redis.call('ZADD', KEYS[3], lease == '0' and 'inf' or ms(now_ms + tonumber(lease)), owner)
