@@ -536,6 +536,23 @@ void LockProtocol::AcquireRefused(Transport* transport, std::shared_ptr<AcquireO
   });
 }
 
+bool LockProtocol::AlreadyOurs(AcquireOp& op, const LockItem& item) {
+  if (!op.is_hold()) {
+    if (item.owner.empty() || item.owner != op.owner_value || !item.has_fence) return false;
+    Acquired(op.key_text, item.fence, true);
+    op.Acquired(item.fence);
+    return true;
+  }
+  for (const HoldRecord& hold : item.holds) {
+    if (hold.owner == op.owner_value && hold.token != 0) {
+      Acquired(op.key_text, hold.token, false);
+      op.Acquired(hold.token);
+      return true;
+    }
+  }
+  return false;
+}
+
 void LockProtocol::AcquireAmbiguous(Transport* transport, std::shared_ptr<AcquireOp> op, Status failure) {
   // The write may have landed: the item says whether the lock is ours, if the call's time
   // still allows a read (a silent server used it all up).
@@ -543,20 +560,7 @@ void LockProtocol::AcquireAmbiguous(Transport* transport, std::shared_ptr<Acquir
     if (s.ok()) {
       LockItem item;
       ParseLockItem(json, &item);
-      if (!op->is_hold() && item.owner == op->owner_value && item.has_fence) {
-        Acquired(op->key_text, item.fence, true);
-        op->Acquired(item.fence);
-        return;
-      }
-      if (op->is_hold()) {
-        for (const HoldRecord& hold : item.holds) {
-          if (hold.owner == op->owner_value && hold.token != 0) {
-            Acquired(op->key_text, hold.token, false);
-            op->Acquired(hold.token);
-            return;
-          }
-        }
-      }
+      if (AlreadyOurs(*op, item)) return;
       if (op->cleanup) {  // only expired holds were being removed: nothing to give back
         op->Finish(failure, AcquireAttempt());
         return;
@@ -573,21 +577,7 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
                                 TimePoint seen_at) {
   LockItem item;
   ParseLockItem(json, &item);
-  // An earlier round did land (its answer was lost).
-  if (!op->is_hold() && !item.owner.empty() && item.owner == op->owner_value && item.has_fence) {
-    Acquired(op->key_text, item.fence, true);
-    op->Acquired(item.fence);
-    return;
-  }
-  if (op->is_hold()) {
-    for (const HoldRecord& hold : item.holds) {
-      if (hold.owner == op->owner_value && hold.token != 0) {
-        Acquired(op->key_text, hold.token, false);
-        op->Acquired(hold.token);
-        return;
-      }
-    }
-  }
+  if (AlreadyOurs(*op, item)) return;  // an earlier round did land (its answer was lost)
   if (item.holds_malformed) {
     op->Finish(Status::BackendError("the item of lock '" + op->name + "' in " + api_->config().Describe() +
                                     " has a '" + attr::kHolds + "' attribute that is not a map (not " +

@@ -183,6 +183,9 @@ class LockProtocol {
   void AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp> op, Json item, TimePoint seen_at);
   // A write that may have landed: the item says whether it did.
   void AcquireAmbiguous(Transport* transport, std::shared_ptr<AcquireOp> op, Status failure);
+  // When item shows op's own hold (an earlier write landed though its answer was lost): settles
+  // op as acquired with that token and returns true.
+  bool AlreadyOurs(AcquireOp& op, const LockItem& item);
   // A refused exclusive acquire that will wait: writes its announcement, then reports the refusal.
   void Announce(Transport* transport, std::shared_ptr<AcquireOp> op, int64_t holder_ttl_ms);
   void AcquiredExclusive(const std::shared_ptr<AcquireOp>& op, const Json& answer);
