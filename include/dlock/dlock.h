@@ -346,9 +346,10 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             (Redis: release, expiry, takeover, a restart that lost the data,
  *                             as long as the server's clock moves forward; DynamoDB: release,
  *                             expiry, takeover, the item deleted, as long as clocks move forward)
- *   DLOCK_CAP_NOTIFIES        waiters are woken by releases, not only by retries (Redis)
- *   DLOCK_CAP_SHARED          shared holds (dlock_options_set_kind); none yet
- *   DLOCK_CAP_PERMITS         counting semaphores (dlock_options_set_permits); none yet
+ *   DLOCK_CAP_NOTIFIES        waiters are woken by releases, not only by retries (Redis, etcd)
+ *   DLOCK_CAP_SHARED          shared holds (dlock_options_set_kind): Redis, DynamoDB, etcd
+ *   DLOCK_CAP_PERMITS         counting semaphores (dlock_options_set_permits): Redis, DynamoDB,
+ *                             etcd
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u
 #define DLOCK_CAP_NOTIFIES 0x2u
@@ -360,16 +361,18 @@ DLOCK_API uint32_t dlock_client_capabilities(const dlock_client *c);
  *
  * A hold is exclusive (the default), shared, or one of n permits of a counting semaphore.
  * Shared: any number of shared holders, no exclusive one meanwhile; a waiting exclusive acquire
- * stops new shared ones; no upgrade. Permits: at most n holders; an acquire asking another n
- * than the current holders is DLOCK_EINVAL. Every hold has its own owner, lease, heartbeat,
- * lost report and a fencing token above every earlier token of that name. An acquire asking for
- * a kind the client's backend does not offer (see dlock_client_capabilities) is DLOCK_EINVAL
- * and changes nothing. */
+ * stops new shared ones; no upgrade (an exclusive acquire by a client that holds the name shared
+ * is DLOCK_EINVAL: it would wait for itself). Permits: at most n holders; an acquire asking
+ * another n than the current holders is DLOCK_EINVAL naming both. While held, a name is a lock
+ * (exclusive and shared holds) or a semaphore: an acquire of the other sort is DLOCK_EINVAL.
+ * Every hold has its own owner, lease, heartbeat, lost report and a fencing token above every
+ * earlier token of that name, of any kind. An acquire asking for a kind the client's backend
+ * does not offer (see dlock_client_capabilities) is DLOCK_EINVAL and changes nothing. */
 typedef enum dlock_kind { DLOCK_EXCLUSIVE = 0, DLOCK_SHARED = 1 } dlock_kind;
 /* Default DLOCK_EXCLUSIVE; other values are DLOCK_EINVAL. */
 DLOCK_API dlock_status dlock_options_set_kind(dlock_options *o, dlock_kind kind);
 /* A counting semaphore of n permits; 0 = off (default). Exclusive kind only: a shared semaphore
- * is DLOCK_EINVAL at acquire. */
+ * is DLOCK_EINVAL at acquire. DynamoDB keeps at most 900 holds per name (its 400 KB item). */
 DLOCK_API dlock_status dlock_options_set_permits(dlock_options *o, uint32_t n);
 
 /* ----- inspection --------------------------------------------------------------------------
