@@ -388,6 +388,7 @@ Status Client::Release(const std::shared_ptr<LockState>& lock) {
     if (!IsClosed()) (void)backend_->Release(*lock);
     return NotHeldStatus(*lock);
   }
+  lock->releasing.store(true);  // a renewal refused from now on is this release's doing
   return SettleRelease(lock, backend_->Release(*lock));
 }
 
@@ -403,6 +404,7 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) 
       self->RunCallback([&] { done(s); });
       return;
     }
+    lock->releasing.store(true);  // as in Release
     self->backend_->ReleaseAsync(lock, [self, lock, done](const Status& answer) {
       Status s = self->SettleRelease(lock, answer);
       self->RunCallback([&] { done(s); });

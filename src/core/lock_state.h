@@ -59,6 +59,9 @@ struct LockState {
   std::atomic<uint64_t> heartbeat_ms;
   std::atomic<int64_t> deadline_ns{kNoDeadline};
   std::atomic<int> phase{static_cast<int>(LockPhase::kHeld)};
+  // Set when its owner's release is sent: a renewal in flight that the server refuses after the
+  // release deleted the lock is the release's doing, not a loss (the release's answer settles).
+  std::atomic<bool> releasing{false};
 
   LockPhase Phase() const { return static_cast<LockPhase>(phase.load()); }
 

@@ -169,6 +169,11 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
     return;
   }
   if (status.code() == Code::kNotHeld) {
+    if (lock.releasing.load()) {  // the release may have landed first: its answer decides
+      Unschedule(&entry);
+      entries_.erase(it);
+      return;
+    }
     ReportLost(entry.lock, "the server no longer has this owner's lock (expired, deleted or taken over)");
     return;
   }

@@ -1,5 +1,7 @@
 // Holding a lock, in every style: what the holder sees, what everyone else sees (dlock_inspect,
 // another client's try), extending, heartbeats, releasing and closing.
+#include <vector>
+
 #include "conformance/conformance.h"
 
 namespace dlock_test {
@@ -79,6 +81,25 @@ TEST_P(Holding, HeartbeatsKeepTheLockWellPastItsLease) {
   EXPECT_EQ(s.holders[0].token, token) << "heartbeats keep the token";
   EXPECT_EQ(TryToTake(other.get(), name).status, DLOCK_NOT_ACQUIRED);
   EXPECT_EQ(c->Release(l), DLOCK_OK) << c->last_error();
+}
+
+// A renewal still in flight when the release deletes the lock is refused by the server: that is
+// the release's doing, not a loss. (It once made a released lock report itself lost.)
+TEST_P(Holding, ReleasingWhileRenewalsAreInFlightIsNeverALoss) {
+  auto c = Open();
+  Options busy;
+  busy.lease(2000).heartbeat(5);  // a renewal is almost always on its way
+  c->ReportLosses(busy.mutable_get());
+  std::vector<dlock_lock*> held;
+  for (int i = 0; i < 200; ++i) {  // each round renews them all: one long pipelined batch
+    dlock_lock* l = nullptr;
+    ASSERT_EQ(c->Acquire(Name("busy-" + std::to_string(i)).c_str(), busy.get(), &l), DLOCK_OK)
+        << c->last_error();
+    held.push_back(l);
+  }
+  c->Pass(100ms);
+  for (dlock_lock* l : held) EXPECT_EQ(c->Release(l), DLOCK_OK) << c->last_error();
+  EXPECT_EQ(c->AwaitLoss(300ms).count, 0) << "a released lock was reported lost";
 }
 
 TEST_P(Holding, ClosingTheClientReleasesWhatItHolds) {
