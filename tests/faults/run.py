@@ -40,6 +40,7 @@ failed scenario's directory is kept: the servers' logs, each worker's events (wo
 s from the workers' start) and, for the failovers, faults.timeline.
 """
 import argparse
+import concurrent.futures
 import http.client
 import json
 import os
@@ -924,9 +925,6 @@ def start_servers(sc, args, work):
     if sc.backend == "redis":
         port = proxy.port if proxy else server.port
         return server, proxy, "redis://127.0.0.1:%d?%s" % (port, REDIS_PARAMS)
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "faults")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "faults")
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
     url = ("dynamodb://locks?region=us-east-1&endpoint=http://127.0.0.1:%d&timeout_ms=500"
            "&connect_timeout_ms=500" % server.port)
     try:
@@ -1174,6 +1172,7 @@ def main():
     parser.add_argument("--worker", required=True)
     parser.add_argument("--full", action="store_true", help="longer runs, more faults each")
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--jobs", type=int, default=1, help="scenarios run at once")
     args = parser.parse_args()
     scenarios = [s for s in SCENARIOS if not args.only or any(o in s.name for o in args.only)]
     if not os.path.exists(FAKETIME_LIB):
@@ -1182,8 +1181,12 @@ def main():
     if any(s.backend == "etcd" for s in scenarios) and not shutil.which("etcd"):
         print("faults: etcd not on PATH (apt-get install etcd-server)")
         return 1
-    results = []
-    for sc in scenarios:
+    # dynalite's workers' credentials, set once before scenarios run side by side.
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "faults")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "faults")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+
+    def run_one(sc):
         work = tempfile.mkdtemp(prefix="dlock-faults-")
         try:
             r = run_scenario(sc, args, work)
@@ -1196,7 +1199,12 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
             print("ok   %s (%.1f s%s)" % (sc.name, r["elapsed_s"], "; " + r["note"] if r.get("note") else ""),
                   flush=True)
-        results.append(r)
+        return r
+
+    # Scenarios share nothing (their own servers, ports, work dirs), so --jobs of them can run
+    # at once; the table keeps the scenarios' order.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(run_one, scenarios))
 
     print()
     print("| scenario | faults | acquisitions | acked increments | final counter | lost updates | "
