@@ -1,0 +1,178 @@
+/* Signals through a self-pipe, opening the client, and an acquire a signal can interrupt: the
+ * command waits in poll(2) on the completion queue's fd and the signal pipe, so a Ctrl-C while
+ * `--wait -1` waits cancels the acquire and gives back whatever it won. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+bool g_lost_reported = false;
+char g_lost_reason[512] = "";
+
+static int g_signal_pipe[2] = {-1, -1};
+static const int kCaught[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD};
+
+static void on_signal(int sig) {
+  const int saved = errno;
+  const unsigned char b = (unsigned char)sig;
+  if (write(g_signal_pipe[1], &b, 1) < 0) { /* full: a burst of signals; one is enough */
+  }
+  errno = saved;
+}
+
+int signals_install(void) {
+  if (pipe2(g_signal_pipe, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (size_t i = 0; i < sizeof kCaught / sizeof kCaught[0]; ++i) {
+    if (sigaction(kCaught[i], &sa, NULL) != 0) return -1;
+  }
+  signal(SIGPIPE, SIG_IGN); /* a vanished server is an error to report, not a death */
+  return 0;
+}
+
+void signals_restore_defaults(void) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (size_t i = 0; i < sizeof kCaught / sizeof kCaught[0]; ++i) sigaction(kCaught[i], &dfl, NULL);
+  sigaction(SIGPIPE, &dfl, NULL);
+}
+
+int signals_fd(void) { return g_signal_pipe[0]; }
+
+int signals_next(void) {
+  unsigned char b;
+  return read(g_signal_pipe[0], &b, 1) == 1 ? b : 0;
+}
+
+bool is_stop_signal(int sig) {
+  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+}
+
+int open_client(const cli_options *o, const char *command, dlock_client **out) {
+  dlock_status s = dlock_client_open(o->url, out);
+  if (s == DLOCK_OK) return 0;
+  /* The library's message names the server or the URL part that was wrong (redacted). */
+  say_error(command, "%s", dlock_last_error());
+  return exit_code_for(s);
+}
+
+void drain_queue(dlock_queue *q) {
+  uint64_t tag;
+  dlock_status status;
+  dlock_lock *lock;
+  int kind;
+  while ((kind = dlock_queue_pop(q, &tag, &status, &lock)) > 0) {
+    if (kind == DLOCK_QUEUE_LOST && !g_lost_reported) {
+      g_lost_reported = true;
+      snprintf(g_lost_reason, sizeof g_lost_reason, "%s", dlock_last_error());
+    }
+    if (lock) dlock_release(lock); /* not ours to keep: a stray acquire's outcome */
+  }
+}
+
+/* The heartbeat period: a third of the lease, and short enough that a healthy lock never gets
+ * within the kill grace of its deadline (exec signals CMD there). */
+static uint64_t heartbeat_for(const cli_options *o) {
+  if (o->lease_ms <= 0) return 0;
+  int64_t period = o->lease_ms / 3;
+  const int64_t room = (o->lease_ms - o->kill_grace_ms) / 3;
+  if (room < period) period = room;
+  return period < 1 ? 1 : (uint64_t)period;
+}
+
+static int set_options(const cli_options *o, const char *command, dlock_queue *q,
+                       dlock_options **out) {
+  dlock_options *opts = dlock_options_new();
+  if (!opts) {
+    say_error(command, "out of memory");
+    return EXIT_OSERR;
+  }
+  dlock_status s = dlock_options_set_lease_ms(opts, (uint64_t)o->lease_ms);
+  if (s == DLOCK_OK) s = dlock_options_set_heartbeat_ms(opts, heartbeat_for(o));
+  if (s == DLOCK_OK) s = dlock_options_set_wait_ms(opts, o->wait_ms);
+  if (s == DLOCK_OK && o->shared) s = dlock_options_set_kind(opts, DLOCK_SHARED);
+  if (s == DLOCK_OK && o->permits) s = dlock_options_set_permits(opts, o->permits);
+  if (s == DLOCK_OK) s = dlock_options_set_owner(opts, o->owner);
+  if (s == DLOCK_OK) s = dlock_options_set_on_lost_queued(opts, q, LOST_TAG);
+  if (s != DLOCK_OK) {
+    say_error(command, "%s", dlock_last_error());
+    dlock_options_free(opts);
+    return exit_code_for(s);
+  }
+  *out = opts;
+  return 0;
+}
+
+int acquire_interruptibly(const cli_options *o, const char *command, dlock_client *c,
+                          const char *name, dlock_queue *q, dlock_lock **out) {
+  dlock_options *opts = NULL;
+  int rc = set_options(o, command, q, &opts);
+  if (rc != 0) return rc;
+  dlock_status s = dlock_acquire_queued(c, name, opts, q, ACQUIRE_TAG);
+  dlock_options_free(opts); /* copied by the call */
+  if (s != DLOCK_OK) {
+    say_error(command, "%s", dlock_last_error());
+    return exit_code_for(s);
+  }
+  say_verbose(o, command, "waiting for lock '%s' at %s", name, shown_url(o->url));
+  int stop_signal = 0;
+  for (;;) {
+    struct pollfd fds[2] = {{.fd = dlock_queue_fd(q), .events = POLLIN},
+                            {.fd = signals_fd(), .events = POLLIN}};
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) {
+      say_error(command, "poll: %s", strerror(errno));
+      return EXIT_OSERR;
+    }
+    for (int sig; (sig = signals_next()) != 0;) {
+      if (is_stop_signal(sig) && !stop_signal) {
+        stop_signal = sig;
+        dlock_acquire_cancel_queued(c, q, ACQUIRE_TAG);
+      }
+    }
+    uint64_t tag;
+    dlock_status status;
+    dlock_lock *lock = NULL;
+    int kind;
+    while ((kind = dlock_queue_pop(q, &tag, &status, &lock)) > 0) {
+      if (kind == DLOCK_QUEUE_LOST) { /* lost before we looked: the caller sees it */
+        if (!g_lost_reported) {
+          g_lost_reported = true;
+          snprintf(g_lost_reason, sizeof g_lost_reason, "%s", dlock_last_error());
+        }
+        continue;
+      }
+      if (tag != ACQUIRE_TAG) {
+        if (lock) dlock_release(lock);
+        continue;
+      }
+      if (stop_signal) { /* interrupted: give back what the acquire won, if anything */
+        if (lock) dlock_release(lock);
+        say_verbose(o, command, "interrupted by signal %d while waiting for lock '%s'",
+                    stop_signal, name);
+        return 128 + stop_signal;
+      }
+      if (status == DLOCK_OK) {
+        *out = lock;
+        say_verbose(o, command, "acquired lock '%s': fencing token %" PRIu64 ", lease %" PRId64 " ms",
+                    name, dlock_lock_fencing_token(lock), o->lease_ms);
+        return 0;
+      }
+      if (status == DLOCK_NOT_ACQUIRED) {
+        say_note(o, command, "%s", dlock_last_error());
+        return EXIT_NOT_ACQUIRED;
+      }
+      say_error(command, "%s", dlock_last_error());
+      return exit_code_for(status);
+    }
+  }
+}

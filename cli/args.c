@@ -1,0 +1,235 @@
+/* The command line: options in GNU long form (--lease 10s or --lease=10s), durations, and the
+ * defaults that follow from other options. */
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct option_spec {
+  const char *name;
+  char short_name; /* 0 = none */
+  unsigned group;  /* CLI_OPT_*; 0 = every command takes it */
+  bool takes_value;
+} option_spec;
+
+static const option_spec kOptions[] = {
+    {"url", 0, CLI_OPT_URL, true},
+    {"lease", 0, CLI_OPT_LEASE, true},
+    {"wait", 0, CLI_OPT_WAIT, true},
+    {"shared", 0, CLI_OPT_KIND, false},
+    {"permits", 0, CLI_OPT_KIND, true},
+    {"owner", 0, CLI_OPT_OWNER, true},
+    {"on-lost", 0, CLI_OPT_ON_LOST, true},
+    {"kill-grace", 0, CLI_OPT_ON_LOST, true},
+    {"json", 0, CLI_OPT_JSON, false},
+    {"quiet", 'q', CLI_OPT_VERBOSITY, false},
+    {"verbose", 'v', CLI_OPT_VERBOSITY, false},
+    {"help", 'h', 0, false},
+    {"version", 0, 0, false},
+};
+
+void default_options(cli_options *o) {
+  memset(o, 0, sizeof *o);
+  const char *env = getenv("DLOCK_URL");
+  o->url = env && *env ? env : "redis://127.0.0.1:6379";
+  o->lease_ms = 10000;
+  o->wait_ms = -1;
+  o->on_lost = ON_LOST_TERM;
+  o->verbosity = NORMAL;
+}
+
+int parse_duration(const char *text, bool allow_forever, int64_t *ms) {
+  if (allow_forever && strcmp(text, "-1") == 0) {
+    *ms = -1;
+    return 0;
+  }
+  const char *p = text;
+  uint64_t whole = 0;
+  int digits = 0;
+  for (; isdigit((unsigned char)*p); ++p, ++digits) {
+    if (whole > UINT64_C(1000000000000)) return -2; /* far beyond any lease: stop before overflow */
+    whole = whole * 10 + (uint64_t)(*p - '0');
+  }
+  if (digits == 0) return -1;
+  uint64_t frac = 0, scale = 1;
+  if (*p == '.') {
+    ++p;
+    int frac_digits = 0;
+    for (; isdigit((unsigned char)*p); ++p, ++frac_digits) {
+      if (frac_digits < 6) { /* microseconds of a minute are plenty */
+        frac = frac * 10 + (uint64_t)(*p - '0');
+        scale *= 10;
+      }
+    }
+    if (frac_digits == 0) return -1;
+  }
+  uint64_t unit;
+  if (*p == '\0' || strcmp(p, "ms") == 0) {
+    if (scale != 1) return -1; /* fractions of a millisecond */
+    unit = 1;
+  } else if (strcmp(p, "s") == 0) {
+    unit = 1000;
+  } else if (strcmp(p, "m") == 0) {
+    unit = 60000;
+  } else {
+    return -1;
+  }
+  const uint64_t limit = dlock_limit_value(DLOCK_LIMIT_LEASE_MS);
+  if (whole > limit / unit) return -2;
+  const uint64_t value = whole * unit + (frac * unit + scale / 2) / scale;
+  if (value > limit) return -2;
+  *ms = (int64_t)value;
+  return 0;
+}
+
+static const option_spec *find_option(const char *name, size_t len, char short_name) {
+  for (size_t i = 0; i < sizeof kOptions / sizeof kOptions[0]; ++i) {
+    const option_spec *s = &kOptions[i];
+    if (short_name ? s->short_name == short_name
+                   : strlen(s->name) == len && strncmp(s->name, name, len) == 0) {
+      return s;
+    }
+  }
+  return NULL;
+}
+
+static int bad_duration(const char *command, const char *option, const char *value, int why) {
+  if (why == -2) {
+    say_error(command, "--%s %s is longer than the longest lease dlock accepts (%" PRIu64 " ms)",
+              option, value, dlock_limit_value(DLOCK_LIMIT_LEASE_MS));
+  } else {
+    say_error(command,
+              "--%s '%s' is not a duration: a number with ms, s or m (a bare number is "
+              "milliseconds), e.g. 30s%s",
+              option, value, strcmp(option, "wait") == 0 ? ", or -1 for no limit" : "");
+  }
+  return -1;
+}
+
+/* Applies one option's value to o; -1 after saying what was wrong. */
+static int apply(const char *command, const option_spec *s, const char *value, cli_options *o) {
+  const char *n = s->name;
+  int why;
+  if (strcmp(n, "url") == 0) {
+    o->url = value;
+  } else if (strcmp(n, "lease") == 0) {
+    if ((why = parse_duration(value, false, &o->lease_ms)) != 0) return bad_duration(command, n, value, why);
+  } else if (strcmp(n, "wait") == 0) {
+    if ((why = parse_duration(value, true, &o->wait_ms)) != 0) return bad_duration(command, n, value, why);
+    o->wait_given = true;
+  } else if (strcmp(n, "kill-grace") == 0) {
+    if ((why = parse_duration(value, false, &o->kill_grace_ms)) != 0) {
+      return bad_duration(command, n, value, why);
+    }
+    o->kill_grace_given = true;
+  } else if (strcmp(n, "shared") == 0) {
+    o->shared = true;
+  } else if (strcmp(n, "permits") == 0) {
+    char *end = NULL;
+    unsigned long long v = isdigit((unsigned char)value[0]) ? strtoull(value, &end, 10) : 0;
+    if (!end || *end || v == 0 || v > UINT32_MAX) {
+      say_error(command, "--permits '%s' is not a number of permits (1 to %u)", value, UINT32_MAX);
+      return -1;
+    }
+    o->permits = (uint32_t)v;
+  } else if (strcmp(n, "owner") == 0) {
+    o->owner = value;
+  } else if (strcmp(n, "on-lost") == 0) {
+    if (strcmp(value, "term") == 0) o->on_lost = ON_LOST_TERM;
+    else if (strcmp(value, "kill") == 0) o->on_lost = ON_LOST_KILL;
+    else if (strcmp(value, "ignore") == 0) o->on_lost = ON_LOST_IGNORE;
+    else {
+      say_error(command, "--on-lost '%s' is not one of term, kill, ignore", value);
+      return -1;
+    }
+  } else if (strcmp(n, "json") == 0) {
+    o->json = true;
+  } else if (strcmp(n, "quiet") == 0) {
+    o->verbosity = QUIET;
+  } else if (strcmp(n, "verbose") == 0) {
+    o->verbosity = VERBOSE;
+  } else if (strcmp(n, "help") == 0) {
+    o->help = true;
+  } else if (strcmp(n, "version") == 0) {
+    o->version = true;
+  }
+  return 0;
+}
+
+int parse_options(const char *command, unsigned allowed, int argc, char **argv, parse_stop stop,
+                  cli_options *o, char **words, int *nwords) {
+  *nwords = 0;
+  for (int i = 0; i < argc; ++i) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--") == 0) {
+      if (stop == STOP_AT_DASHES || stop == STOP_AT_WORD) return i;
+      while (++i < argc) words[(*nwords)++] = argv[i];
+      return argc;
+    }
+    if (arg[0] != '-' || arg[1] == '\0') { /* a word; "-" alone is one too */
+      if (stop == STOP_AT_WORD) return i;
+      words[(*nwords)++] = argv[i];
+      continue;
+    }
+    const option_spec *s;
+    const char *value = NULL;
+    if (arg[1] == '-') {
+      const char *name = arg + 2;
+      const char *eq = strchr(name, '=');
+      s = find_option(name, eq ? (size_t)(eq - name) : strlen(name), 0);
+      if (eq) value = eq + 1;
+    } else {
+      s = arg[2] == '\0' ? find_option(NULL, 0, arg[1]) : NULL;
+    }
+    const bool before_command_only = s && strcmp(s->name, "version") == 0;
+    if (!s || (s->group && !(s->group & allowed)) || (before_command_only && command)) {
+      if (command) {
+        say_error(command, "unknown option '%s' (dlock %s --help lists them)", arg, command);
+      } else {
+        say_error(NULL, "unknown option '%s' before the command (dlock --help lists them)", arg);
+      }
+      return -1;
+    }
+    if (s->takes_value && !value) {
+      if (i + 1 >= argc) {
+        say_error(command, "--%s needs a value", s->name);
+        return -1;
+      }
+      value = argv[++i];
+    } else if (!s->takes_value && value) {
+      say_error(command, "--%s takes no value", s->name);
+      return -1;
+    }
+    if (apply(command, s, value, o) != 0) return -1;
+  }
+  return argc;
+}
+
+int finish_options(const char *command, cli_options *o) {
+  if (o->shared && o->permits) {
+    say_error(command, "--shared and --permits cannot be combined: a semaphore's holds are "
+                       "counted, not shared");
+    return -1;
+  }
+  if (o->kill_grace_given) {
+    if (o->lease_ms > 0 && o->kill_grace_ms >= o->lease_ms) {
+      say_error(command, "--kill-grace (%" PRId64 " ms) must be shorter than --lease (%" PRId64 " ms)",
+                o->kill_grace_ms, o->lease_ms);
+      return -1;
+    }
+  } else {
+    o->kill_grace_ms = o->lease_ms / 4;
+  }
+  if (!o->owner) {
+    /* A label an operator can trace back with `dlock inspect`: this host and process. */
+    static char label[320];
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "unknown-host");
+    snprintf(label, sizeof label, "%s:%ld", host, (long)getpid());
+    o->owner = label;
+  }
+  return 0;
+}

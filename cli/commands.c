@@ -1,0 +1,197 @@
+/* dlock hold, inspect and prepare. */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Parses a command's options and words; returns 0, or an exit code (also for --help). */
+static int parse_command(const char *command, unsigned allowed, int argc, char **argv,
+                         cli_options *o, char ***words, int *nwords) {
+  *words = calloc((size_t)argc + 1, sizeof **words);
+  if (!*words) return EXIT_OSERR;
+  if (parse_options(command, allowed, argc, argv, STOP_NEVER, o, *words, nwords) < 0) {
+    return EXIT_USAGE;
+  }
+  if (o->help) {
+    print_help(command, stdout);
+    return -1; /* done, exit 0 */
+  }
+  return finish_options(command, o) == 0 ? 0 : EXIT_USAGE;
+}
+
+int cmd_hold(cli_options *o, int argc, char **argv) {
+  char **words = NULL;
+  int nwords = 0;
+  int code = parse_command("hold", CLI_OPT_URL | CLI_OPT_LEASE | CLI_OPT_WAIT | CLI_OPT_KIND |
+                                       CLI_OPT_OWNER | CLI_OPT_JSON | CLI_OPT_VERBOSITY,
+                           argc, argv, o, &words, &nwords);
+  const char *name = words && nwords > 0 ? words[0] : NULL;
+  if (code == 0 && nwords != 1) {
+    say_error("hold", nwords == 0 ? "no lock NAME (dlock hold [options] NAME)"
+                                  : "one lock NAME, got %d words", nwords);
+    code = EXIT_USAGE;
+  }
+  free(words);
+  if (code != 0) return code < 0 ? 0 : code;
+
+  dlock_client *client = NULL;
+  dlock_queue *q = NULL;
+  dlock_lock *lock = NULL;
+  if (signals_install() != 0) {
+    say_error("hold", "signals: %s", strerror(errno));
+    code = EXIT_OSERR;
+  } else if ((code = open_client(o, "hold", &client)) != 0) {
+  } else if (dlock_queue_new(&q) != DLOCK_OK) {
+    say_error("hold", "%s", dlock_last_error());
+    code = EXIT_OSERR;
+  } else if ((code = acquire_interruptibly(o, "hold", client, name, q, &lock)) == 0) {
+    const uint64_t token = dlock_lock_fencing_token(lock);
+    if (o->json) {
+      fputs("{\"name\":", stdout);
+      json_string(stdout, name);
+      printf(",\"fencing_token\":%" PRIu64 ",\"lease_ms\":%" PRId64 "}\n", token, o->lease_ms);
+    } else {
+      printf("%" PRIu64 "\n", token);
+    }
+    fflush(stdout);
+    /* Held until a stop signal, or until it is lost (the library reports that at once when
+     * the server says so, else at the local deadline). */
+    int stop_signal = 0;
+    while (!stop_signal && !g_lost_reported && dlock_lock_is_valid(lock)) {
+      struct pollfd fds[2] = {{.fd = signals_fd(), .events = POLLIN},
+                              {.fd = dlock_queue_fd(q), .events = POLLIN}};
+      if (poll(fds, 2, 1000) < 0 && errno != EINTR) break;
+      for (int sig; (sig = signals_next()) != 0;) {
+        if (is_stop_signal(sig)) stop_signal = sig;
+      }
+      drain_queue(q);
+    }
+    const dlock_status s = dlock_release(lock);
+    if (g_lost_reported || s == DLOCK_NOT_HELD) {
+      say_error("hold", "lock '%s' was lost while held: %s", name,
+                g_lost_reported ? g_lost_reason : dlock_last_error());
+      code = EXIT_LOST;
+    } else if (s != DLOCK_OK) {
+      say_error("hold", "releasing lock '%s' failed, it stays held until its lease runs out: %s",
+                name, dlock_last_error());
+      code = exit_code_for(s);
+    } else {
+      say_verbose(o, "hold", "released lock '%s'", name);
+    }
+  }
+  dlock_client_close(client);
+  dlock_queue_free(q);
+  return code;
+}
+
+static const char *kind_word(const dlock_info *info) {
+  if (dlock_info_permits(info) > 0) return "semaphore";
+  return dlock_info_kind(info) == DLOCK_SHARED ? "shared" : "exclusive";
+}
+
+static void print_remaining(int64_t ms) {
+  if (ms < 0) {
+    fputs("no expiry", stdout);
+  } else {
+    printf("%" PRId64 ".%01" PRId64 " s left", ms / 1000, (ms % 1000) / 100);
+  }
+}
+
+static void print_info_json(const char *name, const dlock_info *info) {
+  const uint32_t n = dlock_info_holders(info);
+  fputs("{\"name\":", stdout);
+  json_string(stdout, name);
+  printf(",\"held\":%s,\"kind\":\"%s\",\"permits\":%" PRIu32 ",\"holders\":[", n ? "true" : "false",
+         kind_word(info), dlock_info_permits(info));
+  for (uint32_t k = 0; k < n; ++k) {
+    fputs(k ? ",{\"owner\":" : "{\"owner\":", stdout);
+    json_string(stdout, dlock_info_owner(info, k));
+    printf(",\"fencing_token\":%" PRIu64 ",\"remaining_ms\":%" PRId64 "}",
+           dlock_info_fencing_token(info, k), dlock_info_remaining_ms(info, k));
+  }
+  fputs("]}\n", stdout);
+}
+
+/* One line for a free name or a single exclusive holder; a header and a line per holder for
+ * shared holds and semaphores. */
+static void print_info_text(const char *name, const dlock_info *info) {
+  const uint32_t n = dlock_info_holders(info);
+  text_string(stdout, name, false);
+  if (n == 0) {
+    fputs(": free\n", stdout);
+    return;
+  }
+  const uint32_t permits = dlock_info_permits(info);
+  const bool one_line = n == 1 && permits == 0 && dlock_info_kind(info) == DLOCK_EXCLUSIVE;
+  if (one_line) {
+    fputs(": held by ", stdout);
+  } else if (permits > 0) {
+    printf(": semaphore, %" PRIu32 " of %" PRIu32 " permits held\n", n, permits);
+  } else {
+    printf(": shared by %" PRIu32 "\n", n);
+  }
+  for (uint32_t k = 0; k < n; ++k) {
+    if (!one_line) fputs("  ", stdout);
+    text_string(stdout, dlock_info_owner(info, k), true);
+    printf(", fencing token %" PRIu64 ", ", dlock_info_fencing_token(info, k));
+    print_remaining(dlock_info_remaining_ms(info, k));
+    fputc('\n', stdout);
+  }
+}
+
+int cmd_inspect(cli_options *o, int argc, char **argv) {
+  char **names = NULL;
+  int count = 0;
+  int code = parse_command("inspect", CLI_OPT_URL | CLI_OPT_JSON | CLI_OPT_VERBOSITY, argc, argv,
+                           o, &names, &count);
+  if (code == 0 && count == 0) {
+    say_error("inspect", "no lock NAME (dlock inspect [--json] NAME...)");
+    code = EXIT_USAGE;
+  }
+  dlock_client *client = NULL;
+  if (code == 0) code = open_client(o, "inspect", &client);
+  for (int i = 0; code == 0 && i < count; ++i) {
+    dlock_info *info = NULL;
+    const dlock_status s = dlock_inspect(client, names[i], &info);
+    if (s != DLOCK_OK) {
+      say_error("inspect", "%s", dlock_last_error());
+      code = exit_code_for(s);
+      break;
+    }
+    if (o->json) {
+      print_info_json(names[i], info);
+    } else {
+      print_info_text(names[i], info);
+    }
+    dlock_info_free(info);
+  }
+  fflush(stdout);
+  dlock_client_close(client);
+  free(names);
+  return code < 0 ? 0 : code;
+}
+
+int cmd_prepare(cli_options *o, int argc, char **argv) {
+  char **words = NULL;
+  int nwords = 0;
+  int code = parse_command("prepare", CLI_OPT_URL | CLI_OPT_WAIT | CLI_OPT_VERBOSITY, argc, argv,
+                           o, &words, &nwords);
+  if (code == 0 && nwords > 0) {
+    say_error("prepare", "takes no words, got '%s' (the backend is --url's)", words[0]);
+    code = EXIT_USAGE;
+  }
+  free(words);
+  if (code != 0) return code < 0 ? 0 : code;
+  /* A minute for a new DynamoDB table to become active, unless --wait says otherwise. */
+  const int64_t wait_ms = o->wait_given ? o->wait_ms : 60000;
+  const dlock_status s = dlock_backend_prepare(o->url, wait_ms);
+  if (s != DLOCK_OK) {
+    say_error("prepare", "%s", dlock_last_error());
+    return exit_code_for(s);
+  }
+  if (o->verbosity != QUIET) printf("ready: %s\n", shown_url(o->url));
+  return 0;
+}

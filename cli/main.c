@@ -1,0 +1,121 @@
+/* dlock: flock(1) for a fleet. `dlock [--url URL] COMMAND ...`; see print_help and dlock.1. */
+#include <string.h>
+
+#include "cli.h"
+
+static const char kUsage[] =
+    "usage: dlock [--url URL] COMMAND [options] ...\n"
+    "\n"
+    "Commands:\n"
+    "  exec [options] NAME -- CMD [ARG...]  run CMD while holding lock NAME\n"
+    "  hold [options] NAME                  take lock NAME, print its fencing token, hold it\n"
+    "                                       until SIGINT or SIGTERM\n"
+    "  inspect [--json] NAME...             who holds each lock\n"
+    "  prepare                              create what the backend needs (the DynamoDB table)\n"
+    "\n"
+    "Options of every command:\n"
+    "  --url URL       the backend; default $DLOCK_URL, else redis://127.0.0.1:6379\n"
+    "  -q, --quiet     errors only          -v, --verbose   say what happens\n"
+    "  -h, --help      this help; dlock COMMAND --help for a command's own\n"
+    "  --version       print the version\n"
+    "\n"
+    "Exit codes: CMD's own status (128+N when it died of signal N); 64 usage error;\n"
+    "69 backend unreachable or failing; 70 the lock was lost while held; 71 a local\n"
+    "system error; 75 not acquired within --wait; 126/127 CMD not executable/not found.\n";
+
+static const char kLockOptions[] =
+    "  --lease D       lease, renewed in the background while held (default 10s; 0 = none)\n"
+    "  --wait D        how long to wait for the lock (default -1 = no limit; 0 = one try)\n"
+    "  --shared        a shared (read) hold: any number at once, no exclusive one meanwhile\n"
+    "  --permits N     one of N permits of a counting semaphore\n"
+    "  --owner LABEL   a label `dlock inspect` shows (default HOST:PID)\n";
+
+static const char kCommonOptions[] =
+    "  --url URL       the backend; default $DLOCK_URL, else redis://127.0.0.1:6379\n"
+    "  -q, --quiet     errors only          -v, --verbose   say what happens\n"
+    "Durations take ms, s or m (a bare number is milliseconds): 500, 30s, 1.5s, 2m.\n";
+
+void print_help(const char *command, FILE *f) {
+  if (!command) {
+    fputs(kUsage, f);
+  } else if (strcmp(command, "exec") == 0) {
+    fputs("usage: dlock exec [options] NAME -- CMD [ARG...]\n"
+          "Runs CMD (no shell, in its own process group) while holding lock NAME; releases it\n"
+          "when CMD exits and exits with CMD's status. CMD's environment has DLOCK_NAME,\n"
+          "DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS. TERM, INT, HUP, QUIT, USR1 and USR2 sent to\n"
+          "dlock reach CMD; if dlock dies, CMD is killed.\n\n",
+          f);
+    fputs(kLockOptions, f);
+    fputs("  --on-lost A     if the lock is lost while CMD runs: term (SIGTERM, then SIGKILL\n"
+          "                  after the kill grace; default), kill (SIGKILL) or ignore; dlock\n"
+          "                  then exits 70\n"
+          "  --kill-grace D  SIGTERM to SIGKILL; when renewals keep failing, SIGTERM goes out\n"
+          "                  this long before the lease could run out (default lease/4)\n",
+          f);
+    fputs(kCommonOptions, f);
+  } else if (strcmp(command, "hold") == 0) {
+    fputs("usage: dlock hold [options] NAME\n"
+          "Takes lock NAME, prints its fencing token (--json: an object), and holds it,\n"
+          "renewed, until SIGINT, SIGTERM or SIGHUP; then releases it and exits 0 (70 if the\n"
+          "lock was lost meanwhile).\n\n",
+          f);
+    fputs(kLockOptions, f);
+    fputs("  --json          print {\"name\", \"fencing_token\", \"lease_ms\"}\n", f);
+    fputs(kCommonOptions, f);
+  } else if (strcmp(command, "inspect") == 0) {
+    fputs("usage: dlock inspect [--json] NAME...\n"
+          "Shows who holds each lock: owner label, fencing token, lease left. A snapshot:\n"
+          "never decide from it whether to take a lock.\n\n"
+          "  --json          one JSON object per NAME per line: name, held, kind (exclusive,\n"
+          "                  shared, semaphore), permits, holders [{owner, fencing_token,\n"
+          "                  remaining_ms (-1 = no expiry)}]\n",
+          f);
+    fputs(kCommonOptions, f);
+  } else if (strcmp(command, "prepare") == 0) {
+    fputs("usage: dlock prepare [--wait D]\n"
+          "Creates what the backend at --url needs before locks can be taken there (for\n"
+          "dynamodb://, the table) and waits up to --wait (default 1m) until it is ready.\n"
+          "Nothing to do for Redis and etcd (the URL is checked).\n\n"
+          "  --wait D        how long to wait for it to be ready (-1 = no limit)\n",
+          f);
+    fputs(kCommonOptions, f);
+  }
+}
+
+int main(int argc, char **argv) {
+  cli_options o;
+  default_options(&o);
+  char **words = argv; /* unused before the command: STOP_AT_WORD collects none */
+  int nwords = 0;
+  const int at = parse_options(NULL, CLI_OPT_URL | CLI_OPT_VERBOSITY | CLI_OPT_JSON, argc - 1,
+                               argv + 1, STOP_AT_WORD, &o, words, &nwords);
+  if (at < 0) return EXIT_USAGE;
+  const int first = at + 1; /* the command's index in argv */
+  if (o.version) {
+    printf("dlock %s\n", dlock_version());
+    return 0;
+  }
+  if (o.help) {
+    print_help(NULL, stdout);
+    return 0;
+  }
+  if (first >= argc) {
+    fputs(kUsage, stderr);
+    return EXIT_USAGE;
+  }
+  const char *command = argv[first];
+  int (*run)(cli_options *, int, char **) = NULL;
+  if (strcmp(command, "exec") == 0) run = cmd_exec;
+  else if (strcmp(command, "hold") == 0) run = cmd_hold;
+  else if (strcmp(command, "inspect") == 0) run = cmd_inspect;
+  else if (strcmp(command, "prepare") == 0) run = cmd_prepare;
+  else if (strcmp(command, "help") == 0) {
+    print_help(first + 1 < argc ? argv[first + 1] : NULL, stdout);
+    return 0;
+  }
+  if (!run) {
+    say_error(NULL, "unknown command '%s' (exec, hold, inspect, prepare; dlock --help)", command);
+    return EXIT_USAGE;
+  }
+  return run(&o, argc - first - 1, argv + first + 1);
+}

@@ -1,0 +1,132 @@
+/* Messages (one line each, on stderr), JSON and quoting for names and owner labels, which may
+ * hold any byte but NUL. A URL is shown only through dlock_url_redact: never its password. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char *g_program = "dlock";
+
+static void say(const char *command, const char *fmt, va_list ap) {
+  if (command) {
+    fprintf(stderr, "%s %s: ", g_program, command);
+  } else {
+    fprintf(stderr, "%s: ", g_program);
+  }
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
+void say_error(const char *command, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(command, fmt, ap);
+  va_end(ap);
+}
+
+void say_note(const cli_options *o, const char *command, const char *fmt, ...) {
+  if (o->verbosity == QUIET) return;
+  va_list ap;
+  va_start(ap, fmt);
+  say(command, fmt, ap);
+  va_end(ap);
+}
+
+void say_verbose(const cli_options *o, const char *command, const char *fmt, ...) {
+  if (o->verbosity != VERBOSE) return;
+  va_list ap;
+  va_start(ap, fmt);
+  say(command, fmt, ap);
+  va_end(ap);
+}
+
+const char *shown_url(const char *url) {
+  static char buf[512];
+  if (dlock_url_redact(url, buf, sizeof buf) == 0) buf[0] = '\0';
+  return buf;
+}
+
+/* The length of the valid UTF-8 sequence at s (1..4), or 0 when it is not one. */
+static size_t utf8_length(const unsigned char *s) {
+  if (s[0] < 0x80) return 1;
+  size_t n;
+  unsigned min;
+  unsigned cp;
+  if ((s[0] & 0xE0) == 0xC0) {
+    n = 2, min = 0x80, cp = s[0] & 0x1F;
+  } else if ((s[0] & 0xF0) == 0xE0) {
+    n = 3, min = 0x800, cp = s[0] & 0x0F;
+  } else if ((s[0] & 0xF8) == 0xF0) {
+    n = 4, min = 0x10000, cp = s[0] & 0x07;
+  } else {
+    return 0;
+  }
+  for (size_t i = 1; i < n; ++i) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+void json_string(FILE *f, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  fputc('"', f);
+  while (*p) {
+    if (*p == '"' || *p == '\\') {
+      fputc('\\', f);
+      fputc(*p++, f);
+    } else if (*p < 0x20 || *p == 0x7F) {
+      fprintf(f, "\\u%04x", *p++);
+    } else {
+      size_t n = utf8_length(p);
+      if (n == 0) {
+        fputs("\\ufffd", f);
+        ++p;
+      } else {
+        fwrite(p, 1, n, f);
+        p += n;
+      }
+    }
+  }
+  fputc('"', f);
+}
+
+static bool needs_quotes(const unsigned char *p) {
+  if (!*p) return true;
+  for (size_t n; *p; p += n) {
+    n = *p < 0x20 || *p == 0x7F || *p == '\'' || *p == '\\' ? 0 : utf8_length(p);
+    if (n == 0) return true;
+  }
+  return false;
+}
+
+void text_string(FILE *f, const char *s, bool quote_always) {
+  const unsigned char *p = (const unsigned char *)s;
+  if (!quote_always && !needs_quotes(p)) {
+    fputs(s, f);
+    return;
+  }
+  fputc('\'', f);
+  while (*p) {
+    size_t n = *p < 0x20 || *p == 0x7F || *p == '\'' || *p == '\\' ? 0 : utf8_length(p);
+    if (n == 0) {
+      fprintf(f, "\\x%02x", *p++);
+    } else {
+      fwrite(p, 1, n, f);
+      p += n;
+    }
+  }
+  fputc('\'', f);
+}
+
+int exit_code_for(dlock_status s) {
+  switch (s) {
+    case DLOCK_EINVAL: return EXIT_USAGE;
+    case DLOCK_NOT_ACQUIRED: return EXIT_NOT_ACQUIRED;
+    case DLOCK_NOT_HELD: return EXIT_LOST;
+    case DLOCK_ENOMEM:
+    case DLOCK_EINTERNAL: return EXIT_OSERR;
+    default: return EXIT_BACKEND; /* EIO, EBACKEND, EAUTH and anything newer */
+  }
+}
