@@ -192,6 +192,11 @@ int cmd_prepare(cli_options *o, int argc, char **argv) {
     say_error("prepare", "%s", dlock_last_error());
     return exit_code_for(s);
   }
+  /* "ready" means a client can use it now: it connects and authenticates. */
+  dlock_client *client = NULL;
+  code = open_client(o, "prepare", &client);
+  dlock_client_close(client);
+  if (code != 0) return code;
   if (o->verbosity != QUIET) printf("ready: %s\n", shown_url(o->url));
   return 0;
 }

@@ -386,7 +386,9 @@ TEST_P(KindsLosing, DeletedSharedHoldIsReportedLost) {
   LossReport lost = c->AwaitLoss(5000ms);
   ASSERT_EQ(lost.count, 1) << "the loss was not reported";
   EXPECT_NE(lost.says.find(name), std::string::npos) << lost.says;
-  if (style() != Style::kQueued) EXPECT_EQ(lost.token, token);
+  if (style() != Style::kQueued) {
+    EXPECT_EQ(lost.token, token);
+  }
   EXPECT_EQ(dlock_lock_is_valid(l), 0);
   EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
 }

@@ -1,0 +1,75 @@
+// The dlock command on every backend: `prepare` makes the backend ready (DynamoDB: a new
+// table), `exec` runs CMD under the lock with its token, `inspect` shows the holder and then
+// "free", and `--wait 0` on a held lock is exit 75. What the command itself does (signals,
+// exit codes, losses) is in tests/cli_test.cc, against Redis.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "conformance/conformance.h"
+#include "support/child_process.h"
+
+namespace dlock_test {
+namespace {
+
+struct Outcome {
+  int code;
+  std::string output;
+};
+
+Outcome Dlock(std::vector<std::string> args) {
+  args.insert(args.begin(), DLOCK_CLI);
+  ChildProcess p(args);
+  const int code = p.Wait(std::chrono::seconds(120));
+  return {code, p.output()};
+}
+
+class Cli : public BackendTest {};
+
+TEST_P(Cli, PrepareExecAndInspect) {
+  std::string target = url();
+  if (target.rfind("dynamodb://", 0) == 0) {  // a table nobody made yet: prepare must make it
+    static int tables = 0;
+    const std::string table = "cli_" + std::to_string(getpid()) + "_" + std::to_string(++tables);
+    target = "dynamodb://" + table + target.substr(target.find('?'));
+  }
+  Outcome prepared = Dlock({"--url", target, "prepare"});
+  ASSERT_EQ(prepared.code, 0) << prepared.output;
+  EXPECT_EQ(prepared.output.rfind("ready: ", 0), 0u) << prepared.output;
+
+  const std::string name = Name("cli");
+  const auto dir = std::filesystem::temp_directory_path() / ("dlock-cli-conf-" + name);
+  std::filesystem::create_directories(dir);
+  const std::string token_file = (dir / "token").string(), seen_file = (dir / "seen").string();
+  Outcome ran = Dlock({"--url", target, "exec", "--owner", "conformance", name, "--", "sh", "-c",
+                       "echo $DLOCK_FENCING_TOKEN > " + token_file + "; '" DLOCK_CLI "' --url '" +
+                           target + "' inspect --json '" + name + "' > " + seen_file});
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  std::ifstream token_in(token_file), seen_in(seen_file);
+  uint64_t token = 0;
+  token_in >> token;
+  std::string line;
+  ASSERT_TRUE(std::getline(seen_in, line)) << ran.output;
+  nlohmann::json seen = nlohmann::json::parse(line);
+  ASSERT_EQ(seen["holders"].size(), 1u) << line;
+  EXPECT_EQ(seen["holders"][0]["owner"], "conformance") << line;
+  EXPECT_EQ(seen["holders"][0]["fencing_token"].get<uint64_t>(), token) << line;
+  std::filesystem::remove_all(dir);
+
+  Outcome after = Dlock({"--url", target, "inspect", name});
+  EXPECT_EQ(after.code, 0) << after.output;
+  EXPECT_EQ(after.output, name + ": free\n");
+
+  Client holder(target);
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), nullptr, &held), DLOCK_OK) << dlock_last_error();
+  Outcome refused = Dlock({"--url", target, "exec", "--wait", "0", name, "--", "true"});
+  EXPECT_EQ(refused.code, 75) << refused.output;
+  EXPECT_EQ(dlock_release(held), DLOCK_OK);
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, Cli, ::testing::ValuesIn(AllBackends()), BackendTestName);
+
+}  // namespace
+}  // namespace dlock_test
