@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs every code example of the READMEs as printed, so that they stay true.
 
-A fenced block tagged c, cpp, python, js or lua is an example: a complete program that must
-build (C and C++ with -Wall -Wextra -Werror against the build tree) and exit 0 within 30 s.
-Blocks tagged otherwise (sh, text, none) are commands or grammar and are not run. The one
+A fenced block tagged c, cpp, python, js, lua or bash is an example: a complete program that
+must build (C and C++ with -Wall -Wextra -Werror against the build tree) and exit 0 within 30 s
+(bash: run with -euo pipefail, the build's `dlock` command first on PATH). Blocks tagged
+otherwise (sh, crontab, text, none) are commands or grammar and are not run. The one
 liberty taken: the addresses the READMEs print for a local server (127.0.0.1:6379 for Redis,
 http://127.0.0.1:4567 for dynalite, 127.0.0.1:2379 for etcd) are replaced with the throwaway
 servers' addresses.
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 
-RUNNABLE = {"c", "cpp", "python", "js", "lua"}
+RUNNABLE = {"c", "cpp", "python", "js", "lua", "bash"}
 FENCE = re.compile(r"^```(\S*)\s*$")
 TIMEOUT_S = 30
 
@@ -72,10 +73,13 @@ def commands(lang, code, work, args):
         if "<event2/" in code:
             libs += pkg_config("libevent", "libevent_pthreads")
         return [[compiler, *flags, "-o", binary, source, *libs], [binary]]
-    runner, ext = {"python": ("python3", ".py"), "js": ("node", ".js"), "lua": ("luajit", ".lua")}[lang]
+    runner, ext = {"python": ("python3", ".py"), "js": ("node", ".js"), "lua": ("luajit", ".lua"),
+                   "bash": ("bash", ".sh")}[lang]
     script = os.path.join(work, "example" + ext)
     with open(script, "w") as f:
         f.write(code)
+    if lang == "bash":
+        return [[runner, "-euo", "pipefail", script]]
     return [[runner, script]]
 
 
@@ -90,6 +94,7 @@ def environment(work, args):
     os.makedirs(modules, exist_ok=True)
     os.symlink(os.path.join(src, "bindings", "node"), os.path.join(modules, "dlock"))
     env["NODE_PATH"] = modules
+    env["PATH"] = os.path.join(os.path.abspath(args.build_dir), "cli") + os.pathsep + env.get("PATH", "")
     return env
 
 
