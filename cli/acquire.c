@@ -66,16 +66,20 @@ int open_client(const cli_options *o, const char *command, dlock_client **out) {
   return exit_code_for(s);
 }
 
+/* A LOST entry was just popped: keep its message (dlock_last_error) for the report. */
+static void note_loss(void) {
+  if (g_lost_reported) return;
+  g_lost_reported = true;
+  snprintf(g_lost_reason, sizeof g_lost_reason, "%s", dlock_last_error());
+}
+
 void drain_queue(dlock_queue *q) {
   uint64_t tag;
   dlock_status status;
   dlock_lock *lock;
   int kind;
   while ((kind = dlock_queue_pop(q, &tag, &status, &lock)) > 0) {
-    if (kind == DLOCK_QUEUE_LOST && !g_lost_reported) {
-      g_lost_reported = true;
-      snprintf(g_lost_reason, sizeof g_lost_reason, "%s", dlock_last_error());
-    }
+    if (kind == DLOCK_QUEUE_LOST) note_loss();
     if (lock) dlock_release(lock); /* not ours to keep: a stray acquire's outcome */
   }
 }
@@ -113,8 +117,8 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   return 0;
 }
 
-int acquire_interruptibly(const cli_options *o, const char *command, dlock_client *c,
-                          const char *name, dlock_queue *q, dlock_lock **out) {
+static int acquire_interruptibly(const cli_options *o, const char *command, dlock_client *c,
+                                 const char *name, dlock_queue *q, dlock_lock **out) {
   dlock_options *opts = NULL;
   int rc = set_options(o, command, q, &opts);
   if (rc != 0) return rc;
@@ -145,10 +149,7 @@ int acquire_interruptibly(const cli_options *o, const char *command, dlock_clien
     int kind;
     while ((kind = dlock_queue_pop(q, &tag, &status, &lock)) > 0) {
       if (kind == DLOCK_QUEUE_LOST) { /* lost before we looked: the caller sees it */
-        if (!g_lost_reported) {
-          g_lost_reported = true;
-          snprintf(g_lost_reason, sizeof g_lost_reason, "%s", dlock_last_error());
-        }
+        note_loss();
         continue;
       }
       if (tag != ACQUIRE_TAG) {
@@ -175,4 +176,19 @@ int acquire_interruptibly(const cli_options *o, const char *command, dlock_clien
       return exit_code_for(status);
     }
   }
+}
+
+int take_lock(const cli_options *o, const char *command, const char *name, dlock_client **client,
+              dlock_queue **q, dlock_lock **lock) {
+  if (signals_install() != 0) {
+    say_error(command, "signals: %s", strerror(errno));
+    return EXIT_OSERR;
+  }
+  int code = open_client(o, command, client);
+  if (code != 0) return code;
+  if (dlock_queue_new(q) != DLOCK_OK) {
+    say_error(command, "%s", dlock_last_error());
+    return EXIT_OSERR;
+  }
+  return acquire_interruptibly(o, command, *client, name, *q, lock);
 }

@@ -102,13 +102,14 @@ int signals_fd(void);
 int signals_next(void);
 /* Opens the client, making the failure message and exit code; 0 on success. */
 int open_client(const cli_options *o, const char *command, dlock_client **out);
-/* Acquires name per o, interruptibly: a TERM, INT, HUP or QUIT while waiting cancels the wait
- * (exit 128+N). Loss reports go to q under tag LOST_TAG. Returns 0 with *out held, or the exit
- * code after saying why. */
+/* Installs the signal handlers, opens the client and a queue, and acquires name per o,
+ * interruptibly: a TERM, INT, HUP or QUIT while waiting cancels the wait (exit 128+N). Loss
+ * reports go to the queue under LOST_TAG. Returns 0 with *lock held, or the exit code after
+ * saying why; the caller closes *client and frees *q either way. */
 #define ACQUIRE_TAG 1
 #define LOST_TAG 2
-int acquire_interruptibly(const cli_options *o, const char *command, dlock_client *c,
-                          const char *name, dlock_queue *q, dlock_lock **out);
+int take_lock(const cli_options *o, const char *command, const char *name, dlock_client **client,
+              dlock_queue **q, dlock_lock **lock);
 /* A signal that stops a waiting or holding dlock (TERM, INT, HUP, QUIT). */
 bool is_stop_signal(int sig);
 /* The caught signals back to their defaults (a child, before exec). */

@@ -40,14 +40,7 @@ int cmd_hold(cli_options *o, int argc, char **argv) {
   dlock_client *client = NULL;
   dlock_queue *q = NULL;
   dlock_lock *lock = NULL;
-  if (signals_install() != 0) {
-    say_error("hold", "signals: %s", strerror(errno));
-    code = EXIT_OSERR;
-  } else if ((code = open_client(o, "hold", &client)) != 0) {
-  } else if (dlock_queue_new(&q) != DLOCK_OK) {
-    say_error("hold", "%s", dlock_last_error());
-    code = EXIT_OSERR;
-  } else if ((code = acquire_interruptibly(o, "hold", client, name, q, &lock)) == 0) {
+  if ((code = take_lock(o, "hold", name, &client, &q, &lock)) == 0) {
     const uint64_t token = dlock_lock_fencing_token(lock);
     if (o->json) {
       fputs("{\"name\":", stdout);

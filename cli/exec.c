@@ -154,7 +154,8 @@ static pid_t start_child(const char *path, char **argv, char **env, int *code) {
 }
 
 static void signal_group(const cli_options *o, pid_t group, int sig, const char *why) {
-  say_verbose(o, "exec", "sending %s to CMD (process group %ld): %s", sig == SIGKILL ? "SIGKILL" : sig == SIGTERM ? "SIGTERM" : "a signal", (long)group, why);
+  say_verbose(o, "exec", "sending signal %d (%s) to CMD's process group %ld: %s", sig,
+              strsignal(sig), (long)group, why);
   kill(-group, sig);
 }
 
@@ -216,8 +217,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     }
     for (int sig; (sig = signals_next()) != 0;) {
       if (sig == SIGCHLD) continue;
-      say_verbose(o, "exec", "forwarding signal %d to CMD", sig);
-      kill(-child, sig);
+      signal_group(o, child, sig, "forwarded");
     }
     /* Reaped on every wake, not only on SIGCHLD: a wake-up for anything re-checks. */
     pid_t r;
@@ -288,14 +288,7 @@ int cmd_exec(cli_options *o, int argc, char **argv) {
   dlock_queue *q = NULL;
   dlock_lock *lock = NULL;
   char **env = NULL;
-  if (signals_install() != 0) {
-    say_error("exec", "signals: %s", strerror(errno));
-    code = EXIT_OSERR;
-  } else if ((code = open_client(o, "exec", &client)) != 0) {
-  } else if (dlock_queue_new(&q) != DLOCK_OK) {
-    say_error("exec", "%s", dlock_last_error());
-    code = EXIT_OSERR;
-  } else if ((code = acquire_interruptibly(o, "exec", client, name, q, &lock)) != 0) {
+  if ((code = take_lock(o, "exec", name, &client, &q, &lock)) != 0) {
   } else if (!(env = child_environment(name, dlock_lock_fencing_token(lock), o->lease_ms))) {
     say_error("exec", "out of memory");
     code = EXIT_OSERR;

@@ -80,6 +80,20 @@ class CliTest : public ::testing::Test {
     return {code, p.output()};
   }
   std::string Path(const std::string& file) const { return (dir_ / file).string(); }
+
+  // `dlock exec OPTIONS... NAME -- sh -c ...`: a CMD that runs until signalled, with on_term as
+  // its SIGTERM trap ("" = none). Returns once CMD runs, with its pid in *cmd.
+  std::unique_ptr<ChildProcess> ExecLongCmd(std::vector<std::string> args, const std::string& on_term,
+                                            pid_t* cmd) const {
+    const std::string started = Path("started");
+    const std::string trap = on_term.empty() ? "" : "trap '" + on_term + "' TERM; ";
+    for (const char* word : {"--", "sh", "-c"}) args.push_back(word);
+    args.push_back(trap + "echo $$ > " + started + "; while :; do sleep 0.05; done");
+    auto dlock = std::make_unique<ChildProcess>(Args(args), ChildOptions::Env(Env()));
+    EXPECT_TRUE(WaitForFile(started, 20s)) << dlock->output();
+    *cmd = std::filesystem::exists(started) ? std::stoi(ReadFile(started)) : -1;
+    return dlock;
+  }
   bool Held(const std::string& name) const { return redis_.Cli({"EXISTS", "dlock:{" + name + "}"}) == "1"; }
 
   RedisServer redis_;
@@ -161,73 +175,63 @@ TEST_F(CliTest, WaitZeroOnAHeldLockExitsNotAcquiredAtOnce) {
 }
 
 TEST_F(CliTest, ALossTheServerReportsStopsCmdWithinAHeartbeat) {
-  const std::string started = Path("started"), got_term = Path("term");
-  ChildProcess dlock(Args({"exec", "--lease", "3s", "doomed", "--", "sh", "-c",
-                           "trap 'echo TERM > " + got_term + "; exit 0' TERM; echo $$ > " + started +
-                               "; while :; do sleep 0.05; done"}),
-                     ChildOptions::Env(Env()));
-  ASSERT_TRUE(WaitForFile(started, 20s)) << dlock.output();
+  const std::string got_term = Path("term");
+  pid_t cmd;
+  auto dlock = ExecLongCmd({"exec", "--lease", "3s", "doomed"}, "echo TERM > " + got_term + "; exit 0", &cmd);
+  ASSERT_GT(cmd, 0);
   const auto deleted_at = Clock::now();
   ASSERT_EQ(redis_.Cli({"DEL", "dlock:{doomed}"}), "1");
-  const int code = dlock.Wait(20s);
+  const int code = dlock->Wait(20s);
   const int64_t took = MsSince(deleted_at);
-  EXPECT_EQ(code, 70) << dlock.output();
+  EXPECT_EQ(code, 70) << dlock->output();
   EXPECT_EQ(ReadFile(got_term), "TERM\n") << "CMD was not sent SIGTERM";
   // Heartbeats every second (lease/3 or less): the loss is seen within one or two. Generous
   // for sanitizers on busy cores; measured about 0.4 s.
-  EXPECT_LT(took, 5000) << dlock.output();
-  EXPECT_NE(dlock.output().find("lost"), std::string::npos) << dlock.output();
+  EXPECT_LT(took, 5000) << dlock->output();
+  EXPECT_NE(dlock->output().find("lost"), std::string::npos) << dlock->output();
 }
 
 TEST_F(CliTest, FailingRenewalsStopCmdBeforeTheLeaseCanRunOut) {
-  const std::string started = Path("started"), log = Path("log");
+  const std::string log = Path("log");
   // CMD ignores SIGTERM: only the SIGKILL at the local deadline ends it.
-  ChildProcess dlock(Args({"exec", "--lease", "2s", "--kill-grace", "500ms", "stalled", "--", "sh",
-                           "-c",
-                           "trap 'echo TERM >> " + log + "' TERM; echo $$ > " + started +
-                               "; while :; do sleep 0.05; done"}),
-                     ChildOptions::Env(Env()));
-  ASSERT_TRUE(WaitForFile(started, 20s)) << dlock.output();
-  const pid_t cmd = std::stoi(ReadFile(started));
+  pid_t cmd;
+  auto dlock = ExecLongCmd({"exec", "--lease", "2s", "--kill-grace", "500ms", "stalled"},
+                           "echo TERM >> " + log, &cmd);
+  ASSERT_GT(cmd, 0);
   std::this_thread::sleep_for(300ms);
   const auto stopped_at = Clock::now();
   kill(redis_.pid(), SIGSTOP);  // renewals go unanswered
   // The server's lease ends at most 2 s after the last renewal, which came before the stop.
   while (!Dead(cmd) && MsSince(stopped_at) < 10000) std::this_thread::sleep_for(5ms);
   const int64_t dead_after = MsSince(stopped_at);
-  const int code = dlock.Wait(20s);
+  const int code = dlock->Wait(20s);
   kill(redis_.pid(), SIGCONT);
   EXPECT_TRUE(Dead(cmd));
   EXPECT_LT(dead_after, 2000 + 700) << "CMD outlived the lease on the server (slack 700 ms)";
   EXPECT_GT(dead_after, 500) << "CMD was stopped although renewals had only just failed";
   EXPECT_EQ(ReadFile(log), "TERM\n") << "SIGTERM first, kill-grace before the deadline";
-  EXPECT_EQ(code, 70) << dlock.output();
-  EXPECT_NE(dlock.output().find("renewals of lock 'stalled' are failing"), std::string::npos)
-      << dlock.output();
+  EXPECT_EQ(code, 70) << dlock->output();
+  EXPECT_NE(dlock->output().find("renewals of lock 'stalled' are failing"), std::string::npos)
+      << dlock->output();
 }
 
 TEST_F(CliTest, SigtermToDlockReachesCmdAndTheLockIsReleased) {
-  const std::string started = Path("started"), got_term = Path("term");
-  ChildProcess dlock(Args({"exec", "--lease", "0", "deploy", "--", "sh", "-c",
-                           "trap 'echo TERM > " + got_term + "; exit 0' TERM; echo $$ > " + started +
-                               "; while :; do sleep 0.05; done"}),
-                     ChildOptions::Env(Env()));
-  ASSERT_TRUE(WaitForFile(started, 20s)) << dlock.output();
+  const std::string got_term = Path("term");
+  pid_t cmd;
+  auto dlock = ExecLongCmd({"exec", "--lease", "0", "deploy"}, "echo TERM > " + got_term + "; exit 0", &cmd);
+  ASSERT_GT(cmd, 0);
   EXPECT_TRUE(Held("deploy"));
-  dlock.Signal(SIGTERM);
-  EXPECT_EQ(dlock.Wait(20s), 0) << dlock.output();
+  dlock->Signal(SIGTERM);
+  EXPECT_EQ(dlock->Wait(20s), 0) << dlock->output();
   EXPECT_EQ(ReadFile(got_term), "TERM\n");
   EXPECT_FALSE(Held("deploy")) << "a lock without a lease must be released by dlock itself";
 }
 
 TEST_F(CliTest, CmdDiesWithDlock) {
-  const std::string started = Path("started");
-  ChildProcess dlock(Args({"exec", "orphan", "--", "sh", "-c",
-                           "echo $$ > " + started + "; while :; do sleep 0.05; done"}),
-                     ChildOptions::Env(Env()));
-  ASSERT_TRUE(WaitForFile(started, 20s)) << dlock.output();
-  const pid_t cmd = std::stoi(ReadFile(started));
-  dlock.Kill();
+  pid_t cmd;
+  auto dlock = ExecLongCmd({"exec", "orphan"}, "", &cmd);
+  ASSERT_GT(cmd, 0);
+  dlock->Kill();
   const auto killed_at = Clock::now();
   while (!Dead(cmd) && MsSince(killed_at) < 5000) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(Dead(cmd)) << "CMD outlived dlock";

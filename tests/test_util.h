@@ -16,25 +16,18 @@ namespace dlock_test {
 // Which sanitizer this test binary runs under. scripts/test runs every test three times (normal,
 // ASan+UBSan, TSan) within a 30-minute budget: the few heaviest cases run lighter under the
 // sanitizers, never weaker in the normal build (README, "Tests").
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kUnderThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+#if defined(__has_feature)  // clang
+#define DLOCK_TEST_HAS_FEATURE(x) __has_feature(x)
+#else  // gcc says __SANITIZE_*__ instead
+#define DLOCK_TEST_HAS_FEATURE(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || DLOCK_TEST_HAS_FEATURE(thread_sanitizer)
 inline constexpr bool kUnderThreadSanitizer = true;
 #else
 inline constexpr bool kUnderThreadSanitizer = false;
 #endif
-#else
-inline constexpr bool kUnderThreadSanitizer = false;
-#endif
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || DLOCK_TEST_HAS_FEATURE(address_sanitizer)
 inline constexpr bool kUnderAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kUnderAddressSanitizer = true;
-#else
-inline constexpr bool kUnderAddressSanitizer = false;
-#endif
 #else
 inline constexpr bool kUnderAddressSanitizer = false;
 #endif

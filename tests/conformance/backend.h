@@ -21,6 +21,9 @@ class BackendServer {
   virtual bool running() const = 0;
   // The URL a client opens (the backend ready for use: tables made, and so on).
   virtual std::string url() const = 0;
+  // A URL of this server that dlock_backend_prepare has not been run for (each call a new
+  // one: DynamoDB, a table nobody made), or url() when the backend needs no preparing.
+  virtual std::string UnpreparedUrl() { return url(); }
   // What an error message names when the server cannot be reached.
   virtual std::string address() const = 0;
   // Deletes lock `name`'s record on the server, as an operator or a bug might behind the

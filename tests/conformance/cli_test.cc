@@ -28,12 +28,7 @@ Outcome Dlock(std::vector<std::string> args) {
 class Cli : public BackendTest {};
 
 TEST_P(Cli, PrepareExecAndInspect) {
-  std::string target = url();
-  if (target.rfind("dynamodb://", 0) == 0) {  // a table nobody made yet: prepare must make it
-    static int tables = 0;
-    const std::string table = "cli_" + std::to_string(getpid()) + "_" + std::to_string(++tables);
-    target = "dynamodb://" + table + target.substr(target.find('?'));
-  }
+  const std::string target = server().UnpreparedUrl();  // DynamoDB: prepare must make the table
   Outcome prepared = Dlock({"--url", target, "prepare"});
   ASSERT_EQ(prepared.code, 0) << prepared.output;
   EXPECT_EQ(prepared.output.rfind("ready: ", 0), 0u) << prepared.output;

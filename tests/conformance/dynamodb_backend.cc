@@ -28,6 +28,7 @@ class DynamoDbServer : public BackendServer {
   }
   bool running() const override { return ddb_.running(); }
   std::string url() const override { return ddb_.url(kTable); }
+  std::string UnpreparedUrl() override { return ddb_.url("unprepared_" + std::to_string(++unprepared_)); }
   std::string address() const override { return ddb_.endpoint(); }
   bool DeleteLock(const std::string& name) override {
     RawResponse r = ddb_.Call("DeleteItem", R"({"TableName":")" + std::string(kTable) +
@@ -40,6 +41,7 @@ class DynamoDbServer : public BackendServer {
 
  private:
   static constexpr const char* kTable = "conformance_locks";
+  int unprepared_ = 0;
 
   bool Prepare() {
     dlock_status s = dlock_backend_prepare(url().c_str(), 10000);
