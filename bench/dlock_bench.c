@@ -3,7 +3,8 @@
  *   dlock_bench uncontended PORT SECONDS ROUNDS
  *       One thread. Per round, for SECONDS each: dlock_acquire + dlock_release on one name;
  *       raw hiredis SET NX PX + EVALSHA compare-and-delete; and (diagnostic) raw hiredis
- *       running dlock's own acquire/release scripts; dlock with a shared hold (DLOCK_SHARED).
+ *       running dlock's own acquire/release scripts; dlock with a shared hold (DLOCK_SHARED);
+ *       (diagnostic) raw hiredis acquiring with MULTI/EXEC instead of a script.
  *       Medians over ROUNDS.
  *   dlock_bench contended PORT SECONDS PROCS
  *       PROCS forked processes loop acquire(wait_ms=-1) + release on one name for SECONDS.
@@ -316,6 +317,42 @@ static long raw_dlock_scripts_cycles(unc_ctx *x, double until) {
   return n;
 }
 
+/* Diagnostic: the MULTI hypothesis of issue 17, raw. One round trip of MULTI; SET NX PX GET;
+ * INCR fence; TIME; PTTL; EXISTS holds; EXEC (what an exclusive acquire must learn: won or not,
+ * a counter and a clock for the token, the holder's lease, shared holds in the way), then
+ * dlock's release.lua. The ceiling of a fenced acquire without Lua. */
+static long raw_multi_cycles(unc_ctx *x, double until) {
+  long n = 0;
+  char token[33];
+  do {
+    raw_token(token);
+    redisAppendCommand(x->r, "MULTI");
+    redisAppendCommand(x->r, "SET dlock:{bench:rawmulti} %s NX PX 10000 GET", token);
+    redisAppendCommand(x->r, "INCR dlock:{bench:rawmulti}:fence");
+    redisAppendCommand(x->r, "TIME");
+    redisAppendCommand(x->r, "PTTL dlock:{bench:rawmulti}");
+    redisAppendCommand(x->r, "EXISTS dlock:{bench:rawmulti}:holds");
+    redisAppendCommand(x->r, "EXEC");
+    for (int i = 0; i < 7; i++) {
+      redisReply *rep;
+      if (redisGetReply(x->r, (void **)&rep) != REDIS_OK) die("redis: %s", x->r->errstr);
+      if (i == 6 && (rep->type != REDIS_REPLY_ARRAY || rep->elements != 5 ||
+                     rep->element[0]->type != REDIS_REPLY_NIL)) {
+        die("raw MULTI did not acquire");
+      }
+      freeReplyObject(rep);
+    }
+    redisReply *rep = raw_cmd(x->r,
+                              "EVALSHA %s 1 dlock:{bench:rawmulti} %s dlock:{bench:rawmulti}:released "
+                              "0 exclusive",
+                              x->rel_sha, token);
+    if (rep->type != REDIS_REPLY_INTEGER || rep->integer != 1) die("raw release.lua refused");
+    freeReplyObject(rep);
+    n++;
+  } while (now_s() < until);
+  return n;
+}
+
 typedef struct {
   double rate;          /* cycles/s */
   double client_cpu_us; /* this process, all threads, per cycle */
@@ -345,10 +382,10 @@ static unc_sample measure(cycle_fn fn, unc_ctx *x, double secs, redisContext *mo
 }
 
 static int bench_uncontended(double secs, int rounds) {
-  enum { kVariants = 4, kMaxRounds = 15 };
-  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts", "shared"};
+  enum { kVariants = 5, kMaxRounds = 15 };
+  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts", "shared", "rawmulti"};
   const cycle_fn fns[kVariants] = {dlock_cycles, raw_cycles, raw_dlock_scripts_cycles,
-                                   dlock_shared_cycles};
+                                   dlock_shared_cycles, raw_multi_cycles};
   if (rounds < 1 || rounds > kMaxRounds) die("rounds must be 1..%d", kMaxRounds);
 
   unc_ctx x = {0};
@@ -371,7 +408,8 @@ static int bench_uncontended(double secs, int rounds) {
   /* Paired per round (the machine's speed drifts; variants measured next to each other do not):
    * dlock/raw, rawscripts/raw, dlock/rawscripts, and the µs per cycle that dlock adds. */
   double ratio[kMaxRounds], scripts_ratio[kMaxRounds], lib_ratio[kMaxRounds],
-      added_us[kMaxRounds], scripts_added_us[kMaxRounds], shared_ratio[kMaxRounds];
+      added_us[kMaxRounds], scripts_added_us[kMaxRounds], shared_ratio[kMaxRounds],
+      multi_ratio[kMaxRounds];
   for (int r = 0; r < rounds; r++) {
     for (int i = 0; i < kVariants; i++) {
       int v = r % 2 ? kVariants - 1 - i : i;
@@ -385,6 +423,7 @@ static int bench_uncontended(double secs, int rounds) {
     added_us[r] = 1e6 / rate[0][r] - 1e6 / rate[1][r];
     scripts_added_us[r] = 1e6 / rate[2][r] - 1e6 / rate[1][r];
     shared_ratio[r] = rate[3][r] / rate[0][r];
+    multi_ratio[r] = rate[4][r] / rate[1][r];
   }
   printf("unc_seconds=%g\nunc_rounds=%d\n", secs, rounds);
   printf("unc_ratio_rounds=");
@@ -395,6 +434,7 @@ static int bench_uncontended(double secs, int rounds) {
   printf("unc_shared_ratio_rounds=");
   for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", shared_ratio[r]);
   printf("\nunc_shared_ratio=%.3f\n", median(shared_ratio, rounds));
+  printf("unc_multi_ratio=%.3f\n", median(multi_ratio, rounds));
   printf("unc_added_us=%.1f\nunc_scripts_added_us=%.1f\n", median(added_us, rounds),
          median(scripts_added_us, rounds));
   for (int v = 0; v < kVariants; v++) {

@@ -16,6 +16,49 @@
 -- when the name is held as the other sort ('lock' or 'permits:N').
 local owner, lease, sort, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
+-- The common case first, in as few calls as it can take (the uncontended cycle's cost is mostly
+-- these calls): an exclusive acquire tries to take the holder key at once.
+if sort == 'exclusive' then
+  local prev
+  if lease == '0' then
+    prev = redis.pcall('SET', KEYS[1], owner, 'NX', 'GET')
+  else
+    prev = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', lease, 'GET')
+  end
+  if prev == owner then
+    return {1, redis.call('GET', KEYS[2])}  -- a retry after a lost reply: same answer
+  end
+  if prev then  -- another holder (or a key of another type: not ours either)
+    if queue ~= '0' then redis.call('SET', KEYS[5], owner, 'PX', queue) end
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    -- Won. The token is max(counter + 1, server time in microseconds): it rises across
+    -- releases and expiries through the counter, and across a restart that lost the counter
+    -- through the clock.
+    local now = redis.call('TIME')
+    local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
+    -- pcall: a write that fails after SET must not leave the key set by a failed acquire.
+    local token = redis.pcall('INCR', KEYS[2])
+    if type(token) == 'table' then
+      redis.call('DEL', KEYS[1])
+      return token
+    end
+    if tonumber(now_us) > token then
+      redis.call('SET', KEYS[2], now_us)
+      token = now_us
+    else
+      token = redis.call('GET', KEYS[2])  -- as the server wrote it (a Lua number may round)
+    end
+    -- Only an acquire that waits can have announced itself (a single try sends queue '0').
+    if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
+    return {1, token}
+  end
+  -- Shared or semaphore holds may stand under the name: not won after all. The general path
+  -- below decides, as if the key had never been set (nothing ran in between).
+  redis.call('DEL', KEYS[1])
+end
+
 -- A refused exclusive acquire that will wait keeps new shared holds out (writer preference).
 local function announce()
   if sort == 'exclusive' and queue ~= '0' then
@@ -43,6 +86,7 @@ local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end  -- no exponent: Lua would print 1.7e+12
 
 -- The shared or semaphore holds, those whose lease ran out removed first.
+local others = 0  -- live holds under the name besides this acquire
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms))
   for _, g in ipairs(gone) do redis.call('HDEL', KEYS[4], g) end
@@ -62,6 +106,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
       return {0, wait}
     end
     if sort ~= 'shared' and held >= tonumber(string.sub(sort, 9)) then return {0, wait} end
+    others = held
   end
 end
 if sort == 'shared' then
@@ -72,10 +117,13 @@ end
 -- The token is max(counter + 1, server time in microseconds): it rises across releases and
 -- expiries through the counter, and across a restart that lost the counter through the clock.
 local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
+local token
 if tonumber(now_us) > redis.call('INCR', KEYS[2]) then
   redis.call('SET', KEYS[2], now_us)
+  token = now_us
+else
+  token = redis.call('GET', KEYS[2])  -- as the server wrote it (a Lua number may round)
 end
-local token = redis.call('GET', KEYS[2])
 if sort == 'exclusive' then
   if lease == '0' then
     redis.call('SET', KEYS[1], owner)
@@ -86,10 +134,17 @@ if sort == 'exclusive' then
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
   return {1, token}
 end
-redis.call('ZADD', KEYS[3], lease == '0' and 'inf' or ms(now_ms + tonumber(lease)), owner)
+local expiry = lease == '0' and 'inf' or ms(now_ms + tonumber(lease))
+redis.call('ZADD', KEYS[3], expiry, owner)
 redis.call('HSET', KEYS[4], owner, token, '~sort', sort)
--- Both keys end with the last hold's lease, so that crashed holders leave nothing behind.
-local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+-- Both keys end with the last hold's lease, so that crashed holders leave nothing behind. Keys
+-- made just now have no expiry yet: a hold without one leaves them so.
+local last = expiry
+if others > 0 then
+  last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+elseif last == 'inf' then
+  return {1, token}
+end
 for k = 3, 4 do
   if last == 'inf' then redis.call('PERSIST', KEYS[k]) else redis.call('PEXPIREAT', KEYS[k], ms(tonumber(last) + 1)) end
 end

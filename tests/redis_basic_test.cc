@@ -2,8 +2,12 @@
 // capabilities, tokens across a restart that lost the data, scripts reloaded, URL options, auth.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "support/redis_server.h"
 #include "test_util.h"
@@ -96,6 +100,60 @@ TEST_F(RedisBasicTest, TokensRiseAcrossARestartThatLostAllData) {
   ASSERT_EQ(dlock_acquire(a.get(), "r", nullptr, &l), DLOCK_OK) << dlock_last_error();
   EXPECT_GT(dlock_lock_fencing_token(l), before);
   ASSERT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// A failover to a replica whose counter lags behind: the counter set back by hand. The next
+// token still rises, through the server clock.
+TEST_F(RedisBasicTest, TokensRiseWhenTheCounterIsSetBack) {
+  Client a(redis_.url());
+  uint64_t last = 0;
+  for (const char* counter : {"1", "0", "-5"}) {
+    dlock_lock* l;
+    ASSERT_EQ(dlock_acquire(a.get(), "back", nullptr, &l), DLOCK_OK) << dlock_last_error();
+    EXPECT_GT(dlock_lock_fencing_token(l), last) << "after setting the counter to " << counter;
+    last = dlock_lock_fencing_token(l);
+    ASSERT_EQ(dlock_release(l), DLOCK_OK);
+    ASSERT_EQ(redis_.Cli({"SET", "dlock:{back}:fence", counter}), "OK");
+  }
+  // Set back to just below the last token, too (a replica only a little behind).
+  ASSERT_EQ(redis_.Cli({"SET", "dlock:{back}:fence", std::to_string(last - 1)}), "OK");
+  dlock_lock* l;
+  ASSERT_EQ(dlock_acquire(a.get(), "back", nullptr, &l), DLOCK_OK);
+  EXPECT_GT(dlock_lock_fencing_token(l), last);
+  ASSERT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// Two clients (two threads each) race for one name while the counter keeps disappearing (a
+// restart that lost it, over and over): the tokens, in the order the holders held, rise.
+TEST_F(RedisBasicTest, TokensRiseWhileClientsRaceOnAMissingCounter) {
+  constexpr int kEach = kUnderSanitizer ? 40 : 150;
+  Client a(redis_.url()), b(redis_.url());
+  std::vector<uint64_t> in_order;  // appended by the holder only: the lock orders the appends
+  std::atomic<bool> done{false};
+  std::thread remover([&] {
+    while (!done) {
+      redis_.Cli({"DEL", "dlock:{race}:fence"});
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  });
+  auto run = [&](dlock_client* c) {
+    Options opts;
+    opts.wait(20000);
+    for (int i = 0; i < kEach; ++i) {
+      dlock_lock* l;
+      ASSERT_EQ(dlock_acquire(c, "race", opts.get(), &l), DLOCK_OK) << dlock_last_error();
+      in_order.push_back(dlock_lock_fencing_token(l));
+      ASSERT_EQ(dlock_release(l), DLOCK_OK);
+    }
+  };
+  std::thread t1(run, a.get()), t2(run, a.get()), t3(run, b.get()), t4(run, b.get());
+  t1.join(), t2.join(), t3.join(), t4.join();
+  done = true;
+  remover.join();
+  ASSERT_EQ(in_order.size(), 4u * kEach);
+  for (size_t i = 1; i < in_order.size(); ++i) {
+    ASSERT_GT(in_order[i], in_order[i - 1]) << "hold " << i << " of " << in_order.size();
+  }
 }
 
 TEST_F(RedisBasicTest, ScriptsAreReloadedAfterScriptFlush) {
