@@ -6,8 +6,10 @@
  *       running dlock's own acquire/release scripts; dlock with a shared hold (DLOCK_SHARED);
  *       (diagnostic) raw hiredis acquiring with MULTI/EXEC instead of a script.
  *       Medians over ROUNDS.
- *   dlock_bench contended PORT SECONDS PROCS
- *       PROCS forked processes loop acquire(wait_ms=-1) + release on one name for SECONDS.
+ *   dlock_bench contended PORT SECONDS PROCS [fair|unfair]
+ *       PROCS forked processes loop acquire(wait_ms=-1) + release on one name for SECONDS,
+ *       waiting fairly (the default: in line, handed the lock) or not (dlock_options_set_fair).
+ *       Attempts per acquisition, and the wait of every acquisition (p50, p99, max).
  *   dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S
  *       One client acquires LOCKS distinct locks (heartbeat = lease/3) and holds them for
  *       HOLD_S: background-thread and whole-process CPU, RSS per lock, bytes on the wire, and
@@ -43,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -289,8 +292,8 @@ static long raw_cycles(unc_ctx *x, double until) {
   return n;
 }
 
-/* Diagnostic: the same two round trips, but running dlock's scripts (fencing counter, TIME,
- * PUBLISH on release). The gap to raw_cycles is server-side script cost; the gap from here to
+/* Diagnostic: the same two round trips, but running dlock's scripts with the keys dlock names
+ * for a single exclusive try and its release (fencing counter, TIME, PUBLISH on release). The gap to raw_cycles is server-side script cost; the gap from here to
  * dlock_cycles is the library's client-side cost. */
 static long raw_dlock_scripts_cycles(unc_ctx *x, double until) {
   long n = 0;
@@ -298,17 +301,16 @@ static long raw_dlock_scripts_cycles(unc_ctx *x, double until) {
   do {
     raw_token(token);
     redisReply *rep = raw_cmd(x->r,
-                              "EVALSHA %s 5 dlock:{bench:rawscripts} dlock:{bench:rawscripts}:fence "
-                              "dlock:{bench:rawscripts}:holds dlock:{bench:rawscripts}:holdinfo "
-                              "dlock:{bench:rawscripts}:writer %s 10000 exclusive 0",
+                              "EVALSHA %s 3 dlock:{bench:rawscripts} dlock:{bench:rawscripts}:fence "
+                              "dlock:{bench:rawscripts}:holds %s 10000 exclusive 0",
                               x->acq_sha, token);
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 || rep->element[0]->integer != 1) {
       die("raw acquire.lua did not acquire");
     }
     freeReplyObject(rep);
     rep = raw_cmd(x->r,
-                  "EVALSHA %s 1 dlock:{bench:rawscripts} %s dlock:{bench:rawscripts}:released 0 "
-                  "exclusive",
+                  "EVALSHA %s 2 dlock:{bench:rawscripts} dlock:{bench:rawscripts}:line %s "
+                  "dlock:{bench:rawscripts}:released 0 exclusive",
                   x->rel_sha, token);
     if (rep->type != REDIS_REPLY_INTEGER || rep->integer != 1) die("raw release.lua refused");
     freeReplyObject(rep);
@@ -343,8 +345,8 @@ static long raw_multi_cycles(unc_ctx *x, double until) {
       freeReplyObject(rep);
     }
     redisReply *rep = raw_cmd(x->r,
-                              "EVALSHA %s 1 dlock:{bench:rawmulti} %s dlock:{bench:rawmulti}:released "
-                              "0 exclusive",
+                              "EVALSHA %s 2 dlock:{bench:rawmulti} dlock:{bench:rawmulti}:line %s "
+                              "dlock:{bench:rawmulti}:released 0 exclusive",
                               x->rel_sha, token);
     if (rep->type != REDIS_REPLY_INTEGER || rep->integer != 1) die("raw release.lua refused");
     freeReplyObject(rep);
@@ -458,10 +460,15 @@ static int bench_uncontended(double secs, int rounds) {
 
 /* One contending process: acquire (wait forever) + release, empty critical section, from the
  * moment the parent says go until `secs` later. Writes "acquisitions attempts_sum attempts_max". */
-static void contender(double secs, int ready_fd, int go_fd, int result_fd) {
+/* Each contender's waits (µs per acquire), in memory shared with the parent. */
+enum { kMaxWaitSamples = 200000 };
+
+static void contender(double secs, int fair, int index, float *waits, int ready_fd, int go_fd,
+                      int result_fd) {
   dlock_client *c = open_client();
   dlock_options *o = dlock_options_new();
   check(dlock_options_set_wait_ms(o, -1), "set_wait_ms");
+  check(dlock_options_set_fair(o, fair), "set_fair");
   dlock_lock *l;
   check(dlock_acquire(c, "bench:contended:warm", o, &l), "warm-up acquire"); /* opens a connection */
   check(dlock_release(l), "warm-up release");
@@ -472,10 +479,13 @@ static void contender(double secs, int ready_fd, int go_fd, int result_fd) {
   double end = now_s() + secs;
   long count = 0, attempts_sum = 0, attempts_max = 0;
   for (;;) {
+    double asked = now_s();
     check(dlock_acquire(c, "bench:contended", o, &l), "contended acquire");
-    int in_time = now_s() < end;
+    double got = now_s();
+    int in_time = got < end;
     if (in_time) {
       long a = (long)dlock_lock_attempts(l);
+      if (count < kMaxWaitSamples) waits[count] = (float)((got - asked) * 1e6);
       count++, attempts_sum += a;
       if (a > attempts_max) attempts_max = a;
     }
@@ -483,14 +493,22 @@ static void contender(double secs, int ready_fd, int go_fd, int result_fd) {
     if (!in_time) break;
   }
   char line[96];
-  int len = snprintf(line, sizeof line, "%ld %ld %ld\n", count, attempts_sum, attempts_max);
+  int len = snprintf(line, sizeof line, "%d %ld %ld %ld\n", index, count, attempts_sum, attempts_max);
   if (write(result_fd, line, (size_t)len) != len) die("write result");
   dlock_options_free(o);
   dlock_client_close(c);
 }
 
-static int bench_contended(double secs, int procs) {
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static int bench_contended(double secs, int procs, int fair) {
   if (procs < 2 || procs > 64) die("procs must be 2..64");
+  size_t wait_bytes = sizeof(float) * kMaxWaitSamples * (size_t)procs;
+  float *waits = mmap(NULL, wait_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (waits == MAP_FAILED) die("mmap: %s", strerror(errno));
   /* Fork before this process opens anything: no threads are copied into the children. */
   int ready[2], go[2], result[2];
   if (pipe(ready) || pipe(go) || pipe(result)) die("pipe: %s", strerror(errno));
@@ -501,7 +519,7 @@ static int bench_contended(double secs, int procs) {
     if (pids[i] < 0) die("fork: %s", strerror(errno));
     if (pids[i] == 0) {
       close(ready[0]), close(go[1]), close(result[0]);
-      contender(secs, ready[1], go[0], result[1]);
+      contender(secs, fair, i, waits + (size_t)i * kMaxWaitSamples, ready[1], go[0], result[1]);
       _exit(0);
     }
   }
@@ -513,10 +531,17 @@ static int bench_contended(double secs, int procs) {
   close(go[1]); /* EOF: every contender starts now */
 
   FILE *res = fdopen(result[0], "r");
-  long total = 0, attempts = 0, attempts_max = 0, min = -1, max = 0;
+  long total = 0, attempts = 0, attempts_max = 0, min = -1, max = 0, samples = 0;
+  long counts[64] = {0};
+  float *all = malloc(wait_bytes);
+  if (all == NULL) die("out of memory");
   for (int i = 0; i < procs; i++) {
     long n, a, am;
-    if (fscanf(res, "%ld %ld %ld", &n, &a, &am) != 3) die("a contender failed (see above)");
+    int index;
+    if (fscanf(res, "%d %ld %ld %ld", &index, &n, &a, &am) != 4 || index < 0 || index >= procs) {
+      die("a contender failed (see above)");
+    }
+    counts[index] = n;
     total += n, attempts += a;
     if (am > attempts_max) attempts_max = am;
     if (min < 0 || n < min) min = n;
@@ -528,10 +553,22 @@ static int bench_contended(double secs, int procs) {
     waitpid(pids[i], &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("contender %d exited badly", i);
   }
+  /* Every acquisition's wait, all processes together (each wrote its own slice). */
+  for (int i = 0; i < procs; i++) {
+    const float *mine = waits + (size_t)i * kMaxWaitSamples;
+    for (long k = 0; k < kMaxWaitSamples && k < counts[i]; k++) all[samples++] = mine[k];
+  }
+  qsort(all, (size_t)samples, sizeof *all, cmp_float);
+  double p50 = samples ? all[samples / 2] : 0, p99 = samples ? all[(samples * 99) / 100] : 0,
+         wmax = samples ? all[samples - 1] : 0;
+  free(all);
+  munmap(waits, wait_bytes);
   printf("con_procs=%d\ncon_seconds=%g\ncon_total=%ld\ncon_rate=%.1f\n", procs, secs, total,
          (double)total / secs);
   printf("con_min=%ld\ncon_max=%ld\ncon_attempts_mean=%.2f\ncon_attempts_max=%ld\n", min, max,
          total ? (double)attempts / (double)total : 0.0, attempts_max);
+  printf("con_fair=%d\ncon_wait_p50_us=%.0f\ncon_wait_p99_us=%.0f\ncon_wait_max_us=%.0f\n", fair,
+         p50, p99, wmax);
   return 0;
 }
 
@@ -729,8 +766,10 @@ int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "uncontended") == 0) {
     return bench_uncontended(atof(argv[3]), atoi(argv[4]));
   }
-  if (argc == 5 && strcmp(argv[1], "contended") == 0) {
-    return bench_contended(atof(argv[3]), atoi(argv[4]));
+  if ((argc == 5 || argc == 6) && strcmp(argv[1], "contended") == 0) {
+    int fair = argc == 6 ? strcmp(argv[5], "unfair") != 0 : 1;
+    if (argc == 6 && fair && strcmp(argv[5], "fair") != 0) die("contended: fair or unfair");
+    return bench_contended(atof(argv[3]), atoi(argv[4]), fair);
   }
   if ((argc == 6 || argc == 7) && strcmp(argv[1], "heartbeat") == 0) {
     if (argc == 7) g_url = argv[6];

@@ -240,6 +240,13 @@ dlock_status dlock_options_set_permits(dlock_options* o, uint32_t n) {
   return DLOCK_OK;
 }
 
+dlock_status dlock_options_set_fair(dlock_options* o, int fair) {
+  if (o == nullptr) return Invalid("options is NULL");
+  if (fair != 0 && fair != 1) return Invalid("fair must be 0 or 1");
+  o->impl.fair = fair == 1;
+  return DLOCK_OK;
+}
+
 dlock_status dlock_options_set_on_lost(dlock_options* o, dlock_lost_fn fn, void* arg) {
   return Guard([&] {
     if (o == nullptr) return Invalid("options is NULL");

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "redis/cluster_map.h"
@@ -39,6 +40,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       dlock::LockInfo info;
       (void)dlock::redis::ParseInspectReply(reply, "fuzz", &info);
       (void)dlock::redis::IsNoScript(reply);
+      if (reply->type == REDIS_REPLY_STRING) {
+        std::string_view waiter;
+        uint64_t token = 0;
+        (void)dlock::redis::ParseHandOver(std::string_view(reply->str, reply->len), &waiter, &token);
+      }
       const dlock::redis::NodeAddress asked{"127.0.0.1", 7000};
       std::vector<dlock::redis::SlotRange> ranges;
       (void)dlock::redis::ParseClusterSlots(reply, asked, "fuzz", &ranges);

@@ -8,56 +8,75 @@
 --         or 'permits:N' (owner values start with hex digits: no owner is '~sort')
 -- KEYS[5] writer announcement <prefix>{NAME}:writer: a waiting exclusive acquire's owner value,
 --         expiring after its queue span; while it stands no new shared hold is granted
+-- KEYS[6] line <prefix>{NAME}:line: sorted set of fair waiters' ids, scored by arrival (server
+--         µs); KEYS[7] <prefix>{NAME}:linedata: hash, id -> "T SPAN LEASE OWNER": the waiter's
+--         last attempt in server ms, how long its place lasts after that, its lease and owner
+--         value (release.lua hands the lock to the first live one)
 -- ARGV[1] owner value (128-bit random token, optionally "|label"); ARGV[2] lease in ms, '0' =
 -- none; ARGV[3] 'exclusive', 'shared' or 'permits:N'; ARGV[4] how long a refused exclusive
--- acquire announces itself waiting, ms ('0': it will not wait)
--- Returns {1, token} when acquired (token as a decimal string); {0, pttl} when refused (ms until
--- the first hold in the way may end, -1 when none of them expires); {2, sort held, sort asked}
--- when the name is held as the other sort ('lock' or 'permits:N').
+-- acquire announces itself waiting, ms ('0': it will not wait); ARGV[5] a fair waiter's id
+-- ('' or absent: not in line)
+-- Returns {1, token} when acquired (token as a decimal string), {1, token, pttl} when it was
+-- already this owner's (a retry after a lost reply, or a hand-over: pttl is what is left of
+-- its lease, -1 none); {0, pttl} when refused (ms until the first hold in the way may end, -1
+-- when none of them expires); {2, sort held, sort asked} when the name is held as the other
+-- sort ('lock' or 'permits:N'); {3} when called with KEYS[1..3] alone and it needs them all.
 local owner, lease, sort, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local id = ARGV[5] or ''
 
 -- The common case first, in as few calls as it can take (the uncontended cycle's cost is mostly
--- these calls): an exclusive acquire tries to take the holder key at once.
-if sort == 'exclusive' then
+-- these calls): an exclusive acquire, with no shared or semaphore holds under the name, tries to
+-- take the holder key at once. A single try names only KEYS[1..3]; when holds stand in the way
+-- it asks for all the keys ({3}) before it writes anything.
+if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   local prev
   if lease == '0' then
     prev = redis.pcall('SET', KEYS[1], owner, 'NX', 'GET')
   else
     prev = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', lease, 'GET')
   end
-  if prev == owner then
-    return {1, redis.call('GET', KEYS[2])}  -- a retry after a lost reply: same answer
+  if prev == owner then  -- a retry after a lost reply, or handed over: the same token
+    if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id) end
+    return {1, redis.call('GET', KEYS[2]), redis.call('PTTL', KEYS[1])}
   end
   if prev then  -- another holder (or a key of another type: not ours either)
-    if queue ~= '0' then redis.call('SET', KEYS[5], owner, 'PX', queue) end
+    if queue ~= '0' then
+      redis.call('SET', KEYS[5], owner, 'PX', queue)
+      if id ~= '' then
+        -- Take a place in line (kept on a retry), or renew it: it lasts `queue` ms from now.
+        local now = redis.call('TIME')
+        redis.call('ZADD', KEYS[6], 'NX', now[1] .. string.format('%06d', tonumber(now[2])), id)
+        local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        redis.call('HSET', KEYS[7], id, string.format('%.0f', now_ms) .. ' ' .. queue .. ' ' .. lease .. ' ' .. owner)
+        -- The line ends with its last place, so that a crowd that crashed leaves nothing.
+        for k = 6, 7 do redis.call('PEXPIRE', KEYS[k], queue, 'GT') redis.call('PEXPIRE', KEYS[k], queue, 'NX') end
+      end
+    end
     return {0, redis.call('PTTL', KEYS[1])}
   end
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    -- Won. The token is max(counter + 1, server time in microseconds): it rises across
-    -- releases and expiries through the counter, and across a restart that lost the counter
-    -- through the clock.
-    local now = redis.call('TIME')
-    local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
-    -- pcall: a write that fails after SET must not leave the key set by a failed acquire.
-    local token = redis.pcall('INCR', KEYS[2])
-    if type(token) == 'table' then
-      redis.call('DEL', KEYS[1])
-      return token
-    end
-    if tonumber(now_us) > token then
-      redis.call('SET', KEYS[2], now_us)
-      token = now_us
-    else
-      token = redis.call('GET', KEYS[2])  -- as the server wrote it (a Lua number may round)
-    end
-    -- Only an acquire that waits can have announced itself (a single try sends queue '0').
-    if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
-    return {1, token}
+  -- Won. The token is max(counter + 1, server time in microseconds): it rises across releases
+  -- and expiries through the counter, and across a restart that lost the counter through the
+  -- clock.
+  local now = redis.call('TIME')
+  local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
+  -- pcall: a write that fails after SET must not leave the key set by a failed acquire.
+  local token = redis.pcall('INCR', KEYS[2])
+  if type(token) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return token
   end
-  -- Shared or semaphore holds may stand under the name: not won after all. The general path
-  -- below decides, as if the key had never been set (nothing ran in between).
-  redis.call('DEL', KEYS[1])
+  if tonumber(now_us) > token then
+    redis.call('SET', KEYS[2], now_us)
+    token = now_us
+  else
+    token = redis.call('GET', KEYS[2])  -- as the server wrote it (a Lua number may round)
+  end
+  -- Only an acquire that waits can have announced itself (a single try sends queue '0').
+  if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
+  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id) end
+  return {1, token}
 end
+if #KEYS < 5 then return {3} end
 
 -- A refused exclusive acquire that will wait keeps new shared holds out (writer preference).
 local function announce()
@@ -132,6 +151,7 @@ if sort == 'exclusive' then
   end
   -- Only an acquire that waits can have announced itself (a single try sends queue '0').
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
+  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id) end
   return {1, token}
 end
 local expiry = lease == '0' and 'inf' or ms(now_ms + tonumber(lease))

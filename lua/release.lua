@@ -1,16 +1,72 @@
--- Release a hold by this owner and wake the lock's waiters.
--- KEYS: the exclusive holder's key alone, or holds and hold data for a shared or semaphore hold
--- (see acquire.lua): a key named but missing makes Redis Cluster refuse a script while its slot
--- migrates (TRYAGAIN), so each hold names only the keys it has.
+-- Release a hold by this owner and wake the lock's waiters: an exclusive hold is handed straight
+-- to the first live fair waiter in line, if any, and only that one is told; otherwise every
+-- waiter is woken.
+-- KEYS: for the exclusive hold, the holder and the line, and to hand over, the fence counter,
+-- the line data and the writer announcement too (holder, line, fence, line data, writer); for a
+-- shared or semaphore hold, holds and hold data (see acquire.lua). A key named but missing
+-- makes Redis Cluster refuse a script while its slot migrates (TRYAGAIN): a shared hold names
+-- only the keys it has, and hands nothing over.
 -- ARGV[1] owner value; ARGV[2] release channel <prefix>{NAME}:released; ARGV[3] "1" to publish
 -- on the sharded channel (Redis Cluster: SPUBLISH reaches the slot's nodes only, where PUBLISH
--- goes to every node of the cluster); ARGV[4] 'exclusive' or 'hold' (shared or semaphore)
--- Returns 1 when released, 0 when this owner no longer held it.
+-- goes to every node of the cluster); ARGV[4] 'exclusive' or 'hold' (shared or semaphore);
+-- ARGV[5] (exclusive, with all five keys) a fair waiter's id that leaves the line: it stopped
+-- waiting, and what was handed to it meanwhile is released ('' or absent: none)
+-- Publishes 'released' to wake every waiter, or 'grant:ID:TOKEN' to the waiter ID it handed the
+-- lock to. Returns 1 when released, 0 when this owner no longer held it, {3} when a line
+-- waits and it was given the holder and the line alone (call again with all five keys; nothing
+-- was written).
 -- pcall: a key overwritten with another type is simply not ours.
-local owner = ARGV[1]
+local owner, channel = ARGV[1], ARGV[2]
+local function publish(message)
+  if ARGV[3] == '1' then
+    redis.call('SPUBLISH', channel, message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
+
 if ARGV[4] == 'exclusive' then
+  local leaving = ARGV[5] or ''
+  if leaving ~= '' and redis.call('ZREM', KEYS[2], leaving) == 1 then redis.call('HDEL', KEYS[4], leaving) end
   if redis.pcall('GET', KEYS[1]) ~= owner then
     return 0
+  end
+  -- The first live waiter in line gets the lock, with what is left of the lease it asked for
+  -- counted from its last attempt (it counts its local deadline from when it sent that one).
+  -- Places whose time ran out are dropped on the way. (KEYS[2] is absent from callers that
+  -- predate the line.)
+  local waiting = KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1
+  if waiting and #KEYS < 5 then return {3} end
+  local line = waiting and redis.call('ZRANGE', KEYS[2], 0, 15) or {}
+  if #line > 0 then
+    local now = redis.call('TIME')
+    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    for _, id in ipairs(line) do
+      local entry = redis.call('HGET', KEYS[4], id)
+      redis.call('ZREM', KEYS[2], id)
+      redis.call('HDEL', KEYS[4], id)
+      local t, span, lease, next_owner
+      if entry then t, span, lease, next_owner = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$') end
+      if t and tonumber(t) + tonumber(span) > now_ms and
+         (lease == '0' or tonumber(t) + tonumber(lease) > now_ms) then
+        local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
+        local token = redis.call('INCR', KEYS[3])
+        if tonumber(now_us) > token then
+          redis.call('SET', KEYS[3], now_us)
+          token = now_us
+        else
+          token = redis.call('GET', KEYS[3])
+        end
+        if lease == '0' then
+          redis.call('SET', KEYS[1], next_owner)
+        else
+          redis.call('SET', KEYS[1], next_owner, 'PXAT', string.format('%.0f', tonumber(t) + tonumber(lease)))
+        end
+        if redis.call('GET', KEYS[5]) == next_owner then redis.call('DEL', KEYS[5]) end
+        publish('grant:' .. id .. ':' .. token)
+        return 1
+      end
+    end
   end
   redis.call('DEL', KEYS[1])
 else
@@ -28,9 +84,5 @@ else
     end
   end
 end
-if ARGV[3] == '1' then
-  redis.call('SPUBLISH', ARGV[2], 'released')
-else
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
+publish('released')
 return 1

@@ -217,7 +217,7 @@ TEST_F(HppTest, WaitingTryAcquireGetsTheLockWhenReleased) {
   releaser.join();
   ASSERT_TRUE(got);
   EXPECT_GT(got.fencing_token(), first);
-  EXPECT_GE(got.attempts(), 2u);
+  EXPECT_GE(got.attempts(), 1u);  // 1: handed the lock by the release (fair waiting)
 }
 
 TEST_F(HppTest, ErrorCarriesStatusAndMessage) {

@@ -119,4 +119,17 @@ TEST(ClusterMapTest, SlotMapsAreCheckedBeforeUse) {
   }
 }
 
+// A release channel's message: a hand-over to one fair waiter, or anything else (wake all).
+TEST(ReplyTest, HandOverMessages) {
+  std::string_view waiter;
+  uint64_t token = 0;
+  ASSERT_TRUE(dlock::redis::ParseHandOver("grant:0123456789abcdef:1732463837123456", &waiter, &token));
+  EXPECT_EQ(waiter, "0123456789abcdef");
+  EXPECT_EQ(token, 1732463837123456u);
+  for (const char* other : {"released", "", "grant:", "grant:id", "grant::5", "grant:id:", "grant:id:0",
+                            "grant:id:12x", "grant:id:-1", "grant:id:99999999999999999999", "Grant:id:5"}) {
+    EXPECT_FALSE(dlock::redis::ParseHandOver(other, &waiter, &token)) << other;
+  }
+}
+
 }  // namespace

@@ -141,7 +141,7 @@ M.MAX_OWNER_BYTES = tonumber(C.dlock_limit_value(1))  -- DLOCK_LIMIT_OWNER_BYTES
 -- gives them (the library has numbers only).
 local KINDS = { [0] = "exclusive", "shared" }
 local KIND_NUMBERS = { exclusive = 0, shared = 1 }
-local CAPABILITIES = { fencing_strict = 0x1, notifies = 0x2, shared = 0x4, permits = 0x8 }
+local CAPABILITIES = { fencing_strict = 0x1, notifies = 0x2, shared = 0x4, permits = 0x8, fair = 0x10 }
 
 function M.version() return ffi.string(C.dlock_version()) end
 

@@ -44,7 +44,8 @@ const MAX_OWNER_BYTES = Number(C.limit_value(1));  // DLOCK_LIMIT_OWNER_BYTES
 // dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 // gives them (the library has numbers only).
 const KINDS = ['exclusive', 'shared'];
-const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared'], [0x8, 'permits']];
+const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared'], [0x8, 'permits'],
+  [0x10, 'fair']];
 
 // ----- errors ---------------------------------------------------------------------------------
 

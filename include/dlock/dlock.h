@@ -192,7 +192,8 @@ DLOCK_API uint64_t dlock_lock_fencing_token(const dlock_lock *l);
 DLOCK_API int dlock_lock_is_valid(const dlock_lock *l);
 /* Milliseconds left before the local deadline; INT64_MAX for no expiry; 0 when lost. */
 DLOCK_API int64_t dlock_lock_remaining_ms(const dlock_lock *l);
-/* How many acquire attempts it took (1 = first try). */
+/* How many acquire attempts it took (1 = first try; a fair waiter handed the lock by a release
+ * counts only the attempts it sent). */
 DLOCK_API uint32_t dlock_lock_attempts(const dlock_lock *l);
 /* The lock's name, as given to dlock_acquire; valid until the lock is released. NULL for NULL. */
 DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
@@ -350,11 +351,15 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *   DLOCK_CAP_SHARED          shared holds (dlock_options_set_kind): Redis, DynamoDB, etcd
  *   DLOCK_CAP_PERMITS         counting semaphores (dlock_options_set_permits): Redis, DynamoDB,
  *                             etcd
+ *   DLOCK_CAP_FAIR            waiting exclusive acquires are served in arrival order, each
+ *                             release handing the lock to the first in line
+ *                             (dlock_options_set_fair): Redis
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u
 #define DLOCK_CAP_NOTIFIES 0x2u
 #define DLOCK_CAP_SHARED 0x4u
 #define DLOCK_CAP_PERMITS 0x8u
+#define DLOCK_CAP_FAIR 0x10u
 DLOCK_API uint32_t dlock_client_capabilities(const dlock_client *c);
 
 /* ----- lock kinds -------------------------------------------------------------------------
@@ -374,6 +379,13 @@ DLOCK_API dlock_status dlock_options_set_kind(dlock_options *o, dlock_kind kind)
 /* A counting semaphore of n permits; 0 = off (default). Exclusive kind only: a shared semaphore
  * is DLOCK_EINVAL at acquire. DynamoDB keeps at most 900 holds per name (its 400 KB item). */
 DLOCK_API dlock_status dlock_options_set_permits(dlock_options *o, uint32_t n);
+/* Fair waiting (default 1), for exclusive acquires that wait, on backends with DLOCK_CAP_FAIR:
+ * a refused acquire takes its place in a line kept on the server with the lock (its place
+ * lapses unless it keeps waiting), and each release hands the lock straight to the first live
+ * acquire in line and wakes only it: no herd, no waiter starved. 0 = unfair: every release
+ * wakes every unfair waiter and the first to retry wins (a waiter that does not join the line
+ * is served after those in it). Shared holds and semaphores always wait unfairly. */
+DLOCK_API dlock_status dlock_options_set_fair(dlock_options *o, int fair);
 
 /* ----- inspection --------------------------------------------------------------------------
  *

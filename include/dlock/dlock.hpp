@@ -178,6 +178,8 @@ class Options {
   Options& shared() { return kind(DLOCK_SHARED); }
   // One of n permits of a counting semaphore; 0 = not a semaphore (DLOCK_CAP_PERMITS).
   Options& permits(uint32_t n) { permits_ = n; return *this; }
+  // false: wait unfairly, woken by every release (DLOCK_CAP_FAIR; default true).
+  Options& fair(bool f) { fair_ = f; return *this; }
   // Called once, on the client's background thread, if the lock is lost. See the lifetime
   // notes at the top of this file. An empty function clears it.
   Options& on_lost(LostHandler handler) { on_lost_ = std::move(handler); return *this; }
@@ -187,7 +189,7 @@ class Options {
 
   // A dlock_options for one acquisition (null when everything is default), calling hook.
   detail::OptionsPtr Build(detail::LostHook* hook) const {
-    if (!lease_ && !heartbeat_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !hook) {
+    if (!lease_ && !heartbeat_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !fair_ && !hook) {
       return nullptr;
     }
     detail::OptionsPtr o(dlock_options_new());
@@ -207,6 +209,7 @@ class Options {
     }
     if (kind_) detail::Check(dlock_options_set_kind(o.get(), *kind_));
     if (permits_) detail::Check(dlock_options_set_permits(o.get(), *permits_));
+    if (fair_) detail::Check(dlock_options_set_fair(o.get(), *fair_ ? 1 : 0));
     if (hook) detail::Check(dlock_options_set_on_lost(o.get(), &detail::LostHook::Invoke, hook));
     return o;
   }
@@ -218,6 +221,7 @@ class Options {
   std::optional<std::string> owner_;
   std::optional<dlock_kind> kind_;
   std::optional<uint32_t> permits_;
+  std::optional<bool> fair_;
   LostHandler on_lost_;
 };
 

@@ -21,7 +21,15 @@ AsyncAcquire::AsyncAcquire(Client* client, LockRequest request, AcquireOptions o
 
 AsyncAcquire::~AsyncAcquire() = default;
 
-void AsyncAcquire::Start() { Attempt(); }
+void AsyncAcquire::Start() {
+  if (!request_.waiter_id.empty()) {
+    // A fair waiter listens before it asks (as in Client::Acquire).
+    policy_.MarkSubscribed();
+    watching_ = true;
+    client_->backend()->Watch(request_.name, this);
+  }
+  Attempt();
+}
 
 void AsyncAcquire::Attempt() {
   if (finished_) return;
@@ -34,6 +42,8 @@ void AsyncAcquire::Attempt() {
   released_meanwhile_ = false;
   ++attempts_;
   TimePoint sent = Now();
+  last_sent_ = sent;
+  handed_token_ = 0;
   request_.queue_ms = WriterQueueMs(options_, sent, policy_.wait_until());
   client_->backend()->TryAcquireAsync(
       request_,
@@ -58,9 +68,15 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
     return;
   }
   if (attempt.acquired) {
-    std::shared_ptr<LockState> lock;
-    Status adopted = client_->Adopt(request_, attempt, attempts_, options_, sent, &lock);
-    Finish(adopted, lock);
+    Adopt(attempt, sent);
+    return;
+  }
+  if (handed_token_ != 0) {
+    // Refused, then handed the lock: the hand-over came after this attempt reached the server.
+    AcquireAttempt won;
+    won.acquired = true;
+    won.fencing_token = handed_token_;
+    Adopt(won, sent);
     return;
   }
   const TimePoint now = Now();
@@ -97,6 +113,29 @@ void AsyncAcquire::OnReleased() {
   client_->loop()->Post([self = shared_from_this()] { self->Attempt(); });
 }
 
+void AsyncAcquire::OnHandedOver(uint64_t fencing_token) {
+  client_->loop()->Post([self = shared_from_this(), fencing_token] { self->HandedOver(fencing_token); });
+}
+
+void AsyncAcquire::HandedOver(uint64_t fencing_token) {
+  if (finished_) return;  // Finish left the line, which gives back what was handed over
+  if (in_flight_) {       // its answer settles it (OnAttempt)
+    handed_token_ = fencing_token;
+    return;
+  }
+  AcquireAttempt won;
+  won.acquired = true;
+  won.fencing_token = fencing_token;
+  // The server's lease began at the hand-over, after the last (refused) attempt reached it.
+  Adopt(won, last_sent_);
+}
+
+void AsyncAcquire::Adopt(const AcquireAttempt& attempt, TimePoint sent) {
+  std::shared_ptr<LockState> lock;
+  Status adopted = client_->Adopt(request_, attempt, attempts_, options_, sent, &lock);
+  Finish(adopted, lock);
+}
+
 void AsyncAcquire::Cancel(const Status& why) {
   if (finished_) return;
   Finish(why, nullptr);
@@ -107,6 +146,7 @@ void AsyncAcquire::Finish(const Status& s, std::shared_ptr<LockState> lock) {
   timer_.Cancel();
   if (watching_) client_->backend()->Unwatch(request_.name, this);
   watching_ = false;
+  if (lock == nullptr && !request_.waiter_id.empty()) client_->backend()->LeaveLine(request_);
   auto self = shared_from_this();  // the client's registry may hold the last reference
   client_->ForgetPending(this);
   AcquireDone done = std::move(done_);

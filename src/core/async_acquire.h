@@ -40,8 +40,12 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   // ReleaseWatcher: called under the backend's locks, so they only schedule work.
   void OnWatchReady(bool live) override;
   void OnReleased() override;
+  const std::string& waiter_id() const override { return request_.waiter_id; }
+  void OnHandedOver(uint64_t fencing_token) override;
 
  private:
+  void HandedOver(uint64_t fencing_token);
+  void Adopt(const AcquireAttempt& attempt, TimePoint sent);
   void Attempt();
   void OnAttempt(const Status& s, const AcquireAttempt& attempt, TimePoint sent);
   void Finish(const Status& s, std::shared_ptr<LockState> lock);
@@ -59,6 +63,8 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   bool live_ = false;
   bool in_flight_ = false;
   bool released_meanwhile_ = false;  // a release was announced while an attempt was out
+  uint64_t handed_token_ = 0;        // a hand-over heard while an attempt was out
+  TimePoint last_sent_;              // when the last attempt was sent
   bool finished_ = false;
 };
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -22,6 +23,7 @@ constexpr uint32_t kCapFencingStrict = 0x1;  // tokens strictly increasing under
 constexpr uint32_t kCapNotifies = 0x2;       // waiters are woken by releases, not only retries
 constexpr uint32_t kCapShared = 0x4;
 constexpr uint32_t kCapPermits = 0x8;
+constexpr uint32_t kCapFair = 0x10;          // waiting exclusive acquires are served in arrival order
 
 // One hold asked of a backend. The core validates it, including the kind against the
 // backend's capabilities, before the backend sees it.
@@ -38,6 +40,11 @@ struct LockRequest {
   // retries within half of it, so a waiting writer's announcement never lapses while it waits
   // and a crashed one's ends on its own.
   uint64_t queue_ms = 0;
+  // Fair waiting (backends with kCapFair): an exclusive acquire that will wait takes its place
+  // in a line kept on the server under this public id (WaiterId of the owner value: the id may
+  // be published, the owner value never is), and a release hands the lock to the first in
+  // line. "" = not in line (a single try, a shared or semaphore hold, or fair off).
+  std::string waiter_id;
 };
 
 // A snapshot of who holds a name (dlock_inspect).
@@ -75,6 +82,9 @@ inline std::string OwnerLabel(const std::string& owner_value) {
 struct AcquireAttempt {
   bool acquired = false;
   uint64_t fencing_token = 0;  // when acquired
+  // When acquired: what the server says is left of the lease, when it may be less than the
+  // lease asked for (the lock was handed over or won before this attempt); -2 = the full lease.
+  int64_t remaining_ms = -2;
   int64_t holder_ttl_ms = -2;  // when not: how long until it may be free, -1 never, -2 unknown
   // Backend-specific state of the acquired lock, kept in LockState::backend_data for the
   // backend's later release/extend/renew calls.
@@ -90,13 +100,37 @@ class ReleaseWatcher {
   virtual void OnWatchReady(bool live) = 0;
   // The lock was released (or a release may have been missed: try again).
   virtual void OnReleased() = 0;
+  // Fair waiting: the id this watcher waits under in the server's line ("" = none), and the
+  // release that handed it the lock, with the lock's fencing token.
+  virtual const std::string& waiter_id() const {
+    static const std::string none;
+    return none;
+  }
+  virtual void OnHandedOver(uint64_t /*fencing_token*/) {}
 };
 
 // A blocking waiter's wake-up line.
 class WakeSignal : public ReleaseWatcher {
  public:
+  explicit WakeSignal(std::string waiter_id = "") : waiter_id_(std::move(waiter_id)) {}
   void OnWatchReady(bool live) override { MarkReady(live); }
   void OnReleased() override { Notify(); }
+  const std::string& waiter_id() const override { return waiter_id_; }
+  void OnHandedOver(uint64_t fencing_token) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    handed_token_ = fencing_token;
+    ++notifications_;
+    cv_.notify_all();
+  }
+  // The token of a hand-over heard since the last call (0 = none); clears it.
+  uint64_t TakeHandedOver() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(handed_token_, 0);
+  }
+  bool ready() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ready_;
+  }
   void Notify() {
     std::lock_guard<std::mutex> lock(mu_);
     ++notifications_;
@@ -130,7 +164,9 @@ class WakeSignal : public ReleaseWatcher {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
+  const std::string waiter_id_;
   uint64_t notifications_ = 0;
+  uint64_t handed_token_ = 0;
   bool ready_ = false;
 };
 
@@ -192,6 +228,10 @@ class Backend {
   // release notifications calls nothing.
   virtual void Watch(const std::string& name, ReleaseWatcher* watcher) = 0;
   virtual void Unwatch(const std::string& name, ReleaseWatcher* watcher) = 0;
+  // Any thread, fire and forget: a fair waiter that stops waiting (gave up, cancelled, failed)
+  // leaves the server's line; if a release handed it the lock meanwhile, that hold is given
+  // back (and handed on). Backends without kCapFair do nothing.
+  virtual void LeaveLine(const LockRequest& /*request*/) {}
   // Loop thread: async requests sent and not answered yet (close waits for them, so that an
   // acquire in flight can be given back on the same connection).
   virtual size_t PendingAsync() const { return 0; }

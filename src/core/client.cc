@@ -200,6 +200,10 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   Status s = NewOwnerToken(&out->owner_value);
   if (!s.ok()) return s;
   if (!options.owner.empty()) out->owner_value += "|" + options.owner;
+  if (options.fair && options.wait_ms != 0 && options.kind == LockKind::kExclusive &&
+      options.permits == 0 && (caps & kCapFair) != 0 && (caps & kCapNotifies) != 0) {
+    out->waiter_id = WaiterId(out->owner_value);
+  }
   return Status::Ok();
 }
 
@@ -241,6 +245,13 @@ Status Client::Adopt(const LockRequest& request, const AcquireAttempt& attempt,
   auto state = std::make_shared<LockState>(request.name, request.owner_value,
                                            attempt.fencing_token, attempts,
                                            options, sent, attempt.backend_data);
+  if (attempt.remaining_ms >= 0 && options.lease_ms > 0) {
+    // Won before this attempt (a retry after a lost reply, a hand-over): the server's lease
+    // is what is left of it, not a new one.
+    const uint64_t left = std::min<uint64_t>(static_cast<uint64_t>(attempt.remaining_ms),
+                                             options.lease_ms);
+    state->CapDeadline(sent, left);
+  }
   bool registered = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -269,21 +280,45 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
 
   const TimePoint start = Now();
   WaitPolicy policy(options, backend_->NotifiesReleases(), start);
-  WakeSignal signal;
+  const bool in_line = !request.waiter_id.empty();
+  WakeSignal signal(request.waiter_id);
   uint64_t seen = 0;
   uint32_t attempts = 0;
   auto stop_watching = [&] {
     if (policy.subscribed()) backend_->Unwatch(name, &signal);
   };
+  // A hand-over heard (the lock is ours), or, after this waiter stopped listening, one that may
+  // come yet: the line is left, and a hold handed over meanwhile given back.
+  auto handed_over = [&](TimePoint last_refused, std::shared_ptr<LockState>* lock) {
+    uint64_t token = signal.TakeHandedOver();
+    if (token == 0) return false;
+    stop_watching();
+    AcquireAttempt won;
+    won.acquired = true;
+    won.fencing_token = token;
+    // The server's lease began at the hand-over, after the last refused attempt reached it:
+    // counting from when that attempt was sent keeps the local deadline the earlier one.
+    s = Adopt(request, won, attempts, options, last_refused, lock);
+    return true;
+  };
+  if (in_line) {
+    // A fair waiter listens before it asks, so that the release that hands it the lock, told
+    // only once, cannot come between its refusal and its subscription.
+    policy.MarkSubscribed();
+    backend_->Watch(name, &signal);
+    seen = signal.notifications();
+  }
 
   while (true) {
     TimePoint sent = Now();
+    const bool live_when_sent = in_line && signal.ready();
     AcquireAttempt attempt;
     ++attempts;
     request.queue_ms = WriterQueueMs(options, sent, policy.wait_until());
     s = backend_->TryAcquire(request, &attempt);
     if (!s.ok()) {
       stop_watching();
+      if (in_line) backend_->LeaveLine(request);
       return s;
     }
     if (attempt.acquired) {
@@ -293,7 +328,9 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
     WaitStep step = policy.AfterRefusal(Now(), attempt.holder_ttl_ms, request.queue_ms);
     switch (step.kind) {
       case WaitStep::Kind::kGiveUp:
+        if (handed_over(sent, out)) return s;
         stop_watching();
+        if (in_line) backend_->LeaveLine(request);
         return NotAcquiredStatus(name, attempt.holder_ttl_ms, attempts, start);
       case WaitStep::Kind::kSubscribe:
         backend_->Watch(name, &signal);
@@ -301,7 +338,14 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
         signal.WaitReady(step.until);
         break;
       case WaitStep::Kind::kSleep:
-        signal.WaitNotified(&seen, step.until);
+        if (in_line && !live_when_sent) {
+          // Not listening yet when this attempt left: a hand-over may have been missed. Try
+          // again once listening.
+          signal.WaitReady(std::min(step.until, Now() + WaitPolicy::kSubscribeWait));
+        } else {
+          signal.WaitNotified(&seen, step.until);
+        }
+        if (handed_over(sent, out)) return s;
         break;
     }
   }

@@ -39,6 +39,7 @@ struct AcquireOptions {
   std::string owner;                         // label for people and tools
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;                      // semaphore of n permits; 0 = not a semaphore
+  bool fair = true;                          // waiting exclusive acquires: in arrival order
   LostHandler on_lost;                       // empty = nobody to tell
 
   // Checks the combination (single values are checked by the setters).

@@ -4,6 +4,7 @@
 
 #include <openssl/err.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <random>
 
@@ -17,6 +18,12 @@ Status NewOwnerToken(std::string* out) {
   }
   *out = HexBytes(bytes, sizeof bytes);
   return Status::Ok();
+}
+
+std::string WaiterId(const std::string& owner_value) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(owner_value.data()), owner_value.size(), digest);
+  return HexBytes(digest, 8);
 }
 
 uint64_t RandomBetween(uint64_t lo, uint64_t hi) {

@@ -77,6 +77,12 @@ class WaitPolicy {
     if (options_.wait_ms == 0 || now >= wait_until_) return {WaitStep::Kind::kGiveUp, now};
     TimePoint until = wait_until_;
     if (queue_ms > 0) until = std::min(until, now + Millis(std::max<uint64_t>(queue_ms / 2, 1)));
+    // A fair waiter's place in line says how long its lease may be counted from its last
+    // attempt (a release hands the lock over with what is left of it): it renews its place
+    // within a third of the lease, so that a hand-over finds at least two thirds left.
+    if (queue_ms > 0 && options_.fair && options_.lease_ms > 0) {
+      until = std::min(until, now + Millis(std::max<uint64_t>(options_.lease_ms / 3, 1)));
+    }
     if (notifies_ && !subscribed_) {
       subscribed_ = true;
       return {WaitStep::Kind::kSubscribe, std::min(until, now + kSubscribeWait)};
@@ -85,6 +91,8 @@ class WaitPolicy {
             std::min(NextWake(now, holder_ttl_ms, options_, &backoff_ms_), until)};
   }
   bool subscribed() const { return subscribed_; }
+  // Subscribed before the first attempt (a fair waiter): no kSubscribe step.
+  void MarkSubscribed() { subscribed_ = true; }
   TimePoint wait_until() const { return wait_until_; }
 
  private:

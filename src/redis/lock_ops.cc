@@ -25,29 +25,83 @@ std::vector<std::string> HoldKeys(LockKeys keys, const HoldRef& hold) {
   return {std::move(keys.holds), std::move(keys.hold_data)};
 }
 
+// acquire.lua's keys, holder first; a single exclusive try names the first three.
+std::vector<std::string> AcquireKeys(const std::string& holder, bool in_line) {
+  std::vector<std::string> keys{holder, holder + LockKeys::kFence, holder + LockKeys::kHolds,
+                                holder + LockKeys::kHoldData, holder + LockKeys::kWriter};
+  if (in_line) {
+    keys.push_back(holder + LockKeys::kLine);
+    keys.push_back(holder + LockKeys::kLineData);
+  }
+  return keys;
+}
+ScriptCall WidenAcquire(const ScriptCall& call) {
+  ScriptCall all = call;
+  all.keys = AcquireKeys(call.keys[0], false);
+  return all;
+}
+
+// release.lua's keys for an exclusive hold: the holder and the line, and to hand the lock
+// over, the counter, the line's data and the writer announcement too.
+std::vector<std::string> ReleaseKeys(const std::string& holder, bool hand_over) {
+  if (!hand_over) return {holder, holder + LockKeys::kLine};
+  return {holder, holder + LockKeys::kLine, holder + LockKeys::kFence,
+          holder + LockKeys::kLineData, holder + LockKeys::kWriter};
+}
+ScriptCall WidenRelease(const ScriptCall& call) {
+  ScriptCall all = call;
+  all.keys = ReleaseKeys(call.keys[0], true);
+  return all;
+}
+
 }  // namespace
 
 Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request,
                              int wait_replicas) {
-  LockKeys keys(prefix, request.name);
-  return {{ScriptId::kAcquire,
-           {std::move(keys.holder), std::move(keys.fence), std::move(keys.holds),
-            std::move(keys.hold_data), std::move(keys.writer)},
-           {request.owner_value, std::to_string(request.lease_ms),
-            ScriptSort(request.kind, request.permits), std::to_string(request.queue_ms)},
-           wait_replicas},
+  const std::string holder = LockKeys::Holder(prefix, request.name);
+  const bool single_exclusive_try =
+      request.kind == LockKind::kExclusive && request.permits == 0 && request.queue_ms == 0;
+  std::vector<std::string> keys = AcquireKeys(holder, !request.waiter_id.empty());
+  // A single try at the exclusive hold needs the holder, the counter, and the holds only to
+  // see that there are none.
+  if (single_exclusive_try) keys.resize(3);
+  std::vector<std::string> args{request.owner_value, std::to_string(request.lease_ms),
+                                ScriptSort(request.kind, request.permits),
+                                std::to_string(request.queue_ms)};
+  if (!request.waiter_id.empty()) args.push_back(request.waiter_id);
+  return {{ScriptId::kAcquire, std::move(keys), std::move(args), wait_replicas},
           request.name,
-          ReadAcquire};
+          ReadAcquire,
+          single_exclusive_try ? WidenAcquire : nullptr};
 }
 
 Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool sharded) {
-  LockKeys keys(prefix, hold.name);
-  std::string channel = keys.channel;
-  return {{ScriptId::kRelease,
-           HoldKeys(std::move(keys), hold),
-           {hold.owner_value, std::move(channel), sharded ? "1" : "0", HoldSort(hold)}},
+  const std::string holder = LockKeys::Holder(prefix, hold.name);
+  std::vector<std::string> args{hold.owner_value, holder + LockKeys::kChannel,
+                                sharded ? "1" : "0", HoldSort(hold)};
+  if (!hold.exclusive) {
+    return {{ScriptId::kRelease, {holder + LockKeys::kHolds, holder + LockKeys::kHoldData},
+             std::move(args)},
+            hold.name,
+            ReadOwned};
+  }
+  return {{ScriptId::kRelease, ReleaseKeys(holder, false), std::move(args)},
           hold.name,
-          ReadOwned};
+          ReadOwned,
+          WidenRelease};
+}
+
+Op<NoResult> LeaveLineOp(const std::string& prefix, const LockRequest& request, bool sharded) {
+  Op<NoResult> op = ReleaseOp(prefix, HoldRef::Of(request), sharded);
+  op.call = WidenRelease(op.call);  // it may hand over: all the keys at once
+  op.call.args.push_back(request.waiter_id);
+  op.widen = nullptr;
+  return op;
+}
+
+bool AsksForAllKeys(const redisReply* r) {
+  return r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 3;
 }
 
 Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t lease_ms) {

@@ -25,7 +25,16 @@ struct Op {
   ScriptCall call;
   std::string name;  // the lock's, for messages
   ReadFn read;
+  // Each key a script names costs the server about half a microsecond, on every call: the
+  // common case names only the keys it needs, and a script that finds the uncommon one
+  // (holds to look at, a line to hand over to) answers AsksForAllKeys before it writes
+  // anything; the call is then made again, as widen makes it from the first (null: never).
+  using WidenFn = ScriptCall (*)(const ScriptCall& call);
+  WidenFn widen = nullptr;
 };
+
+// A script's {3}: "call me again with all the keys".
+bool AsksForAllKeys(const redisReply* reply);
 
 // One hold, as release and extend find it.
 struct HoldRef {
@@ -45,9 +54,12 @@ struct HoldRef {
 // ScriptCall.
 Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request,
                              int wait_replicas = 0);
-// release.lua: Ok, or NotHeld when the owner no longer holds it. Wakes the waiters (with
-// SPUBLISH when sharded).
+// release.lua: Ok, or NotHeld when the owner no longer holds it. Hands an exclusive hold to the
+// first fair waiter in line, or wakes the waiters (with SPUBLISH when sharded).
 Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool sharded = false);
+// release.lua for a fair waiter that stops waiting: leaves the line, and releases (hands on)
+// what a release handed it meanwhile. NotHeld when nothing was.
+Op<NoResult> LeaveLineOp(const std::string& prefix, const LockRequest& request, bool sharded = false);
 // extend.lua: sets the lease (0 = no expiry); Ok or NotHeld.
 Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t lease_ms);
 // inspect.lua: who holds it.
@@ -58,6 +70,9 @@ template <typename R>
 Status Run(Channel* channel, const Op<R>& op, R* out) {
   ReplyPtr reply;
   Status s = channel->Eval(op.call, &reply);
+  if (s.ok() && op.widen != nullptr && AsksForAllKeys(reply.get())) {
+    s = channel->Eval(op.widen(op.call), &reply);
+  }
   return s.ok() ? op.read(reply.get(), channel->server(), op.name, out) : s;
 }
 
@@ -65,12 +80,21 @@ Status Run(Channel* channel, const Op<R>& op, R* out) {
 // std::function: a heartbeat round makes one of these per held lock.
 template <typename R, typename Done>
 void RunAsync(Channel* channel, Op<R> op, Done&& done) {
-  channel->EvalAsync(op.call, [channel, read = op.read, name = std::move(op.name),
-                               done = std::forward<Done>(done)](redisReply* reply,
-                                                                const Status& error) mutable {
+  auto finish = [channel, read = op.read, name = std::move(op.name),
+                 done = std::forward<Done>(done)](redisReply* reply, const Status& error) mutable {
     R out{};
     Status s = error.ok() ? read(reply, channel->server(), name, &out) : error;
     done(s, std::move(out));
+  };
+  if (op.widen == nullptr) {
+    channel->EvalAsync(op.call, std::move(finish));
+    return;
+  }
+  channel->EvalAsync(op.call, [channel, call = op.call, widen = op.widen,
+                               finish = std::move(finish)](redisReply* reply,
+                                                           const Status& error) mutable {
+    if (!error.ok() || !AsksForAllKeys(reply)) return finish(reply, error);
+    channel->EvalAsync(widen(call), std::move(finish));
   });
 }
 

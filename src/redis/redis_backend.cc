@@ -49,7 +49,8 @@ class RedisBackend : public Backend {
     std::vector<ScriptCall> calls;
     calls.reserve(locks.size());
     for (const auto& l : locks) {
-      calls.push_back(ReleaseOp(prefix_, HoldRef::Of(*l), sharded_).call);
+      auto op = ReleaseOp(prefix_, HoldRef::Of(*l), sharded_);
+      calls.push_back(op.widen != nullptr ? op.widen(op.call) : std::move(op.call));  // one round
     }
     channel_->EvalAll(calls);
   }
@@ -89,11 +90,17 @@ class RedisBackend : public Backend {
   }
 
   // Tokens: max(counter + 1, server TIME in µs), so they rise across a restart that lost the
-  // data too. Releases are published, so waiters wake on them. Shared and semaphore holds
+  // data too. Releases are published, so waiters wake on them; an exclusive release hands the
+  // lock to the first fair waiter in line (release.lua) and tells only it. Shared and semaphore holds
   // expire by the server's clock (lua/acquire.lua); a waiting writer keeps new shared holds out
   // with an announcement key that lapses unless it retries.
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits;
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair;
+  }
+  void LeaveLine(const LockRequest& request) override {
+    loop_->Post([this, op = LeaveLineOp(prefix_, request, sharded_)] {
+      RunAsync<NoResult>(channel_.get(), op, [](const Status&, NoResult) {});
+    });
   }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     channel_->Watch(LockKeys(prefix_, name).channel, watcher);

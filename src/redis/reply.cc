@@ -154,11 +154,21 @@ Status ParseAcquireReply(const redisReply* r, const std::string& server, const s
     }
     return SortMismatch(name, held, asked);
   }
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+  if (r->type != REDIS_REPLY_ARRAY || (r->elements != 2 && r->elements != 3) ||
       r->element[0]->type != REDIS_REPLY_INTEGER) {
     return Garbage(server, "the acquire script");
   }
   const redisReply* value = r->element[1];
+  if (r->element[0]->integer == 1 && r->elements == 3) {
+    // Already this owner's: what is left of its lease (-1 none; -2 gone meanwhile reads as 0).
+    const redisReply* left = r->element[2];
+    if (left->type != REDIS_REPLY_INTEGER) return Garbage(server, "the acquire script (lease left)");
+    if (left->integer != -1) {
+      out->remaining_ms = std::clamp<long long>(left->integer, 0, static_cast<long long>(kMaxLeaseMs));
+    }
+  } else if (r->elements == 3) {
+    return Garbage(server, "the acquire script");
+  }
   if (r->element[0]->integer == 1) {
     if (value->type != REDIS_REPLY_STRING) return Garbage(server, "the acquire script (token)");
     uint64_t token = 0;
@@ -216,6 +226,19 @@ Status ParseInspectReply(const redisReply* r, const std::string& server, LockInf
     out->holders.push_back(std::move(holder));
   }
   return Status::Ok();
+}
+
+bool ParseHandOver(std::string_view message, std::string_view* waiter, uint64_t* token) {
+  constexpr std::string_view kPrefix = "grant:";
+  if (message.substr(0, kPrefix.size()) != kPrefix) return false;
+  message.remove_prefix(kPrefix.size());
+  const size_t colon = message.find(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  const std::string_view digits = message.substr(colon + 1);
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), *token);
+  if (ec != std::errc() || ptr != digits.data() + digits.size() || *token == 0) return false;
+  *waiter = message.substr(0, colon);
+  return true;
 }
 
 Status ParseOwnedReply(const redisReply* r, const std::string& server, const std::string& name) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/backend.h"
 #include "core/status.h"
@@ -21,14 +22,28 @@ using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 // Key names for lock NAME (lua/acquire.lua says what each holds): all share the hash tag
 // {NAME}, hence one cluster slot.
 struct LockKeys {
+  // Every other key is the holder's name and one of these.
+  static constexpr const char* kFence = ":fence";
+  static constexpr const char* kChannel = ":released";
+  static constexpr const char* kHolds = ":holds";
+  static constexpr const char* kHoldData = ":holdinfo";
+  static constexpr const char* kWriter = ":writer";
+  static constexpr const char* kLine = ":line";
+  static constexpr const char* kLineData = ":linedata";
+  static std::string Holder(const std::string& prefix, const std::string& name) {
+    return prefix + "{" + name + "}";
+  }
+
   LockKeys(const std::string& prefix, const std::string& name)
-      : holder(prefix + "{" + name + "}"),
-        fence(holder + ":fence"),
-        channel(holder + ":released"),
-        holds(holder + ":holds"),
-        hold_data(holder + ":holdinfo"),
-        writer(holder + ":writer") {}
-  std::string holder, fence, channel, holds, hold_data, writer;
+      : holder(Holder(prefix, name)),
+        fence(holder + kFence),
+        channel(holder + kChannel),
+        holds(holder + kHolds),
+        hold_data(holder + kHoldData),
+        writer(holder + kWriter),
+        line(holder + kLine),
+        line_data(holder + kLineData) {}
+  std::string holder, fence, channel, holds, hold_data, writer, line, line_data;
 };
 
 // The sort of hold a request asks for, as the scripts name it: "exclusive", "shared" or
@@ -49,6 +64,10 @@ std::string ReaderError(const redisReader* reader);
 // bytes before any reply (a TLS record starts 0x15, an alert, or 0x16, a handshake).
 Status NotRedisProtocol(const std::string& server, const redisReader* reader, bool plain_first_reply);
 
+// A release channel's message "grant:ID:TOKEN" (lua/release.lua): the lock was handed to the
+// fair waiter ID with that fencing token (never 0). False for anything else ("released"), which
+// wakes every waiter. *waiter points into message.
+bool ParseHandOver(std::string_view message, std::string_view* waiter, uint64_t* token);
 bool IsNoScript(const redisReply* r);
 // An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise).
 Status ErrorReplyStatus(const redisReply* r, const std::string& server);

@@ -3,7 +3,9 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
+#include <string_view>
 
 #include "redis/reply.h"
 
@@ -292,7 +294,18 @@ bool Subscriber::HandleReply(const redisReply& reply, std::vector<std::string>* 
     if (it == channels_.end()) return true;  // e.g. a message for a channel just swept
     Channel& ch = it->second;
     if (is_message) {
-      for (ReleaseWatcher* w : ch.waiters) w->OnReleased();
+      std::string_view waiter;
+      uint64_t token = 0;
+      if (IsString(reply.element[2]) &&
+          ParseHandOver(std::string_view(reply.element[2]->str, reply.element[2]->len), &waiter,
+                        &token)) {
+        // Only the waiter the lock was handed to hears of it: the others stay asleep.
+        for (ReleaseWatcher* w : ch.waiters) {
+          if (w->waiter_id() == waiter) w->OnHandedOver(token);
+        }
+      } else {
+        for (ReleaseWatcher* w : ch.waiters) w->OnReleased();
+      }
     } else if (is_subscribe) {
       if (ch.state == State::kSubscribing) {
         ch.state = State::kLive;

@@ -29,12 +29,14 @@ class RedisBackend : public BackendServer {
 }  // namespace
 
 BackendFactory RedisTcpBackend() {
-  return {"redis", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
+  return {"redis", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
+                DLOCK_CAP_FAIR,
           [] { return std::make_unique<RedisBackend>(false); }};
 }
 
 BackendFactory RedisUnixBackend() {
-  return {"redis_unix", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
+  return {"redis_unix", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
+                DLOCK_CAP_FAIR,
           [] { return std::make_unique<RedisBackend>(true); }};
 }
 

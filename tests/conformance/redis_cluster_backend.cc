@@ -30,7 +30,8 @@ class RedisClusterBackend : public BackendServer {
 }  // namespace
 
 BackendFactory RedisClusterBackendFactory() {
-  return {"redis_cluster", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
+  return {"redis_cluster", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
+                DLOCK_CAP_FAIR,
           [] { return std::make_unique<RedisClusterBackend>(); }};
 }
 

@@ -55,7 +55,8 @@ class RedisSentinelBackend : public BackendServer {
 }  // namespace
 
 BackendFactory RedisSentinelBackendFactory() {
-  return {"redis_sentinel", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
+  return {"redis_sentinel", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
+                DLOCK_CAP_FAIR,
           [] { return std::make_unique<RedisSentinelBackend>(); }};
 }
 

@@ -59,7 +59,8 @@ test('inspect: bad names and a closed client', async () => {
 
 test('capabilities: what the Redis backend promises', async () => {
   const caps = await client.capabilities();
-  assert.deepEqual(Object.keys(caps).sort(), ['fencingStrict', 'notifies', 'permits', 'shared']);
+  assert.deepEqual(Object.keys(caps).sort(), ['fair', 'fencingStrict', 'notifies', 'permits', 'shared']);
+  assert.equal(caps.fair, true);
   assert.equal(caps.fencingStrict, true);
   assert.equal(caps.notifies, true);
 });

@@ -62,7 +62,7 @@ _HEARTBEAT_BOUND = "at most ten years; 0 means no heartbeats"
 # gives them (the library has numbers only).
 _KINDS = {"exclusive": 0, "shared": 1}
 _KIND_NAMES = {n: k for k, n in _KINDS.items()}
-_CAPABILITIES = {0x1: "fencing_strict", 0x2: "notifies", 0x4: "shared", 0x8: "permits"}
+_CAPABILITIES = {0x1: "fencing_strict", 0x2: "notifies", 0x4: "shared", 0x8: "permits", 0x10: "fair"}
 
 # Set DLOCK_PY_FORCE_THREADS=1 to make asyncio use the thread-pool path even when the library
 # has the async C API (the test suite runs both ways).

@@ -155,7 +155,7 @@ class Basics(Base):
             threading.Timer(0.3, holder.release).start()
             lock = other.acquire(name, wait_ms=10_000)
             self.assertGreater(lock.fencing_token, holder.fencing_token)
-            self.assertGreater(lock.attempts, 1)
+            self.assertGreaterEqual(lock.attempts, 1)  # 1: handed the lock by the release
             lock.release()
 
     def test_threads_share_a_client(self):
@@ -701,7 +701,7 @@ class Kinds(Base):
     def test_capabilities(self):
         caps = self.client.capabilities
         self.assertIsInstance(caps, frozenset)
-        self.assertLessEqual(caps, {"fencing_strict", "notifies", "shared", "permits"})
+        self.assertLessEqual(caps, {"fencing_strict", "notifies", "shared", "permits", "fair"})
         # what dlock.h promises for Redis
         self.assertTrue({"fencing_strict", "notifies"} <= caps, caps)
 
