@@ -17,8 +17,8 @@
 -- acquire announces itself waiting, ms ('0': it will not wait); ARGV[5] a fair waiter's id
 -- ('' or absent: not in line)
 -- Returns {1, token} when acquired (token as a decimal string), {1, token, pttl} when it was
--- already this owner's (a retry after a lost reply, or a hand-over: pttl is what is left of
--- its lease, -1 none); {0, pttl} when refused (ms until the first hold in the way may end, -1
+-- already this owner's (a retry after a lost reply, or a hand-over: a fresh token, and pttl is
+-- what is left of its lease, -1 none); {0, pttl} when refused (ms until the first hold in the way may end, -1
 -- when none of them expires); {2, sort held, sort asked} when the name is held as the other
 -- sort ('lock' or 'permits:N'); {3} when called with KEYS[1..3] alone and it needs them all.
 local owner, lease, sort, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -35,11 +35,8 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   else
     prev = redis.pcall('SET', KEYS[1], owner, 'NX', 'PX', lease, 'GET')
   end
-  if prev == owner then  -- a retry after a lost reply, or handed over: the same token
-    if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id) end
-    return {1, redis.call('GET', KEYS[2]), redis.call('PTTL', KEYS[1])}
-  end
-  if prev then  -- another holder (or a key of another type: not ours either)
+  local ours = prev == owner  -- a retry after a lost reply, or a hand-over it did not hear of
+  if prev and not ours then  -- another holder (or a key of another type: not ours either)
     if queue ~= '0' then
       redis.call('SET', KEYS[5], owner, 'PX', queue)
       if id ~= '' then
@@ -54,15 +51,17 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
     end
     return {0, redis.call('PTTL', KEYS[1])}
   end
-  -- Won. The token is max(counter + 1, server time in microseconds): it rises across releases
-  -- and expiries through the counter, and across a restart that lost the counter through the
-  -- clock.
+  -- Won, or already ours. The token is max(counter + 1, server time in microseconds): it rises
+  -- across releases and expiries through the counter, and across a restart that lost the
+  -- counter through the clock. One already ours gets a fresh token too: the one it was given
+  -- first never reached it (else it would not ask), and the counter may have moved since
+  -- (lost, set back), so reading it back could hand out a token that does not rise.
   local now = redis.call('TIME')
   local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
   -- pcall: a write that fails after SET must not leave the key set by a failed acquire.
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'table' then
-    redis.call('DEL', KEYS[1])
+    if not ours then redis.call('DEL', KEYS[1]) end
     return token
   end
   if tonumber(now_us) > token then
@@ -74,6 +73,7 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   -- Only an acquire that waits can have announced itself (a single try sends queue '0').
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
   if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id) end
+  if ours then return {1, token, redis.call('PTTL', KEYS[1])} end
   return {1, token}
 end
 if #KEYS < 5 then return {3} end
