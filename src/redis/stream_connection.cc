@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
+#include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -143,13 +144,56 @@ bool StreamConnection::Write(const std::vector<std::string>& argv) {
   char* formatted = nullptr;
   int len = redisFormatCommandArgv(&formatted, static_cast<int>(ptrs.size()), ptrs.data(),
                                    lens.data());
-  bool written = len > 0 && formatted != nullptr &&
-                 bufferevent_write(bev_, formatted, static_cast<size_t>(len)) == 0;
+  bool written = len > 0 && formatted != nullptr && Send(formatted, static_cast<size_t>(len));
   if (formatted != nullptr) redisFreeCommand(formatted);
   return written;
 }
 
+// A plain socket's commands are gathered and sent with one send() once the loop has run what
+// is due this turn (event_active: no system call), so that a turn that writes many commands
+// (replies that start new ones, a heartbeat round) still sends them together. The bufferevent
+// alone would register for writability, wait a loop turn for it, write and unregister: two
+// epoll_ctl and an epoll_wait more per turn (async_bench, 64 in flight: +7 %). What the kernel
+// does not take, and every error, goes on through the bufferevent, which writes it when it can
+// and reports failures as it always did.
+bool StreamConnection::Send(const char* data, size_t len) {
+  if (!connected_ || config_.tls_context != nullptr) return bufferevent_write(bev_, data, len) == 0;
+  if (flush_ == nullptr) {
+    flush_ = event_new(bufferevent_get_base(bev_), -1, 0, &StreamConnection::OnFlush, this);
+    if (flush_ == nullptr) return bufferevent_write(bev_, data, len) == 0;
+  }
+  if (outgoing_.empty()) event_active(flush_, EV_WRITE, 0);
+  try {
+    outgoing_.append(data, len);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
+}
+
+void StreamConnection::OnFlush(int, short, void* arg) { static_cast<StreamConnection*>(arg)->Flush(); }
+
+void StreamConnection::Flush() {
+  if (bev_ == nullptr || outgoing_.empty()) return;
+  const char* data = outgoing_.data();
+  size_t len = outgoing_.size();
+  if (evbuffer_get_length(bufferevent_get_output(bev_)) == 0) {  // else it goes after what waits
+    const ssize_t n = send(bufferevent_getfd(bev_), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      data += n;
+      len -= static_cast<size_t>(n);
+    }
+  }
+  // Out of memory here would lose commands whose replies are awaited: the connection goes.
+  const bool kept = len == 0 || bufferevent_write(bev_, data, len) == 0;
+  outgoing_.clear();
+  if (!kept) Lost(Status(Code::kNoMemory, "out of memory writing to " + server_));
+}
+
 void StreamConnection::Close() {
+  if (flush_ != nullptr) event_free(flush_);  // nothing of ours stays on the base
+  flush_ = nullptr;
+  outgoing_.clear();
   if (bev_ != nullptr) bufferevent_free(bev_);  // no callback runs after this
   bev_ = nullptr;
   if (reader_ != nullptr) redisReaderFree(reader_);

@@ -68,6 +68,9 @@ class StreamConnection {
     socklen_t len;
   };
   bool ConnectNext();
+  bool Send(const char* data, size_t len);
+  void Flush();
+  static void OnFlush(int fd, short events, void* arg);
   static void OnRead(bufferevent* bev, void* arg);
   static void OnEvent(bufferevent* bev, short events, void* arg);
   void ReadReplies();
@@ -79,6 +82,8 @@ class StreamConnection {
   Handler* handler_;
   std::string server_;
   bufferevent* bev_ = nullptr;
+  event* flush_ = nullptr;   // sends outgoing_ at the end of the loop turn (plain sockets)
+  std::string outgoing_;     // commands written this turn, not sent yet
   redisReader* reader_ = nullptr;
   bool connected_ = false;
   bool answered_ = false;  // a reply arrived on this connection
