@@ -15,7 +15,8 @@
 // per-round ratios dlock / best peer); bench/peers/run turns them into a table. Every library runs with its own defaults except what it takes to
 // wait for a held lock without giving up (retry counts/timeouts), and a 10 s lease.
 // LIB: dlock | redlock | redis-semaphore | yarnl | redis-exp-lock, and for uncontended only the
-// diagnostics bare-dlock | bare-setnx (a bare RESP client, no library; never a peer, see below).
+// diagnostics bare-dlock | bare-setnx (a bare RESP client, no library) and hop-none | hop-pool |
+// hop-queue (the library's C calls without the binding's JS; never peers, see below).
 const crypto = require('node:crypto');
 const fs = require('node:fs');
 const net = require('node:net');
@@ -248,13 +249,15 @@ const adapters = {
       const acquireSha = await load('acquire.lua');
       const releaseSha = await load('release.lua');
       const holder = `dlock:{${key}}`;
-      const keys = [holder, `${holder}:fence`, `${holder}:holds`, `${holder}:holdinfo`, `${holder}:writer`];
+      const keys = [holder, `${holder}:fence`, `${holder}:holds`];
       const channel = `${holder}:released`;
       return {
-        // An exclusive hold that will not wait (queue span 0), as dlock's one-try acquire sends.
-        acquireCall: (owner) => ['EVALSHA', acquireSha, '5', ...keys, owner, String(LEASE_MS), 'exclusive', '0'],
+        // An exclusive hold that will not wait (queue span 0), as dlock's one-try acquire sends:
+        // the keys its common case needs (holder, fence counter, holds), and for the release the
+        // holder and the line.
+        acquireCall: (owner) => ['EVALSHA', acquireSha, '3', ...keys, owner, String(LEASE_MS), 'exclusive', '0'],
         acquired: (reply) => Array.isArray(reply) && reply[0] === 1,  // {1, token} | {0, pttl}
-        releaseCall: (owner) => ['EVALSHA', releaseSha, '1', holder, owner, channel, '0', 'exclusive'],
+        releaseCall: (owner) => ['EVALSHA', releaseSha, '2', holder, `${holder}:line`, owner, channel, '0', 'exclusive'],
       };
     });
   },
@@ -274,8 +277,91 @@ const adapters = {
   },
 };
 
+// The hop diagnostics: the binding's own C calls (lib/native.js) with none of its JS, run three
+// ways, so that the cost of each thread hop shows. hop-none: dlock_acquire and dlock_release
+// blocking on the JS thread (no hop; a binding cannot do this, it would stall the event loop
+// for every round trip): the floor of any binding that calls the library. hop-pool: the same
+// calls on libuv's thread pool, as the binding's one-try acquire and its release run (two hops
+// per call: to a pool thread, back through uv_async). hop-queue: dlock_acquire_queued and
+// dlock_release_queued, outcomes through the completion queue's pipe (two hops per call: to the
+// library's thread, back through the pipe), as the binding's waiting acquires run.
+function hopAdapter(mode) {
+  return async (port, key, wait) => {
+    if (wait) throw new Error(`hop-${mode}: a diagnostic for the uncontended bench only`);
+    const { C, dup } = require(path.join(repo, 'bindings', 'node', 'lib', 'native'));
+    const out = [null];
+    if (C.client_open(`redis://127.0.0.1:${port}`, out) !== 0) throw new Error(`hop-${mode}: ${C.last_error()}`);
+    const client = out[0];
+    const opts = C.options_new();
+    C.options_set_lease_ms(opts, LEASE_MS);
+    const buf = Buffer.alloc(4096);
+    const check = (what, status) => {
+      if (status !== 0) throw new Error(`hop-${mode}: ${what}: ${buf.toString('utf8', 0, buf.indexOf(0))}`);
+    };
+    const closeClient = () => { C.options_free(opts); C.client_close(client); };
+    if (mode === 'none') {
+      return {
+        async acquire() {
+          const lock = [null];
+          check('acquire', C.acquire_errbuf(client, key, opts, lock, buf, buf.length));
+          return async () => check('release', C.release_errbuf(lock[0], buf, buf.length));
+        },
+        close: closeClient,
+      };
+    }
+    if (mode === 'pool') {
+      const call = (fn, ...args) => new Promise((resolve, reject) => {
+        fn.async(...args, (err, status) => (err ? reject(err) : resolve(status)));
+      });
+      return {
+        async acquire() {
+          const lock = [null];
+          check('acquire', await call(C.acquire_errbuf, client, key, opts, lock, buf, buf.length));
+          return async () => check('release', await call(C.release_errbuf, lock[0], buf, buf.length));
+        },
+        close: closeClient,
+      };
+    }
+    const queueOut = [null];
+    C.queue_new(queueOut);
+    const queue = queueOut[0];
+    const pending = new Map();
+    let nextTag = 1;
+    const tag = [0];
+    const status = [0];
+    const lock = [null];
+    const wake = new net.Socket({ fd: dup(C.queue_fd(queue)), readable: true, writable: false });
+    wake.on('data', () => {
+      while (C.queue_pop(queue, tag, status, lock) > 0) {
+        const settle = pending.get(tag[0]);
+        pending.delete(tag[0]);
+        settle(status[0], lock[0]);
+      }
+    });
+    const queued = (start) => new Promise((resolve, reject) => {
+      const t = nextTag++;
+      pending.set(t, (st, l) => (st === 0 ? resolve(l) : reject(new Error(`hop-queue: ${C.last_error()}`))));
+      start(t);
+    });
+    return {
+      async acquire() {
+        const held = await queued((t) => C.acquire_queued(client, key, opts, queue, t));
+        return () => queued((t) => C.release_queued(held, queue, t));
+      },
+      close() {
+        wake.destroy();
+        closeClient();
+        C.queue_free(queue);
+      },
+    };
+  };
+}
+adapters['hop-none'] = hopAdapter('none');
+adapters['hop-pool'] = hopAdapter('pool');
+adapters['hop-queue'] = hopAdapter('queue');
+
 // Diagnostic rows: measured like the libraries but not peers.
-const isDiagnostic = (lib) => lib.startsWith('bare-');
+const isDiagnostic = (lib) => lib.startsWith('bare-') || lib.startsWith('hop-');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -314,7 +400,7 @@ async function uncontended(port, seconds, rounds, libs) {
 // Prints key=value lines: <mode>_<lib>=median, <mode>_<lib>_rounds=a/b/c, and the median of the
 // per-round ratios dlock / best peer of that round (<mode>_ratio). Peers are the libraries other
 // than dlock, never the diagnostics; with bare-dlock, also the median of the per-round ratios
-// bare-dlock / best peer (<mode>_ceiling_ratio).
+// bare-dlock / best peer (<mode>_ceiling_ratio), and likewise hop-none (<mode>_nohop_ratio).
 function report(mode, rates, rounds, extra = {}) {
   const med = (xs) => { const v = [...xs].sort((a, b) => a - b); const m = v.length >> 1; return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2; };
   const peers = Object.keys(rates).filter((l) => l !== 'dlock' && !isDiagnostic(l));
@@ -332,6 +418,7 @@ function report(mode, rates, rounds, extra = {}) {
   }
   ratioVsBestPeer('ratio', 'dlock');
   ratioVsBestPeer('ceiling_ratio', 'bare-dlock');
+  ratioVsBestPeer('nohop_ratio', 'hop-none');
 }
 
 // One contender: waits until startAt, then acquire(wait)+release until endAt. Under the lock it
