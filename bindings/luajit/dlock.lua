@@ -56,6 +56,7 @@ const char *dlock_lock_name(const dlock_lock *l);
 typedef struct dlock_info dlock_info;
 dlock_status dlock_options_set_kind(dlock_options *o, int kind);
 dlock_status dlock_options_set_permits(dlock_options *o, uint32_t n);
+dlock_status dlock_options_set_fair(dlock_options *o, int fair);
 uint32_t dlock_client_capabilities(const dlock_client *c);
 dlock_status dlock_inspect(dlock_client *c, const char *name, dlock_info **out);
 void dlock_info_free(dlock_info *i);
@@ -358,6 +359,9 @@ local function build_options(opts)
     or permits > 2^32 - 1) then
     argerror(2, "acquire", "permits must be an integer from 0 to 4294967295")
   end
+  if opts.fair ~= nil and type(opts.fair) ~= "boolean" then
+    argerror(2, "acquire", "fair must be a boolean, got " .. type(opts.fair))
+  end
   local on_lost = opts.on_lost
   if on_lost ~= nil and type(on_lost) ~= "function" then
     local mt = getmetatable(on_lost)
@@ -365,7 +369,8 @@ local function build_options(opts)
   end
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
-      and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits" then
+      and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits"
+      and k ~= "fair" then
       argerror(2, "acquire", "unknown option '" .. tostring(k) .. "'")
     end
   end
@@ -380,6 +385,7 @@ local function build_options(opts)
   if s == 0 and opts.owner then s = C.dlock_options_set_owner(o, opts.owner) end
   if s == 0 and kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[kind]) end
   if s == 0 and permits then s = C.dlock_options_set_permits(o, permits) end
+  if s == 0 and opts.fair ~= nil then s = C.dlock_options_set_fair(o, opts.fair and 1 or 0) end
   if s ~= 0 then
     local _, msg, code = fail(s)
     C.dlock_options_free(ffi.gc(o, nil))
@@ -394,7 +400,10 @@ end
 --   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top), kind =
 --   "exclusive" (default) or "shared" (shared = true says the same), permits = n (a semaphore
 --   of n holders; 0 = off): the library refuses kinds the backend does not offer, a shared
---   semaphore, and another n (or a lock kind) than the name's holders have, with "EINVAL".
+--   semaphore, and another n (or a lock kind) than the name's holders have, with "EINVAL";
+--   fair = true (default: a waiting exclusive acquire takes a place in line and a release hands
+--   it the lock, in arrival order, where the backend has the "fair" capability) or false (it
+--   competes with every other waiter at each release).
 -- Returns the lock, or nil, message, code: "NOT_ACQUIRED" when someone else holds it and the
 -- wait ran out; "EINVAL" for values the library refuses (a name over 1024 bytes, ...).
 function Client:acquire(name, opts)

@@ -45,6 +45,12 @@ export interface AcquireOptions {
    * it, with a shared kind, or when the name is held with another number of permits (or as a lock).
    */
   permits?: number;
+  /**
+   * true (default): a waiting exclusive acquire takes a place in line and a release hands it the
+   * lock, in arrival order (backends with the fair capability); false: it competes with every
+   * other waiter at each release.
+   */
+  fair?: boolean;
   /** Aborting cancels a pending acquire: it rejects with code 'ECANCELLED'. */
   signal?: AbortSignal;
 }
@@ -81,6 +87,8 @@ export interface Capabilities {
   shared: boolean;
   /** permits (counting semaphores) are offered. */
   permits: boolean;
+  /** Fair waiting (the fair option) is offered. */
+  fair: boolean;
 }
 
 export class Client {

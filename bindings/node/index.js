@@ -140,7 +140,7 @@ function checkName(name) {
 }
 
 const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'kind', 'shared',
-  'permits', 'signal']);
+  'permits', 'fair', 'signal']);
 
 function checkOptions(opts) {
   if (opts === undefined || opts === null) return {};
@@ -196,6 +196,12 @@ function checkOptions(opts) {
       throw rangeError(`options.permits must be an integer from 0 to ${0xffffffff}, got ${opts.permits}`);
     }
     o.permits = opts.permits;
+  }
+  if (opts.fair !== undefined) {
+    if (typeof opts.fair !== 'boolean') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `options.fair must be a boolean, got ${describe(opts.fair)}`);
+    }
+    o.fair = opts.fair;
   }
   if (opts.signal !== undefined) {
     if (!(opts.signal instanceof AbortSignal)) {
@@ -443,6 +449,7 @@ class Client {
     if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
     if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
     if (s === 0 && o.permits !== undefined) s = C.options_set_permits(opts, o.permits);
+    if (s === 0 && o.fair !== undefined) s = C.options_set_fair(opts, o.fair ? 1 : 0);
     if (s === 0) s = C.options_set_on_lost_queued(opts, queue, id);
     if (s !== 0) {
       const e = lockError(s, C.last_error(), 'acquire', name);

@@ -514,6 +514,40 @@ test("shared: a waiting exclusive acquire (another process) keeps new shared hol
   client:close() third:close()
 end)
 
+test("fair = false waits outside the line: a fair waiter that came later is served first", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("fair")
+  local holder = assert(client:acquire(name, { lease_ms = 10000 }))
+  -- Two waiting processes; retries 20-30 s apart, so only releases serve them within the test.
+  local function waiter(fair)
+    local script = string.format([[
+      package.path = %q .. "/../?.lua;" .. package.path
+      local ffi = require("ffi")
+      ffi.cdef "int usleep(unsigned int usec);"
+      local c = assert(require("dlock").open(%q))
+      local l, err = c:acquire(%q, { wait_ms = 20000, retry_ms = { 20000, 30000 }, fair = %s })
+      if l then ffi.C.usleep(100000) end
+      print(l and (l:fencing_token_string() .. " " .. l:attempts()) or ("FAIL " .. tostring(err)))
+      if l then l:release() end
+      c:close()]], here, URL, name, tostring(fair))
+    return assert(io.popen("luajit -e " .. shq(script)))
+  end
+  local unfair = waiter(false)
+  sleep(0.3)
+  local fair = waiter(true)
+  sleep(0.3)
+  assert(holder:release())  -- hands the lock to the fair waiter, the only one in line
+  local fair_out, unfair_out = fair:read("*a"), unfair:read("*a")
+  fair:close() unfair:close()
+  local ft = assert(fair_out:match("^(%d+) %d+"), fair_out)
+  local ut, ua = unfair_out:match("^(%d+) (%d+)")
+  assert(ut, unfair_out)
+  assert(dlock.token(ft) < dlock.token(ut), "fair " .. fair_out .. " unfair " .. unfair_out)
+  assert(tonumber(ua) >= 2, unfair_out)  -- woken by a release, it asked again
+  raises(function() client:acquire(name, { fair = 1 }) end, "fair must be a boolean")
+  client:close()
+end)
+
 test("permits: a semaphore of 2 admits 2 and refuses a 3rd; another size is EINVAL", function()
   local client = assert(dlock.open(URL))
   local other = assert(dlock.open(URL))

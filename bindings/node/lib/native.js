@@ -73,6 +73,7 @@ const C = {
   lock_attempts: f('uint32_t dlock_lock_attempts(void *l)'),
   options_set_kind: f('int dlock_options_set_kind(void *o, int kind)'),
   options_set_permits: f('int dlock_options_set_permits(void *o, uint32_t n)'),
+  options_set_fair: f('int dlock_options_set_fair(void *o, int fair)'),
   client_capabilities: f('uint32_t dlock_client_capabilities(void *c)'),
   info_free: f('void dlock_info_free(void *i)'),
   info_holders: f('uint32_t dlock_info_holders(void *i)'),

@@ -92,6 +92,26 @@ test('using() always releases', async () => {
   assert.equal(await client.using(name, () => 42), 42);
 });
 
+test('fair: false waits outside the line, so a fair waiter that came later is served first', async () => {
+  const name = unique();
+  const unfairClient = await Client.connect(URL);
+  const fairClient = await Client.connect(URL);
+  const held = await client.acquire(name, { leaseMs: 10000 });
+  // Retries 20-30 s apart: only a release can serve either waiter within the test.
+  const slow = { waitMs: 20000, retryMs: [20000, 30000] };
+  const unfair = unfairClient.acquire(name, { ...slow, fair: false }).then(async (l) => { await l.release(); return l; });
+  await sleep(300);
+  const fair = fairClient.acquire(name, slow).then(async (l) => { await sleep(100); await l.release(); return l; });
+  await sleep(300);
+  await held.release();  // hands the lock to the fair waiter, the only one in line
+  const [u, f] = await Promise.all([unfair, fair]);
+  assert.ok(f.fencingToken < u.fencingToken, `fair ${f.fencingToken} before unfair ${u.fencingToken}`);
+  assert.ok(u.attempts >= 2);  // woken by the fair waiter's release, it asked again
+  await assert.rejects(client.acquire(name, { fair: 1 }), { code: 'ERR_INVALID_ARG_TYPE', message: /options\.fair must be a boolean/ });
+  await unfairClient.close();
+  await fairClient.close();
+});
+
 test('contention, waiting, tokens strictly rising', async () => {
   const name = unique();
   let last = 0n;

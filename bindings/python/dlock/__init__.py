@@ -430,7 +430,7 @@ class Client:
 
     @staticmethod
     def _options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind=None, permits=None,
-                 shared=None):
+                 shared=None, fair=None):
         """Checks every argument (TypeError / InvalidArgument), then builds a dlock_options and
         the on_lost slot. Returns (options pointer or None, slot or None)."""
         if lease_ms is not None:
@@ -473,9 +473,12 @@ class Client:
                 raise InvalidArgument(f"shared=True and permits={permits}: a name is shared or a "
                                       "semaphore, not both (drop shared, or permits=0)")
             kind = said
+        if fair is not None and not isinstance(fair, bool):
+            raise TypeError(f"fair must be a bool, not {type(fair).__name__}")
 
         if (lease_ms is None and wait_ms == 0 and heartbeat_ms is None and retry_ms is None
-                and owner is None and on_lost is None and kind is None and permits is None):
+                and owner is None and on_lost is None and kind is None and permits is None
+                and fair is None):
             return None, None
         o = _c.dlock_options_new()
         if not o:
@@ -495,6 +498,8 @@ class Client:
                 _check(_c.dlock_options_set_kind(o, _KINDS[kind]))
             if permits is not None:
                 _check(_c.dlock_options_set_permits(o, permits))
+            if fair is not None:
+                _check(_c.dlock_options_set_fair(o, 1 if fair else 0))
             slot = None
             if on_lost is not None:
                 slot = _LostSlot(on_lost)
@@ -546,7 +551,7 @@ class Client:
     # -- acquire
 
     def acquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
-                owner=None, on_lost=None, kind=None, permits=None, shared=None):
+                owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None):
         """Acquires the lock called `name` (str or bytes, 1..MAX_NAME_BYTES bytes) and returns a Lock.
 
         lease_ms      server-side lease (default 10000; 0 = never expires until released)
@@ -559,13 +564,16 @@ class Client:
                       shared=False kind="exclusive"); permits: a semaphore of that many holders
                       (0 = off). A shared semaphore, or shared= contradicting kind=, is
                       InvalidArgument; so are kinds the backend does not offer (capabilities).
+        fair          True (default): a waiting exclusive acquire takes a place in line and is
+                      handed the lock by a release, in arrival order (backends with the "fair"
+                      capability); False: it competes with every other waiter at each release
 
         Raises NotAcquired when someone else holds it and the wait ran out. Blocks the calling
         thread only (the GIL is released while waiting).
         """
         bname = _name_arg(name)
         opts, slot = self._options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind,
-                                   permits, shared)
+                                   permits, shared, fair)
         out = ctypes.c_void_p()
         err = None
         try:
@@ -598,7 +606,7 @@ class Client:
     # -- asyncio
 
     async def aacquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
-                       owner=None, on_lost=None, kind=None, permits=None, shared=None):
+                       owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None):
         """acquire() for asyncio: waits without blocking the event loop or holding a thread
         (the library's async API and completion queue; with DLOCK_PY_FORCE_THREADS=1, a worker
         thread per waiting call).
@@ -617,7 +625,7 @@ class Client:
                     pass
         kwargs = dict(lease_ms=lease_ms, wait_ms=wait_ms, heartbeat_ms=heartbeat_ms,
                       retry_ms=retry_ms, owner=owner, on_lost=on_lost, kind=kind, permits=permits,
-                      shared=shared)
+                      shared=shared, fair=fair)
         if not _use_async_c:
             return await _in_thread(loop, lambda: self.acquire(name, **kwargs), _release_quietly,
                                     dedicated=wait_ms != 0)

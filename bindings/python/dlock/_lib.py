@@ -127,6 +127,7 @@ def _declare(lib):
     _fn(lib, "dlock_options_set_on_lost_queued", c_status, [c_options_p, c_queue_p, ctypes.c_uint64])
     _fn(lib, "dlock_options_set_kind", c_status, [c_options_p, ctypes.c_int])
     _fn(lib, "dlock_options_set_permits", c_status, [c_options_p, ctypes.c_uint32])
+    _fn(lib, "dlock_options_set_fair", c_status, [c_options_p, ctypes.c_int])
     _fn(lib, "dlock_client_capabilities", ctypes.c_uint32, [c_client_p])
     _fn(lib, "dlock_inspect", c_status, [c_client_p, ctypes.c_char_p, ctypes.POINTER(c_info_p)])
     _fn(lib, "dlock_info_free", None, [c_info_p])

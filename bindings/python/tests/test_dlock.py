@@ -158,6 +158,34 @@ class Basics(Base):
             self.assertGreaterEqual(lock.attempts, 1)  # 1: handed the lock by the release
             lock.release()
 
+    def test_unfair_waiters_wait_outside_the_line(self):
+        # fair=False: the waiter takes no place in line, so a fair waiter (the default) that
+        # came later is handed the lock first; retries 20-30 s apart, so only releases serve.
+        name = unique()
+        holder = self.client.acquire(name, lease_ms=10_000)
+        got = {}
+
+        def wait(label, **options):
+            with dlock.Client(URL) as c:
+                lock = c.acquire(name, wait_ms=20_000, retry_ms=(20_000, 30_000), **options)
+                time.sleep(0.1)
+                got[label] = (lock.fencing_token, lock.attempts)
+                lock.release()
+
+        unfair = threading.Thread(target=wait, args=("unfair",), kwargs={"fair": False})
+        unfair.start()
+        time.sleep(0.3)
+        fair = threading.Thread(target=wait, args=("fair",), kwargs={"fair": True})
+        fair.start()
+        time.sleep(0.3)
+        holder.release()  # hands the lock to the fair waiter, the only one in line
+        fair.join(10)
+        unfair.join(10)
+        self.assertLess(got["fair"][0], got["unfair"][0], got)
+        self.assertGreaterEqual(got["unfair"][1], 2, got)  # woken by a release, it asked again
+        with self.assertRaisesRegex(TypeError, "fair must be a bool"):
+            self.client.acquire(name, fair=1)
+
     def test_threads_share_a_client(self):
         name = unique()
         counter = [0]
