@@ -119,6 +119,46 @@ TEST(UrlTest, ClusterSeedsAndSharedSettings) {
   EXPECT_NE(s.message().find("db"), std::string::npos) << s.message();
 }
 
+TEST(UrlTest, RedlockMastersQuorumAndWhatItRefuses) {
+  auto parse = [](const std::string& text, redis::RedlockConfig* c) {
+    Url url;
+    Status s = ParseUrl(text, &url);
+    return s.ok() ? redis::ParseRedlockUrl(url, c) : s;
+  };
+  redis::RedlockConfig c;
+  ASSERT_TRUE(parse("redlock://:pw@10.0.0.1:7000,[::1]:7001,node3?timeout_ms=300&tls=1", &c).ok());
+  ASSERT_EQ(c.masters.size(), 3u);
+  EXPECT_EQ(c.quorum(), 2u);
+  EXPECT_EQ(c.masters[1].host, "::1");
+  EXPECT_EQ(c.masters[2].port, 6379);
+  redis::RedisConfig node = c.At(c.masters[0]);
+  EXPECT_EQ(node.Describe(), "redis 10.0.0.1:7000");
+  EXPECT_EQ(*node.password, "pw");
+  EXPECT_EQ(node.params.timeout_ms, 300);
+  EXPECT_TRUE(node.tls.enabled);
+  ASSERT_TRUE(parse("redlock://a:1,b:1,c:1,d:1,e:1", &c).ok());
+  EXPECT_EQ(c.quorum(), 3u);
+  ASSERT_TRUE(parse("redlock://a:1,b:1,c:1,d:1", &c).ok());  // even: allowed, 3 of 4 must agree
+  EXPECT_EQ(c.quorum(), 3u);
+
+  // One or two masters, the same one twice, a database, wait_replicas: each named.
+  const std::pair<const char*, const char*> refused[] = {
+      {"redlock://a:1", "names 1 master: a quorum needs at least 3"},
+      {"redlock://a:1,b:1", "names 2 masters: a quorum needs at least 3"},
+      {"redlock://a:1,b:1,a:1", "names a:1 twice"},
+      {"redlock://a,b:6379,a", "names a:6379 twice"},
+      {"redlock://a:1,b:1,c:1/2", "database 0 only"},
+      {"redlock://a:1,b:1,c:1?wait_replicas=1", "no wait_replicas"},
+      {"redlock://a:1,b:1,c:1?bogus=1", "bogus"},
+      {"redlock:///", "names 0 masters"},
+  };
+  for (const auto& [text, words] : refused) {
+    Status s = parse(text, &c);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find(words), std::string::npos) << text << ": " << s.message();
+  }
+}
+
 TEST(UrlTest, SentinelsMasterNameAndTheirOwnPassword) {
   auto parse = [](const std::string& text, redis::RedisSentinelConfig* c) {
     Url url;

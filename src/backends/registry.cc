@@ -19,6 +19,7 @@ const BackendEntry kBackends[] = {
     {"rediss", NewRedisBackend, PrepareRedis},
     {"redis-cluster", NewRedisClusterBackend, PrepareRedisCluster},
     {"redis-sentinel", NewRedisSentinelBackend, PrepareRedisSentinel},
+    {"redlock", NewRedlockBackend, PrepareRedlock},
 #if DLOCK_WITH_DYNAMODB
     {"dynamodb", NewDynamoDbBackend, PrepareDynamoDb},
 #endif

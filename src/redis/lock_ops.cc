@@ -113,6 +113,11 @@ Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t l
           ReadOwned};
 }
 
+Op<NoResult> FenceOp(const std::string& prefix, const std::string& name, uint64_t token) {
+  LockKeys keys(prefix, name);
+  return {{ScriptId::kFence, {std::move(keys.fence)}, {std::to_string(token)}}, name, ReadOwned};
+}
+
 Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name) {
   LockKeys keys(prefix, name);
   return {{ScriptId::kInspect,

@@ -19,6 +19,8 @@ Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<B
 Status PrepareRedisCluster(const Url& url, int64_t wait_ms);
 Status NewRedisSentinelBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out);
 Status PrepareRedisSentinel(const Url& url, int64_t wait_ms);
+Status NewRedlockBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out);
+Status PrepareRedlock(const Url& url, int64_t wait_ms);
 
 }  // namespace dlock
 

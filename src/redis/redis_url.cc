@@ -87,6 +87,47 @@ Status ParseRedisClusterUrl(const Url& url, RedisClusterConfig* out) {
   return Status::Ok();
 }
 
+RedisConfig RedlockConfig::At(const HostPort& master) const {
+  RedisConfig c = node;
+  c.host = master.host;
+  c.port = master.port;
+  return c;
+}
+
+Status ParseRedlockUrl(const Url& url, RedlockConfig* out) {
+  *out = RedlockConfig();
+  std::vector<std::pair<std::string, std::string>> extra;
+  Status s = ParseShared(url, {}, &out->node, &extra);
+  if (!s.ok()) return s;
+  if (out->node.wait_replicas != 0) {
+    return Status::InvalidArgument(
+        "redlock:// takes no wait_replicas: the quorum is of masters, each its own (drop it)");
+  }
+  if (!url.path.empty() && url.path != "/") {
+    return Status::InvalidArgument("redlock:// URL has a path ('" + url.path +
+                                   "'): the masters are used with database 0 only");
+  }
+  for (HostPort master : url.hosts) {
+    if (master.port == 0) master.port = 6379;
+    for (const HostPort& seen : out->masters) {
+      if (seen.host == master.host && seen.port == master.port) {
+        return Status::InvalidArgument("redlock:// URL names " + master.host + ":" +
+                                       std::to_string(master.port) +
+                                       " twice: each master has one vote");
+      }
+    }
+    out->masters.push_back(std::move(master));
+  }
+  if (out->masters.size() < 3) {
+    return Status::InvalidArgument(
+        "redlock:// URL names " + std::to_string(out->masters.size()) +
+        (out->masters.size() == 1 ? " master" : " masters") +
+        ": a quorum needs at least 3 independent ones (an odd number: 3, 5, ...; expected "
+        "redlock://host:port,host:port,host:port)");
+  }
+  return Status::Ok();
+}
+
 RedisConfig RedisSentinelConfig::MasterAt(const std::string& host, int port) const {
   RedisConfig c = node;
   c.host = host;

@@ -1,5 +1,5 @@
-// Redis connection settings from redis://, rediss://, redis+unix://, redis-cluster:// and
-// redis-sentinel:// URLs. Every scheme takes the common parameters (prefix=,
+// Redis connection settings from redis://, rediss://, redis+unix://, redis-cluster://,
+// redis-sentinel:// and redlock:// URLs. Every scheme takes the common parameters (prefix=,
 // connect_timeout_ms=, timeout_ms=), wait_replicas= and the TLS ones (tls=1, ca=, cert=, key=,
 // sni=, tls_verify=0; rediss:// is redis:// with tls=1).
 #ifndef DLOCK_REDIS_REDIS_URL_H_
@@ -66,6 +66,20 @@ struct RedisSentinelConfig {
 };
 
 Status ParseRedisSentinelUrl(const Url& url, RedisSentinelConfig* out);
+
+// redlock://[[user]:password@]host:port,host:port,host:port[,...][?params]: N >= 3 independent
+// masters (port 6379 unless given; the same host:port twice is refused: one server cannot vote
+// twice), each reached with the settings in node (node.host/port unset). wait_replicas is
+// refused: a quorum's safety rests on the masters, not on their replicas.
+struct RedlockConfig {
+  RedisConfig node;
+  std::vector<HostPort> masters;
+  RedisConfig At(const HostPort& master) const;
+  // How many masters must agree: N/2 + 1.
+  size_t quorum() const { return masters.size() / 2 + 1; }
+};
+
+Status ParseRedlockUrl(const Url& url, RedlockConfig* out);
 
 }  // namespace dlock::redis
 

@@ -29,11 +29,13 @@ const Script& GetScript(ScriptId id) {
   static const Script release = Load("release");
   static const Script extend = Load("extend");
   static const Script inspect = Load("inspect");
+  static const Script fence = Load("fence");
   switch (id) {
     case ScriptId::kAcquire: return acquire;
     case ScriptId::kRelease: return release;
     case ScriptId::kExtend: return extend;
     case ScriptId::kInspect: return inspect;
+    case ScriptId::kFence: return fence;
   }
   std::abort();
 }

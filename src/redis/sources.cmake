@@ -1,4 +1,4 @@
-# The Redis backends (redis://, redis+unix://, redis-cluster://, redis-sentinel://): hiredis's reply reader and command formatter,
+# The Redis backends (redis://, redis+unix://, redis-cluster://, redis-sentinel://, redlock://): hiredis's reply reader and command formatter,
 # our own socket I/O (blocking, and on libevent bufferevents on the loop; OpenSSL for TLS), and
 # the Lua scripts.
 # Included by the top-level CMakeLists.txt right after dlock_core exists.
@@ -9,7 +9,8 @@ pkg_check_modules(LIBEVENT_OPENSSL REQUIRED IMPORTED_TARGET libevent_openssl)
 set(DLOCK_LUA_SCRIPTS ${PROJECT_SOURCE_DIR}/lua/acquire.lua
                       ${PROJECT_SOURCE_DIR}/lua/release.lua
                       ${PROJECT_SOURCE_DIR}/lua/extend.lua
-                      ${PROJECT_SOURCE_DIR}/lua/inspect.lua)
+                      ${PROJECT_SOURCE_DIR}/lua/inspect.lua
+                      ${PROJECT_SOURCE_DIR}/lua/fence.lua)
 set(DLOCK_LUA_GEN ${PROJECT_BINARY_DIR}/generated/lua_scripts.cc)
 add_custom_command(
   OUTPUT ${DLOCK_LUA_GEN}
@@ -26,6 +27,7 @@ target_sources(dlock_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/lock_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/node_channel.cc
   ${CMAKE_CURRENT_LIST_DIR}/redis_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/redlock_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/redis_url.cc
   ${CMAKE_CURRENT_LIST_DIR}/reply.cc
   ${CMAKE_CURRENT_LIST_DIR}/scripts.cc

@@ -67,6 +67,8 @@ BackendFactory RedisClusterBackendFactory();
 BackendFactory RedisSentinelBackendFactory();
 BackendFactory RedisTlsBackendFactory();
 BackendFactory RedisTlsClientCertBackendFactory();
+BackendFactory Redlock3BackendFactory();
+BackendFactory Redlock5BackendFactory();
 BackendFactory DynamoDbBackend();
 BackendFactory EtcdBackendFactory();
 

@@ -9,7 +9,9 @@ const std::vector<BackendFactory>& AllBackends() {
                                      RedisTlsBackendFactory(),
                                      RedisTlsClientCertBackendFactory(),
                                      RedisClusterBackendFactory(),
-                                     RedisSentinelBackendFactory()};
+                                     RedisSentinelBackendFactory(),
+                                     Redlock3BackendFactory(),
+                                     Redlock5BackendFactory()};
 #ifdef DLOCK_CONFORMANCE_DYNAMODB
     v.push_back(DynamoDbBackend());
 #endif

@@ -1,0 +1,501 @@
+// redlock://: a lock held on a quorum (N/2 + 1) of N independent Redis masters. Each master
+// runs the scripts one Redis runs (lock_ops.h: the operations are the same, written once); this
+// file asks every master at once and counts the answers.
+//
+// What it promises (README, "Redlock"): an acquire succeeds when a quorum granted it and the
+// lease's validity (lease - elapsed - drift, on the monotonic clock from the send) is still
+// positive; otherwise what was won is given back on every master before the call returns.
+// Release and extend go to every master; a renewal confirmed by fewer than a quorum before the
+// local deadline loses the lock, and the loss is reported. The token is the greatest the
+// granting masters issued, written back to them before it is handed out, so a later quorum
+// (which shares a master with this one) issues a greater one, as long as no master forgets its
+// counter: independent masters cannot promise more, and Capabilities() says so (no
+// kCapFencingStrict). No semaphores (independent counts cannot bound the holders across
+// masters: with 3 masters and 2 permits, three holders can each win a different pair) and no
+// fair line (each master would hand the lock to its own first waiter).
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "redis/lock_ops.h"
+#include "redis/node_channel.h"
+#include "redis/redis_backend.h"
+#include "redis/redis_url.h"
+
+namespace dlock::redis {
+namespace {
+
+// One master's answer to one call.
+template <typename R>
+struct Vote {
+  Status status = Status::IoError("no answer");
+  R out{};
+};
+template <typename R>
+using Votes = std::vector<Vote<R>>;
+
+// "2 of 3 masters": counts in words, and the failures named.
+struct Count {
+  size_t yes = 0, no = 0, failed = 0;
+  std::string failures;  // "redis h:p: why; ..."
+  template <typename R, typename IsYes, typename IsNo>
+  static Count Of(const Votes<R>& votes, IsYes is_yes, IsNo is_no) {
+    Count c;
+    for (const Vote<R>& v : votes) {
+      if (is_yes(v)) {
+        ++c.yes;
+      } else if (is_no(v)) {
+        ++c.no;
+      } else {
+        ++c.failed;
+        c.failures += (c.failures.empty() ? "" : "; ") + v.status.message();
+      }
+    }
+    return c;
+  }
+};
+
+// Relays one watcher's release messages from every master: live once a quorum of the
+// masters' subscriptions are, and woken once a quorum of masters published a release.
+class QuorumWatch {
+ public:
+  QuorumWatch(ReleaseWatcher* target, size_t masters, size_t quorum)
+      : target_(target), quorum_(quorum), live_(masters, false) {
+    for (size_t i = 0; i < masters; ++i) relays_.emplace_back(this, i);
+  }
+  ReleaseWatcher* relay(size_t master) { return &relays_[master]; }
+
+ private:
+  class Relay : public ReleaseWatcher {
+   public:
+    Relay(QuorumWatch* owner, size_t master) : owner_(owner), master_(master) {}
+    void OnWatchReady(bool live) override { owner_->Ready(master_, live); }
+    void OnReleased() override { owner_->Released(); }
+
+   private:
+    QuorumWatch* owner_;
+    size_t master_;
+  };
+
+  void Ready(size_t master, bool live) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[master] = live;
+    const bool now = static_cast<size_t>(std::count(live_.begin(), live_.end(), true)) >= quorum_;
+    // A master lost while a quorum stays live changes nothing: the others' messages still make
+    // a quorum. Without one, every failure is told, with a wake-up: the waiter tries again.
+    if (now == told_live_ && (now || live)) return;
+    told_live_ = now;
+    target_->OnWatchReady(now);
+    if (!now) target_->OnReleased();
+  }
+  void Released() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (++messages_ < quorum_) return;
+    messages_ = 0;
+    target_->OnReleased();
+  }
+
+  ReleaseWatcher* target_;
+  const size_t quorum_;
+  std::mutex mu_;
+  std::vector<bool> live_;
+  bool told_live_ = false;
+  size_t messages_ = 0;
+  std::vector<Relay> relays_;  // never resized after construction: the masters hold pointers
+};
+
+class RedlockBackend : public Backend {
+ public:
+  RedlockBackend(EventLoop* loop, const RedlockConfig& config)
+      : loop_(loop), prefix_(config.node.params.prefix), quorum_(config.quorum()) {
+    for (const HostPort& master : config.masters) {
+      masters_.push_back(std::make_unique<NodeChannel>(loop, config.At(master)));
+    }
+  }
+
+  Status Check() override {
+    Votes<NoResult> votes(masters_.size());
+    for (size_t i = 0; i < masters_.size(); ++i) votes[i].status = masters_[i]->Ping();
+    Count c = Count::Of(votes, [](const auto& v) { return v.status.ok(); },
+                        [](const auto&) { return false; });
+    if (c.yes >= quorum_) return Status::Ok();
+    return Status::IoError("redlock: " + std::to_string(c.yes) + " of " + Masters() +
+                           " answered, a quorum is " + std::to_string(quorum_) + ": " + c.failures);
+  }
+
+  Status TryAcquire(const LockRequest& request, AcquireAttempt* out) override {
+    const TimePoint sent = Now();
+    Verdict v = JudgeAcquire(request, Ask<AcquireAttempt>(AllMasters(), [&](size_t) {
+                               return AcquireOp(prefix_, request);
+                             }));
+    if (v.acquired()) {
+      auto fenced = Ask<NoResult>(v.winners, [&](size_t) {
+        return FenceOp(prefix_, request.name, v.attempt.fencing_token);
+      });
+      v = JudgeFence(request, std::move(v), fenced, sent);
+    }
+    if (v.give_back) {
+      // Before returning: no key is left behind a failed acquire.
+      (void)Ask<NoResult>(AllMasters(), [&](size_t) {
+        return ReleaseOp(prefix_, HoldRef::Of(request));
+      });
+    }
+    *out = v.attempt;
+    return v.status;
+  }
+
+  Status Release(const LockState& lock) override {
+    return JudgeRelease(lock.name, Ask<NoResult>(AllMasters(), [&](size_t) {
+                          return ReleaseOp(prefix_, HoldRef::Of(lock));
+                        }));
+  }
+
+  void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
+    std::vector<ScriptCall> calls;
+    calls.reserve(locks.size());
+    for (const auto& l : locks) {
+      auto op = ReleaseOp(prefix_, HoldRef::Of(*l));
+      calls.push_back(op.widen != nullptr ? op.widen(op.call) : std::move(op.call));
+    }
+    for (auto& master : masters_) master->EvalAll(calls);
+  }
+
+  void TryAcquireAsync(const LockRequest& request, AttemptCallback done) override {
+    const TimePoint sent = Now();
+    AskAsync<AcquireAttempt>(
+        AllMasters(), [this, request](size_t) { return AcquireOp(prefix_, request); },
+        [this, request, sent, done = std::move(done)](Votes<AcquireAttempt> votes) mutable {
+          Verdict v = JudgeAcquire(request, votes);
+          if (!v.acquired()) return Finish(request, std::move(v), std::move(done));
+          const std::vector<size_t> winners = v.winners;
+          const uint64_t token = v.attempt.fencing_token;
+          AskAsync<NoResult>(
+              winners, [this, request, token](size_t) { return FenceOp(prefix_, request.name, token); },
+              [this, request, sent, v = std::move(v), done = std::move(done)](
+                  Votes<NoResult> fenced) mutable {
+                Finish(request, JudgeFence(request, std::move(v), fenced, sent), std::move(done));
+              });
+        });
+  }
+
+  void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) override {
+    const std::string name = lock->name;
+    AskAsync<NoResult>(
+        AllMasters(), [this, lock](size_t) { return ReleaseOp(prefix_, HoldRef::Of(*lock)); },
+        [this, name, done = std::move(done)](Votes<NoResult> votes) {
+          done(JudgeRelease(name, votes));
+        });
+  }
+
+  void ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) override {
+    const std::string name = lock->name;
+    AskAsync<NoResult>(
+        AllMasters(),
+        [this, lock, lease_ms](size_t) { return ExtendOp(prefix_, HoldRef::Of(*lock), lease_ms); },
+        [this, name, done = std::move(done)](Votes<NoResult> votes) {
+          done(JudgeExtend(name, votes));
+        });
+  }
+
+  void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) override {
+    // Every master's renewals of this round leave together: one round trip per master.
+    for (auto& request : batch) {
+      AskAsync<NoResult>(
+          AllMasters(),
+          [this, request](size_t) {
+            return ExtendOp(prefix_, HoldRef::Of(*request.lock), request.lease_ms);
+          },
+          [this, sink, request](Votes<NoResult> votes) {
+            sink->OnRenewed(request, JudgeExtend(request.lock->name, votes));
+          });
+    }
+  }
+
+  Status Inspect(const std::string& name, LockInfo* out) override {
+    Votes<LockInfo> votes = Ask<LockInfo>(AllMasters(), [&](size_t) { return InspectOp(prefix_, name); });
+    Count c = Count::Of(votes, [](const auto& v) { return v.status.ok(); },
+                        [](const auto&) { return false; });
+    if (c.yes < quorum_) return NoQuorum("inspect of lock '" + name + "'", c);
+    // The holders a quorum of masters agree on (by kind, size and owner labels); none
+    // otherwise: no quorum holds the name.
+    std::map<std::string, std::pair<size_t, const LockInfo*>> seen;
+    for (const Vote<LockInfo>& v : votes) {
+      if (!v.status.ok() || v.out.holders.empty()) continue;
+      std::string key = std::to_string(static_cast<int>(v.out.kind)) + "/" + std::to_string(v.out.permits);
+      std::vector<std::string> owners;
+      for (const HolderInfo& h : v.out.holders) owners.push_back(h.owner);
+      std::sort(owners.begin(), owners.end());
+      for (const std::string& o : owners) key += "/" + o;
+      auto& entry = seen[key];
+      if (entry.first++ == 0) entry.second = &v.out;
+    }
+    *out = LockInfo();
+    for (const auto& [key, entry] : seen) {
+      if (entry.first >= quorum_) *out = *entry.second;
+    }
+    return Status::Ok();
+  }
+
+  // Exclusive locks only, for now: shared holds would be sound (a writer's quorum and a
+  // reader's always share a master) but are not tested on a quorum yet.
+  uint32_t Capabilities() const override { return kCapNotifies; }
+
+  void Watch(const std::string& name, ReleaseWatcher* watcher) override {
+    const std::string channel = LockKeys(prefix_, name).channel;
+    QuorumWatch* watch;
+    {
+      std::lock_guard<std::mutex> lock(watches_mu_);
+      auto& slot = watches_[{channel, watcher}];
+      if (slot != nullptr) return;  // already watching
+      slot = std::make_unique<QuorumWatch>(watcher, masters_.size(), quorum_);
+      watch = slot.get();
+    }
+    for (size_t i = 0; i < masters_.size(); ++i) masters_[i]->Watch(channel, watch->relay(i));
+  }
+
+  void Unwatch(const std::string& name, ReleaseWatcher* watcher) override {
+    const std::string channel = LockKeys(prefix_, name).channel;
+    std::unique_ptr<QuorumWatch> watch;
+    {
+      std::lock_guard<std::mutex> lock(watches_mu_);
+      auto it = watches_.find({channel, watcher});
+      if (it == watches_.end()) return;
+      watch = std::move(it->second);
+      watches_.erase(it);
+    }
+    for (size_t i = 0; i < masters_.size(); ++i) masters_[i]->Unwatch(channel, watch->relay(i));
+  }
+
+  size_t PendingAsync() const override {
+    size_t n = 0;
+    for (const auto& master : masters_) n += master->PendingAsync();
+    return n;
+  }
+
+  void ShutdownOnLoop() override {
+    for (auto& master : masters_) master->ShutdownOnLoop();
+  }
+
+ private:
+  // An acquire's outcome across the masters.
+  struct Verdict {
+    Status status;
+    AcquireAttempt attempt;
+    std::vector<size_t> winners;  // the masters that granted
+    bool give_back = false;       // what they granted goes back
+    bool acquired() const { return status.ok() && attempt.acquired; }
+  };
+
+  std::string Masters() const { return std::to_string(masters_.size()) + " masters"; }
+  std::vector<size_t> AllMasters() const {
+    std::vector<size_t> all(masters_.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    return all;
+  }
+  Status NoQuorum(const std::string& what, const Count& c) const {
+    return Status::IoError("redlock: " + what + ": " + std::to_string(c.failed) + " of " + Masters() +
+                           " failed, so no quorum (" + std::to_string(quorum_) +
+                           ") can answer: " + c.failures);
+  }
+
+  Verdict JudgeAcquire(const LockRequest& request, const Votes<AcquireAttempt>& votes) const {
+    Verdict v;
+    std::vector<int64_t> waits;  // the refusing masters' holder_ttl_ms
+    for (size_t i = 0; i < votes.size(); ++i) {
+      const Vote<AcquireAttempt>& vote = votes[i];
+      if (vote.status.code() == Code::kInvalidArgument && v.status.ok()) v.status = vote.status;
+      if (!vote.status.ok()) continue;
+      if (!vote.out.acquired) {
+        waits.push_back(vote.out.holder_ttl_ms);
+        continue;
+      }
+      v.winners.push_back(i);
+      v.attempt.fencing_token = std::max(v.attempt.fencing_token, vote.out.fencing_token);
+      if (vote.out.remaining_ms >= 0 &&
+          (v.attempt.remaining_ms < 0 || vote.out.remaining_ms < v.attempt.remaining_ms)) {
+        v.attempt.remaining_ms = vote.out.remaining_ms;
+      }
+    }
+    Count c = Count::Of(votes, [](const auto& x) { return x.status.ok() && x.out.acquired; },
+                        [](const auto& x) { return x.status.ok(); });
+    v.give_back = !v.winners.empty();
+    if (!v.status.ok()) return v;  // the name is held as another sort: said by the master
+    if (c.yes >= quorum_) {
+      v.attempt.acquired = true;
+      v.give_back = false;
+      return v;
+    }
+    v.attempt = AcquireAttempt();
+    if (c.failed > masters_.size() - quorum_) {
+      v.status = Status::IoError("redlock: acquire of lock '" + request.name + "': " +
+                                 std::to_string(c.yes) + " of " + Masters() + " granted, " +
+                                 std::to_string(c.no) + " refused, " + std::to_string(c.failed) +
+                                 " failed (a quorum is " + std::to_string(quorum_) + "): " + c.failures);
+      return v;
+    }
+    // Refused. It may be free once enough of the refusing masters' holds end: with the masters
+    // that granted (given back) and answered, `needed` more make a quorum.
+    std::sort(waits.begin(), waits.end(), [](int64_t a, int64_t b) {
+      auto rank = [](int64_t t) { return t == -1 ? INT64_MAX : std::max<int64_t>(t, 0); };
+      return rank(a) < rank(b);
+    });
+    const size_t needed = quorum_ - c.yes;
+    v.attempt.holder_ttl_ms = needed <= waits.size() ? waits[needed - 1] : -2;
+    return v;
+  }
+
+  // After the write-back of the token: still a quorum, and still within the lease.
+  Verdict JudgeFence(const LockRequest& request, Verdict v, const Votes<NoResult>& fenced,
+                     TimePoint sent) const {
+    Count c = Count::Of(fenced, [](const auto& x) { return x.status.ok(); },
+                        [](const auto&) { return false; });
+    if (c.yes < quorum_) {
+      v.status = Status::IoError("redlock: acquire of lock '" + request.name + "': the token went back to " +
+                                 std::to_string(c.yes) + " of the " + std::to_string(fenced.size()) +
+                                 " masters that granted it, a quorum is " + std::to_string(quorum_) +
+                                 ": " + c.failures);
+      v.attempt = AcquireAttempt();
+      v.give_back = true;
+      return v;
+    }
+    if (request.lease_ms != 0 &&
+        Now() - sent >= Millis(request.lease_ms) - LeaseDrift(request.lease_ms)) {
+      // Granted too late to be of use: the lease is (nearly) over on the first master already.
+      v.attempt = AcquireAttempt();
+      v.attempt.holder_ttl_ms = 0;  // try again at once
+      v.give_back = true;
+    }
+    return v;
+  }
+
+  Status JudgeRelease(const std::string& name, const Votes<NoResult>& votes) const {
+    Count c = Count::Of(votes, [](const auto& x) { return x.status.ok(); },
+                        [](const auto& x) { return x.status.code() == Code::kNotHeld; });
+    if (c.yes >= quorum_) return Status::Ok();
+    if (c.no > masters_.size() - quorum_) {  // it cannot have been held by a quorum
+      return Status::NotHeld("lock '" + name + "' is no longer held by this owner on a quorum of " +
+                             Masters() + " (it was on " + std::to_string(c.yes) + ")");
+    }
+    return Status::IoError("redlock: release of lock '" + name + "': released on " +
+                           std::to_string(c.yes) + " of " + Masters() + ", " +
+                           std::to_string(c.failed) + " failed: " + c.failures);
+  }
+
+  Status JudgeExtend(const std::string& name, const Votes<NoResult>& votes) const {
+    Count c = Count::Of(votes, [](const auto& x) { return x.status.ok(); },
+                        [](const auto& x) { return x.status.code() == Code::kNotHeld; });
+    if (c.yes >= quorum_) return Status::Ok();
+    if (c.no > masters_.size() - quorum_) {
+      return Status::NotHeld("lock '" + name + "' is no longer held by this owner on a quorum of " +
+                             Masters() + " (still on " + std::to_string(c.yes) + ")");
+    }
+    return Status::IoError("redlock: renewal of lock '" + name + "' reached " +
+                           std::to_string(c.yes) + " of " + Masters() + " (a quorum is " +
+                           std::to_string(quorum_) + "): " + c.failures);
+  }
+
+  // Loop thread: the end of an async acquire; gives back what a failed one won.
+  void Finish(const LockRequest& request, Verdict v, AttemptCallback done) {
+    if (v.give_back) {
+      AskAsync<NoResult>(
+          AllMasters(), [this, request](size_t) { return ReleaseOp(prefix_, HoldRef::Of(request)); },
+          [status = v.status, attempt = v.attempt, done = std::move(done)](Votes<NoResult>) {
+            done(status, attempt);
+          });
+      return;
+    }
+    done(v.status, v.attempt);
+  }
+
+  // Loop thread: make(i)'s operation on each master i of `which` at once; done(votes) once,
+  // when every one answered (each bounded by its master's timeouts). votes has an entry per
+  // master; those not asked keep "no answer".
+  template <typename R, typename MakeOp, typename Done>
+  void AskAsync(const std::vector<size_t>& which, MakeOp make, Done done) {
+    struct Tally {
+      Votes<R> votes;
+      size_t waiting;
+      Done done;
+    };
+    auto tally = std::make_shared<Tally>(Tally{Votes<R>(masters_.size()), which.size(), std::move(done)});
+    if (which.empty()) {
+      loop_->Post([tally] { tally->done(std::move(tally->votes)); });
+      return;
+    }
+    for (size_t i : which) {
+      RunAsync<R>(masters_[i].get(), make(i), [tally, i](const Status& s, R out) {
+        tally->votes[i] = {s, std::move(out)};
+        if (--tally->waiting == 0) tally->done(std::move(tally->votes));
+      });
+    }
+  }
+
+  // Blocking, any thread: the same. With a loop thread of the library's own, the masters are
+  // asked at once through it; on that thread itself, or on a caller's event_base (whose loop
+  // may be waiting for this very call), one after another.
+  template <typename R, typename MakeOp>
+  Votes<R> Ask(const std::vector<size_t>& which, MakeOp make) {
+    if (loop_->owns_thread() && !loop_->InLoopThread()) {
+      struct Shared {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false;
+        Votes<R> votes;
+      };
+      auto shared = std::make_shared<Shared>();
+      std::vector<Op<R>> ops(masters_.size());
+      for (size_t i : which) ops[i] = make(i);
+      const bool posted = loop_->Post([this, which, ops = std::move(ops), shared] {
+        AskAsync<R>(which, [&ops](size_t i) { return ops[i]; }, [shared](Votes<R> votes) {
+          std::lock_guard<std::mutex> lock(shared->mu);
+          shared->votes = std::move(votes);
+          shared->done = true;
+          shared->cv.notify_all();
+        });
+      });
+      if (posted) {
+        std::unique_lock<std::mutex> lock(shared->mu);
+        shared->cv.wait(lock, [&] { return shared->done; });
+        return std::move(shared->votes);
+      }
+    }
+    Votes<R> votes(masters_.size());
+    for (size_t i : which) votes[i].status = Run(masters_[i].get(), make(i), &votes[i].out);
+    return votes;
+  }
+
+  EventLoop* loop_;
+  const std::string prefix_;
+  const size_t quorum_;
+  // Before masters_: the masters' subscribers, which point into these, go first.
+  std::mutex watches_mu_;
+  std::map<std::pair<std::string, ReleaseWatcher*>, std::unique_ptr<QuorumWatch>> watches_;
+  std::vector<std::unique_ptr<NodeChannel>> masters_;
+};
+
+}  // namespace
+}  // namespace dlock::redis
+
+namespace dlock {
+
+Status PrepareRedlock(const Url& url, int64_t) {
+  redis::RedlockConfig config;
+  Status s = redis::ParseRedlockUrl(url, &config);
+  return s.ok() ? redis::LoadTls(&config.node) : s;
+}
+
+Status NewRedlockBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
+  redis::RedlockConfig config;
+  Status s = redis::ParseRedlockUrl(url, &config);
+  if (s.ok()) s = redis::LoadTls(&config.node);
+  if (!s.ok()) return s;
+  *out = std::make_unique<redis::RedlockBackend>(loop, config);
+  return Status::Ok();
+}
+
+}  // namespace dlock
