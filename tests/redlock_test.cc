@@ -2,14 +2,24 @@
 // not, and what a failed acquire leaves behind. Everything every backend does is in the
 // conformance suite (redlock3, redlock5).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
 #include <memory>
+#include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/redis_server.h"
+#include "support/tls_certs.h"
 #include "test_util.h"
+#include "worker_process.h"
 
 namespace dlock_test {
 namespace {
@@ -111,6 +121,152 @@ TEST(RedlockTest, TokensRiseAcrossQuorumsThatShareOneMaster) {
     ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
     m.servers[busy]->Cli({"DEL", "dlock:{t}"});
   }
+}
+
+// Four processes add one to a fenced counter under one lock (worker.c, "fenced": lease 3 s)
+// until each made `each` accepted increments and `seconds` passed; fault(count_now) runs once
+// the run is under way.
+struct FencedRun {
+  long accepted = 0, refused = 0, errors = 0, lost = 0, count = 0;
+};
+FencedRun RunFencedCounter(const std::string& url, int each, int seconds,
+                           const std::function<void(const std::function<long()>&)>& fault) {
+  FencedRun run;
+  char dir[] = "/tmp/dlock-redlock-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    ADD_FAILURE() << "mkdtemp";
+    return run;
+  }
+  const std::string counter = std::string(dir) + "/counter";
+  auto count_now = [&] {
+    long n = 0;
+    std::ifstream(counter) >> n;
+    return n;
+  };
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int p = 0; p < 4; ++p) {
+    workers.push_back(
+        StartWorker({url, "counter", "fenced", std::to_string(each), counter, std::to_string(seconds)}));
+  }
+  for (auto& w : workers) EXPECT_EQ(w->AwaitLine("OPEN", 30s), "OPEN") << w->output();
+  EXPECT_TRUE(WaitFor([&] { return count_now() >= 10; }, 30s)) << "the run did not start";
+  fault(count_now);
+  for (auto& w : workers) {
+    EXPECT_EQ(w->Wait(120s), 0) << w->output();
+    std::smatch m;
+    const std::string out = w->output();
+    if (!std::regex_search(out, m, std::regex("DONE accepted=(\\d+) refused=(\\d+) errors=(\\d+) lost=(\\d+)"))) {
+      ADD_FAILURE() << out;
+      continue;
+    }
+    run.accepted += std::stol(m[1]);
+    run.refused += std::stol(m[2]);
+    run.errors += std::stol(m[3]);
+    run.lost += std::stol(m[4]);
+  }
+  run.count = count_now();
+  std::filesystem::remove_all(dir);
+  std::cout << "fenced counter run: accepted " << run.accepted << ", refused by the fence " << run.refused
+            << ", failed calls (retried) " << run.errors << ", losses reported " << run.lost << "\n";
+  return run;
+}
+
+// A master paused (SIGSTOP) for longer than the lease while four processes contend: the others
+// make a quorum, so the run goes on through the pause; when the master wakes and runs what
+// was queued for it, nothing is lost and a write the fence refused was always reported lost.
+TEST(RedlockTest, FencedCounterRunGoesOnThroughAMasterPausedLongerThanTheLease) {
+  Masters m(3, "?connect_timeout_ms=500&timeout_ms=500");
+  constexpr int kEach = 60;
+  long during_pause = -1, at_resume = -1;
+  // 7 s at least: the run outlasts the pause (how many increments fit in it varies tenfold).
+  FencedRun run = RunFencedCounter(m.url, kEach, 7, [&](const std::function<long()>& count_now) {
+    const pid_t paused = m.servers[0]->pid();
+    ASSERT_GT(paused, 0);
+    ASSERT_EQ(kill(paused, SIGSTOP), 0);
+    const long before = count_now();
+    std::this_thread::sleep_for(3500ms);  // the workers' lease is 3 s
+    at_resume = count_now();
+    during_pause = at_resume - before;
+    kill(paused, SIGCONT);
+  });
+  EXPECT_GT(during_pause, 0) << "no increment while one master of three was paused";
+  const long after_resume = run.count - at_resume;
+  EXPECT_GT(after_resume, 0) << "the run ended before the master came back: nothing tested its return";
+  EXPECT_GE(run.accepted, 4 * kEach);
+  EXPECT_EQ(run.count, run.accepted) << "an update was lost";
+  EXPECT_LE(run.refused, run.lost) << "a holder was fenced off without being told its lock was lost";
+  std::cout << "increments while master 0 was paused for 3.5 s: " << during_pause << ", then "
+            << after_resume << " more after it came back\n";
+}
+
+// A master restarted empty (no persistence: its holds and fence counters gone) during the same
+// run: the same promises. Tokens keep rising through the restarted master's clock (the TIME
+// floor of acquire.lua), which the fence checks on every write: a token that fell would be
+// refused with no loss reported.
+TEST(RedlockTest, FencedCounterRunSurvivesAMasterRestartedWithoutItsData) {
+  Masters m(3, "?connect_timeout_ms=500&timeout_ms=500");
+  constexpr int kEach = 60;
+  FencedRun run = RunFencedCounter(m.url, kEach, 2, [&](const std::function<long()>&) {
+    ASSERT_TRUE(m.servers[1]->Restart());
+  });
+  EXPECT_EQ(run.accepted, 4 * kEach);
+  EXPECT_EQ(run.count, run.accepted) << "an update was lost";
+  EXPECT_LE(run.refused, run.lost) << "a holder was fenced off without being told its lock was lost";
+}
+
+// The documented token promise when a master forgets its counter: the only master two quorums
+// share is the one restarted empty, so no counter carries the order across, and the token still
+// rises, from that master's clock.
+TEST(RedlockTest, TokensRiseThroughAMasterThatForgotItsCounter) {
+  Masters m(3);
+  Client c(m.url);
+  auto acquire_on_all_but = [&](size_t busy) -> uint64_t {
+    EXPECT_EQ(m.servers[busy]->Cli({"SET", "dlock:{f}", "someone-else", "PX", "60000"}), "OK");
+    dlock_lock* l = nullptr;
+    EXPECT_EQ(dlock_acquire(c.get(), "f", nullptr, &l), DLOCK_OK) << dlock_last_error();
+    const uint64_t token = l != nullptr ? dlock_lock_fencing_token(l) : 0;
+    if (l != nullptr) {
+      EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+    }
+    m.servers[busy]->Cli({"DEL", "dlock:{f}"});
+    return token;
+  };
+  const uint64_t first = acquire_on_all_but(2);  // masters 0 and 1
+  ASSERT_TRUE(m.servers[1]->Restart());
+  EXPECT_EQ(m.servers[1]->Cli({"GET", "dlock:{f}:fence"}), "(nil)") << "restarted with its data";
+  const uint64_t second = acquire_on_all_but(0);  // masters 1 (forgot) and 2 (never granted)
+  EXPECT_GT(second, first);
+}
+
+// tls=1 with the TLS parameters reaches every master over TLS (they refuse plain clients).
+TEST(RedlockTest, TlsMastersHoldTheLockEndToEnd) {
+  TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  std::vector<std::unique_ptr<RedisServer>> servers;
+  std::string masters;
+  for (int i = 0; i < 3; ++i) {
+    servers.push_back(std::make_unique<RedisServer>(RedisTls{.certs = &certs}));
+    masters += (i ? "," : "") + servers.back()->address();
+  }
+  const std::string url = "redlock://" + masters + "?tls=1&ca=" + certs.ca_cert();
+  Client a(url), b(url);
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(a.get(), "tls", nullptr, &held), DLOCK_OK) << dlock_last_error();
+  for (auto& server : servers) EXPECT_EQ(server->Cli({"EXISTS", "dlock:{tls}"}), "1");
+  dlock_lock* refused = nullptr;
+  EXPECT_EQ(dlock_acquire(b.get(), "tls", nullptr, &refused), DLOCK_NOT_ACQUIRED);
+  const uint64_t first = dlock_lock_fencing_token(held);
+  ASSERT_EQ(dlock_release(held), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(b.get(), "tls", nullptr, &held), DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(dlock_lock_fencing_token(held), first);
+  EXPECT_EQ(dlock_release(held), DLOCK_OK) << dlock_last_error();
+
+  // Without tls=1 the same masters are unreachable, and the error says so.
+  dlock_client* plain = nullptr;
+  EXPECT_EQ(dlock_client_open(("redlock://" + masters + "?connect_timeout_ms=500&timeout_ms=500").c_str(), &plain),
+            DLOCK_EIO);
+  EXPECT_NE(std::string(dlock_last_error()).find("0 of 3 masters answered"), std::string::npos)
+      << dlock_last_error();
 }
 
 TEST(RedlockTest, BadUrlsAreEinvalNamingWhatIsWrong) {

@@ -9,7 +9,8 @@
  *                                          itself out, release
  *   worker URL NAME increment N FILE       N times: acquire (wait forever), append "<token>" to
  *                                          FILE and add one to the counter in FILE.count, release
- *   worker URL NAME fenced N FILE          until N increments were accepted: acquire, add one to
+ *   worker URL NAME fenced N FILE [SECS]   until N increments were accepted (and SECS seconds
+ *                                          passed, when given): acquire, add one to
  *                                          the counter in FILE as a fenced resource would (under
  *                                          flock, refused unless the token is above the last
  *                                          one it accepted), release. Rides out a failover:
@@ -69,13 +70,14 @@ static int fenced_increment(const char *path, uint64_t token) {
   return accepted;
 }
 
-static int fenced(dlock_client *c, dlock_options *o, const char *name, long n, const char *path) {
+static int fenced(dlock_client *c, dlock_options *o, const char *name, long n, const char *path,
+                  double min_seconds) {
   long accepted = 0, refused = 0, errors = 0, lost = 0;
   dlock_options_set_wait_ms(o, 2000);
   dlock_options_set_lease_ms(o, 3000);
   dlock_options_set_retry_ms(o, 5, 50);
-  const double give_up = now_s() + 60;
-  while (accepted < n) {
+  const double min_end = now_s() + min_seconds, give_up = now_s() + 60 + min_seconds;
+  while (accepted < n || now_s() < min_end) {
     if (now_s() > give_up) {
       fprintf(stderr, "worker: gave up after 60 s: accepted=%ld errors=%ld, last: %s\n", accepted,
               errors, dlock_last_error());
@@ -146,7 +148,7 @@ static int semaphore_rounds(dlock_client *c, dlock_options *o, const char *name,
 
 int main(int argc, char **argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: worker URL NAME hold LEASE_MS [OWNER [KIND]] | increment N FILE | fenced N FILE"
+    fprintf(stderr, "usage: worker URL NAME hold LEASE_MS [OWNER [KIND]] | increment N FILE | fenced N FILE [SECS]"
                     " | permits N ROUNDS FILE\n");
     return 2;
   }
@@ -206,7 +208,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[3], "fenced") == 0 && argc >= 6) {
     printf("OPEN\n");  /* a test may wait for every worker to be connected before a fault */
     fflush(stdout);
-    int code = fenced(c, o, argv[2], strtol(argv[4], NULL, 10), argv[5]);
+    int code = fenced(c, o, argv[2], strtol(argv[4], NULL, 10), argv[5],
+                      argc >= 7 ? strtod(argv[6], NULL) : 0);
     dlock_options_free(o);
     dlock_client_close(c);
     return code;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -33,21 +34,28 @@ namespace {
 // One master's answer to one call.
 template <typename R>
 struct Vote {
+  enum class State { kNotAsked, kPending, kAnswered };
+  State state = State::kNotAsked;
   Status status = Status::IoError("no answer");
   R out{};
 };
 template <typename R>
 using Votes = std::vector<Vote<R>>;
 
-// "2 of 3 masters": counts in words, and the failures named.
+// "2 of 3 masters": counts in words, and the failures named. Masters asked that have not
+// answered yet are pending (a call may be decided before they answer); those not asked count
+// nowhere.
 struct Count {
-  size_t yes = 0, no = 0, failed = 0;
+  size_t yes = 0, no = 0, failed = 0, pending = 0;
   std::string failures;  // "redis h:p: why; ..."
   template <typename R, typename IsYes, typename IsNo>
   static Count Of(const Votes<R>& votes, IsYes is_yes, IsNo is_no) {
     Count c;
     for (const Vote<R>& v : votes) {
-      if (is_yes(v)) {
+      if (v.state == Vote<R>::State::kNotAsked) continue;
+      if (v.state == Vote<R>::State::kPending) {
+        ++c.pending;
+      } else if (is_yes(v)) {
         ++c.yes;
       } else if (is_no(v)) {
         ++c.no;
@@ -58,6 +66,57 @@ struct Count {
     }
     return c;
   }
+  // ", 1 did not answer in time", or nothing.
+  std::string Unanswered() const {
+    return pending == 0 ? "" : ", " + std::to_string(pending) + " did not answer in time";
+  }
+};
+
+// How the votes of each call count (yes, no, and anything else failed).
+template <typename R>
+bool Answered(const Vote<R>& v) { return v.status.ok(); }
+template <typename R>
+bool SaidNotHeld(const Vote<R>& v) { return v.status.code() == Code::kNotHeld; }
+inline bool Granted(const Vote<AcquireAttempt>& v) { return v.status.ok() && v.out.acquired; }
+template <typename R>
+bool Never(const Vote<R>&) { return false; }
+
+// When a call is decided. Each rule is asked again as answers come in, and the call ends as
+// soon as more answers could not change its outcome: a master that is paused or cut off costs
+// nothing while a quorum answers. What was sent to it still runs there, in order, if it comes
+// back: a late grant is renewed, released or left to expire like any other hold.
+//
+// An acquire: once a quorum granted. A failed one waits for every master: one that has not
+// answered may have granted, and what a failed acquire won goes back before it returns.
+struct AcquireDecided {
+  size_t quorum;
+  bool operator()(const Votes<AcquireAttempt>& votes) const {
+    return Count::Of(votes, Granted, Answered<AcquireAttempt>).yes >= quorum;
+  }
+};
+// The token's write-back: the same, among the masters that granted.
+struct FenceDecided {
+  size_t quorum;
+  bool operator()(const Votes<NoResult>& votes) const {
+    Count c = Count::Of(votes, Answered<NoResult>, Never<NoResult>);
+    return c.yes >= quorum || c.yes + c.pending < quorum;
+  }
+};
+// Release and extend: Ok (a quorum), NotHeld (more than N - quorum deny it) or failed, once it
+// cannot change.
+struct SettledDecided {
+  size_t masters, quorum;
+  bool operator()(const Votes<NoResult>& votes) const {
+    Count c = Count::Of(votes, Answered<NoResult>, SaidNotHeld<NoResult>);
+    return c.yes >= quorum || c.no > masters - quorum ||
+           (c.yes + c.pending < quorum && c.no + c.pending <= masters - quorum);
+  }
+};
+// Every master's answer counts: a failed acquire's give-back (no key left behind), and Inspect
+// (two that answered may disagree).
+template <typename R>
+struct EveryAnswer {
+  bool operator()(const Votes<R>&) const { return false; }
 };
 
 // Relays one watcher's release messages from every master: live once a quorum of the
@@ -112,7 +171,13 @@ class QuorumWatch {
 class RedlockBackend : public Backend {
  public:
   RedlockBackend(EventLoop* loop, const RedlockConfig& config)
-      : loop_(loop), prefix_(config.node.params.prefix), quorum_(config.quorum()) {
+      : loop_(loop),
+        prefix_(config.node.params.prefix),
+        quorum_(config.quorum()),
+        // A call is two round trips at most (a script that asks for all its keys), each bounded
+        // by the timeouts; the slack is for a busy loop thread.
+        blocking_bound_(Millis(2 * (int64_t{config.node.params.connect_timeout_ms} +
+                                    config.node.params.timeout_ms) + 1000)) {
     for (const HostPort& master : config.masters) {
       masters_.push_back(std::make_unique<NodeChannel>(loop, config.At(master)));
     }
@@ -120,39 +185,62 @@ class RedlockBackend : public Backend {
 
   Status Check() override {
     Votes<NoResult> votes(masters_.size());
-    for (size_t i = 0; i < masters_.size(); ++i) votes[i].status = masters_[i]->Ping();
-    Count c = Count::Of(votes, [](const auto& v) { return v.status.ok(); },
-                        [](const auto&) { return false; });
+    for (size_t i = 0; i < masters_.size(); ++i) {
+      votes[i].state = Vote<NoResult>::State::kAnswered;
+      votes[i].status = masters_[i]->Ping();
+    }
+    Count c = Count::Of(votes, Answered<NoResult>, Never<NoResult>);
     if (c.yes >= quorum_) return Status::Ok();
     return Status::IoError("redlock: " + std::to_string(c.yes) + " of " + Masters() +
                            " answered, a quorum is " + std::to_string(quorum_) + ": " + c.failures);
   }
 
   Status TryAcquire(const LockRequest& request, AcquireAttempt* out) override {
+    if (CanWaitOnLoop()) {
+      // The whole attempt (acquire, write-back, any give-back) in one trip to the loop thread:
+      // each trip costs two thread switches.
+      std::pair<Status, AcquireAttempt> result;
+      bool posted = false;
+      if (RunOnLoop(
+              [this, request](auto finish) {
+                TryAcquireAsync(request, [finish](const Status& s, const AcquireAttempt& attempt) {
+                  finish(std::make_pair(s, attempt));
+                });
+              },
+              3 * blocking_bound_, &result, &posted)) {
+        *out = result.second;
+        return result.first;
+      }
+      if (posted) {
+        return Status::IoError("redlock: acquire of lock '" + request.name + "': no answer within " +
+                               std::to_string((3 * blocking_bound_).count()) + " ms");
+      }
+    }
     const TimePoint sent = Now();
-    Verdict v = JudgeAcquire(request, Ask<AcquireAttempt>(AllMasters(), [&](size_t) {
-                               return AcquireOp(prefix_, request);
-                             }));
+    Verdict v = JudgeAcquire(
+        request, Ask<AcquireAttempt>(
+                     AllMasters(), [&](size_t) { return AcquireOp(prefix_, request); }, AcquireDecided{quorum_}));
     if (v.acquired()) {
-      auto fenced = Ask<NoResult>(v.winners, [&](size_t) {
-        return FenceOp(prefix_, request.name, v.attempt.fencing_token);
-      });
+      auto fenced = Ask<NoResult>(
+          v.winners, [&](size_t) { return FenceOp(prefix_, request.name, v.attempt.fencing_token); },
+          FenceDecided{quorum_});
       v = JudgeFence(request, std::move(v), fenced, sent);
     }
     if (v.give_back) {
       // Before returning: no key is left behind a failed acquire.
-      (void)Ask<NoResult>(AllMasters(), [&](size_t) {
-        return ReleaseOp(prefix_, HoldRef::Of(request));
-      });
+      (void)Ask<NoResult>(
+          v.give_back_to, [&](size_t) { return ReleaseOp(prefix_, HoldRef::Of(request)); },
+          EveryAnswer<NoResult>{});
     }
     *out = v.attempt;
     return v.status;
   }
 
   Status Release(const LockState& lock) override {
-    return JudgeRelease(lock.name, Ask<NoResult>(AllMasters(), [&](size_t) {
-                          return ReleaseOp(prefix_, HoldRef::Of(lock));
-                        }));
+    return JudgeRelease(lock.name, Ask<NoResult>(
+                                       AllMasters(),
+                                       [&](size_t) { return ReleaseOp(prefix_, HoldRef::Of(lock)); },
+                                       SettledDecided{masters_.size(), quorum_}));
   }
 
   void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
@@ -169,6 +257,7 @@ class RedlockBackend : public Backend {
     const TimePoint sent = Now();
     AskAsync<AcquireAttempt>(
         AllMasters(), [this, request](size_t) { return AcquireOp(prefix_, request); },
+        AcquireDecided{quorum_},
         [this, request, sent, done = std::move(done)](Votes<AcquireAttempt> votes) mutable {
           Verdict v = JudgeAcquire(request, votes);
           if (!v.acquired()) return Finish(request, std::move(v), std::move(done));
@@ -176,6 +265,7 @@ class RedlockBackend : public Backend {
           const uint64_t token = v.attempt.fencing_token;
           AskAsync<NoResult>(
               winners, [this, request, token](size_t) { return FenceOp(prefix_, request.name, token); },
+              FenceDecided{quorum_},
               [this, request, sent, v = std::move(v), done = std::move(done)](
                   Votes<NoResult> fenced) mutable {
                 Finish(request, JudgeFence(request, std::move(v), fenced, sent), std::move(done));
@@ -187,6 +277,7 @@ class RedlockBackend : public Backend {
     const std::string name = lock->name;
     AskAsync<NoResult>(
         AllMasters(), [this, lock](size_t) { return ReleaseOp(prefix_, HoldRef::Of(*lock)); },
+        SettledDecided{masters_.size(), quorum_},
         [this, name, done = std::move(done)](Votes<NoResult> votes) {
           done(JudgeRelease(name, votes));
         });
@@ -197,6 +288,7 @@ class RedlockBackend : public Backend {
     AskAsync<NoResult>(
         AllMasters(),
         [this, lock, lease_ms](size_t) { return ExtendOp(prefix_, HoldRef::Of(*lock), lease_ms); },
+        SettledDecided{masters_.size(), quorum_},
         [this, name, done = std::move(done)](Votes<NoResult> votes) {
           done(JudgeExtend(name, votes));
         });
@@ -210,6 +302,7 @@ class RedlockBackend : public Backend {
           [this, request](size_t) {
             return ExtendOp(prefix_, HoldRef::Of(*request.lock), request.lease_ms);
           },
+          SettledDecided{masters_.size(), quorum_},
           [this, sink, request](Votes<NoResult> votes) {
             sink->OnRenewed(request, JudgeExtend(request.lock->name, votes));
           });
@@ -217,18 +310,22 @@ class RedlockBackend : public Backend {
   }
 
   Status Inspect(const std::string& name, LockInfo* out) override {
-    Votes<LockInfo> votes = Ask<LockInfo>(AllMasters(), [&](size_t) { return InspectOp(prefix_, name); });
-    Count c = Count::Of(votes, [](const auto& v) { return v.status.ok(); },
-                        [](const auto&) { return false; });
+    // Every master's view counts here (two that answered may disagree), so it waits for all.
+    Votes<LockInfo> votes = Ask<LockInfo>(
+        AllMasters(), [&](size_t) { return InspectOp(prefix_, name); }, EveryAnswer<LockInfo>{});
+    Count c = Count::Of(votes, Answered<LockInfo>, Never<LockInfo>);
     if (c.yes < quorum_) return NoQuorum("inspect of lock '" + name + "'", c);
-    // The holders a quorum of masters agree on (by kind, size and owner labels); none
-    // otherwise: no quorum holds the name.
+    // The holders a quorum of masters agree on (by kind, size, owner labels and tokens: the
+    // masters that granted a hold all keep its token once it was written back; a master that
+    // granted late, after the quorum, keeps its own); none otherwise: no quorum holds the name.
     std::map<std::string, std::pair<size_t, const LockInfo*>> seen;
     for (const Vote<LockInfo>& v : votes) {
       if (!v.status.ok() || v.out.holders.empty()) continue;
       std::string key = std::to_string(static_cast<int>(v.out.kind)) + "/" + std::to_string(v.out.permits);
       std::vector<std::string> owners;
-      for (const HolderInfo& h : v.out.holders) owners.push_back(h.owner);
+      for (const HolderInfo& h : v.out.holders) {
+        owners.push_back(std::to_string(h.fencing_token) + "#" + h.owner);
+      }
       std::sort(owners.begin(), owners.end());
       for (const std::string& o : owners) key += "/" + o;
       auto& entry = seen[key];
@@ -286,8 +383,9 @@ class RedlockBackend : public Backend {
   struct Verdict {
     Status status;
     AcquireAttempt attempt;
-    std::vector<size_t> winners;  // the masters that granted
-    bool give_back = false;       // what they granted goes back
+    std::vector<size_t> winners;       // the masters that granted
+    std::vector<size_t> give_back_to;  // all but those that refused: a failed call may have run
+    bool give_back = false;            // what they granted goes back
     bool acquired() const { return status.ok() && attempt.acquired; }
   };
 
@@ -308,6 +406,10 @@ class RedlockBackend : public Backend {
     std::vector<int64_t> waits;  // the refusing masters' holder_ttl_ms
     for (size_t i = 0; i < votes.size(); ++i) {
       const Vote<AcquireAttempt>& vote = votes[i];
+      if (vote.state != Vote<AcquireAttempt>::State::kAnswered || !vote.status.ok()) {
+        v.give_back_to.push_back(i);
+        if (vote.state != Vote<AcquireAttempt>::State::kAnswered) continue;
+      }
       if (vote.status.code() == Code::kInvalidArgument && v.status.ok()) v.status = vote.status;
       if (!vote.status.ok()) continue;
       if (!vote.out.acquired) {
@@ -315,14 +417,14 @@ class RedlockBackend : public Backend {
         continue;
       }
       v.winners.push_back(i);
+      v.give_back_to.push_back(i);
       v.attempt.fencing_token = std::max(v.attempt.fencing_token, vote.out.fencing_token);
       if (vote.out.remaining_ms >= 0 &&
           (v.attempt.remaining_ms < 0 || vote.out.remaining_ms < v.attempt.remaining_ms)) {
         v.attempt.remaining_ms = vote.out.remaining_ms;
       }
     }
-    Count c = Count::Of(votes, [](const auto& x) { return x.status.ok() && x.out.acquired; },
-                        [](const auto& x) { return x.status.ok(); });
+    Count c = Count::Of(votes, Granted, Answered<AcquireAttempt>);
     v.give_back = !v.winners.empty();
     if (!v.status.ok()) return v;  // the name is held as another sort: said by the master
     if (c.yes >= quorum_) {
@@ -335,7 +437,8 @@ class RedlockBackend : public Backend {
       v.status = Status::IoError("redlock: acquire of lock '" + request.name + "': " +
                                  std::to_string(c.yes) + " of " + Masters() + " granted, " +
                                  std::to_string(c.no) + " refused, " + std::to_string(c.failed) +
-                                 " failed (a quorum is " + std::to_string(quorum_) + "): " + c.failures);
+                                 " failed" + c.Unanswered() + " (a quorum is " + std::to_string(quorum_) +
+                                 "): " + c.failures);
       return v;
     }
     // Refused. It may be free once enough of the refusing masters' holds end: with the masters
@@ -352,13 +455,12 @@ class RedlockBackend : public Backend {
   // After the write-back of the token: still a quorum, and still within the lease.
   Verdict JudgeFence(const LockRequest& request, Verdict v, const Votes<NoResult>& fenced,
                      TimePoint sent) const {
-    Count c = Count::Of(fenced, [](const auto& x) { return x.status.ok(); },
-                        [](const auto&) { return false; });
+    Count c = Count::Of(fenced, Answered<NoResult>, Never<NoResult>);
     if (c.yes < quorum_) {
       v.status = Status::IoError("redlock: acquire of lock '" + request.name + "': the token went back to " +
-                                 std::to_string(c.yes) + " of the " + std::to_string(fenced.size()) +
-                                 " masters that granted it, a quorum is " + std::to_string(quorum_) +
-                                 ": " + c.failures);
+                                 std::to_string(c.yes) + " of the " + std::to_string(v.winners.size()) +
+                                 " masters that granted it" + c.Unanswered() + ", a quorum is " +
+                                 std::to_string(quorum_) + ": " + c.failures);
       v.attempt = AcquireAttempt();
       v.give_back = true;
       return v;
@@ -374,8 +476,7 @@ class RedlockBackend : public Backend {
   }
 
   Status JudgeRelease(const std::string& name, const Votes<NoResult>& votes) const {
-    Count c = Count::Of(votes, [](const auto& x) { return x.status.ok(); },
-                        [](const auto& x) { return x.status.code() == Code::kNotHeld; });
+    Count c = Count::Of(votes, Answered<NoResult>, SaidNotHeld<NoResult>);
     if (c.yes >= quorum_) return Status::Ok();
     if (c.no > masters_.size() - quorum_) {  // it cannot have been held by a quorum
       return Status::NotHeld("lock '" + name + "' is no longer held by this owner on a quorum of " +
@@ -383,12 +484,11 @@ class RedlockBackend : public Backend {
     }
     return Status::IoError("redlock: release of lock '" + name + "': released on " +
                            std::to_string(c.yes) + " of " + Masters() + ", " +
-                           std::to_string(c.failed) + " failed: " + c.failures);
+                           std::to_string(c.failed) + " failed" + c.Unanswered() + ": " + c.failures);
   }
 
   Status JudgeExtend(const std::string& name, const Votes<NoResult>& votes) const {
-    Count c = Count::Of(votes, [](const auto& x) { return x.status.ok(); },
-                        [](const auto& x) { return x.status.code() == Code::kNotHeld; });
+    Count c = Count::Of(votes, Answered<NoResult>, SaidNotHeld<NoResult>);
     if (c.yes >= quorum_) return Status::Ok();
     if (c.no > masters_.size() - quorum_) {
       return Status::NotHeld("lock '" + name + "' is no longer held by this owner on a quorum of " +
@@ -396,14 +496,15 @@ class RedlockBackend : public Backend {
     }
     return Status::IoError("redlock: renewal of lock '" + name + "' reached " +
                            std::to_string(c.yes) + " of " + Masters() + " (a quorum is " +
-                           std::to_string(quorum_) + "): " + c.failures);
+                           std::to_string(quorum_) + ")" + c.Unanswered() + ": " + c.failures);
   }
 
   // Loop thread: the end of an async acquire; gives back what a failed one won.
   void Finish(const LockRequest& request, Verdict v, AttemptCallback done) {
     if (v.give_back) {
       AskAsync<NoResult>(
-          AllMasters(), [this, request](size_t) { return ReleaseOp(prefix_, HoldRef::Of(request)); },
+          v.give_back_to, [this, request](size_t) { return ReleaseOp(prefix_, HoldRef::Of(request)); },
+          EveryAnswer<NoResult>{},
           [status = v.status, attempt = v.attempt, done = std::move(done)](Votes<NoResult>) {
             done(status, attempt);
           });
@@ -413,65 +514,105 @@ class RedlockBackend : public Backend {
   }
 
   // Loop thread: make(i)'s operation on each master i of `which` at once; done(votes) once,
-  // when every one answered (each bounded by its master's timeouts). votes has an entry per
-  // master; those not asked keep "no answer".
-  template <typename R, typename MakeOp, typename Done>
-  void AskAsync(const std::vector<size_t>& which, MakeOp make, Done done) {
+  // as soon as decided(votes) or every one answered (each bounded by its master's timeouts).
+  // votes has an entry per master: those not asked are kNotAsked, those yet to answer
+  // kPending.
+  template <typename R, typename MakeOp, typename Decided, typename Done>
+  void AskAsync(const std::vector<size_t>& which, MakeOp make, Decided decided, Done done) {
     struct Tally {
       Votes<R> votes;
       size_t waiting;
-      Done done;
+      Decided decided;
+      std::optional<Done> done;  // reset once called: what it holds goes then, not at the last answer
     };
-    auto tally = std::make_shared<Tally>(Tally{Votes<R>(masters_.size()), which.size(), std::move(done)});
+    auto tally = std::make_shared<Tally>(
+        Tally{Votes<R>(masters_.size()), which.size(), std::move(decided), std::move(done)});
+    for (size_t i : which) tally->votes[i].state = Vote<R>::State::kPending;
     if (which.empty()) {
-      loop_->Post([tally] { tally->done(std::move(tally->votes)); });
+      loop_->Post([tally] { (*tally->done)(std::move(tally->votes)); });
       return;
     }
     for (size_t i : which) {
       RunAsync<R>(masters_[i].get(), make(i), [tally, i](const Status& s, R out) {
-        tally->votes[i] = {s, std::move(out)};
-        if (--tally->waiting == 0) tally->done(std::move(tally->votes));
+        tally->votes[i] = {Vote<R>::State::kAnswered, s, std::move(out)};
+        const bool all = --tally->waiting == 0;
+        if (!tally->done || !(all || tally->decided(tally->votes))) return;
+        Done finish = std::move(*tally->done);
+        tally->done.reset();
+        finish(all ? std::move(tally->votes) : tally->votes);
       });
     }
   }
 
   // Blocking, any thread: the same. With a loop thread of the library's own, the masters are
-  // asked at once through it; on that thread itself, or on a caller's event_base (whose loop
-  // may be waiting for this very call), one after another.
-  template <typename R, typename MakeOp>
-  Votes<R> Ask(const std::vector<size_t>& which, MakeOp make) {
-    if (loop_->owns_thread() && !loop_->InLoopThread()) {
-      struct Shared {
-        std::mutex mu;
-        std::condition_variable cv;
-        bool done = false;
-        Votes<R> votes;
-      };
-      auto shared = std::make_shared<Shared>();
+  // asked at once through it, and the call waits at most blocking_bound_ (each master's
+  // answer is bounded by its timeouts; this bound holds even if the loop thread were stuck).
+  // On that thread itself, or on a caller's event_base (whose loop may be waiting for this
+  // very call), they are asked one after another, every one of them.
+  template <typename R, typename MakeOp, typename Decided>
+  Votes<R> Ask(const std::vector<size_t>& which, MakeOp make, Decided decided) {
+    if (CanWaitOnLoop()) {
       std::vector<Op<R>> ops(masters_.size());
       for (size_t i : which) ops[i] = make(i);
-      const bool posted = loop_->Post([this, which, ops = std::move(ops), shared] {
-        AskAsync<R>(which, [&ops](size_t i) { return ops[i]; }, [shared](Votes<R> votes) {
-          std::lock_guard<std::mutex> lock(shared->mu);
-          shared->votes = std::move(votes);
-          shared->done = true;
-          shared->cv.notify_all();
-        });
-      });
+      Votes<R> votes;
+      bool posted = false;
+      if (RunOnLoop(
+              [this, which, ops = std::move(ops), decided](auto finish) {
+                AskAsync<R>(which, [&ops](size_t i) { return ops[i]; }, decided, finish);
+              },
+              blocking_bound_, &votes, &posted)) {
+        return votes;
+      }
       if (posted) {
-        std::unique_lock<std::mutex> lock(shared->mu);
-        shared->cv.wait(lock, [&] { return shared->done; });
-        return std::move(shared->votes);
+        votes.assign(masters_.size(), Vote<R>());
+        for (size_t i : which) {
+          votes[i].state = Vote<R>::State::kAnswered;
+          votes[i].status = Status::IoError(masters_[i]->server() + ": no answer within " +
+                                            std::to_string(blocking_bound_.count()) + " ms");
+        }
+        return votes;
       }
     }
     Votes<R> votes(masters_.size());
-    for (size_t i : which) votes[i].status = Run(masters_[i].get(), make(i), &votes[i].out);
+    for (size_t i : which) {
+      votes[i].state = Vote<R>::State::kAnswered;
+      votes[i].status = Run(masters_[i].get(), make(i), &votes[i].out);
+    }
     return votes;
+  }
+
+  // Blocking calls may wait for the loop: it is the library's own, and this is not its thread.
+  bool CanWaitOnLoop() const { return loop_->owns_thread() && !loop_->InLoopThread(); }
+
+  // Runs start(finish) on the loop thread and waits, at most `bound`, for finish(result).
+  // False when it could not be posted (*posted false: the loop is closing) or the bound passed.
+  template <typename T, typename Start>
+  bool RunOnLoop(Start start, Millis bound, T* out, bool* posted) {
+    struct Shared {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      T result{};
+    };
+    auto shared = std::make_shared<Shared>();
+    auto finish = [shared](T result) {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->result = std::move(result);
+      shared->done = true;
+      shared->cv.notify_all();
+    };
+    *posted = loop_->Post([start = std::move(start), finish]() mutable { start(finish); });
+    if (!*posted) return false;
+    std::unique_lock<std::mutex> lock(shared->mu);
+    if (!shared->cv.wait_for(lock, bound, [&] { return shared->done; })) return false;
+    *out = std::move(shared->result);
+    return true;
   }
 
   EventLoop* loop_;
   const std::string prefix_;
   const size_t quorum_;
+  const Millis blocking_bound_;
   // Before masters_: the masters' subscribers, which point into these, go first.
   std::mutex watches_mu_;
   std::map<std::pair<std::string, ReleaseWatcher*>, std::unique_ptr<QuorumWatch>> watches_;

@@ -146,11 +146,21 @@ async function bareAdapter(name, port, wait, setup) {
   };
 }
 
+// PORT may list several servers ("7001,7002,7003"): the Redlock rows, where dlock opens
+// redlock:// over them all and redlock is given one client per server (the other libraries
+// take one server only).
+const portsOf = (port) => String(port).split(',');
+const dlockUrl = (port) => {
+  const ports = portsOf(port);
+  return ports.length > 1 ? `redlock://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`
+    : `redis://127.0.0.1:${port}`;
+};
+
 // An adapter: setup(port, key, wait) -> { acquire(): Promise<release: () => Promise>, close() }
 const adapters = {
   async dlock(port, key, wait) {
     const { Client } = require(path.join(repo, 'bindings', 'node'));
-    const client = await Client.connect(`redis://127.0.0.1:${port}`);
+    const client = await Client.connect(dlockUrl(port));
     const opts = { leaseMs: LEASE_MS, waitMs: wait ? -1 : 0 };
     return {
       async acquire() {
@@ -164,16 +174,16 @@ const adapters = {
   async redlock(port, key, wait) {
     const Redis = require('ioredis');
     const Redlock = require('redlock').default;
-    const redis = new Redis(port, '127.0.0.1');
+    const servers = portsOf(port).map((p) => new Redis(Number(p), '127.0.0.1'));
     // defaults: retryDelay 200 ms, retryJitter 100 ms; retryCount 10 -> -1 (never give up)
-    const redlock = new Redlock([redis], { retryCount: wait ? -1 : 0 });
+    const redlock = new Redlock(servers, { retryCount: wait ? -1 : 0 });
     redlock.on('error', () => {});  // contention shows up here as ResourceLockedError
     return {
       async acquire() {
         const lock = await redlock.acquire([key], LEASE_MS);
         return () => lock.release();
       },
-      close: () => redis.quit(),
+      close: () => Promise.all(servers.map((r) => r.quit())),
     };
   },
 
@@ -290,7 +300,7 @@ function hopAdapter(mode) {
     if (wait) throw new Error(`hop-${mode}: a diagnostic for the uncontended bench only`);
     const { C, dup } = require(path.join(repo, 'bindings', 'node', 'lib', 'native'));
     const out = [null];
-    if (C.client_open(`redis://127.0.0.1:${port}`, out) !== 0) throw new Error(`hop-${mode}: ${C.last_error()}`);
+    if (C.client_open(dlockUrl(port), out) !== 0) throw new Error(`hop-${mode}: ${C.last_error()}`);
     const client = out[0];
     const opts = C.options_new();
     C.options_set_lease_ms(opts, LEASE_MS);
@@ -598,12 +608,14 @@ async function main() {
     }
     return libs;
   };
+  // One server: its port as a number; several (the Redlock rows): the list as given.
+  const portArg = (p) => (portsOf(p).length > 1 ? p : Number(p));
   if (mode === 'uncontended') {
     const [port, seconds, rounds, ...libs] = rest;
-    await uncontended(Number(port), Number(seconds), Number(rounds), check(libs));
+    await uncontended(portArg(port), Number(seconds), Number(rounds), check(libs));
   } else if (mode === 'contended') {
     const [port, seconds, procs, rounds, ...libs] = rest;
-    await contended(Number(port), Number(seconds), Number(procs), Number(rounds), check(libs));
+    await contended(portArg(port), Number(seconds), Number(procs), Number(rounds), check(libs));
   } else if (mode === 'semaphore') {
     const [port, seconds, procs, permits, holdMs, rounds, ...libs] = rest;
     for (const lib of libs) if (!semaphoreAdapters[lib]) throw new Error(`no semaphore adapter for '${lib}'`);
@@ -613,7 +625,7 @@ async function main() {
     await semaphoreChild(lib, Number(port), key, Number(permits), Number(holdMs), Number(startAt), Number(endAt));
   } else if (mode === 'child') {
     const [lib, port, key, startAt, endAt, file] = rest;
-    await child(check([lib])[0], Number(port), key, Number(startAt), Number(endAt), file);
+    await child(check([lib])[0], portArg(port), key, Number(startAt), Number(endAt), file);
   } else {
     throw new Error(`unknown mode '${mode}'`);
   }
