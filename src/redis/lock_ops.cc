@@ -113,9 +113,13 @@ Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t l
           ReadOwned};
 }
 
-Op<NoResult> FenceOp(const std::string& prefix, const std::string& name, uint64_t token) {
-  LockKeys keys(prefix, name);
-  return {{ScriptId::kFence, {std::move(keys.fence)}, {std::to_string(token)}}, name, ReadOwned};
+Op<NoResult> FenceOp(const std::string& prefix, const HoldRef& hold, uint64_t token) {
+  LockKeys keys(prefix, hold.name);
+  return {{ScriptId::kFence,
+           {std::move(keys.fence), std::move(keys.hold_data)},
+           {std::to_string(token), hold.exclusive ? std::string() : hold.owner_value}},
+          hold.name,
+          ReadOwned};
 }
 
 Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name) {

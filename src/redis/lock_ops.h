@@ -62,8 +62,9 @@ Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool shar
 Op<NoResult> LeaveLineOp(const std::string& prefix, const LockRequest& request, bool sharded = false);
 // extend.lua: sets the lease (0 = no expiry); Ok or NotHeld.
 Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t lease_ms);
-// fence.lua: raises the fence counter to at least token (Redlock's write-back); Ok.
-Op<NoResult> FenceOp(const std::string& prefix, const std::string& name, uint64_t token);
+// fence.lua: raises the fence counter to at least token, and sets a shared hold's token
+// (Redlock's write-back); Ok.
+Op<NoResult> FenceOp(const std::string& prefix, const HoldRef& hold, uint64_t token);
 // inspect.lua: who holds it.
 Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name);
 

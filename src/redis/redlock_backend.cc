@@ -10,7 +10,7 @@
 // granting masters issued, written back to them before it is handed out, so a later quorum
 // (which shares a master with this one) issues a greater one, as long as no master forgets its
 // counter: independent masters cannot promise more, and Capabilities() says so (no
-// kCapFencingStrict). No semaphores (independent counts cannot bound the holders across
+// kCapFencingStrict). Shared holds, as one Redis has them. No semaphores (independent counts cannot bound the holders across
 // masters: with 3 masters and 2 permits, three holders can each win a different pair) and no
 // fair line (each master would hand the lock to its own first waiter).
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -222,7 +223,7 @@ class RedlockBackend : public Backend {
                      AllMasters(), [&](size_t) { return AcquireOp(prefix_, request); }, AcquireDecided{quorum_}));
     if (v.acquired()) {
       auto fenced = Ask<NoResult>(
-          v.winners, [&](size_t) { return FenceOp(prefix_, request.name, v.attempt.fencing_token); },
+          v.winners, [&](size_t) { return FenceOp(prefix_, HoldRef::Of(request), v.attempt.fencing_token); },
           FenceDecided{quorum_});
       v = JudgeFence(request, std::move(v), fenced, sent);
     }
@@ -264,7 +265,7 @@ class RedlockBackend : public Backend {
           const std::vector<size_t> winners = v.winners;
           const uint64_t token = v.attempt.fencing_token;
           AskAsync<NoResult>(
-              winners, [this, request, token](size_t) { return FenceOp(prefix_, request.name, token); },
+              winners, [this, request, token](size_t) { return FenceOp(prefix_, HoldRef::Of(request), token); },
               FenceDecided{quorum_},
               [this, request, sent, v = std::move(v), done = std::move(done)](
                   Votes<NoResult> fenced) mutable {
@@ -315,32 +316,36 @@ class RedlockBackend : public Backend {
         AllMasters(), [&](size_t) { return InspectOp(prefix_, name); }, EveryAnswer<LockInfo>{});
     Count c = Count::Of(votes, Answered<LockInfo>, Never<LockInfo>);
     if (c.yes < quorum_) return NoQuorum("inspect of lock '" + name + "'", c);
-    // The holders a quorum of masters agree on (by kind, size, owner labels and tokens: the
-    // masters that granted a hold all keep its token once it was written back; a master that
-    // granted late, after the quorum, keeps its own); none otherwise: no quorum holds the name.
-    std::map<std::string, std::pair<size_t, const LockInfo*>> seen;
+    // The holds a quorum of masters list alike (kind, size, owner label and token: every
+    // master that granted a hold keeps its token once it was written back; one that granted
+    // late, after the quorum, keeps its own). The remaining lease shown is the least among
+    // them.
+    using Key = std::tuple<int, uint32_t, std::string, uint64_t>;
+    std::map<Key, std::pair<size_t, HolderInfo>> seen;
     for (const Vote<LockInfo>& v : votes) {
-      if (!v.status.ok() || v.out.holders.empty()) continue;
-      std::string key = std::to_string(static_cast<int>(v.out.kind)) + "/" + std::to_string(v.out.permits);
-      std::vector<std::string> owners;
+      if (!v.status.ok()) continue;
       for (const HolderInfo& h : v.out.holders) {
-        owners.push_back(std::to_string(h.fencing_token) + "#" + h.owner);
+        auto& [count, holder] = seen[Key{static_cast<int>(v.out.kind), v.out.permits, h.owner, h.fencing_token}];
+        if (count++ == 0 || (h.remaining_ms >= 0 &&
+                             (holder.remaining_ms < 0 || h.remaining_ms < holder.remaining_ms))) {
+          holder = h;
+        }
       }
-      std::sort(owners.begin(), owners.end());
-      for (const std::string& o : owners) key += "/" + o;
-      auto& entry = seen[key];
-      if (entry.first++ == 0) entry.second = &v.out;
     }
     *out = LockInfo();
     for (const auto& [key, entry] : seen) {
-      if (entry.first >= quorum_) *out = *entry.second;
+      if (entry.first < quorum_) continue;
+      out->kind = static_cast<LockKind>(std::get<0>(key));
+      out->permits = std::get<1>(key);
+      out->holders.push_back(entry.second);
     }
     return Status::Ok();
   }
 
-  // Exclusive locks only, for now: shared holds would be sound (a writer's quorum and a
-  // reader's always share a master) but are not tested on a quorum yet.
-  uint32_t Capabilities() const override { return kCapNotifies; }
+  // Shared holds are sound on a quorum: a writer's quorum and a reader's always share a
+  // master, which refuses one of them; a waiting writer announces itself on every master, so
+  // new readers find it on a quorum. Semaphores and a fair line are not (see the top).
+  uint32_t Capabilities() const override { return kCapNotifies | kCapShared; }
 
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     const std::string channel = LockKeys(prefix_, name).channel;

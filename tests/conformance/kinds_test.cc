@@ -15,19 +15,17 @@
 namespace dlock_test {
 namespace {
 
-// The backends that say they offer both kinds. Under TSan, one of the Redis deployments that
+// The backends that say they offer `kinds` (DLOCK_CAP_SHARED, DLOCK_CAP_PERMITS or both: Redlock
+// offers shared holds, not semaphores). Under TSan, one of the Redis deployments that
 // differ only in transport (a Unix socket, TLS, a client certificate) stands for all: the kinds
 // are the same scripts over the same channel, and the normal and ASan builds run them all.
-std::vector<BackendFactory> KindsBackends() {
+std::vector<BackendFactory> KindsBackends(uint32_t kinds) {
   std::vector<BackendFactory> out;
   for (const BackendFactory& f : AllBackends()) {
     if (kUnderThreadSanitizer && (f.name == "redis_unix" || f.name.rfind("redis_tls", 0) == 0)) {
       continue;
     }
-    if ((f.capabilities & (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS)) ==
-        (DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS)) {
-      out.push_back(f);
-    }
+    if ((f.capabilities & kinds) == kinds) out.push_back(f);
   }
   return out;
 }
@@ -69,6 +67,8 @@ class Hold {
   std::string error_;
 };
 
+// Shared holds alone; Kinds: both kinds, and what they share.
+class SharedKinds : public BackendTest {};
 class Kinds : public BackendTest {};
 
 TEST_P(Kinds, ClientSaysItOffersSharedLocksAndSemaphores) {
@@ -77,7 +77,7 @@ TEST_P(Kinds, ClientSaysItOffersSharedLocksAndSemaphores) {
             DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS);
 }
 
-TEST_P(Kinds, ReadersHoldAtOnceAndInspectListsEveryOne) {
+TEST_P(SharedKinds, ReadersHoldAtOnceAndInspectListsEveryOne) {
   const std::string name = Name("doc");
   Client r1(url()), r2(url()), r3(url()), writer(url());
   Options o1, o2, o3;
@@ -119,7 +119,7 @@ TEST_P(Kinds, ReadersHoldAtOnceAndInspectListsEveryOne) {
   EXPECT_GT(after.token, d.token()) << "a writer after the readers gets a greater token";
 }
 
-TEST_P(Kinds, WriterWaitsForEveryReaderAndNewReadersWaitBehindIt) {
+TEST_P(SharedKinds, WriterWaitsForEveryReaderAndNewReadersWaitBehindIt) {
   const std::string name = Name("table");
   Client r1(url()), r2(url()), w(url()), late(url());
   Options shared;
@@ -181,7 +181,7 @@ TEST_P(Kinds, WriterWaitsForEveryReaderAndNewReadersWaitBehindIt) {
   EXPECT_GT(read_later.token(), written.token());
 }
 
-TEST_P(Kinds, NoUpgradeFromSharedToExclusive) {
+TEST_P(SharedKinds, NoUpgradeFromSharedToExclusive) {
   const std::string name = Name("upgrade");
   Client c(url()), other(url());
   Options shared, exclusive;
@@ -330,7 +330,7 @@ TEST_P(Kinds, TokensRiseAcrossEveryKind) {
   for (size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]) << "token " << i;
 }
 
-TEST_P(Kinds, KilledReadersHoldEndsWithItsLease) {
+TEST_P(SharedKinds, KilledReadersHoldEndsWithItsLease) {
   const std::string name = Name("reader");
   constexpr int kLeaseMs = 800;
   auto reader = StartWorker({url(), name, "hold", std::to_string(kLeaseMs), "doomed-reader", "shared"});
@@ -360,7 +360,12 @@ TEST_P(Kinds, KilledReadersHoldEndsWithItsLease) {
   EXPECT_GT(writer.token(), reader_token);
 }
 
-INSTANTIATE_TEST_SUITE_P(Conformance, Kinds, ::testing::ValuesIn(KindsBackends()), BackendTestName);
+INSTANTIATE_TEST_SUITE_P(Conformance, SharedKinds, ::testing::ValuesIn(KindsBackends(DLOCK_CAP_SHARED)),
+                         BackendTestName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SharedKinds);
+INSTANTIATE_TEST_SUITE_P(Conformance, Kinds,
+                         ::testing::ValuesIn(KindsBackends(DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS)),
+                         BackendTestName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Kinds);
 
 // A shared hold is lost like any other: reported in every style, never silent.
@@ -395,7 +400,7 @@ TEST_P(KindsLosing, DeletedSharedHoldIsReportedLost) {
 
 std::vector<std::tuple<BackendFactory, Style>> KindsStyles() {
   std::vector<std::tuple<BackendFactory, Style>> out;
-  for (const BackendFactory& f : KindsBackends()) {
+  for (const BackendFactory& f : KindsBackends(DLOCK_CAP_SHARED)) {
     for (Style s : {Style::kBlocking, Style::kAsync, Style::kQueued}) out.emplace_back(f, s);
   }
   return out;

@@ -50,14 +50,14 @@ class RedlockBackend : public BackendServer {
 }  // namespace
 
 // Independent masters promise no strictly increasing tokens under every fault, nor semaphores
-// or a fair line (README, "Redlock"); shared holds are not offered yet.
+// or a fair line (README, "Redlock"); shared holds they do offer.
 BackendFactory Redlock3BackendFactory() {
-  return {"redlock3", DLOCK_CAP_NOTIFIES,
+  return {"redlock3", DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED,
           [] { return std::make_unique<RedlockBackend>(3); }};
 }
 
 BackendFactory Redlock5BackendFactory() {
-  return {"redlock5", DLOCK_CAP_NOTIFIES,
+  return {"redlock5", DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED,
           [] { return std::make_unique<RedlockBackend>(5); }};
 }
 
