@@ -186,7 +186,14 @@ void StreamConnection::Flush() {
   }
   // Out of memory here would lose commands whose replies are awaited: the connection goes.
   const bool kept = len == 0 || bufferevent_write(bev_, data, len) == 0;
-  outgoing_.clear();
+  // A turn that wrote a big round (a heartbeat of thousands of locks) gives its memory back;
+  // a turn of a few commands keeps the buffer for the next.
+  constexpr size_t kKeptCapacity = 64 * 1024;
+  if (outgoing_.capacity() > kKeptCapacity) {
+    std::string().swap(outgoing_);
+  } else {
+    outgoing_.clear();
+  }
   if (!kept) Lost(Status(Code::kNoMemory, "out of memory writing to " + server_));
 }
 
