@@ -123,6 +123,31 @@ TEST(RedlockTest, TokensRiseAcrossQuorumsThatShareOneMaster) {
   }
 }
 
+// A quorum that answers after the lease's validity ran out is no acquisition: the attempt says
+// so (not that someone holds it), and what it won goes back.
+TEST(RedlockTest, AQuorumGrantedTooLateForTheLeaseIsGivenBackAndSaysSo) {
+  Masters m(3);
+  Client c(m.url);
+  Options o;
+  o.lease(100);  // one try
+  for (size_t i : {1u, 2u}) ASSERT_EQ(kill(m.servers[i]->pid(), SIGSTOP), 0);
+  dlock_status status = DLOCK_EINTERNAL;
+  std::string error;
+  std::thread attempt([&] {
+    dlock_lock* l = nullptr;
+    status = dlock_acquire(c.get(), "late", o.get(), &l);
+    error = dlock_last_error();
+    if (l != nullptr) dlock_release(l);
+  });
+  std::this_thread::sleep_for(300ms);  // masters 1 and 2 answer after this
+  for (size_t i : {1u, 2u}) kill(m.servers[i]->pid(), SIGCONT);
+  attempt.join();
+  EXPECT_EQ(status, DLOCK_NOT_ACQUIRED) << error;
+  EXPECT_NE(error.find("too late for its lease of 100 ms"), std::string::npos) << error;
+  EXPECT_EQ(error.find("held by"), std::string::npos) << error;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(m.Holder(i, "late"), "") << "master " << i;
+}
+
 // Four processes add one to a fenced counter under one lock (worker.c, "fenced": lease 3 s)
 // until each made `each` accepted increments and `seconds` passed; fault(count_now) runs once
 // the run is under way.

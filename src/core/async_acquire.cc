@@ -87,7 +87,7 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
   WaitStep step = policy_.AfterRefusal(now, attempt.holder_ttl_ms, request_.queue_ms);
   switch (step.kind) {
     case WaitStep::Kind::kGiveUp:
-      Finish(client_->NotAcquiredStatus(request_.name, attempt.holder_ttl_ms, attempts_, start_),
+      Finish(client_->NotAcquiredStatus(request_.name, attempt, attempts_, start_),
              nullptr);
       return;
     case WaitStep::Kind::kSubscribe:

@@ -86,6 +86,9 @@ struct AcquireAttempt {
   // lease asked for (the lock was handed over or won before this attempt); -2 = the full lease.
   int64_t remaining_ms = -2;
   int64_t holder_ttl_ms = -2;  // when not: how long until it may be free, -1 never, -2 unknown
+  // When not, and not for a holder: why (Redlock: a quorum granted it after its lease's
+  // validity ran out); a refusal's message says this instead of naming a holder.
+  std::string why_not;
   // Backend-specific state of the acquired lock, kept in LockState::backend_data for the
   // backend's later release/extend/renew calls.
   std::shared_ptr<BackendLockData> backend_data;

@@ -212,10 +212,16 @@ Status Client::Inspect(const std::string& name, LockInfo* out) {
   return backend_->Inspect(name, out);
 }
 
-Status Client::NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms, uint32_t attempts,
-                                 TimePoint start) const {
+Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& last,
+                                 uint32_t attempts, TimePoint start) const {
   auto waited = std::chrono::duration_cast<Millis>(Now() - start).count();
-  holder_ttl_ms = ClampHolderTtl(holder_ttl_ms);
+  const std::string gave_up = "gave up after " + std::to_string(attempts) + " attempt" +
+                              (attempts == 1 ? "" : "s") + " in " + std::to_string(waited) + " ms";
+  if (!last.why_not.empty()) {
+    return Status::NotAcquired("lock '" + name + "' was not acquired: " + last.why_not + " (" +
+                               gave_up + ")");
+  }
+  const int64_t holder_ttl_ms = ClampHolderTtl(last.holder_ttl_ms);
   std::string held_for = holder_ttl_ms == -1   ? " with no expiry"
                          : holder_ttl_ms >= 0 ? " for " + std::to_string(holder_ttl_ms) + " ms more"
                                               : "";
@@ -233,10 +239,8 @@ Status Client::NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms,
       break;
     }
   }
-  return Status::NotAcquired("lock '" + name + "' is held by " + holder + held_for +
-                             " (gave up after " + std::to_string(attempts) + " attempt" +
-                             (attempts == 1 ? "" : "s") + " in " + std::to_string(waited) + " ms" +
-                             hint + ")");
+  return Status::NotAcquired("lock '" + name + "' is held by " + holder + held_for + " (" +
+                             gave_up + hint + ")");
 }
 
 Status Client::Adopt(const LockRequest& request, const AcquireAttempt& attempt,
@@ -331,7 +335,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
         if (handed_over(sent, out)) return s;
         stop_watching();
         if (in_line) backend_->LeaveLine(request);
-        return NotAcquiredStatus(name, attempt.holder_ttl_ms, attempts, start);
+        return NotAcquiredStatus(name, attempt, attempts, start);
       case WaitStep::Kind::kSubscribe:
         backend_->Watch(name, &signal);
         seen = signal.notifications();

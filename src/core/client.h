@@ -62,7 +62,8 @@ class Client : public std::enable_shared_from_this<Client> {
   // Registers a newly acquired lock (heartbeats, close); gives it back if the client closed.
   Status Adopt(const LockRequest& request, const AcquireAttempt& attempt, uint32_t attempts,
                const AcquireOptions& options, TimePoint sent, std::shared_ptr<LockState>* out);
-  Status NotAcquiredStatus(const std::string& name, int64_t holder_ttl_ms, uint32_t attempts,
+  // The last attempt's refusal, as the caller is told it.
+  Status NotAcquiredStatus(const std::string& name, const AcquireAttempt& last, uint32_t attempts,
                            TimePoint start) const;
   void ForgetPending(AsyncAcquire* acquire);
   // Runs a user callback, counted so that Close from inside it is deferred.

@@ -475,6 +475,10 @@ class RedlockBackend : public Backend {
       // Granted too late to be of use: the lease is (nearly) over on the first master already.
       v.attempt = AcquireAttempt();
       v.attempt.holder_ttl_ms = 0;  // try again at once
+      v.attempt.why_not = "a quorum of " + Masters() + " granted it after " +
+                          std::to_string(std::chrono::duration_cast<Millis>(Now() - sent).count()) +
+                          " ms, too late for its lease of " + std::to_string(request.lease_ms) +
+                          " ms (the masters are too slow for it)";
       v.give_back = true;
     }
     return v;
