@@ -3,11 +3,12 @@
 // conformance suite (redlock3, redlock5).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdio.h>
+#include <sys/file.h>
 #include <stdlib.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -163,9 +164,14 @@ FencedRun RunFencedCounter(const std::string& url, int each, int seconds,
     return run;
   }
   const std::string counter = std::string(dir) + "/counter";
-  auto count_now = [&] {
+  auto count_now = [&] {  // under the workers' flock: between their truncate and write it is empty
     long n = 0;
-    std::ifstream(counter) >> n;
+    if (FILE* f = fopen(counter.c_str(), "r")) {
+      flock(fileno(f), LOCK_SH);
+      if (fscanf(f, "%ld", &n) != 1) n = 0;
+      flock(fileno(f), LOCK_UN);
+      fclose(f);
+    }
     return n;
   };
   std::vector<std::unique_ptr<ChildProcess>> workers;
