@@ -95,12 +95,13 @@ struct AcquireDecided {
     return Count::Of(votes, Granted, Answered<AcquireAttempt>).yes >= quorum;
   }
 };
-// The token's write-back: the same, among the masters that granted.
+// The token's write-back: once the confirmations still `needed` for a quorum came (the master
+// that issued the token is not asked), or too few can.
 struct FenceDecided {
-  size_t quorum;
+  size_t needed;
   bool operator()(const Votes<NoResult>& votes) const {
     Count c = Count::Of(votes, Answered<NoResult>, Never<NoResult>);
-    return c.yes >= quorum || c.yes + c.pending < quorum;
+    return c.yes >= needed || c.yes + c.pending < needed;
   }
 };
 // Release and extend: Ok (a quorum), NotHeld (more than N - quorum deny it) or failed, once it
@@ -223,8 +224,8 @@ class RedlockBackend : public Backend {
                      AllMasters(), [&](size_t) { return AcquireOp(prefix_, request); }, AcquireDecided{quorum_}));
     if (v.acquired()) {
       auto fenced = Ask<NoResult>(
-          v.winners, [&](size_t) { return FenceOp(prefix_, HoldRef::Of(request), v.attempt.fencing_token); },
-          FenceDecided{quorum_});
+          v.behind, [&](size_t) { return FenceOp(prefix_, HoldRef::Of(request), v.attempt.fencing_token); },
+          FenceDecided{StillNeeded(v)});
       v = JudgeFence(request, std::move(v), fenced, sent);
     }
     if (v.give_back) {
@@ -262,11 +263,13 @@ class RedlockBackend : public Backend {
         [this, request, sent, done = std::move(done)](Votes<AcquireAttempt> votes) mutable {
           Verdict v = JudgeAcquire(request, votes);
           if (!v.acquired()) return Finish(request, std::move(v), std::move(done));
-          const std::vector<size_t> winners = v.winners;
+          // Read before v moves into the callback below.
+          const std::vector<size_t> behind = v.behind;
           const uint64_t token = v.attempt.fencing_token;
+          const size_t needed = StillNeeded(v);
           AskAsync<NoResult>(
-              winners, [this, request, token](size_t) { return FenceOp(prefix_, HoldRef::Of(request), token); },
-              FenceDecided{quorum_},
+              behind, [this, request, token](size_t) { return FenceOp(prefix_, HoldRef::Of(request), token); },
+              FenceDecided{needed},
               [this, request, sent, v = std::move(v), done = std::move(done)](
                   Votes<NoResult> fenced) mutable {
                 Finish(request, JudgeFence(request, std::move(v), fenced, sent), std::move(done));
@@ -389,6 +392,7 @@ class RedlockBackend : public Backend {
     Status status;
     AcquireAttempt attempt;
     std::vector<size_t> winners;       // the masters that granted
+    std::vector<size_t> behind;        // of those, the ones whose counter is below the token
     std::vector<size_t> give_back_to;  // all but those that refused: a failed call may have run
     bool give_back = false;            // what they granted goes back
     bool acquired() const { return status.ok() && attempt.acquired; }
@@ -435,6 +439,10 @@ class RedlockBackend : public Backend {
     if (c.yes >= quorum_) {
       v.attempt.acquired = true;
       v.give_back = false;
+      // The master that issued the token has its counter there already (acquire.lua set it).
+      for (size_t i : v.winners) {
+        if (votes[i].out.fencing_token < v.attempt.fencing_token) v.behind.push_back(i);
+      }
       return v;
     }
     v.attempt = AcquireAttempt();
@@ -457,10 +465,17 @@ class RedlockBackend : public Backend {
     return v;
   }
 
+  // The write-back confirmations still needed for a quorum: the winners at the token count.
+  size_t StillNeeded(const Verdict& v) const {
+    const size_t at_token = v.winners.size() - v.behind.size();
+    return at_token >= quorum_ ? 0 : quorum_ - at_token;
+  }
+
   // After the write-back of the token: still a quorum, and still within the lease.
   Verdict JudgeFence(const LockRequest& request, Verdict v, const Votes<NoResult>& fenced,
                      TimePoint sent) const {
     Count c = Count::Of(fenced, Answered<NoResult>, Never<NoResult>);
+    c.yes += v.winners.size() - v.behind.size();
     if (c.yes < quorum_) {
       v.status = Status::IoError("redlock: acquire of lock '" + request.name + "': the token went back to " +
                                  std::to_string(c.yes) + " of the " + std::to_string(v.winners.size()) +
