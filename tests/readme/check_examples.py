@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
-"""Runs every code example of the READMEs as printed, so that they stay true.
+"""Runs every code example of the READMEs and of docs/ as printed, so that they stay true.
 
 A fenced block tagged c, cpp, python, js, lua or bash is an example: a complete program that
 must build (C and C++ with -Wall -Wextra -Werror against the build tree) and exit 0 within 30 s
 (bash: run with -euo pipefail, the build's `dlock` command first on PATH). Blocks tagged
-otherwise (sh, crontab, text, none) are commands or grammar and are not run. The one
-liberty taken: the addresses the READMEs print for a local server (127.0.0.1:6379 for Redis,
-http://127.0.0.1:4567 for dynalite, 127.0.0.1:2379 for etcd) are replaced with the throwaway
-servers' addresses.
+otherwise are not run: sh for commands, text for URLs and grammar, c++ or cmake for fragments
+that are not whole programs, crontab, none. The one liberty taken: the addresses the documents
+print for a local server (127.0.0.1:6379 for Redis, http://127.0.0.1:4567 for dynalite,
+127.0.0.1:2379 for etcd) are replaced with the throwaway servers' addresses.
 AWS_* variables are cleared, as on a new user's machine.
 
     check_examples.py --source-dir . --build-dir build --redis 127.0.0.1:PORT \\
-        --dynalite http://127.0.0.1:PORT --etcd 127.0.0.1:PORT README.md bindings/*/README.md
+        --dynalite http://127.0.0.1:PORT --etcd 127.0.0.1:PORT \\
+        --docs-dir docs README.md bindings/*/README.md
 
-Every README named must hold at least one example. The last line reads
-`readme-examples: N passed, N failed`.
+Every README named must hold at least one example. Every Markdown file under each --docs-dir
+(found recursively, so a new page is checked without being named anywhere) is checked too, and
+may hold none. The last line reads `readme-examples: N passed, N failed`.
 """
 import argparse
+import glob
 import os
 import re
 import shutil
@@ -105,15 +108,30 @@ def main():
     parser.add_argument("--redis", required=True, help="host:port of a throwaway redis-server")
     parser.add_argument("--dynalite", required=True, help="http://host:port of a throwaway dynalite")
     parser.add_argument("--etcd", required=True, help="host:port of a throwaway etcd")
+    parser.add_argument("--docs-dir", action="append", default=[],
+                        help="a folder whose Markdown files (recursively) are checked too; "
+                             "they may hold no example")
     parser.add_argument("readmes", nargs="+")
     args = parser.parse_args()
 
+    documents = [(readme, True) for readme in args.readmes]
+    for docs in args.docs_dir:
+        if not os.path.isdir(docs):
+            raise SystemExit(f"check_examples: --docs-dir {docs}: no such folder")
+        pages = sorted(glob.glob(os.path.join(docs, "**", "*.md"), recursive=True))
+        if not pages:
+            raise SystemExit(f"check_examples: --docs-dir {docs}: no Markdown file in it")
+        documents += [(page, False) for page in pages if page not in args.readmes]
+
     passed = failed = 0
-    for readme in args.readmes:
+    for readme, required in documents:
         found = list(examples(readme))
         if not found:
-            print(f"FAIL {readme}: no example found (expected at least one)")
-            failed += 1
+            if required:
+                print(f"FAIL {readme}: no example found (expected at least one)")
+                failed += 1
+            else:
+                print(f"--   {readme}: no runnable example")
             continue
         for line, lang, code in found:
             code = code.replace("http://127.0.0.1:4567", args.dynalite)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every code example of README.md and the bindings' READMEs as printed (see
-# check_examples.py), against a throwaway redis-server, dynalite and etcd on free loopback ports.
+# Runs every code example of README.md, the bindings' READMEs and every page under docs/ as
+# printed (see check_examples.py), against a throwaway redis-server, dynalite and etcd on free
+# loopback ports.
 #
 #   tests/readme/run.sh [BUILD_DIR]      # default: build
 set -euo pipefail
@@ -18,4 +19,5 @@ start_etcd "$work"
 cd "$repo"
 python3 tests/readme/check_examples.py --source-dir "$repo" --build-dir "$build" \
   --redis "127.0.0.1:$REDIS_PORT" --dynalite "$DYNALITE_ENDPOINT" --etcd "$ETCD_ENDPOINT" \
+  --docs-dir docs \
   README.md bindings/python/README.md bindings/node/README.md bindings/luajit/README.md
