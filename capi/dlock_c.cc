@@ -180,7 +180,7 @@ void dlock_options_free(dlock_options* o) { delete o; }
 dlock_status dlock_options_set_lease_ms(dlock_options* o, uint64_t ms) {
   return Guard([&] {
     if (o == nullptr) return Invalid("options is NULL");
-    dlock::Status s = dlock::CheckLease(ms);
+    dlock::Status s = dlock::CheckHeldLease(ms);
     if (s.ok()) o->impl.lease_ms = ms;
     return Report(s);
   });

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Exit codes: sysexits.h's where one fits (README, "Exit codes"). CMD's own status otherwise,
+/* Exit codes: sysexits.h's where one fits (docs/cli.md, "Exit codes"). CMD's own status otherwise,
  * 128+N when CMD died of signal N. */
 enum {
   EXIT_USAGE = 64,        /* EX_USAGE: bad command line, URL, lock name or option value */

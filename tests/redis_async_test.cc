@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
@@ -87,10 +88,11 @@ TEST_F(RedisAsyncTest, LostCallbackRunsOnTheLoopThreadAndMayClose) {
   struct Ctx {
     Loop* loop;
     dlock_client* client;
+    RedisServer* redis;
     dlock_lock* lock = nullptr;
     std::thread::id thread = {};
     int calls = 0;
-  } ctx{&loop_, OpenOn(redis_.url(), loop_.base())};
+  } ctx{&loop_, OpenOn(redis_.url(), loop_.base()), &redis_};
   Options opts;
   opts.lease(2000).heartbeat(100).on_lost([](const char* name, uint64_t, void* arg) {
     auto* ctx = static_cast<Ctx*>(arg);
@@ -104,10 +106,12 @@ TEST_F(RedisAsyncTest, LostCallbackRunsOnTheLoopThreadAndMayClose) {
   }, &ctx);
   ASSERT_EQ(dlock_acquire_async(ctx.client, "fragile", opts.get(), [](dlock_status s, dlock_lock* l, void* arg) {
     ASSERT_EQ(s, DLOCK_OK);
-    static_cast<Ctx*>(arg)->lock = l;
+    auto* ctx = static_cast<Ctx*>(arg);
+    ctx->lock = l;
+    // Held: now it is deleted behind its back (a later turn of the loop, not this callback).
+    ctx->loop->After(0ms, [ctx] { ctx->redis->Cli({"DEL", "dlock:{fragile}"}); });
   }, &ctx), DLOCK_OK);
-  loop_.After(200ms, [&] { redis_.Cli({"DEL", "dlock:{fragile}"}); });
-  ASSERT_TRUE(loop_.Run());
+  ASSERT_TRUE(loop_.Run(20000ms));
   EXPECT_EQ(ctx.calls, 1);
   EXPECT_EQ(ctx.thread, std::this_thread::get_id());
 }
@@ -127,16 +131,20 @@ TEST_F(RedisAsyncTest, WaitingCallsAreRefusedOnTheLoopThreadAndWorkFromOthers) {
   Client holder(redis_.url());
   dlock_lock* held;
   ASSERT_EQ(dlock_acquire(holder.get(), "x", nullptr, &held), DLOCK_OK);
+  std::atomic<bool> worker_done{false};
   std::thread worker([&] {
     Options opts;
-    opts.wait(5000);
+    opts.wait(20000);
     dlock_lock* mine;
     EXPECT_EQ(dlock_acquire(c, "x", opts.get(), &mine), DLOCK_OK) << dlock_last_error();
     EXPECT_EQ(dlock_release(mine), DLOCK_OK);
-    loop_.Exit();  // event_base_loopbreak is thread-safe with evthread
+    worker_done = true;
   });
-  loop_.After(300ms, [&] { dlock_release(held); });
-  ASSERT_TRUE(loop_.Run());
+  // Released once the worker waits: its first attempt refused, it is in line.
+  EXPECT_TRUE(loop_.RunUntil([&] { return redis_.Cli({"ZCARD", "dlock:{x}:line"}) == "1"; }, 20000ms))
+      << "the waiting acquire never took its place in line";
+  dlock_release(held);
+  EXPECT_TRUE(loop_.RunUntil([&] { return worker_done.load(); }, 30000ms));
   worker.join();
   dlock_client_close(c);
 }
@@ -160,6 +168,10 @@ TEST_F(RedisAsyncTest, ArgumentErrorsAreReturnedAndDoneIsNotCalled) {
 
 TEST(AsyncOnOwnedThreadTest, CloseFromInsideACallback) {
   RedisServer redis;
+  // A thread started and joined first: a sanitizer's runtime starts its own background thread
+  // with the process's first one, and it must not count as the client's.
+  std::thread([] {}).join();
+  const int threads_before = ThreadCount();
   dlock_client* c;
   ASSERT_EQ(dlock_client_open(redis.url().c_str(), &c), DLOCK_OK);
   struct Ctx {
@@ -175,7 +187,9 @@ TEST(AsyncOnOwnedThreadTest, CloseFromInsideACallback) {
   }, &ctx), DLOCK_OK);
   ctx.closed.get_future().wait();
   EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{owned-close}"}), "0");
-  std::this_thread::sleep_for(100ms);  // the detached teardown finishes
+  // The detached teardown finishes: the client's thread ends (ASan's leak check follows).
+  EXPECT_TRUE(WaitFor([&] { return ThreadCount() <= threads_before; }, 10000ms))
+      << "the client's thread outlived its close";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <future>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -28,15 +29,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string Key(const std::string& name) { return "dlock:{" + name + "}"; }
-
-// errorstat_<kind>:count=N from INFO errorstats; 0 when absent.
-long ErrorCount(RedisServer& node, const std::string& kind) {
-  std::string stats = node.Cli({"INFO", "errorstats"});
-  std::smatch m;
-  std::regex pattern("errorstat_" + kind + ":count=([0-9]+)");
-  return std::regex_search(stats, m, pattern) ? std::stol(m[1]) : 0;
-}
 
 std::vector<int> Masters(RedisCluster& cluster) {
   std::vector<int> out;
@@ -94,7 +86,7 @@ TEST_F(ClusterTest, LocksSpreadOverEveryMasterWithoutARedirectOnceTheMapIsLoaded
 TEST_F(ClusterTest, HeartbeatsRenewLocksOnEveryMaster) {
   Client client(url());
   Options short_lease;
-  short_lease.lease(600).heartbeat(150);
+  short_lease.lease(1000).heartbeat(100);  // a renewal may come 900 ms late on a busy machine
   std::vector<dlock_lock*> held;
   for (int i = 0; i < 30; ++i) {
     dlock_lock* l = nullptr;
@@ -103,7 +95,7 @@ TEST_F(ClusterTest, HeartbeatsRenewLocksOnEveryMaster) {
         << dlock_last_error();
     held.push_back(l);
   }
-  std::this_thread::sleep_for(1800ms);  // three leases
+  std::this_thread::sleep_for(2500ms);  // two and a half leases
   for (int i = 0; i < 30; ++i) {
     const std::string name = "renewed-" + std::to_string(i);
     EXPECT_EQ(dlock_lock_is_valid(held[i]), 1) << name;
@@ -181,7 +173,7 @@ TEST_F(ClusterTest, WaitReplicasConfirmsTheGrantOrFailsAndGivesItBack) {
                                     },
                                     &result),
                 DLOCK_OK);
-      ASSERT_TRUE(WaitFor([&] { return result.done.load(); }, 5000ms));
+      ASSERT_TRUE(WaitFor([&] { return result.done.load(); }, 20000ms));
       s = result.status;
       error = result.error;
     }
@@ -193,7 +185,7 @@ TEST_F(ClusterTest, WaitReplicasConfirmsTheGrantOrFailsAndGivesItBack) {
       if (dlock_acquire(observer.get(), name.c_str(), o.get(), &other) != DLOCK_OK) return false;
       dlock_release(other);
       return true;
-    }, 3000ms)) << name << " was left held";
+    }, 10000ms)) << name << " was left held";
   }
 }
 
@@ -211,7 +203,9 @@ TEST_F(ClusterTest, ASlotMigratedWhileLockingLosesNothing) {
   ASSERT_GE(to, 0);
   for (int i = 0; i < RedisCluster::kNodes; ++i) cluster_->node(i).Cli({"CONFIG", "RESETSTAT"});
 
-  Client client(url());
+  // A call that meets the open slot is retried (TRYAGAIN) until the slot is closed or its
+  // timeout_ms ran out: 20 s, so that the test may wait for what it needs to see.
+  Client client(url("timeout_ms=20000"));
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::map<std::string, uint64_t> last_token;
@@ -246,7 +240,8 @@ TEST_F(ClusterTest, ASlotMigratedWhileLockingLosesNothing) {
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) threads.emplace_back(work, t);
-  std::this_thread::sleep_for(200ms);
+  // Every name taken once: its keys (the fence counters at least) are in the slot to move.
+  EXPECT_TRUE(WaitFor([&] { return done.load() >= 3; }, 20000ms)) << "the threads never ran";
 
   RedisServer& a = cluster_->node(from);
   RedisServer& b = cluster_->node(to);
@@ -261,13 +256,21 @@ TEST_F(ClusterTest, ASlotMigratedWhileLockingLosesNothing) {
     if (keys.empty()) break;
     // One key at a time, with locking going on in between.
     std::string answer = a.Cli({"MIGRATE", "127.0.0.1", b_port, keys, "0", "5000", "REPLACE"});
-    if (answer == "OK") ++moved_keys;
+    if (answer == "OK" && ++moved_keys == 1) {
+      // The migration is met: the next call on the moved key's name finds it gone from the old
+      // master, which sends it on (ASK) or refuses it (TRYAGAIN). (Each call may take 20 s:
+      // timeout_ms above.)
+      EXPECT_TRUE(WaitFor([&] { return ErrorCount(a, "ASK") + ErrorCount(a, "TRYAGAIN") > 0; }, 15000ms))
+          << "no call met the slot while it moved";
+    }
     std::this_thread::sleep_for(100ms);
   }
   for (int m : Masters(*cluster_)) {
     EXPECT_EQ(cluster_->node(m).Cli({"CLUSTER", "SETSLOT", s, "NODE", b_id}), "OK");
   }
-  std::this_thread::sleep_for(300ms);
+  // A few cycles on the new master, and more than 20 in all.
+  const long switched = done.load();
+  EXPECT_TRUE(WaitFor([&] { return done.load() >= std::max(switched + 3, 21L); }, 20000ms)) << "locking stopped";
   stop = true;
   for (auto& t : threads) t.join();
 

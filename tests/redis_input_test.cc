@@ -1,4 +1,4 @@
-// README guarantee 6 (Guarantees section): bad input gets DLOCK_EINVAL with a message saying
+// Guarantee 6 (docs/guarantees.md): bad input gets DLOCK_EINVAL with a message saying
 // what was wrong. Here: Redis URLs, option setters, status names; bad names and options at
 // acquire, on every backend, are in conformance/.
 #include <gtest/gtest.h>
@@ -51,6 +51,13 @@ TEST(OptionSettersTest, RejectBadValues) {
   EXPECT_NE(LastError().find("min_ms"), std::string::npos);
   EXPECT_EQ(dlock_options_set_lease_ms(o, UINT64_MAX), DLOCK_EINVAL);
   EXPECT_NE(LastError().find("lease_ms"), std::string::npos);
+  // Below the 10 ms minimum the setter refuses it, not the acquire that would come later.
+  for (uint64_t too_short : {1u, 9u}) {
+    EXPECT_EQ(dlock_options_set_lease_ms(o, too_short), DLOCK_EINVAL) << too_short;
+    EXPECT_NE(LastError().find("at least 10 ms"), std::string::npos) << LastError();
+  }
+  EXPECT_EQ(dlock_options_set_lease_ms(o, 10), DLOCK_OK);
+  EXPECT_EQ(dlock_options_set_lease_ms(o, 0), DLOCK_OK) << "0: no expiry";
   std::string long_owner(257, 'o');
   EXPECT_EQ(dlock_options_set_owner(o, long_owner.c_str()), DLOCK_EINVAL);
   EXPECT_NE(LastError().find("owner"), std::string::npos);

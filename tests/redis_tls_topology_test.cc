@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -30,9 +31,8 @@ using Clock = std::chrono::steady_clock;
 // for busy cores.
 constexpr const char* kTimeouts = "connect_timeout_ms=800&timeout_ms=800";
 // A waiter woken by a release, not by its retry timer (set to 5 s).
-constexpr int64_t kHandoffBoundMs = 2500;
+constexpr int64_t kHandoffBoundMs = 10000;
 
-std::string Key(const std::string& name) { return "dlock:{" + name + "}"; }
 
 int64_t MsBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
@@ -76,10 +76,12 @@ dlock_lock* Hold(dlock_client* client, const std::string& name) {
 }
 
 // A waiter (through waiter_client) queues on `name` while `held` is held, then the holder
-// releases: the waiter must have the lock within kHandoffBoundMs of the release (its retries are
-// 5 s apart, so only the release's message can wake it that soon), with a higher token. How
-// long it took, -1 when it did not get the lock.
-int64_t ExpectHandOff(dlock_lock* held, dlock_client* waiter_client, const std::string& name) {
+// releases, once in_line() (the line on the master serving `name`) shows the waiter: the waiter
+// must have the lock within kHandoffBoundMs of the release (its retries are 20 s apart, so only
+// the release's message can wake it that soon), with a higher token. How long it took, -1 when
+// it did not get the lock.
+int64_t ExpectHandOff(dlock_lock* held, dlock_client* waiter_client, const std::string& name,
+                      const std::function<int()>& in_line) {
   const uint64_t held_token = dlock_lock_fencing_token(held);
   std::atomic<bool> acquired{false};
   Clock::time_point got_it;
@@ -87,7 +89,7 @@ int64_t ExpectHandOff(dlock_lock* held, dlock_client* waiter_client, const std::
   std::string error;
   std::thread waiter([&] {
     Options o;
-    o.owner("waiter").wait(10000).retry(5000, 5000);
+    o.owner("waiter").wait(30000).retry(20000, 20000);
     dlock_lock* l = nullptr;
     dlock_status s = dlock_acquire(waiter_client, name.c_str(), o.get(), &l);
     if (s != DLOCK_OK) {
@@ -99,7 +101,9 @@ int64_t ExpectHandOff(dlock_lock* held, dlock_client* waiter_client, const std::
     acquired = true;
     dlock_release(l);
   });
-  std::this_thread::sleep_for(500ms);  // the waiter has tried once and is listening by now
+  // The waiter tried once, was refused, and took its place in line.
+  EXPECT_TRUE(WaitFor([&] { return in_line() == 1; }, 20000ms))
+      << name << ": the waiter never took its place in line (" << in_line() << ")";
   const auto released = Clock::now();
   EXPECT_EQ(dlock_release(held), DLOCK_OK) << name << ": " << dlock_last_error();
   waiter.join();
@@ -113,13 +117,10 @@ int64_t ExpectHandOff(dlock_lock* held, dlock_client* waiter_client, const std::
   return handoff;
 }
 
-// errorstat_<kind>:count=N from INFO errorstats; 0 when absent. (No std::regex: GCC 12 warns
-// about its insides under the sanitizers.)
-long ErrorCount(const RedisServer& node, const std::string& kind) {
-  const std::string stats = node.Cli({"INFO", "errorstats"});
-  const std::string field = "errorstat_" + kind + ":count=";
-  const size_t at = stats.find(field);
-  return at == std::string::npos ? 0 : atol(stats.c_str() + at + field.size());
+// How many fair waiters stand in line for `name` on `node`; -1 when the node answers otherwise.
+int LineLength(const RedisServer& node, const std::string& name) {
+  const std::string n = node.Cli({"ZCARD", Key(name) + ":line"});
+  return n.empty() || n.find_first_not_of("0123456789") != std::string::npos ? -1 : std::stoi(n);
 }
 
 // The options of a Deployment (RedisCluster, RedisSentinelGroup) for TLS everywhere with certs,
@@ -231,7 +232,11 @@ TEST_F(TlsClusterTest, AWaiterIsWokenByAReleaseOnEveryMaster) {
   for (const auto& [master, name] : names) {
     dlock_lock* held = Hold(holder.get(), name);
     ASSERT_NE(held, nullptr);
-    const int64_t handoff = ExpectHandOff(held, waiter.get(), name);
+    const int node = master;
+    const std::string waited = name;
+    const int64_t handoff = ExpectHandOff(held, waiter.get(), name, [&] {
+      return LineLength(deployment_->node(node), waited);
+    });
     std::cout << "TLS cluster, master " << deployment_->node(master).address() << ": handoff in "
               << handoff << " ms\n";
   }
@@ -243,13 +248,13 @@ TEST_F(TlsClusterTest, HeartbeatsKeepLocksPastTheirLease) {
   const std::map<int, std::string> names = OneNamePerMaster("tls-renewed-");
   ASSERT_EQ(names.size(), 3u);
   Options short_lease;
-  short_lease.lease(600).heartbeat(150);
+  short_lease.lease(1000).heartbeat(100);  // a renewal may come 900 ms late on a busy machine
   std::map<std::string, dlock_lock*> held;
   for (const auto& [master, name] : names) {
     ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), short_lease.get(), &held[name]), DLOCK_OK)
         << dlock_last_error();
   }
-  std::this_thread::sleep_for(1800ms);  // three leases
+  std::this_thread::sleep_for(2500ms);  // two and a half leases
   Options once;
   once.wait(0);
   for (const auto& [master, name] : names) {
@@ -301,10 +306,13 @@ TEST_F(TlsClusterTest, ASlotMigrationIsFollowedThroughAskAndTryAgain) {
   std::atomic<bool> acquired{false};
   dlock_lock* fresh = nullptr;
   std::string error;
+  // Its call is retried (TRYAGAIN) while the slot is open, for up to its timeout_ms: 20 s, so
+  // that the test may wait for the refusal it needs to see.
+  Client patient(url("timeout_ms=20000"));
   std::thread acquirer([&] {
     Options o;
     o.owner("tls-holder");
-    dlock_status s = dlock_acquire(client.get(), new_name.c_str(), o.get(), &fresh);
+    dlock_status s = dlock_acquire(patient.get(), new_name.c_str(), o.get(), &fresh);
     if (s == DLOCK_OK) {
       acquired = true;
     } else {
@@ -312,7 +320,7 @@ TEST_F(TlsClusterTest, ASlotMigrationIsFollowedThroughAskAndTryAgain) {
     }
   });
   // The acquire has been sent on (ASK) and refused by the new master (TRYAGAIN).
-  EXPECT_TRUE(WaitFor([&] { return ErrorCount(b, "TRYAGAIN") > 0; }, 3000ms));
+  EXPECT_TRUE(WaitFor([&] { return ErrorCount(b, "TRYAGAIN") > 0; }, 15000ms));
   EXPECT_FALSE(acquired.load()) << "granted while the slot was open";
   for (int m : Masters()) {
     EXPECT_EQ(deployment_->node(m).Cli({"CLUSTER", "SETSLOT", slot, "NODE", b_id}), "OK");
@@ -398,7 +406,11 @@ TEST_F(TlsSentinelTest, AWaiterIsWokenByARelease) {
   Client holder(url()), waiter(url());
   dlock_lock* held = Hold(holder.get(), "tls-woken");
   ASSERT_NE(held, nullptr);
-  std::cout << "TLS sentinel: handoff in " << ExpectHandOff(held, waiter.get(), "tls-woken")
+  std::cout << "TLS sentinel: handoff in "
+            << ExpectHandOff(held, waiter.get(), "tls-woken", [&] {
+                 const int master = deployment_->CurrentMaster();
+                 return master < 0 ? -1 : LineLength(deployment_->data_node(master), "tls-woken");
+               })
             << " ms\n";
 }
 
@@ -471,7 +483,9 @@ TEST(TlsSentinelFailoverTest, ClientsContinueOnThePromotedReplica) {
       },
       10s))
       << dlock_last_error();
-  const int64_t handoff = ExpectHandOff(held, waiter.get(), name);
+  const int64_t handoff = ExpectHandOff(held, waiter.get(), name, [&] {
+    return LineLength(group.data_node(promoted), name);
+  });
   EXPECT_EQ(group.data_node(promoted).Cli({"EXISTS", Key(name)}), "0");
   std::cout << "TLS sentinel failover: handoff on the new master in " << handoff << " ms\n";
 }

@@ -13,9 +13,9 @@
 
 namespace dlock_test {
 
-// Which sanitizer this test binary runs under. scripts/test runs every test three times (normal,
-// ASan+UBSan, TSan) within a 30-minute budget: the few heaviest cases run lighter under the
-// sanitizers, never weaker in the normal build (README, "Tests").
+// Which sanitizer this test binary runs under. scripts/test runs the tests in three builds
+// (normal, ASan+UBSan, TSan; docs/testing.md, "Build matrix") within a 20-minute budget: the few
+// heaviest cases run lighter under the sanitizers, never weaker in the normal build.
 #if defined(__has_feature)  // clang
 #define DLOCK_TEST_HAS_FEATURE(x) __has_feature(x)
 #else  // gcc says __SANITIZE_*__ instead
@@ -32,6 +32,20 @@ inline constexpr bool kUnderAddressSanitizer = true;
 inline constexpr bool kUnderAddressSanitizer = false;
 #endif
 inline constexpr bool kUnderSanitizer = kUnderThreadSanitizer || kUnderAddressSanitizer;
+
+// Time in the tests (docs/testing.md): a bound the library states is asserted with
+// generous slack, never a speed; the order of events between threads and processes is made by
+// waiting for what shows it (a waiter in line, a file, a line of output), never by a sleep.
+//
+// dlock.h's bounds with the default timeouts: a call that does not wait (a one-try acquire,
+// release, extend, inspect) takes at most connect_timeout_ms + timeout_ms = 2 s + 3 s; an
+// acquire that waits W ms, W more.
+inline constexpr int64_t kCallBoundMs = 2000 + 3000;
+// The slack added to a stated bound, for sanitizers on busy, shared cores.
+inline constexpr int64_t kSlackMs = 3000;
+
+// The Redis key that holds lock NAME under the default prefix.
+inline std::string Key(const std::string& name) { return "dlock:{" + name + "}"; }
 
 class Client {
  public:

@@ -25,8 +25,10 @@
  *   through one client at once; blocking calls do not serialize on one connection. A dlock_lock
  *   may be used from any thread; its accessors (fencing_token, is_valid, remaining_ms,
  *   attempts, name) may be called from any thread at any time until it is released, while
- *   dlock_extend and dlock_release of one lock must not run in two threads at once. Each client owns one
- *   background thread (libevent) that runs heartbeats, pub/sub wake-ups and lost-lock callbacks.
+ *   dlock_extend and dlock_release of one lock must not run in two threads at once. A client from
+ *   dlock_client_open owns one background thread (libevent) that runs heartbeats, pub/sub
+ *   wake-ups and lost-lock callbacks; a client from dlock_client_open_evbase creates no thread
+ *   and runs all of that on the caller's event_base (see "event-loop integration" below).
  *
  * Callbacks. on_lost and the _async done callbacks run on the client's loop thread (its own,
  *   or the caller's event_base thread). They may call any dlock function, including releasing
@@ -45,6 +47,23 @@
  * URLs (dlock_client_open):
  *   redis://[[user]:password@]host[:port][/db][?params]     one Redis server, default port 6379
  *   redis+unix://[[user]:password@]/path/to.sock[?db=N&params]
+ *   rediss://...                            one Redis server over TLS (as redis:// with tls=1)
+ *   redis-cluster://[[user]:password@]host:port[,host:port...][?params]
+ *                                           Redis Cluster from these seed nodes: slot routing,
+ *                                           MOVED/ASK, sharded pub/sub
+ *   redis-sentinel://[[user]:password@]host:port[,host:port...]/MASTER_NAME[?db=N
+ *                    &sentinel_password=P&params]
+ *                                           the master that Sentinel names (default port
+ *                                           26379), followed through failovers
+ *   redlock://[[user]:password@]host:port,host:port,host:port[,...][?params]
+ *                                           Redlock: a quorum (N/2+1) of N >= 3 independent
+ *                                           masters; fencing tokens best effort (no
+ *                                           DLOCK_CAP_FENCING_STRICT; see docs/redlock.md)
+ *   TLS on every Redis scheme and etcd://: tls=1, ca=FILE, cert=FILE, key=FILE, sni=NAME,
+ *   tls_verify=0 (rediss:// implies tls=1). wait_replicas=N (redis, rediss, cluster,
+ *   sentinel): after each acquire, WAIT for N replicas to acknowledge it; it narrows the window
+ *   in which a failover loses a lock, but, as Redis's own docs say, WAIT does not make Redis
+ *   strongly consistent.
  *   Common params: prefix= (key prefix, default "dlock:"), connect_timeout_ms= (default 2000:
  *   the whole connect and handshake), timeout_ms= (default 3000: a whole command, sent to last
  *   byte of the reply). Unknown parameters are an error. Bounds, with C = connect_timeout_ms,
@@ -70,7 +89,7 @@
  *   holder's lease may have run out or on its jittered retry. A holder that stops heartbeating is
  *   taken over once its recordVersion has stood unchanged for a whole lease on the waiter's
  *   monotonic clock (trust_local_time=1: once renewedAtMs + leaseMs is past the waiter's wall
- *   clock). The table must exist: see dlock_dynamodb_create_table.
+ *   clock). The table must exist: create it with dlock_backend_prepare (or `dlock prepare`).
  *
  *   etcd://host[:port][,host[:port]...][?tls=1&ca=&cert=&key=&sni=&tls_verify=0&params]
  *   An etcd v3 cluster through its JSON gateway (port 2379 unless given), endpoints tried in
@@ -150,7 +169,9 @@ DLOCK_API void dlock_client_close(dlock_client *c);
 DLOCK_API dlock_options *dlock_options_new(void); /* NULL only when out of memory */
 DLOCK_API void dlock_options_free(dlock_options *o);
 /* Lease: how long the server keeps the lock without a renewal. Default 10000. 0 = no expiry
- * (fail-closed: held until released). At most 10 years. */
+ * (fail-closed: held until released). Otherwise at least 10 ms (shorter is DLOCK_EINVAL: the
+ * clock drift allowance alone, lease/100 + 2 ms, would leave nothing to hold) and at most
+ * 10 years. */
 DLOCK_API dlock_status dlock_options_set_lease_ms(dlock_options *o, uint64_t ms);
 /* Heartbeat period: the lease is renewed in the background this often. Default lease/3.
  * 0 = no heartbeats. Must be less than the lease. */
@@ -172,7 +193,9 @@ DLOCK_API dlock_status dlock_options_set_on_lost(dlock_options *o, dlock_lost_fn
 /* ----- locks ------------------------------------------------------------------------------ */
 
 /* Acquires the lock called name (1..DLOCK_MAX_NAME_BYTES bytes). On DLOCK_OK *out is a held
- * lock whose fencing token is greater than every token issued before for this name.
+ * lock whose fencing token is greater than every token issued before for this name (under the
+ * faults docs/guarantees.md lists for the backend; best effort on redlock://, which lacks
+ * DLOCK_CAP_FENCING_STRICT).
  * DLOCK_NOT_ACQUIRED when someone else holds it and the wait ran out. Not reentrant: a second
  * acquire of a name this client holds waits like any other contender. o may be NULL. */
 DLOCK_API dlock_status dlock_acquire(dlock_client *c, const char *name, const dlock_options *o,
@@ -183,7 +206,8 @@ DLOCK_API dlock_status dlock_release(dlock_lock *l);
 /* Sets the lock's lease to lease_ms from now (0 = no expiry) if this owner still holds it; the
  * heartbeat period follows (lease/3 unless set explicitly). DLOCK_NOT_HELD when it was lost.
  * Extends and background renewals of one lock reach the server one at a time, so the local
- * deadline always follows the lease the server has. Not on the client's loop thread (use
+ * deadline always follows the lease the server has. lease_ms is 0 or 10 ms..10 years, as for
+ * dlock_options_set_lease_ms. Not on the client's loop thread (use
  * dlock_extend_async there). */
 DLOCK_API dlock_status dlock_extend(dlock_lock *l, uint64_t lease_ms);
 /* The fencing token of this acquisition; 0 for NULL. Heartbeats and extends keep it. */
@@ -337,8 +361,9 @@ DLOCK_API dlock_status dlock_inspect_errbuf(dlock_client *c, const char *name,
 /* ----- backends ---------------------------------------------------------------------------- */
 
 /* Creates what the URL's backend needs before clients can use it, and waits up to wait_ms
- * (-1 = no limit, 0 = do not wait) for it to be ready: for dynamodb://, the table (see
- * dlock_dynamodb_create_table); for Redis, nothing (the URL is checked). DLOCK_OK when it
+ * (-1 = no limit, 0 = do not wait) for it to be ready: for dynamodb://, the lock table (key
+ * schema and billing as described at dlock_dynamodb_create_table below); for Redis, nothing
+ * (the URL is checked). DLOCK_OK when it
  * already exists. */
 DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
 
@@ -346,14 +371,18 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *   DLOCK_CAP_FENCING_STRICT  tokens strictly increasing under every fault the docs list
  *                             (Redis: release, expiry, takeover, a restart that lost the data,
  *                             as long as the server's clock moves forward; DynamoDB: release,
- *                             expiry, takeover, the item deleted, as long as clocks move forward)
- *   DLOCK_CAP_NOTIFIES        waiters are woken by releases, not only by retries (Redis, etcd)
- *   DLOCK_CAP_SHARED          shared holds (dlock_options_set_kind): Redis, DynamoDB, etcd
+ *                             expiry, takeover, the item deleted, as long as clocks move forward;
+ *                             etcd: the key's create revision). Not Redlock: best effort there
+ *   DLOCK_CAP_NOTIFIES        waiters are woken by releases, not only by retries (Redis,
+ *                             Redlock, etcd)
+ *   DLOCK_CAP_SHARED          shared holds (dlock_options_set_kind): Redis, Redlock, DynamoDB,
+ *                             etcd
  *   DLOCK_CAP_PERMITS         counting semaphores (dlock_options_set_permits): Redis, DynamoDB,
  *                             etcd
  *   DLOCK_CAP_FAIR            waiting exclusive acquires are served in arrival order, each
  *                             release handing the lock to the first in line
- *                             (dlock_options_set_fair): Redis
+ *                             (dlock_options_set_fair): Redis (one server, Cluster, Sentinel)
+ * docs/guarantees.md has the whole matrix.
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u
 #define DLOCK_CAP_NOTIFIES 0x2u
@@ -431,7 +460,8 @@ DLOCK_API size_t dlock_url_redact(const char *url, char *buf, size_t len);
 
 /* ----- DynamoDB --------------------------------------------------------------------------- */
 
-/* dlock_backend_prepare for dynamodb:// URLs (kept for the ABI; other schemes are EINVAL).
+/* The older, DynamoDB-only name of dlock_backend_prepare, kept for the ABI: new code calls
+ * dlock_backend_prepare, which takes every scheme (here other schemes are DLOCK_EINVAL).
  * Creates the lock table a dynamodb:// URL names (see URLs above): key schema partition_key
  * (HASH, string) [+ sort_key (RANGE, string)], on-demand billing (PAY_PER_REQUEST). Then waits
  * until DynamoDB reports it ACTIVE: up to wait_ms, -1 = no limit, 0 = do not wait. A table that

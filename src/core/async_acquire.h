@@ -1,5 +1,5 @@
 // One dlock_acquire_async in progress, on the loop thread: the same waiting policy as the
-// blocking Client::Acquire (README, Guarantees, 5), as a state machine driven by backend replies,
+// blocking Client::Acquire (docs/guarantees.md, 5), as a state machine driven by backend replies,
 // release notifications and a timer, so that a thousand waiters cost no thread each.
 #ifndef DLOCK_CORE_ASYNC_ACQUIRE_H_
 #define DLOCK_CORE_ASYNC_ACQUIRE_H_

@@ -1,6 +1,7 @@
 // Client: one backend, its event loop (a thread it owns, or the caller's event_base), its
 // heartbeats, the locks it holds and the async acquires in progress. Implements the waiting
-// policy of the README's guarantee 5 on top of Backend, blocking (Acquire) and async (AsyncAcquire).
+// policy of guarantee 5 (docs/guarantees.md) on top of Backend, blocking (Acquire) and async
+// (AsyncAcquire).
 #ifndef DLOCK_CORE_CLIENT_H_
 #define DLOCK_CORE_CLIENT_H_
 

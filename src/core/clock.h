@@ -1,4 +1,4 @@
-// The monotonic clock: the only clock that decides lock validity (README, Guarantees, 3).
+// The monotonic clock: the only clock that decides lock validity (docs/guarantees.md, 3).
 #ifndef DLOCK_CORE_CLOCK_H_
 #define DLOCK_CORE_CLOCK_H_
 

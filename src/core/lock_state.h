@@ -65,7 +65,7 @@ struct LockState {
 
   LockPhase Phase() const { return static_cast<LockPhase>(phase.load()); }
 
-  // Local validity (README, Guarantees, 3): sent + lease - drift on the monotonic clock.
+  // Local validity (docs/guarantees.md, 3): sent + lease - drift on the monotonic clock.
   void SetDeadline(TimePoint sent, uint64_t lease) {
     deadline_ns.store(lease == 0 ? kNoDeadline : ToNanos(sent + Millis(lease) - LeaseDrift(lease)));
   }

@@ -1,4 +1,4 @@
-// The waiting policy (README guarantee 5), written once for the blocking and the async acquire:
+// The waiting policy (docs/guarantees.md, 5), written once for the blocking and the async acquire:
 // after a refused attempt, give up, subscribe to the lock's releases (once, before the next
 // attempt, so that a release in between cannot be missed), or sleep until the jittered,
 // exponentially growing fallback retry or just after the holder's lease may run out, whichever

@@ -43,6 +43,8 @@ std::string Env(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
+bool IsTrue(const std::string& v) { return v == "true" || v == "TRUE" || v == "True" || v == "1"; }
+
 std::map<std::string, std::map<std::string, std::string>> ParseIni(const std::string& text) {
   std::map<std::string, std::map<std::string, std::string>> sections;
   std::istringstream in(text);

@@ -36,6 +36,9 @@ std::map<std::string, std::map<std::string, std::string>> ParseIni(const std::st
 // The value of an environment variable, "" when unset.
 std::string Env(const char* name);
 
+// Whether an AWS boolean setting (environment or profile) says true, as the AWS SDKs read it.
+bool IsTrue(const std::string& value);
+
 }  // namespace dlock::dynamodb
 
 #endif  // DLOCK_DYNAMODB_AWS_PROFILE_H_

@@ -16,8 +16,6 @@ constexpr char kImdsDefault[] = "http://169.254.169.254";
 constexpr char kImdsIpv6[] = "http://[fd00:ec2::254]";
 constexpr int kEndpointTimeoutMs = 2000;
 
-bool IsTrue(const std::string& v) { return v == "true" || v == "TRUE" || v == "True" || v == "1"; }
-
 // The host of an http(s) URL, without brackets or port.
 std::string UrlHost(const std::string& url) {
   size_t start = url.find("://");

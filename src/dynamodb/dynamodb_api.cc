@@ -142,7 +142,7 @@ ApiResult Api::Interpret(const std::string& operation, const Status& transport,
     }
     result.status = Status::BackendError(
         "table '" + config_.table + "' does not exist in region " + config_.region + " at " +
-        config_.endpoint + " (" + described + "). Create it with dlock_dynamodb_create_table(), "
+        config_.endpoint + " (" + described + "). Create it with dlock_backend_prepare() or `dlock prepare`, "
         "or: aws dynamodb create-table --table-name " + config_.table +
         " --attribute-definitions " + attributes + " --key-schema " + key_schema +
         " --billing-mode PAY_PER_REQUEST");

@@ -123,7 +123,7 @@ class DynamoDbBackend : public Backend {
   void ShutdownOnLoop() override { async_.Shutdown(); }
 
  private:
-  // A caller's call ends by timeout_ms (README: DynamoDB backend, bounds).
+  // A caller's call ends by timeout_ms (docs/urls.md, "How long a call can take").
   TimePoint CallDeadline() const { return Now() + Millis(api_.config().params.timeout_ms); }
 
   CredentialsChain credentials_;

@@ -7,8 +7,6 @@
 namespace dlock::dynamodb {
 namespace {
 
-bool IsTrue(const std::string& v) { return v == "true" || v == "TRUE" || v == "True" || v == "1"; }
-
 Status ParseBool(const std::string& key, const std::string& value, bool* out) {
   if (value == "1" || value == "true") {
     *out = true;

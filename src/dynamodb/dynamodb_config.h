@@ -51,7 +51,7 @@ struct DynamoConfig {
 // AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), else the region's public endpoint.
 Status ParseDynamoUrl(const Url& url, DynamoConfig* out);
 
-// The key values of lock `name` (see README): without a sort key the partition value is
+// The key values of lock `name` (docs/dynamodb.md, "The table"): without a sort key the partition value is
 // prefix + name; with one, the name is "PARTITION/SORT", split at its first '/', and the
 // partition value is prefix + PARTITION. Names must be valid UTF-8 (DynamoDB strings are).
 Status SplitLockName(const DynamoConfig& config, const std::string& name, std::string* partition,

@@ -119,7 +119,7 @@ class EtcdBackend : public Backend {
     });
   }
 
-  // A call ends by timeout_ms (README: etcd backend, bounds).
+  // A call ends by timeout_ms (docs/urls.md, "How long a call can take").
   TimePoint CallDeadline() const { return Now() + Millis(config_.params.timeout_ms); }
 
   EventLoop* loop_;

@@ -5,7 +5,7 @@
 namespace dlock::http {
 namespace {
 
-constexpr size_t kMaxIdleTransfers = 64;
+constexpr size_t kMaxIdleAsyncTransfers = 64;
 
 }  // namespace
 
@@ -152,7 +152,7 @@ void AsyncClient::ArmIdleCheck() {
 }
 
 void AsyncClient::Recycle(std::unique_ptr<EasyTransfer> easy) {
-  if (idle_.size() < kMaxIdleTransfers) idle_.push_back(std::move(easy));
+  if (idle_.size() < kMaxIdleAsyncTransfers) idle_.push_back(std::move(easy));
 }
 
 void AsyncClient::Shutdown(const std::string& why) {

@@ -4,7 +4,7 @@ namespace dlock::http {
 namespace {
 
 // Idle easy handles kept (each holds its own kept-alive connection).
-constexpr size_t kMaxIdleTransfers = 64;
+constexpr size_t kMaxIdleBlockingTransfers = 64;
 
 }  // namespace
 
@@ -23,7 +23,7 @@ Status BlockingClient::Perform(const Request& request, Response* response) {
   CURLcode code = curl_easy_perform(transfer->handle());
   Status s = transfer->Finish(code, response);
   std::lock_guard<std::mutex> lock(mu_);
-  if (idle_.size() < kMaxIdleTransfers) idle_.push_back(std::move(transfer));
+  if (idle_.size() < kMaxIdleBlockingTransfers) idle_.push_back(std::move(transfer));
   return s;
 }
 

@@ -1,4 +1,4 @@
-// Heartbeats (README, Guarantees, 4): renews held leases in the background, on the loop thread,
+// Heartbeats (docs/guarantees.md, 4): renews held leases in the background, on the loop thread,
 // and carries the caller's extends: every lease-changing command of a lock goes through here,
 // one at a time, so that the answers arrive in the order the server applied them and the
 // local deadline always follows the lease the server really has.

@@ -2,7 +2,7 @@
 // runs the scripts one Redis runs (lock_ops.h: the operations are the same, written once); this
 // file asks every master at once and counts the answers.
 //
-// What it promises (README, "Redlock"): an acquire succeeds when a quorum granted it and the
+// What it promises (docs/redlock.md): an acquire succeeds when a quorum granted it and the
 // lease's validity (lease - elapsed - drift, on the monotonic clock from the send) is still
 // positive; otherwise what was won is given back on every master before the call returns.
 // Release and extend go to every master; a renewal confirmed by fewer than a quorum before the

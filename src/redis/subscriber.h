@@ -1,4 +1,4 @@
-// One pub/sub connection per server for all of a client's waiters (README, Guarantees, 5).
+// One pub/sub connection per server for all of a client's waiters (docs/guarantees.md, 5).
 // Waiters watch a lock's release channel; the release script publishes there; every watcher of
 // that channel is woken. If the connection drops, all waiters are woken (they retry and fall
 // back to polling) and the channels are subscribed again on a new connection, 200 ms later.

@@ -84,7 +84,7 @@ TEST_F(DynamoFailureTest, EndlessThrottlingGivesUpWithinTheCallBudget) {
   dlock_lock* l;
   auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(dlock_acquire(client.get(), "never", nullptr, &l), DLOCK_EBACKEND);
-  EXPECT_LT(ElapsedMs(start), 2000);
+  EXPECT_LT(ElapsedMs(start), 600 + kSlackMs) << "a call is bounded by timeout_ms (dlock.h), throttled or not";
   EXPECT_NE(std::string(dlock_last_error()).find("ThrottlingException"), std::string::npos) << dlock_last_error();
   EXPECT_GE(proxy.requests(), 3);
 }
@@ -130,6 +130,7 @@ TEST_F(DynamoFailureTest, SlowServerIsEioAfterTimeoutMs) {
   dlock_lock* l;
   auto start = std::chrono::steady_clock::now();
   dlock_status s = dlock_acquire(client.get(), "slow", nullptr, &l);
+  const int64_t acquire_ms = ElapsedMs(start);
   // The write landed after the timeout; the read that settles the ambiguity finds it ours.
   if (s == DLOCK_OK) {
     EXPECT_FALSE(S(Item("slow"), "owner").empty());
@@ -138,14 +139,14 @@ TEST_F(DynamoFailureTest, SlowServerIsEioAfterTimeoutMs) {
     EXPECT_EQ(s, DLOCK_EIO);
     EXPECT_NE(std::string(dlock_last_error()).find("timeout_ms=250"), std::string::npos) << dlock_last_error();
     // Nothing may be left held by an owner nobody knows.
-    EXPECT_TRUE(WaitFor([&] { return !Item("slow").contains("owner"); }, 2000ms));
+    EXPECT_TRUE(WaitFor([&] { return !Item("slow").contains("owner"); }, 10000ms));
   }
-  EXPECT_LT(ElapsedMs(start), 2500);
+  EXPECT_LT(acquire_ms, 2500) << "timeout_ms=250 (and the read that settles it), with slack";
 }
 
 TEST_F(DynamoFailureTest, StoppedServerBoundsEveryCall) {
-  // dynalite SIGSTOPped: each call ends within its documented bound (README: DynamoDB
-  // backend), with generous slack; nothing is left held once it comes back.
+  // dynalite SIGSTOPped: each call ends within its documented bound (docs/urls.md:
+  // how long a call can take), with generous slack; nothing is left held once it comes back.
   Client client(url("timeout_ms=1000&connect_timeout_ms=1000"));
   dlock_lock* held = nullptr;
   ASSERT_EQ(dlock_acquire(client.get(), "held", nullptr, &held), DLOCK_OK) << dlock_last_error();
@@ -217,9 +218,9 @@ TEST_F(DynamoFailureTest, AmbiguousHeartbeatIsSettledByReadingTheItem) {
   opts.lease(1500).on_lost(&LostRecorder::Fn, &lost);  // heartbeat every 500 ms
   dlock_lock* l;
   ASSERT_EQ(dlock_acquire(client.get(), "ambiguous", opts.get(), &l), DLOCK_OK) << dlock_last_error();
-  std::this_thread::sleep_for(3000ms);
-  EXPECT_GE(renewals.load(), 3);
-  EXPECT_GE(reads.load(), 3) << "each ambiguous renewal is followed by a read";
+  // Three ambiguous renewals, each settled by a read, however long they take.
+  EXPECT_TRUE(WaitFor([&] { return renewals.load() >= 3 && reads.load() >= 3; }, 30000ms))
+      << renewals.load() << " renewals, " << reads.load() << " reads: each ambiguous renewal is followed by a read";
   EXPECT_EQ(lost.calls.load(), 0);
   EXPECT_EQ(dlock_lock_is_valid(l), 1);
   EXPECT_EQ(dlock_release(l), DLOCK_OK);

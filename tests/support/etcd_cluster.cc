@@ -29,7 +29,7 @@ constexpr long kStatusTimeoutMs = 1000;
 // A put through a follower waits for the leader; without a quorum etcd itself gives up after
 // about 5 s plus two election timeouts.
 constexpr long kRequestTimeoutMs = 8000;
-constexpr int kStartAttempts = 3;
+constexpr int kEtcdStartAttempts = 3;
 
 struct HttpAnswer {
   long status = 0;  // 0: no HTTP answer (error says why)
@@ -148,7 +148,7 @@ EtcdCluster::~EtcdCluster() {
 
 bool EtcdCluster::Create(bool new_ports) {
   std::string why;
-  for (int attempt = 1; attempt <= kStartAttempts; ++attempt) {
+  for (int attempt = 1; attempt <= kEtcdStartAttempts; ++attempt) {
     if (new_ports) {
       std::set<int> taken;
       for (Node& n : nodes_) {

@@ -9,18 +9,14 @@
 #include <string>
 #include <thread>
 
+#include "support/harness_util.h"
 #include "support/redis_wire.h"
 #include "support/tls_certs.h"
 
 namespace {
 
+using dlock_test::CountOf;
 using dlock_test::RedisCluster;
-
-int CountOf(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 TEST(RedisClusterTest, ThreeMastersWithOneReplicaEachCoverEverySlot) {
   RedisCluster cluster;

@@ -1,4 +1,5 @@
 #include "support/redis_sentinel.h"
+#include "support/harness_util.h"
 #include "support/redis_wire.h"
 
 #include <errno.h>
@@ -29,12 +30,11 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 namespace fs = std::filesystem;
 
-constexpr int kStartAttempts = 5;
+constexpr int kSentinelStartAttempts = 5;
 constexpr auto kSentinelUpTimeout = std::chrono::seconds(5);
-constexpr auto kReadyTimeout = std::chrono::seconds(20);
+constexpr auto kSentinelReadyTimeout = std::chrono::seconds(20);
 constexpr int kPollMs = 50;
 
-void SleepMs(int ms) { std::this_thread::sleep_for(milliseconds(ms)); }
 
 // One command on 127.0.0.1:port (over TLS when tls is set), AUTHenticating first when password
 // is set. The reply, or null and why (rendered as RedisServer::Cli does: "CONNECT FAILED: ...",
@@ -139,7 +139,7 @@ RedisSentinelGroup::RedisSentinelGroup(Options options) : options_(std::move(opt
   // Meanwhile (each can take a second): the sentinels connect to each other (a sentinel that
   // tried a peer before it listened retries a second later), and the master starts streaming
   // writes to each replica (once the replica acknowledged the RDB, on its once-a-second cron).
-  const auto until = Clock::now() + kReadyTimeout;
+  const auto until = Clock::now() + kSentinelReadyTimeout;
   std::string bad;
   bool replicated = false;
   while (true) {
@@ -157,7 +157,7 @@ RedisSentinelGroup::RedisSentinelGroup(Options options) : options_(std::move(opt
     if (Clock::now() >= until) break;
     SleepMs(kPollMs);
   }
-  ADD_FAILURE() << "RedisSentinelGroup: not ready within " << Ms(kReadyTimeout) << ": " << bad
+  ADD_FAILURE() << "RedisSentinelGroup: not ready within " << Ms(kSentinelReadyTimeout) << ": " << bad
                 << "\n"
                 << SentinelLogs();
 }
@@ -295,7 +295,7 @@ bool RedisSentinelGroup::StartSentinels(std::string* why) {
     sn.id.clear();
     for (int k = 0; k < 40; ++k) sn.id += kHex[random() % 16];
   }
-  for (int attempt = 1; attempt <= kStartAttempts; ++attempt) {
+  for (int attempt = 1; attempt <= kSentinelStartAttempts; ++attempt) {
     std::set<int> ports;
     for (int s = 0; s < kSentinels; ++s) {
       int port = FreeTcpPort();
@@ -328,7 +328,7 @@ bool RedisSentinelGroup::StartSentinels(std::string* why) {
       port_taken |= log.find("Address already in use") != std::string::npos;
     }
     // Only a port taken between FreeTcpPort() and the bind is worth another try.
-    if (!port_taken || attempt == kStartAttempts) return false;
+    if (!port_taken || attempt == kSentinelStartAttempts) return false;
     for (int s = 0; s < kSentinels; ++s) {
       std::error_code ec;
       fs::remove(sentinel_log(s), ec);
@@ -669,7 +669,7 @@ bool RedisSentinelGroup::RestartSentinel(int s) {
     }
   }
   if (up) {
-    const auto until = Clock::now() + kReadyTimeout;
+    const auto until = Clock::now() + kSentinelReadyTimeout;
     while (true) {
       int master = CurrentMaster();
       why = master < 0 ? "the sentinels do not agree on a master"

@@ -14,23 +14,19 @@
 
 #include <gtest/gtest.h>
 
+#include "support/harness_util.h"
 #include "support/redis_wire.h"
 #include "support/tls_certs.h"
 
 namespace {
 
+using dlock_test::CountOf;
 using dlock_test::RedisSentinelGroup;
 using dlock_test::RedisSentinelOptions;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 bool ProcessExists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
-
-int CountOf(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 long long MsSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();

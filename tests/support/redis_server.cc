@@ -1,4 +1,5 @@
 #include "redis_server.h"
+#include "support/harness_util.h"
 #include "support/redis_wire.h"
 #include "support/tls_certs.h"
 
@@ -33,7 +34,6 @@ namespace fs = std::filesystem;
 constexpr auto kReadyTimeout = std::chrono::seconds(5);
 constexpr int kStartAttempts = 5;
 
-void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 }  // namespace
 
@@ -248,6 +248,14 @@ std::string RedisServer::LogTail() const {
   std::string out = ReadTail(dir_ + "/stdout.log", 1000);
   if (!out.empty()) s += "\n--- stdout/stderr ---\n" + out;
   return s;
+}
+
+long ErrorCount(const RedisServer& node, const std::string& kind) {
+  // No std::regex: GCC 12 warns about its insides under the sanitizers.
+  const std::string stats = node.Cli({"INFO", "errorstats"});
+  const std::string field = "errorstat_" + kind + ":count=";
+  const size_t at = stats.find(field);
+  return at == std::string::npos ? 0 : atol(stats.c_str() + at + field.size());
 }
 
 }  // namespace dlock_test

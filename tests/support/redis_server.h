@@ -122,6 +122,10 @@ class RedisServer {
   std::unique_ptr<ChildProcess> process_;
 };
 
+// errorstat_<kind>:count=N from the server's INFO errorstats (how many MOVED, ASK, TRYAGAIN...
+// replies it sent); 0 when absent.
+long ErrorCount(const RedisServer& node, const std::string& kind);
+
 }  // namespace dlock_test
 
 #endif  // DLOCK_TESTS_SUPPORT_REDIS_SERVER_H_

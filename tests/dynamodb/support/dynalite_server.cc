@@ -1,4 +1,5 @@
 #include "support/dynalite_server.h"
+#include "support/harness_util.h"
 
 #include <curl/curl.h>
 #include <gtest/gtest.h>
@@ -15,10 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-size_t Collect(char* data, size_t size, size_t n, void* arg) {
-  static_cast<std::string*>(arg)->append(data, size * n);
-  return size * n;
-}
 
 }  // namespace
 
@@ -153,7 +150,7 @@ RawResponse DynaliteServer::Call(const std::string& operation, const std::string
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json.c_str());
   curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(json.size()));
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Collect);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &AppendToString);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &out.body);
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);

@@ -1,4 +1,5 @@
 #include "support/fake_http_server.h"
+#include "support/harness_util.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -55,10 +56,6 @@ std::string Head(const FakeResponse& response, const std::string& framing) {
          "\r\nConnection: keep-alive\r\n\r\n";
 }
 
-size_t Collect(char* data, size_t size, size_t n, void* arg) {
-  static_cast<std::string*>(arg)->append(data, size * n);
-  return size * n;
-}
 
 }  // namespace
 
@@ -216,7 +213,7 @@ FakeResponse ForwardTo(const std::string& base_url, const FakeRequest& request) 
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.body.c_str());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(request.body.size()));
   }
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Collect);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &AppendToString);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &out.body);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_PROXY, "");
