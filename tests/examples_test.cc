@@ -27,8 +27,12 @@ TEST(ExamplesTest, EvloopServerWorksReactsToLossAndStaysResponsive) {
   RedisServer redis;
   ChildProcess server({DLOCK_EVLOOP_SERVER, redis.url(), "3"});
   ASSERT_TRUE(server.started()) << server.error();
-  std::this_thread::sleep_for(1000ms);
-  redis.Cli({"DEL", "dlock:{evloop-server}"});  // the lock is lost behind its back
+  // Once it holds the lock, the lock is lost behind its back.
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  while (redis.Cli({"EXISTS", "dlock:{evloop-server}"}) != "1" && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(5ms);
+  }
+  redis.Cli({"DEL", "dlock:{evloop-server}"});
   const int code = server.Wait(30s);
   const std::string out = server.output();
   EXPECT_EQ(code, 0) << DescribeExitCode(code) << "\n" << out;

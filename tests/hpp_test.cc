@@ -316,7 +316,7 @@ TEST_F(HppTest, OnLostIsCalledWhenTheKeyIsDeleted) {
   ASSERT_TRUE(lock);
   ASSERT_EQ(redis_.Cli({"DEL", Key("fragile")}), "1");
 
-  ASSERT_EQ(lost_future.wait_for(2s), std::future_status::ready) << "on_lost was not called";
+  ASSERT_EQ(lost_future.wait_for(10s), std::future_status::ready) << "on_lost was not called";
   auto [name, token] = lost_future.get();
   EXPECT_EQ(name, "fragile");
   EXPECT_EQ(token, lock.fencing_token());
@@ -342,7 +342,7 @@ TEST_F(HppTest, OnLostHandlerIsOwnedByTheLock) {
   }
   EXPECT_EQ(sentinel.use_count(), 2);  // ours + the Lock's copy
   ASSERT_EQ(redis_.Cli({"DEL", Key("owned")}), "1");
-  ASSERT_EQ(lost_future.wait_for(2s), std::future_status::ready);
+  ASSERT_EQ(lost_future.wait_for(10s), std::future_status::ready);
   EXPECT_EQ(lock.release(std::nothrow), DLOCK_NOT_HELD);
   EXPECT_EQ(sentinel.use_count(), 1);  // the Lock's copy went with it
 
@@ -402,7 +402,7 @@ TEST_F(HppTest, ThrowingOnLostHandlerDoesNotCrash) {
                       throw std::runtime_error("handler failure");
                     }));
   ASSERT_EQ(redis_.Cli({"DEL", Key("throws")}), "1");
-  ASSERT_EQ(entered_future.wait_for(2s), std::future_status::ready);
+  ASSERT_EQ(entered_future.wait_for(10s), std::future_status::ready);
   std::this_thread::sleep_for(50ms);
   EXPECT_FALSE(lock.valid());
   // The client still works.

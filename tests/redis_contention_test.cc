@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <barrier>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,34 +20,58 @@ using namespace std::chrono_literals;
 
 class RedisContentionTest : public ::testing::Test {
  protected:
+  // Scripts the server ran since its stats were last reset (INFO commandstats).
+  long ScriptCalls() {
+    const std::string stats = redis_.Cli({"INFO", "commandstats"});
+    long n = 0;
+    for (const char* command : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+      const size_t at = stats.find(command);
+      if (at != std::string::npos) n += std::stol(stats.substr(at + strlen(command)));
+    }
+    return n;
+  }
   RedisServer redis_;
 };
 
 TEST_F(RedisContentionTest, ThreadsDoNotSerializeOnOneConnection) {
   // Threads calling at once must not queue behind one blocking connection: the server sees
-  // several connections from this one client while six threads acquire and release.
+  // several connections from this one client while six threads acquire and release. The
+  // threads meet at a barrier before each round of calls, and the rounds go on until the
+  // server shows the connections (a client with one connection never does, and fails here).
   Client client(redis_.url());
-  int before = std::stoi(redis_.Cli({"INFO", "clients"}).substr(
-      redis_.Cli({"INFO", "clients"}).find("connected_clients:") + 18));
+  auto connected = [&] {
+    const std::string info = redis_.Cli({"INFO", "clients"});
+    return std::stoi(info.substr(info.find("connected_clients:") + 18));
+  };
+  const int before = connected();
+  constexpr int kThreads = 6;
+  std::atomic<int> ok{0}, calls{0};
+  std::atomic<bool> seen{false};
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  std::barrier round(kThreads, [&]() noexcept {
+    // Between rounds, while every thread waits: enough connections, or 30 s of rounds, ends it.
+    if (connected() - before >= 2 || std::chrono::steady_clock::now() > give_up) seen = true;
+  });
   std::vector<std::thread> threads;
-  std::atomic<int> ok{0};
-  for (int t = 0; t < 6; ++t) {
+  for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 100; ++i) {
-        dlock_lock* l;
-        std::string name = "par-" + std::to_string(t) + "-" + std::to_string(i);
-        if (dlock_acquire(client.get(), name.c_str(), nullptr, &l) == DLOCK_OK &&
-            dlock_release(l) == DLOCK_OK) {
-          ok++;
+      for (int i = 0; !seen; ++i) {
+        for (int k = 0; k < 5; ++k) {
+          dlock_lock* l;
+          std::string name = "par-" + std::to_string(t) + "-" + std::to_string(i) + "-" + std::to_string(k);
+          calls++;
+          if (dlock_acquire(client.get(), name.c_str(), nullptr, &l) == DLOCK_OK &&
+              dlock_release(l) == DLOCK_OK) {
+            ok++;
+          }
         }
+        round.arrive_and_wait();
       }
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(ok.load(), 600);
-  std::string info = redis_.Cli({"INFO", "clients"});
-  int after = std::stoi(info.substr(info.find("connected_clients:") + 18));
-  EXPECT_GE(after - before, 2) << "concurrent callers should have used several connections";
+  EXPECT_EQ(ok.load(), calls.load()) << "every acquire and release succeeded";
+  EXPECT_GE(connected() - before, 2) << "concurrent callers should have used several connections";
 }
 
 // The line of fair waiters (lua/acquire.lua, lua/release.lua): a place whose time ran out (a
@@ -69,10 +95,12 @@ TEST_F(RedisContentionTest, AReleaseSkipsAPlaceInLineThatLapsed) {
     EXPECT_EQ(redis_.Cli({"GET", "dlock:{skip}"}).substr(32), "|alive");
     EXPECT_EQ(dlock_release(l), DLOCK_OK);
   });
-  std::this_thread::sleep_for(kUnderSanitizer ? 800ms : 400ms);  // the waiter is in line now
-  EXPECT_EQ(redis_.Cli({"ZCARD", "dlock:{skip}:line"}), "2");
+  // The waiter takes its place behind the lapsed one.
+  EXPECT_TRUE(WaitFor([&] { return redis_.Cli({"ZCARD", "dlock:{skip}:line"}) == "2"; }, 20000ms))
+      << redis_.Cli({"ZCARD", "dlock:{skip}:line"}) << " in line";
   ASSERT_EQ(dlock_release(held), DLOCK_OK);
-  EXPECT_TRUE(WaitFor([&] { return got.load(); }, 5000ms)) << "the lapsed place held up the line";
+  // Its retries are 20 s apart: only the release, skipping the lapsed place, serves it sooner.
+  EXPECT_TRUE(WaitFor([&] { return got.load(); }, 10000ms)) << "the lapsed place held up the line";
   t.join();
   EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{skip}", "dlock:{skip}:line", "dlock:{skip}:linedata"}), "0");
 }
@@ -87,7 +115,7 @@ TEST_F(RedisContentionTest, AWaiterThatGivesUpLeavesTheLine) {
   o.wait(300);
   dlock_lock* l = nullptr;
   EXPECT_EQ(dlock_acquire(waiter.get(), "quit", o.get(), &l), DLOCK_NOT_ACQUIRED);
-  EXPECT_TRUE(WaitFor([&] { return redis_.Cli({"EXISTS", "dlock:{quit}:line"}) == "0"; }, 3000ms));
+  EXPECT_TRUE(WaitFor([&] { return redis_.Cli({"EXISTS", "dlock:{quit}:line"}) == "0"; }, 10000ms));
   ASSERT_EQ(dlock_release(held), DLOCK_OK);
   EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{quit}"}), "0") << "handed to a waiter that left";
 }
@@ -97,7 +125,10 @@ TEST_F(RedisContentionTest, AWaiterThatGivesUpLeavesTheLine) {
 TEST_F(RedisContentionTest, UnfairWaitersTakeNoPlaceInLine) {
   Client holder(redis_.url()), waiter(redis_.url());
   dlock_lock* held;
-  ASSERT_EQ(dlock_acquire(holder.get(), "unfair", nullptr, &held), DLOCK_OK);
+  Options no_heartbeats;
+  no_heartbeats.lease(0);  // no renewals: every script after the reset is the waiter's
+  ASSERT_EQ(dlock_acquire(holder.get(), "unfair", no_heartbeats.get(), &held), DLOCK_OK);
+  redis_.Cli({"CONFIG", "RESETSTAT"});
   std::thread t([&] {
     Options o;
     o.wait(20000);
@@ -106,7 +137,9 @@ TEST_F(RedisContentionTest, UnfairWaitersTakeNoPlaceInLine) {
     ASSERT_EQ(dlock_acquire(waiter.get(), "unfair", o.get(), &l), DLOCK_OK) << dlock_last_error();
     EXPECT_EQ(dlock_release(l), DLOCK_OK);
   });
-  std::this_thread::sleep_for(300ms);
+  // Its first attempt refused (the only script run since the reset), it waits: a fair waiter
+  // would be in line by now.
+  EXPECT_TRUE(WaitFor([&] { return ScriptCalls() >= 1; }, 20000ms)) << "the waiter never tried";
   EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{unfair}:line"}), "0");
   ASSERT_EQ(dlock_release(held), DLOCK_OK);
   t.join();

@@ -84,7 +84,7 @@ TEST(RegressionTest, CloseWithAnAcquireInFlightClosesEveryConnection) {
     for (size_t p = list.find("id="); p != std::string::npos; p = list.find("id=", p + 1)) ++n;
     return n;
   };
-  EXPECT_TRUE(WaitFor([&] { return connections() == 1; }, 2000ms)) << redis.Cli({"CLIENT", "LIST"});
+  EXPECT_TRUE(WaitFor([&] { return connections() == 1; }, 10000ms)) << redis.Cli({"CLIENT", "LIST"});
 }
 
 TEST(RegressionTest, CloseRetriesAConnectionTheServerDroppedWhileIdle) {
@@ -96,7 +96,14 @@ TEST(RegressionTest, CloseRetriesAConnectionTheServerDroppedWhileIdle) {
   no_expiry.lease(0);
   dlock_lock* l = nullptr;
   ASSERT_EQ(dlock_acquire(c, "idle", no_expiry.get(), &l), DLOCK_OK);
-  std::this_thread::sleep_for(2500ms);  // the server drops the idle pooled connection
+  // The server drops the idle connections (--timeout 1: after 1 to 2 s): only redis-cli's own
+  // is left.
+  auto connected = [&] {
+    const std::string info = redis.Cli({"INFO", "clients"});
+    const size_t at = info.find("connected_clients:");
+    return at == std::string::npos ? -1 : std::stoi(info.substr(at + 18));
+  };
+  EXPECT_TRUE(WaitFor([&] { return connected() == 1; }, 20000ms)) << redis.Cli({"CLIENT", "LIST"});
   dlock_client_close(c);
   EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{idle}"}), "0") << "left behind by close";
   EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
@@ -110,7 +117,10 @@ TEST(RegressionTest, AHugeWaitMeansNoLimit) {
   Options opts;
   opts.wait(INT64_MAX);
   std::thread releaser([&] {
-    std::this_thread::sleep_for(300ms);
+    // Released once the waiter waits: its first attempt refused, it is in line. (A huge wait
+    // taken for none would have given up by then.)
+    EXPECT_TRUE(WaitFor([&] { return redis.Cli({"ZCARD", "dlock:{w}:line"}) == "1"; }, 20000ms))
+        << "the waiter never took its place in line";
     dlock_release(l);
   });
   dlock_lock* l2 = nullptr;

@@ -7,8 +7,10 @@
 #include <sys/file.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -62,7 +64,7 @@ TEST(RedlockTest, OneMasterOfThreeDownIsFineTwoAreEioNamingThemAndHealedItWorksA
   m.servers[1]->Kill();
   const auto start = Clock::now();
   EXPECT_EQ(dlock_acquire(c.get(), "a", nullptr, &l), DLOCK_EIO);
-  EXPECT_LT(Clock::now() - start, 500ms + 500ms + 2000ms) << "bounded by the timeouts";
+  EXPECT_LT(Clock::now() - start, 500ms + 500ms + kSlackMs * 1ms) << "bounded by the timeouts (C + T)";
   const std::string error = dlock_last_error();
   EXPECT_NE(error.find("1 of 3 masters granted, 0 refused, 2 failed"), std::string::npos) << error;
   EXPECT_NE(error.find(m.servers[0]->address()), std::string::npos) << error;
@@ -134,13 +136,18 @@ TEST(RedlockTest, AQuorumGrantedTooLateForTheLeaseIsGivenBackAndSaysSo) {
   for (size_t i : {1u, 2u}) ASSERT_EQ(kill(m.servers[i]->pid(), SIGSTOP), 0);
   dlock_status status = DLOCK_EINTERNAL;
   std::string error;
+  std::atomic<Clock::rep> started{0};
   std::thread attempt([&] {
     dlock_lock* l = nullptr;
+    started = Clock::now().time_since_epoch().count();
     status = dlock_acquire(c.get(), "late", o.get(), &l);
     error = dlock_last_error();
     if (l != nullptr) dlock_release(l);
   });
-  std::this_thread::sleep_for(300ms);  // masters 1 and 2 answer after this
+  // The attempt is out once master 0 granted it; masters 1 and 2, stopped, cannot answer it
+  // before they go on, 300 ms after it began: past its lease of 100 ms, whatever the schedule.
+  EXPECT_TRUE(WaitFor([&] { return m.Holder(0, "late") != ""; }, 20000ms)) << "master 0 never saw the attempt";
+  std::this_thread::sleep_until(Clock::time_point(Clock::duration(started.load())) + 300ms);
   for (size_t i : {1u, 2u}) kill(m.servers[i]->pid(), SIGCONT);
   attempt.join();
   EXPECT_EQ(status, DLOCK_NOT_ACQUIRED) << error;
@@ -151,7 +158,7 @@ TEST(RedlockTest, AQuorumGrantedTooLateForTheLeaseIsGivenBackAndSaysSo) {
 
 // Four processes add one to a fenced counter under one lock (worker.c, "fenced": lease 3 s)
 // until each made `each` accepted increments and `seconds` passed; fault(count_now) runs once
-// the run is under way.
+// the run is under way, and the run goes on until it made progress after the fault.
 struct FencedRun {
   long accepted = 0, refused = 0, errors = 0, lost = 0, count = 0;
 };
@@ -164,6 +171,7 @@ FencedRun RunFencedCounter(const std::string& url, int each, int seconds,
     return run;
   }
   const std::string counter = std::string(dir) + "/counter";
+  const std::string until = std::string(dir) + "/until";  // the workers stop once it exists
   auto count_now = [&] {  // under the workers' flock: between their truncate and write it is empty
     long n = 0;
     if (FILE* f = fopen(counter.c_str(), "r")) {
@@ -177,11 +185,15 @@ FencedRun RunFencedCounter(const std::string& url, int each, int seconds,
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int p = 0; p < 4; ++p) {
     workers.push_back(
-        StartWorker({url, "counter", "fenced", std::to_string(each), counter, std::to_string(seconds)}));
+        StartWorker({url, "counter", "fenced", std::to_string(each), counter, std::to_string(seconds), until}));
   }
   for (auto& w : workers) EXPECT_EQ(w->AwaitLine("OPEN", 30s), "OPEN") << w->output();
   EXPECT_TRUE(WaitFor([&] { return count_now() >= 10; }, 30s)) << "the run did not start";
   fault(count_now);
+  // A few increments after the fault, before the run may end: what follows the fault is tested.
+  const long after_fault = count_now();
+  EXPECT_TRUE(WaitFor([&] { return count_now() >= after_fault + 3; }, 60s)) << "no progress after the fault";
+  std::ofstream(until).close();
   for (auto& w : workers) {
     EXPECT_EQ(w->Wait(120s), 0) << w->output();
     std::smatch m;
@@ -215,7 +227,9 @@ TEST(RedlockTest, FencedCounterRunGoesOnThroughAMasterPausedLongerThanTheLease) 
     ASSERT_GT(paused, 0);
     ASSERT_EQ(kill(paused, SIGSTOP), 0);
     const long before = count_now();
-    std::this_thread::sleep_for(3500ms);  // the workers' lease is 3 s
+    const auto paused_at = Clock::now();
+    // Longer than the workers' lease (3 s), and until the others made progress without it.
+    EXPECT_TRUE(WaitFor([&] { return Clock::now() - paused_at >= 3500ms && count_now() > before; }, 60s));
     at_resume = count_now();
     during_pause = at_resume - before;
     kill(paused, SIGCONT);

@@ -2,15 +2,36 @@
  *   worker URL NAME hold LEASE_MS [OWNER [KIND]]
  *                                          acquire (labelled OWNER; KIND "shared", "permits=N"
  *                                          or "exclusive"), print "ACQUIRED <token>", then hold
- *                                          it (heartbeats renew it) until killed
- *   worker URL NAME permits N ROUNDS FILE  ROUNDS times: take one of N permits (wait forever),
- *                                          count itself in as a current holder in FILE (under
- *                                          flock: "<current> <most ever>"), hold 2 ms, count
- *                                          itself out, release
+ *                                          it (heartbeats renew it, every LEASE_MS/10) until
+ *                                          killed
+ *   worker URL NAME permits N ROUNDS FILE  ROUNDS times: take one of N permits (wait forever,
+ *                                          lease 5 s, renewed by heartbeats), count itself in
+ *                                          as a current holder in FILE, then wait (at most
+ *                                          20 s) until min(N, workers still looping) hold at
+ *                                          once: the holders MEET, so that N side by side does
+ *                                          not depend on the schedule; then count itself out
+ *                                          and release. FILE, changed under flock, is
+ *                                          "<current> <most ever> <looping> <timeouts>
+ *                                          <meetings>": the test writes "0 0 W 0 0" for its W
+ *                                          workers before starting them. A worker leaves
+ *                                          `looping` with its last count-out (or on an error);
+ *                                          a wait that ran out adds one to `timeouts`; a change
+ *                                          that makes the holders min(N, looping) adds one to
+ *                                          `meetings`, which ends the wait of every holder then
+ *                                          waiting (they leave together: one leaving alone
+ *                                          could leave the others waiting for a count they
+ *                                          just missed). No deadlock: holders wait holding
+ *                                          their permits; while fewer than min(N, looping)
+ *                                          hold, a permit is free (or about to be) and a
+ *                                          looping worker without one takes it, or leaves
+ *                                          `looping`, which lowers the count to reach.
  *   worker URL NAME increment N FILE       N times: acquire (wait forever), append "<token>" to
  *                                          FILE and add one to the counter in FILE.count, release
- *   worker URL NAME fenced N FILE [SECS]   until N increments were accepted (and SECS seconds
- *                                          passed, when given): acquire, add one to
+ *   worker URL NAME fenced N FILE [SECS [UNTIL]]
+ *                                          until N increments were accepted (and SECS seconds
+ *                                          passed, and the file UNTIL exists, when given: the
+ *                                          test says when the run has shown what it needed to
+ *                                          show, whatever the schedule): acquire, add one to
  *                                          the counter in FILE as a fenced resource would (under
  *                                          flock, refused unless the token is above the last
  *                                          one it accepted), release. Rides out a failover:
@@ -71,13 +92,13 @@ static int fenced_increment(const char *path, uint64_t token) {
 }
 
 static int fenced(dlock_client *c, dlock_options *o, const char *name, long n, const char *path,
-                  double min_seconds) {
+                  double min_seconds, const char *until_file) {
   long accepted = 0, refused = 0, errors = 0, lost = 0;
   dlock_options_set_wait_ms(o, 2000);
   dlock_options_set_lease_ms(o, 3000);
   dlock_options_set_retry_ms(o, 5, 50);
   const double min_end = now_s() + min_seconds, give_up = now_s() + 60 + min_seconds;
-  while (accepted < n || now_s() < min_end) {
+  while (accepted < n || now_s() < min_end || (until_file && access(until_file, F_OK) != 0)) {
     if (now_s() > give_up) {
       fprintf(stderr, "worker: gave up after 60 s: accepted=%ld errors=%ld, last: %s\n", accepted,
               errors, dlock_last_error());
@@ -105,43 +126,92 @@ static int fenced(dlock_client *c, dlock_options *o, const char *name, long n, c
   return 0;
 }
 
-/* Adds delta to the current holders in FILE ("<current> <most ever>", under flock); returns the
- * new current count. */
-static long count_holders(const char *path, long delta) {
-  FILE *f = fopen(path, "a+");
+/* The permits mode's shared record in FILE (see the top of this file). */
+struct holders {
+  long current, most, looping, timeouts, meetings;
+  long meetings_before; /* not stored: `meetings` before this change */
+};
+enum holders_op { kRead, kCountIn, kCountOut, kCountOutLast, kStopLooping, kTimedOut };
+
+/* Under flock of FILE: reads the record, applies op and writes it back, into *out (when not
+ * NULL) as it is after. A change that leaves min(permits, looping) holders, or more, holding
+ * (current > 0) is a meeting: `meetings` counts them, and every holder waiting when one
+ * happens has met. 0 on success, -1 when FILE is missing or malformed. */
+static int with_holders(const char *path, long permits, enum holders_op op, struct holders *out) {
+  FILE *f = fopen(path, "r+");
   if (!f) return -1;
   flock(fileno(f), LOCK_EX);
-  long current = 0, most = 0;
-  rewind(f);
-  if (fscanf(f, "%ld %ld", &current, &most) != 2) current = 0, most = 0;
-  current += delta;
-  if (current > most) most = current;
-  if (ftruncate(fileno(f), 0) == 0) {
-    fprintf(f, "%ld %ld\n", current, most);
-    fflush(f);
+  struct holders h;
+  int ok = fscanf(f, "%ld %ld %ld %ld %ld", &h.current, &h.most, &h.looping, &h.timeouts,
+                  &h.meetings) == 5;
+  h.meetings_before = ok ? h.meetings : 0;
+  if (ok && op != kRead) {
+    if (op == kCountIn) h.current++;
+    if (op == kCountOut || op == kCountOutLast) h.current--;
+    if (op == kCountOutLast || op == kStopLooping) h.looping--;
+    if (op == kTimedOut) h.timeouts++;
+    if (h.current > h.most) h.most = h.current;
+    if (h.current > 0 && h.current >= (h.looping < permits ? h.looping : permits)) h.meetings++;
+    rewind(f);
+    ok = ftruncate(fileno(f), 0) == 0 &&
+         fprintf(f, "%ld %ld %ld %ld %ld\n", h.current, h.most, h.looping, h.timeouts,
+                 h.meetings) > 0 &&
+         fflush(f) == 0;
   }
   flock(fileno(f), LOCK_UN);
   fclose(f);
-  return current;
+  if (ok && out) *out = h;
+  return ok ? 0 : -1;
 }
 
 static int semaphore_rounds(dlock_client *c, dlock_options *o, const char *name, long permits,
                             long rounds, const char *path) {
   dlock_status s;
-  if ((s = dlock_options_set_permits(o, (uint32_t)permits)) != DLOCK_OK) return fail("permits", s);
+  if (with_holders(path, permits, kRead, NULL) != 0) {
+    fprintf(stderr, "worker: %s does not hold \"<current> <most> <looping> <timeouts> <meetings>\"\n",
+            path);
+    return 1;
+  }
+  if (rounds <= 0 || (s = dlock_options_set_permits(o, (uint32_t)permits)) != DLOCK_OK) {
+    with_holders(path, permits, kStopLooping, NULL);
+    return rounds <= 0 ? 0 : fail("permits", s);
+  }
   dlock_options_set_wait_ms(o, -1);
-  dlock_options_set_lease_ms(o, 5000);
+  dlock_options_set_lease_ms(o, 5000); /* heartbeats (lease/3) renew it while the holders meet */
   dlock_options_set_retry_ms(o, 5, 50); /* backends without release notices poll */
   for (long i = 0; i < rounds; i++) {
+    const int last = i == rounds - 1;
     dlock_lock *l;
     s = dlock_acquire(c, name, o, &l);
-    if (s != DLOCK_OK) return fail("acquire", s);
-    count_holders(path, +1);
-    struct timespec pause_ms = {0, 2000000};
-    nanosleep(&pause_ms, NULL);
-    count_holders(path, -1);
+    if (s != DLOCK_OK) {
+      with_holders(path, permits, kStopLooping, NULL); /* nobody waits for this one any more */
+      return fail("acquire", s);
+    }
+    struct holders h;
+    if (with_holders(path, permits, kCountIn, &h) != 0) {
+      fprintf(stderr, "worker: %s: unreadable\n", path);
+      dlock_release(l);
+      return 1;
+    }
+    /* Meet: wait, holding the permit, for a meeting since this worker counted itself in (its
+     * own count-in may have been it). */
+    const long joined = h.meetings_before;
+    const double give_up = now_s() + 20;
+    while (h.meetings == joined) {
+      if (now_s() > give_up) {
+        with_holders(path, permits, kTimedOut, NULL);
+        break;
+      }
+      struct timespec pause_ms = {0, 2000000};
+      nanosleep(&pause_ms, NULL);
+      if (with_holders(path, permits, kRead, &h) != 0) break;
+    }
+    with_holders(path, permits, last ? kCountOutLast : kCountOut, NULL);
     s = dlock_release(l);
-    if (s != DLOCK_OK) return fail("release", s);
+    if (s != DLOCK_OK) {
+      if (!last) with_holders(path, permits, kStopLooping, NULL);
+      return fail("release", s);
+    }
   }
   return 0;
 }
@@ -157,7 +227,11 @@ int main(int argc, char **argv) {
   if (s != DLOCK_OK) return fail("open", s);
   dlock_options *o = dlock_options_new();
   if (strcmp(argv[3], "hold") == 0) {
-    dlock_options_set_lease_ms(o, strtoull(argv[4], NULL, 10));
+    const uint64_t lease_ms = strtoull(argv[4], NULL, 10);
+    dlock_options_set_lease_ms(o, lease_ms);
+    /* Renewed ten times a lease: it takes a stall of nine tenths of one, not two thirds, before
+     * a holder alive is taken for dead on a busy machine. */
+    if (lease_ms >= 20) dlock_options_set_heartbeat_ms(o, lease_ms / 10);
     if (argc >= 6 && (s = dlock_options_set_owner(o, argv[5])) != DLOCK_OK) return fail("owner", s);
     if (argc >= 7 && strcmp(argv[6], "shared") == 0) s = dlock_options_set_kind(o, DLOCK_SHARED);
     if (argc >= 7 && strncmp(argv[6], "permits=", 8) == 0) {
@@ -209,7 +283,7 @@ int main(int argc, char **argv) {
     printf("OPEN\n");  /* a test may wait for every worker to be connected before a fault */
     fflush(stdout);
     int code = fenced(c, o, argv[2], strtol(argv[4], NULL, 10), argv[5],
-                      argc >= 7 ? strtod(argv[6], NULL) : 0);
+                      argc >= 7 ? strtod(argv[6], NULL) : 0, argc >= 8 ? argv[7] : NULL);
     dlock_options_free(o);
     dlock_client_close(c);
     return code;

@@ -33,6 +33,10 @@ class BackendServer {
   virtual void Kill() = 0;
   // Starts it again at the same address, empty, and makes it ready for use. True on success.
   virtual bool Restart() = 0;
+  // How many acquires wait in lock `name`'s line of fair waiters, as the server shows it, for
+  // tests that must know a waiter took its place before they go on; -1 when the backend keeps
+  // no line (it lacks DLOCK_CAP_FAIR).
+  virtual int InLine(const std::string& /*name*/) { return -1; }
 };
 
 struct BackendFactory {
@@ -49,6 +53,15 @@ inline void PrintTo(const BackendFactory& f, std::ostream* os) { *os << f.name; 
 inline std::vector<std::string> RedisDeleteLockCommand(const std::string& name) {
   const std::string key = "dlock:{" + name + "}";
   return {"DEL", key, key + ":holds", key + ":holdinfo"};
+}
+// The redis-cli words that count the fair waiters in Redis lock `name`'s line: InLine.
+inline std::vector<std::string> RedisLineCommand(const std::string& name) {
+  return {"ZCARD", "dlock:{" + name + "}:line"};
+}
+// redis-cli's answer to it as a count; -1 for anything else (a cluster node's MOVED).
+inline int RedisCount(const std::string& answer) {
+  if (answer.empty() || answer.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(answer);
 }
 // Whether redis-cli's answer to it says it deleted something (a count, not 0 and not an error
 // such as a cluster node's MOVED).

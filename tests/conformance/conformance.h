@@ -51,6 +51,24 @@ struct Snapshot {
 Snapshot Inspect(dlock_client* c, const std::string& name);
 std::ostream& operator<<(std::ostream& os, const Snapshot& s);
 
+// What is left of the one holder's lease in a snapshot, in ms, as a lower bound: nobody may
+// take the lock sooner after the snapshot was asked for. etcd shows its leases in whole
+// seconds, rounded up (a whole number of seconds counts one less); -1 when the snapshot does
+// not show one holder with a lease (ADD_FAILURE()s).
+inline int64_t LeaseLeft(const Snapshot& s) {
+  if (s.holders.size() != 1 || s.holders[0].remaining_ms < 0) {
+    ADD_FAILURE() << "not one holder with a lease: " << s;
+    return -1;
+  }
+  const int64_t shown = s.holders[0].remaining_ms;
+  return shown % 1000 == 0 ? shown - 1000 : shown;
+}
+
+// How soon a lock whose holder died (no release, no renewal) with lease_ms is taken over, at
+// most, from the death: its lease (etcd keeps the key up to about 2 s beyond it), then the
+// waiter's next retry (200 ms at most in these tests) and attempt, with slack.
+constexpr int64_t kTakeoverBoundMs(int64_t lease_ms) { return lease_ms + 2000 + 200 + kSlackMs; }
+
 // What another client sees when it tries to take the lock (waiting up to wait_ms): the status,
 // and the token it got (the lock is then released again at once) or the message it got.
 struct Attempt {

@@ -13,7 +13,7 @@ TEST_P(Losing, DeletedLockIsReportedLostOnceInEveryWay) {
   Client other(url());
   const std::string name = Name("victim");
   Options opts;
-  opts.lease(3000).heartbeat(100);  // the next renewal, within 100 ms, finds it gone
+  opts.lease(10000).heartbeat(100);  // the next renewal, within 100 ms, finds it gone
   c->ReportLosses(opts.mutable_get());
   dlock_lock* l = nullptr;
   ASSERT_EQ(c->Acquire(name.c_str(), opts.get(), &l), DLOCK_OK) << c->last_error();
@@ -21,9 +21,9 @@ TEST_P(Losing, DeletedLockIsReportedLostOnceInEveryWay) {
 
   ASSERT_TRUE(server().DeleteLock(name));
   const auto deleted_at = Clock::now();
-  LossReport lost = c->AwaitLoss(5000ms);
+  LossReport lost = c->AwaitLoss(15000ms);
   ASSERT_EQ(lost.count, 1) << "the loss was not reported";
-  EXPECT_LT(MsSince(deleted_at), 2000) << "found by a refused renewal, not at the 3 s deadline";
+  EXPECT_LT(MsSince(deleted_at), 100 + kCallBoundMs) << "found by a refused renewal, not at the 10 s deadline";
   EXPECT_NE(lost.says.find(name), std::string::npos) << "the report does not say which lock: "
                                                      << lost.says;
   if (style() != Style::kQueued) {  // a LOST entry carries no token
@@ -51,7 +51,7 @@ TEST_P(Losing, ExpiredLockIsTakenOverAndItsHolderToldItIsNotHeld) {
   dlock_lock* l = nullptr;
   ASSERT_EQ(c->Acquire(name.c_str(), brief.get(), &l), DLOCK_OK) << c->last_error();
   const uint64_t token = dlock_lock_fencing_token(l);
-  EXPECT_TRUE(WaitFor([&] { return dlock_lock_is_valid(l) == 0; }, 2000ms));
+  EXPECT_TRUE(WaitFor([&] { return dlock_lock_is_valid(l) == 0; }, 10000ms));
   EXPECT_EQ(dlock_lock_remaining_ms(l), 0);
 
   // The server's lease ends a drift (lease/100 + 2 ms) later: then nobody holds it with time
@@ -60,9 +60,9 @@ TEST_P(Losing, ExpiredLockIsTakenOverAndItsHolderToldItIsNotHeld) {
   EXPECT_TRUE(WaitFor([&] {
     expired = Inspect(other.get(), name);
     return expired.free() || (expired.holders.size() == 1 && expired.holders[0].remaining_ms == 0);
-  }, 1000ms)) << expired;
+  }, 10000ms)) << expired;
   Options patient;
-  patient.wait(5000);
+  patient.wait(20000);
   dlock_lock* taker = nullptr;
   ASSERT_EQ(dlock_acquire(other.get(), name.c_str(), patient.get(), &taker), DLOCK_OK)
       << dlock_last_error();
@@ -103,8 +103,8 @@ TEST_P(ServerGone, CallsFailNamingItHeldLocksAreLostByTheirDeadlineAndItComesBac
   own->Kill();
   const auto killed_at = Clock::now();
   // Renewals keep failing: the lock is lost by its local deadline, and reported.
-  ASSERT_TRUE(WaitFor([&] { return lost.calls.load() > 0; }, 5000ms)) << "never reported";
-  EXPECT_LT(MsSince(killed_at), 900 + 2000) << "reported long after the local deadline";
+  ASSERT_TRUE(WaitFor([&] { return lost.calls.load() > 0; }, 15000ms)) << "never reported";
+  EXPECT_LT(MsSince(killed_at), 900 + kSlackMs) << "reported long after the local deadline";
   EXPECT_EQ(lost.calls.load(), 1);
   EXPECT_EQ(dlock_lock_is_valid(kept), 0);
   EXPECT_EQ(dlock_release(kept), DLOCK_NOT_HELD);

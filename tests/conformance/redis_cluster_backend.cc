@@ -20,6 +20,10 @@ class RedisClusterBackend : public BackendServer {
     }
     return false;
   }
+  int InLine(const std::string& name) override {
+    const int master = cluster_.MasterOf("dlock:{" + name + "}");
+    return master < 0 ? -1 : RedisCount(cluster_.node(master).Cli(RedisLineCommand(name)));
+  }
   void Kill() override { cluster_.Kill(); }
   bool Restart() override { return cluster_.Restart(); }
 

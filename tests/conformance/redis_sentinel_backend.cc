@@ -21,6 +21,10 @@ class RedisSentinelBackend : public BackendServer {
     const int master = group_.CurrentMaster();
     return master >= 0 && RedisDeletedSome(group_.data_node(master).Cli(RedisDeleteLockCommand(name)));
   }
+  int InLine(const std::string& name) override {
+    const int master = group_.CurrentMaster();
+    return master < 0 ? -1 : RedisCount(group_.data_node(master).Cli(RedisLineCommand(name)));
+  }
   // The data nodes die; the sentinels stay and keep naming the master.
   void Kill() override {
     master_ = group_.CurrentMaster();

@@ -33,6 +33,7 @@ class RedisTlsBackend : public BackendServer {
   bool DeleteLock(const std::string& name) override {
     return RedisDeletedSome(redis_.Cli(RedisDeleteLockCommand(name)));
   }
+  int InLine(const std::string& name) override { return RedisCount(redis_.Cli(RedisLineCommand(name))); }
   void Kill() override { redis_.Kill(); }
   bool Restart() override { return redis_.Restart(); }
 

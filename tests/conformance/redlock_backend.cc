@@ -50,7 +50,7 @@ class RedlockBackend : public BackendServer {
 }  // namespace
 
 // Independent masters promise no strictly increasing tokens under every fault, nor semaphores
-// or a fair line (README, "Redlock"); shared holds they do offer.
+// or a fair line (docs/redlock.md); shared holds they do offer.
 BackendFactory Redlock3BackendFactory() {
   return {"redlock3", DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED,
           [] { return std::make_unique<RedlockBackend>(3); }};

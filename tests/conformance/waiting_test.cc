@@ -23,7 +23,7 @@ TEST_P(Waiting, OneTryFailsAtOnceWhileAnotherHolds) {
   dlock_lock* l = nullptr;
   auto start = Clock::now();
   EXPECT_EQ(c->Acquire(name.c_str(), nullptr, &l), DLOCK_NOT_ACQUIRED);  // wait_ms 0: one try
-  EXPECT_LT(MsSince(start), 2000) << "one try is one round trip, not a wait";
+  EXPECT_LT(MsSince(start), kCallBoundMs + kSlackMs) << "one try is one call, not a wait";
   EXPECT_EQ(l, nullptr);
   EXPECT_NE(c->last_error().find(name), std::string::npos) << c->last_error();
 
@@ -50,7 +50,7 @@ TEST_P(Waiting, BoundedWaitGivesUpAfterItsBound) {
   EXPECT_EQ(c->Acquire(name.c_str(), opts.get(), &l), DLOCK_NOT_ACQUIRED);
   const int64_t waited = MsSince(start);
   EXPECT_GE(waited, 400);
-  EXPECT_LT(waited, 400 + 3000);
+  EXPECT_LT(waited, 400 + kCallBoundMs + kSlackMs) << "W + C + T (dlock.h), with slack";
   EXPECT_EQ(l, nullptr);
   EXPECT_NE(c->last_error().find(name), std::string::npos) << c->last_error();
   EXPECT_TRUE(holder.Undisturbed());
@@ -64,15 +64,30 @@ TEST_P(Waiting, UnlimitedWaiterGetsTheLockSoonAfterRelease) {
   const bool notifies = (dlock_client_capabilities(c->get()) & DLOCK_CAP_NOTIFIES) != 0;
   Options waiting;
   waiting.wait(-1);
-  // A backend that notifies wakes its waiters by the release itself: a fallback retry this
-  // slow cannot be what woke it.
-  if (notifies) waiting.retry(5000, 10000);
+  // A backend that notifies wakes its waiters by the release itself: a fallback retry 20 s away
+  // cannot be what woke it within the bound below. One that does not notifies retries (here at
+  // most 200 ms apart), never sleeping until the holder's 10 s lease could have run out.
+  if (notifies) {
+    waiting.retry(20000, 30000);
+  } else {
+    waiting.retry(50, 200);
+  }
+  const int64_t bound_ms = notifies ? 10000 : 200 + kCallBoundMs;
 
+  BackendServer& srv = server();
   std::atomic<bool> waiting_started{false};
+  std::atomic<bool> in_line{true};
   std::atomic<Clock::rep> released_at{0};
   std::thread releaser([&] {
     while (!waiting_started) std::this_thread::sleep_for(1ms);
-    std::this_thread::sleep_for(500ms);
+    if (srv.InLine(name) >= 0) {
+      // A fair backend shows the waiter in line once its first attempt was refused.
+      in_line = WaitFor([&] { return srv.InLine(name) == 1; }, 20000ms);
+    } else {
+      // Nothing else shows a waiter: give it time to start waiting. One that has not yet takes
+      // the lock at its first attempt, which proves less but cannot fail.
+      std::this_thread::sleep_for(500ms);
+    }
     released_at = Clock::now().time_since_epoch().count();
     holder.Release();
   });
@@ -83,10 +98,11 @@ TEST_P(Waiting, UnlimitedWaiterGetsTheLockSoonAfterRelease) {
   releaser.join();
   ASSERT_EQ(s, DLOCK_OK) << c->last_error();
   ASSERT_NE(released_at.load(), 0) << "it got the lock before the release: proves nothing";
+  EXPECT_TRUE(in_line.load()) << "the waiter never took its place in line";
   const int64_t handoff_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  acquired_at - Clock::time_point(Clock::duration(released_at.load())))
                                  .count();
-  EXPECT_LT(handoff_ms, notifies ? 2500 : 3000) << "the waiter slept through the release";
+  EXPECT_LT(handoff_ms, bound_ms) << "the waiter slept through the release";
   if (notifies) {
     EXPECT_LE(dlock_lock_attempts(l), 4u) << "a few attempts, not a poll loop";
   }
@@ -111,6 +127,7 @@ TEST_P(Waiting, FairWaitersAreServedInArrivalOrder) {
   std::vector<uint32_t> attempts(kWaiters, 0);
   std::vector<uint64_t> tokens;
   std::vector<std::thread> waiters;
+  BackendServer& srv = server();
   for (int i = 0; i < kWaiters; ++i) {
     waiters.emplace_back([&, i] {
       Options o;
@@ -129,7 +146,11 @@ TEST_P(Waiting, FairWaitersAreServedInArrivalOrder) {
       EXPECT_EQ(clients[i]->Release(l), DLOCK_OK) << clients[i]->last_error();
     });
     // Each takes its place in line (its first attempt refused) before the next one asks.
-    std::this_thread::sleep_for(kUnderSanitizer ? 600ms : 300ms);
+    if (!WaitFor([&] { return srv.InLine(name) == i + 1; }, 20000ms)) {
+      ADD_FAILURE() << "waiter " << i << " never took its place in line: " << srv.InLine(name)
+                    << " in line (-1: the test's server cannot show its line)";
+      break;
+    }
   }
   const auto released = Clock::now();
   holder.Release();

@@ -170,12 +170,12 @@ TEST_F(CredentialsTest, LoopThreadRefreshesInTheBackground) {
   CredentialsChain chain;
   Credentials c;
   EXPECT_EQ(chain.GetCached(&c).code(), Code::kAuthError) << "nothing resolved yet, and no blocking";
-  ASSERT_TRUE(WaitUntil([&] { return chain.GetCached(&c).ok(); }, 3000));
+  ASSERT_TRUE(WaitUntil([&] { return chain.GetCached(&c).ok(); }, 10000));
   EXPECT_EQ(c.access_key_id, "ASIA1");
   std::this_thread::sleep_for(std::chrono::milliseconds(3200));  // past half the lifetime
   ASSERT_TRUE(chain.GetCached(&c).ok()) << "still valid while the refresh runs";
   ASSERT_TRUE(WaitUntil(
-      [&] { return chain.GetCached(&c).ok() && c.access_key_id == "ASIA2"; }, 3000));
+      [&] { return chain.GetCached(&c).ok() && c.access_key_id == "ASIA2"; }, 10000));
 }
 
 TEST_F(CredentialsTest, ContainerFullUriMustNotLeaveTheHostOverPlainHttp) {

@@ -46,14 +46,21 @@ TEST_F(DynamoContentionTest, TrustLocalTimeTakesOverWhenTheStoredLeaseRunsOut) {
   uint64_t victim_token = AwaitAcquired(*holder);
   ASSERT_GT(victim_token, 0u) << holder->output();
   holder->Kill();
-  std::this_thread::sleep_for(1500ms);  // the holder's last write is 1.5 to 2.5 s old by now
+  // Its stored lease runs out at renewedAtMs + leaseMs on the wall clock: the waiter starts
+  // half a second before that, whenever the holder last wrote.
+  const nlohmann::json item = Item("trusted");
+  const int64_t ends_at = static_cast<int64_t>(N(item, "renewedAtMs") + N(item, "leaseMs"));
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  if (ends_at - 500 > now_ms) std::this_thread::sleep_for(std::chrono::milliseconds(ends_at - 500 - now_ms));
   Client waiter(url("trust_local_time=1"));
   Options patient;
   patient.wait(10000).retry(50, 200);
   auto start = Clock::now();
   dlock_lock* l;
   ASSERT_EQ(dlock_acquire(waiter.get(), "trusted", patient.get(), &l), DLOCK_OK) << dlock_last_error();
-  // renewedAtMs + leaseMs is at most 1.5 s away; without trust_local_time it would be 3 s.
+  // renewedAtMs + leaseMs is at most 0.5 s away; without trust_local_time it would be 3 s.
   EXPECT_LT(ElapsedMs(start), 2300);
   EXPECT_GT(dlock_lock_fencing_token(l), victim_token);
   EXPECT_EQ(dlock_release(l), DLOCK_OK);

@@ -1,9 +1,11 @@
 /* One worker of the fault-injection suite (tests/faults/run.py), public C API only.
  *
- *   fault_worker URL NAME STORE_PORT SECONDS LEASE_MS PAUSE_FLAG HOLD_MS
+ *   fault_worker URL NAME STORE_PORT SECONDS LEASE_MS PAUSE_FLAG HOLD_MS [STOP_FLAG]
  *   fault_worker --prepare DYNAMODB_URL      creates the table
  *
- * For SECONDS, over and over: acquire NAME (waiting), read the counter from the store with the
+ * For SECONDS (and, with STOP_FLAG, until that file exists: the harness says when it has seen
+ * what it waits for, so that the run's end never depends on how fast the machine is; at most
+ * 120 s more), over and over: acquire NAME (waiting), read the counter from the store with the
  * fencing token, work for up to HOLD_MS (so that faults find locks held, and heartbeats run),
  * check the lock is still valid, write counter + 1 with the token, release. The
  * store (a separate process's socket on 127.0.0.1:STORE_PORT) refuses reads and writes whose
@@ -101,13 +103,15 @@ int main(int argc, char **argv) {
     if (s != DLOCK_OK) fprintf(stderr, "prepare: %s\n", dlock_last_error());
     return s == DLOCK_OK ? 0 : 1;
   }
-  if (argc != 8) {
-    fprintf(stderr, "usage: fault_worker URL NAME STORE_PORT SECONDS LEASE_MS PAUSE_FLAG HOLD_MS\n");
+  if (argc != 8 && argc != 9) {
+    fprintf(stderr, "usage: fault_worker URL NAME STORE_PORT SECONDS LEASE_MS PAUSE_FLAG HOLD_MS [STOP_FLAG]\n");
     return 2;
   }
   const char *url = argv[1], *name = argv[2], *pause_flag = argv[6];
+  const char *stop_flag = argc == 9 ? argv[8] : NULL;
   int port = atoi(argv[3]);
   double until = now_s() + atof(argv[4]);
+  const double cap = until + 120;
   uint64_t lease = strtoull(argv[5], NULL, 10);
   long hold_ms = atol(argv[7]);
   srand((unsigned)getpid());
@@ -121,7 +125,7 @@ int main(int argc, char **argv) {
     if (now_s() > until) return 0;
     usleep(200 * 1000);
   }
-  while (now_s() < until) {
+  while ((now_s() < until || (stop_flag && access(stop_flag, F_OK) != 0)) && now_s() < cap) {
     struct lost_flag lost;
     atomic_init(&lost.fired, 0);
     dlock_options *o = dlock_options_new();

@@ -862,11 +862,11 @@ def faketime_env(offset_file):
 
 
 class Worker:
-    def __init__(self, binary, url, store, seconds, pause_flag, log, faketime_file=None):
+    def __init__(self, binary, url, store, seconds, pause_flag, stop_flag, log, faketime_file=None):
         env = faketime_env(faketime_file) if faketime_file else dict(os.environ)
         self.events = []  # (monotonic time, words)
         self.proc = subprocess.Popen([binary, url, "faults", str(store.port), str(seconds), str(LEASE_MS),
-                                      pause_flag, str(HOLD_MS)], stdout=subprocess.PIPE, stderr=open(log, "ab"),
+                                      pause_flag, str(HOLD_MS), stop_flag], stdout=subprocess.PIPE, stderr=open(log, "ab"),
                                      stdin=subprocess.DEVNULL, env=env, text=True)
         self.reader = threading.Thread(target=self.read, daemon=True)
         self.reader.start()
@@ -948,10 +948,14 @@ def run_scenario(sc, args, work):
             faketime_file = os.path.join(work, "faketime")
             with open(faketime_file, "w") as f:
                 f.write("+0\n")
-        workers = [Worker(args.worker, url, store, seconds, pause_flag, os.path.join(work, "worker%d.log" % i),
-                          faketime_file if i == 0 else None) for i in range(3)]
+        stop_flag = os.path.join(work, "stop")
+        workers = [Worker(args.worker, url, store, seconds, pause_flag, stop_flag,
+                          os.path.join(work, "worker%d.log" % i), faketime_file if i == 0 else None)
+                   for i in range(3)]
         start = time.monotonic()
         heals, injected = inject_faults(sc, work, server, proxy, seconds, faults, pause_flag, faketime_file)
+        await_recovery(workers, heals, sc.bound_s)
+        open(stop_flag, "w").close()  # the workers end their run (not before `seconds`)
         codes = [w.finish(seconds + 30) for w in workers]
         elapsed = time.monotonic() - start
     finally:
@@ -972,6 +976,19 @@ def run_scenario(sc, args, work):
     return r
 
 
+def await_recovery(workers, heals, bound_s):
+    """Waits until a worker acquired the lock after the last heal (so after every heal), or the
+    scenario's recovery bound (and a second) passed: the workers run until then, so that the
+    end of their run never cuts a recovery short on a slow machine."""
+    if not heals:
+        return
+    last = heals[-1]
+    while time.monotonic() < last + bound_s + 1:
+        if any(t >= last and w and w[0] == "ACQ" for wk in workers for t, w in list(wk.events)):
+            return
+        time.sleep(0.05)
+
+
 def inject_faults(sc, work, server, proxy, seconds, faults, pause_flag, faketime_file):
     """Injects the scenario's fault `faults` times, one every (seconds - 3) / faults s; returns
     the monotonic times at which each was healed, and how many were injected."""
@@ -984,7 +1001,7 @@ def inject_faults(sc, work, server, proxy, seconds, faults, pause_flag, faketime
         if sc.fault == "holder_stop":
             open(pause_flag, "w").close()
             pid = None
-            until = time.monotonic() + 4
+            until = time.monotonic() + 15
             while pid is None and time.monotonic() < until:  # the next holder at its write
                 for f in os.listdir(work):
                     if f.startswith("pause."):

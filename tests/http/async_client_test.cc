@@ -263,10 +263,11 @@ TEST_F(AsyncClientTest, IdleTimeoutEndsASilentStream) {
 TEST_F(AsyncClientTest, IdleTimeoutCountsSilenceNotTheWholeStream) {
   FedServer server;
   const TimePoint start = Now();
-  OpenStream(server.url(), 600ms, &probe_);
+  OpenStream(server.url(), 1000ms, &probe_);
   std::string sent;
-  for (int i = 0; i < 10; ++i) {  // 1.5 s in all, never 600 ms of silence
-    std::this_thread::sleep_for(150ms);
+  // 2.5 s in all, never 1 s of silence: a line every 100 ms leaves a busy machine 900 ms.
+  for (int i = 0; i < 25; ++i) {
+    std::this_thread::sleep_for(100ms);
     const std::string line = "{\"n\":" + std::to_string(i) + "}\n";
     sent += line;
     server.feed().Push(line);
@@ -275,7 +276,7 @@ TEST_F(AsyncClientTest, IdleTimeoutCountsSilenceNotTheWholeStream) {
   ASSERT_TRUE(probe_.WaitForDone());
   const Delivered seen = probe_.seen();
   EXPECT_TRUE(seen.error.ok()) << seen.error.message();
-  EXPECT_GE(seen.done_at - start, 1200ms);  // lived well past its idle timeout
+  EXPECT_GE(seen.done_at - start, 2000ms);  // lived well past its idle timeout
   EXPECT_EQ(seen.text(), sent);
 }
 

@@ -145,7 +145,8 @@ test("lost notification reaches user code", function()
   local client = assert(dlock.open(URL))
   local name = unique("lost")
   local got = {}
-  local lock = assert(client:acquire(name, { lease_ms = 600, heartbeat_ms = 150,
+  -- A lease of 2 s (renewed every 150 ms): still valid 0.4 s later on however busy a machine.
+  local lock = assert(client:acquire(name, { lease_ms = 2000, heartbeat_ms = 150,
     on_lost = function(l) got[#got + 1] = l end }))
   sleep(0.4)
   assert(client:poll() == 0 and lock:valid())
@@ -533,9 +534,15 @@ test("fair = false waits outside the line: a fair waiter that came later is serv
     return assert(io.popen("luajit -e " .. shq(script)))
   end
   local unfair = waiter(false)
-  sleep(0.3)
+  -- Its first attempt refused, the unfair waiter listens for releases (and takes no place in
+  -- line); only then does the fair one come.
+  assert(wait_for(function()
+    return tonumber(cli("PUBSUB", "NUMSUB", key(name) .. ":released"):match("(%d+)%s*$")) >= 1
+  end, 20), "the unfair waiter never waited")
   local fair = waiter(true)
-  sleep(0.3)
+  -- Its first attempt refused, the fair waiter stands in line: the only one there.
+  assert(wait_for(function() return cli("ZCARD", key(name) .. ":line") == "1" end, 20),
+    "the fair waiter never took its place in line")
   assert(holder:release())  -- hands the lock to the fair waiter, the only one in line
   local fair_out, unfair_out = fair:read("*a"), unfair:read("*a")
   fair:close() unfair:close()
