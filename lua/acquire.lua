@@ -20,9 +20,21 @@
 -- already this owner's (a retry after a lost reply, or a hand-over: a fresh token, and pttl is
 -- what is left of its lease, -1 none); {0, pttl} when refused (ms until the first hold in the way may end, -1
 -- when none of them expires); {2, sort held, sort asked} when the name is held as the other
--- sort ('lock' or 'permits:N'); {3} when called with KEYS[1..3] alone and it needs them all.
+-- sort ('lock' or 'permits:N'); {3} when called with KEYS[1..3] alone and it needs them all;
+-- an error reply naming the limit, having written nothing, when the counter is at 2^53 - 1 or
+-- past it.
 local owner, lease, sort, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local id = ARGV[5] or ''
+
+-- Tokens stay below 2^53: Lua numbers (doubles) hold every integer only that far, and the
+-- scripts compare tokens as numbers. A counter at the limit (or set past it by hand, or by a
+-- broken Redlock master) is refused, never passed: the INCR is undone.
+local LIMIT = 9007199254740992  -- 2^53
+local function past_limit()
+  redis.call('DECR', KEYS[2])
+  return redis.error_reply('dlock: the fencing counter ' .. KEYS[2] .. ' is at or past 2^53 - 1 ' ..
+                           '(9007199254740991), the greatest token dlock issues: refused')
+end
 
 -- The common case first, in as few calls as it can take (the uncontended cycle's cost is mostly
 -- these calls): an exclusive acquire, with no shared or semaphore holds under the name, tries to
@@ -60,9 +72,10 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
   -- pcall: a write that fails after SET must not leave the key set by a failed acquire.
   local token = redis.pcall('INCR', KEYS[2])
-  if type(token) == 'table' then
+  if type(token) == 'table' or token >= LIMIT then
     if not ours then redis.call('DEL', KEYS[1]) end
-    return token
+    if type(token) == 'table' then return token end
+    return past_limit()
   end
   if tonumber(now_us) > token then
     redis.call('SET', KEYS[2], now_us)
@@ -137,7 +150,9 @@ end
 -- expiries through the counter, and across a restart that lost the counter through the clock.
 local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
 local token
-if tonumber(now_us) > redis.call('INCR', KEYS[2]) then
+local counter = redis.call('INCR', KEYS[2])
+if counter >= LIMIT then return past_limit() end
+if tonumber(now_us) > counter then
   redis.call('SET', KEYS[2], now_us)
   token = now_us
 else

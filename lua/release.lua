@@ -51,6 +51,12 @@ if ARGV[4] == 'exclusive' then
          (lease == '0' or tonumber(t) + tonumber(lease) > now_ms) then
         local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
         local token = redis.call('INCR', KEYS[3])
+        if token >= 9007199254740992 then
+          -- Past 2^53 - 1 no token is issued (acquire.lua): nothing is handed over. The lock
+          -- is freed and every waiter woken; their own attempts meet the refusal.
+          redis.call('DECR', KEYS[3])
+          break
+        end
         if tonumber(now_us) > token then
           redis.call('SET', KEYS[3], now_us)
           token = now_us

@@ -6,6 +6,7 @@
 #include <barrier>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,6 +104,89 @@ TEST_F(RedisContentionTest, AReleaseSkipsAPlaceInLineThatLapsed) {
   EXPECT_TRUE(WaitFor([&] { return got.load(); }, 10000ms)) << "the lapsed place held up the line";
   t.join();
   EXPECT_EQ(redis_.Cli({"EXISTS", "dlock:{skip}", "dlock:{skip}:line", "dlock:{skip}:linedata"}), "0");
+}
+
+// A grant on the lock's channel ("grant:ID:TOKEN") is a claim anyone who may PUBLISH there can
+// make, and a waiter's id can be read from the line. The waiter confirms it with the server
+// before it returns: a forged grant while another holds the lock changes nothing, and the real
+// hand-over, when the holder releases, still serves it. Blocking and async waiters alike (in
+// RedisContentionTest, so that the TSan set runs them too).
+void ForgedGrantIsConfirmedWithTheServer(RedisServer& redis_, const std::function<long()>& ScriptCalls, bool async) {
+  // Declared before the clients: closing the waiter's client cancels an async acquire, whose
+  // callback writes here.
+  struct Outcome {
+    std::atomic<bool> done{false};
+    dlock_status status = DLOCK_EINTERNAL;
+    dlock_lock* lock = nullptr;
+  } got;
+  Client holder(redis_.url()), waiter(redis_.url());
+  Options hold;
+  hold.lease(60000).heartbeat(0);  // no renewals: the holder runs no script meanwhile
+  dlock_lock* held;
+  ASSERT_EQ(dlock_acquire(holder.get(), "forged", hold.get(), &held), DLOCK_OK) << dlock_last_error();
+  const uint64_t holder_token = dlock_lock_fencing_token(held);
+
+  Options o;
+  o.wait(60000).retry(20000, 30000).lease(60000);  // its own retries seconds apart
+  std::thread blocking;
+  struct Joiner {  // an ASSERT that returns early must not leave the thread joinable
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{blocking};
+  if (async) {
+    ASSERT_EQ(dlock_acquire_async(
+                  waiter.get(), "forged", o.get(),
+                  [](dlock_status s, dlock_lock* l, void* arg) {
+                    auto* out = static_cast<Outcome*>(arg);
+                    out->status = s;
+                    out->lock = l;
+                    out->done = true;
+                  },
+                  &got),
+              DLOCK_OK);
+  } else {
+    blocking = std::thread([&] {
+      got.status = dlock_acquire(waiter.get(), "forged", o.get(), &got.lock);
+      got.done = true;
+    });
+  }
+  // In line (its first attempt refused) and listening.
+  ASSERT_TRUE(WaitFor([&] { return redis_.Cli({"ZCARD", "dlock:{forged}:line"}) == "1"; }, 20000ms));
+  ASSERT_TRUE(WaitFor([&] {
+    return redis_.Cli({"PUBSUB", "NUMSUB", "dlock:{forged}:released"}) == "dlock:{forged}:released\n1";
+  }, 20000ms));
+  const std::string id = redis_.Cli({"ZRANGE", "dlock:{forged}:line", "0", "0"});
+  ASSERT_EQ(id.size(), 16u) << id;
+  ASSERT_EQ(redis_.Cli({"CONFIG", "RESETSTAT"}), "OK");
+  EXPECT_EQ(redis_.Cli({"PUBLISH", "dlock:{forged}:released", "grant:" + id + ":" + std::to_string(holder_token + 1)}),
+            "1");
+  // The waiter asks the server (a script call), which refuses it: the holder still holds.
+  EXPECT_TRUE(WaitFor([&] { return got.done.load() || ScriptCalls() >= 1; }, 20000ms));
+  EXPECT_FALSE(got.done.load()) << "returned " << dlock_status_str(got.status)
+                                << " on a forged grant while another owner holds the lock";
+  EXPECT_EQ(dlock_lock_is_valid(held), 1);
+  EXPECT_EQ(redis_.Cli({"ZCARD", "dlock:{forged}:line"}), "1") << "the waiter left the line";
+
+  // The real hand-over serves it.
+  ASSERT_EQ(dlock_release(held), DLOCK_OK) << dlock_last_error();
+  EXPECT_TRUE(WaitFor([&] { return got.done.load(); }, 20000ms)) << "the real hand-over did not serve it";
+  if (blocking.joinable()) blocking.join();
+  ASSERT_EQ(got.status, DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(dlock_lock_fencing_token(got.lock), holder_token);
+  // Its first try, and one more if it was not listening yet when that one left: the two
+  // confirmations are not tries.
+  EXPECT_LE(dlock_lock_attempts(got.lock), 2u) << "a confirmation is not a try";
+  EXPECT_EQ(dlock_release(got.lock), DLOCK_OK) << dlock_last_error();
+}
+
+TEST_F(RedisContentionTest, AForgedGrantDoesNotMakeABlockingWaiterAHolder) {
+  ForgedGrantIsConfirmedWithTheServer(redis_, [this] { return ScriptCalls(); }, false);
+}
+
+TEST_F(RedisContentionTest, AForgedGrantDoesNotMakeAnAsyncWaiterAHolder) {
+  ForgedGrantIsConfirmedWithTheServer(redis_, [this] { return ScriptCalls(); }, true);
 }
 
 // A fair waiter that gives up leaves the line: the next release frees the lock instead of

@@ -34,7 +34,8 @@
  *                                          show, whatever the schedule): acquire, add one to
  *                                          the counter in FILE as a fenced resource would (under
  *                                          flock, refused unless the token is above the last
- *                                          one it accepted), release. Rides out a failover:
+ *                                          one it accepted; each accepted one's time goes
+ *                                          to FILE.times), release. Rides out a failover:
  *                                          failed calls are counted and retried for up to 60 s.
  *                                          Prints "DONE accepted=A refused=R errors=E lost=L"
  *                                          (L: releases answered DLOCK_NOT_HELD: a loss reported).
@@ -71,7 +72,10 @@ static double now_s(void) {
 }
 
 /* The resource: "<count> <last token>" in FILE, changed under flock; a write from a token not
- * above the last accepted one is refused, as a fenced storage system would. 1 when accepted. */
+ * above the last accepted one is refused, as a fenced storage system would. 1 when accepted.
+ * Each accepted write also appends the time it was made (CLOCK_MONOTONIC, µs: the same clock
+ * in every process of the machine) to FILE.times, so that a test can find the gaps between
+ * acquisitions. */
 static int fenced_increment(const char *path, uint64_t token) {
   FILE *f = fopen(path, "a+");
   if (!f) return 0;
@@ -85,6 +89,15 @@ static int fenced_increment(const char *path, uint64_t token) {
     if (ftruncate(fileno(f), 0) != 0) accepted = 0;
     fprintf(f, "%ld %" PRIu64 "\n", count + 1, token);
     fflush(f);
+    char times_path[4096];
+    snprintf(times_path, sizeof times_path, "%s.times", path);
+    FILE *times = fopen(times_path, "a");
+    if (times) {
+      struct timespec t;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      fprintf(times, "%lld\n", (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000);
+      fclose(times);
+    }
   }
   flock(fileno(f), LOCK_UN);
   fclose(f);

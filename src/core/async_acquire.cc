@@ -1,6 +1,7 @@
 #include "core/async_acquire.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/client.h"
 #include "core/token.h"
@@ -40,10 +41,8 @@ void AsyncAcquire::Attempt() {
   timer_.Cancel();
   in_flight_ = true;
   released_meanwhile_ = false;
-  ++attempts_;
+  if (!std::exchange(grant_heard_, false)) ++attempts_;  // a confirmation is not a try
   TimePoint sent = Now();
-  last_sent_ = sent;
-  handed_token_ = 0;
   request_.queue_ms = WriterQueueMs(options_, sent, policy_.wait_until());
   client_->backend()->TryAcquireAsync(
       request_,
@@ -71,15 +70,13 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
     Adopt(attempt, sent);
     return;
   }
-  if (handed_token_ != 0) {
-    // Refused, then handed the lock: the hand-over came after this attempt reached the server.
-    AcquireAttempt won;
-    won.acquired = true;
-    won.fencing_token = handed_token_;
-    Adopt(won, sent);
+  const TimePoint now = Now();
+  if (grant_heard_ && now < policy_.wait_until()) {
+    // Refused, then a grant was heard: confirm it (HandedOver).
+    Attempt();
     return;
   }
-  const TimePoint now = Now();
+  grant_heard_ = false;  // past the wait: leaving the line hands it on (or frees it)
   if (released_meanwhile_ && now < policy_.wait_until()) {
     Attempt();
     return;
@@ -113,21 +110,18 @@ void AsyncAcquire::OnReleased() {
   client_->loop()->Post([self = shared_from_this()] { self->Attempt(); });
 }
 
-void AsyncAcquire::OnHandedOver(uint64_t fencing_token) {
-  client_->loop()->Post([self = shared_from_this(), fencing_token] { self->HandedOver(fencing_token); });
+void AsyncAcquire::OnHandedOver(uint64_t) {
+  client_->loop()->Post([self = shared_from_this()] { self->HandedOver(); });
 }
 
-void AsyncAcquire::HandedOver(uint64_t fencing_token) {
+// A grant heard on the channel is only a claim: anyone who may publish there, and can read this
+// waiter's id from the line, can make one. The next attempt confirms it with the server, which
+// finds the lock this waiter's (acquire.lua's "already ours", with a fresh token and what is
+// left of the lease) or refuses it, and the waiter waits on. One round trip; not a try.
+void AsyncAcquire::HandedOver() {
   if (finished_) return;  // Finish left the line, which gives back what was handed over
-  if (in_flight_) {       // its answer settles it (OnAttempt)
-    handed_token_ = fencing_token;
-    return;
-  }
-  AcquireAttempt won;
-  won.acquired = true;
-  won.fencing_token = fencing_token;
-  // The server's lease began at the hand-over, after the last (refused) attempt reached it.
-  Adopt(won, last_sent_);
+  grant_heard_ = true;
+  if (!in_flight_) Attempt();  // else the answer in flight is followed by the confirmation
 }
 
 void AsyncAcquire::Adopt(const AcquireAttempt& attempt, TimePoint sent) {

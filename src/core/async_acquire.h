@@ -44,7 +44,7 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   void OnHandedOver(uint64_t fencing_token) override;
 
  private:
-  void HandedOver(uint64_t fencing_token);
+  void HandedOver();
   void Adopt(const AcquireAttempt& attempt, TimePoint sent);
   void Attempt();
   void OnAttempt(const Status& s, const AcquireAttempt& attempt, TimePoint sent);
@@ -63,8 +63,7 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   bool live_ = false;
   bool in_flight_ = false;
   bool released_meanwhile_ = false;  // a release was announced while an attempt was out
-  uint64_t handed_token_ = 0;        // a hand-over heard while an attempt was out
-  TimePoint last_sent_;              // when the last attempt was sent
+  bool grant_heard_ = false;         // a hand-over heard: the next attempt confirms it
   bool finished_ = false;
 };
 

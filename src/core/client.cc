@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <future>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/registry.h"
@@ -291,20 +292,12 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
   auto stop_watching = [&] {
     if (policy.subscribed()) backend_->Unwatch(name, &signal);
   };
-  // A hand-over heard (the lock is ours), or, after this waiter stopped listening, one that may
-  // come yet: the line is left, and a hold handed over meanwhile given back.
-  auto handed_over = [&](TimePoint last_refused, std::shared_ptr<LockState>* lock) {
-    uint64_t token = signal.TakeHandedOver();
-    if (token == 0) return false;
-    stop_watching();
-    AcquireAttempt won;
-    won.acquired = true;
-    won.fencing_token = token;
-    // The server's lease began at the hand-over, after the last refused attempt reached it:
-    // counting from when that attempt was sent keeps the local deadline the earlier one.
-    s = Adopt(request, won, attempts, options, last_refused, lock);
-    return true;
-  };
+  // A grant heard on the channel ("grant:ID:TOKEN") is only a claim: anyone who may publish
+  // there, and can read this waiter's id from the line, can make one. The waiter confirms it
+  // with the server: its next attempt finds the lock its own (acquire.lua's "already ours",
+  // with a fresh token and what is left of the lease) or is refused like any other, and it
+  // waits on in its place. One round trip; not counted as a try.
+  bool confirming = false;
   if (in_line) {
     // A fair waiter listens before it asks, so that the release that hands it the lock, told
     // only once, cannot come between its refusal and its subscription.
@@ -317,7 +310,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
     TimePoint sent = Now();
     const bool live_when_sent = in_line && signal.ready();
     AcquireAttempt attempt;
-    ++attempts;
+    if (!std::exchange(confirming, false)) ++attempts;
     request.queue_ms = WriterQueueMs(options, sent, policy.wait_until());
     s = backend_->TryAcquire(request, &attempt);
     if (!s.ok()) {
@@ -332,7 +325,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
     WaitStep step = policy.AfterRefusal(Now(), attempt.holder_ttl_ms, request.queue_ms);
     switch (step.kind) {
       case WaitStep::Kind::kGiveUp:
-        if (handed_over(sent, out)) return s;
+        // A grant heard now is not confirmed: leaving the line hands it on (or frees it).
         stop_watching();
         if (in_line) backend_->LeaveLine(request);
         return NotAcquiredStatus(name, attempt, attempts, start);
@@ -349,7 +342,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
         } else {
           signal.WaitNotified(&seen, step.until);
         }
-        if (handed_over(sent, out)) return s;
+        confirming = signal.TakeHandedOver() != 0;
         break;
     }
   }

@@ -5,7 +5,16 @@ namespace {
 
 Status ReadAcquire(const redisReply* r, const std::string& server, const std::string& name,
                    AcquireAttempt* out) {
-  return ParseAcquireReply(r, server, name, out);
+  Status s = ParseAcquireReply(r, server, name, out);
+  if (s.ok() && out->acquired && out->fencing_token > kMaxFencingToken) {
+    const uint64_t token = out->fencing_token;
+    *out = AcquireAttempt();
+    return Status::BackendError(server + " issued fencing token " + std::to_string(token) +
+                                " for lock '" + name +
+                                "', past 2^53 - 1 (9007199254740991), the greatest dlock accepts: "
+                                "refused (check the name's :fence counter there)");
+  }
+  return s;
 }
 
 Status ReadOwned(const redisReply* r, const std::string& server, const std::string& name,
@@ -15,7 +24,11 @@ Status ReadOwned(const redisReply* r, const std::string& server, const std::stri
 
 Status ReadInspect(const redisReply* r, const std::string& server, const std::string&,
                    LockInfo* out) {
-  return ParseInspectReply(r, server, out);
+  Status s = ParseInspectReply(r, server, out);
+  for (HolderInfo& h : out->holders) {
+    if (h.fencing_token > kMaxFencingToken) h.fencing_token = 0;  // not a token dlock issued: unknown
+  }
+  return s;
 }
 
 // release.lua and extend.lua: the exclusive holder's key, or an entry among the holds.

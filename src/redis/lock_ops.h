@@ -5,6 +5,7 @@
 #ifndef DLOCK_REDIS_LOCK_OPS_H_
 #define DLOCK_REDIS_LOCK_OPS_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -16,6 +17,13 @@ namespace dlock::redis {
 
 // The result of an operation that has nothing to say beyond its status.
 struct NoResult {};
+
+// The greatest fencing token dlock accepts, 2^53 - 1: the scripts compare tokens as Lua numbers
+// (doubles), exact only that far. The scripts issue none above it; a reply with one (a broken
+// or hostile server, a Redlock master whose counter was set past it) is refused, so that it is
+// never handed out nor written back to other masters. Today's tokens (µs since 1970) are about
+// 2^50.8: the limit is 2^53 µs, in the year 2255.
+constexpr uint64_t kMaxFencingToken = (uint64_t{1} << 53) - 1;
 
 // One operation on one lock: the script call, and how its reply reads into an R.
 template <typename R>

@@ -16,14 +16,18 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/token.h"
+#include "loop/event_loop.h"
 #include "redis/lock_ops.h"
 #include "redis/node_channel.h"
 #include "redis/redis_backend.h"
@@ -87,14 +91,26 @@ bool Never(const Vote<R>&) { return false; }
 // nothing while a quorum answers. What was sent to it still runs there, in order, if it comes
 // back: a late grant is renewed, released or left to expire like any other hold.
 //
-// An acquire: once a quorum granted. A failed one waits for every master: one that has not
-// answered may have granted, and what a failed acquire won goes back before it returns.
+// An acquire: once a quorum granted, or every master answered. A master yet to answer while
+// the others have decided nothing (a quorum of them answered, or too few are left to grant)
+// gets a grace of twice what the others took (at least kStraggleMin), not its whole timeout;
+// then the attempt ends as the votes stand (StartStraggleTimer). Waiting the timeout would hold
+// what the attempt won on the others meanwhile: with one master of three paused, competing
+// attempts that split the other two would each hold one until the paused master's timeout,
+// and none reach a quorum (issue 30). A master cut off this way may still grant: the
+// give-back sent to it follows the acquire on the same connection, so it runs there after it,
+// however late.
 struct AcquireDecided {
   size_t quorum;
   bool operator()(const Votes<AcquireAttempt>& votes) const {
     return Count::Of(votes, Granted, Answered<AcquireAttempt>).yes >= quorum;
   }
+  bool Straggling(const Votes<AcquireAttempt>& votes) const {
+    Count c = Count::Of(votes, Granted, Answered<AcquireAttempt>);
+    return c.pending > 0 && (c.yes + c.no + c.failed >= quorum || c.yes + c.pending < quorum);
+  }
 };
+constexpr Millis kStraggleMin{20};
 // The token's write-back: once the confirmations still `needed` for a quorum came (the master
 // that issued the token is not asked), or too few can.
 struct FenceDecided {
@@ -273,7 +289,8 @@ class RedlockBackend : public Backend {
               [this, request, sent, v = std::move(v), done = std::move(done)](
                   Votes<NoResult> fenced) mutable {
                 Finish(request, JudgeFence(request, std::move(v), fenced, sent), std::move(done));
-              });
+              },
+              std::max(kStraggleMin, 2 * std::chrono::duration_cast<Millis>(Now() - sent)));
         });
   }
 
@@ -321,26 +338,28 @@ class RedlockBackend : public Backend {
     if (c.yes < quorum_) return NoQuorum("inspect of lock '" + name + "'", c);
     // The holds a quorum of masters list alike (kind, size, owner label and token: every
     // master that granted a hold keeps its token once it was written back; one that granted
-    // late, after the quorum, keeps its own). The remaining lease shown is the least among
-    // them.
+    // late, after the quorum, keeps its own). The remaining lease shown is how long a quorum
+    // still keeps the hold: the quorum-th longest of theirs. Not the least: a master that is
+    // merely slow may not have run an extend yet that a quorum already confirmed.
     using Key = std::tuple<int, uint32_t, std::string, uint64_t>;
-    std::map<Key, std::pair<size_t, HolderInfo>> seen;
+    std::map<Key, std::pair<HolderInfo, std::vector<int64_t>>> seen;
     for (const Vote<LockInfo>& v : votes) {
       if (!v.status.ok()) continue;
       for (const HolderInfo& h : v.out.holders) {
-        auto& [count, holder] = seen[Key{static_cast<int>(v.out.kind), v.out.permits, h.owner, h.fencing_token}];
-        if (count++ == 0 || (h.remaining_ms >= 0 &&
-                             (holder.remaining_ms < 0 || h.remaining_ms < holder.remaining_ms))) {
-          holder = h;
-        }
+        auto& [holder, remaining] = seen[Key{static_cast<int>(v.out.kind), v.out.permits, h.owner, h.fencing_token}];
+        holder = h;
+        remaining.push_back(h.remaining_ms < 0 ? INT64_MAX : h.remaining_ms);  // -1: no expiry
       }
     }
     *out = LockInfo();
-    for (const auto& [key, entry] : seen) {
-      if (entry.first < quorum_) continue;
+    for (auto& [key, entry] : seen) {
+      auto& [holder, remaining] = entry;
+      if (remaining.size() < quorum_) continue;
+      std::sort(remaining.begin(), remaining.end(), std::greater<int64_t>());
+      holder.remaining_ms = remaining[quorum_ - 1] == INT64_MAX ? -1 : remaining[quorum_ - 1];
       out->kind = static_cast<LockKind>(std::get<0>(key));
       out->permits = std::get<1>(key);
-      out->holders.push_back(entry.second);
+      out->holders.push_back(holder);
     }
     return Status::Ok();
   }
@@ -394,6 +413,7 @@ class RedlockBackend : public Backend {
     std::vector<size_t> winners;       // the masters that granted
     std::vector<size_t> behind;        // of those, the ones whose counter is below the token
     std::vector<size_t> give_back_to;  // all but those that refused: a failed call may have run
+    std::vector<size_t> stragglers;    // winners that stopped answering (the give-back does not wait)
     bool give_back = false;            // what they granted goes back
     bool acquired() const { return status.ok() && attempt.acquired; }
   };
@@ -434,7 +454,9 @@ class RedlockBackend : public Backend {
       }
     }
     Count c = Count::Of(votes, Granted, Answered<AcquireAttempt>);
-    v.give_back = !v.winners.empty();
+    // What the masters that granted won goes back, and a release follows the acquire to those
+    // yet to answer, which may grant it late.
+    v.give_back = !v.winners.empty() || c.pending > 0;
     if (!v.status.ok()) return v;  // the name is held as another sort: said by the master
     if (c.yes >= quorum_) {
       v.attempt.acquired = true;
@@ -452,6 +474,17 @@ class RedlockBackend : public Backend {
                                  std::to_string(c.no) + " refused, " + std::to_string(c.failed) +
                                  " failed" + c.Unanswered() + " (a quorum is " + std::to_string(quorum_) +
                                  "): " + c.failures);
+      return v;
+    }
+    if (c.yes + c.pending >= quorum_) {
+      // Cut short while stragglers could still have made a quorum: the attempt split the
+      // masters with others (or one is slow). Everyone's grants go back at once; retry after
+      // a short jittered pause, so that competing attempts stop meeting.
+      v.attempt.holder_ttl_ms = static_cast<int64_t>(RandomBetween(1, 2 * kStraggleMin.count()));
+      v.attempt.why_not = "no quorum of " + Masters() + ": " + std::to_string(c.yes) + " granted, " +
+                          std::to_string(c.no) + " refused, " + std::to_string(c.failed) + " failed" +
+                          c.Unanswered() + " (given back at once; a quorum is " +
+                          std::to_string(quorum_) + ")";
       return v;
     }
     // Refused. It may be free once enough of the refusing masters' holds end: with the masters
@@ -476,6 +509,21 @@ class RedlockBackend : public Backend {
                      TimePoint sent) const {
     Count c = Count::Of(fenced, Answered<NoResult>, Never<NoResult>);
     c.yes += v.winners.size() - v.behind.size();
+    if (c.yes < quorum_ && c.yes + c.pending >= quorum_) {
+      // Cut short: a master that granted stopped answering (StartStraggleTimer). The token
+      // cannot be handed out; what was won goes back, and the attempt is retried soon.
+      v.attempt = AcquireAttempt();
+      v.attempt.holder_ttl_ms = static_cast<int64_t>(RandomBetween(1, 2 * kStraggleMin.count()));
+      v.attempt.why_not = "the token went back to " + std::to_string(c.yes) + " of the " +
+                          std::to_string(v.winners.size()) + " masters that granted it" +
+                          c.Unanswered() + " (given back at once; a quorum is " +
+                          std::to_string(quorum_) + ")";
+      v.give_back = true;
+      for (size_t i = 0; i < fenced.size(); ++i) {
+        if (fenced[i].state == Vote<NoResult>::State::kPending) v.stragglers.push_back(i);
+      }
+      return v;
+    }
     if (c.yes < quorum_) {
       v.status = Status::IoError("redlock: acquire of lock '" + request.name + "': the token went back to " +
                                  std::to_string(c.yes) + " of the " + std::to_string(v.winners.size()) +
@@ -523,49 +571,95 @@ class RedlockBackend : public Backend {
                            std::to_string(quorum_) + ")" + c.Unanswered() + ": " + c.failures);
   }
 
-  // Loop thread: the end of an async acquire; gives back what a failed one won.
+  // Loop thread: the end of an async acquire; gives back what a failed one won. It waits for
+  // the masters that granted (they just answered), never for one that has not answered or
+  // failed: the release is sent to those too, behind the acquire, and not waited for.
   void Finish(const LockRequest& request, Verdict v, AttemptCallback done) {
-    if (v.give_back) {
-      AskAsync<NoResult>(
-          v.give_back_to, [this, request](size_t) { return ReleaseOp(prefix_, HoldRef::Of(request)); },
-          EveryAnswer<NoResult>{},
-          [status = v.status, attempt = v.attempt, done = std::move(done)](Votes<NoResult>) {
-            done(status, attempt);
-          });
-      return;
+    if (!v.give_back) return done(v.status, v.attempt);
+    std::vector<size_t> winners;
+    auto has = [](const std::vector<size_t>& set, size_t i) {
+      return std::find(set.begin(), set.end(), i) != set.end();
+    };
+    for (size_t i : v.give_back_to) {
+      if (has(v.winners, i) && !has(v.stragglers, i)) {
+        winners.push_back(i);
+      } else {
+        RunAsync<NoResult>(masters_[i].get(), ReleaseOp(prefix_, HoldRef::Of(request)),
+                           [](const Status&, NoResult) {});
+      }
     }
-    done(v.status, v.attempt);
+    if (winners.empty()) return done(v.status, v.attempt);
+    AskAsync<NoResult>(
+        winners, [this, request](size_t) { return ReleaseOp(prefix_, HoldRef::Of(request)); },
+        EveryAnswer<NoResult>{},
+        [status = v.status, attempt = v.attempt, done = std::move(done)](Votes<NoResult>) {
+          done(status, attempt);
+        });
   }
 
   // Loop thread: make(i)'s operation on each master i of `which` at once; done(votes) once,
   // as soon as decided(votes) or every one answered (each bounded by its master's timeouts).
   // votes has an entry per master: those not asked are kNotAsked, those yet to answer
   // kPending.
+  // grace (not 0): the call ends that long after it was sent even if undecided, with the votes
+  // as they stand (the token's write-back: see StartStraggleTimer).
   template <typename R, typename MakeOp, typename Decided, typename Done>
-  void AskAsync(const std::vector<size_t>& which, MakeOp make, Decided decided, Done done) {
+  void AskAsync(const std::vector<size_t>& which, MakeOp make, Decided decided, Done done,
+                Millis grace = Millis(0)) {
     struct Tally {
       Votes<R> votes;
       size_t waiting;
       Decided decided;
       std::optional<Done> done;  // reset once called: what it holds goes then, not at the last answer
+      TimePoint sent;
+      std::unique_ptr<Timer> straggle;  // an acquire's grace for stragglers (AcquireDecided)
     };
     auto tally = std::make_shared<Tally>(
-        Tally{Votes<R>(masters_.size()), which.size(), std::move(decided), std::move(done)});
+        Tally{Votes<R>(masters_.size()), which.size(), std::move(decided), std::move(done), Now(), nullptr});
     for (size_t i : which) tally->votes[i].state = Vote<R>::State::kPending;
     if (which.empty()) {
       loop_->Post([tally] { (*tally->done)(std::move(tally->votes)); });
       return;
     }
     for (size_t i : which) {
-      RunAsync<R>(masters_[i].get(), make(i), [tally, i](const Status& s, R out) {
+      RunAsync<R>(masters_[i].get(), make(i), [this, tally, i](const Status& s, R out) {
         tally->votes[i] = {Vote<R>::State::kAnswered, s, std::move(out)};
         const bool all = --tally->waiting == 0;
-        if (!tally->done || !(all || tally->decided(tally->votes))) return;
+        if (!tally->done) return;
+        if (!(all || tally->decided(tally->votes))) {
+          if constexpr (std::is_same_v<Decided, AcquireDecided>) {
+            if (tally->straggle == nullptr && tally->decided.Straggling(tally->votes)) {
+              StartStraggleTimer(tally, std::max(kStraggleMin, 2 * std::chrono::duration_cast<Millis>(
+                                                                      Now() - tally->sent)));
+            }
+          }
+          return;
+        }
+        if (tally->straggle != nullptr) tally->straggle->Cancel();
         Done finish = std::move(*tally->done);
         tally->done.reset();
         finish(all ? std::move(tally->votes) : tally->votes);
       });
     }
+    if (grace.count() > 0 && tally->done) StartStraggleTimer(tally, grace);
+  }
+
+  // Loop thread: once the grace for an acquire's stragglers ends, it is decided with the votes
+  // as they stand (AcquireDecided, and the token's write-back, which must not hold what the
+  // acquire won while a master that stopped answering keeps it waiting either). The timer
+  // holds the tally weakly: the answers still due keep it, and the timer goes with it.
+  template <typename TallyPtr>
+  void StartStraggleTimer(const TallyPtr& tally, Millis grace) {
+    std::weak_ptr<typename TallyPtr::element_type> weak = tally;
+    tally->straggle = std::make_unique<Timer>(loop_, [this, weak] {
+      auto t = weak.lock();
+      if (t == nullptr || !t->done) return;
+      auto finish = std::move(*t->done);
+      t->done.reset();
+      finish(t->votes);
+      loop_->Post([t] {});  // the tally (and this timer) never goes while its callback runs
+    });
+    tally->straggle->StartAfter(grace);
   }
 
   // Blocking, any thread: the same. With a loop thread of the library's own, the masters are
