@@ -393,6 +393,20 @@ void dlock_queue_free(dlock_queue* q) {
 
 int dlock_queue_fd(const dlock_queue* q) { return q == nullptr ? -1 : q->impl->fd(); }
 
+int dlock_queue_fd_dup(const dlock_queue* q) {
+  if (q == nullptr) {
+    last_error = "queue is NULL";
+    return -1;
+  }
+  int fd = -1;
+  dlock::Status s = q->impl->DupFd(&fd);
+  if (!s.ok()) {
+    Report(s);
+    return -1;
+  }
+  return fd;
+}
+
 int dlock_queue_pop(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_lock** lock) {
   if (q == nullptr) {
     last_error = "queue is NULL";
@@ -580,7 +594,8 @@ uint64_t dlock_limit_value(dlock_limit which) {
 size_t dlock_url_redact(const char* url, char* buf, size_t len) {
   if (url == nullptr) return 0;
   try {
-    std::string shown = dlock::RedactUrl(url);
+    // The copy of url that RedactUrl reads is wiped when freed: it holds the password.
+    std::string shown = dlock::RedactUrl(dlock::Secret(url));
     if (buf != nullptr && len > 0) {
       size_t n = std::min(shown.size(), len - 1);
       std::memcpy(buf, shown.data(), n);

@@ -41,8 +41,20 @@ void say_verbose(const cli_options *o, const char *command, const char *fmt, ...
 }
 
 const char *shown_url(const char *url) {
+  /* tls_verify=0 (false on dynamodb://) checks no certificate: wherever the URL is shown, say
+   * so. The parameter is looked for as the library reads it: a whole query item. */
+  static const char note[] = " (certificate not verified: tls_verify=0)";
   static char buf[512];
-  if (dlock_url_redact(url, buf, sizeof buf) == 0) buf[0] = '\0';
+  if (dlock_url_redact(url, buf, sizeof buf - (sizeof note - 1)) == 0) buf[0] = '\0';
+  const char *query = url ? strchr(url, '?') : NULL;
+  for (const char *item = query; item != NULL; item = strchr(item + 1, '&')) {
+    const size_t len = strcspn(item + 1, "&");
+    if ((len == 12 && strncmp(item + 1, "tls_verify=0", 12) == 0) ||
+        (len == 16 && strncmp(item + 1, "tls_verify=false", 16) == 0)) {
+      strcat(buf, note);
+      break;
+    }
+  }
   return buf;
 }
 

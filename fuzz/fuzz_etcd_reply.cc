@@ -1,11 +1,16 @@
 // etcd gateway answers: any text, read the way the etcd backend reads every answer (an error,
 // a transaction, a range (its first key, and every key), a lease grant, keepalive and time to
 // live), and fed in two pieces to the watch stream's line reader.
+//
+// Asserted (a crash otherwise): an answer nested deeper than kMaxJsonDepth is never parsed; an
+// error's words are capped at kMaxServerTextBytes (escaped: at most 4 bytes a byte, and "…")
+// and carry no raw control byte.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/server_text.h"
 #include "etcd/gateway.h"
 
 using namespace dlock::etcd;
@@ -13,8 +18,14 @@ using namespace dlock::etcd;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   Json answer;
-  if (ParseObject(text, &answer)) {
-    (void)ReadError(answer);
+  const bool parsed = ParseObject(text, &answer);
+  if (!dlock::JsonDepthWithin(text) && parsed) __builtin_trap();
+  if (parsed) {
+    const GatewayError error = ReadError(answer);
+    if (error.message.size() > 4 * dlock::kMaxServerTextBytes + 3) __builtin_trap();
+    for (unsigned char c : error.message) {
+      if (c < 0x20 || c == 0x7f) __builtin_trap();
+    }
     TxnAnswer txn;
     (void)ReadTxn(answer, &txn);
     KeyValue kv;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/url.h"
 #include "etcd/etcd_config.h"
@@ -211,6 +212,36 @@ TEST(EtcdGatewayTest, WatchMessagesAndErrors) {
   EXPECT_EQ(e.message, "etcdserver: no leader");
   EXPECT_EQ(ReadError(Parse(R"({"header":{}})")).code, 0);
   EXPECT_EQ(ReadError(Parse(R"({"error":{"x":1}})")).code, 2) << "an error of unknown shape is still one";
+}
+
+}  // namespace
+}  // namespace dlock::etcd
+
+namespace dlock::etcd {
+namespace {
+
+// A hostile gateway: nesting that would cost a container per byte is refused before parsing;
+// an error's words are capped and their control bytes escaped before they reach a message.
+TEST(EtcdGatewayTest, DeepNestingIsRefusedBeforeParsing) {
+  Json j;
+  auto nested = [](size_t depth) {
+    return "{\"kvs\":" + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
+  };
+  EXPECT_TRUE(ParseObject(nested(64), &j)) << "64 levels, the limit, are fine";
+  EXPECT_FALSE(ParseObject(nested(65), &j));
+  EXPECT_FALSE(ParseObject(nested(200000), &j));
+  // Brackets inside strings are text, not nesting.
+  EXPECT_TRUE(ParseObject("{\"k\":\"" + std::string(1000, '[') + "\\\"[\"}", &j));
+  std::vector<WatchMessage> messages;
+  std::string lines = nested(100) + "\n";
+  EXPECT_FALSE(TakeWatchLines(&lines, &messages).ok());
+}
+
+TEST(EtcdGatewayTest, ErrorWordsAreCappedAndEscaped) {
+  GatewayError e = ReadError(Parse(R"({"error":"x","message":"bad \u001b[2Jthing\u0007","code":3})"));
+  EXPECT_EQ(e.message, "bad \\x1b[2Jthing\\x07");
+  e = ReadError(Parse(R"({"error":"x","message":")" + std::string(5000, 'm') + R"(","code":3})"));
+  EXPECT_EQ(e.message, std::string(512, 'm') + "\xe2\x80\xa6");
 }
 
 }  // namespace

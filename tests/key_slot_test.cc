@@ -133,3 +133,127 @@ TEST(ReplyTest, HandOverMessages) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every key of one lock must share one slot, or Redis Cluster refuses each script (CROSSSLOT).
+// The hash tag is "{NAME}" up to NAME's first '}': any name gives the same tag to all of its
+// keys, except one that starts with '}', whose tag is empty (each key hashed whole). The
+// cluster router refuses those with EINVAL before sending anything (ClusterTest covers it on a
+// real cluster).
+TEST(KeySlotTest, AllKeysOfALockShareOneSlotUnlessTheNameStartsWithABrace) {
+  std::mt19937 rng(30);
+  const std::string alphabet = "ab{}:/-_0\xc3\xa9";
+  for (int i = 0; i < 2000; ++i) {
+    std::string name(1 + rng() % 8, 'a');
+    for (char& c : name) c = alphabet[rng() % alphabet.size()];
+    const dlock::redis::LockKeys keys("dlock:", name);
+    const int slot = KeySlot(keys.holder);
+    bool one_slot = true;
+    for (const std::string* key : {&keys.fence, &keys.channel, &keys.holds, &keys.hold_data,
+                                   &keys.writer, &keys.line, &keys.line_data}) {
+      one_slot = one_slot && KeySlot(*key) == slot;
+    }
+    if (name[0] != '}') {
+      EXPECT_TRUE(one_slot) << name;
+    }
+  }
+  const dlock::redis::LockKeys braced("dlock:", "}x");
+  EXPECT_NE(KeySlot(braced.holder), KeySlot(braced.fence)) << "the case the router refuses";
+}
+
+// The reader's limits (reply.h): a string over 16 MiB is refused when it completes, and no
+// reply may take more than 64 MiB on the wire (however it is cut into reads, whatever it holds).
+TEST(ReplyTest, ReaderLimitsStringsAndBufferedBytes) {
+  using dlock::redis::FeedReader;
+  using dlock::redis::GuardReader;
+  using dlock::redis::kMaxReplyBytes;
+  using dlock::redis::kMaxReplyStringBytes;
+  auto read_one = [](const std::string& resp, std::string* error) {
+    redisReader* reader = redisReaderCreate();
+    GuardReader(reader);
+    void* reply = nullptr;
+    int rc = FeedReader(reader, resp.data(), resp.size());
+    if (rc == REDIS_OK) rc = dlock::redis::TakeReply(reader, &reply);
+    *error = rc == REDIS_OK ? "" : dlock::redis::ReaderError(reader);
+    if (reply != nullptr) freeReplyObject(reply);
+    redisReaderFree(reader);
+    return rc == REDIS_OK && reply != nullptr;
+  };
+  std::string error;
+  const std::string value(4096, 'v');  // the largest value dlock stores
+  EXPECT_TRUE(read_one("*2\r\n:1\r\n$4096\r\n" + value + "\r\n", &error)) << error;
+  const std::string at_cap(kMaxReplyStringBytes, 's');
+  EXPECT_TRUE(read_one("$" + std::to_string(at_cap.size()) + "\r\n" + at_cap + "\r\n", &error)) << error;
+  const std::string over(kMaxReplyStringBytes + 1, 's');
+  EXPECT_FALSE(read_one("$" + std::to_string(over.size()) + "\r\n" + over + "\r\n", &error));
+  EXPECT_NE(error.find("string over 16 MiB"), std::string::npos) << error;
+
+  // Fed in pieces, as a connection does: refused once the pending bytes would pass 64 MiB.
+  redisReader* reader = redisReaderCreate();
+  GuardReader(reader);
+  const std::string head = "$99999999999\r\n";
+  ASSERT_EQ(FeedReader(reader, head.data(), head.size()), REDIS_OK);
+  const std::string chunk(1 << 20, 'x');
+  size_t fed = head.size();
+  int rc = REDIS_OK;
+  void* reply = nullptr;
+  while (rc == REDIS_OK && fed < 2 * kMaxReplyBytes) {
+    rc = FeedReader(reader, chunk.data(), chunk.size());
+    if (rc == REDIS_OK) {
+      fed += chunk.size();
+      ASSERT_EQ(dlock::redis::TakeReply(reader, &reply), REDIS_OK);
+      ASSERT_EQ(reply, nullptr);
+    }
+  }
+  EXPECT_EQ(rc, REDIS_ERR);
+  EXPECT_LE(fed, kMaxReplyBytes);
+  EXPECT_LE(reader->len, kMaxReplyBytes) << "nothing over the cap is kept";
+  EXPECT_NE(dlock::redis::ReaderError(reader).find("64 MiB"), std::string::npos) << dlock::redis::ReaderError(reader);
+  redisReaderFree(reader);
+
+  // A reply whose parts each complete (so little stays buffered) counts whole: 20 strings of
+  // 4 MiB are refused at 64 MiB. Replies before and after a whole one count on their own.
+  reader = redisReaderCreate();
+  GuardReader(reader);
+  const std::string small = "+OK\r\n";
+  for (int i = 0; i < 6; ++i) {  // 6 x 12 MiB in whole replies, 72 MiB in all: fine
+    const std::string big(12u << 20, 'b');
+    const std::string resp = "$" + std::to_string(big.size()) + "\r\n" + big + "\r\n" + small;
+    ASSERT_EQ(FeedReader(reader, resp.data(), resp.size()), REDIS_OK) << i;
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_EQ(dlock::redis::TakeReply(reader, &reply), REDIS_OK);
+      ASSERT_NE(reply, nullptr);
+      freeReplyObject(reply);
+    }
+  }
+  rc = FeedReader(reader, "*20\r\n", 5);
+  const std::string part = "$" + std::to_string(4u << 20) + "\r\n" + std::string(4u << 20, 'p') + "\r\n";
+  int parts = 0;
+  while (rc == REDIS_OK && parts < 20) {
+    rc = FeedReader(reader, part.data(), part.size());
+    if (rc == REDIS_OK) {
+      ++parts;
+      ASSERT_EQ(dlock::redis::TakeReply(reader, &reply), REDIS_OK);
+      ASSERT_EQ(reply, nullptr) << "the array is not whole yet";
+    }
+    EXPECT_LE(reader->len - reader->pos, part.size());
+  }
+  EXPECT_EQ(rc, REDIS_ERR);
+  EXPECT_LT(parts, 16) << "64 MiB of 4 MiB strings";
+  EXPECT_NE(dlock::redis::ReaderError(reader).find("64 MiB"), std::string::npos);
+  redisReaderFree(reader);
+}
+
+TEST(ClusterMapTest, HostsWithControlBytesOrSpacesAreRefused) {
+  const dlock::redis::NodeAddress from{"10.0.0.1", 7000};
+  dlock::redis::ReplyPtr moved(Read("-MOVED 3999 evil\x1b[2J:6381\r\n"));
+  EXPECT_EQ(dlock::redis::ParseRedirect(moved.get(), from).to.port, 0);
+  std::vector<dlock::redis::SlotRange> ranges;
+  dlock::redis::ReplyPtr slots(Read("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$6\r\nev il.\r\n:7000\r\n"));
+  dlock::Status s = dlock::redis::ParseClusterSlots(slots.get(), from, "node", &ranges);
+  EXPECT_EQ(s.code(), dlock::Code::kBackendError);
+  EXPECT_NE(s.message().find("host name"), std::string::npos) << s.message();
+}
+
+}  // namespace

@@ -188,6 +188,157 @@ TEST(RedisBadServerTest, GarbageOnThePubSubConnectionLeavesWaitersOnTheirRetry) 
   }
 }
 
+// A blocking and an async acquire against a server that answers every script with bytes;
+// both statuses and messages.
+struct AcquireOutcome {
+  dlock_status blocking = DLOCK_OK, async = DLOCK_OK;
+  std::string blocking_error, async_error;
+};
+
+AcquireOutcome AcquireBoth(const FakeRedis& fake, const std::string& params) {
+  AcquireOutcome out;
+  Client client(fake.url(params));
+  EXPECT_NE(client.get(), nullptr);
+  if (client.get() == nullptr) return out;
+  dlock_lock* l = nullptr;
+  out.blocking = dlock_acquire(client.get(), "x", nullptr, &l);
+  out.blocking_error = dlock_last_error();
+  if (l != nullptr) dlock_release(l);
+  struct Done {
+    std::promise<void> ready;
+    dlock_status status = DLOCK_OK;
+    std::string error;
+  } done;
+  EXPECT_EQ(dlock_acquire_async(
+                client.get(), "y", nullptr,
+                [](dlock_status st, dlock_lock* lock, void* arg) {
+                  auto* d = static_cast<Done*>(arg);
+                  d->status = st;
+                  d->error = st == DLOCK_OK ? "" : dlock_last_error();
+                  if (lock != nullptr) dlock_release(lock);
+                  d->ready.set_value();
+                },
+                &done),
+            DLOCK_OK);
+  EXPECT_EQ(done.ready.get_future().wait_for(30s), std::future_status::ready);
+  out.async = done.status;
+  out.async_error = done.error;
+  return out;
+}
+
+TEST(RedisBadServerTest, AnEndlessBulkStringStopsAtTheBufferedBytesLimit) {
+  // "$99999999999" and then data, more than the 64 MiB a reader may hold: refused at the limit,
+  // not buffered until the timeout (which is long here: the limit must end it first).
+  FakeRedis fake([](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (FakeRedis::Handshake(argv, &r)) return r;
+    r.bytes = "$99999999999\r\n";
+    r.flood = size_t{80} << 20;
+    return r;
+  });
+  AcquireOutcome got = AcquireBoth(fake, "timeout_ms=20000");
+  EXPECT_EQ(got.blocking, DLOCK_EBACKEND) << got.blocking_error;
+  EXPECT_NE(got.blocking_error.find("64 MiB"), std::string::npos) << got.blocking_error;
+  EXPECT_NE(got.blocking_error.find(fake.address()), std::string::npos) << got.blocking_error;
+  // On the loop the connection is lost with it: EIO, as for any reply that is not RESP.
+  EXPECT_TRUE(got.async == DLOCK_EBACKEND || got.async == DLOCK_EIO) << got.async_error;
+  EXPECT_NE(got.async_error.find("64 MiB"), std::string::npos) << got.async_error;
+}
+
+TEST(RedisBadServerTest, AStringOverTheStringLimitIsRefused) {
+  // A whole bulk string of 17 MiB: under the buffered limit, over the 16 MiB a string may be.
+  const size_t len = size_t{17} << 20;
+  FakeRedis fake([len](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (FakeRedis::Handshake(argv, &r)) return r;
+    r.bytes = "*2\r\n:1\r\n$" + std::to_string(len) + "\r\n" + std::string(len, '7') + "\r\n";
+    return r;
+  });
+  AcquireOutcome got = AcquireBoth(fake, "timeout_ms=20000");
+  EXPECT_EQ(got.blocking, DLOCK_EBACKEND) << got.blocking_error;
+  EXPECT_NE(got.blocking_error.find("string over 16 MiB"), std::string::npos) << got.blocking_error;
+  EXPECT_TRUE(got.async == DLOCK_EBACKEND || got.async == DLOCK_EIO) << got.async_error;
+  EXPECT_NE(got.async_error.find("string over 16 MiB"), std::string::npos) << got.async_error;
+}
+
+TEST(RedisBadServerTest, ControlBytesInAnErrorReplyAreEscaped) {
+  // An error reply carrying terminal escape sequences (a title change, clear screen, a bell):
+  // dlock_last_error() shows them as \xNN, never raw.
+  FakeRedis fake([](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (FakeRedis::Handshake(argv, &r)) return r;
+    return FakeReply{"-ERR \x1b]0;pwned\x07\x1b[2J\x7f gone\r\n"};
+  });
+  AcquireOutcome got = AcquireBoth(fake, "");
+  for (const std::string& e : {got.blocking_error, got.async_error}) {
+    SCOPED_TRACE(e);
+    EXPECT_NE(e.find("ERR \\x1b]0;pwned\\x07\\x1b[2J\\x7f gone"), std::string::npos);
+    for (unsigned char c : e) EXPECT_FALSE(c < 0x20 || c == 0x7f) << "raw control byte " << int(c);
+  }
+  EXPECT_EQ(got.blocking, DLOCK_EBACKEND);
+  EXPECT_EQ(got.async, DLOCK_EBACKEND);
+}
+
+// A cluster node whose CLUSTER SLOTS names `masters` distinct masters (one slot each, the
+// rest of the slots its own), each with `host`.
+std::string ClusterSlots(int masters, const std::string& host, int own_port) {
+  std::string bytes = "*" + std::to_string(masters + 1) + "\r\n";
+  auto range = [&](int first, int last, const std::string& h, int port) {
+    bytes += "*3\r\n:" + std::to_string(first) + "\r\n:" + std::to_string(last) + "\r\n*2\r\n$" +
+             std::to_string(h.size()) + "\r\n" + h + "\r\n:" + std::to_string(port) + "\r\n";
+  };
+  for (int i = 0; i < masters; ++i) range(i, i, host, 10000 + i);
+  range(masters, 16383, "127.0.0.1", own_port);
+  return bytes;
+}
+
+TEST(RedisBadServerTest, AClusterNamingTooManyNodesIsRefusedAtTheNodeLimit) {
+  // 1100 masters: over the 1024 node addresses a client connects to. The map is refused whole,
+  // with an error naming the limit, before any of those hosts is connected to.
+  int port = 0;
+  FakeRedis fake([&port](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (FakeRedis::Handshake(argv, &r)) return r;
+    if (argv[0] == "CLUSTER") return FakeReply{ClusterSlots(1100, "127.0.0.2", port)};
+    return FakeReply{FakeRedis::Acquired(5)};
+  });
+  port = std::stoi(fake.address().substr(fake.address().rfind(':') + 1));
+  dlock_client* c = nullptr;
+  const dlock_status s = dlock_client_open(("redis-cluster://" + fake.address()).c_str(), &c);
+  const std::string error = dlock_last_error();
+  EXPECT_NE(s, DLOCK_OK);
+  EXPECT_NE(error.find("1024 node addresses"), std::string::npos) << error;
+  dlock_client_close(c);
+
+  // A map within the limit is served.
+  FakeRedis fine([&port](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (FakeRedis::Handshake(argv, &r)) return r;
+    if (argv[0] == "CLUSTER") return FakeReply{ClusterSlots(3, "127.0.0.2", port)};
+    return FakeReply{FakeRedis::Acquired(5)};
+  });
+  port = std::stoi(fine.address().substr(fine.address().rfind(':') + 1));
+  ASSERT_EQ(dlock_client_open(("redis-cluster://" + fine.address()).c_str(), &c), DLOCK_OK) << dlock_last_error();
+  dlock_client_close(c);
+}
+
+TEST(RedisBadServerTest, AClusterNodeNamingAHostWithControlBytesIsRefused) {
+  int port = 0;
+  FakeRedis fake([&port](const std::vector<std::string>& argv) {
+    FakeReply r;
+    if (FakeRedis::Handshake(argv, &r)) return r;
+    if (argv[0] == "CLUSTER") return FakeReply{ClusterSlots(1, "evil\x1b[2J.example", port)};
+    return FakeReply{FakeRedis::Acquired(5)};
+  });
+  port = std::stoi(fake.address().substr(fake.address().rfind(':') + 1));
+  dlock_client* c = nullptr;
+  EXPECT_NE(dlock_client_open(("redis-cluster://" + fake.address()).c_str(), &c), DLOCK_OK);
+  const std::string error = dlock_last_error();
+  EXPECT_NE(error.find("host name"), std::string::npos) << error;
+  for (unsigned char ch : error) EXPECT_FALSE(ch < 0x20 || ch == 0x7f) << "raw control byte " << int(ch);
+  dlock_client_close(c);
+}
+
 TEST(RedisBadServerTest, TrickledRepliesAreBoundedByTimeoutMs) {
   // Each reply trickled one byte per 100 ms: every read is quick, the whole reply is not.
   std::atomic<bool> trickle_ping{true};

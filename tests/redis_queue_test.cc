@@ -11,6 +11,7 @@
 // Waits poll(2) the queue's fd with a deadline; nothing sleeps blindly except the test that
 // shows a consumer which does not pop for a while.
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -140,6 +141,34 @@ TEST_F(RedisQueueTest, ManyOperationsInFlightFromSeveralThreadsAndClients) {
   }
   EXPECT_EQ(redis_.Cli(exists), "0") << "every lock was released";
   EXPECT_FALSE(Readable(q.fd(), 0ms));
+}
+
+// dlock_queue_fd_dup: the copy a binding hands to a runtime that closes what it watches. It
+// must not leak into children (close-on-exec), must be its own descriptor, and must see what
+// the queue's fd sees.
+TEST_F(RedisQueueTest, FdDupIsACloseOnExecCopyThatBecomesReadable) {
+  Client client(redis_.url());
+  Queue q;
+  const int dup = dlock_queue_fd_dup(q.get());
+  ASSERT_GE(dup, 0) << dlock_last_error();
+  EXPECT_NE(dup, q.fd());
+  const int flags = fcntl(dup, F_GETFD);
+  ASSERT_GE(flags, 0);
+  EXPECT_NE(flags & FD_CLOEXEC, 0) << "the duplicate would leak into exec'd children";
+  EXPECT_FALSE(Readable(dup, 0ms));
+  ASSERT_EQ(dlock_acquire_queued(client.get(), "fddup/a", nullptr, q.get(), 7), DLOCK_OK);
+  ASSERT_TRUE(Readable(dup, 5000ms)) << "an entry arrived but the duplicate never became readable";
+  std::vector<Entry> got = Collect(q.get(), 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, DLOCK_OK) << got[0];
+  if (got[0].lock != nullptr) EXPECT_EQ(dlock_release(got[0].lock), DLOCK_OK);
+  EXPECT_FALSE(Readable(dup, 0ms)) << "popped empty, yet the duplicate is still readable";
+  // The caller owns the copy: closing it leaves the queue's own fd working.
+  EXPECT_EQ(close(dup), 0);
+  EXPECT_GE(fcntl(q.fd(), F_GETFD), 0);
+
+  EXPECT_EQ(dlock_queue_fd_dup(nullptr), -1);
+  EXPECT_NE(std::string(dlock_last_error()).find("NULL"), std::string::npos) << dlock_last_error();
 }
 
 // ----- LOST entries ----------------------------------------------------------------------

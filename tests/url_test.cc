@@ -1,7 +1,12 @@
 // URL parsing: every part, and errors that name what is wrong without echoing secrets.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
+#include "core/secret.h"
 #include "core/url.h"
+#include "etcd/etcd_config.h"
 #include "redis/redis_url.h"
 
 namespace dlock {
@@ -245,6 +250,268 @@ TEST(UrlTest, ErrorsNeverShowThePassword) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message().find("hunter2"), std::string::npos) << s.message();
   EXPECT_EQ(RedactUrl("redis://user:hunter2@host:1/0"), "redis://user:***@host:1/0");
+}
+
+
+// ----- secrets: passwords holding '/', '?', '#' or '@', secret query parameters -----------
+
+TEST(UrlTest, RedactHidesPasswordsHoldingSlashQuestionMarkHashOrAt) {
+  EXPECT_EQ(RedactUrl("redis://:pa#ss@h"), "redis://:***@h");
+  EXPECT_EQ(RedactUrl("redis://app:Zm9v/YmFy@h"), "redis://app:***@h");
+  EXPECT_EQ(RedactUrl("redis://u:p?w@h:1/0"), "redis://u:***@h:1/0");
+  EXPECT_EQ(RedactUrl("redis://u:p@ss@h:1"), "redis://u:***@h:1");
+  EXPECT_EQ(RedactUrl("redis://u:a/b?c#d@h:1/2?prefix=x"), "redis://u:***@h:1/2?prefix=x");
+  // Slashes missing or doubled: the password is still found.
+  EXPECT_EQ(RedactUrl("redis:/:Xq7Zk9@h"), "redis:/:***@h");
+  EXPECT_EQ(RedactUrl("redis::Xq7Zk9@h"), "redis::***@h");
+  // No password: unchanged, an '@' elsewhere included.
+  EXPECT_EQ(RedactUrl("redis://user@h:1"), "redis://user@h:1");
+  EXPECT_EQ(RedactUrl("redis+unix:///tmp/a@b.sock"), "redis+unix:///tmp/a@b.sock");
+  EXPECT_EQ(RedactUrl("redis://h/?prefix=a@b"), "redis://h/?prefix=a@b");
+}
+
+TEST(UrlTest, RedactHidesSecretQueryParametersByName) {
+  EXPECT_EQ(RedactUrl("redis-sentinel://h/m?sentinel_password=Xq7Zk9&db=2"),
+            "redis-sentinel://h/m?sentinel_password=***&db=2");
+  EXPECT_EQ(RedactUrl("redis-sentinel://h/m?db=2&sentinel_password=Xq7Zk9"),
+            "redis-sentinel://h/m?db=2&sentinel_password=***");
+  // Its name percent-encoded is the same parameter to the parser.
+  EXPECT_EQ(RedactUrl("redis-sentinel://h/m?sentinel%5Fpassword=Xq7Zk9"),
+            "redis-sentinel://h/m?sentinel%5Fpassword=***");
+  // A bare '&' in the password: the pieces that are no name=value go with it.
+  EXPECT_EQ(RedactUrl("redis-sentinel://h/m?sentinel_password=Xq7&Zk9&db=1"),
+            "redis-sentinel://h/m?sentinel_password=***&db=1");
+  EXPECT_EQ(RedactUrl("redis-sentinel://:pw@h/m?sentinel_password=sp"),
+            "redis-sentinel://:***@h/m?sentinel_password=***");
+  // Found by fuzz_url: a secret parameter before the first ':' of a misread userinfo.
+  EXPECT_EQ(RedactUrl("redis-sentinel://h/m?sentinel_password=Xq7Zk9&p=x/is://a:b@c"),
+            "redis-sentinel://h/m?sentinel_password=***&p=x/is:***@c");
+  EXPECT_EQ(RedactUrl("etcd://h/m?r:/=x@t&sentinel_password=@Xq7Zk9"),
+            "etcd://h/m?r:***");  // the password to the last '@' and the value, as one
+  EXPECT_TRUE(IsSecretUrlParam("sentinel_password"));
+  EXPECT_FALSE(IsSecretUrlParam("prefix"));
+}
+
+// Every backend's reading of text, after the generic one: the first error.
+std::vector<Status> ParseEveryWay(const std::string& text) {
+  Url url;
+  Status s = ParseUrl(text, &url);
+  if (!s.ok()) return {s};
+  redis::RedisConfig r;
+  redis::RedisClusterConfig c;
+  redis::RedisSentinelConfig sentinel;
+  redis::RedlockConfig redlock;
+  etcd::EtcdConfig e;
+  return {redis::ParseRedisUrl(url, &r), redis::ParseRedisClusterUrl(url, &c),
+          redis::ParseRedisSentinelUrl(url, &sentinel), redis::ParseRedlockUrl(url, &redlock),
+          etcd::ParseEtcdUrl(url, &e)};
+}
+
+TEST(UrlTest, AnUnclearUrlWithAnAtGetsAFixedMessageThatEchoesNothing) {
+  // Each holds the password Xq7Zk9 (maybe cut by a '/', '?' or '#'): no error may show a piece.
+  for (const char* text :
+       {"redis://app:Xq7/Zk9@h", "redis://:Xq7#Zk9@h", "redis://u:Xq7?Zk9@h",
+        "redis://u:Xq7?Zk9=1@h", "redis://u:12/Xq7Zk9@h", "redis://u:Xq7Zk9/@h",
+        "redis:/:Xq7Zk9@h", "redis:Xq7Zk9@h", "re dis://:Xq7Zk9@h", "redis://u:Xq7Zk9@h#",
+        "redis-cluster://u:1/Xq7Zk9@h", "redlock://u:1/Xq7Zk9@a,b,c", "etcd://u:1/Xq7Zk9@h",
+        "redis+unix://u:Xq7Zk9@/s.sock?x=1"}) {
+    for (const Status& s : ParseEveryWay(text)) {
+      if (s.ok()) continue;
+      EXPECT_EQ(s.code(), Code::kInvalidArgument) << text;
+      for (const char* piece : {"Xq7", "Zk9"}) {
+        EXPECT_EQ(s.message().find(piece), std::string::npos) << text << ": " << s.message();
+      }
+    }
+  }
+  Url url;
+  Status s = ParseUrl("redis://app:Zm9v/YmFy@h", &url);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("percent-encode"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("Zm9v"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("YmFy"), std::string::npos) << s.message();
+}
+
+TEST(UrlTest, QueryErrorsAfterASecretParameterEchoNothingOfIt) {
+  // A raw '&' in sentinel_password cuts it: the rest must not be echoed as a parameter.
+  for (const char* text : {"redis-sentinel://h/m?sentinel_password=ab&Xq7Zk9",
+                           "redis-sentinel://h/m?sentinel_password=ab&Xq7Zk9=1",
+                           "redis-sentinel://h/m?sentinel_password=ab&Xq7Zk9=1&Xq7Zk9=2"}) {
+    for (const Status& s : ParseEveryWay(text)) {
+      if (s.ok()) continue;
+      EXPECT_EQ(s.message().find("Xq7Zk9"), std::string::npos) << text << ": " << s.message();
+    }
+  }
+}
+
+TEST(UrlTest, UrlsWithAnAtElsewhereKeepWorking) {
+  redis::RedisConfig c;
+  ASSERT_TRUE(ParseRedis("redis://h:1/?prefix=a@b:", &c).ok());
+  EXPECT_EQ(c.params.prefix, "a@b:");
+  ASSERT_TRUE(ParseRedis("redis+unix:///tmp/a@b.sock", &c).ok());
+  EXPECT_EQ(c.socket_path, "/tmp/a@b.sock");
+  ASSERT_TRUE(ParseRedis("redis://:p%2Fw%3F%23%40@h", &c).ok());
+  EXPECT_EQ(*c.password, "p/w?#@");
+  // An '@' inside the authority only: errors still say what is wrong (and hide the password).
+  Status s = ParseRedis("redis://:Xq7Zk9@h?bogus=1", &c);
+  EXPECT_NE(s.message().find("bogus"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("Xq7Zk9"), std::string::npos) << s.message();
+}
+
+// ----- TLS: tls_verify=0 is said, sni= is a host name ---------------------------------------
+
+TEST(UrlTest, DescribeSaysWhenTheCertificateIsNotVerified) {
+  redis::RedisConfig c;
+  ASSERT_TRUE(ParseRedis("rediss://h:1?tls_verify=0", &c).ok());
+  EXPECT_NE(c.Describe().find("certificate not verified"), std::string::npos) << c.Describe();
+  ASSERT_TRUE(ParseRedis("rediss://h:1", &c).ok());
+  EXPECT_EQ(c.Describe(), "redis h:1");
+  ASSERT_TRUE(ParseRedis("redis://h:1?tls_verify=1&tls=1", &c).ok());
+  EXPECT_EQ(c.Describe(), "redis h:1");
+  redis::RedisClusterConfig cluster;
+  ASSERT_TRUE(ParseCluster("redis-cluster://h:1?tls=1&tls_verify=0", &cluster).ok());
+  EXPECT_NE(cluster.At("h", 2).Describe().find("certificate not verified"), std::string::npos);
+  Url url;
+  etcd::EtcdConfig e;
+  ASSERT_TRUE(ParseUrl("etcd://h:1?tls=1&tls_verify=0", &url).ok());
+  ASSERT_TRUE(etcd::ParseEtcdUrl(url, &e).ok());
+  EXPECT_NE(e.Describe().find("certificate not verified"), std::string::npos) << e.Describe();
+  ASSERT_TRUE(ParseUrl("etcd://h:1?tls=1", &url).ok());
+  ASSERT_TRUE(etcd::ParseEtcdUrl(url, &e).ok());
+  EXPECT_EQ(e.Describe(), "etcd h:1");
+}
+
+// The reading of text by the backend its scheme names (the others refuse it for other reasons).
+Status ParseByScheme(const std::string& text) {
+  std::vector<Status> all = ParseEveryWay(text);
+  if (all.size() == 1) return all[0];
+  // redis, cluster, sentinel, redlock, etcd
+  return text.rfind("rediss:", 0) == 0           ? all[0]
+         : text.rfind("redis-cluster:", 0) == 0  ? all[1]
+         : text.rfind("redis-sentinel:", 0) == 0 ? all[2]
+         : text.rfind("redlock:", 0) == 0        ? all[3]
+                                                 : all[4];
+}
+
+TEST(UrlTest, SniMustBeAHostNameOnEveryScheme) {
+  for (const char* good : {"redis.example", "a-b.c1", "redis_1", "10.0.0.1", "::1", "fe80::1"}) {
+    for (const std::string prefix : {"rediss://h?", "redis-cluster://h:1?tls=1&",
+                                     "redis-sentinel://h/m?tls=1&", "redlock://a,b,c?tls=1&",
+                                     "etcd://h?tls=1&"}) {
+      const std::string text = prefix + "sni=" + good;
+      Status s = ParseByScheme(text);
+      EXPECT_TRUE(s.ok()) << text << ": " << s.message();
+    }
+  }
+  for (const char* bad : {"evil.example/", "evil.example%2Fx", "a:1", "user%40h", "a%3Fb",
+                          "a%23b", "a%20b", "-a.b", "a..b", "[::1]", "%00"}) {
+    for (const std::string prefix : {"rediss://h?", "redis-cluster://h:1?tls=1&",
+                                     "redis-sentinel://h/m?tls=1&", "redlock://a,b,c?tls=1&",
+                                     "etcd://h?tls=1&"}) {
+      const std::string text = prefix + "sni=" + bad;
+      Url url;
+      ASSERT_TRUE(ParseUrl(text, &url).ok()) << text;
+      Status s = ParseByScheme(text);
+      EXPECT_EQ(s.code(), Code::kInvalidArgument) << text;
+      EXPECT_NE(s.message().find("sni="), std::string::npos) << text << ": " << s.message();
+    }
+  }
+  // etcd pastes it into the request's URL: only a checked name gets there.
+  etcd::EtcdConfig e;
+  Url url;
+  ASSERT_TRUE(ParseUrl("etcd://127.0.0.1:2379?tls=1&sni=::1", &url).ok());
+  ASSERT_TRUE(etcd::ParseEtcdUrl(url, &e).ok());
+  EXPECT_EQ(e.Post(0, "/v3/kv/txn", "{}").url, "https://[::1]:2379/v3/kv/txn");
+}
+
+// ----- secrets wiped when freed (a test hook sees the buffer right after the wipe) ----------
+
+struct CleansedBuffer {
+  const char* data;
+  size_t len;
+  bool all_zero;
+};
+std::vector<CleansedBuffer>* cleansed = nullptr;
+
+void RecordCleanse(const char* data, size_t len) {
+  bool zero = true;
+  for (size_t i = 0; i < len; ++i) zero = zero && data[i] == '\0';
+  if (cleansed != nullptr) cleansed->push_back({data, len, zero});
+}
+
+class SecretTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cleansed = &seen_;
+    SetCleanseHookForTesting(RecordCleanse);
+  }
+  void TearDown() override {
+    SetCleanseHookForTesting(nullptr);
+    cleansed = nullptr;
+  }
+  // Whether the buffer at data was wiped whole (at least len bytes, all zero).
+  bool Wiped(const char* data, size_t len) const {
+    for (const CleansedBuffer& b : seen_) {
+      if (b.data == data && b.len >= len && b.all_zero) return true;
+    }
+    return false;
+  }
+  std::vector<CleansedBuffer> seen_;
+};
+
+TEST_F(SecretTest, ItsWholeBufferIsWipedBeforeItIsFreed) {
+  const std::string text(100, 'k');
+  const char* buffer = nullptr;
+  size_t capacity = 0;
+  {
+    Secret s = text;
+    s.reserve(300);  // the wipe covers the capacity, not only the text
+    buffer = s.data();
+    capacity = s.capacity();
+  }
+  EXPECT_TRUE(Wiped(buffer, capacity));
+}
+
+TEST_F(SecretTest, AssignmentAndMoveWipeWhatTheyGiveUp) {
+  Secret a = std::string(64, 'a');
+  const char* old_buffer = a.data();
+  const size_t old_capacity = a.capacity();
+  a = Secret(std::string(500, 'b'));  // a bigger one: a's old buffer is freed
+  EXPECT_TRUE(Wiped(old_buffer, old_capacity));
+  EXPECT_EQ(a, std::string(500, 'b'));
+
+  Secret short_one = "pw";  // in the object itself (short-string optimisation)
+  const char* inline_buffer = short_one.data();
+  Secret taken = std::move(short_one);
+  EXPECT_TRUE(Wiped(inline_buffer, 2)) << "the moved-from object keeps no copy";
+  EXPECT_EQ(taken, "pw");
+
+  std::string plain(40, 'p');
+  const char* plain_buffer = plain.data();
+  Secret from_plain = std::move(plain);  // takes the buffer: nothing left to wipe in plain
+  EXPECT_EQ(from_plain.data(), plain_buffer);
+  EXPECT_EQ(from_plain, std::string(40, 'p'));
+}
+
+TEST_F(SecretTest, UrlPasswordsAndSecretParametersAreSecrets) {
+  const char* password = nullptr;
+  size_t capacity = 0;
+  {
+    Url url;
+    ASSERT_TRUE(ParseUrl("redis://:a-password-longer-than-sso@h", &url).ok());
+    redis::RedisConfig c;
+    ASSERT_TRUE(redis::ParseRedisUrl(url, &c).ok());
+    password = c.password->data();
+    capacity = c.password->capacity();
+    EXPECT_EQ(*c.password, "a-password-longer-than-sso");
+  }
+  EXPECT_TRUE(Wiped(password, capacity));
+  {
+    Url url;
+    ASSERT_TRUE(ParseUrl("redis-sentinel://h/m?sentinel_password=a-sentinel-password-too", &url).ok());
+    password = url.query[0].second.data();
+    capacity = url.query[0].second.capacity();
+  }
+  EXPECT_TRUE(Wiped(password, capacity));
 }
 
 }  // namespace

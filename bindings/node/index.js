@@ -262,7 +262,9 @@ function drain() {
   }
 }
 
-const wake = new net.Socket({ fd: native.dup(C.queue_fd(queue)), readable: true, writable: false });
+const wakeFd = C.queue_fd_dup(queue);  // close-on-exec: child processes do not inherit it
+if (wakeFd < 0) throw new DlockError(S.EIO, `dlock: cannot watch the completion queue: ${C.last_error()}`);
+const wake = new net.Socket({ fd: wakeFd, readable: true, writable: false });
 wake.on('data', drain);
 wake.on('error', (e) => process.nextTick(() => { throw e; }));
 wake.unref();

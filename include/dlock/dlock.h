@@ -308,6 +308,11 @@ DLOCK_API dlock_status dlock_queue_new(dlock_queue **out);
 DLOCK_API void dlock_queue_free(dlock_queue *q);
 /* The fd to poll for readability; -1 for NULL. Do not close it. */
 DLOCK_API int dlock_queue_fd(const dlock_queue *q);
+/* A close-on-exec duplicate of dlock_queue_fd(q), readable whenever that fd is, for a runtime
+ * that closes the fd it watches (Node's net.Socket). The caller owns it and must close it;
+ * it stays valid after dlock_queue_free. Returns -1 when q is NULL or the duplicate cannot be
+ * made (EMFILE), with dlock_last_error() set. */
+DLOCK_API int dlock_queue_fd_dup(const dlock_queue *q);
 /* Takes the oldest entry: returns DLOCK_QUEUE_DONE or DLOCK_QUEUE_LOST and writes *tag,
  * *status and *lock (a held lock for a successful acquire, now the caller's; else NULL), and
  * sets this thread's dlock_last_error() to the entry's message. Returns DLOCK_QUEUE_EMPTY when
@@ -452,10 +457,13 @@ typedef enum dlock_limit {
 } dlock_limit;
 /* The limit's value; 0 for an unknown limit. */
 DLOCK_API uint64_t dlock_limit_value(dlock_limit which);
-/* Copies url with any password replaced by "***" into buf (NUL-terminated, cut to len - 1
- * bytes; buf NULL or len 0 copies nothing) and returns the redacted URL's full length. What the
- * library's own messages show; for logs and error messages of code that holds URLs. 0 for a
- * NULL url. */
+/* Copies url with its secrets replaced by "***" into buf (NUL-terminated, cut to len - 1
+ * bytes; buf NULL or len 0 copies nothing) and returns the redacted URL's full length. The
+ * secrets: the password, from the first ':' after "scheme://" to the LAST '@' of url (so a
+ * password holding an unencoded '/', '?', '#' or '@' is hidden whole; when that '@' is in a
+ * path or query, more than the password is hidden), and the values of secret query parameters
+ * (sentinel_password=). What the library's own messages show; for logs and error messages of
+ * code that holds URLs. 0 for a NULL url. */
 DLOCK_API size_t dlock_url_redact(const char *url, char *buf, size_t len);
 
 /* ----- DynamoDB --------------------------------------------------------------------------- */

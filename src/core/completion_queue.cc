@@ -24,6 +24,17 @@ Status CompletionQueue::Create(std::shared_ptr<CompletionQueue>* out) {
   return Status::Ok();
 }
 
+Status CompletionQueue::DupFd(int* out) const {
+  // F_DUPFD_CLOEXEC: dup() would drop close-on-exec, and the copy would leak into children.
+  const int fd = fcntl(read_fd_, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    return Status::IoError(std::string("cannot duplicate the completion queue's fd: ") +
+                           std::strerror(errno));
+  }
+  *out = fd;
+  return Status::Ok();
+}
+
 CompletionQueue::~CompletionQueue() {
   close(read_fd_);
   close(write_fd_);

@@ -35,6 +35,9 @@ class CompletionQueue {
 
   // The pipe's read end: readable once an entry arrives while the queue was empty.
   int fd() const { return read_fd_; }
+  // A close-on-exec duplicate of fd() for a caller to own and close (bindings that hand the
+  // fd to a runtime which closes what it watches, such as Node's net.Socket).
+  Status DupFd(int* out) const;
   // Any thread. After Shutdown, a lock the entry carries is given back instead.
   void Push(Entry entry);
   // Takes the oldest entry. When there is none, empties the pipe and re-arms it: the pipe is

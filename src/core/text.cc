@@ -1,6 +1,14 @@
 #include "core/text.h"
 
+#include <openssl/crypto.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <utility>
+#include <vector>
+
+#include "core/secret.h"
 
 namespace dlock {
 
@@ -53,17 +61,119 @@ bool PercentDecode(std::string_view in, bool strict, std::string* out) {
   return true;
 }
 
+// ----- secrets ------------------------------------------------------------------------------
+
+namespace {
+
+std::atomic<void (*)(const char*, size_t)> cleanse_hook{nullptr};
+
+// URL query parameters whose values are secrets. A new one joins here: RedactUrl, and the
+// parser's messages, then hide it.
+constexpr std::string_view kSecretUrlParams[] = {"sentinel_password"};
+
+}  // namespace
+
+void Cleanse(std::string* s) {
+  // resize() to the capacity writes within the string's own buffer (no reallocation), so the
+  // whole buffer is wiped, not only the characters in use, with no access past the string.
+  s->resize(s->capacity());
+  OPENSSL_cleanse(s->data(), s->size());
+  if (auto hook = cleanse_hook.load(std::memory_order_relaxed)) hook(s->data(), s->size());
+  s->clear();
+}
+
+void SetCleanseHookForTesting(void (*fn)(const char*, size_t)) { cleanse_hook.store(fn); }
+
+bool IsSecretUrlParam(std::string_view name) {
+  for (std::string_view secret : kSecretUrlParams) {
+    if (name == secret) return true;
+  }
+  return false;
+}
+
+size_t UrlAuthorityStart(std::string_view text) {
+  size_t colon = text.find(':');
+  if (colon == std::string_view::npos || colon == 0) return 0;
+  for (size_t i = 0; i < colon; ++i) {
+    const char c = text[i];
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.')) return 0;
+  }
+  size_t start = colon + 1;
+  while (start < text.size() && text[start] == '/') ++start;
+  return start;
+}
+
+namespace {
+
+// Where the values of secret query parameters lie in text[from...]. A value ends at the next
+// '&' that starts a name=value item: the pieces before it, which are no name=value, are a raw
+// '&' in the secret (the parser refuses them) and are hidden with it.
+void FindSecretParams(const std::string& text, size_t from,
+                      std::vector<std::pair<size_t, size_t>>* hidden) {
+  size_t i = from;
+  while ((i = text.find_first_of("?&", i)) != std::string::npos) {
+    const size_t name_start = i + 1;
+    const size_t eq = text.find_first_of("=&?", name_start);
+    if (eq == std::string::npos || text[eq] != '=') {
+      i = name_start;
+      continue;
+    }
+    std::string name;
+    PercentDecode(std::string_view(text).substr(name_start, eq - name_start), /*strict=*/false,
+                  &name);
+    if (!IsSecretUrlParam(name)) {
+      i = eq;
+      continue;
+    }
+    size_t end = text.find('&', eq);
+    while (end != std::string::npos) {
+      const size_t next = text.find('&', end + 1);
+      const std::string_view piece = std::string_view(text).substr(
+          end + 1, (next == std::string::npos ? text.size() : next) - end - 1);
+      if (piece.find('=') != std::string_view::npos) break;
+      end = next;
+    }
+    if (end == std::string::npos) end = text.size();
+    hidden->emplace_back(eq + 1, end);
+    i = end;
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<size_t, size_t>> UrlSecretRanges(const std::string& text) {
+  std::vector<std::pair<size_t, size_t>> hidden;
+  // The userinfo ends at the last '@'. Where a password holds an unencoded '/', '?' or '#', no
+  // parser can tell that '@' from one in a path or query: the last is taken, which may hide
+  // more than the password, never less. The password starts after the first ':' of the
+  // userinfo (a user name holds no ':').
+  const size_t auth_start = UrlAuthorityStart(text);
+  const size_t at = text.rfind('@');
+  const size_t colon = text.find(':', auth_start);
+  if (at != std::string::npos && at >= auth_start && colon != std::string::npos && colon < at) {
+    hidden.emplace_back(colon + 1, at);
+  }
+  FindSecretParams(text, auth_start, &hidden);
+  return hidden;
+}
+
 std::string RedactUrl(const std::string& text) {
-  size_t scheme_end = text.find("://");
-  if (scheme_end == std::string::npos) return text;
-  size_t auth_start = scheme_end + 3;
-  size_t auth_end = text.find_first_of("/?#", auth_start);
-  if (auth_end == std::string::npos) auth_end = text.size();
-  size_t at = text.rfind('@', auth_end - (auth_end > auth_start ? 1 : 0));
-  if (at == std::string::npos || at < auth_start || at >= auth_end) return text;
-  size_t colon = text.find(':', auth_start);
-  if (colon == std::string::npos || colon > at) return text;
-  return text.substr(0, colon + 1) + "***" + text.substr(at);
+  // Each range to hide becomes "***" (overlapping ones one "***").
+  std::vector<std::pair<size_t, size_t>> hidden = UrlSecretRanges(text);
+  std::sort(hidden.begin(), hidden.end());
+  std::string out;
+  size_t copied = 0;
+  size_t k = 0;
+  while (k < hidden.size()) {
+    const size_t begin = hidden[k].first;
+    size_t end = hidden[k].second;
+    while (++k < hidden.size() && hidden[k].first <= end) end = std::max(end, hidden[k].second);
+    out.append(text, copied, begin - copied);
+    out += "***";
+    copied = end;
+  }
+  out.append(text, copied, std::string::npos);
+  return out;
 }
 
 }  // namespace dlock

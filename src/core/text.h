@@ -5,6 +5,10 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/secret.h"  // Cleanse and SetCleanseHookForTesting are defined in text.cc
 
 namespace dlock {
 
@@ -20,8 +24,22 @@ int HexDigitValue(char c);
 // unspecified). Lenient (strict = false): such a '%' is taken literally.
 bool PercentDecode(std::string_view in, bool strict, std::string* out);
 
-// A URL with any password replaced by "***", for messages and logs (dlock_url_redact).
+// A URL with its password and the values of its secret query parameters replaced by "***", for
+// messages and logs (dlock_url_redact). The userinfo is taken to end at the last '@' of the
+// text, so that a password holding an unencoded '/', '?', '#' or '@' is hidden too; when the
+// '@' is in fact in a path or query (redis://h:1/?prefix=a@b), more than the password is hidden.
 std::string RedactUrl(const std::string& text);
+
+// What RedactUrl hides, as [begin, end) ranges of text (in no order; they may overlap).
+std::vector<std::pair<size_t, size_t>> UrlSecretRanges(const std::string& text);
+
+// Whether URL query parameter `name` (percent-decoded) holds a secret: sentinel_password, and
+// any later one. Its value is never shown.
+bool IsSecretUrlParam(std::string_view name);
+
+// Where the authority of a URL would start: after "scheme:" and the slashes that follow it;
+// 0 when text does not start with a scheme.
+size_t UrlAuthorityStart(std::string_view text);
 
 }  // namespace dlock
 

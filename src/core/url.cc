@@ -1,5 +1,7 @@
 #include "core/url.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -77,7 +79,34 @@ Status ParseInt(const std::string& text, int64_t lo, int64_t hi, const std::stri
   return Status::Ok();
 }
 
-Status ParseUrl(const std::string& text, Url* out) {
+const char kUnclearUrlMessage[] =
+    "bad URL, not shown as it may hold a password: check the URL; percent-encode '/', '?', '#' "
+    "and '@' in a password (as %2F, %3F, %23 and %40), and '&' in sentinel_password= (%26); "
+    "parameters are separated by '&'";
+
+namespace {
+
+// Whether an '@' of text may end a userinfo that a parser cannot find: one past where the
+// authority ends, or any '@' when text does not start with "scheme://".
+bool UnclearUserinfo(const std::string& text) {
+  const size_t at = text.rfind('@');
+  if (at == std::string::npos) return false;
+  const size_t scheme_end = text.find("://");
+  if (scheme_end == std::string::npos || text.find(':') != scheme_end ||
+      UrlAuthorityStart(text) == 0) {
+    return true;
+  }
+  const size_t auth_end = text.find_first_of("/?#", scheme_end + 3);
+  return auth_end != std::string::npos && at > auth_end;
+}
+
+// After a secret query parameter, a raw '&' in its value would make the rest look like more
+// parameters: messages about those name none of them.
+std::string AfterSecretHint(const std::string& secret_name) {
+  return "after " + secret_name + "= (percent-encode '&' in a password as %26)";
+}
+
+Status ParseUrlText(const std::string& text, Url* out) {
   *out = Url();
   const std::string shown = "'" + RedactUrl(text) + "'";
   size_t scheme_end = text.find("://");
@@ -102,22 +131,22 @@ Status ParseUrl(const std::string& text, Url* out) {
   size_t auth_start = scheme_end + 3;
   size_t auth_end = text.find_first_of("/?", auth_start);
   if (auth_end == std::string::npos) auth_end = text.size();
-  std::string authority = text.substr(auth_start, auth_end - auth_start);
+  Secret authority = text.substr(auth_start, auth_end - auth_start);
 
   size_t at = authority.rfind('@');
   if (at != std::string::npos) {
-    std::string userinfo = authority.substr(0, at);
+    Secret userinfo = authority.substr(0, at);
     authority = authority.substr(at + 1);
     size_t colon = userinfo.find(':');
     std::string user = userinfo.substr(0, colon);
-    std::string decoded;
+    Secret decoded;
     Status s = DecodeUrlPart(user, "user name", &decoded);
     if (!s.ok()) return s;
     out->user = decoded;
     if (colon != std::string::npos) {
-      s = DecodeUrlPart(userinfo.substr(colon + 1), "password", &decoded);
+      s = DecodeUrlPart(Secret(userinfo.substr(colon + 1)), "password", &decoded);
       if (!s.ok()) return s;
-      out->password = decoded;
+      out->password = std::move(decoded);
     }
   }
   if (!authority.empty()) {
@@ -142,28 +171,38 @@ Status ParseUrl(const std::string& text, Url* out) {
   Status s = DecodeUrlPart(raw_path, "path", &out->path);
   if (!s.ok()) return s;
   if (query_start != std::string::npos) {
-    std::string query = text.substr(query_start + 1);
+    const Secret query = text.substr(query_start + 1);  // may hold a secret parameter
+    std::string after_secret;  // the secret parameter seen last, if any
     size_t start = 0;
     while (start <= query.size()) {
       size_t amp = query.find('&', start);
-      std::string item = query.substr(start, amp == std::string::npos ? std::string::npos
-                                                                      : amp - start);
+      const Secret item = query.substr(start, amp == std::string::npos ? std::string::npos
+                                                                       : amp - start);
       if (!item.empty()) {
         size_t eq = item.find('=');
         if (eq == std::string::npos || eq == 0) {
+          if (!after_secret.empty()) {
+            return Status::InvalidArgument("a URL query item " + AfterSecretHint(after_secret) +
+                                           " is not name=value");
+          }
           return Status::InvalidArgument("URL query item '" + item + "' is not name=value");
         }
-        std::string key, value;
+        std::string key;
+        Secret value;
         Status ks = DecodeUrlPart(item.substr(0, eq), "query name", &key);
         if (!ks.ok()) return ks;
-        ks = DecodeUrlPart(item.substr(eq + 1), "query value", &value);
+        ks = DecodeUrlPart(Secret(item.substr(eq + 1)), "query value", &value);
         if (!ks.ok()) return ks;
         for (const auto& kv : out->query) {
-          if (kv.first == key) {
-            return Status::InvalidArgument("URL parameter '" + key + "' is given twice");
+          if (kv.first != key) continue;
+          if (!after_secret.empty() && !IsSecretUrlParam(key)) {
+            return Status::InvalidArgument("a URL parameter " + AfterSecretHint(after_secret) +
+                                           " is given twice");
           }
+          return Status::InvalidArgument("URL parameter '" + key + "' is given twice");
         }
         out->query.emplace_back(key, value);
+        if (IsSecretUrlParam(key)) after_secret = key;
       }
       if (amp == std::string::npos) break;
       start = amp + 1;
@@ -172,12 +211,41 @@ Status ParseUrl(const std::string& text, Url* out) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Url::~Url() { CleanseSecretParams(&query); }
+
+Status ParseUrl(const std::string& text, Url* out) {
+  Status s = ParseUrlText(text, out);
+  out->unclear_userinfo = UnclearUserinfo(text);
+  for (const auto& [begin, end] : UrlSecretRanges(text)) {
+    if (begin == end) continue;
+    Secret raw = text.substr(begin, end - begin);
+    Secret decoded;
+    PercentDecode(raw, /*strict=*/false, &decoded);
+    if (decoded != raw) out->secrets.push_back(std::move(decoded));
+    out->secrets.push_back(std::move(raw));
+  }
+  return UrlError(*out, std::move(s));
+}
+
+Status UrlError(const Url& url, Status s) {
+  if (s.ok()) return s;
+  bool shows_secret = url.unclear_userinfo && s.code() == Code::kInvalidArgument;
+  for (const Secret& secret : url.secrets) {
+    shows_secret = shows_secret || s.message().find(secret) != std::string::npos;
+  }
+  return shows_secret ? Status(s.code(), kUnclearUrlMessage) : s;
+}
+
 Status ParseCommonParams(const Url& url, const std::vector<std::string>& backend_params,
                          CommonParams* out,
                          std::vector<std::pair<std::string, std::string>>* backend_values) {
   *out = CommonParams();
   backend_values->clear();
+  std::string after_secret;  // the secret parameter seen last, if any
   for (const auto& [key, value] : url.query) {
+    if (IsSecretUrlParam(key)) after_secret = key;
     int64_t v;
     if (key == "prefix") {
       if (value.find_first_of("{}") != std::string::npos) {
@@ -202,11 +270,20 @@ Status ParseCommonParams(const Url& url, const std::vector<std::string>& backend
     } else {
       std::string known = "prefix, connect_timeout_ms, timeout_ms";
       for (const auto& p : backend_params) known += ", " + p;
-      return Status::InvalidArgument("unknown URL parameter '" + key + "' for " + url.scheme +
+      const std::string which = after_secret.empty() || IsSecretUrlParam(key)
+                                    ? "'" + key + "'"
+                                    : AfterSecretHint(after_secret);
+      return Status::InvalidArgument("unknown URL parameter " + which + " for " + url.scheme +
                                      ":// (known: " + known + ")");
     }
   }
   return Status::Ok();
+}
+
+void CleanseSecretParams(std::vector<std::pair<std::string, std::string>>* values) {
+  for (auto& [key, value] : *values) {
+    if (IsSecretUrlParam(key)) Cleanse(&value);
+  }
 }
 
 Status CheckReadableFile(const std::string& param, const std::string& path) {
@@ -236,6 +313,27 @@ Status ParseFlag(const std::string& key, const std::string& value, bool* out) {
 
 }  // namespace
 
+std::string TlsVerifyNote(bool tls_enabled, bool verify) {
+  return tls_enabled && !verify ? " (certificate not verified: tls_verify=0)" : "";
+}
+
+Status CheckSniName(const std::string& name) {
+  unsigned char address[sizeof(in6_addr)];
+  if (inet_pton(AF_INET, name.c_str(), address) == 1 ||
+      inet_pton(AF_INET6, name.c_str(), address) == 1) {
+    return Status::Ok();
+  }
+  bool ok = !name.empty() && name.size() <= 253 && name.front() != '.' && name.front() != '-' &&
+            name.find("..") == std::string::npos;
+  for (char c : name) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_');
+  }
+  if (ok) return Status::Ok();
+  return Status::InvalidArgument(
+      "URL parameter sni= must be a host name (letters, digits, '-', '_' and '.') or an IP "
+      "address: it is the name sent in the TLS handshake and checked in the certificate");
+}
+
 Status ParseTlsParams(const Url& url, const std::vector<std::pair<std::string, std::string>>& values,
                       bool on_by_scheme, const std::string& how_to_enable, TlsParams* out) {
   out->enabled = on_by_scheme;
@@ -255,8 +353,11 @@ Status ParseTlsParams(const Url& url, const std::vector<std::pair<std::string, s
       s = ParseFlag(key, value, &out->verify);
     } else if (value.empty()) {
       s = Status::InvalidArgument("URL parameter " + key + "= is empty");
+    } else if (key == "sni") {
+      s = CheckSniName(value);
+      if (s.ok()) out->sni = value;
     } else {
-      (key == "ca" ? out->ca : key == "cert" ? out->cert : key == "key" ? out->key : out->sni) = value;
+      (key == "ca" ? out->ca : key == "cert" ? out->cert : out->key) = value;
     }
     if (!s.ok()) return s;
     if (key != "tls" && companion.empty()) companion = key;

@@ -13,7 +13,13 @@
 
 namespace dlock::dynamodb {
 
+// Its values (the keys among them) are wiped when it is freed.
 struct AwsProfile {
+  AwsProfile() = default;
+  AwsProfile(const AwsProfile&) = default;
+  AwsProfile& operator=(const AwsProfile&) = default;
+  ~AwsProfile();
+
   std::string name;                          // the profile's name
   bool found = false;                        // a section of that name exists in either file
   bool explicitly_chosen = false;            // named by AWS_PROFILE / AWS_DEFAULT_PROFILE
@@ -28,7 +34,8 @@ struct AwsProfile {
 // Reads the profile from both files. Missing files are not an error; unreadable ones are.
 Status LoadAwsProfile(AwsProfile* out);
 
-// Parses INI text into section -> key -> value (keys lowercased; values trimmed). Lines
+// Parses INI text into section -> key -> value (keys lowercased; values trimmed; a caller wipes
+// the values when they hold keys). Lines
 // starting with '#' or ';' are comments; indented lines below "key =" (sub-properties, such
 // as a "services" block) are skipped.
 std::map<std::string, std::map<std::string, std::string>> ParseIni(const std::string& text);

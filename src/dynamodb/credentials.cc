@@ -1,11 +1,19 @@
 #include "dynamodb/credentials.h"
 
+#include "core/secret.h"
+#include "core/server_text.h"
 #include "core/text.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 namespace dlock::dynamodb {
@@ -31,17 +39,34 @@ std::string UrlHost(const std::string& url) {
   return authority.substr(0, authority.find(':'));
 }
 
-// The SDKs only send a container token over plain http to addresses that cannot leave the
-// host (or the ECS/EKS agents' link-local addresses).
-bool AllowedPlainHttpHost(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" ||
-         host == "169.254.170.2" || host == "169.254.170.23" || host == "fd00:ec2::23";
-}
-
 }  // namespace
 
-Status ParseCredentialsJson(const std::string& text, const std::string& source, Credentials* out) {
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+bool ContainerHostAllowedOverHttp(const std::string& host) {
+  if (host == "localhost") return true;
+  // Parsed, not compared as text: "127.evil.com" starts like a loopback address but is not one.
+  unsigned char v4[sizeof(in_addr)];
+  if (inet_pton(AF_INET, host.c_str(), v4) == 1) {
+    return v4[0] == 127 || host == "169.254.170.2" || host == "169.254.170.23";
+  }
+  in6_addr v6;
+  if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) return false;
+  in6_addr eks;
+  inet_pton(AF_INET6, "fd00:ec2::23", &eks);
+  return IN6_IS_ADDR_LOOPBACK(&v6) || std::memcmp(&v6, &eks, sizeof v6) == 0;
+}
+
+namespace {
+
+// Wipes the strings of a parsed credentials answer (the secret key and token among them).
+void CleanseJsonStrings(nlohmann::json* doc) {
+  if (!doc->is_object()) return;
+  for (auto& item : doc->items()) {
+    if (item.value().is_string()) Cleanse(&item.value().get_ref<std::string&>());
+  }
+}
+
+Status ReadCredentialsJson(const nlohmann::json& doc, const std::string& source,
+                           Credentials* out) {
   auto str = [&](const char* key) -> std::string {
     if (!doc.is_object()) return "";
     auto it = doc.find(key);
@@ -49,7 +74,8 @@ Status ParseCredentialsJson(const std::string& text, const std::string& source, 
   };
   if (!doc.is_object()) return Status::AuthError(source + " answered with something other than JSON");
   if (std::string code = str("Code"); !code.empty() && code != "Success") {
-    return Status::AuthError(source + " answered Code=" + code + ": " + str("Message"));
+    return Status::AuthError(source + " answered Code=" + ServerText(code, 128) + ": " +
+                             ServerText(str("Message")));
   }
   Credentials c;
   c.access_key_id = str("AccessKeyId");
@@ -61,11 +87,23 @@ Status ParseCredentialsJson(const std::string& text, const std::string& source, 
   std::string expiration = str("Expiration");
   if (!expiration.empty()) {
     c.expires_at = ParseIsoTime(expiration);
-    if (c.expires_at < 0) return Status::AuthError(source + " answered a bad Expiration '" + expiration + "'");
+    if (c.expires_at < 0) {
+      return Status::AuthError(source + " answered a bad Expiration '" + ServerText(expiration, 64) + "'");
+    }
   }
   c.source = source;
   *out = std::move(c);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseCredentialsJson(const std::string& text, const std::string& source, Credentials* out) {
+  // Nesting bounded before parsing (server_text.h): the endpoint's answer is a server's text.
+  nlohmann::json doc = JsonDepthWithin(text) ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
+  Status s = ReadCredentialsJson(doc, source, out);
+  CleanseJsonStrings(&doc);
+  return s;
 }
 
 namespace {
@@ -77,6 +115,33 @@ Status FetchOnce(http::BlockingClient* client, http::Request request, http::Resp
   Status s = client->Perform(request, response);
   if (!s.ok()) return Status::AuthError(what + ": " + s.message());
   return Status::Ok();
+}
+
+}  // namespace
+
+namespace {
+
+// Reads a whole file straight into *out (no stream buffer keeps a copy of it).
+bool ReadSecretFile(const std::string& path, Secret* out) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && st.st_size >= 0 && st.st_size <= (1 << 20);
+  if (ok) {
+    std::string text(static_cast<size_t>(st.st_size), '\0');
+    size_t got = 0;
+    while (ok && got < text.size()) {
+      const ssize_t n = read(fd, text.data() + got, text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) break;  // shorter than it was a moment ago
+      ok = n > 0;
+      if (ok) got += static_cast<size_t>(n);
+    }
+    text.resize(got);
+    *out = Secret(std::move(text));
+  }
+  close(fd);
+  return ok;
 }
 
 }  // namespace
@@ -111,7 +176,8 @@ int64_t ParseIsoTime(const std::string& text) {
 
 Status CredentialsFromEnvironment(Credentials* out, bool* found) {
   *found = false;
-  std::string id = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
+  std::string id = Env("AWS_ACCESS_KEY_ID");
+  Secret secret = Env("AWS_SECRET_ACCESS_KEY");
   if (id.empty() && secret.empty()) return Status::Ok();
   if (id.empty() || secret.empty()) {
     return Status::AuthError(std::string(id.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID") +
@@ -132,7 +198,8 @@ Status CredentialsFromProfile(const AwsProfile& profile, Credentials* out, bool*
     }
     return Status::Ok();
   }
-  std::string id = profile.Get("aws_access_key_id"), secret = profile.Get("aws_secret_access_key");
+  std::string id = profile.Get("aws_access_key_id");
+  Secret secret = profile.Get("aws_secret_access_key");
   if (!id.empty() && !secret.empty()) {
     *out = Credentials{id, secret, profile.Get("aws_session_token"), 0, where};
     *found = true;
@@ -164,7 +231,7 @@ Status CredentialsFromContainer(http::BlockingClient* client, Credentials* out, 
     url = full;
     bool https = url.rfind("https://", 0) == 0;
     bool http_url = url.rfind("http://", 0) == 0;
-    if (!https && !(http_url && AllowedPlainHttpHost(UrlHost(url)))) {
+    if (!https && !(http_url && ContainerHostAllowedOverHttp(UrlHost(url)))) {
       return Status::AuthError(
           "AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http to a loopback or ECS/EKS "
           "agent address; got host '" + UrlHost(url) + "'");
@@ -174,13 +241,13 @@ Status CredentialsFromContainer(http::BlockingClient* client, Credentials* out, 
   http::Request request;
   request.method = "GET";
   request.url = url;
-  std::string token;
+  Secret token;
   if (std::string file = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !file.empty()) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return Status::AuthError("cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " + file);
-    std::ostringstream buf;
-    buf << in.rdbuf();
-    token = Trim(buf.str());
+    Secret text;
+    if (!ReadSecretFile(file, &text)) {
+      return Status::AuthError("cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " + file);
+    }
+    token = Trim(text);
   } else {
     token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
   }
@@ -191,12 +258,14 @@ Status CredentialsFromContainer(http::BlockingClient* client, Credentials* out, 
   http::Response response;
   Status s = FetchOnce(client, request, &response, source);
   if (s.ok() && response.status >= 500) s = FetchOnce(client, request, &response, source);  // once more
-  if (!s.ok()) return s;
-  if (response.status != 200) {
-    return Status::AuthError(source + " answered HTTP " + std::to_string(response.status));
+  for (std::string& header : request.headers) Cleanse(&header);
+  if (s.ok() && response.status != 200) {
+    s = Status::AuthError(source + " answered HTTP " + std::to_string(response.status));
+  } else if (s.ok()) {
+    s = ParseCredentialsJson(response.body, source, out);
+    *found = s.ok();
   }
-  s = ParseCredentialsJson(response.body, source, out);
-  *found = s.ok();
+  Cleanse(&response.body);
   return s;
 }
 
@@ -247,6 +316,7 @@ Status CredentialsFromImds(http::BlockingClient* client, Credentials* out, bool*
   }
   s = ParseCredentialsJson(response.body, source + " (role " + role + ")", out);
   *found = s.ok();
+  Cleanse(&response.body);
   return s;
 }
 

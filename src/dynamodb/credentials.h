@@ -37,6 +37,12 @@ Status CredentialsFromImds(http::BlockingClient* client, Credentials* out, bool*
 // Token, Expiration, Code); `source` names the endpoint in errors.
 Status ParseCredentialsJson(const std::string& text, const std::string& source, Credentials* out);
 
+// Whether AWS_CONTAINER_CREDENTIALS_FULL_URI may name host over plain http, as AWS's SDKs
+// allow: a loopback address (127.0.0.0/8, ::1, localhost) or the ECS and EKS agents'
+// (169.254.170.2, 169.254.170.23, fd00:ec2::23). host is parsed as an address, without
+// brackets: "127.evil.com" is not one.
+bool ContainerHostAllowedOverHttp(const std::string& host);
+
 // "2026-11-20T08:09:10Z" (fractions and offsets allowed) -> seconds since the epoch; -1 if bad.
 int64_t ParseIsoTime(const std::string& text);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "core/server_text.h"
 #include "core/token.h"
 
 namespace dlock::dynamodb {
@@ -10,6 +11,8 @@ namespace {
 
 constexpr char kTargetPrefix[] = "DynamoDB_20120810.";
 constexpr int kMaxAttempts = 10;
+// An error's __type is a short name ("ConditionalCheckFailedException"); more is not DynamoDB's.
+constexpr size_t kMaxErrorTypeBytes = 128;
 
 // "com.amazonaws.dynamodb.v20120810#ThrottlingException" -> "ThrottlingException".
 std::string ShortType(const std::string& type) {
@@ -87,6 +90,14 @@ ApiResult Api::Interpret(const std::string& operation, const Status& transport,
     result.maybe_applied = response.maybe_sent;
     return result;
   }
+  if (!JsonDepthWithin(response.body)) {  // checked before parsing: a container per '['
+    result.status = Status::BackendError(where + " answered " + operation + " (HTTP " +
+                                         std::to_string(response.status) +
+                                         ") with JSON nested deeper than " +
+                                         std::to_string(kMaxJsonDepth) + " levels (dlock's limit)");
+    result.maybe_applied = true;
+    return result;
+  }
   Json doc = Json::parse(response.body, nullptr, false);
   if (response.status == 200) {
     if (!doc.is_object()) {
@@ -99,9 +110,13 @@ ApiResult Api::Interpret(const std::string& operation, const Status& transport,
     result.body = std::move(doc);
     return result;
   }
-  const std::string type = doc.is_object() ? ShortType(StringField(doc, "__type")) : std::string();
+  // The server's words are capped and their control bytes escaped (server_text.h): they end up
+  // in messages that reach terminals. DynamoDB's own types and messages are far shorter.
+  const std::string type =
+      doc.is_object() ? ServerText(ShortType(StringField(doc, "__type")), kMaxErrorTypeBytes) : std::string();
   std::string message = doc.is_object() ? StringField(doc, "message") : std::string();
   if (message.empty() && doc.is_object()) message = StringField(doc, "Message");
+  message = ServerText(message);
   const std::string described = type.empty() ? "HTTP " + std::to_string(response.status)
                                               : type + (message.empty() ? "" : ": " + message);
   result.maybe_applied = response.status >= 500;

@@ -78,7 +78,8 @@ Status ParseEndpoint(const std::string& endpoint, const std::string& from, Dynam
 }  // namespace
 
 std::string DynamoConfig::Describe() const {
-  return "dynamodb table '" + table + "' at " + endpoint;
+  return "dynamodb table '" + table + "' at " + endpoint +
+         TlsVerifyNote(endpoint.rfind("https://", 0) == 0, tls_verify);
 }
 
 bool IsValidUtf8(const std::string& text) {
@@ -103,7 +104,9 @@ bool IsValidUtf8(const std::string& text) {
   return true;
 }
 
-Status ParseDynamoUrl(const Url& url, DynamoConfig* out) {
+namespace {
+
+Status ReadDynamoUrl(const Url& url, DynamoConfig* out) {
   *out = DynamoConfig();
   std::vector<std::pair<std::string, std::string>> values;
   Status s = ParseCommonParams(url,
@@ -202,6 +205,12 @@ Status ParseDynamoUrl(const Url& url, DynamoConfig* out) {
     endpoint_from = "region " + out->region;
   }
   return ParseEndpoint(endpoint, endpoint_from, out);
+}
+
+}  // namespace
+
+Status ParseDynamoUrl(const Url& url, DynamoConfig* out) {
+  return UrlError(url, ReadDynamoUrl(url, out));
 }
 
 Status SplitLockName(const DynamoConfig& config, const std::string& name, std::string* partition,

@@ -41,14 +41,16 @@ struct DynamoConfig {
   bool tls_verify = true;
   CommonParams params;
 
-  // "dynamodb table 'locks' at http://127.0.0.1:8000": how errors name the backend.
+  // "dynamodb table 'locks' at http://127.0.0.1:8000": how errors name the backend (with
+  // tls_verify=0 on https, " (certificate not verified: tls_verify=0)" after it).
   std::string Describe() const;
 };
 
 // Reads the URL, then fills what it leaves out from the environment and the shared config
 // file: region from AWS_REGION, AWS_DEFAULT_REGION, the profile's region; endpoint from
 // AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL, the profile's endpoint_url (all skipped when
-// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), else the region's public endpoint.
+// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), else the region's public endpoint. Errors never
+// show a secret of the URL (UrlError).
 Status ParseDynamoUrl(const Url& url, DynamoConfig* out);
 
 // The key values of lock `name` (docs/dynamodb.md, "The table"): without a sort key the partition value is

@@ -2,6 +2,7 @@
 
 #include "core/text.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
@@ -16,12 +17,15 @@ namespace {
 constexpr char kHexUpper[] = "0123456789ABCDEF";
 constexpr char kAlgorithm[] = "AWS4-HMAC-SHA256";
 
-std::string Hmac(std::string_view key, std::string_view data) {
+// A Secret: the keys derived from the secret key sign requests as well as the secret does.
+Secret Hmac(std::string_view key, std::string_view data) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len);
-  return std::string(reinterpret_cast<char*>(out), len);
+  Secret mac(std::string(reinterpret_cast<char*>(out), len));
+  OPENSSL_cleanse(out, sizeof out);
+  return mac;
 }
 
 bool Unreserved(unsigned char c) {
@@ -134,15 +138,19 @@ std::string UriEncode(std::string_view in, bool keep_slash) {
   return out;
 }
 
-std::string Signer::SigningKey(const std::string& secret, const std::string& date,
-                               const std::string& region, const std::string& service) {
-  std::string scope = secret + '\n' + date + '/' + region + '/' + service;
+Secret Signer::SigningKey(const std::string& secret, const std::string& date,
+                          const std::string& region, const std::string& service) {
+  std::string scope = date + '/' + region + '/' + service;
   std::lock_guard<std::mutex> lock(mu_);
-  if (scope != cached_scope_) {
-    std::string k = Hmac("AWS4" + secret, date);
+  if (scope != cached_scope_ || secret != cached_secret_) {
+    Secret first;  // "AWS4" + secret, built in one buffer that is wiped
+    first.reserve(4 + secret.size());
+    first.append("AWS4").append(secret);
+    Secret k = Hmac(first, date);
     k = Hmac(k, region);
     k = Hmac(k, service);
     cached_key_ = Hmac(k, "aws4_request");
+    cached_secret_ = Secret(secret);
     cached_scope_ = std::move(scope);
   }
   return cached_key_;
@@ -189,7 +197,8 @@ SignedParts Signer::Sign(const SigningRequest& request, const Credentials& crede
   const std::string scope = date + '/' + options.region + '/' + options.service + "/aws4_request";
   out.string_to_sign = std::string(kAlgorithm) + '\n' + amz_date + '\n' + scope + '\n' +
                        Sha256Hex(out.canonical_request);
-  std::string key = SigningKey(credentials.secret_access_key, date, options.region, options.service);
+  const Secret key =
+      SigningKey(credentials.secret_access_key, date, options.region, options.service);
   std::string mac = Hmac(key, out.string_to_sign);
   out.signature = HexBytes(reinterpret_cast<const unsigned char*>(mac.data()), mac.size());
   out.authorization = std::string(kAlgorithm) + " Credential=" + credentials.access_key_id + '/' +

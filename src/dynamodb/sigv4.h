@@ -12,12 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include "core/secret.h"
+
 namespace dlock::dynamodb {
 
+// The secret key and session token are wiped from memory when freed (core/secret.h).
 struct Credentials {
   std::string access_key_id;
-  std::string secret_access_key;
-  std::string session_token;  // empty for long-term credentials
+  Secret secret_access_key;
+  Secret session_token;  // empty for long-term credentials
   // Wall-clock expiry (seconds since the epoch) of temporary credentials, 0 when they never
   // expire. Never shown anywhere: only access_key_id may appear in messages.
   int64_t expires_at = 0;
@@ -60,19 +63,21 @@ std::string Sha256Hex(std::string_view data);
 // '/' stays when keep_slash.
 std::string UriEncode(std::string_view in, bool keep_slash);
 
-// Signs one request. Thread-safe; caches the derived key of the last day/region/service/secret.
+// Signs one request. Thread-safe; caches the derived key of the last day/region/service/secret
+// (the secret and the key are wiped when replaced or freed).
 class Signer {
  public:
   SignedParts Sign(const SigningRequest& request, const Credentials& credentials,
                    const SigningOptions& options);
 
  private:
-  std::string SigningKey(const std::string& secret, const std::string& date,
-                         const std::string& region, const std::string& service);
+  Secret SigningKey(const std::string& secret, const std::string& date, const std::string& region,
+                    const std::string& service);
 
   std::mutex mu_;
-  std::string cached_scope_;  // secret + '\n' + date/region/service
-  std::string cached_key_;
+  Secret cached_secret_;
+  std::string cached_scope_;  // date/region/service
+  Secret cached_key_;
 };
 
 }  // namespace dlock::dynamodb

@@ -16,7 +16,7 @@ std::string EtcdConfig::Endpoint(size_t i) const {
 std::string EtcdConfig::Describe() const {
   std::string out = "etcd ";
   for (size_t i = 0; i < endpoints.size(); ++i) out += (i == 0 ? "" : ",") + Endpoint(i);
-  return out;
+  return out + TlsVerifyNote(tls.enabled, tls.verify);
 }
 
 http::Request EtcdConfig::Post(size_t i, const std::string& path, std::string body) const {
@@ -43,7 +43,9 @@ http::Request EtcdConfig::Post(size_t i, const std::string& path, std::string bo
   return r;
 }
 
-Status ParseEtcdUrl(const Url& url, EtcdConfig* out) {
+namespace {
+
+Status ReadEtcdUrl(const Url& url, EtcdConfig* out) {
   *out = EtcdConfig();
   if (url.user.has_value() || url.password.has_value()) {
     return Status::InvalidArgument(
@@ -75,6 +77,12 @@ Status ParseEtcdUrl(const Url& url, EtcdConfig* out) {
     if (!s.ok()) return s;
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseEtcdUrl(const Url& url, EtcdConfig* out) {
+  return UrlError(url, ReadEtcdUrl(url, out));
 }
 
 }  // namespace dlock::etcd

@@ -22,7 +22,8 @@ struct EtcdConfig {
   CommonParams params;
   TlsParams tls;
 
-  // "etcd 127.0.0.1:2379,127.0.0.1:22379": how errors name the cluster.
+  // "etcd 127.0.0.1:2379,127.0.0.1:22379": how errors name the cluster (with tls_verify=0,
+  // " (certificate not verified: tls_verify=0)" after it).
   std::string Describe() const;
   // "127.0.0.1:2379": how errors name one endpoint.
   std::string Endpoint(size_t i) const;
@@ -31,7 +32,7 @@ struct EtcdConfig {
 };
 
 // Reads an etcd:// URL; with TLS on, checks that the named files can be read (EINVAL naming
-// the file otherwise).
+// the file otherwise). Errors never show a secret of the URL (UrlError).
 Status ParseEtcdUrl(const Url& url, EtcdConfig* out);
 
 }  // namespace dlock::etcd

@@ -1,5 +1,7 @@
 #include "etcd/gateway.h"
 
+#include "core/server_text.h"
+
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -96,6 +98,10 @@ bool Base64Decode(std::string_view text, std::string* out) {
 }
 
 bool ParseObject(std::string_view text, Json* out) {
+  if (!JsonDepthWithin(text)) {  // before parsing: a container per '[' otherwise
+    *out = Json();
+    return false;
+  }
   *out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   return out->is_object();
 }
@@ -108,7 +114,7 @@ GatewayError ReadError(const Json& answer) {
   if (e.code == 0) e.code = 2;  // UNKNOWN: an error field says it is one
   e.message = ReadString(answer, "message");
   if (e.message.empty()) e.message = error->is_string() ? error->get<std::string>() : "an error without words";
-  if (e.message.size() > 300) e.message = e.message.substr(0, 300) + "...";
+  e.message = ServerText(e.message);  // capped, control bytes escaped: it reaches terminals
   return e;
 }
 

@@ -1,5 +1,7 @@
 #include "etcd/transport.h"
 
+#include "core/server_text.h"
+
 namespace dlock::etcd {
 
 struct Transport::Attempt {
@@ -38,6 +40,10 @@ void Transport::Try(std::shared_ptr<Attempt> attempt) {
       why = error.message();  // names the URL
       result.maybe_applied = response.maybe_sent;
       next = !response.maybe_sent && error.code() == Code::kIoError;
+    } else if (!JsonDepthWithin(response.body)) {
+      why = at + " answered HTTP " + std::to_string(response.status) + " with JSON nested deeper than " +
+            std::to_string(kMaxJsonDepth) + " levels (dlock's limit)";
+      result.maybe_applied = true;
     } else if (!ParseObject(response.body, &result.answer)) {
       why = at + " answered HTTP " + std::to_string(response.status) +
             " with something other than a JSON object (is it etcd's gateway?)";

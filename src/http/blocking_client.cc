@@ -20,7 +20,7 @@ Status BlockingClient::Perform(const Request& request, Response* response) {
   if (transfer == nullptr) transfer = std::make_unique<EasyTransfer>();
   if (transfer->handle() == nullptr) return Status::Internal("curl_easy_init failed");
   transfer->Prepare(request);
-  CURLcode code = curl_easy_perform(transfer->handle());
+  CURLcode code = transfer->PerformBlocking();
   Status s = transfer->Finish(code, response);
   std::lock_guard<std::mutex> lock(mu_);
   if (idle_.size() < kMaxIdleBlockingTransfers) idle_.push_back(std::move(transfer));

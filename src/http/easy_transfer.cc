@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "http/cloexec.h"
+
 namespace dlock::http {
 namespace {
 
@@ -28,6 +30,7 @@ void EnsureCurlGlobalInit() {
 EasyTransfer::EasyTransfer() : curl_(curl_easy_init()) { error_[0] = '\0'; }
 
 EasyTransfer::~EasyTransfer() {
+  if (own_multi_ != nullptr) curl_multi_cleanup(own_multi_);  // the handle is never in it here
   if (curl_ != nullptr) curl_easy_cleanup(curl_);
   curl_slist_free_all(headers_);
   curl_slist_free_all(connect_to_);
@@ -75,6 +78,10 @@ void EasyTransfer::Prepare(const Request& request, Bound bound) {
   curl_easy_setopt(curl_, CURLOPT_SSL_VERIFYPEER, request.tls_verify ? 1L : 0L);
   curl_easy_setopt(curl_, CURLOPT_SSL_VERIFYHOST, request.tls_verify ? 2L : 0L);
   curl_easy_setopt(curl_, CURLOPT_TCP_NODELAY, 1L);
+  // The Redis path's floor (tls.cc): nothing older than TLS 1.2, whatever the system allows.
+  curl_easy_setopt(curl_, CURLOPT_SSLVERSION, static_cast<long>(CURL_SSLVERSION_TLSv1_2));
+  // Connections never leak into child processes (cloexec.h).
+  curl_easy_setopt(curl_, CURLOPT_OPENSOCKETFUNCTION, &OpenSocketCloexec);
   curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &EasyTransfer::OnData);
   curl_easy_setopt(curl_, CURLOPT_WRITEDATA, this);
   curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, error_);
@@ -96,6 +103,35 @@ void EasyTransfer::Prepare(const Request& request, Bound bound) {
     curl_easy_setopt(curl_, CURLOPT_CUSTOMREQUEST,
                      request.method == "GET" ? nullptr : request.method.c_str());
   }
+}
+
+CURLcode EasyTransfer::PerformBlocking() {
+  // curl_easy_perform would make a multi handle of its own, whose wake-up socketpair is not
+  // close-on-exec (curl 7.88): this is the same loop on a multi made by NewMultiCloexec, kept
+  // with the handle so that its connection cache survives between requests.
+  if (own_multi_ == nullptr) own_multi_ = NewMultiCloexec();
+  if (own_multi_ == nullptr) return CURLE_OUT_OF_MEMORY;
+  if (curl_multi_add_handle(own_multi_, curl_) != CURLM_OK) return CURLE_FAILED_INIT;
+  CURLcode result = CURLE_OK;
+  for (bool done = false; !done;) {
+    int running = 0;
+    CURLMcode mc = curl_multi_perform(own_multi_, &running);
+    int left = 0;
+    while (CURLMsg* msg = curl_multi_info_read(own_multi_, &left)) {
+      if (msg->msg == CURLMSG_DONE && msg->easy_handle == curl_) {
+        result = msg->data.result;
+        done = true;
+      }
+    }
+    // curl bounds the wait by its own timers (timeouts included).
+    if (!done && mc == CURLM_OK) mc = curl_multi_poll(own_multi_, nullptr, 0, 1000, nullptr);
+    if (!done && mc != CURLM_OK) {
+      result = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY : CURLE_RECV_ERROR;
+      done = true;
+    }
+  }
+  curl_multi_remove_handle(own_multi_, curl_);
+  return result;
 }
 
 long EasyTransfer::status() const {

@@ -34,6 +34,9 @@ class EasyTransfer {
   // Sets the handle up for request (keeping its connection cache) and clears the response.
   void Prepare(const Request& request, Bound bound = Bound::kWholeCall);
   CURL* handle() const { return curl_; }
+  // Runs the prepared request to its end on the calling thread (curl_easy_perform's job, on a
+  // multi handle whose descriptors are close-on-exec). Not for a handle in another multi.
+  CURLcode PerformBlocking();
   const std::string& url() const { return url_; }
   // The body received and not yet taken: all of it for a request, what arrived since the last
   // take for a stream.
@@ -47,6 +50,7 @@ class EasyTransfer {
  private:
   static size_t OnData(char* data, size_t size, size_t n, void* arg);
   CURL* curl_ = nullptr;
+  CURLM* own_multi_ = nullptr;  // PerformBlocking's, made on first use
   curl_slist* headers_ = nullptr;
   curl_slist* connect_to_ = nullptr;
   std::string body_;  // curl reads the request body from here: must outlive the transfer

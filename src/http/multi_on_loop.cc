@@ -2,6 +2,7 @@
 
 #include <event2/event.h>
 
+#include "http/cloexec.h"
 #include "http/easy_transfer.h"
 
 namespace dlock::http {
@@ -16,7 +17,7 @@ constexpr long kMaxHostConnections = 32;
 MultiOnLoop::MultiOnLoop(EventLoop* loop, std::function<void()> after_step)
     : loop_(loop), after_step_(std::move(after_step)), timer_(loop, [this] { OnTimeout(); }) {
   EnsureCurlGlobalInit();
-  multi_ = curl_multi_init();
+  multi_ = NewMultiCloexec();  // its wake-up pair close-on-exec too
   if (multi_ != nullptr) {
     curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, &MultiOnLoop::OnSocket);
     curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);

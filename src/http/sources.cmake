@@ -8,6 +8,7 @@ pkg_check_modules(LIBCURL REQUIRED IMPORTED_TARGET libcurl)
 target_sources(dlock_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/async_client.cc
   ${CMAKE_CURRENT_LIST_DIR}/blocking_client.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cloexec.cc
   ${CMAKE_CURRENT_LIST_DIR}/easy_transfer.cc
   ${CMAKE_CURRENT_LIST_DIR}/multi_on_loop.cc)
 target_link_libraries(dlock_core PUBLIC PkgConfig::LIBCURL)

@@ -1,6 +1,7 @@
 #include "redis/cluster_channel.h"
 
 #include <algorithm>
+#include <set>
 #include <thread>
 
 #include "core/token.h"
@@ -58,7 +59,10 @@ ClusterChannel::~ClusterChannel() = default;
 
 NodeChannel* ClusterChannel::NodeAt(const NodeAddress& address) {
   std::lock_guard<std::mutex> lock(map_mu_);
-  auto& node = nodes_[address.Name()];
+  const std::string name = address.Name();
+  auto known = nodes_.find(name);
+  if (known == nodes_.end() && nodes_.size() >= kMaxNodes) return nullptr;
+  auto& node = nodes_[name];
   if (node == nullptr) {
     // A channel the node does not serve (any more) makes the map suspect: reload it, and the
     // watchers follow their slot.
@@ -68,6 +72,13 @@ NodeChannel* ClusterChannel::NodeAt(const NodeAddress& address) {
     addresses_[node.get()] = address;
   }
   return node.get();
+}
+
+Status ClusterChannel::NodeLimit(const NodeAddress& address) const {
+  return Status::BackendError(server_ + " named node " + address.Name() + " beyond the " +
+                              std::to_string(kMaxNodes) +
+                              " node addresses a client connects to (dlock's limit; reopen the "
+                              "client if the cluster's nodes really moved that often)");
 }
 
 NodeChannel* ClusterChannel::MasterOf(int slot) {
@@ -129,16 +140,19 @@ Status ClusterChannel::LoadMap() {
   Status last;
   for (const NodeAddress& address : RefreshCandidates()) {
     NodeChannel* node = NodeAt(address);
+    if (node == nullptr) {
+      last = NodeLimit(address);
+      tried += (tried.empty() ? "" : "; ") + last.message();
+      continue;
+    }
     ReplyPtr reply;
     Status s = node->Command({"CLUSTER", "SLOTS"}, &reply);
     if (s.ok() && reply->type == REDIS_REPLY_ERROR) s = ErrorReplyStatus(reply.get(), node->server());
     std::vector<SlotRange> ranges;
     if (s.ok()) s = ParseClusterSlots(reply.get(), address, node->server(), &ranges);
     if (s.ok() && ranges.empty()) s = Status::BackendError(node->server() + " serves no slots yet");
-    if (s.ok()) {
-      ApplyMap(ranges);
-      return Status::Ok();
-    }
+    if (s.ok()) s = ApplyMap(ranges);
+    if (s.ok()) return Status::Ok();
     // Credentials refused are the same on every node: say so at once.
     if (s.code() == Code::kAuthError) return s;
     tried += (tried.empty() ? "" : "; ") + s.message();
@@ -148,31 +162,46 @@ Status ClusterChannel::LoadMap() {
                 "no node of " + server_ + " gave its slot map (tried: " + tried + ")");
 }
 
-void ClusterChannel::ApplyMap(const std::vector<SlotRange>& ranges) {
+Status ClusterChannel::ApplyMap(const std::vector<SlotRange>& ranges) {
+  {
+    // All of the map or none of it: a map naming more masters than the limit allows is refused
+    // before any of them is added.
+    std::lock_guard<std::mutex> lock(map_mu_);
+    std::set<std::string> added;
+    for (const SlotRange& range : ranges) {
+      const std::string name = range.master.Name();
+      if (nodes_.count(name) != 0 || !added.insert(name).second) continue;
+      if (nodes_.size() + added.size() > kMaxNodes) return NodeLimit(range.master);
+    }
+  }
   std::vector<NodeChannel*> slots(kClusterSlots, nullptr);
   for (const SlotRange& range : ranges) {
     NodeChannel* node = NodeAt(range.master);
+    if (node == nullptr) return NodeLimit(range.master);  // another map's nodes came first
     for (int slot = range.first; slot <= range.last; ++slot) slots[slot] = node;
   }
   {
     std::lock_guard<std::mutex> lock(map_mu_);
-    if (slots == slots_) return;
+    if (slots == slots_) return Status::Ok();
     slots_ = std::move(slots);
     ++map_version_;
   }
   watches_.Reroute();
+  return Status::Ok();
 }
 
-void ClusterChannel::MoveSlot(int slot, const NodeAddress& to) {
+bool ClusterChannel::MoveSlot(int slot, const NodeAddress& to) {
   NodeChannel* node = NodeAt(to);
+  if (node == nullptr) return false;
   {
     std::lock_guard<std::mutex> lock(map_mu_);
     if (slots_.empty()) slots_.assign(kClusterSlots, nullptr);
-    if (slots_[slot] == node) return;
+    if (slots_[slot] == node) return true;
     slots_[slot] = node;
     ++map_version_;
   }
   watches_.Reroute();
+  return true;
 }
 
 void ClusterChannel::RefreshInBackground() {
@@ -192,14 +221,18 @@ void ClusterChannel::TryRefreshFrom(std::vector<NodeAddress> candidates, size_t 
   }
   NodeAddress address = candidates[next];
   NodeChannel* node = NodeAt(address);
+  if (node == nullptr) {  // over kMaxNodes: the next candidate
+    TryRefreshFrom(std::move(candidates), next + 1);
+    return;
+  }
   node->CommandAsync({"CLUSTER", "SLOTS"}, [this, node, address, candidates = std::move(candidates),
                                             next](redisReply* reply, const Status& error) mutable {
     std::vector<SlotRange> ranges;
     Status s = error;
     if (s.ok() && reply->type == REDIS_REPLY_ERROR) s = ErrorReplyStatus(reply, node->server());
     if (s.ok()) s = ParseClusterSlots(reply, address, node->server(), &ranges);
+    if (s.ok() && !ranges.empty() && !shut_down_) s = ApplyMap(ranges);
     if (s.ok() && !ranges.empty() && !shut_down_) {
-      ApplyMap(ranges);
       refreshing_ = false;
       return;
     }
@@ -220,6 +253,7 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
   ReplyPtr waited;  // as AsyncCall::waited
   for (;;) {
     NodeChannel* node = ask.port != 0 ? NodeAt(ask) : MasterOf(slot);
+    if (node == nullptr && ask.port != 0) return NodeLimit(ask);
     if (node == nullptr) {
       s = LoadMap();
       if (!s.ok()) return s;
@@ -247,7 +281,7 @@ Status ClusterChannel::Eval(const ScriptCall& call, ReplyPtr* reply) {
     if (IsRedirection(redirect) && ++redirections > kMaxRedirections) return Status::Ok();
     switch (redirect.kind) {
       case Redirect::kMoved:
-        MoveSlot(redirect.slot, redirect.to);
+        if (!MoveSlot(redirect.slot, redirect.to)) return NodeLimit(redirect.to);
         RefreshInBackground();  // one slot moved: others probably too
         break;
       case Redirect::kAsk:
@@ -299,6 +333,10 @@ void ClusterChannel::Attempt(std::shared_ptr<AsyncCall> c) {
   }
   const bool asking = c->ask.port != 0;
   NodeChannel* node = asking ? NodeAt(c->ask) : MasterOf(c->slot);
+  if (node == nullptr && asking) {
+    loop_->Post([this, c, s = NodeLimit(c->ask)] { Finish(c, nullptr, s); });
+    return;
+  }
   c->ask = NodeAddress();
   if (node == nullptr) {
     RefreshInBackground();
@@ -326,7 +364,10 @@ void ClusterChannel::Attempt(std::shared_ptr<AsyncCall> c) {
     }
     switch (redirect.kind) {
       case Redirect::kMoved:
-        MoveSlot(redirect.slot, redirect.to);
+        if (!MoveSlot(redirect.slot, redirect.to)) {
+          Finish(c, nullptr, NodeLimit(redirect.to));
+          return;
+        }
         RefreshInBackground();
         Attempt(c);
         break;

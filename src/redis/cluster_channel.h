@@ -32,6 +32,12 @@ namespace dlock::redis {
 class ClusterChannel : public Channel {
  public:
   static constexpr int kMaxRedirections = 5;
+  // The most node addresses one client connects to, over its life: every master a slot map or
+  // a redirection named, every seed. Redis Cluster's own ceiling is about 1000 nodes; a server
+  // naming ever new hosts (a hostile map, redirections to anywhere) stops here, with an error
+  // naming the limit. Addresses are not forgotten: a client outliving more than this many
+  // address changes (nodes replaced on new addresses) must be reopened.
+  static constexpr size_t kMaxNodes = 1024;
 
   ClusterChannel(EventLoop* loop, RedisClusterConfig config);
   ~ClusterChannel() override;
@@ -52,8 +58,10 @@ class ClusterChannel : public Channel {
  private:
   struct AsyncCall;
 
-  // The node at address, created on first use (never destroyed before the channel).
+  // The node at address, created on first use (never destroyed before the channel); null when
+  // that would pass kMaxNodes (NodeLimit says so).
   NodeChannel* NodeAt(const NodeAddress& address);
+  Status NodeLimit(const NodeAddress& address) const;
   // The master serving slot, or null when the map names none.
   NodeChannel* MasterOf(int slot);
   // The redirection reply from node asks for, if any (an error reply names the target).
@@ -67,8 +75,10 @@ class ClusterChannel : public Channel {
   void TryRefreshFrom(std::vector<NodeAddress> candidates, size_t next);
   // Candidates for a map refresh: the masters of the current map, then the seeds.
   std::vector<NodeAddress> RefreshCandidates();
-  void ApplyMap(const std::vector<SlotRange>& ranges);
-  void MoveSlot(int slot, const NodeAddress& to);
+  // Refused, the map unchanged, when its masters would take the client past kMaxNodes.
+  Status ApplyMap(const std::vector<SlotRange>& ranges);
+  // False when the node cannot be added (kMaxNodes).
+  bool MoveSlot(int slot, const NodeAddress& to);
   void Attempt(std::shared_ptr<AsyncCall> call);
   void Finish(const std::shared_ptr<AsyncCall>& call, redisReply* reply, const Status& error);
   void RetryLater(std::shared_ptr<AsyncCall> call, Millis delay);

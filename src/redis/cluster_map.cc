@@ -12,6 +12,16 @@ bool IsString(const redisReply* r) {
   return r != nullptr && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }
 
+// A host a node names: a DNS name or an address, never bytes that would reach messages and
+// terminals raw (control bytes, spaces) or longer than a DNS name can be.
+bool PlausibleHost(std::string_view host) {
+  if (host.size() > 255) return false;
+  for (unsigned char c : host) {
+    if (c <= 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
 // "host:port" (host may be an IPv6 literal, so split at the last ':'); an empty host is from's.
 bool ReadAddress(std::string_view text, const NodeAddress& from, NodeAddress* out) {
   size_t colon = text.rfind(':');
@@ -20,7 +30,7 @@ bool ReadAddress(std::string_view text, const NodeAddress& from, NodeAddress* ou
   if (!ParseInt(std::string(text.substr(colon + 1)), 1, 65535, "port", &port).ok()) return false;
   std::string host(text.substr(0, colon));
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host == "?") return false;
+  if (host == "?" || !PlausibleHost(host)) return false;
   out->host = host.empty() ? from.host : host;
   out->port = static_cast<int>(port);
   return true;
@@ -65,6 +75,7 @@ Status ParseClusterSlots(const redisReply* reply, const NodeAddress& asked,
     if (port < 1 || port > 65535) return garbage("port " + std::to_string(port));
     std::string host(master->element[0]->str, master->element[0]->len);
     if (host == "?") continue;  // the node's address is unknown to this node for now
+    if (!PlausibleHost(host)) return garbage("a host name that is not one");
     SlotRange range;
     range.first = static_cast<int>(first->integer);
     range.last = static_cast<int>(last->integer);

@@ -7,7 +7,8 @@ namespace dlock::redis {
 std::string RedisConfig::Describe() const {
   if (!socket_path.empty()) return "redis unix:" + socket_path;
   bool v6 = host.find(':') != std::string::npos;
-  return "redis " + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  return "redis " + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
+         TlsVerifyNote(tls.enabled, tls.verify);
 }
 
 namespace {
@@ -29,7 +30,7 @@ Status ParseShared(const Url& url, std::vector<std::string> backend_params, Redi
   backend_params.push_back("wait_replicas");
   const auto& tls_names = TlsParamNames();
   backend_params.insert(backend_params.end(), tls_names.begin(), tls_names.end());
-  std::vector<std::pair<std::string, std::string>> values;
+  ParamList values;
   Status s = ParseCommonParams(url, backend_params, &out->params, &values);
   if (!s.ok()) return s;
   std::vector<std::pair<std::string, std::string>> tls;
@@ -39,7 +40,7 @@ Status ParseShared(const Url& url, std::vector<std::string> backend_params, Redi
       continue;
     }
     if (key != "wait_replicas") {
-      extra->emplace_back(std::move(key), std::move(value));
+      extra->emplace_back(key, value);
       continue;
     }
     int64_t n;
@@ -67,9 +68,11 @@ RedisConfig RedisClusterConfig::At(const std::string& host, int port) const {
   return c;
 }
 
-Status ParseRedisClusterUrl(const Url& url, RedisClusterConfig* out) {
+namespace {
+
+Status ReadRedisClusterUrl(const Url& url, RedisClusterConfig* out) {
   *out = RedisClusterConfig();
-  std::vector<std::pair<std::string, std::string>> extra;
+  ParamList extra;
   Status s = ParseShared(url, {}, &out->node, &extra);
   if (!s.ok()) return s;
   if (url.hosts.empty()) {
@@ -87,6 +90,12 @@ Status ParseRedisClusterUrl(const Url& url, RedisClusterConfig* out) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Status ParseRedisClusterUrl(const Url& url, RedisClusterConfig* out) {
+  return UrlError(url, ReadRedisClusterUrl(url, out));
+}
+
 RedisConfig RedlockConfig::At(const HostPort& master) const {
   RedisConfig c = node;
   c.host = master.host;
@@ -94,9 +103,11 @@ RedisConfig RedlockConfig::At(const HostPort& master) const {
   return c;
 }
 
-Status ParseRedlockUrl(const Url& url, RedlockConfig* out) {
+namespace {
+
+Status ReadRedlockUrl(const Url& url, RedlockConfig* out) {
   *out = RedlockConfig();
-  std::vector<std::pair<std::string, std::string>> extra;
+  ParamList extra;
   Status s = ParseShared(url, {}, &out->node, &extra);
   if (!s.ok()) return s;
   if (out->node.wait_replicas != 0) {
@@ -128,6 +139,12 @@ Status ParseRedlockUrl(const Url& url, RedlockConfig* out) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Status ParseRedlockUrl(const Url& url, RedlockConfig* out) {
+  return UrlError(url, ReadRedlockUrl(url, out));
+}
+
 RedisConfig RedisSentinelConfig::MasterAt(const std::string& host, int port) const {
   RedisConfig c = node;
   c.host = host;
@@ -146,9 +163,11 @@ RedisConfig RedisSentinelConfig::SentinelAt(const HostPort& sentinel) const {
   return c;
 }
 
-Status ParseRedisSentinelUrl(const Url& url, RedisSentinelConfig* out) {
+namespace {
+
+Status ReadRedisSentinelUrl(const Url& url, RedisSentinelConfig* out) {
   *out = RedisSentinelConfig();
-  std::vector<std::pair<std::string, std::string>> extra;
+  ParamList extra;
   Status s = ParseShared(url, {"sentinel_password", "db"}, &out->node, &extra);
   if (!s.ok()) return s;
   for (const auto& [key, value] : extra) {
@@ -178,15 +197,23 @@ Status ParseRedisSentinelUrl(const Url& url, RedisSentinelConfig* out) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Status ParseRedisSentinelUrl(const Url& url, RedisSentinelConfig* out) {
+  return UrlError(url, ReadRedisSentinelUrl(url, out));
+}
+
 Status LoadTls(RedisConfig* config) {
   if (!config->tls.enabled) return Status::Ok();
   return TlsContext::Create(config->tls, &config->tls_context);
 }
 
-Status ParseRedisUrl(const Url& url, RedisConfig* out) {
+namespace {
+
+Status ReadRedisUrl(const Url& url, RedisConfig* out) {
   *out = RedisConfig();
   const bool unix_socket = url.scheme == "redis+unix";
-  std::vector<std::pair<std::string, std::string>> extra;
+  ParamList extra;
   Status s = ParseShared(url, unix_socket ? std::vector<std::string>{"db"} : std::vector<std::string>{},
                          out, &extra);
   if (!s.ok()) return s;
@@ -220,6 +247,12 @@ Status ParseRedisUrl(const Url& url, RedisConfig* out) {
     out->db = static_cast<int>(db);
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseRedisUrl(const Url& url, RedisConfig* out) {
+  return UrlError(url, ReadRedisUrl(url, out));
 }
 
 }  // namespace dlock::redis

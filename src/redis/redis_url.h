@@ -1,7 +1,8 @@
 // Redis connection settings from redis://, rediss://, redis+unix://, redis-cluster://,
 // redis-sentinel:// and redlock:// URLs. Every scheme takes the common parameters (prefix=,
 // connect_timeout_ms=, timeout_ms=), wait_replicas= and the TLS ones (tls=1, ca=, cert=, key=,
-// sni=, tls_verify=0; rediss:// is redis:// with tls=1).
+// sni=, tls_verify=0; rediss:// is redis:// with tls=1). Every Parse*Url returns its errors
+// through UrlError (core/url.h): none shows a secret of the URL.
 #ifndef DLOCK_REDIS_REDIS_URL_H_
 #define DLOCK_REDIS_REDIS_URL_H_
 
@@ -21,7 +22,7 @@ struct RedisConfig {
   int port = 6379;
   std::string socket_path;  // unix socket path, empty for TCP
   std::optional<std::string> user;
-  std::optional<std::string> password;
+  std::optional<Secret> password;  // wiped when freed (core/secret.h)
   int db = 0;
   CommonParams params;
   // wait_replicas=N: an acquire counts only once N replicas acknowledged it (WAIT).
@@ -31,7 +32,8 @@ struct RedisConfig {
   // for plain connections.
   std::shared_ptr<const TlsContext> tls_context;
 
-  // "redis 127.0.0.1:6379" or "redis unix:/path": how errors name the server.
+  // "redis 127.0.0.1:6379" or "redis unix:/path": how errors name the server; with
+  // tls_verify=0 it adds " (certificate not verified: tls_verify=0)".
   std::string Describe() const;
 };
 
@@ -60,7 +62,7 @@ struct RedisSentinelConfig {
   RedisConfig node;
   std::vector<HostPort> sentinels;
   std::string master_name;
-  std::optional<std::string> sentinel_password;
+  std::optional<Secret> sentinel_password;
   RedisConfig MasterAt(const std::string& host, int port) const;
   RedisConfig SentinelAt(const HostPort& sentinel) const;
 };

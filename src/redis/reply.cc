@@ -4,16 +4,20 @@
 #include <charconv>
 #include <strings.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string_view>
 
 #include "core/options.h"
+#include "core/server_text.h"
 
 namespace dlock::redis {
 namespace {
 
-std::string Text(const redisReply* r) { return std::string(r->str, r->len); }
+// A reply's text for a message: capped, control bytes escaped.
+std::string Shown(const redisReply* r) { return ServerText(std::string_view(r->str, r->len)); }
 
 Status Garbage(const std::string& server, const std::string& what) {
   return Status::BackendError(server + " sent an unexpected reply to " + what);
@@ -23,9 +27,24 @@ const redisReplyObjectFunctions* hiredis_functions = nullptr;
 redisReplyObjectFunctions guarded_functions;
 std::once_flag guard_once;
 
+// Which limit the last refusal on this thread hit: hiredis reports any refusal as out of
+// memory, and ReaderError, called right after on the same thread, names the limit instead.
+thread_local const char* refused_by = nullptr;
+
 void* CreateBoundedArray(const redisReadTask* task, int elements) {
-  if (elements < 0 || elements > kMaxReplyElements) return nullptr;  // the reader reports OOM
+  if (elements < 0 || elements > kMaxReplyElements) {  // the reader reports OOM
+    refused_by = "array";
+    return nullptr;
+  }
   return hiredis_functions->createArray(task, elements);
+}
+
+void* CreateBoundedString(const redisReadTask* task, char* str, size_t len) {
+  if (len > kMaxReplyStringBytes) {
+    refused_by = "string";
+    return nullptr;
+  }
+  return hiredis_functions->createString(task, str, len);
 }
 
 }  // namespace
@@ -36,22 +55,69 @@ void GuardReader(redisReader* reader) {
     hiredis_functions = reader->fn;  // hiredis's own defaults, the same for every reader
     guarded_functions = *reader->fn;
     guarded_functions.createArray = CreateBoundedArray;
+    guarded_functions.createString = CreateBoundedString;
   });
   if (reader->fn == hiredis_functions) reader->fn = &guarded_functions;
 }
 
+namespace {
+
+// The bytes fed since the last whole reply, kept in privdata: hiredis only copies that pointer
+// into its read tasks, and neither its object functions nor dlock's read it there.
+size_t ReplyBytes(const redisReader* reader) { return reinterpret_cast<uintptr_t>(reader->privdata); }
+void SetReplyBytes(redisReader* reader, size_t n) {
+  reader->privdata = reinterpret_cast<void*>(static_cast<uintptr_t>(n));
+}
+
+}  // namespace
+
+int FeedReader(redisReader* reader, const char* buf, size_t len) {
+  if (reader->err == 0 && ReplyBytes(reader) + len > kMaxReplyBytes) {
+    // A reader error like hiredis's own, so that every caller reports it the same way.
+    reader->err = REDIS_ERR_OTHER;
+    std::snprintf(reader->errstr, sizeof reader->errstr,
+                  "a reply over %zu MiB (dlock's limit on one reply)", kMaxReplyBytes >> 20);
+    return REDIS_ERR;
+  }
+  const int rc = redisReaderFeed(reader, buf, len);
+  if (rc == REDIS_OK) SetReplyBytes(reader, ReplyBytes(reader) + len);
+  return rc;
+}
+
+int TakeReply(redisReader* reader, void** reply) {
+  const int rc = redisReaderGetReply(reader, reply);
+  // A whole reply: what is left in the buffer belongs to the next ones.
+  if (rc == REDIS_OK && *reply != nullptr && reader->pos <= reader->len) {
+    SetReplyBytes(reader, reader->len - reader->pos);
+  }
+  return rc;
+}
+
 std::string ReaderError(const redisReader* reader) {
-  std::string what = reader->errstr;
-  // A refused array shows up as hiredis's out-of-memory error.
+  std::string what = ServerText(reader->errstr);  // hiredis quotes the offending byte
+  // A refused array or string shows up as hiredis's out-of-memory error.
   if (reader->err == REDIS_ERR_OOM) {
-    what = "a reply claimed more than " + std::to_string(kMaxReplyElements) +
-           " elements, or memory ran out (" + what + ")";
+    const char* refused = refused_by;
+    refused_by = nullptr;
+    if (refused != nullptr && std::strcmp(refused, "string") == 0) {
+      what = "a reply with a string over " + std::to_string(kMaxReplyStringBytes >> 20) +
+             " MiB (dlock's limit)";
+    } else if (refused != nullptr) {
+      what = "a reply claiming more than " + std::to_string(kMaxReplyElements) +
+             " elements (dlock's limit)";
+    } else {
+      what = "memory ran out (" + what + ")";
+    }
   }
   return what;
 }
 
 Status NotRedisProtocol(const std::string& server, const redisReader* reader,
                         bool plain_first_reply) {
+  // Over one of dlock's limits: RESP, but more than any reply of dlock's can be.
+  if (reader->err == REDIS_ERR_OTHER || (reader->err == REDIS_ERR_OOM && refused_by != nullptr)) {
+    return Status::BackendError(server + " sent " + ReaderError(reader));
+  }
   const bool tls_bytes = plain_first_reply && reader->buf != nullptr &&
                          (reader->buf[0] == 0x15 || reader->buf[0] == 0x16);
   return Status::BackendError(server + " does not speak the Redis protocol: " + ReaderError(reader) +
@@ -109,7 +175,7 @@ ReplyPtr CloneReply(const redisReply* r) {
 }
 
 Status ErrorReplyStatus(const redisReply* r, const std::string& server) {
-  std::string msg = Text(r);
+  std::string msg = Shown(r);
   if (msg.rfind("NOAUTH", 0) == 0 || msg.rfind("WRONGPASS", 0) == 0 ||
       msg.find("invalid password") != std::string::npos || msg.rfind("NOPERM", 0) == 0) {
     // NOAUTH means no credentials were sent at all: say where they go.
@@ -174,7 +240,7 @@ Status ParseAcquireReply(const redisReply* r, const std::string& server, const s
     uint64_t token = 0;
     auto [ptr, ec] = std::from_chars(value->str, value->str + value->len, token);
     if (ec != std::errc() || ptr != value->str + value->len || token == 0) {
-      return Garbage(server, "the acquire script (token '" + Text(value) + "')");
+      return Garbage(server, "the acquire script (token '" + Shown(value) + "')");
     }
     out->acquired = true;
     out->fencing_token = token;

@@ -53,9 +53,26 @@ std::string ScriptSort(LockKind kind, uint32_t permits);
 // The most elements a reply array may claim. hiredis allocates what an array header claims
 // before the elements arrive: "*2000000000" would reserve 16 GB. dlock's replies hold a few.
 constexpr int kMaxReplyElements = 1 << 16;
-// Makes reader refuse arrays claiming more than kMaxReplyElements (or fewer than 0): a reader
-// error, as for any other bytes that are not RESP. Every reader dlock creates goes through it.
+// The longest string (bulk, status or error) a reply may hold. dlock's longest are values of
+// 4096 bytes and labels; 16 MiB leaves room for anything a lock's reply can legitimately be.
+constexpr size_t kMaxReplyStringBytes = size_t{16} << 20;
+// The most bytes one reply may take on the wire: "$99999999999\r\n" followed by data, or an
+// array of arrays of small elements, would otherwise be read (and kept, by hiredis's reader and
+// the reply objects it builds) for as long as the server sends. Far above every legitimate
+// reply: inspect's of thousands of holders with 4096-byte values is a few MiB. The reply objects
+// of a reply this long take at most about 12 times its bytes (":1\r\n" elements).
+constexpr size_t kMaxReplyBytes = size_t{64} << 20;
+// Makes reader refuse arrays claiming more than kMaxReplyElements (or fewer than 0) and strings
+// longer than kMaxReplyStringBytes: a reader error, as for any other bytes that are not RESP.
+// Every reader dlock creates goes through it.
 void GuardReader(redisReader* reader);
+// redisReaderFeed, refusing (a reader error naming the limit) bytes that would take the reply
+// being read past kMaxReplyBytes. Callers then read the reader's error as for bytes that are not
+// RESP (NotRedisProtocol). The count lives in the reader's privdata, which no dlock reader uses
+// otherwise; read replies with TakeReply, which restarts it with each whole reply.
+int FeedReader(redisReader* reader, const char* buf, size_t len);
+// redisReaderGetReply for a reader fed by FeedReader.
+int TakeReply(redisReader* reader, void** reply);
 // A copy of r that outlives the callback r was lent to (replies are freed after their callback).
 ReplyPtr CloneReply(const redisReply* r);
 // The reader's error as words for a Status.
@@ -69,7 +86,8 @@ Status NotRedisProtocol(const std::string& server, const redisReader* reader, bo
 // wakes every waiter. *waiter points into message.
 bool ParseHandOver(std::string_view message, std::string_view* waiter, uint64_t* token);
 bool IsNoScript(const redisReply* r);
-// An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise).
+// An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise). The
+// server's words are capped and their control bytes escaped (core/server_text.h).
 Status ErrorReplyStatus(const redisReply* r, const std::string& server);
 // acquire.lua: {1, token}, {0, pttl}, or {2, sort held, sort asked} (InvalidArgument naming
 // lock `name`).

@@ -260,12 +260,15 @@ void StreamConnection::ReadReplies() {
   while (generation_ == generation && bev_ != nullptr) {
     int n = evbuffer_remove(input, buf, sizeof buf);
     if (n <= 0) return;
-    if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
-      return Lost(Status(Code::kNoMemory, "out of memory reading from " + server_));
+    if (FeedReader(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
+      if (reader_->err == REDIS_ERR_OOM) {
+        return Lost(Status(Code::kNoMemory, "out of memory reading from " + server_));
+      }
+      return Lost(NotRedisProtocol(server_, reader_, false));  // over a limit (reply.h)
     }
     while (generation_ == generation && bev_ != nullptr) {
       void* r = nullptr;
-      if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
+      if (TakeReply(reader_, &r) != REDIS_OK) {
         // Bytes that are not RESP: nothing more can be trusted.
         return Lost(NotRedisProtocol(server_, reader_, !answered_ && config_.tls_context == nullptr));
       }

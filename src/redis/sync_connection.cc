@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
+
+#include "core/server_text.h"
 
 namespace dlock::redis {
 namespace {
@@ -236,7 +239,7 @@ Status SyncConnection::Connect(const RedisConfig& config, TimePoint deadline,
     if (reply->type == REDIS_REPLY_ERROR) {
       return Status::AuthError(server + " refused the credentials" +
                                (config.user ? " for user '" + *config.user + "'" : "") + ": " +
-                               std::string(reply->str, reply->len));
+                               ServerText(std::string_view(reply->str, reply->len)));
     }
   }
   if (config.db != 0) {
@@ -247,7 +250,7 @@ Status SyncConnection::Connect(const RedisConfig& config, TimePoint deadline,
       if (e.code() == Code::kAuthError) return e;
       return Status::InvalidArgument(server + " cannot select database " +
                                      std::to_string(config.db) + ": " +
-                                     std::string(reply->str, reply->len));
+                                     ServerText(std::string_view(reply->str, reply->len)));
     }
   }
   *out = std::move(conn);
@@ -326,7 +329,7 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
   char buf[16384];
   while (true) {
     void* r = nullptr;
-    if (redisReaderGetReply(reader_, &r) != REDIS_OK) {
+    if (TakeReply(reader_, &r) != REDIS_OK) {
       // Bytes that are not RESP: nothing more on this connection can be trusted.
       return Fail(NotRedisProtocol(server_, reader_, !answered_ && ssl_ == nullptr));
     }
@@ -340,8 +343,11 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
     Status error;
     ssize_t n = Recv(buf, sizeof buf, &again, &error);
     if (n > 0) {
-      if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
-        return Fail(Status(Code::kNoMemory, "out of memory reading from " + server_));
+      if (FeedReader(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
+        if (reader_->err == REDIS_ERR_OOM) {
+          return Fail(Status(Code::kNoMemory, "out of memory reading from " + server_));
+        }
+        return Fail(NotRedisProtocol(server_, reader_, false));  // over a limit (reply.h)
       }
       continue;
     }

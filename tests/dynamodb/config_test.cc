@@ -122,6 +122,28 @@ TEST_F(DynamoConfigTest, BadUrlsAreRefused) {
   }
 }
 
+TEST_F(DynamoConfigTest, DescribeSaysWhenTheCertificateIsNotVerified) {
+  DynamoConfig c;
+  ASSERT_TRUE(Parse("dynamodb://locks?region=r1&endpoint=https://ddb.example:8443&tls_verify=0", &c).ok());
+  EXPECT_NE(c.Describe().find("certificate not verified"), std::string::npos) << c.Describe();
+  ASSERT_TRUE(Parse("dynamodb://locks?region=r1&endpoint=https://ddb.example:8443", &c).ok());
+  EXPECT_EQ(c.Describe(), "dynamodb table 'locks' at https://ddb.example:8443");
+  // Plain http has no certificate to check.
+  ASSERT_TRUE(Parse("dynamodb://locks?region=r1&endpoint=http://127.0.0.1:1&tls_verify=0", &c).ok());
+  EXPECT_EQ(c.Describe(), "dynamodb table 'locks' at http://127.0.0.1:1");
+}
+
+TEST_F(DynamoConfigTest, UnclearUrlsWithAnAtEchoNothingOfThem) {
+  DynamoConfig c;
+  for (const char* text : {"dynamodb://u:Xq7/Zk9@locks?region=r1", "dynamodb://locks/Xq7Zk9@x?region=r1",
+                           "dynamodb://u:Xq7?Zk9@locks?region=r1"}) {
+    Status s = Parse(text, &c);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << text;
+    EXPECT_EQ(s.message().find("Xq7"), std::string::npos) << text << ": " << s.message();
+    EXPECT_EQ(s.message().find("Zk9"), std::string::npos) << text << ": " << s.message();
+  }
+}
+
 TEST_F(DynamoConfigTest, LockNamesMapOntoKeys) {
   DynamoConfig c;
   ASSERT_TRUE(Parse("dynamodb://locks?region=r", &c).ok());

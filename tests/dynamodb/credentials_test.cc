@@ -188,6 +188,34 @@ TEST_F(CredentialsTest, ContainerFullUriMustNotLeaveTheHostOverPlainHttp) {
   EXPECT_NE(s.message().find("credentials.example.com"), std::string::npos);
 }
 
+TEST_F(CredentialsTest, ContainerFullUriOverPlainHttpNeedsALoopbackOrAgentAddressNotAPrefix) {
+  // Names that only look like a loopback address are refused before any request is made.
+  for (const char* url : {"http://127.evil.com/creds", "http://127.0.0.1.evil.com/creds",
+                          "http://localhost.evil.com/creds", "http://127.1/creds",
+                          "http://169.254.170.2.evil.com/creds", "http://[::2]/creds",
+                          "http://user@evil.com/creds", "http://1270.0.0.1/creds"}) {
+    setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", url, 1);
+    http::BlockingClient client;
+    Credentials c;
+    bool found = true;
+    Status s = CredentialsFromContainer(&client, &c, &found);
+    EXPECT_EQ(s.code(), Code::kAuthError) << url;
+    EXPECT_FALSE(found) << url;
+    EXPECT_NE(s.message().find("must be https, or http to a loopback"), std::string::npos)
+        << url << ": " << s.message();
+  }
+  // What AWS's SDKs allow over plain http: loopback (127.0.0.0/8, ::1, localhost) and the
+  // ECS and EKS agents' addresses.
+  for (const char* host : {"127.0.0.1", "127.255.0.9", "localhost", "::1", "0:0::1",
+                           "169.254.170.2", "169.254.170.23", "fd00:ec2::23", "FD00:EC2:0::23"}) {
+    EXPECT_TRUE(ContainerHostAllowedOverHttp(host)) << host;
+  }
+  for (const char* host : {"127.evil.com", "127.0.0.1.evil.com", "localhost.evil.com", "127.1",
+                           "128.0.0.1", "::2", "169.254.170.3", "fd00:ec2::254", "", "127.0.0.1 "}) {
+    EXPECT_FALSE(ContainerHostAllowedOverHttp(host)) << host;
+  }
+}
+
 TEST_F(CredentialsTest, ContainerErrorsNameTheEndpointButNoSecret) {
   FakeHttpServer container([&](const FakeRequest&) { return FakeResponse{500, "text/plain", "boom"}; });
   setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", container.url().c_str(), 1);
@@ -284,6 +312,25 @@ TEST(Ini, SectionsKeysAndSubProperties) {
   EXPECT_EQ(ini["a"]["key"], "v 1");
   EXPECT_EQ(ini["a"].count("nested"), 0u);
   EXPECT_EQ(ini["profile b"]["k"], "2");
+}
+
+// A credentials endpoint is a server too: its nesting is bounded before parsing, and its own
+// words reach a message capped, with control bytes escaped (server_text.h).
+TEST(CredentialsJson, DeepNestingIsRefusedAndErrorWordsAreEscaped) {
+  Credentials got;
+  const std::string deep = "{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"S\",\"x\":" +
+                           std::string(100000, '[') + std::string(100000, ']') + "}";
+  Status s = ParseCredentialsJson(deep, "container endpoint", &got);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("something other than JSON"), std::string::npos) << s.message();
+
+  s = ParseCredentialsJson("{\"Code\":\"Denied\\u001b[2J\",\"Message\":\"" + std::string(5000, 'm') +
+                               "\\u0007\"}",
+                           "container endpoint", &got);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find('\x1b'), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Denied\\x1b[2J"), std::string::npos) << s.message();
+  EXPECT_LT(s.message().size(), 1000u) << "the endpoint's 5000-byte message was kept whole";
 }
 
 }  // namespace

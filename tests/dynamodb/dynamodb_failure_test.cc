@@ -121,6 +121,30 @@ TEST_F(DynamoFailureTest, GarbageAnswersAreEbackend) {
   EXPECT_NE(std::string(dlock_last_error()).find("HTTP 418"), std::string::npos) << dlock_last_error();
 }
 
+TEST_F(DynamoFailureTest, ErrorWordsAreCappedAndTheirControlBytesEscaped) {
+  // A message with terminal escapes, 5000 bytes long: dlock_last_error() shows 512 bytes of it,
+  // "…", and \xNN for each control byte, never the bytes themselves.
+  const std::string words = "\\u001b]0;pwned\\u0007\\u001b[2J" + std::string(5000, 'w');
+  FakeHttpServer proxy([&](const FakeRequest&) { return Error(400, "ValidationException", words); });
+  dlock_client* c = nullptr;
+  EXPECT_EQ(dlock_client_open(ProxiedUrl(proxy).c_str(), &c), DLOCK_EBACKEND);
+  const std::string error = dlock_last_error();
+  EXPECT_NE(error.find("\\x1b]0;pwned\\x07\\x1b[2J"), std::string::npos) << error;
+  for (unsigned char ch : error) EXPECT_FALSE(ch < 0x20 || ch == 0x7f) << "raw control byte " << int(ch);
+  EXPECT_NE(error.find("w\xe2\x80\xa6"), std::string::npos) << "cut, and said so";
+  EXPECT_LT(error.size(), 1000u) << error;
+}
+
+TEST_F(DynamoFailureTest, DeeplyNestedJsonIsRefusedNamingTheLimit) {
+  // Nesting that would cost nlohmann/json a container per byte: refused before parsing.
+  const std::string deep = "{\"Table\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  FakeHttpServer proxy([&](const FakeRequest&) { return FakeResponse{200, "application/x-amz-json-1.0", deep}; });
+  dlock_client* c = nullptr;
+  EXPECT_EQ(dlock_client_open(ProxiedUrl(proxy).c_str(), &c), DLOCK_EBACKEND);
+  EXPECT_NE(std::string(dlock_last_error()).find("nested deeper than 64"), std::string::npos) << dlock_last_error();
+  dlock_client_close(c);
+}
+
 TEST_F(DynamoFailureTest, SlowServerIsEioAfterTimeoutMs) {
   FakeHttpServer proxy([&](const FakeRequest& r) {
     if (Operation(r) == "UpdateItem") std::this_thread::sleep_for(700ms);

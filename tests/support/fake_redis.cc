@@ -136,6 +136,17 @@ void FakeRedis::Serve(int fd) {
       } else if (!reply.bytes.empty()) {
         (void)!send(fd, reply.bytes.data(), reply.bytes.size(), MSG_NOSIGNAL);
       }
+      // A reply as large as a test likes, never built whole: ends early when the client hangs up.
+      const std::string chunk(64 * 1024, 'x');
+      for (size_t sent = 0; sent < reply.flood && !stop_;) {
+        const size_t n = std::min(chunk.size(), reply.flood - sent);
+        ssize_t k = send(fd, chunk.data(), n, MSG_NOSIGNAL);
+        if (k <= 0) {
+          open = false;
+          break;
+        }
+        sent += static_cast<size_t>(k);
+      }
       if (reply.hang_up) open = false;
     }
   }

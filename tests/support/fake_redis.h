@@ -27,6 +27,7 @@ struct FakeReply {
   int trickle_ms = 0;   // > 0: one byte every trickle_ms
   bool silent = false;  // send nothing, ever (the connection stays open)
   bool hang_up = false; // close the connection after sending bytes
+  size_t flood = 0;     // after bytes, this many more 'x' bytes, sent while the client reads
 };
 
 class FakeRedis {

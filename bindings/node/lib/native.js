@@ -94,6 +94,9 @@ try {
     queue_new: f('int dlock_queue_new(_Out_ void **out)'),
     queue_free: f('void dlock_queue_free(void *q)'),
     queue_fd: f('int dlock_queue_fd(void *q)'),
+    // libuv closes the fd it watches when the socket is destroyed: the binding watches a
+    // close-on-exec copy of the queue's (the library's, so no libc of our own is loaded).
+    queue_fd_dup: f('int dlock_queue_fd_dup(void *q)'),
     queue_pop: f('int dlock_queue_pop(void *q, _Out_ uint64_t *tag, _Out_ int *status, _Out_ void **lock)'),
     acquire_queued: f('int dlock_acquire_queued(void *c, const char *name, void *o, void *q, uint64_t tag)'),
     acquire_cancel_queued: f('int dlock_acquire_cancel_queued(void *c, void *q, uint64_t tag)'),
@@ -120,12 +123,9 @@ try {
 } catch (e) {
   hasErrbuf = false;
 }
-// libuv closes the fd it watches when the socket is destroyed: it gets a dup of the queue's.
-const dup = koffi.load('libc.so.6').func('int dup(int fd)');
-
 const version = C.version();
 if (!/^0\./.test(version)) {
   throw new Error(`dlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
 }
 
-module.exports = { koffi, C, dup, libraryPath, version, hasQueue, hasErrbuf };
+module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf };
