@@ -20,8 +20,7 @@ static const int kCaught[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
 static void on_signal(int sig) {
   const int saved = errno;
   const unsigned char b = (unsigned char)sig;
-  if (write(g_signal_pipe[1], &b, 1) < 0) { /* full: a burst of signals; one is enough */
-  }
+  ignore_result(write(g_signal_pipe[1], &b, 1)); /* full: a burst of signals; one is enough */
   errno = saved;
 }
 
@@ -39,12 +38,26 @@ int signals_install(void) {
   return 0;
 }
 
+int signals_catch_tstp(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  /* With CMD's group in the terminal's foreground, dlock is in the background: under
+   * `stty tostop` a message of its own would stop it (and its heartbeats) with SIGTTOU. */
+  signal(SIGTTOU, SIG_IGN);
+  return sigaction(SIGTSTP, &sa, NULL);
+}
+
 void signals_restore_defaults(void) {
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
   for (size_t i = 0; i < sizeof kCaught / sizeof kCaught[0]; ++i) sigaction(kCaught[i], &dfl, NULL);
   sigaction(SIGPIPE, &dfl, NULL);
+  sigaction(SIGTSTP, &dfl, NULL);
+  sigaction(SIGTTOU, &dfl, NULL);
 }
 
 int signals_fd(void) { return g_signal_pipe[0]; }

@@ -1,6 +1,8 @@
 /* The command line: options in GNU long form (--lease 10s or --lease=10s), durations, and the
  * defaults that follow from other options. */
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@ typedef struct option_spec {
 
 static const option_spec kOptions[] = {
     {"url", 0, CLI_OPT_URL, true},
+    {"url-file", 0, CLI_OPT_URL, true},
     {"lease", 0, CLI_OPT_LEASE, true},
     {"wait", 0, CLI_OPT_WAIT, true},
     {"shared", 0, CLI_OPT_KIND, false},
@@ -24,6 +27,8 @@ static const option_spec kOptions[] = {
     {"owner", 0, CLI_OPT_OWNER, true},
     {"on-lost", 0, CLI_OPT_ON_LOST, true},
     {"kill-grace", 0, CLI_OPT_ON_LOST, true},
+    {"stopped-grace", 0, CLI_OPT_EXEC, true},
+    {"status-file", 0, CLI_OPT_EXEC, true},
     {"json", 0, CLI_OPT_JSON, false},
     {"quiet", 'q', CLI_OPT_VERBOSITY, false},
     {"verbose", 'v', CLI_OPT_VERBOSITY, false},
@@ -33,12 +38,24 @@ static const option_spec kOptions[] = {
 
 void default_options(cli_options *o) {
   memset(o, 0, sizeof *o);
-  const char *env = getenv("DLOCK_URL");
-  o->url = env && *env ? env : "redis://127.0.0.1:6379";
+  o->url = "redis://127.0.0.1:6379"; /* resolve_url: --url, --url-file, DLOCK_URL... */
   o->lease_ms = 10000;
+  o->stopped_grace_ms = 10000;
   o->wait_ms = -1;
   o->on_lost = ON_LOST_TERM;
   o->verbosity = NORMAL;
+}
+
+/* A copy of a URL goes wiped: it may hold a password. */
+static void free_url_copy(cli_options *o) {
+  if (o->url_copy) explicit_bzero(o->url_copy, strlen(o->url_copy));
+  free(o->url_copy);
+  o->url_copy = NULL;
+}
+
+void free_options(cli_options *o) {
+  free_url_copy(o);
+  o->url = NULL;
 }
 
 int parse_duration(const char *text, bool allow_forever, int64_t *ms) {
@@ -109,12 +126,47 @@ static int bad_duration(const char *command, const char *option, const char *val
   return -1;
 }
 
+/* --url's value in argv, which /proc/PID/cmdline shows to every user of the machine while
+ * CMD runs: overwritten in place with what dlock's messages show of it (the password as
+ * "***"), or with '*' when that is longer. The caller keeps a copy. */
+static void hide_url_argument(char *value) {
+  const size_t len = strlen(value);
+  const char *shown = shown_url(value);
+  const size_t n = strlen(shown);
+  if (n > 0 && n <= len) {
+    memmove(value, shown, n);
+    memset(value + n, '\0', len - n);
+  } else {
+    memset(value, '*', len);
+  }
+}
+
 /* Applies one option's value to o; -1 after saying what was wrong. */
 static int apply(const char *command, const option_spec *s, const char *value, cli_options *o) {
   const char *n = s->name;
   int why;
   if (strcmp(n, "url") == 0) {
-    o->url = value;
+    char *copy = strdup(value);
+    if (!copy) {
+      say_error(command, "out of memory");
+      return -1;
+    }
+    free_url_copy(o);
+    o->url = o->url_copy = copy;
+    o->url_given = true;
+    hide_url_argument((char *)value); /* argv's own memory, writable */
+  } else if (strcmp(n, "url-file") == 0) {
+    o->url_file = value;
+  } else if (strcmp(n, "stopped-grace") == 0) {
+    if ((why = parse_duration(value, false, &o->stopped_grace_ms)) != 0) {
+      return bad_duration(command, n, value, why);
+    }
+  } else if (strcmp(n, "status-file") == 0) {
+    if (!*value) {
+      say_error(command, "--status-file needs a path");
+      return -1;
+    }
+    o->status_file = value;
   } else if (strcmp(n, "lease") == 0) {
     if ((why = parse_duration(value, false, &o->lease_ms)) != 0) return bad_duration(command, n, value, why);
   } else if (strcmp(n, "wait") == 0) {
@@ -208,7 +260,65 @@ int parse_options(const char *command, unsigned allowed, int argc, char **argv, 
   return argc;
 }
 
+/* Reads the URL from path (named by `what` in messages): one line, its trailing newline (and
+ * any trailing white space) trimmed. Its content never appears in a message. */
+static int read_url_file(const char *command, const char *what, const char *path, cli_options *o) {
+  enum { kMax = 64 * 1024 };
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  char *buf = fd < 0 ? NULL : malloc(kMax + 1);
+  size_t len = 0;
+  int error = fd < 0 ? errno : buf ? 0 : ENOMEM;
+  while (!error && len <= kMax) {
+    const ssize_t got = read(fd, buf + len, kMax + 1 - len);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) error = errno;
+    if (got <= 0) break;
+    len += (size_t)got;
+  }
+  if (fd >= 0) close(fd);
+  const char *problem = NULL;
+  if (error) {
+    say_error(command, "cannot read %s %s: %s", what, path, strerror(error));
+  } else if (len > kMax) {
+    problem = "is larger than 64 KiB";
+  } else {
+    while (len > 0 && strchr(" \t\r\n", buf[len - 1])) --len;
+    buf[len] = '\0';
+    if (len == 0) problem = "is empty";
+    else if (memchr(buf, '\n', len)) problem = "holds more than one line (one URL expected)";
+    else if (strlen(buf) != len) problem = "holds a NUL byte";
+  }
+  if (error || problem) {
+    if (problem) say_error(command, "%s %s %s", what, path, problem);
+    if (buf) explicit_bzero(buf, kMax + 1);
+    free(buf);
+    return -1;
+  }
+  free_url_copy(o);
+  o->url = o->url_copy = buf;
+  return 0;
+}
+
+int resolve_url(const char *command, cli_options *o) {
+  if (o->url_given && o->url_file) {
+    say_error(command, "--url and --url-file cannot be combined");
+    return -1;
+  }
+  if (o->url_file) return read_url_file(command, "--url-file", o->url_file, o);
+  if (o->url_given) return 0;
+  const char *env_url = getenv("DLOCK_URL"), *env_file = getenv("DLOCK_URL_FILE");
+  const bool has_url = env_url && *env_url, has_file = env_file && *env_file;
+  if (has_url && has_file) {
+    say_error(command, "DLOCK_URL and DLOCK_URL_FILE are both set: unset one, or give --url or --url-file");
+    return -1;
+  }
+  if (has_url) o->url = env_url;
+  if (has_file) return read_url_file(command, "DLOCK_URL_FILE", env_file, o);
+  return 0;
+}
+
 int finish_options(const char *command, cli_options *o) {
+  if (resolve_url(command, o) != 0) return -1;
   if (o->shared && o->permits) {
     say_error(command, "--shared and --permits cannot be combined: a semaphore's holds are "
                        "counted, not shared");

@@ -1,6 +1,7 @@
 /* The dlock command's parts: options (args.c), messages and JSON (output.c), an acquire that a
- * signal can interrupt (acquire.c), `exec` (exec.c) and `hold`, `inspect`, `prepare`
- * (commands.c). Public ABI only: this is a user's program of libdlock. */
+ * signal can interrupt (acquire.c), `exec` (exec.c, with the descriptors its children keep in
+ * fds.c, its guard process in guard.c and --status-file in status_file.c) and `hold`,
+ * `inspect`, `prepare` (commands.c). Public ABI only: this is a user's program of libdlock. */
 #ifndef DLOCK_CLI_CLI_H_
 #define DLOCK_CLI_CLI_H_
 
@@ -8,6 +9,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
+#include <time.h>
+
+/* For a call whose failure leaves nothing to do (its result is wanted: warn_unused_result).
+ * Async-signal-safe. */
+static inline void ignore_result(long result) { (void)result; }
+
+/* CLOCK_MONOTONIC in ms. Async-signal-safe (the guard uses it too). */
+static inline int64_t monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Exit codes: sysexits.h's where one fits (docs/cli.md, "Exit codes"). CMD's own status otherwise,
  * 128+N when CMD died of signal N. */
@@ -26,7 +40,10 @@ typedef enum { QUIET = 0, NORMAL = 1, VERBOSE = 2 } verbosity;
 
 /* What the command line said, with its defaults filled in. */
 typedef struct cli_options {
-  const char *url;       /* --url, else DLOCK_URL, else redis://127.0.0.1:6379 */
+  const char *url;       /* --url, --url-file, else DLOCK_URL, DLOCK_URL_FILE, else redis://127.0.0.1:6379 */
+  char *url_copy;        /* --url's value, copied before it is hidden in argv; or the file's */
+  const char *url_file;  /* --url-file PATH */
+  bool url_given;        /* --url */
   int64_t lease_ms;      /* --lease, default 10 s; 0 = no expiry */
   int64_t wait_ms;       /* --wait, default -1 = no limit (hold, exec); 0 = one try */
   int64_t kill_grace_ms; /* --kill-grace, default a quarter of the lease */
@@ -35,6 +52,9 @@ typedef struct cli_options {
   uint32_t permits;  /* --permits N, 0 = off */
   const char *owner; /* --owner, default "HOST:PID" */
   on_lost_action on_lost;
+  int64_t stopped_grace_ms; /* exec --stopped-grace: how long a stopped CMD may keep the lock
+                               without a terminal (default 10 s) */
+  const char *status_file;  /* exec --status-file PATH: dlock's own outcome, one line */
   verbosity verbosity;
   bool json;
   bool help, version;
@@ -50,7 +70,8 @@ enum {
   CLI_OPT_OWNER = 1 << 4,
   CLI_OPT_ON_LOST = 1 << 5, /* --on-lost, --kill-grace */
   CLI_OPT_JSON = 1 << 6,
-  CLI_OPT_VERBOSITY = 1 << 7 /* --quiet, --verbose */
+  CLI_OPT_VERBOSITY = 1 << 7, /* --quiet, --verbose */
+  CLI_OPT_EXEC = 1 << 8       /* exec's own: --stopped-grace, --status-file */
 };
 
 /* args.c */
@@ -73,6 +94,11 @@ int parse_duration(const char *text, bool allow_forever, int64_t *ms);
 int finish_options(const char *command, cli_options *o);
 /* The defaults, before any option is read. */
 void default_options(cli_options *o);
+/* Frees what the options own: the URL's copy, wiped first (it may hold a password). */
+void free_options(cli_options *o);
+/* The URL from --url, --url-file, DLOCK_URL or DLOCK_URL_FILE (finish_options calls it). A
+ * file's content is never printed. Returns 0, or -1 after saying what was wrong. */
+int resolve_url(const char *command, cli_options *o);
 
 /* output.c */
 extern const char *g_program; /* "dlock" */
@@ -112,12 +138,45 @@ int take_lock(const cli_options *o, const char *command, const char *name, dlock
               dlock_queue **q, dlock_lock **lock);
 /* A signal that stops a waiting or holding dlock (TERM, INT, HUP, QUIT). */
 bool is_stop_signal(int sig);
+/* SIGTSTP to the self-pipe too (exec, once CMD runs: it is passed on to CMD's group), and
+ * SIGTTOU ignored (dlock writes from the background while CMD has the terminal). */
+int signals_catch_tstp(void);
 /* The caught signals back to their defaults (a child, before exec). */
 void signals_restore_defaults(void);
 /* Pops what the queue holds; a LOST entry sets g_lost_reported and keeps its message. */
 void drain_queue(dlock_queue *q);
 extern bool g_lost_reported;
 extern char g_lost_reason[512];
+
+/* fds.c */
+/* Notes the descriptors dlock inherited (main calls it first): CMD gets those, and 0, 1 and 2,
+ * and no other. */
+void note_inherited_fds(void);
+/* The descriptors a child keeps: those dlock inherited and extra, ascending, in memory the
+ * caller frees; *n of them. NULL (and *n = 0) when out of memory. */
+int *fds_to_keep(int extra, size_t *n);
+/* Closes every descriptor above 2 but those in keep (ascending). Async-signal-safe: for a
+ * child of the multithreaded dlock, between fork and execve. max_fd bounds the fallback loop
+ * when close_range(2) is missing (Linux before 5.9). */
+void close_fds_except(const int *keep, size_t n, unsigned max_fd);
+/* The max_fd for close_fds_except: the RLIMIT_NOFILE soft limit, at most 2^20. */
+unsigned fallback_max_fd(void);
+
+/* guard.c: runs exec's guard in the child of fork() that leads CMD's group; never returns.
+ * sock is the guard's end of its socketpair with dlock (pid dlock): dlock sends it int64_t
+ * deadlines (CLOCK_MONOTONIC ms), and the guard sends back one byte ('s' or 'h', see
+ * guard_fire) before it kills the group. deadline is the first one, or GUARD_NO_DEADLINE to act
+ * only on dlock's death; max_fd is fallback_max_fd()'s. */
+enum { GUARD_NO_DEADLINE = -1 };
+_Noreturn void guard_main(int sock, pid_t dlock, int64_t deadline, int64_t kill_grace_ms,
+                          unsigned max_fd);
+
+/* status_file.c */
+/* Replaces --status-file's content with one line (fmt, a newline added), atomically; nothing
+ * without --status-file. Returns 0, or -1 after saying why (the exit code stays what it was). */
+int write_status(const cli_options *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The status word for an exit code of dlock's own, before CMD ran. */
+void write_failure_status(const cli_options *o, int code);
 
 /* main.c: the usage of `command` (NULL: of dlock itself). */
 void print_help(const char *command, FILE *f);

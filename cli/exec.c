@@ -1,15 +1,39 @@
 /* dlock exec [options] NAME -- CMD [ARG...]: run CMD while holding the lock.
  *
- * CMD runs without a shell, in its own process group, with PR_SET_PDEATHSIG so that it dies if
- * dlock does. dlock forwards TERM, INT, HUP, QUIT, USR1 and USR2 to that group. While CMD runs
- * the library renews the lease; dlock watches the lock and acts before a lease could run out on
- * the server with CMD still running:
+ * The processes. dlock forks a guard (guard.c), then CMD; both are dlock's children, in one
+ * process group whose leader (and id) is the guard's pid:
+ *
+ *   dlock ──┬── guard   (leader of CMD's group; never execs)
+ *           └── CMD ── CMD's children (stay in the group unless they leave it)
+ *
+ * dlock stays CMD's parent, so it reaps CMD and reports CMD's own status exactly as before
+ * (128+N on signal N), and it sees CMD stop and continue (WUNTRACED, WCONTINUED). The guard
+ * kills the group when dlock dies, or is stopped while the lease runs out; it writes one byte
+ * back first, so that dlock can tell its kill from anyone else's. CMD also keeps
+ * PR_SET_PDEATHSIG (SIGKILL) of its own.
+ *
+ * While CMD runs the library renews the lease; dlock watches the lock and acts before a lease
+ * could run out on the server with CMD still running:
  *   - a loss the server reports (the key is gone or someone else holds it): SIGTERM to CMD at
  *     once, SIGKILL kill-grace later (--on-lost=kill: SIGKILL at once; ignore: nothing);
  *   - renewals that keep failing: SIGTERM when only kill-grace is left of the local deadline,
  *     SIGKILL at the deadline (the library's, which is drift earlier than the server's).
  * Either way dlock exits 70 and says so. Otherwise it releases the lock when CMD exits and exits
- * with CMD's status (128+N when CMD died of signal N). */
+ * with CMD's status (128+N when CMD died of signal N).
+ *
+ * Job control. With a controlling terminal, dlock acts as a shell does for a job: CMD's group
+ * gets the terminal when dlock is in the foreground; when CMD stops (Ctrl-Z, SIGTTIN, SIGSTOP),
+ * dlock takes the terminal back and stops itself (SIGSTOP), so its heartbeats stop and the
+ * lease lapses on the server unless it is continued in time. On SIGCONT (fg, bg) it continues
+ * CMD only while the lock is still valid; otherwise it SIGKILLs the stopped group and exits 70.
+ * Without a terminal (cron, CI, services), dlock keeps running when CMD stops and keeps the
+ * lock for at most --stopped-grace; then it SIGKILLs the group, releases and exits 70.
+ *
+ * CMD gets descriptors 0, 1, 2 and those dlock inherited, nothing dlock opened (the library's
+ * sockets and pipes): the child closes the rest before execve. Its environment is dlock's
+ * without DLOCK_URL and DLOCK_URL_FILE, with DLOCK_NAME, DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS.
+ *
+ * --status-file PATH gets dlock's own outcome, one line (status_file.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,20 +42,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "cli.h"
 
 extern char **environ;
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* ----- finding CMD and its environment ---------------------------------------------------- */
 
 static bool is_executable_file(const char *path) {
   struct stat st;
@@ -64,8 +85,9 @@ static char *resolve_command(const char *cmd, int *code) {
   }
 }
 
-/* The environment CMD gets: ours, with DLOCK_NAME, DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS set
- * (the last three entries, which free_environment frees). */
+/* The environment CMD gets: ours without DLOCK_URL and DLOCK_URL_FILE (the backend's address
+ * and password are dlock's, not CMD's), with DLOCK_NAME, DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS
+ * set (the last three entries, which free_environment frees). */
 static void free_environment(char **env) {
   if (!env) return;
   size_t n = 0;
@@ -74,19 +96,23 @@ static void free_environment(char **env) {
   free(env);
 }
 
+static bool has_name(const char *entry, const char *name) {
+  const size_t n = strlen(name);
+  return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
 static char **child_environment(const char *name, uint64_t token, int64_t lease_ms) {
+  static const char *const kDropped[] = {"DLOCK_NAME", "DLOCK_FENCING_TOKEN", "DLOCK_LEASE_MS",
+                                         "DLOCK_URL", "DLOCK_URL_FILE"};
   size_t n = 0;
   while (environ[n]) ++n;
   char **env = calloc(n + 4, sizeof *env);
   if (!env) return NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; ++i) {
-    const char *e = environ[i];
-    if (strncmp(e, "DLOCK_NAME=", 11) == 0 || strncmp(e, "DLOCK_FENCING_TOKEN=", 20) == 0 ||
-        strncmp(e, "DLOCK_LEASE_MS=", 15) == 0) {
-      continue;
-    }
-    env[k++] = environ[i];
+    bool dropped = false;
+    for (size_t d = 0; d < sizeof kDropped / sizeof kDropped[0]; ++d) dropped |= has_name(environ[i], kDropped[d]);
+    if (!dropped) env[k++] = environ[i];
   }
   if (asprintf(&env[k], "DLOCK_NAME=%s", name) < 0) env[k] = NULL;
   if (env[k] && asprintf(&env[k + 1], "DLOCK_FENCING_TOKEN=%" PRIu64, token) < 0) env[k + 1] = NULL;
@@ -100,42 +126,150 @@ static char **child_environment(const char *name, uint64_t token, int64_t lease_
   return env;
 }
 
-/* Starts CMD; returns its pid (also its process group), or -1 with *code set after saying why. */
-static pid_t start_child(const char *path, char **argv, char **env, int *code) {
-  int report[2]; /* the child's exec errno, if exec fails; closed by a successful exec */
+/* ----- starting CMD ----------------------------------------------------------------------- */
+
+typedef struct job {
+  pid_t cmd;          /* CMD, dlock's child */
+  pid_t group;        /* CMD's process group: the guard's pid; -1 before it started */
+  int guard_sock;     /* dlock's end of the socketpair with the guard; -1 */
+  int tty;            /* the controlling terminal, -1 without one */
+  int64_t sent_deadline;
+  char guard_fired;   /* the guard's byte: why it killed the group; 0 = it did not */
+} job;
+
+/* tcsetpgrp, also from a background group (as shells do: SIGTTOU blocked meanwhile). */
+static void hand_terminal(int tty, pid_t group) {
+  sigset_t ttou, old;
+  sigemptyset(&ttou);
+  sigaddset(&ttou, SIGTTOU);
+  sigprocmask(SIG_BLOCK, &ttou, &old);
+  ignore_result(tcsetpgrp(tty, group)); /* a terminal that went away: nothing to hand over */
+  sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static void guard_read(job *j) {
+  char why;
+  if (j->guard_sock >= 0 && !j->guard_fired && recv(j->guard_sock, &why, 1, MSG_DONTWAIT) == 1) {
+    j->guard_fired = why;
+  }
+}
+
+/* The lock's local deadline for the guard (CLOCK_MONOTONIC ms), or GUARD_NO_DEADLINE when the
+ * guard is to act only on dlock's death (--on-lost ignore, --lease 0, a lock already lost). */
+static int64_t guard_deadline(const cli_options *o, dlock_lock *lock) {
+  if (o->on_lost == ON_LOST_IGNORE || o->lease_ms <= 0) return GUARD_NO_DEADLINE;
+  const int64_t now = monotonic_ms(); /* before remaining: the sum can only be early, never late */
+  const int64_t remaining = dlock_lock_remaining_ms(lock);
+  if (remaining <= 0 || remaining == INT64_MAX) return GUARD_NO_DEADLINE;
+  return now + remaining;
+}
+
+/* Sends the guard the lock's local deadline when it moved later (after a renewal). */
+static void guard_update(job *j, const cli_options *o, dlock_lock *lock) {
+  if (j->guard_sock < 0) return;
+  const int64_t deadline = guard_deadline(o, lock);
+  if (deadline == GUARD_NO_DEADLINE || deadline <= j->sent_deadline) return;
+  if (send(j->guard_sock, &deadline, sizeof deadline, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof deadline) {
+    j->sent_deadline = deadline;
+  }
+}
+
+/* The guard is not needed any more (CMD was reaped): SIGKILL it by pid and reap it. What it
+ * wrote before, if anything, is read first. Gives the terminal back to dlock's group. */
+static void end_job(job *j) {
+  guard_read(j);
+  if (j->group > 0) {
+    kill(j->group, SIGKILL);
+    while (waitpid(j->group, NULL, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (j->guard_sock >= 0) close(j->guard_sock);
+  j->guard_sock = -1;
+  if (j->tty >= 0) {
+    if (tcgetpgrp(j->tty) == j->group) hand_terminal(j->tty, getpgrp());
+    close(j->tty);
+    j->tty = -1;
+  }
+  j->group = -1;
+}
+
+/* Starts the guard and CMD (see the top of this file). Returns 0, or the exit code after
+ * saying why (nothing is left running then). */
+static int start_job(const cli_options *o, dlock_lock *lock, const char *path, char **argv, char **env,
+                     job *j) {
+  *j = (job){.cmd = -1, .group = -1, .guard_sock = -1, .tty = -1, .sent_deadline = 0};
+  j->tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+  const bool foreground = j->tty >= 0 && tcgetpgrp(j->tty) == getpgrp();
+  int pair[2], report[2]; /* report: the child's exec errno, if exec fails; closed by exec */
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    say_error("exec", "socketpair: %s", strerror(errno));
+    end_job(j);
+    return EXIT_OSERR;
+  }
   if (pipe2(report, O_CLOEXEC) != 0) {
     say_error("exec", "pipe: %s", strerror(errno));
-    *code = EXIT_OSERR;
-    return -1;
+    close(pair[0]);
+    close(pair[1]);
+    end_job(j);
+    return EXIT_OSERR;
   }
+  /* What the child keeps: what dlock inherited, and the report pipe until exec. */
+  size_t nkeep;
+  int *keep = fds_to_keep(report[1], &nkeep);
+  const unsigned max_fd = fallback_max_fd();
+  const int64_t guard_grace = o->kill_grace_ms;
+  /* The guard starts with the deadline: CMD never runs before the guard has one. */
+  const int64_t first_deadline = guard_deadline(o, lock);
+  j->sent_deadline = first_deadline;
   const pid_t parent = getpid();
   sigset_t all, old;
   sigfillset(&all);
-  sigprocmask(SIG_BLOCK, &all, &old); /* no handler of ours runs in the child */
-  const pid_t pid = fork();
-  if (pid == 0) {
-    /* Async-signal-safe calls only: the parent has other threads. */
+  sigprocmask(SIG_BLOCK, &all, &old); /* no handler of ours runs in a child */
+
+  const pid_t guard = fork();
+  if (guard == 0) {
     setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(EXIT_LOST); /* dlock died before prctl: do not run unguarded */
-    signals_restore_defaults();
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    execve(path, argv, env);
-    const int e = errno;
-    if (write(report[1], &e, sizeof e) < 0) {
-    }
-    _exit(e == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXECUTE);
+    guard_main(pair[1], parent, first_deadline, guard_grace, max_fd);
   }
-  const int fork_errno = errno;
+  int fork_errno = errno;
+  pid_t pid = -1;
+  if (guard > 0) {
+    setpgid(guard, guard); /* before CMD joins the group: it must exist */
+    j->group = guard;
+    pid = fork();
+    if (pid == 0) {
+      /* Async-signal-safe calls only: the parent has other threads. */
+      setpgid(0, guard);
+      if (foreground) tcsetpgrp(j->tty, guard); /* SIGTTOU is blocked */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(EXIT_LOST); /* dlock died before prctl: do not run unguarded */
+      signals_restore_defaults();
+      if (keep) close_fds_except(keep, nkeep, max_fd);
+      sigprocmask(SIG_SETMASK, &old, NULL);
+      execve(path, argv, env);
+      const int e = errno;
+      /* Should this fail, dlock still learns 126 or 127 from the exit status. */
+      ignore_result(write(report[1], &e, sizeof e));
+      _exit(e == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXECUTE);
+    }
+    fork_errno = errno;
+    if (pid > 0) {
+      setpgid(pid, guard); /* also here, so no signal of ours can miss the group (EACCES after exec) */
+      if (foreground) tcsetpgrp(j->tty, guard);
+    }
+  }
   sigprocmask(SIG_SETMASK, &old, NULL);
+  free(keep);
+  close(pair[1]);
   close(report[1]);
-  if (pid < 0) {
+  j->guard_sock = pair[0];
+  if (guard < 0 || pid < 0) {
     close(report[0]);
     say_error("exec", "fork: %s", strerror(fork_errno));
-    *code = EXIT_OSERR;
-    return -1;
+    end_job(j);
+    return EXIT_OSERR;
   }
-  setpgid(pid, pid); /* also here, so no signal of ours can miss the group (EACCES after exec) */
+  j->cmd = pid;
   int child_errno = 0;
   ssize_t got;
   do {
@@ -146,12 +280,14 @@ static pid_t start_child(const char *path, char **argv, char **env, int *code) {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    end_job(j);
     say_error("exec", "cannot run %s: %s", path, strerror(child_errno));
-    *code = child_errno == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXECUTE;
-    return -1;
+    return child_errno == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXECUTE;
   }
-  return pid;
+  return 0;
 }
+
+/* ----- watching CMD ----------------------------------------------------------------------- */
 
 static void signal_group(const cli_options *o, pid_t group, int sig, const char *why) {
   say_verbose(o, "exec", "sending signal %d (%s) to CMD's process group %ld: %s", sig,
@@ -159,16 +295,57 @@ static void signal_group(const cli_options *o, pid_t group, int sig, const char 
   kill(-group, sig);
 }
 
-/* Runs CMD under the lock until it exits; returns the exit code. Releases the lock. */
-static int supervise(const cli_options *o, const char *name, dlock_lock *lock, dlock_queue *q,
-                     pid_t child) {
+static void wake_within(int64_t *wake, int64_t ms) {
+  if (ms < 0) ms = 0;
+  if (*wake < 0 || ms < *wake) *wake = ms;
+}
+
+/* CMD stopped, with a terminal: do as a shell's job does. Takes the terminal back and stops
+ * dlock (its heartbeats stop with it); once continued, continues CMD (with the terminal, when
+ * dlock is in the foreground) if the lock still holds, or SIGKILLs the stopped group. Returns
+ * true when CMD was continued. */
+static bool follow_stop(const cli_options *o, const char *name, dlock_lock *lock, dlock_queue *q,
+                        job *j, int sig) {
+  if (tcgetpgrp(j->tty) == j->group) hand_terminal(j->tty, getpgrp());
+  say_verbose(o, "exec", "CMD stopped (%s): dlock stops too; the lock's lease runs out unless it is continued in time",
+              strsignal(sig));
+  kill(getpid(), SIGSTOP);
+  /* Continued (fg or bg). */
+  drain_queue(q);
+  guard_read(j);
+  const bool valid = !g_lost_reported && dlock_lock_is_valid(lock) && !j->guard_fired;
+  if (!valid && o->on_lost != ON_LOST_IGNORE) {
+    say_error("exec", "lock '%s' ran out while CMD was stopped; killing CMD", name);
+    kill(-j->group, SIGKILL);
+    return false;
+  }
+  if (tcgetpgrp(j->tty) == getpgrp()) hand_terminal(j->tty, j->group);
+  say_verbose(o, "exec", "continuing CMD");
+  kill(-j->group, SIGCONT);
+  return true;
+}
+
+/* Runs CMD under the lock until it exits; returns the exit code and writes the status file.
+ * Releases the lock. */
+static int supervise(const cli_options *o, const char *name, dlock_lock *lock, dlock_queue *q, job *j) {
   bool lost = false, about_to_lose = false, term_sent = false, kill_sent = false;
-  int64_t kill_at = -1; /* monotonic ms of the SIGKILL that follows a SIGTERM */
+  bool cmd_stopped = false, stopped_out = false;
+  int64_t kill_at = -1;    /* monotonic ms of the SIGKILL that follows a SIGTERM */
+  int64_t stopped_at = -1; /* when dlock saw CMD stop (without a terminal) */
+  int64_t tick = -1;       /* how often the guard's deadline is brought up to date */
+  if (o->lease_ms > 0 && o->on_lost != ON_LOST_IGNORE) {
+    /* Well within a heartbeat period (a third of lease - kill-grace, or less): the guard hears
+     * of a renewal long before its old deadline comes within the kill grace. */
+    tick = (o->lease_ms - o->kill_grace_ms) / 4;
+    tick = tick < 10 ? 10 : tick > 1000 ? 1000 : tick;
+  }
+  const pid_t group = j->group;
   int status = 0;
   for (bool running = true; running;) {
-    const int64_t now = now_ms();
-    int64_t wake = -1; /* ms until something must be checked; -1 = only on an event */
-    if (!lost && (g_lost_reported || !dlock_lock_is_valid(lock))) {
+    const int64_t now = monotonic_ms();
+    int64_t wake = tick; /* ms until something must be checked; -1 = only on an event */
+    guard_update(j, o, lock);
+    if (!lost && !stopped_out && (g_lost_reported || !dlock_lock_is_valid(lock))) {
       lost = true;
       const char *reason = g_lost_reported ? g_lost_reason : "its lease ran out before a renewal got through";
       if (o->on_lost == ON_LOST_IGNORE) {
@@ -177,10 +354,10 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
         say_error("exec", "lock '%s' was lost while CMD ran; stopping CMD: %s", name, reason);
       }
       if (o->on_lost == ON_LOST_KILL || (o->on_lost == ON_LOST_TERM && term_sent)) {
-        if (!kill_sent) signal_group(o, child, SIGKILL, "the lock was lost");
+        if (!kill_sent) signal_group(o, group, SIGKILL, "the lock was lost");
         kill_sent = true;
       } else if (o->on_lost == ON_LOST_TERM) {
-        signal_group(o, child, SIGTERM, "the lock was lost");
+        signal_group(o, group, SIGTERM, "the lock was lost");
         term_sent = true;
         kill_at = now + o->kill_grace_ms;
       }
@@ -190,23 +367,34 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
         about_to_lose = true;
         say_error("exec", "renewals of lock '%s' are failing, %" PRId64 " ms of its lease left; stopping CMD before it runs out", name, remaining);
         if (o->on_lost == ON_LOST_KILL) {
-          signal_group(o, child, SIGKILL, "the lease is about to run out");
+          signal_group(o, group, SIGKILL, "the lease is about to run out");
           kill_sent = true;
         } else {
-          signal_group(o, child, SIGTERM, "the lease is about to run out");
+          signal_group(o, group, SIGTERM, "the lease is about to run out");
           term_sent = true;
           kill_at = now + remaining;
         }
       } else {
-        wake = remaining - o->kill_grace_ms;
+        wake_within(&wake, remaining - o->kill_grace_ms);
       }
     }
     if (kill_at >= 0 && !kill_sent) {
       if (now >= kill_at) {
-        signal_group(o, child, SIGKILL, "the kill grace is over");
+        signal_group(o, group, SIGKILL, "the kill grace is over");
         kill_sent = true;
-      } else if (wake < 0 || kill_at - now < wake) {
-        wake = kill_at - now;
+      } else {
+        wake_within(&wake, kill_at - now);
+      }
+    }
+    if (cmd_stopped && j->tty < 0 && !kill_sent) { /* no terminal: at most --stopped-grace */
+      if (now - stopped_at >= o->stopped_grace_ms) {
+        say_error("exec", "CMD stayed stopped for longer than --stopped-grace (%" PRId64 " ms); killing it and releasing lock '%s'",
+                  o->stopped_grace_ms, name);
+        signal_group(o, group, SIGKILL, "stopped for longer than --stopped-grace");
+        kill_sent = true;
+        stopped_out = true;
+      } else {
+        wake_within(&wake, stopped_at + o->stopped_grace_ms - now);
       }
     }
     struct pollfd fds[2] = {{.fd = signals_fd(), .events = POLLIN},
@@ -217,27 +405,67 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     }
     for (int sig; (sig = signals_next()) != 0;) {
       if (sig == SIGCHLD) continue;
-      signal_group(o, child, sig, "forwarded");
+      signal_group(o, group, sig, "forwarded");
     }
     /* Reaped on every wake, not only on SIGCHLD: a wake-up for anything re-checks. */
-    pid_t r;
-    while ((r = waitpid(child, &status, WNOHANG)) < 0 && errno == EINTR) {
+    for (;;) {
+      int st;
+      const pid_t r = waitpid(j->cmd, &st, WNOHANG | WUNTRACED | WCONTINUED);
+      if (r < 0 && errno == EINTR) continue;
+      if (r != j->cmd) break;
+      if (WIFSTOPPED(st)) {
+        if (!cmd_stopped) stopped_at = monotonic_ms();
+        cmd_stopped = true;
+        if (j->tty < 0) {
+          say_verbose(o, "exec", "CMD stopped (%s); it keeps the lock for at most --stopped-grace (%" PRId64 " ms)",
+                      strsignal(WSTOPSIG(st)), o->stopped_grace_ms);
+        } else if (!kill_sent) {
+          drain_queue(q);
+          if (follow_stop(o, name, lock, q, j, WSTOPSIG(st))) {
+            cmd_stopped = false;
+          } else {
+            kill_sent = true;
+            stopped_out = true;
+          }
+        }
+      } else if (WIFCONTINUED(st)) {
+        cmd_stopped = false;
+      } else {
+        status = st;
+        running = false;
+        break;
+      }
     }
-    if (r == child) running = false;
     drain_queue(q);
+  }
+  if (j->tty >= 0 && tcgetpgrp(j->tty) == group) hand_terminal(j->tty, getpgrp());
+  guard_read(j);
+  if (j->guard_fired && !lost && !stopped_out && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+    /* Its kill, not CMD's own end: dlock was stopped while the lease ran out. */
+    say_error("exec", "CMD was killed by its guard: dlock was stopped while the lease of lock '%s' ran out", name);
+    lost = true;
   }
   const int cmd_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   say_verbose(o, "exec", "CMD exited with %d", cmd_code);
-  if (lost) {
+  if (lost || (stopped_out && !dlock_lock_is_valid(lock))) {
     /* Best-effort cleanup in the background: the lease ends on the server within a drift of
      * now anyway, and dlock's exit must not wait on a server that stopped answering. */
     dlock_release_async(lock, NULL, NULL);
+    write_status(o, lost ? "lost" : "stopped");
     return EXIT_LOST;
   }
   const dlock_status s = dlock_release(lock);
-  if (about_to_lose) return EXIT_LOST;
+  if (stopped_out) {
+    write_status(o, "stopped");
+    return EXIT_LOST;
+  }
+  if (about_to_lose) {
+    write_status(o, "lost");
+    return EXIT_LOST;
+  }
   if (s == DLOCK_NOT_HELD) {
     say_error("exec", "lock '%s' was lost before CMD finished: %s", name, dlock_last_error());
+    write_status(o, "lost");
     return EXIT_LOST;
   }
   if (s != DLOCK_OK) {
@@ -245,6 +473,11 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
              name, dlock_last_error());
   } else {
     say_verbose(o, "exec", "released lock '%s'", name);
+  }
+  if (WIFEXITED(status)) {
+    write_status(o, "cmd-exited %d", WEXITSTATUS(status));
+  } else {
+    write_status(o, "cmd-signalled %d", WTERMSIG(status));
   }
   return cmd_code;
 }
@@ -276,29 +509,41 @@ int cmd_exec(cli_options *o, int argc, char **argv) {
   }
   const char *name = words[0];
   free(words);
+  if (code != 0) write_failure_status(o, code);
   if (code != 0 || o->help) return code;
 
   char **cmd = argv + dashes + 1;
   char *path = resolve_command(cmd[0], &code);
   if (!path) {
     say_error("exec", "%s: %s", cmd[0], code == EXIT_NOT_FOUND ? "command not found" : "not executable");
+    write_failure_status(o, code);
     return code;
+  }
+  if (write_status(o, "waiting") != 0) {
+    free(path);
+    return EXIT_OSERR;
   }
   dlock_client *client = NULL;
   dlock_queue *q = NULL;
   dlock_lock *lock = NULL;
   char **env = NULL;
+  job j;
   if ((code = take_lock(o, "exec", name, &client, &q, &lock)) != 0) {
+    write_failure_status(o, code);
   } else if (!(env = child_environment(name, dlock_lock_fencing_token(lock), o->lease_ms))) {
     say_error("exec", "out of memory");
     code = EXIT_OSERR;
+    write_failure_status(o, code);
     dlock_release(lock);
   } else {
-    const pid_t child = start_child(path, cmd, env, &code);
-    if (child < 0) {
+    write_status(o, "acquired %" PRIu64, dlock_lock_fencing_token(lock));
+    if ((code = start_job(o, lock, path, cmd, env, &j)) != 0) {
+      write_failure_status(o, code);
       dlock_release(lock);
     } else {
-      code = supervise(o, name, lock, q, child);
+      signals_catch_tstp(); /* from now on, a TSTP to dlock stops CMD's group */
+      code = supervise(o, name, lock, q, &j);
+      end_job(&j);
     }
   }
   dlock_client_close(client);

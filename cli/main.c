@@ -1,5 +1,6 @@
 /* dlock: flock(1) for a fleet. `dlock [--url URL] COMMAND ...`; see print_help and dlock.1. */
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "cli.h"
 
@@ -15,6 +16,7 @@ static const char kUsage[] =
     "\n"
     "Options of every command:\n"
     "  --url URL       the backend; default $DLOCK_URL, else redis://127.0.0.1:6379\n"
+    "  --url-file PATH the backend's URL read from a file (also $DLOCK_URL_FILE)\n"
     "  -q, --quiet     errors only          -v, --verbose   say what happens\n"
     "  -h, --help      this help; dlock COMMAND --help for a command's own\n"
     "  --version       print the version\n"
@@ -32,6 +34,7 @@ static const char kLockOptions[] =
 
 static const char kCommonOptions[] =
     "  --url URL       the backend; default $DLOCK_URL, else redis://127.0.0.1:6379\n"
+    "  --url-file PATH the backend's URL read from a file (also $DLOCK_URL_FILE)\n"
     "  -q, --quiet     errors only          -v, --verbose   say what happens\n"
     "Durations take ms, s or m (a bare number is milliseconds): 500, 30s, 1.5s, 2m.\n";
 
@@ -42,15 +45,22 @@ void print_help(const char *command, FILE *f) {
     fputs("usage: dlock exec [options] NAME -- CMD [ARG...]\n"
           "Runs CMD (no shell, in its own process group) while holding lock NAME; releases it\n"
           "when CMD exits and exits with CMD's status. CMD's environment has DLOCK_NAME,\n"
-          "DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS. TERM, INT, HUP, QUIT, USR1 and USR2 sent to\n"
-          "dlock reach CMD; if dlock dies, CMD is killed.\n\n",
+          "DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS (not DLOCK_URL). TERM, INT, HUP, QUIT, USR1,\n"
+          "USR2 and TSTP sent to dlock reach CMD's group; if dlock dies, that group is killed.\n"
+          "On a terminal, CMD's group is the foreground job and dlock stops when CMD stops.\n\n",
           f);
     fputs(kLockOptions, f);
     fputs("  --on-lost A     if the lock is lost while CMD runs: term (SIGTERM, then SIGKILL\n"
           "                  after the kill grace; default), kill (SIGKILL) or ignore; dlock\n"
           "                  then exits 70\n"
           "  --kill-grace D  SIGTERM to SIGKILL; when renewals keep failing, SIGTERM goes out\n"
-          "                  this long before the lease could run out (default lease/4)\n",
+          "                  this long before the lease could run out (default lease/4)\n"
+          "  --stopped-grace D  without a terminal: how long a stopped CMD keeps the lock;\n"
+          "                  then it is killed, the lock released, dlock exits 70 (default 10s)\n"
+          "  --status-file PATH  write dlock's outcome there, one line: acquired TOKEN while\n"
+          "                  CMD runs, then cmd-exited N, cmd-signalled N, lost, stopped,\n"
+          "                  not-acquired, not-found, not-executable, interrupted N,\n"
+          "                  backend-error, os-error or usage\n",
           f);
     fputs(kCommonOptions, f);
   } else if (strcmp(command, "hold") == 0) {
@@ -82,20 +92,13 @@ void print_help(const char *command, FILE *f) {
   }
 }
 
-int main(int argc, char **argv) {
-  cli_options o;
-  default_options(&o);
-  char **words = argv; /* unused before the command: STOP_AT_WORD collects none */
-  int nwords = 0;
-  const int at = parse_options(NULL, CLI_OPT_URL | CLI_OPT_VERBOSITY | CLI_OPT_JSON, argc - 1,
-                               argv + 1, STOP_AT_WORD, &o, words, &nwords);
-  if (at < 0) return EXIT_USAGE;
-  const int first = at + 1; /* the command's index in argv */
-  if (o.version) {
+/* The command at argv[first], with the options before it in o. */
+static int run_command(cli_options *o, int first, int argc, char **argv) {
+  if (o->version) {
     printf("dlock %s\n", dlock_version());
     return 0;
   }
-  if (o.help) {
+  if (o->help) {
     print_help(NULL, stdout);
     return 0;
   }
@@ -117,5 +120,21 @@ int main(int argc, char **argv) {
     say_error(NULL, "unknown command '%s' (exec, hold, inspect, prepare; dlock --help)", command);
     return EXIT_USAGE;
   }
-  return run(&o, argc - first - 1, argv + first + 1);
+  return run(o, argc - first - 1, argv + first + 1);
+}
+
+int main(int argc, char **argv) {
+  /* No core dump, and no ptrace or /proc/PID/environ for other processes of this user: the
+   * URL and its password are in this process's memory. */
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  note_inherited_fds();
+  cli_options o;
+  default_options(&o);
+  char **words = argv; /* unused before the command: STOP_AT_WORD collects none */
+  int nwords = 0;
+  const int at = parse_options(NULL, CLI_OPT_URL | CLI_OPT_VERBOSITY | CLI_OPT_JSON, argc - 1,
+                               argv + 1, STOP_AT_WORD, &o, words, &nwords);
+  const int code = at < 0 ? EXIT_USAGE : run_command(&o, at + 1, argc, argv);
+  free_options(&o);
+  return code;
 }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "support/child_process.h"
+#include "support/pty.h"
 #include "support/redis_server.h"
 #include "test_util.h"
 
@@ -259,9 +261,10 @@ TEST_F(CliTest, BackendDownIsExit69NamingTheServerNeverItsPassword) {
 TEST_F(CliTest, InspectShowsTheHolderWhileCmdRunsAndFreeAfter) {
   const std::string seen = Path("seen");
   Outcome r = Run({"exec", "--owner", "nightly report", "reports", "--", "sh", "-c",
-                   "echo $DLOCK_FENCING_TOKEN > " + seen + ".token; '" + kDlock +
-                       "' inspect reports > " + seen + ".text; '" + kDlock +
-                       "' inspect --json reports other > " + seen + ".json"});
+                   "echo $DLOCK_FENCING_TOKEN > " + seen + ".token; '" + kDlock + "' --url " +
+                       redis_.url() + " inspect reports > " + seen + ".text; '" + kDlock +
+                       "' --url " + redis_.url() + " inspect --json reports other > " + seen +
+                       ".json"});
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string token = ReadFile(seen + ".token").substr(0, ReadFile(seen + ".token").find('\n'));
   const std::string text = ReadFile(seen + ".text");
@@ -343,6 +346,10 @@ TEST_F(CliTest, BadInputIsOneLineAndTheUsageCode) {
       {{"inspect"}, "no lock NAME"},
       {{"inspect", "--lease", "1s", "job"}, "unknown option '--lease'"},
       {{"hold"}, "no lock NAME"},
+      {{"exec", "--stopped-grace", "soon", "job", "--", "true"}, "--stopped-grace 'soon' is not a duration"},
+      {{"exec", "--status-file", "", "job", "--", "true"}, "--status-file needs a path"},
+      {{"hold", "--status-file", "x", "job"}, "unknown option '--status-file'"},
+      {{"inspect", "--stopped-grace", "1s", "job"}, "unknown option '--stopped-grace'"},
   };
   for (const Case& c : cases) {
     Outcome r = Run(c.args);
@@ -360,6 +367,323 @@ TEST_F(CliTest, BadInputIsOneLineAndTheUsageCode) {
   Outcome version = Run({"--version"});
   EXPECT_EQ(version.code, 0);
   EXPECT_EQ(version.output, std::string("dlock ") + dlock_version() + "\n");
+}
+
+
+// ----- issue 30: what dlock exec gives CMD, and a CMD or dlock that stops -----------------------
+
+// The descriptors a process has open, from /proc/PID/fd.
+std::vector<int> OpenDescriptors(pid_t pid) {
+  std::vector<int> fds;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    fds.push_back(std::stoi(e.path().filename().string()));
+  }
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+std::string Comm(pid_t pid) {
+  std::string comm = ReadFile("/proc/" + std::to_string(pid) + "/comm");
+  return comm.substr(0, comm.find('\n'));
+}
+
+// Waits up to limit for what() to hold; true when it did.
+template <typename F>
+bool WaitUntil(F what, std::chrono::milliseconds limit) {
+  const auto until = Clock::now() + limit;
+  for (;;) {
+    if (what()) return true;
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+std::string Joined(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += std::to_string(x) + " ";
+  return s;
+}
+
+TEST_F(CliTest, TheUrlIsNeitherInDlocksCommandLineNorInCmdsEnvironment) {
+  RedisServer locked({"--requirepass", "Sekr1tPassw0rd"});
+  ASSERT_TRUE(locked.running());
+  const std::string url = "redis://:Sekr1tPassw0rd@127.0.0.1:" + std::to_string(locked.port());
+  const std::string started = Path("started"), env = Path("env");
+  // The test's environment has DLOCK_URL (Env()), and DLOCK_URL_FILE here: CMD gets neither.
+  ChildProcess dlock(Args({"--url", url, "exec", "--lease", "0", "secret", "--", "sh", "-c",
+                           "env > " + env + "; echo $$ > " + started + "; while :; do sleep 0.05; done"}),
+                     ChildOptions::Env({"DLOCK_URL=" + redis_.url(), "DLOCK_URL_FILE=/nonexistent"}));
+  ASSERT_TRUE(WaitForFile(started, 20s)) << dlock.output();
+  const std::string cmdline = ReadFile("/proc/" + std::to_string(dlock.pid()) + "/cmdline");
+  EXPECT_NE(cmdline.find("exec"), std::string::npos) << "read the wrong process";
+  EXPECT_EQ(cmdline.find("Sekr1tPassw0rd"), std::string::npos) << "--url readable in /proc/PID/cmdline";
+  const std::string seen = ReadFile(env);
+  EXPECT_NE(seen.find("DLOCK_NAME=secret"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("DLOCK_URL"), std::string::npos) << "CMD got dlock's URL: " << seen;
+  EXPECT_EQ(locked.Cli({"EXISTS", "dlock:{secret}"}), "1");
+  dlock.Signal(SIGTERM);
+  EXPECT_EQ(dlock.Wait(20s), 128 + SIGTERM) << dlock.output();
+  EXPECT_EQ(dlock.output().find("Sekr1tPassw0rd"), std::string::npos) << dlock.output();
+}
+
+TEST_F(CliTest, UrlFileIsReadAndItsErrorsNeverShowItsContent) {
+  const std::string file = Path("url"), ran = Path("ran");
+  std::ofstream(file) << redis_.url() << "\n";
+  // --url-file, and DLOCK_URL_FILE when DLOCK_URL is not set.
+  ChildProcess by_option(Args({"--url-file", file, "exec", "from-file", "--", "touch", ran}),
+                         ChildOptions::Env({"DLOCK_URL="}));
+  EXPECT_EQ(by_option.Wait(60s), 0) << by_option.output();
+  EXPECT_TRUE(std::filesystem::exists(ran));
+  ChildProcess by_env(Args({"exec", "--wait", "0", "from-file", "--", "true"}),
+                      ChildOptions::Env({"DLOCK_URL=", "DLOCK_URL_FILE=" + file}));
+  EXPECT_EQ(by_env.Wait(60s), 0) << by_env.output();
+  ChildProcess inspect(Args({"inspect", "--url-file", file, "from-file"}), ChildOptions::Env({"DLOCK_URL="}));
+  EXPECT_EQ(inspect.Wait(60s), 0) << inspect.output();
+  EXPECT_EQ(inspect.output(), "from-file: free\n");
+
+  const std::string secret = "redis://:Sekr1tPassw0rd@127.0.0.1:1";
+  const std::string two_lines = Path("two-lines"), empty = Path("empty");
+  std::ofstream(two_lines) << secret << "\nsecond line\n";
+  std::ofstream(empty) << "\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> env;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--url-file", Path("missing"), "inspect", "x"}, {}, "cannot read --url-file"},
+      {{"--url-file", dir_.string(), "inspect", "x"}, {}, "cannot read --url-file"},
+      {{"--url-file", empty, "inspect", "x"}, {}, "is empty"},
+      {{"--url-file", two_lines, "exec", "x", "--", "true"}, {}, "more than one line"},
+      {{"--url", redis_.url(), "--url-file", file, "inspect", "x"}, {}, "cannot be combined"},
+      {{"inspect", "x"}, {"DLOCK_URL_FILE=" + two_lines}, "DLOCK_URL_FILE"},
+      {{"inspect", "x"}, {"DLOCK_URL=" + secret, "DLOCK_URL_FILE=" + file}, "both set"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> env = c.env;
+    if (env.empty() || env[0].rfind("DLOCK_URL=", 0) != 0) env.push_back("DLOCK_URL=");
+    ChildProcess p(Args(c.args), ChildOptions::Env(env));
+    const int code = p.Wait(60s);
+    const std::string out = p.output();
+    EXPECT_EQ(code, 64) << c.args[1] << ": " << out;
+    EXPECT_NE(out.find(c.says), std::string::npos) << c.args[1] << ": " << out;
+    EXPECT_EQ(out.find("Sekr1t"), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+}
+
+TEST_F(CliTest, DlockLeavesNoCoreDumpWithItsSecrets) {
+  const std::string pattern = ReadFile("/proc/sys/kernel/core_pattern");
+  if (pattern.empty() || pattern[0] == '|' || pattern[0] == '/') {
+    GTEST_SKIP() << "core dumps do not go to the working directory here: " << pattern;
+  }
+  // A dumpable dlock killed by SIGABRT would leave DIR/core* (its memory: the URL, its password).
+  // coredump_filter 0 keeps such a core small; ulimit -c allows one.
+  ChildProcess hold({"/bin/sh", "-c",
+                     "cd '" + dir_.string() + "' && ulimit -c unlimited && echo 0 > /proc/self/coredump_filter && "
+                     "exec '" + kDlock + "' hold dumped"},
+                    ChildOptions::Env(Env()));
+  ASSERT_FALSE(hold.AwaitLine("", 20s).empty()) << hold.output();
+  hold.Signal(SIGABRT);
+  EXPECT_EQ(hold.Wait(20s), 128 + SIGABRT) << hold.output();
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_NE(e.path().filename().string().rfind("core", 0), 0u) << "dlock dumped core: " << e.path();
+  }
+}
+
+TEST_F(CliTest, CmdGetsTheDescriptorsDlockInheritedAndNoOther) {
+  const std::string started = Path("started");
+  // fd 7 is the caller's, passed on like 0, 1 and 2.
+  ChildProcess dlock({"/bin/sh", "-c",
+                      "exec 7</dev/null; exec '" + kDlock + "' exec fds -- sh -c 'echo $$ > " + started +
+                          "; exec sleep 100'"},
+                     ChildOptions::Env(Env()));
+  ASSERT_TRUE(WaitForFile(started, 20s)) << dlock.output();
+  const pid_t cmd = std::stoi(ReadFile(started));
+  // Past sleep's own start-up (it opens and closes files): what it has now, dlock gave it.
+  ASSERT_TRUE(WaitUntil([&] { return Comm(cmd) == "sleep" && AsleepInNanosleep(cmd); }, 20s));
+  EXPECT_EQ(OpenDescriptors(cmd), (std::vector<int>{0, 1, 2, 7})) << Joined(OpenDescriptors(cmd));
+  dlock.Signal(SIGTERM);
+  EXPECT_EQ(dlock.Wait(20s), 128 + SIGTERM) << dlock.output();
+}
+
+TEST_F(CliTest, AStoppedCmdWithoutATerminalHoldsTheLockOnlyForTheStoppedGrace) {
+  const std::string setsid = FindOnPath("setsid", "DLOCK_TEST_SETSID");
+  ASSERT_FALSE(setsid.empty()) << "setsid(1) from util-linux";
+  const std::string started = Path("started"), status = Path("status");
+  // setsid: no controlling terminal, as under cron, even when the test runs on one.
+  ChildProcess dlock({setsid, kDlock, "exec", "--stopped-grace", "1s", "--status-file", status, "stopped",
+                      "--", "sh", "-c", "echo $$ > " + started + "; while :; do sleep 0.05; done"},
+                     ChildOptions::Env(Env()));
+  ASSERT_TRUE(WaitForFile(started, 20s)) << dlock.output();
+  const pid_t cmd = std::stoi(ReadFile(started));
+  ASSERT_EQ(kill(cmd, SIGSTOP), 0);
+  const auto stopped_at = Clock::now();
+  const int code = dlock.Wait(std::chrono::milliseconds(1000 + kSlackMs));
+  const int64_t took = MsSince(stopped_at);
+  kill(cmd, SIGCONT);
+  EXPECT_EQ(code, 70) << "the lock is held while CMD is stopped: " << dlock.output();
+  EXPECT_GE(took, 950) << "killed before --stopped-grace ran out";
+  EXPECT_TRUE(WaitUntil([&] { return Dead(cmd); }, 20s));
+  EXPECT_FALSE(Held("stopped")) << "released when CMD was killed";
+  EXPECT_EQ(ReadFile(status), "stopped\n");
+  EXPECT_NE(dlock.output().find("--stopped-grace"), std::string::npos) << dlock.output();
+  dlock.Kill();
+}
+
+TEST_F(CliTest, SigkilledDlockLeavesNoProcessOfCmdsGroup) {
+  const std::string started = Path("started");
+  ChildProcess dlock(Args({"exec", "group", "--", "sh", "-c",
+                           "echo $$ > " + started + "; sleep 100 & sleep 100; wait"}),
+                     ChildOptions::Env(Env()));
+  ASSERT_TRUE(WaitForFile(started, 20s)) << dlock.output();
+  const pid_t cmd = std::stoi(ReadFile(started));
+  const pid_t group = (pid_t)StatField(cmd, 5);
+  ASSERT_GT(group, 0);
+  auto sleeps = [&] {
+    int n = 0;
+    for (pid_t p : LiveGroupMembers(group)) n += Comm(p) == "sleep";
+    return n;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return sleeps() == 2; }, 20s));
+  dlock.Kill();
+  const bool gone = WaitUntil([&] { return LiveGroupMembers(group).empty(); }, std::chrono::milliseconds(1000 + kSlackMs));
+  const std::vector<pid_t> left = LiveGroupMembers(group);
+  for (pid_t p : left) kill(p, SIGKILL);
+  EXPECT_TRUE(gone) << "left running after dlock died: " << Joined(std::vector<int>(left.begin(), left.end()));
+}
+
+TEST_F(CliTest, SigstoppedDlocksCmdIsDeadBeforeTheServersLeaseEnds) {
+  pid_t cmd;
+  auto dlock = ExecLongCmd({"exec", "--lease", "2s", "frozen"}, "", &cmd);
+  ASSERT_GT(cmd, 0);
+  dlock->Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return ProcessState(dlock->pid()) == 'T'; }, 20s));
+  const auto stopped_at = Clock::now();
+  // Whenever the server shows the lease ended, CMD must already be dead.
+  bool freed = false, dead_when_freed = false;
+  std::string seen;  // what the server said, and when
+  while (MsSince(stopped_at) < 2000 + kSlackMs) {
+    const std::string exists = redis_.Cli({"EXISTS", "dlock:{frozen}"});
+    if (exists == "0") {
+      freed = true;
+      dead_when_freed = Dead(cmd);
+      seen = "freed " + std::to_string(MsSince(stopped_at)) + " ms after the stop; CMD " +
+             std::string(1, ProcessState(cmd) ? ProcessState(cmd) : '-');
+      break;
+    }
+    if (exists != "1") seen += exists + "; ";
+    std::this_thread::sleep_for(5ms);
+  }
+  const bool dead = Dead(cmd);
+  if (!dead) kill(cmd, SIGKILL);
+  dlock->Signal(SIGCONT);
+  EXPECT_TRUE(freed) << "the lease did not end on the server: " << seen;
+  EXPECT_TRUE(dead_when_freed) << "CMD ran on after its lease ended on the server: " << seen;
+  EXPECT_EQ(dlock->Wait(20s), 70) << dlock->output();
+}
+
+TEST_F(CliTest, StatusFileSaysWhatHappened) {
+  const std::string status = Path("status"), seen = Path("seen");
+  auto run = [&](std::vector<std::string> args) {
+    std::filesystem::remove(status);
+    const auto exec = std::find(args.begin(), args.end(), std::string("exec"));
+    args.insert(exec + 1, {"--status-file", status});
+    return Run(args).code;
+  };
+  EXPECT_EQ(run({"exec", "job", "--", "sh", "-c", "cat " + status + " > " + seen + "; exit 3"}), 3);
+  EXPECT_EQ(ReadFile(status), "cmd-exited 3\n");
+  std::string during = ReadFile(seen);
+  EXPECT_EQ(during.rfind("acquired ", 0), 0u) << during;
+  EXPECT_GT(std::stoull(during.substr(9)), 0u) << "the fencing token: " << during;
+  EXPECT_EQ(run({"exec", "job", "--", "sh", "-c", "exit 70"}), 70);
+  EXPECT_EQ(ReadFile(status), "cmd-exited 70\n") << "CMD's own 70 is not a lost lock";
+  EXPECT_EQ(run({"exec", "job", "--", "sh", "-c", "kill -TERM $$"}), 128 + SIGTERM);
+  EXPECT_EQ(ReadFile(status), "cmd-signalled 15\n");
+  EXPECT_EQ(run({"exec", "job", "--", "sh", "-c", "'" + kDlock + "' --url " + redis_.url() +
+                                               " exec --wait 0 job -- true; exit $?"}),
+            75);
+  EXPECT_EQ(ReadFile(status), "cmd-exited 75\n") << "CMD's own 75 is not dlock's";
+  EXPECT_EQ(run({"exec", "job", "--", "no-such-command-here"}), 127);
+  EXPECT_EQ(ReadFile(status), "not-found\n");
+  EXPECT_EQ(run({"exec", "--lease", "x", "job", "--", "true"}), 64);
+  EXPECT_EQ(ReadFile(status), "usage\n");
+
+  Client holder(redis_.url());
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), "busy", nullptr, &held), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(run({"exec", "--wait", "0", "busy", "--", "true"}), 75);
+  EXPECT_EQ(ReadFile(status), "not-acquired\n");
+  EXPECT_EQ(dlock_release(held), DLOCK_OK);
+
+  pid_t cmd;
+  std::filesystem::remove(status);
+  auto lost = ExecLongCmd({"exec", "--status-file", status, "--lease", "3s", "doomed"}, "exit 0", &cmd);
+  ASSERT_GT(cmd, 0);
+  ASSERT_EQ(redis_.Cli({"DEL", "dlock:{doomed}"}), "1");
+  EXPECT_EQ(lost->Wait(20s), 70) << lost->output();
+  EXPECT_EQ(ReadFile(status), "lost\n");
+
+  RedisServer gone;
+  ASSERT_TRUE(gone.running());
+  const std::string down = gone.url();
+  gone.Stop();
+  EXPECT_EQ(run({"--url", down, "exec", "job", "--", "true"}), 69);
+  EXPECT_EQ(ReadFile(status), "backend-error\n");
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().rfind("status.", 0), std::string::npos) << "left behind: " << e.path();
+  }
+}
+
+TEST_F(CliTest, CtrlZStopsCmdAndDlockAndContinuingDlockContinuesCmd) {
+  const std::string started = Path("started"), status = Path("status");
+  // CMD is sleep itself (exec), not a shell looping over sleeps: Ctrl-Z on a shell that is
+  // vforking stops the child before its exec and leaves the shell waiting for it, unstopped.
+  PtyJob job({kDlock, "exec", "--status-file", status, "tty-job", "--", "sh", "-c",
+              "echo $$ > " + started + "; exec sleep 100"},
+             Env(), /*background=*/false);
+  ASSERT_TRUE(job.started()) << job.error();
+  ASSERT_TRUE(WaitForFile(started, 20s)) << job.output();
+  const pid_t cmd = std::stoi(ReadFile(started)), dlock = job.pid();
+  const pid_t group = (pid_t)StatField(cmd, 5);
+  EXPECT_NE(group, dlock);
+  // The terminal's foreground group (tpgid, field 8) is CMD's: the terminal's signals reach it.
+  EXPECT_TRUE(WaitUntil([&] { return StatField(cmd, 8) == group; }, 20s)) << StatField(cmd, 8);
+  job.Type("\x1a");  // Ctrl-Z
+  EXPECT_TRUE(WaitUntil([&] { return ProcessState(cmd) == 'T'; }, 20s))
+      << "CMD did not stop: " << ReadFile("/proc/" + std::to_string(cmd) + "/status")
+      << ReadFile("/proc/" + std::to_string(cmd) + "/stack") << ReadFile("/proc/" + std::to_string(cmd) + "/wchan");
+  EXPECT_TRUE(WaitUntil([&] { return ProcessState(dlock) == 'T'; }, 20s)) << "dlock did not follow";
+  EXPECT_EQ(StatField(dlock, 8), dlock) << "dlock takes the terminal back, as a shell does";
+  EXPECT_TRUE(Held("tty-job"));
+  kill(dlock, SIGCONT);  // fg, the lease still valid: CMD goes on, in the foreground
+  EXPECT_TRUE(WaitUntil([&] { return ProcessState(cmd) != 'T' && ProcessState(dlock) != 'T'; }, 20s));
+  EXPECT_TRUE(WaitUntil([&] { return StatField(cmd, 8) == group; }, 20s));
+  EXPECT_TRUE(Held("tty-job"));
+  job.Type("\x03");  // Ctrl-C reaches CMD's group
+  EXPECT_EQ(job.Wait(20s), 128 + SIGINT) << job.output();
+  EXPECT_EQ(ReadFile(status), "cmd-signalled 2\n");
+  EXPECT_FALSE(Held("tty-job"));
+}
+
+TEST_F(CliTest, ACmdStoppedByReadingTheTerminalInTheBackgroundDoesNotKeepTheLock) {
+  const std::string started = Path("started"), status = Path("status");
+  PtyJob job({kDlock, "exec", "--lease", "2s", "--status-file", status, "tty-bg", "--", "sh", "-c",
+              "echo $$ > " + started + "; exec cat"},
+             Env(), /*background=*/true);
+  ASSERT_TRUE(job.started()) << job.error();
+  ASSERT_TRUE(WaitForFile(started, 20s)) << job.output();
+  const pid_t cmd = std::stoi(ReadFile(started)), dlock = job.pid();
+  EXPECT_TRUE(WaitUntil([&] { return ProcessState(cmd) == 'T'; }, 20s)) << "cat got no SIGTTIN";
+  EXPECT_TRUE(WaitUntil([&] { return ProcessState(dlock) == 'T'; }, 20s)) << "dlock did not follow";
+  const auto stopped_at = Clock::now();
+  EXPECT_TRUE(WaitUntil([&] { return !Held("tty-bg"); }, std::chrono::milliseconds(2000 + kSlackMs)))
+      << "a stopped job kept the lock";
+  EXPECT_TRUE(Dead(cmd)) << "CMD outlived the lease, " << MsSince(stopped_at) << " ms";
+  kill(dlock, SIGCONT);  // too late: the lease is over
+  EXPECT_EQ(job.Wait(20s), 70) << job.output();
+  EXPECT_EQ(ReadFile(status), "stopped\n");
 }
 
 }  // namespace

@@ -1,14 +1,20 @@
 // The dlock command on every backend: `prepare` makes the backend ready (DynamoDB: a new
 // table), `exec` runs CMD under the lock with its token, `inspect` shows the holder and then
 // "free", and `--wait 0` on a held lock is exit 75. What the command itself does (signals,
-// exit codes, losses) is in tests/cli_test.cc, against Redis.
+// exit codes, losses) is in tests/cli_test.cc, against Redis. CMD gets no descriptor of dlock's
+// on any backend (only 0, 1 and 2).
+#include <signal.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "conformance/conformance.h"
 #include "support/child_process.h"
+#include "support/pty.h"
 
 namespace dlock_test {
 namespace {
@@ -62,6 +68,44 @@ TEST_P(Cli, PrepareExecAndInspect) {
   Outcome refused = Dlock({"--url", target, "exec", "--wait", "0", name, "--", "true"});
   EXPECT_EQ(refused.code, 75) << refused.output;
   EXPECT_EQ(dlock_release(held), DLOCK_OK);
+}
+
+// CMD gets stdin, stdout and stderr and nothing of dlock's: no connection to the backend (curl's
+// sockets, watches, wake-up pipes), no pipe of the library's.
+TEST_P(Cli, CmdGetsNoDescriptorOfDlocks) {
+  const std::string name = Name("fds");
+  const auto dir = std::filesystem::temp_directory_path() / ("dlock-cli-fds-" + name);
+  std::filesystem::create_directories(dir);
+  const std::string started = (dir / "started").string();
+  ChildProcess dlock({DLOCK_CLI, "--url", server().url(), "exec", name, "--", "sh", "-c",
+                      "echo $$ > " + started + "; exec sleep 100"});
+  pid_t cmd = -1;
+  std::vector<int> fds;
+  const auto start = Clock::now();
+  while (MsSince(start) < 60000) {
+    std::ifstream in(started);
+    std::string comm;
+    if (cmd < 0 && !(in >> cmd)) cmd = -1;
+    if (cmd > 0) std::getline(std::ifstream("/proc/" + std::to_string(cmd) + "/comm"), comm);
+    if (comm == "sleep" && AsleepInNanosleep(cmd)) {  // exec'd and past its start-up
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(cmd) + "/fd", ec)) {
+        fds.push_back(std::stoi(e.path().filename().string()));
+      }
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  std::sort(fds.begin(), fds.end());
+  std::string shown;
+  for (int fd : fds) {
+    shown += std::to_string(fd) + " -> " +
+             std::filesystem::read_symlink("/proc/" + std::to_string(cmd) + "/fd/" + std::to_string(fd)).string() + "; ";
+  }
+  EXPECT_EQ(fds, (std::vector<int>{0, 1, 2})) << shown;
+  dlock.Signal(SIGTERM);
+  EXPECT_EQ(dlock.Wait(60s), 128 + SIGTERM) << dlock.output();
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, Cli, ::testing::ValuesIn(AllBackends()), BackendTestName);
