@@ -101,25 +101,23 @@ struct AcquireResult {
   }
 };
 
-// Starts acquires of "stuck-0", "stuck-1", ... on loop until one has been applied on the server
-// (applied(name) is true) while the loop has not read its answer yet; the loop may read it at
-// once, and then the next name is tried. Returns the name caught, "" after 50 tries.
-template <typename Applied>
-std::string CatchAcquireInFlight(Loop& loop, dlock_client* c, const dlock_options* o,
-                                 AcquireResult* r, Applied applied) {
-  for (int round = 0; round < 50; ++round) {
-    std::string name = "stuck-" + std::to_string(round);
-    *r = AcquireResult{};
-    if (dlock_acquire_async(c, name.c_str(), o, &AcquireResult::Fn, r) != DLOCK_OK) return "";
-    for (int i = 0; i < 200 && !applied(name); ++i) {
-      event_base_loop(loop.base(), EVLOOP_NONBLOCK);
-      std::this_thread::sleep_for(1ms);
-    }
-    if (r->calls == 0 && applied(name)) return name;
-    while (r->calls == 0) event_base_loop(loop.base(), EVLOOP_ONCE);
-    if (r->lock != nullptr) dlock_release(r->lock);
+// Starts an acquire of name on loop while the test holds the server's answers back, and runs the
+// loop until held() shows the request waiting on the server (BackendServer::RequestHeld), for up
+// to limit: the acquire is then in flight, and its answer cannot arrive before the test lets the
+// answers go. True when it is; false when the call failed or held() never showed it.
+template <typename Held>
+bool SendAcquireWhileHeld(Loop& loop, dlock_client* c, const std::string& name, const dlock_options* o,
+                          AcquireResult* r, Held held, std::chrono::milliseconds limit = 10000ms) {
+  *r = AcquireResult{};
+  if (dlock_acquire_async(c, name.c_str(), o, &AcquireResult::Fn, r) != DLOCK_OK) return false;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    event_base_loop(loop.base(), EVLOOP_NONBLOCK);  // the acquire goes out on the loop
+    if (r->calls != 0) return false;               // answered (an error): not held
+    if (held()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
   }
-  return "";
 }
 
 }  // namespace dlock_test

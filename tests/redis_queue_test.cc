@@ -161,7 +161,9 @@ TEST_F(RedisQueueTest, FdDupIsACloseOnExecCopyThatBecomesReadable) {
   std::vector<Entry> got = Collect(q.get(), 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].status, DLOCK_OK) << got[0];
-  if (got[0].lock != nullptr) EXPECT_EQ(dlock_release(got[0].lock), DLOCK_OK);
+  if (got[0].lock != nullptr) {
+    EXPECT_EQ(dlock_release(got[0].lock), DLOCK_OK);
+  }
   EXPECT_FALSE(Readable(dup, 0ms)) << "popped empty, yet the duplicate is still readable";
   // The caller owns the copy: closing it leaves the queue's own fd working.
   EXPECT_EQ(close(dup), 0);

@@ -71,13 +71,18 @@ TEST(RegressionTest, CloseWithAnAcquireInFlightClosesEveryConnection) {
   Loop loop;
   dlock_client* c = nullptr;
   ASSERT_EQ(dlock_client_open_evbase(redis.url().c_str(), loop.base(), &c), DLOCK_OK);
+  // The acquire is in flight for sure: the server holds its answer (writes paused) until the
+  // client is closing.
+  ASSERT_EQ(redis.Cli(RedisPauseWritesCommand()), "OK");
   AcquireResult stuck;
-  std::string name = CatchAcquireInFlight(loop, c, nullptr, &stuck, [&](const std::string& n) {
-    return redis.Cli({"EXISTS", "dlock:{" + n + "}"}) == "1";
+  const bool held = SendAcquireWhileHeld(loop, c, "stuck", nullptr, &stuck, [&] {
+    return RedisPausedScripts(redis.Cli(RedisClientListCommand())) > 0;
   });
-  ASSERT_FALSE(name.empty()) << "never caught an acquire in flight";
-  dlock_client_close(c);
+  if (held) dlock_client_close(c);
+  EXPECT_EQ(redis.Cli(RedisUnpauseCommand()), "OK");
+  ASSERT_TRUE(held) << "the acquire never showed as waiting on the server";
   EXPECT_TRUE(loop.Drain(10000ms)) << "the close did not finish";
+  EXPECT_EQ(stuck.calls, 1);
   auto connections = [&] {  // counting the one Cli itself opens
     std::string list = redis.Cli({"CLIENT", "LIST"});
     int n = 0;
@@ -85,6 +90,8 @@ TEST(RegressionTest, CloseWithAnAcquireInFlightClosesEveryConnection) {
     return n;
   };
   EXPECT_TRUE(WaitFor([&] { return connections() == 1; }, 10000ms)) << redis.Cli({"CLIENT", "LIST"});
+  EXPECT_TRUE(WaitFor([&] { return redis.Cli({"EXISTS", "dlock:{stuck}"}) == "0"; }, 10000ms))
+      << "the acquire granted after the close was not given back";
 }
 
 TEST(RegressionTest, CloseRetriesAConnectionTheServerDroppedWhileIdle) {

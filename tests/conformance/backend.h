@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "support/redis_server.h"  // RedisPauseWritesCommand and the rest, for HoldAnswers
+
 namespace dlock_test {
 
 // One running server. The destructor stops it by pid (and reaps it).
@@ -37,6 +39,37 @@ class BackendServer {
   // tests that must know a waiter took its place before they go on; -1 when the backend keeps
   // no line (it lacks DLOCK_CAP_FAIR).
   virtual int InLine(const std::string& /*name*/) { return -1; }
+  // Holding the server's answers back, for a test that needs a call provably in flight (sent,
+  // its answer not yet read) when it acts. After HoldAnswers() no request is answered until
+  // ReleaseAnswers(), and then each is, as if it had been slow: the Redis deployments pause
+  // writes on every data node (CLIENT PAUSE WRITE: a lock script waits unanswered, and runs at
+  // the release), dynalite and etcd are SIGSTOPped (a request waits unread in its socket).
+  // HoldAnswers is true when every server holds; RequestHeld() once a request that arrived
+  // after HoldAnswers waits on every server a lock call goes to (all of Redlock's masters; the
+  // one master of the other deployments).
+  virtual bool HoldAnswers() = 0;
+  virtual bool RequestHeld() = 0;
+  virtual void ReleaseAnswers() = 0;
+};
+
+// Holds a server's answers back for its lifetime (BackendServer::HoldAnswers), so that a test
+// that stops at a failed assertion leaves the server answering for the next.
+class AnswersHeld {
+ public:
+  explicit AnswersHeld(BackendServer& server) : server_(server), ok_(server.HoldAnswers()) {}
+  ~AnswersHeld() { Release(); }
+  AnswersHeld(const AnswersHeld&) = delete;
+  AnswersHeld& operator=(const AnswersHeld&) = delete;
+  bool ok() const { return ok_; }
+  void Release() {
+    if (!released_) server_.ReleaseAnswers();
+    released_ = true;
+  }
+
+ private:
+  BackendServer& server_;
+  bool ok_;
+  bool released_ = false;
 };
 
 struct BackendFactory {

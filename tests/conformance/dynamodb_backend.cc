@@ -2,9 +2,11 @@
 // as a user would.
 #include <dlock/dlock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include "conformance/backend.h"
 #include "support/dynalite_server.h"
+#include "support/unread_bytes.h"
 
 namespace dlock_test {
 namespace {
@@ -38,10 +40,22 @@ class DynamoDbServer : public BackendServer {
   }
   void Kill() override { ddb_.Kill(); }
   bool Restart() override { return ddb_.Restart() && Prepare(); }
+  // SIGSTOP: what arrives afterwards waits unread.
+  bool HoldAnswers() override {
+    if (ddb_.pid() <= 0 || kill(ddb_.pid(), SIGSTOP) != 0) return false;
+    const bool stopped = WaitStopped(ddb_.pid());
+    unread_at_hold_ = UnreadBytesOnPorts({ddb_.port()});
+    return stopped;
+  }
+  bool RequestHeld() override { return UnreadBytesOnPorts({ddb_.port()}) > unread_at_hold_; }
+  void ReleaseAnswers() override {
+    if (ddb_.pid() > 0) kill(ddb_.pid(), SIGCONT);
+  }
 
  private:
   static constexpr const char* kTable = "conformance_locks";
   int unprepared_ = 0;
+  int64_t unread_at_hold_ = 0;
 
   bool Prepare() {
     dlock_status s = dlock_backend_prepare(url().c_str(), 10000);

@@ -5,6 +5,7 @@
 
 #include "conformance/backend.h"
 #include "support/etcd_cluster.h"
+#include "support/unread_bytes.h"
 
 namespace dlock_test {
 namespace {
@@ -31,10 +32,33 @@ class EtcdBackend : public BackendServer {
     killed_ = !etcd_.Restart();
     return !killed_;
   }
+  // Every node SIGSTOPped together (Go's tickers drop the ticks missed meanwhile: no election
+  // follows a short stop of them all); a request to any waits unread.
+  bool HoldAnswers() override {
+    bool ok = true;
+    for (int i = 0; i < EtcdCluster::kNodes; ++i) etcd_.Stop(i);
+    for (int i = 0; i < EtcdCluster::kNodes; ++i) ok = etcd_.pid(i) > 0 && WaitStopped(etcd_.pid(i)) && ok;
+    unread_at_hold_ = UnreadBytesOnPorts(ClientPorts());
+    return ok;
+  }
+  bool RequestHeld() override { return UnreadBytesOnPorts(ClientPorts()) > unread_at_hold_; }
+  void ReleaseAnswers() override {
+    for (int i = 0; i < EtcdCluster::kNodes; ++i) etcd_.Cont(i);
+  }
 
  private:
+  std::vector<int> ClientPorts() const {
+    std::vector<int> ports;
+    for (int i = 0; i < EtcdCluster::kNodes; ++i) {
+      const std::string endpoint = etcd_.endpoint(i);
+      ports.push_back(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+    }
+    return ports;
+  }
+
   EtcdCluster etcd_;
   bool killed_ = false;
+  int64_t unread_at_hold_ = 0;
 };
 
 }  // namespace

@@ -62,22 +62,54 @@ TEST_P(EventLoop, ManyLocksOnOneLoopWithNoThreadOfOurs) {
   EXPECT_TRUE(loop.Drain(10000ms));
 }
 
+// The acquire is sent while the server holds its answers back (BackendServer::HoldAnswers), so
+// that it is provably in flight when the client closes: the server grants it only afterwards,
+// and the closed client must give it back.
 TEST_P(EventLoop, CloseGivesBackAnAcquireThatWasInFlight) {
   Loop loop;
   dlock_client* c = nullptr;
   ASSERT_EQ(dlock_client_open_evbase(url().c_str(), loop.base(), &c), DLOCK_OK) << dlock_last_error();
+  struct CloseOnExit {  // should an assertion stop the test before the close
+    dlock_client*& c;
+    Loop& loop;
+    ~CloseOnExit() {
+      if (c == nullptr) return;
+      dlock_client_close(c);
+      loop.Drain(10000ms);
+    }
+  } close_on_exit{c, loop};
   Client observer(url());
-  AcquireResult stuck;
   Options no_expiry;
   no_expiry.lease(0);  // left behind, it would stay forever
-  std::string name = CatchAcquireInFlight(loop, c, no_expiry.get(), &stuck, [&](const std::string& n) {
-    return Inspect(observer.get(), n).holders.size() == 1;
-  });
-  ASSERT_FALSE(name.empty()) << "never caught an acquire in flight";
-  dlock_client_close(c);
-  EXPECT_EQ(stuck.calls, 1);
-  EXPECT_EQ(stuck.s, DLOCK_ECANCELLED);
+  // One acquire and release first, so that what the client sets up once (its connections, the
+  // scripts, an etcd lease) is done: what the held server gets next is the acquire.
+  AcquireResult warm_up;
+  ASSERT_EQ(dlock_acquire_async(c, Name("warm-up").c_str(), no_expiry.get(), &AcquireResult::Fn, &warm_up),
+            DLOCK_OK);
+  ASSERT_TRUE(loop.RunUntil([&] { return warm_up.calls > 0; }, 10000ms));
+  ASSERT_EQ(warm_up.s, DLOCK_OK) << dlock_last_error();
+  int released = 0;
+  ASSERT_EQ(dlock_release_async(warm_up.lock, [](dlock_status s, void* arg) {
+    EXPECT_EQ(s, DLOCK_OK) << dlock_last_error();
+    ++*static_cast<int*>(arg);
+  }, &released), DLOCK_OK);
+  ASSERT_TRUE(loop.RunUntil([&] { return released > 0; }, 10000ms));
+
+  const std::string name = Name("stuck");
+  AcquireResult stuck;
+  {
+    AnswersHeld held(server());
+    ASSERT_TRUE(held.ok()) << "the server would not hold its answers back";
+    ASSERT_TRUE(SendAcquireWhileHeld(loop, c, name, no_expiry.get(), &stuck, [&] { return server().RequestHeld(); }))
+        << "the acquire never reached the server: " << stuck.calls << " answers, "
+        << dlock_status_str(stuck.s);
+    dlock_client_close(c);
+    c = nullptr;
+    EXPECT_EQ(stuck.calls, 1);
+    EXPECT_EQ(stuck.s, DLOCK_ECANCELLED);
+  }  // the server takes the acquire now, and grants it: the closed client must give it back
   EXPECT_TRUE(loop.Drain(10000ms)) << "the close did not finish";
+  EXPECT_EQ(stuck.calls, 1);
   EXPECT_TRUE(Inspect(observer.get(), name).free()) << "an orphan lock was left behind";
 }
 

@@ -21,6 +21,9 @@ class RedisBackend : public BackendServer {
   int InLine(const std::string& name) override { return RedisCount(redis_.Cli(RedisLineCommand(name))); }
   void Kill() override { redis_.Kill(); }
   bool Restart() override { return redis_.Restart(); }
+  bool HoldAnswers() override { return redis_.Cli(RedisPauseWritesCommand()) == "OK"; }
+  bool RequestHeld() override { return RedisPausedScripts(redis_.Cli(RedisClientListCommand())) > 0; }
+  void ReleaseAnswers() override { redis_.Cli(RedisUnpauseCommand()); }
 
  private:
   bool unix_;

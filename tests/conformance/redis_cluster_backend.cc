@@ -26,6 +26,23 @@ class RedisClusterBackend : public BackendServer {
   }
   void Kill() override { cluster_.Kill(); }
   bool Restart() override { return cluster_.Restart(); }
+  // Every node (replicas too): the lock's master is whichever serves its slot.
+  bool HoldAnswers() override {
+    bool ok = true;
+    for (int i = 0; i < RedisCluster::kNodes; ++i) {
+      ok = cluster_.node(i).Cli(RedisPauseWritesCommand()) == "OK" && ok;
+    }
+    return ok;
+  }
+  bool RequestHeld() override {
+    for (int i = 0; i < RedisCluster::kNodes; ++i) {
+      if (RedisPausedScripts(cluster_.node(i).Cli(RedisClientListCommand())) > 0) return true;
+    }
+    return false;
+  }
+  void ReleaseAnswers() override {
+    for (int i = 0; i < RedisCluster::kNodes; ++i) cluster_.node(i).Cli(RedisUnpauseCommand());
+  }
 
  private:
   RedisCluster cluster_;

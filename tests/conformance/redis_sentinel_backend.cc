@@ -25,6 +25,24 @@ class RedisSentinelBackend : public BackendServer {
     const int master = group_.CurrentMaster();
     return master < 0 ? -1 : RedisCount(group_.data_node(master).Cli(RedisLineCommand(name)));
   }
+  // Every data node, whichever is the master now. Keep it short: a sentinel's hello (PUBLISH)
+  // waits too, and the PINGs behind it on its link (down-after-milliseconds: 1.5 s).
+  bool HoldAnswers() override {
+    bool ok = true;
+    for (int i = 0; i < RedisSentinelGroup::kDataNodes; ++i) {
+      ok = group_.data_node(i).Cli(RedisPauseWritesCommand()) == "OK" && ok;
+    }
+    return ok;
+  }
+  bool RequestHeld() override {
+    for (int i = 0; i < RedisSentinelGroup::kDataNodes; ++i) {
+      if (RedisPausedScripts(group_.data_node(i).Cli(RedisClientListCommand())) > 0) return true;
+    }
+    return false;
+  }
+  void ReleaseAnswers() override {
+    for (int i = 0; i < RedisSentinelGroup::kDataNodes; ++i) group_.data_node(i).Cli(RedisUnpauseCommand());
+  }
   // The data nodes die; the sentinels stay and keep naming the master.
   void Kill() override {
     master_ = group_.CurrentMaster();

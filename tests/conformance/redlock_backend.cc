@@ -42,6 +42,21 @@ class RedlockBackend : public BackendServer {
     for (auto& m : masters_) ok = m->Restart() && ok;
     return ok;
   }
+  bool HoldAnswers() override {
+    bool ok = true;
+    for (auto& m : masters_) ok = m->Cli(RedisPauseWritesCommand()) == "OK" && ok;
+    return ok;
+  }
+  // An acquire goes to every master.
+  bool RequestHeld() override {
+    for (auto& m : masters_) {
+      if (RedisPausedScripts(m->Cli(RedisClientListCommand())) == 0) return false;
+    }
+    return true;
+  }
+  void ReleaseAnswers() override {
+    for (auto& m : masters_) m->Cli(RedisUnpauseCommand());
+  }
 
  private:
   std::vector<std::unique_ptr<RedisServer>> masters_;

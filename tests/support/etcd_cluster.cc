@@ -321,6 +321,8 @@ int EtcdCluster::Leader() {
   return it == index_of.end() ? -1 : it->second;
 }
 
+pid_t EtcdCluster::pid(int i) const { return running(i) ? nodes_[i].process->pid() : -1; }
+
 void EtcdCluster::Stop(int i) {
   if (!running(i)) return;
   nodes_[i].process->Signal(SIGSTOP);

@@ -71,6 +71,7 @@ class EtcdCluster {
   std::string url() const;
   // Node i's process runs (it may be stopped by Stop).
   bool running(int i) const;
+  pid_t pid(int i) const;  // node i's process, -1 when it is not running
 
   // Waits up to timeout until every running node that is not stopped answers
   // POST /v3/maintenance/status, all of one cluster, and names a leader among them; why says

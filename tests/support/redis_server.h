@@ -126,6 +126,35 @@ class RedisServer {
 // replies it sent); 0 when absent.
 long ErrorCount(const RedisServer& node, const std::string& kind);
 
+// Holding a server's answers back, so that a request is provably in flight: writes paused on a
+// node (30 s at most, should a test never let them go), and let go.
+inline std::vector<std::string> RedisPauseWritesCommand() { return {"CLIENT", "PAUSE", "30000", "WRITE"}; }
+inline std::vector<std::string> RedisUnpauseCommand() { return {"CLIENT", "UNPAUSE"}; }
+// How many clients CLIENT LIST's answer (a line each) shows blocked (flags
+// with b) in a script call (the lock calls'), which is what a paused write looks like. Others
+// block too: a sentinel's PUBLISH of its hello message.
+inline std::vector<std::string> RedisClientListCommand() { return {"CLIENT", "LIST"}; }
+inline int RedisPausedScripts(const std::string& client_list) {
+  auto field = [](const std::string& line, const std::string& key) {
+    const size_t at = line.find(" " + key + "=");
+    if (at == std::string::npos) return std::string();
+    const size_t from = at + key.size() + 2;
+    return line.substr(from, line.find(' ', from) - from);
+  };
+  int paused = 0;
+  size_t begin = 0;
+  while (begin < client_list.size()) {
+    size_t end = client_list.find('\n', begin);
+    if (end == std::string::npos) end = client_list.size();
+    const std::string line = client_list.substr(begin, end - begin);
+    const std::string cmd = field(line, "cmd");
+    paused += field(line, "flags").find('b') != std::string::npos &&
+              (cmd == "eval" || cmd == "evalsha" || cmd == "fcall");
+    begin = end + 1;
+  }
+  return paused;
+}
+
 }  // namespace dlock_test
 
 #endif  // DLOCK_TESTS_SUPPORT_REDIS_SERVER_H_
