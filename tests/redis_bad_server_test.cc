@@ -339,6 +339,28 @@ TEST(RedisBadServerTest, AClusterNodeNamingAHostWithControlBytesIsRefused) {
   dlock_client_close(c);
 }
 
+// A sentinel naming its master at a host or port of control bytes: refused, with the bytes
+// escaped in the message (a terminal never gets them raw).
+TEST(RedisBadServerTest, ASentinelNamingAMasterWithControlBytesIsRefusedEscaped) {
+  const std::string bad_host = "*2\r\n$16\r\nevil\x1b[2J.example\r\n$4\r\n6379\r\n";
+  const std::string bad_port = "*2\r\n$9\r\n127.0.0.1\r\n$6\r\n\x1b[2J63\r\n";
+  for (const std::string& answer : {bad_host, bad_port}) {
+    FakeRedis fake([&answer](const std::vector<std::string>& argv) {
+      FakeReply r;
+      if (FakeRedis::Handshake(argv, &r)) return r;
+      if (argv[0] == "SENTINEL") return FakeReply{answer};
+      return FakeReply{"-ERR unexpected\r\n"};
+    });
+    dlock_client* c = nullptr;
+    EXPECT_NE(dlock_client_open(("redis-sentinel://" + fake.address() + "/m?timeout_ms=2000").c_str(), &c),
+              DLOCK_OK);
+    const std::string error = dlock_last_error();
+    EXPECT_NE(error.find("\\x1b[2J"), std::string::npos) << error;
+    for (unsigned char ch : error) EXPECT_FALSE(ch < 0x20 || ch == 0x7f) << "raw control byte " << int(ch);
+    dlock_client_close(c);
+  }
+}
+
 TEST(RedisBadServerTest, TrickledRepliesAreBoundedByTimeoutMs) {
   // Each reply trickled one byte per 100 ms: every read is quick, the whole reply is not.
   std::atomic<bool> trickle_ping{true};

@@ -12,8 +12,8 @@ bool IsString(const redisReply* r) {
   return r != nullptr && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }
 
-// A host a node names: a DNS name or an address, never bytes that would reach messages and
-// terminals raw (control bytes, spaces) or longer than a DNS name can be.
+}  // namespace
+
 bool PlausibleHost(std::string_view host) {
   if (host.size() > 255) return false;
   for (unsigned char c : host) {
@@ -21,6 +21,8 @@ bool PlausibleHost(std::string_view host) {
   }
   return true;
 }
+
+namespace {
 
 // "host:port" (host may be an IPv6 literal, so split at the last ':'); an empty host is from's.
 bool ReadAddress(std::string_view text, const NodeAddress& from, NodeAddress* out) {

@@ -7,6 +7,7 @@
 #include <hiredis/hiredis.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -19,6 +20,11 @@ struct NodeAddress {
   // "127.0.0.1:7000", "[::1]:7000": a node's name in maps and messages.
   std::string Name() const;
 };
+
+// A host a server names (a cluster node, Sentinel's master): a DNS name or an address, never
+// bytes that would reach messages and terminals raw (control bytes, spaces) or longer than a
+// DNS name can be.
+bool PlausibleHost(std::string_view host);
 
 // Slots first..last are served by master.
 struct SlotRange {

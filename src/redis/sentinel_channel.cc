@@ -1,5 +1,9 @@
 #include "redis/sentinel_channel.h"
 
+#include <string_view>
+
+#include "core/server_text.h"
+
 namespace dlock::redis {
 namespace {
 
@@ -29,11 +33,20 @@ Status ReadMasterAddress(const redisReply* r, const std::string& sentinel,
       r->element[1]->type != REDIS_REPLY_STRING) {
     return Status::BackendError(sentinel + " answered get-master-addr-by-name with garbage");
   }
+  // The sentinel's words reach messages escaped and capped (server_text.h), and its host is
+  // a host name or an address, never control bytes or spaces.
+  const std::string port_text(r->element[1]->str, r->element[1]->len);
   int64_t port;
-  Status s = ParseInt(std::string(r->element[1]->str, r->element[1]->len), 1, 65535,
-                      sentinel + "'s master port", &port);
-  if (!s.ok()) return Status::BackendError(s.message());
-  out->host.assign(r->element[0]->str, r->element[0]->len);
+  if (!ParseInt(port_text, 1, 65535, "port", &port).ok()) {
+    return Status::BackendError(sentinel + " named master '" + master_name + "' at port '" +
+                                ServerText(port_text, 32) + "', which is not a port (1..65535)");
+  }
+  const std::string_view host(r->element[0]->str, r->element[0]->len);
+  if (host.empty() || !PlausibleHost(host)) {
+    return Status::BackendError(sentinel + " named master '" + master_name + "' at host '" +
+                                ServerText(host, 64) + "', which is not a host name or address");
+  }
+  out->host.assign(host);
   out->port = static_cast<int>(port);
   return Status::Ok();
 }
