@@ -8,12 +8,15 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 
 #include <gtest/gtest.h>
 
+#include "hpp_noexceptions.h"
 #include "support/redis_server.h"
 
 namespace {
@@ -28,6 +31,14 @@ static_assert(std::is_nothrow_move_constructible_v<dlock::Lock> &&
 static_assert(std::is_nothrow_move_constructible_v<dlock::Client> &&
               std::is_nothrow_move_assignable_v<dlock::Client>);
 static_assert(std::is_base_of_v<std::runtime_error, dlock::Error>);
+static_assert(std::is_base_of_v<std::system_error, dlock::Error>);
+static_assert(std::is_error_code_enum_v<dlock_status>);
+static_assert(!std::is_copy_constructible_v<dlock::Mutex> && !std::is_move_constructible_v<dlock::Mutex>);
+static_assert(noexcept(std::declval<dlock::Mutex&>().unlock()));
+static_assert(noexcept(std::declval<dlock::SharedMutex&>().unlock_shared()));
+static_assert(noexcept(std::declval<dlock::Mutex&>().try_lock(std::declval<std::error_code&>())));
+static_assert(noexcept(std::declval<dlock::Client&>().acquire(std::declval<const std::string&>(), std::declval<std::error_code&>())));
+static_assert(noexcept(dlock::Client(std::declval<const std::string&>(), std::declval<std::error_code&>())));
 static_assert(!std::is_convertible_v<dlock::Lock, bool>, "operator bool must be explicit");
 
 // Runs f, which must throw dlock::Error; returns its code (DLOCK_OK if nothing was thrown).
@@ -37,7 +48,7 @@ dlock_status CodeOf(F&& f, std::string* message = nullptr) {
     f();
   } catch (const dlock::Error& e) {
     if (message) *message = e.message();
-    return e.code();
+    return e.status();
   }
   return DLOCK_OK;
 }
@@ -233,7 +244,10 @@ TEST_F(HppTest, ErrorCarriesStatusAndMessage) {
     dlock::Client c("bogus://x");
     FAIL() << "no exception";
   } catch (const dlock::Error& e) {
-    EXPECT_EQ(e.code(), DLOCK_EINVAL);
+    EXPECT_EQ(e.status(), DLOCK_EINVAL);
+    EXPECT_EQ(e.code(), DLOCK_EINVAL);  // a std::error_code in dlock::category()
+    EXPECT_EQ(&e.code().category(), &dlock::category());
+    EXPECT_EQ(e.code(), std::errc::invalid_argument);
     EXPECT_EQ(std::string(e.what()).rfind("DLOCK_EINVAL: ", 0), 0u) << e.what();
     EXPECT_EQ(std::string(e.what()), std::string("DLOCK_EINVAL: ") + e.message());
   }
@@ -432,6 +446,339 @@ TEST_F(HppTest, ClientIsSharedBetweenThreads) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(done.load(), 40);
   EXPECT_EQ(max_inside.load(), 1);
+}
+
+// ----- std::error_code ----------------------------------------------------------------------
+
+TEST(HppErrorCodeTest, CategoryNamesAndMapsTheStatuses) {
+  const std::error_category& cat = dlock::category();
+  EXPECT_STREQ(cat.name(), "dlock");
+  EXPECT_EQ(&cat, &dlock::category());
+  for (int v = DLOCK_OK; v <= DLOCK_EINTERNAL; ++v) {
+    EXPECT_EQ(cat.message(v), dlock_status_str(static_cast<dlock_status>(v)));
+  }
+  std::error_code ec = DLOCK_NOT_HELD;
+  EXPECT_EQ(&ec.category(), &cat);
+  EXPECT_EQ(ec.value(), DLOCK_NOT_HELD);
+  EXPECT_EQ(ec.message(), "DLOCK_NOT_HELD");
+  EXPECT_EQ(ec, DLOCK_NOT_HELD);
+  EXPECT_EQ(ec, std::errc::operation_not_permitted);
+  EXPECT_EQ(std::error_code(DLOCK_NOT_ACQUIRED), std::errc::device_or_resource_busy);
+  EXPECT_EQ(std::error_code(DLOCK_EIO), std::errc::io_error);
+  EXPECT_EQ(std::error_code(DLOCK_ECANCELLED), std::errc::operation_canceled);
+  EXPECT_NE(std::error_code(DLOCK_EBACKEND), std::errc::io_error);
+  EXPECT_FALSE(std::error_code(DLOCK_OK));
+}
+
+TEST_F(HppTest, ErrorCodeOverloadsDoNotThrow) {
+  std::error_code ec;
+  dlock::Client bad("bogus://x", ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  EXPECT_FALSE(bad);
+  EXPECT_NE(dlock::last_error().find("bogus"), std::string::npos) << dlock::last_error();
+
+  dlock::Client holder(redis_.url(), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  dlock::Client contender(redis_.url());
+  dlock::Lock held = holder.acquire("hpp/ec", ec);
+  ASSERT_FALSE(ec);
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(contender.acquire("hpp/ec", ec));
+  EXPECT_EQ(ec, DLOCK_NOT_ACQUIRED);
+  ec = DLOCK_EIO;
+  EXPECT_FALSE(contender.try_acquire("hpp/ec", dlock::Options().wait(50ms), ec));
+  EXPECT_FALSE(ec);  // held is not an error for try_acquire
+  EXPECT_FALSE(contender.acquire(std::string("a\0b", 3), ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  EXPECT_NE(dlock::last_error().find("NUL"), std::string::npos) << dlock::last_error();
+  EXPECT_EQ(contender.inspect("hpp/ec", ec).holders.size(), 1u);
+  EXPECT_FALSE(ec);
+  contender.inspect("", ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+
+  held.extend(-1ms, ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  held.extend(5s, ec);
+  EXPECT_FALSE(ec);
+  ASSERT_EQ(redis_.Cli({"DEL", Key("hpp/ec")}), "1");
+  held.release(ec);
+  EXPECT_EQ(ec, DLOCK_NOT_HELD);
+  EXPECT_FALSE(held);
+  held.release(ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+}
+
+TEST_F(HppTest, HeaderBuiltWithoutExceptionsWorks) {
+  EXPECT_TRUE(hpp_noexceptions::BuiltWithoutExceptions());
+  EXPECT_EQ(hpp_noexceptions::Run(redis_.url()), "");
+}
+
+// ----- Mutex and SharedMutex ----------------------------------------------------------------
+
+TEST_F(HppTest, MutexLocksAndUnlocks) {
+  dlock::Client client(redis_.url());
+  dlock::Mutex m(client, "hpp/mutex", dlock::Options().lease(5s).owner("hpp-mutex"));
+  EXPECT_EQ(m.name(), "hpp/mutex");
+  EXPECT_EQ(m.fencing_token(), 0u);
+  EXPECT_FALSE(m.valid());
+  m.lock();
+  const uint64_t first = m.fencing_token();
+  EXPECT_GT(first, 0u);
+  EXPECT_TRUE(m.valid());
+  EXPECT_GT(m.remaining(), 0ms);
+  EXPECT_LE(m.remaining(), 5000ms);
+  EXPECT_EQ(m.last_status(), DLOCK_OK);
+  EXPECT_NE(redis_.Cli({"GET", Key("hpp/mutex")}).find("hpp-mutex"), std::string::npos);
+  m.unlock();
+  EXPECT_EQ(m.last_status(), DLOCK_OK);
+  EXPECT_EQ(m.fencing_token(), 0u);
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/mutex")}), "0");
+  {
+    std::lock_guard<dlock::Mutex> guard(m);
+    EXPECT_GT(m.fencing_token(), first);  // the token of the current hold
+  }
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/mutex")}), "0");
+  {
+    std::unique_lock<dlock::Mutex> lk(m, std::defer_lock);
+    EXPECT_TRUE(lk.try_lock());
+    lk.unlock();
+    EXPECT_TRUE(lk.try_lock_for(100ms));
+  }
+  // Unlocking what is not held does not throw: it is the last status.
+  m.unlock();
+  EXPECT_EQ(m.last_status(), DLOCK_EINVAL);
+}
+
+TEST_F(HppTest, MutexTryLockIsFalseWhileAnotherClientHolds) {
+  dlock::Client a(redis_.url()), b(redis_.url());
+  dlock::Mutex mine(a, "hpp/busy"), theirs(b, "hpp/busy");
+  ASSERT_TRUE(mine.try_lock());
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_FALSE(theirs.try_lock());  // one try, no wait
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 1s);
+  EXPECT_EQ(theirs.last_status(), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(theirs.fencing_token(), 0u);
+  std::error_code ec = DLOCK_EIO;
+  EXPECT_FALSE(theirs.try_lock(ec));
+  EXPECT_FALSE(ec);
+  // A second try through the same object, from another thread, fails at once too.
+  bool second = true;
+  std::thread([&] { second = mine.try_lock(); }).join();
+  EXPECT_FALSE(second);
+  mine.unlock();
+  EXPECT_TRUE(theirs.try_lock());
+  theirs.unlock();
+}
+
+TEST_F(HppTest, MutexTryLockForIsBounded) {
+  dlock::Client a(redis_.url()), b(redis_.url());
+  dlock::Mutex mine(a, "hpp/bounded"), theirs(b, "hpp/bounded");
+  mine.lock();
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_FALSE(theirs.try_lock_for(300ms));
+  auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 3s);
+  started = std::chrono::steady_clock::now();
+  EXPECT_FALSE(theirs.try_lock_until(std::chrono::system_clock::now() + 300ms));
+  took = std::chrono::steady_clock::now() - started;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 3s);
+  // A time already past is one try.
+  EXPECT_FALSE(theirs.try_lock_until(std::chrono::steady_clock::now() - 1s));
+  EXPECT_FALSE(theirs.try_lock_for(-5s));
+  // A wait that outlasts the hold gets the lock when it is released.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(200ms);
+    mine.unlock();
+  });
+  started = std::chrono::steady_clock::now();
+  EXPECT_TRUE(theirs.try_lock_for(10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  releaser.join();
+  EXPECT_EQ(mine.last_status(), DLOCK_OK);
+  theirs.unlock();
+}
+
+TEST_F(HppTest, MutexUnlockOfALostLockDoesNotThrowAndIsReported) {
+  dlock::Client client(redis_.url());
+  std::atomic<int> calls{0};
+  std::atomic<uint64_t> lost_token{0};
+  std::string lost_name;
+  dlock::Mutex m(client, "hpp/lost", dlock::Options().lease(10s).no_heartbeat().on_lost(
+                                         [&](const std::string& name, uint64_t token) {
+                                           lost_name = name;
+                                           lost_token = token;
+                                           ++calls;
+                                         }));
+  {
+    std::lock_guard<dlock::Mutex> guard(m);
+    ASSERT_EQ(redis_.Cli({"DEL", Key("hpp/lost")}), "1");
+  }  // unlock finds it lost: no exception
+  EXPECT_EQ(m.last_status(), DLOCK_NOT_HELD);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(lost_name, "hpp/lost");
+  EXPECT_GT(lost_token.load(), 0u);
+  // The next hold is reported on its own, once, through unlock(ec) too.
+  m.lock();
+  const uint64_t second = m.fencing_token();
+  EXPECT_GT(second, lost_token.load());
+  ASSERT_EQ(redis_.Cli({"DEL", Key("hpp/lost")}), "1");
+  std::error_code ec;
+  m.unlock(ec);
+  EXPECT_EQ(ec, DLOCK_NOT_HELD);
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(lost_token.load(), second);
+  // A clean hold is not reported.
+  m.lock();
+  m.unlock();
+  EXPECT_EQ(m.last_status(), DLOCK_OK);
+  EXPECT_EQ(calls.load(), 2);
+}
+
+TEST_F(HppTest, MutexLossFoundByTheHeartbeatsIsReportedOnce) {
+  dlock::Client client(redis_.url());
+  std::atomic<int> calls{0};
+  std::promise<void> lost;
+  auto lost_future = lost.get_future();
+  dlock::Mutex m(client, "hpp/lost-hb", dlock::Options().lease(600ms).heartbeat(150ms).on_lost(
+                                            [&](const std::string&, uint64_t) {
+                                              if (calls.fetch_add(1) == 0) lost.set_value();
+                                            }));
+  m.lock();
+  ASSERT_EQ(redis_.Cli({"DEL", Key("hpp/lost-hb")}), "1");
+  ASSERT_EQ(lost_future.wait_for(10s), std::future_status::ready);
+  EXPECT_FALSE(m.valid());
+  m.unlock();
+  EXPECT_EQ(m.last_status(), DLOCK_NOT_HELD);
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST_F(HppTest, MutexErrorsThrowFromLockButNotFromUnlock) {
+  dlock::Client client(redis_.url());
+  dlock::Mutex bad_name(client, "");
+  EXPECT_EQ(CodeOf([&] { bad_name.lock(); }), DLOCK_EINVAL);
+  EXPECT_EQ(CodeOf([&] { bad_name.try_lock(); }), DLOCK_EINVAL);
+  EXPECT_EQ(bad_name.last_status(), DLOCK_EINVAL);
+  std::error_code ec;
+  bad_name.lock(ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  dlock::Client closed(redis_.url());
+  dlock::Mutex m(closed, "hpp/closed");
+  m.lock();
+  closed.close();  // releases the hold on the server
+  m.unlock();
+  EXPECT_EQ(m.last_status(), DLOCK_NOT_HELD);
+  EXPECT_EQ(CodeOf([&] { m.lock(); }), DLOCK_EINVAL);
+}
+
+TEST_F(HppTest, ScopedLockOverTwoMutexes) {
+  dlock::Client a(redis_.url()), b(redis_.url());
+  dlock::Mutex accounts(a, "hpp/accounts"), ledger(a, "hpp/ledger");
+  dlock::Mutex their_accounts(b, "hpp/accounts"), their_ledger(b, "hpp/ledger");
+  {
+    std::scoped_lock both(accounts, ledger);
+    EXPECT_GT(accounts.fencing_token(), 0u);
+    EXPECT_GT(ledger.fencing_token(), 0u);
+    EXPECT_FALSE(their_accounts.try_lock());
+    EXPECT_FALSE(their_ledger.try_lock());
+  }
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/accounts")}), "0");
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/ledger")}), "0");
+  // std::lock's back-off: the other side holds one of the two for a while.
+  their_ledger.lock();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    their_ledger.unlock();
+  });
+  {
+    std::scoped_lock both(accounts, ledger);
+    EXPECT_GT(ledger.fencing_token(), 0u);
+  }
+  releaser.join();
+}
+
+TEST_F(HppTest, MutexIsSharedByTheThreadsOfAProcess) {
+  dlock::Client client(redis_.url()), other(redis_.url());
+  dlock::Mutex m(client, "hpp/threads"), m2(other, "hpp/threads");
+  // Atomics: the two objects exclude each other through the server, which TSan cannot see.
+  std::atomic<int> inside{0}, max_inside{0}, total{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      dlock::Mutex& mine = t % 2 ? m : m2;
+      for (int i = 0; i < 10; ++i) {
+        std::lock_guard<dlock::Mutex> guard(mine);
+        int now = ++inside;
+        int seen = max_inside.load();
+        while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
+        }
+        std::this_thread::sleep_for(1ms);
+        --inside;
+        ++total;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(total.load(), 40);
+  EXPECT_EQ(max_inside.load(), 1);
+}
+
+TEST_F(HppTest, ConditionVariableAnyWaitsOnAMutex) {
+  dlock::Client client(redis_.url());
+  dlock::Mutex m(client, "hpp/cv");
+  std::condition_variable_any cv;
+  bool ready = false;
+  std::thread producer([&] {
+    std::this_thread::sleep_for(100ms);
+    std::lock_guard<dlock::Mutex> guard(m);
+    ready = true;
+    cv.notify_one();
+  });
+  {
+    std::unique_lock<dlock::Mutex> lk(m);
+    EXPECT_TRUE(cv.wait_for(lk, 10s, [&] { return ready; }));
+    EXPECT_GT(m.fencing_token(), 0u);
+  }
+  producer.join();
+}
+
+TEST_F(HppTest, SharedMutexReadersAndWriters) {
+  dlock::Client a(redis_.url()), b(redis_.url()), c(redis_.url());
+  dlock::SharedMutex ra(a, "hpp/rw"), rb(b, "hpp/rw"), w(c, "hpp/rw");
+  {
+    std::shared_lock<dlock::SharedMutex> one(ra), two(rb);
+    EXPECT_GT(ra.fencing_token(), 0u);
+    EXPECT_GT(rb.fencing_token(), ra.fencing_token());
+    EXPECT_EQ(b.inspect("hpp/rw").holders.size(), 2u);
+    EXPECT_TRUE(w.try_lock_shared());  // readers together
+    w.unlock_shared();
+    // (Before the writer's wait below: a waiting writer keeps new readers out for a while.)
+    EXPECT_FALSE(w.try_lock());
+    EXPECT_FALSE(w.try_lock_for(200ms));
+    // Local readers of one object share its one hold on the server.
+    std::thread([&] {
+      std::shared_lock<dlock::SharedMutex> three(ra, 1s);
+      EXPECT_TRUE(three.owns_lock());
+    }).join();
+    EXPECT_EQ(b.inspect("hpp/rw").holders.size(), 2u);
+    EXPECT_EQ(ra.last_status(), DLOCK_OK);
+  }
+  EXPECT_TRUE(b.inspect("hpp/rw").is_free());
+  {
+    std::unique_lock<dlock::SharedMutex> writing(w);
+    EXPECT_FALSE(ra.try_lock_shared());
+    EXPECT_FALSE(ra.try_lock_shared_for(100ms));
+    EXPECT_FALSE(ra.try_lock_shared_until(std::chrono::system_clock::now() + 100ms));
+    EXPECT_EQ(ra.last_status(), DLOCK_NOT_ACQUIRED);
+  }
+  // A reader's hold found lost: the last local reader's unlock_shared reports it.
+  ra.lock_shared();
+  ASSERT_EQ(redis_.Cli({"DEL", Key("hpp/rw") + ":holds"}), "1");
+  ra.unlock_shared();
+  EXPECT_EQ(ra.last_status(), DLOCK_NOT_HELD);
+  ra.unlock_shared();
+  EXPECT_EQ(ra.last_status(), DLOCK_EINVAL);
 }
 
 TEST(HppVersionTest, MatchesTheHeader) {

@@ -10,18 +10,46 @@
 //
 //   if (dlock::Lock lock = client.try_acquire("nightly-report")) { ... }  // empty if held
 //
+//   dlock::Mutex accounts(client, "accounts"), ledger(client, "ledger");
+//   {
+//     std::scoped_lock both(accounts, ledger);  // any standard lock works: see "Mutexes"
+//     write_with_fence(accounts.fencing_token());
+//   }
+//
 // ---------------------------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------------------------
-// Failures throw dlock::Error, a std::runtime_error that carries the dlock_status (code()) and
-// the detailed message dlock_last_error() gave right after the failing call (message()); what()
-// is "DLOCK_<STATUS>: <message>". The one expected outcome that is not an error has a
-// non-throwing form: Client::try_acquire returns an empty Lock (false in a boolean context)
-// instead of throwing DLOCK_NOT_ACQUIRED. Everything else -- bad URL or options (DLOCK_EINVAL),
-// unreachable server (DLOCK_EIO), a lock found lost at release or extend (DLOCK_NOT_HELD) --
-// throws. Destructors never throw: ~Lock releases and ignores the result (call release() first
-// to learn it), ~Client closes. Lock::release(std::nothrow) returns the status instead.
-// Out-of-memory inside std:: containers may still throw std::bad_alloc.
+// Failures throw dlock::Error, a std::system_error whose code() is a std::error_code in
+// dlock::category() (value: the dlock_status; `e.code() == DLOCK_NOT_HELD` works, as does
+// `std::error_code ec = DLOCK_EIO;`), with status() giving the dlock_status itself and
+// message() the detailed message dlock_last_error() gave right after the failing call; what()
+// is "DLOCK_<STATUS>: <message>". The category maps the statuses to portable conditions where
+// one fits: DLOCK_EINVAL == std::errc::invalid_argument, DLOCK_NOT_ACQUIRED ==
+// std::errc::device_or_resource_busy (EBUSY, as pthread_mutex_trylock), DLOCK_NOT_HELD ==
+// std::errc::operation_not_permitted (EPERM, as pthread_mutex_unlock), DLOCK_EIO ==
+// std::errc::io_error, DLOCK_EAUTH == std::errc::permission_denied, DLOCK_ECANCELLED ==
+// std::errc::operation_canceled, DLOCK_ENOMEM == std::errc::not_enough_memory.
+//
+// The one expected outcome that is not an error has a non-throwing form: Client::try_acquire
+// returns an empty Lock (false in a boolean context) instead of throwing DLOCK_NOT_ACQUIRED.
+// Everything else -- bad URL or options (DLOCK_EINVAL), unreachable server (DLOCK_EIO), a lock
+// found lost at release or extend (DLOCK_NOT_HELD) -- throws. Destructors never throw: ~Lock
+// releases and ignores the result (call release() first to learn it), ~Client closes.
+//
+// Every call that throws has a noexcept overload taking a trailing std::error_code& (as
+// std::filesystem does): it clears the code on success and sets it on failure, and returns an
+// empty Lock / Info / false. dlock::last_error() gives the detailed message of this thread's
+// last failure reported by this header, either way. Lock::release(std::nothrow) returns the
+// status instead. Out-of-memory inside std:: containers may still throw std::bad_alloc (and
+// ends the program inside a noexcept overload).
+//
+// Built without exceptions (-fno-exceptions; or DLOCK_HPP_EXCEPTIONS defined to 0 before the
+// include), the throwing overloads are not declared: use the std::error_code ones. Mutex and
+// SharedMutex keep lock(), try_lock(), try_lock_for() ... so that the standard's lock types
+// still work with them; as std::mutex does in such a build, they end the program (with the
+// message on stderr) on an error they cannot return (DLOCK_EIO, DLOCK_EINVAL...). A failure
+// to get the lock in time is not an error: try_lock* return false. The two builds may be
+// linked into one program: their types live in different inline namespaces.
 //
 // ---------------------------------------------------------------------------------------------
 // Ownership and lifetimes
@@ -46,23 +74,128 @@
 // is still visible through valid() and the next release()/extend().
 //
 // Thread safety: as the C ABI. A Client is safe to share between threads; a Lock is not.
+//
+// ---------------------------------------------------------------------------------------------
+// Mutexes
+// ---------------------------------------------------------------------------------------------
+// dlock::Mutex(client, name, options) meets the standard's Lockable and TimedLockable
+// requirements, and dlock::SharedMutex SharedTimedLockable, so std::lock_guard,
+// std::unique_lock, std::scoped_lock (and std::lock), std::shared_lock and
+// std::condition_variable_any work with them:
+//   - lock() waits without limit (leases end a crashed holder's hold, so that is no hang);
+//   - try_lock() is one try that does not wait (what std::lock's try-and-back-off needs);
+//   - try_lock_for(d) / try_lock_until(t) wait at most d / until t: a time point of
+//     steady_clock, system_clock or any other clock is turned into a wait on the monotonic
+//     clock; one already past is one try; waits beyond the longest the library accepts (ten
+//     years) are waits without limit;
+//   - unlock() never throws. Its outcome, and that of every other call, is last_status():
+//     DLOCK_NOT_HELD when the hold was found lost at unlock (expired or taken over), DLOCK_EIO
+//     when the server could not be reached (the lease then ends the hold), DLOCK_EINVAL when
+//     there was nothing to unlock. A loss found at unlock is also reported through the
+//     options' on_lost handler, on the unlocking thread, unless the handler was already
+//     called for that hold by the heartbeats: once per hold, either way.
+// The options' wait and kind are set by each call (exclusive, or shared for *_shared); the
+// rest (lease, heartbeat, retry, owner, fair, on_lost) apply to every hold.
+//
+// A Mutex is shared by the threads of a process as a std::mutex is: while one thread holds it
+// through this object, the others wait here, without asking the server. Shared holds through
+// one SharedMutex are one hold on the server, taken by the first local reader and released by
+// the last (whose unlock_shared reports a loss); a local thread waiting for the exclusive hold
+// keeps new local readers out. Neither is recursive: locking a Mutex again from the thread that
+// holds it waits for itself (std::mutex's undefined behaviour). Mutex and SharedMutex are
+// neither copyable nor movable; the Client must outlive them and stay where it is (it is held
+// by address). Two SharedMutex objects of one name on one Client cannot hold it shared and
+// exclusively at once (the exclusive acquire is DLOCK_EINVAL): give each its own Client.
+//
+// fencing_token() is the token of the current hold (0 while not held), to pass to what the
+// holder writes. An error while std::condition_variable_any::wait re-locks ends the program
+// (the standard's rule): use wait_for / wait_until with a Mutex whose server may go away.
 // ---------------------------------------------------------------------------------------------
 #ifndef DLOCK_DLOCK_HPP_
 #define DLOCK_DLOCK_HPP_
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "dlock/dlock.h"
+
+// 1 when the throwing overloads are declared; by default, when the compiler has exceptions on.
+#ifndef DLOCK_HPP_EXCEPTIONS
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS) || defined(_CPPUNWIND)
+#define DLOCK_HPP_EXCEPTIONS 1
+#else
+#define DLOCK_HPP_EXCEPTIONS 0
+#endif
+#endif
+
+#if DLOCK_HPP_EXCEPTIONS
+#define DLOCK_HPP_TRY_ try
+#define DLOCK_HPP_CATCH_ALL_ catch (...)
+#else
+#define DLOCK_HPP_TRY_ if (true)
+#define DLOCK_HPP_CATCH_ALL_ else
+#endif
+
+// ----- std::error_code ----------------------------------------------------------------------
+
+namespace dlock {
+
+// The error category of dlock_status values: name() "dlock", message() dlock_status_str.
+class ErrorCategory final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "dlock"; }
+  std::string message(int value) const override {
+    const char* s = dlock_status_str(static_cast<dlock_status>(value));
+    return s ? s : "DLOCK_UNKNOWN";
+  }
+  std::error_condition default_error_condition(int value) const noexcept override {
+    switch (value) {
+      case DLOCK_NOT_ACQUIRED: return std::make_error_condition(std::errc::device_or_resource_busy);
+      case DLOCK_NOT_HELD: return std::make_error_condition(std::errc::operation_not_permitted);
+      case DLOCK_EINVAL: return std::make_error_condition(std::errc::invalid_argument);
+      case DLOCK_EIO: return std::make_error_condition(std::errc::io_error);
+      case DLOCK_EAUTH: return std::make_error_condition(std::errc::permission_denied);
+      case DLOCK_ECANCELLED: return std::make_error_condition(std::errc::operation_canceled);
+      case DLOCK_ENOMEM: return std::make_error_condition(std::errc::not_enough_memory);
+      default: return std::error_condition(value, *this);
+    }
+  }
+};
+
+// The one instance (error_codes compare categories by address).
+inline const std::error_category& category() noexcept {
+  static const ErrorCategory instance;
+  return instance;
+}
+
+}  // namespace dlock
+
+// A dlock_status as a std::error_code in dlock::category(). In the global namespace, where ADL
+// finds it for dlock_status (a C enum): std::error_code ec = DLOCK_EIO; ec == DLOCK_EIO.
+inline std::error_code make_error_code(dlock_status s) noexcept {
+  return std::error_code(static_cast<int>(s), dlock::category());
+}
+
+namespace std {
+template <>
+struct is_error_code_enum<dlock_status> : true_type {};
+}  // namespace std
 
 namespace dlock {
 
@@ -71,49 +204,108 @@ inline std::string version() { return dlock_version(); }
 
 // ----- errors -------------------------------------------------------------------------------
 
-class Error : public std::runtime_error {
+// What failed: code() is the dlock_status in dlock::category(); what() "DLOCK_<STATUS>: <message>".
+class Error : public std::system_error {
  public:
   Error(dlock_status code, const std::string& message)
-      : std::runtime_error(Prefix(code) + message), code_(code), prefix_len_(Prefix(code).size()) {}
+      : std::system_error(make_error_code(code), message),
+        text_(std::make_shared<const std::string>(Prefix(code) + message)),
+        prefix_len_(Prefix(code).size()) {}
 
   // Why it failed, as a dlock_status (never DLOCK_OK).
-  dlock_status code() const noexcept { return code_; }
+  dlock_status status() const noexcept { return static_cast<dlock_status>(code().value()); }
   // The detailed message alone (what() without the "DLOCK_<STATUS>: " prefix).
-  const char* message() const noexcept { return what() + prefix_len_; }
+  const char* message() const noexcept { return text_->c_str() + prefix_len_; }
+  const char* what() const noexcept override { return text_->c_str(); }
 
  private:
   static std::string Prefix(dlock_status code) {
     const char* s = dlock_status_str(code);
     return std::string(s ? s : "DLOCK_UNKNOWN") + ": ";
   }
-  dlock_status code_;
+  std::shared_ptr<const std::string> text_;  // shared: copying an exception must not throw
   size_t prefix_len_;
 };
 
+namespace detail_common {
+
+// This thread's last failure message (dlock::last_error()).
+inline std::string& LastMessage() noexcept {
+  static thread_local std::string message;
+  return message;
+}
+
+// Records s's message (DLOCK_OK: nothing) and returns s.
+inline dlock_status Fail(dlock_status s, const char* message) noexcept {
+  if (s != DLOCK_OK) {
+    DLOCK_HPP_TRY_ { LastMessage() = message && *message ? message : dlock_status_str(s); }
+    DLOCK_HPP_CATCH_ALL_ {}
+  }
+  return s;
+}
+inline dlock_status Fail(dlock_status s, const std::string& message) noexcept {
+  return Fail(s, message.c_str());
+}
+// The same, for a status a dlock_* call just returned on this thread.
+inline dlock_status FromC(dlock_status s) noexcept {
+  return s == DLOCK_OK ? s : Fail(s, dlock_last_error());
+}
+
+}  // namespace detail_common
+
+// The detailed message of this thread's last failure reported by a call of this header
+// (thrown, returned through a std::error_code, or as a status); "" if there was none.
+inline std::string last_error() { return detail_common::LastMessage(); }
+
+// Declarations that differ with and without exceptions live in an inline namespace of their
+// own, so that translation units built both ways may be linked together.
+#if DLOCK_HPP_EXCEPTIONS
+inline namespace with_exceptions {
+#else
+inline namespace without_exceptions {
+#endif
+
 namespace detail {
 
-// The error for a status just returned by a dlock_* call on this thread.
-inline Error LastError(dlock_status s) {
-  const char* msg = dlock_last_error();
-  return Error(s, msg && *msg ? msg : dlock_status_str(s));
-}
+using detail_common::Fail;
+using detail_common::FromC;
 
-inline void Check(dlock_status s) {
-  if (s != DLOCK_OK) throw LastError(s);
-}
-
-inline void CheckNoNul(const std::string& s, const char* what) {
-  if (s.find('\0') != std::string::npos) {
-    throw Error(DLOCK_EINVAL, std::string(what) + " contains a NUL byte");
+// Sets ec from a status (DLOCK_OK clears it); true on DLOCK_OK.
+inline bool Set(std::error_code& ec, dlock_status s) noexcept {
+  if (s == DLOCK_OK) {
+    ec.clear();
+  } else {
+    ec = make_error_code(s);
   }
+  return s == DLOCK_OK;
 }
 
-inline uint64_t NonNegativeMs(std::chrono::milliseconds d, const char* what) {
+// Reports a failure the calling overload cannot return: throws dlock::Error, or without
+// exceptions prints the message and ends the program (as std::mutex::lock does then).
+[[noreturn]] inline void Raise(dlock_status s) {
+#if DLOCK_HPP_EXCEPTIONS
+  throw Error(s, detail_common::LastMessage());
+#else
+  std::fprintf(stderr, "dlock: %s: %s\n", dlock_status_str(s), detail_common::LastMessage().c_str());
+  std::abort();
+#endif
+}
+inline void Check(dlock_status s) {
+  if (s != DLOCK_OK) Raise(s);
+}
+
+inline dlock_status NoNul(const std::string& s, const char* what) noexcept {
+  if (s.find('\0') == std::string::npos) return DLOCK_OK;
+  return Fail(DLOCK_EINVAL, std::string(what) + " contains a NUL byte");
+}
+
+inline dlock_status NonNegativeMs(std::chrono::milliseconds d, const char* what, uint64_t* out) noexcept {
   if (d.count() < 0) {
-    throw Error(DLOCK_EINVAL, std::string(what) + " must not be negative (got " +
+    return Fail(DLOCK_EINVAL, std::string(what) + " must not be negative (got " +
                                   std::to_string(d.count()) + " ms)");
   }
-  return static_cast<uint64_t>(d.count());
+  *out = static_cast<uint64_t>(d.count());
+  return DLOCK_OK;
 }
 
 }  // namespace detail
@@ -123,7 +315,11 @@ inline uint64_t NonNegativeMs(std::chrono::milliseconds d, const char* what) {
 // Called when a held lock is lost: (lock name, fencing token of the lost acquisition).
 using LostHandler = std::function<void(const std::string& name, uint64_t fencing_token)>;
 
+class Client;
+
 namespace detail {
+
+class MutexCore;
 
 // The heap copy of an on_lost handler that one Lock owns; `this` is the C callback's arg.
 struct LostHook : std::enable_shared_from_this<LostHook> {
@@ -135,9 +331,8 @@ struct LostHook : std::enable_shared_from_this<LostHook> {
     // released (and the Lock's reference dropped) before it returns.
     std::shared_ptr<LostHook> keep = self->weak_from_this().lock();
     if (!keep) return;
-    try {
-      keep->fn(std::string(name ? name : ""), fencing_token);
-    } catch (...) {
+    DLOCK_HPP_TRY_ { keep->fn(std::string(name ? name : ""), fencing_token); }
+    DLOCK_HPP_CATCH_ALL_ {
       // Nothing may cross the C ABI; the loss stays visible via valid() and release().
     }
   }
@@ -165,7 +360,7 @@ class Options {
   // Background renewal period (must be less than the lease); 0 = no heartbeats.
   Options& heartbeat(ms d) { heartbeat_ = d; return *this; }
   Options& no_heartbeat() { return heartbeat(ms(0)); }
-  // How long acquire waits for a held lock; 0 = one try (the default).
+  // How long acquire waits for a held lock; 0 = one try (the default). Mutex sets it per call.
   Options& wait(ms d) { wait_ = d.count(); return *this; }
   Options& wait_forever() { wait_ = -1; return *this; }
   Options& no_wait() { wait_ = 0; return *this; }
@@ -186,32 +381,41 @@ class Options {
 
  private:
   friend class Client;
+  friend class detail::MutexCore;
 
-  // A dlock_options for one acquisition (null when everything is default), calling hook.
-  detail::OptionsPtr Build(detail::LostHook* hook) const {
+  // A dlock_options for one acquisition in *out (null when everything is default), calling
+  // hook; the status, its message recorded.
+  dlock_status Build(detail::LostHook* hook, detail::OptionsPtr* out) const noexcept {
+    out->reset();
     if (!lease_ && !heartbeat_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !fair_ && !hook) {
-      return nullptr;
+      return DLOCK_OK;
     }
     detail::OptionsPtr o(dlock_options_new());
-    if (!o) throw Error(DLOCK_ENOMEM, "dlock_options_new: out of memory");
-    if (lease_) detail::Check(dlock_options_set_lease_ms(o.get(), detail::NonNegativeMs(*lease_, "lease")));
-    if (heartbeat_) {
-      detail::Check(dlock_options_set_heartbeat_ms(o.get(), detail::NonNegativeMs(*heartbeat_, "heartbeat")));
+    if (!o) return detail::Fail(DLOCK_ENOMEM, "dlock_options_new: out of memory");
+    dlock_status s = DLOCK_OK;
+    uint64_t a = 0, b = 0;
+    if (lease_ && (s = detail::NonNegativeMs(*lease_, "lease", &a)) == DLOCK_OK) {
+      s = detail::FromC(dlock_options_set_lease_ms(o.get(), a));
     }
-    if (wait_) detail::Check(dlock_options_set_wait_ms(o.get(), *wait_));
-    if (retry_) {
-      detail::Check(dlock_options_set_retry_ms(o.get(), detail::NonNegativeMs(retry_->first, "retry min"),
-                                               detail::NonNegativeMs(retry_->second, "retry max")));
+    if (s == DLOCK_OK && heartbeat_ && (s = detail::NonNegativeMs(*heartbeat_, "heartbeat", &a)) == DLOCK_OK) {
+      s = detail::FromC(dlock_options_set_heartbeat_ms(o.get(), a));
     }
-    if (owner_) {
-      detail::CheckNoNul(*owner_, "owner label");
-      detail::Check(dlock_options_set_owner(o.get(), owner_->empty() ? nullptr : owner_->c_str()));
+    if (s == DLOCK_OK && wait_) s = detail::FromC(dlock_options_set_wait_ms(o.get(), *wait_));
+    if (s == DLOCK_OK && retry_ && (s = detail::NonNegativeMs(retry_->first, "retry min", &a)) == DLOCK_OK &&
+        (s = detail::NonNegativeMs(retry_->second, "retry max", &b)) == DLOCK_OK) {
+      s = detail::FromC(dlock_options_set_retry_ms(o.get(), a, b));
     }
-    if (kind_) detail::Check(dlock_options_set_kind(o.get(), *kind_));
-    if (permits_) detail::Check(dlock_options_set_permits(o.get(), *permits_));
-    if (fair_) detail::Check(dlock_options_set_fair(o.get(), *fair_ ? 1 : 0));
-    if (hook) detail::Check(dlock_options_set_on_lost(o.get(), &detail::LostHook::Invoke, hook));
-    return o;
+    if (s == DLOCK_OK && owner_ && (s = detail::NoNul(*owner_, "owner label")) == DLOCK_OK) {
+      s = detail::FromC(dlock_options_set_owner(o.get(), owner_->empty() ? nullptr : owner_->c_str()));
+    }
+    if (s == DLOCK_OK && kind_) s = detail::FromC(dlock_options_set_kind(o.get(), *kind_));
+    if (s == DLOCK_OK && permits_) s = detail::FromC(dlock_options_set_permits(o.get(), *permits_));
+    if (s == DLOCK_OK && fair_) s = detail::FromC(dlock_options_set_fair(o.get(), *fair_ ? 1 : 0));
+    if (s == DLOCK_OK && hook) {
+      s = detail::FromC(dlock_options_set_on_lost(o.get(), &detail::LostHook::Invoke, hook));
+    }
+    if (s == DLOCK_OK) *out = std::move(o);
+    return s;
   }
 
   std::optional<ms> lease_;
@@ -267,23 +471,21 @@ class Lock {
   // does not ask whether the lock is still valid: see valid().
   explicit operator bool() const noexcept { return lock_ != nullptr; }
 
+#if DLOCK_HPP_EXCEPTIONS
   // Releases the lock; the Lock is empty afterwards whatever happens. Throws DLOCK_NOT_HELD if
   // it had been lost (expired or taken over), DLOCK_EIO if the server could not be reached,
   // DLOCK_EINVAL if the Lock was already empty.
-  void release() {
-    if (!lock_) throw Error(DLOCK_EINVAL, "dlock::Lock::release: the Lock is empty");
-    std::string message;
-    dlock_status s = Release(&message);
-    if (s != DLOCK_OK) throw Error(s, message);
-  }
-  // The same, returning the status instead of throwing (DLOCK_EINVAL if empty).
-  dlock_status release(const std::nothrow_t&) noexcept { return lock_ ? Release(nullptr) : DLOCK_EINVAL; }
-
+  void release() { detail::Check(Release()); }
   // Sets the lease to `lease` from now (0 = no expiry). Throws DLOCK_NOT_HELD if it was lost.
-  void extend(std::chrono::milliseconds lease) {
-    if (!lock_) throw Error(DLOCK_EINVAL, "dlock::Lock::extend: the Lock is empty");
-    detail::Check(dlock_extend(lock_, detail::NonNegativeMs(lease, "lease")));
+  void extend(std::chrono::milliseconds lease) { detail::Check(Extend(lease)); }
+#endif
+  // The same, setting ec instead of throwing.
+  void release(std::error_code& ec) noexcept { detail::Set(ec, Release()); }
+  void extend(std::chrono::milliseconds lease, std::error_code& ec) noexcept {
+    detail::Set(ec, Extend(lease));
   }
+  // Releases, returning the status instead of throwing (DLOCK_EINVAL if empty).
+  dlock_status release(const std::nothrow_t&) noexcept { return Release(); }
 
   // The fencing token of this acquisition; 0 when empty.
   uint64_t fencing_token() const noexcept { return dlock_lock_fencing_token(lock_); }
@@ -310,21 +512,22 @@ class Lock {
       : lock_(lock), hook_(std::move(hook)) {}
 
   void reset() noexcept {
-    if (lock_) (void)Release(nullptr);
+    if (lock_) (void)Release();
   }
 
-  dlock_status Release(std::string* message) noexcept {
-    dlock_status s = dlock_release(std::exchange(lock_, nullptr));
-    if (s != DLOCK_OK && message) {
-      // Read it before the handler's captures are destroyed: they may call into dlock.
-      try {
-        const char* msg = dlock_last_error();
-        *message = msg && *msg ? msg : dlock_status_str(s);
-      } catch (...) {
-      }
-    }
+  dlock_status Release() noexcept {
+    if (!lock_) return detail::Fail(DLOCK_EINVAL, "dlock::Lock::release: the Lock is empty");
+    // Its message is read before the handler's captures are destroyed: they may call into dlock.
+    dlock_status s = detail::FromC(dlock_release(std::exchange(lock_, nullptr)));
     hook_.reset();  // only after dlock_release: from then on the C side does not call it
     return s;
+  }
+
+  dlock_status Extend(std::chrono::milliseconds lease) noexcept {
+    if (!lock_) return detail::Fail(DLOCK_EINVAL, "dlock::Lock::extend: the Lock is empty");
+    uint64_t ms = 0;
+    dlock_status s = detail::NonNegativeMs(lease, "lease", &ms);
+    return s == DLOCK_OK ? detail::FromC(dlock_extend(lock_, ms)) : s;
   }
 
   dlock_lock* lock_ = nullptr;
@@ -336,12 +539,13 @@ class Lock {
 // A connection to one backend (see the URLs in dlock.h). Thread-safe; move-only.
 class Client {
  public:
+#if DLOCK_HPP_EXCEPTIONS
   // Opens the client; throws DLOCK_EINVAL for a bad URL, DLOCK_EIO when the server cannot be
   // reached, DLOCK_EAUTH when credentials are refused.
-  explicit Client(const std::string& url) {
-    detail::CheckNoNul(url, "URL");
-    detail::Check(dlock_client_open(url.c_str(), &client_));
-  }
+  explicit Client(const std::string& url) { detail::Check(Open(url)); }
+#endif
+  // The same, setting ec instead of throwing; the Client is empty if it failed.
+  Client(const std::string& url, std::error_code& ec) noexcept { detail::Set(ec, Open(url)); }
   ~Client() { close(); }
 
   Client(Client&& other) noexcept : client_(std::exchange(other.client_, nullptr)) {}
@@ -355,38 +559,52 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+#if DLOCK_HPP_EXCEPTIONS
   // Acquires `name`, waiting as the options say. Throws Error: DLOCK_NOT_ACQUIRED when someone
   // else holds it and the wait ran out, DLOCK_EINVAL for a bad name or options, ...
   Lock acquire(const std::string& name, const Options& options = Options()) {
-    return Acquire(name, options, /*throw_not_acquired=*/true);
+    Lock lock;
+    detail::Check(Acquire(name, options, &lock));
+    return lock;
   }
   // The same, but returns an empty Lock instead of throwing DLOCK_NOT_ACQUIRED. It still waits
   // as long as options.wait() says (default: one try). Other errors still throw.
   Lock try_acquire(const std::string& name, const Options& options = Options()) {
-    return Acquire(name, options, /*throw_not_acquired=*/false);
+    Lock lock;
+    dlock_status s = Acquire(name, options, &lock);
+    if (s != DLOCK_NOT_ACQUIRED) detail::Check(s);
+    return lock;
   }
-
   // Who holds `name` now (one bounded call). Throws Error on failure.
   Info inspect(const std::string& name) const {
-    if (!client_) throw Error(DLOCK_EINVAL, "dlock::Client: the Client is empty (moved from or closed)");
-    detail::CheckNoNul(name, "lock name");
-    dlock_info* raw = nullptr;
-    dlock_status s = dlock_inspect(client_, name.c_str(), &raw);
-    if (s != DLOCK_OK) throw detail::LastError(s);
-    std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
     Info info;
-    info.kind = dlock_info_kind(raw);
-    info.permits = dlock_info_permits(raw);
-    for (uint32_t k = 0; k < dlock_info_holders(raw); ++k) {
-      Holder h;
-      h.owner = dlock_info_owner(raw, k);
-      int64_t left = dlock_info_remaining_ms(raw, k);
-      if (left >= 0) h.remaining = std::chrono::milliseconds(left);
-      h.fencing_token = dlock_info_fencing_token(raw, k);
-      info.holders.push_back(std::move(h));
-    }
+    detail::Check(Inspect(name, &info));
     return info;
   }
+#endif
+  // The same, setting ec instead of throwing: an empty Lock / Info on failure. acquire sets
+  // DLOCK_NOT_ACQUIRED when the wait ran out; try_acquire clears ec then.
+  Lock acquire(const std::string& name, const Options& options, std::error_code& ec) noexcept {
+    Lock lock;
+    detail::Set(ec, Acquire(name, options, &lock));
+    return lock;
+  }
+  Lock acquire(const std::string& name, std::error_code& ec) noexcept { return acquire(name, Options(), ec); }
+  Lock try_acquire(const std::string& name, const Options& options, std::error_code& ec) noexcept {
+    Lock lock;
+    dlock_status s = Acquire(name, options, &lock);
+    detail::Set(ec, s == DLOCK_NOT_ACQUIRED ? DLOCK_OK : s);
+    return lock;
+  }
+  Lock try_acquire(const std::string& name, std::error_code& ec) noexcept {
+    return try_acquire(name, Options(), ec);
+  }
+  Info inspect(const std::string& name, std::error_code& ec) const noexcept {
+    Info info;
+    if (!detail::Set(ec, Inspect(name, &info))) info = Info();
+    return info;
+  }
+
   // What the backend promises: DLOCK_CAP_* bits.
   uint32_t capabilities() const noexcept { return dlock_client_capabilities(client_); }
 
@@ -399,22 +617,363 @@ class Client {
   dlock_client* native_handle() const noexcept { return client_; }
 
  private:
-  Lock Acquire(const std::string& name, const Options& options, bool throw_not_acquired) {
-    if (!client_) throw Error(DLOCK_EINVAL, "dlock::Client: the Client is empty (moved from or closed)");
-    detail::CheckNoNul(name, "lock name");
+  friend class detail::MutexCore;
+
+  dlock_status Open(const std::string& url) noexcept {
+    dlock_status s = detail::NoNul(url, "URL");
+    return s == DLOCK_OK ? detail::FromC(dlock_client_open(url.c_str(), &client_)) : s;
+  }
+
+  dlock_status Usable(const std::string& name) const noexcept {
+    if (!client_) return detail::Fail(DLOCK_EINVAL, "dlock::Client: the Client is empty (moved from or closed)");
+    return detail::NoNul(name, "lock name");
+  }
+
+  dlock_status Acquire(const std::string& name, const Options& options, Lock* out) noexcept {
+    dlock_status s = Usable(name);
+    if (s != DLOCK_OK) return s;
     std::shared_ptr<detail::LostHook> hook;
     if (options.on_lost_) hook = std::make_shared<detail::LostHook>(options.on_lost_);
-    detail::OptionsPtr c_options = options.Build(hook.get());
+    detail::OptionsPtr c_options;
+    s = options.Build(hook.get(), &c_options);
+    if (s != DLOCK_OK) return s;
     dlock_lock* lock = nullptr;
-    dlock_status s = dlock_acquire(client_, name.c_str(), c_options.get(), &lock);
-    if (s == DLOCK_OK) return Lock(lock, std::move(hook));
-    if (s == DLOCK_NOT_ACQUIRED && !throw_not_acquired) return Lock();
-    throw detail::LastError(s);
+    s = detail::FromC(dlock_acquire(client_, name.c_str(), c_options.get(), &lock));
+    if (s == DLOCK_OK) *out = Lock(lock, std::move(hook));
+    return s;
+  }
+
+  dlock_status Inspect(const std::string& name, Info* info) const noexcept {
+    dlock_status s = Usable(name);
+    if (s != DLOCK_OK) return s;
+    dlock_info* raw = nullptr;
+    s = detail::FromC(dlock_inspect(client_, name.c_str(), &raw));
+    if (s != DLOCK_OK) return s;
+    std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
+    info->kind = dlock_info_kind(raw);
+    info->permits = dlock_info_permits(raw);
+    for (uint32_t k = 0; k < dlock_info_holders(raw); ++k) {
+      Holder h;
+      h.owner = dlock_info_owner(raw, k);
+      int64_t left = dlock_info_remaining_ms(raw, k);
+      if (left >= 0) h.remaining = std::chrono::milliseconds(left);
+      h.fencing_token = dlock_info_fencing_token(raw, k);
+      info->holders.push_back(std::move(h));
+    }
+    return DLOCK_OK;
   }
 
   dlock_client* client_ = nullptr;
 };
 
+// ----- mutexes ------------------------------------------------------------------------------
+
+namespace detail {
+
+// How long a lock call may wait: not at all, until a point of the monotonic clock, or forever.
+struct Deadline {
+  enum Mode { kTry, kUntil, kForever } mode = kTry;
+  std::chrono::steady_clock::time_point until{};
+
+  static Deadline Try() noexcept { return {kTry, {}}; }
+  static Deadline Forever() noexcept { return {kForever, {}}; }
+
+  template <class Rep, class Period>
+  static Deadline After(const std::chrono::duration<Rep, Period>& d) noexcept {
+    if (!(d > d.zero())) return Try();  // also NaN
+    const std::chrono::duration<double, std::milli> ms(d);
+    uint64_t limit = dlock_limit_value(DLOCK_LIMIT_LEASE_MS);
+    if (limit == 0) limit = 10ull * 366 * 24 * 3600 * 1000;
+    if (!(ms.count() < static_cast<double>(limit))) return Forever();
+    return {kUntil, std::chrono::steady_clock::now() +
+                        std::chrono::ceil<std::chrono::steady_clock::duration>(ms)};
+  }
+
+  template <class Clock, class Duration>
+  static Deadline At(const std::chrono::time_point<Clock, Duration>& t) noexcept {
+    const auto now = Clock::now();
+    if (!(t > now)) return Try();
+    return After(t - now);
+  }
+
+  // The wait to give dlock_acquire: 0 = one try, -1 = no limit.
+  int64_t WaitMs() const noexcept {
+    if (mode == kTry) return 0;
+    if (mode == kForever) return -1;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    return left.count() > 0 ? static_cast<int64_t>(left.count()) : 0;
+  }
+
+  // Waits on cv until ready() or the deadline; ready()'s value.
+  template <class Pred>
+  bool Await(std::condition_variable& cv, std::unique_lock<std::mutex>& g, Pred ready) const {
+    if (mode == kForever) {
+      cv.wait(g, ready);
+      return true;
+    }
+    if (mode == kTry) return ready();
+    return cv.wait_until(g, until, ready);
+  }
+};
+
+// Whether the on_lost handler has been called for one hold (so it is called once).
+struct HoldReport {
+  std::atomic<bool> reported{false};
+};
+
+// The state shared by Mutex and SharedMutex: the hold, the local gate, the last status.
+class MutexCore {
+ public:
+  MutexCore(Client& client, std::string name, Options options)
+      : client_(&client), name_(std::move(name)), options_(std::move(options)) {
+    if (options_.on_lost_) on_lost_ = std::make_shared<const LostHandler>(std::move(options_.on_lost_));
+    options_.on_lost_ = nullptr;
+  }
+  MutexCore(const MutexCore&) = delete;
+  MutexCore& operator=(const MutexCore&) = delete;
+
+  dlock_status LockExclusive(const Deadline& d) noexcept {
+    std::unique_lock<std::mutex> g(mu_);
+    ++writers_waiting_;
+    bool free = d.Await(cv_, g, [this] { return !in_transit_ && !exclusive_ && readers_ == 0; });
+    --writers_waiting_;
+    if (!free) {
+      cv_.notify_all();  // readers held back by this writer may go on
+      return Done(Fail(DLOCK_NOT_ACQUIRED, "dlock: '" + name_ + "' is held through this object by another thread"));
+    }
+    return AcquireLocked(g, d, DLOCK_EXCLUSIVE);
+  }
+
+  dlock_status LockShared(const Deadline& d) noexcept {
+    std::unique_lock<std::mutex> g(mu_);
+    bool free = d.Await(cv_, g, [this] { return !in_transit_ && !exclusive_ && writers_waiting_ == 0; });
+    if (!free) {
+      return Done(Fail(DLOCK_NOT_ACQUIRED, "dlock: '" + name_ + "' is held or awaited exclusively through this object"));
+    }
+    if (readers_ > 0) {  // join this process's shared hold
+      ++readers_;
+      return Done(DLOCK_OK);
+    }
+    return AcquireLocked(g, d, DLOCK_SHARED);
+  }
+
+  dlock_status UnlockExclusive() noexcept {
+    std::unique_lock<std::mutex> g(mu_);
+    if (!exclusive_) return Done(Fail(DLOCK_EINVAL, "dlock: unlock of '" + name_ + "', which this object does not hold"));
+    exclusive_ = false;
+    return ReleaseLocked(g);
+  }
+
+  dlock_status UnlockShared() noexcept {
+    std::unique_lock<std::mutex> g(mu_);
+    if (readers_ == 0) {
+      return Done(Fail(DLOCK_EINVAL, "dlock: unlock_shared of '" + name_ + "', which this object does not hold shared"));
+    }
+    if (--readers_ > 0) {
+      if (lock_.valid()) return Done(DLOCK_OK);
+      return Done(Fail(DLOCK_NOT_HELD, "dlock: the shared hold of '" + name_ + "' was lost"));
+    }
+    return ReleaseLocked(g);
+  }
+
+  const std::string& name() const noexcept { return name_; }
+  uint64_t fencing_token() const noexcept { return token_.load(); }
+  bool valid() const noexcept {
+    std::lock_guard<std::mutex> g(mu_);
+    return !in_transit_ && lock_.valid();
+  }
+  std::chrono::milliseconds remaining() const noexcept {
+    std::lock_guard<std::mutex> g(mu_);
+    return in_transit_ ? std::chrono::milliseconds(0) : lock_.remaining();
+  }
+  dlock_status last_status() const noexcept { return static_cast<dlock_status>(last_.load()); }
+
+ private:
+  dlock_status Done(dlock_status s) noexcept {
+    last_.store(s);
+    return s;
+  }
+
+  // With mu_ held and the object free: acquires on the server (mu_ released meanwhile).
+  dlock_status AcquireLocked(std::unique_lock<std::mutex>& g, const Deadline& d, dlock_kind kind) noexcept {
+    in_transit_ = true;
+    g.unlock();
+    dlock::Lock lock;
+    std::shared_ptr<HoldReport> report;
+    dlock_status s = DLOCK_OK;
+    DLOCK_HPP_TRY_ {
+      Options o = options_;
+      o.wait_ = d.WaitMs();
+      o.kind_ = kind;
+      if (on_lost_) {
+        report = std::make_shared<HoldReport>();
+        o.on_lost_ = [handler = on_lost_, report](const std::string& name, uint64_t token) {
+          if (!report->reported.exchange(true)) (*handler)(name, token);
+        };
+      }
+      s = client_->Acquire(name_, o, &lock);
+    }
+    DLOCK_HPP_CATCH_ALL_ { s = Fail(DLOCK_ENOMEM, "dlock: out of memory"); }
+    g.lock();
+    in_transit_ = false;
+    if (s == DLOCK_OK) {
+      lock_ = std::move(lock);
+      report_ = std::move(report);
+      token_.store(lock_.fencing_token());
+      if (kind == DLOCK_EXCLUSIVE) {
+        exclusive_ = true;
+      } else {
+        readers_ = 1;
+      }
+    }
+    cv_.notify_all();
+    return Done(s);
+  }
+
+  // With mu_ held and the hold given up locally: releases it on the server (mu_ released
+  // meanwhile), then reports a loss found there to on_lost unless the heartbeats did.
+  dlock_status ReleaseLocked(std::unique_lock<std::mutex>& g) noexcept {
+    in_transit_ = true;
+    dlock::Lock lock = std::move(lock_);
+    std::shared_ptr<HoldReport> report = std::move(report_);
+    const uint64_t token = token_.exchange(0);
+    g.unlock();
+    dlock_status s = lock.release(std::nothrow);
+    g.lock();
+    in_transit_ = false;
+    Done(s);
+    cv_.notify_all();
+    g.unlock();
+    if (s == DLOCK_NOT_HELD && report && !report->reported.exchange(true)) {
+      DLOCK_HPP_TRY_ { (*on_lost_)(name_, token); }
+      DLOCK_HPP_CATCH_ALL_ {}
+    }
+    return s;
+  }
+
+  Client* client_;
+  const std::string name_;
+  Options options_;                             // without on_lost; wait and kind set per call
+  std::shared_ptr<const LostHandler> on_lost_;  // the caller's handler, if any
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool in_transit_ = false;      // an acquire or release of this object is on the wire
+  bool exclusive_ = false;       // lock_ is an exclusive hold
+  uint32_t readers_ = 0;         // local holders of lock_, a shared hold
+  uint32_t writers_waiting_ = 0; // local threads waiting in LockExclusive
+  dlock::Lock lock_;
+  std::shared_ptr<HoldReport> report_;  // lock_'s, when there is an on_lost handler
+  std::atomic<uint64_t> token_{0};
+  std::atomic<int> last_{DLOCK_OK};
+};
+
+}  // namespace detail
+
+// A distributed lock meeting the standard's Lockable and TimedLockable requirements: see
+// "Mutexes" at the top of this file.
+//
+//   dlock::Mutex m(client, "accounts", dlock::Options().lease(std::chrono::seconds(30)));
+//   { std::lock_guard<dlock::Mutex> g(m); write_with_fence(m.fencing_token()); }
+class Mutex {
+ public:
+  Mutex(Client& client, std::string name, Options options = Options())
+      : core_(client, std::move(name), std::move(options)) {}
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  // Waits without limit. Throws Error on a failure (DLOCK_EIO, DLOCK_EINVAL...).
+  void lock() { detail::Check(core_.LockExclusive(detail::Deadline::Forever())); }
+  // One try, no wait: false if someone holds it. Throws Error on a failure.
+  bool try_lock() { return Try(core_.LockExclusive(detail::Deadline::Try())); }
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    return Try(core_.LockExclusive(detail::Deadline::After(d)));
+  }
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return Try(core_.LockExclusive(detail::Deadline::At(t)));
+  }
+  // Releases; never throws. The outcome is last_status() (see "Mutexes").
+  void unlock() noexcept { (void)core_.UnlockExclusive(); }
+
+  // The same, setting ec instead of throwing (try_*: false with ec clear if it is held).
+  void lock(std::error_code& ec) noexcept { detail::Set(ec, core_.LockExclusive(detail::Deadline::Forever())); }
+  bool try_lock(std::error_code& ec) noexcept { return Try(core_.LockExclusive(detail::Deadline::Try()), ec); }
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& d, std::error_code& ec) noexcept {
+    return Try(core_.LockExclusive(detail::Deadline::After(d)), ec);
+  }
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t, std::error_code& ec) noexcept {
+    return Try(core_.LockExclusive(detail::Deadline::At(t)), ec);
+  }
+  void unlock(std::error_code& ec) noexcept { detail::Set(ec, core_.UnlockExclusive()); }
+
+  // The fencing token of the current hold; 0 while not held.
+  uint64_t fencing_token() const noexcept { return core_.fencing_token(); }
+  // True while held and its local deadline holds (not found lost).
+  bool valid() const noexcept { return core_.valid(); }
+  // Time left before the current hold's local deadline (max() for no expiry); 0 if not held.
+  std::chrono::milliseconds remaining() const noexcept { return core_.remaining(); }
+  // The outcome of the last lock or unlock call on this object, from any thread.
+  dlock_status last_status() const noexcept { return core_.last_status(); }
+  const std::string& name() const noexcept { return core_.name(); }
+
+ protected:
+  static bool Try(dlock_status s) {
+    if (s == DLOCK_NOT_ACQUIRED) return false;
+    detail::Check(s);
+    return true;
+  }
+  static bool Try(dlock_status s, std::error_code& ec) noexcept {
+    detail::Set(ec, s == DLOCK_NOT_ACQUIRED ? DLOCK_OK : s);
+    return s == DLOCK_OK;
+  }
+
+  detail::MutexCore core_;
+};
+
+// A distributed reader-writer lock meeting SharedTimedLockable (and TimedLockable for the
+// exclusive side): see "Mutexes" at the top of this file. The backend needs DLOCK_CAP_SHARED.
+//
+//   dlock::SharedMutex m(client, "catalog");
+//   { std::shared_lock<dlock::SharedMutex> reading(m); ... }
+//   { std::unique_lock<dlock::SharedMutex> writing(m); ... }
+class SharedMutex : public Mutex {
+ public:
+  using Mutex::Mutex;
+
+  void lock_shared() { detail::Check(core_.LockShared(detail::Deadline::Forever())); }
+  bool try_lock_shared() { return Try(core_.LockShared(detail::Deadline::Try())); }
+  template <class Rep, class Period>
+  bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
+    return Try(core_.LockShared(detail::Deadline::After(d)));
+  }
+  template <class Clock, class Duration>
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
+    return Try(core_.LockShared(detail::Deadline::At(t)));
+  }
+  // Leaves the shared hold (the last local reader releases it); never throws: last_status().
+  void unlock_shared() noexcept { (void)core_.UnlockShared(); }
+
+  void lock_shared(std::error_code& ec) noexcept { detail::Set(ec, core_.LockShared(detail::Deadline::Forever())); }
+  bool try_lock_shared(std::error_code& ec) noexcept { return Try(core_.LockShared(detail::Deadline::Try()), ec); }
+  template <class Rep, class Period>
+  bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d, std::error_code& ec) noexcept {
+    return Try(core_.LockShared(detail::Deadline::After(d)), ec);
+  }
+  template <class Clock, class Duration>
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t, std::error_code& ec) noexcept {
+    return Try(core_.LockShared(detail::Deadline::At(t)), ec);
+  }
+  void unlock_shared(std::error_code& ec) noexcept { detail::Set(ec, core_.UnlockShared()); }
+};
+
+}  // inline namespace
 }  // namespace dlock
+
+#undef DLOCK_HPP_TRY_
+#undef DLOCK_HPP_CATCH_ALL_
 
 #endif  // DLOCK_DLOCK_HPP_

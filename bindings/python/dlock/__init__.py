@@ -4,13 +4,20 @@ A thin ctypes layer over libdlock.so. See README.md beside this package for the 
 
     import dlock
     with dlock.Client("redis://127.0.0.1:6379") as client:
-        with client.lock("jobs/nightly", lease_ms=10_000, wait_ms=5_000) as lock:
+        lock = client.lock("jobs/nightly", lease=10)   # not acquired yet; reusable
+        with lock:                                     # waits for it (no limit by default)
             print(lock.fencing_token)  # pass it to your storage; refuse older tokens there
+        if lock.acquire(timeout=5):                    # or by hand: False after 5 s
+            lock.release()
 
-Threads: a Client may be shared by any number of threads; a Lock may be used from any thread
-(calls on one Lock are serialized). on_lost callbacks run on the "dlock-events" thread.
-asyncio: `async with client.alock(...)`, `await client.aacquire(...)`, `await lock.arelease()`,
-`await lock.aextend(ms)` never block the event loop (see README.md, "asyncio").
+Durations are float seconds (lease=, timeout=, heartbeat=, retry=); the integer-millisecond
+keywords (lease_ms=, wait_ms=, ...) are accepted too. Waits are unlimited by default, like
+threading.Lock; timeout= bounds them and blocking=False makes one try.
+Threads: a Client may be shared by any number of threads; a Lock is one holder (acquire() while
+it holds raises AlreadyHeld): give each thread or task its own client.lock(name). on_lost
+callbacks run on the "dlock-events" thread.
+asyncio: `async with client.lock(...)`, `await lock.aacquire()`, `await lock.arelease()`,
+`await lock.aextend()`, `await client.aacquire(...)` never block the event loop (README.md).
 """
 
 import asyncio
@@ -18,6 +25,7 @@ import collections
 import ctypes
 import itertools
 import math
+import numbers
 import operator
 import os
 import select
@@ -28,14 +36,18 @@ import warnings
 import weakref
 
 from . import _lib
-from ._errors import (AuthError, BackendError, Cancelled, ConnectionError, Error, InternalError,
+from ._errors import (AlreadyHeld, AuthError, BackendError, Cancelled, Error, InternalError,
                       InvalidArgument, NotAcquired, NotHeld, OutOfMemory)
+# dlock.ConnectionError, deliberately left out of __all__ (see there)
+from ._errors import ConnectionError  # noqa: F401, A004
 from ._errors import make as _errors_make
 from ._errors import name_codes as _name_codes
 
 __all__ = [
     "Client", "Lock", "LockInfo", "Holder", "version", "library_path",
-    "Error", "NotAcquired", "NotHeld", "InvalidArgument", "ConnectionError", "BackendError",
+    # Not "ConnectionError": `from dlock import *` must not shadow the builtin (which catches
+    # dlock.ConnectionError too).
+    "Error", "NotAcquired", "NotHeld", "AlreadyHeld", "InvalidArgument", "BackendError",
     "AuthError", "Cancelled", "OutOfMemory", "InternalError",
     "MAX_NAME_BYTES", "MAX_OWNER_BYTES",
 ]
@@ -121,7 +133,20 @@ def _name_arg(name):
 
 # Ranges are the library's to check, in its own words: these only keep values inside the C
 # parameter's type, because ctypes would wrap the others modulo 2**64 (2**64 would become 0,
-# "no expiry").
+# "no expiry"). A value the C type cannot carry is an InvalidArgument (a ValueError) naming
+# the option: never clamped, never wrapped.
+
+class _Unset:
+    """The default of an option whose None means something (wait_ms=None: no limit)."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<unset>"
+
+
+_UNSET = _Unset()
+_DEFAULT_LEASE_MS = 10_000  # the library's default lease (dlock.h), for extend() with no lease
+
 
 def _ms_arg(what, value, unit="milliseconds"):
     try:
@@ -130,6 +155,27 @@ def _ms_arg(what, value, unit="milliseconds"):
         return operator.index(value)  # int, or anything with __index__; never float or str
     except TypeError:
         raise TypeError(f"{what} must be an int ({unit}), not {type(value).__name__}") from None
+
+
+def _seconds_arg(what, value):
+    """A duration in seconds (int or float, not bool) as a number of microseconds (int), or
+    math.inf. NaN is refused; the sign is the caller's to check."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be a number of seconds (int or float), not {type(value).__name__}")
+    value = float(value) if not isinstance(value, int) else value
+    if isinstance(value, float):
+        if math.isnan(value):
+            raise InvalidArgument(f"{what} must be a number of seconds, not NaN")
+        if math.isinf(value):
+            return math.inf if value > 0 else -math.inf
+        return round(value * 1_000_000)
+    return value * 1_000_000
+
+
+def _us_to_ms(us):
+    """Microseconds to whole milliseconds, rounded up: 0.4 ms of lease or wait is 1 ms, never 0
+    (a lease of 0 means no expiry)."""
+    return -(-us // 1000)
 
 
 def _lease_arg(what, value, bound):
@@ -141,17 +187,100 @@ def _lease_arg(what, value, bound):
     return value
 
 
-def _wait_arg(value):
-    """wait_ms, for an int64_t. Clamping keeps its meaning: the library refuses anything below
-    -1 (a refused value under -2**63 is named as -2**63), and 2**63-1 ms is as unbounded as any
-    longer wait."""
-    return min(max(_ms_arg("wait_ms", value), _I64_MIN), _I64_MAX)
+def _lease_seconds(what, value, bound):
+    """lease= or heartbeat= in seconds, as milliseconds for a uint64_t (as _lease_arg)."""
+    us = _seconds_arg(what, value)
+    if us < 0 or us == math.inf or _us_to_ms(us) > _U64_MAX:
+        raise InvalidArgument(f"{what} {value} s is {'negative' if us < 0 else 'too long'} ({bound})")
+    return _us_to_ms(us)
+
+
+def _duration(seconds_what, seconds, ms_what, ms, bound):
+    """A lease or heartbeat given in seconds (lease=) or milliseconds (lease_ms=, the older
+    spelling): milliseconds, or None when neither is given."""
+    if seconds is not None and ms is not None:
+        raise TypeError(f"give {seconds_what} (seconds) or {ms_what} (milliseconds), not both")
+    if seconds is not None:
+        return _lease_seconds(seconds_what, seconds, bound)
+    if ms is not None:
+        return _lease_arg(ms_what, ms, bound)
+    return None
+
+
+def _wait_ms_arg(value):
+    """wait_ms, for an int64_t: None is -1 (no limit). The library refuses anything below -1,
+    in its words; a value the type cannot carry is refused here, naming it."""
+    if value is None:
+        return -1
+    value = _ms_arg("wait_ms", value)
+    if not _I64_MIN <= value <= _I64_MAX:
+        raise InvalidArgument(f"wait_ms {value} is out of range (-1 = no limit, 0 = one try, "
+                              f"at most {_I64_MAX} ms)")
+    return value
+
+
+def _timeout_arg(value):
+    """timeout= (seconds; -1 or None = no limit) as wait milliseconds for an int64_t."""
+    if value is None:
+        return -1
+    us = _seconds_arg("timeout", value)
+    if us == -1_000_000 or us == math.inf:
+        return -1
+    if us < 0:
+        raise InvalidArgument(f"timeout {value} is negative (seconds >= 0, or -1 for no limit)")
+    ms = _us_to_ms(us)
+    if ms > _I64_MAX:
+        raise InvalidArgument(f"timeout {value} is too long (at most {_I64_MAX // 1000} s; "
+                              "-1 or None for no limit)")
+    return ms
+
+
+def _wait_of(blocking, timeout, wait_ms):
+    """The wait in milliseconds (-1 no limit, 0 one try) that blocking=, timeout= (seconds) and
+    wait_ms= (the older spelling) say. blocking or timeout may be _UNSET (not given)."""
+    if wait_ms is not _UNSET:
+        if blocking is not _UNSET or timeout is not _UNSET:
+            raise TypeError("give blocking=/timeout= (seconds) or wait_ms= (milliseconds), not both")
+        return _wait_ms_arg(wait_ms)
+    if blocking is _UNSET:
+        blocking = True
+    if not isinstance(blocking, bool):
+        raise TypeError(f"blocking must be a bool, not {type(blocking).__name__}")
+    if not blocking:
+        if timeout is not _UNSET and timeout is not None and timeout != -1:
+            raise ValueError("can't specify a timeout for a non-blocking call")
+        return 0
+    return -1 if timeout is _UNSET else _timeout_arg(timeout)
 
 
 def _retry_arg(what, value):
-    """One bound of retry_ms, for a uint64_t. Clamping keeps the library's verdict: it refuses
-    anything below 1 or above an hour, and its message names no number."""
-    return min(max(_ms_arg(what, value), 0), _U64_MAX)
+    """One bound of retry_ms, for a uint64_t. The library refuses anything below 1 or above an
+    hour, in its words; a value the type cannot carry is refused here, naming it."""
+    value = _ms_arg(what, value)
+    if not 0 <= value <= _U64_MAX:
+        raise InvalidArgument(f"{what} {value} is out of range (1 ms to an hour)")
+    return value
+
+
+def _retry_pair(retry, retry_ms):
+    """retry= (min, max) in seconds or retry_ms= (min_ms, max_ms): a pair of ms, or None."""
+    if retry is not None and retry_ms is not None:
+        raise TypeError("give retry (seconds) or retry_ms (milliseconds), not both")
+    if retry is not None:
+        if not isinstance(retry, (tuple, list)) or len(retry) != 2:
+            raise TypeError("retry must be a (min, max) pair of seconds")
+        pair = []
+        for i, v in enumerate(retry):
+            us = _seconds_arg(f"retry[{i}]", v)
+            if us < 0 or us == math.inf or _us_to_ms(us) > _U64_MAX:
+                raise InvalidArgument(f"retry[{i}] {v} s is out of range (1 ms to an hour)")
+            pair.append(_us_to_ms(us))
+        return tuple(pair)
+    if retry_ms is not None:
+        if not isinstance(retry_ms, (tuple, list)) or len(retry_ms) != 2:
+            raise TypeError("retry_ms must be a (min_ms, max_ms) pair")
+        return (_retry_arg("retry_ms[0]", retry_ms[0]), _retry_arg("retry_ms[1]", retry_ms[1]))
+    return None
 
 
 def _check(status):
@@ -340,6 +469,98 @@ def _lock_info(info):
     return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(_c.dlock_info_permits(info)))
 
 
+class _Spec:
+    """A Lock's checked options: everything each acquire passes to the library but the wait."""
+
+    __slots__ = ("lease_ms", "heartbeat_ms", "retry_ms", "owner", "on_lost", "kind", "permits",
+                 "fair")
+
+    def __init__(self, lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
+                 lease_ms, heartbeat_ms, retry_ms):
+        """Checks every option (TypeError / InvalidArgument) before anything reaches C."""
+        self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _LEASE_BOUND)
+        self.heartbeat_ms = _duration("heartbeat", heartbeat, "heartbeat_ms", heartbeat_ms,
+                                      _HEARTBEAT_BOUND)
+        self.retry_ms = _retry_pair(retry, retry_ms)
+        if owner is not None:
+            if isinstance(owner, str):
+                owner = owner.encode("utf-8")
+            elif isinstance(owner, (bytes, bytearray)):
+                owner = bytes(owner)
+            else:
+                raise TypeError(f"owner must be str or bytes, not {type(owner).__name__}")
+            if b"\0" in owner:
+                raise InvalidArgument("owner must not contain NUL bytes")
+        self.owner = owner
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
+        self.on_lost = on_lost
+        if kind is not None:
+            if not isinstance(kind, str):
+                raise TypeError(f"kind must be a str, not {type(kind).__name__}")
+            if kind not in _KINDS:
+                raise InvalidArgument(f"kind {kind!r} is none of {', '.join(map(repr, _KINDS))}")
+        if permits is not None:
+            permits = _ms_arg("permits", permits, "a count")
+            if not 0 <= permits <= _U32_MAX:
+                raise InvalidArgument(f"permits {permits} is out of range (0..{_U32_MAX}; 0 means off)")
+        if shared is not None:
+            # shared=True is kind="shared", shared=False kind="exclusive"; saying both must agree.
+            if not isinstance(shared, bool):
+                raise TypeError(f"shared must be a bool, not {type(shared).__name__}")
+            said = "shared" if shared else "exclusive"
+            if kind is not None and kind != said:
+                raise InvalidArgument(f"shared={shared} contradicts kind={kind!r} (give one of them)")
+            if shared and permits:
+                raise InvalidArgument(f"shared=True and permits={permits}: a name is shared or a "
+                                      "semaphore, not both (drop shared, or permits=0)")
+            kind = said
+        elif kind == "shared" and permits:
+            # the library refuses it too, but only at acquire: lock() says so at once
+            raise InvalidArgument(f"kind='shared' and permits={permits}: a name is shared or a "
+                                  "semaphore, not both (drop kind, or permits=0)")
+        self.kind, self.permits = kind, permits
+        if fair is not None and not isinstance(fair, bool):
+            raise TypeError(f"fair must be a bool, not {type(fair).__name__}")
+        self.fair = fair
+
+    def build(self, wait_ms, on_lost):
+        """A dlock_options for one acquire, and its on_lost slot: (pointer or None, slot or None).
+        on_lost is this acquire's callback (the spec's, or one that hands it to a loop)."""
+        if (self.lease_ms is None and wait_ms == 0 and self.heartbeat_ms is None
+                and self.retry_ms is None and self.owner is None and on_lost is None
+                and self.kind is None and self.permits is None and self.fair is None):
+            return None, None
+        o = _c.dlock_options_new()
+        if not o:
+            raise MemoryError("dlock_options_new")
+        try:
+            if self.lease_ms is not None:
+                _check(_c.dlock_options_set_lease_ms(o, self.lease_ms))
+            if self.heartbeat_ms is not None:
+                _check(_c.dlock_options_set_heartbeat_ms(o, self.heartbeat_ms))
+            if wait_ms != 0:
+                _check(_c.dlock_options_set_wait_ms(o, wait_ms))
+            if self.retry_ms is not None:
+                _check(_c.dlock_options_set_retry_ms(o, *self.retry_ms))
+            if self.owner is not None:
+                _check(_c.dlock_options_set_owner(o, self.owner))
+            if self.kind is not None:
+                _check(_c.dlock_options_set_kind(o, _KINDS[self.kind]))
+            if self.permits is not None:
+                _check(_c.dlock_options_set_permits(o, self.permits))
+            if self.fair is not None:
+                _check(_c.dlock_options_set_fair(o, 1 if self.fair else 0))
+            slot = None
+            if on_lost is not None:
+                slot = _LostSlot(on_lost)
+                _check(_c.dlock_options_set_on_lost_queued(o, _queue, slot.id))
+        except BaseException:
+            _c.dlock_options_free(o)
+            raise
+        return o, slot
+
+
 # ----- Client ----------------------------------------------------------------------------------
 
 class Client:
@@ -426,89 +647,6 @@ class Client:
             if self._inflight == 0 and self._closed:
                 self._mu.notify_all()
 
-    # -- options
-
-    @staticmethod
-    def _options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind=None, permits=None,
-                 shared=None, fair=None):
-        """Checks every argument (TypeError / InvalidArgument), then builds a dlock_options and
-        the on_lost slot. Returns (options pointer or None, slot or None)."""
-        if lease_ms is not None:
-            lease_ms = _lease_arg("lease_ms", lease_ms, _LEASE_BOUND)
-        wait_ms = -1 if wait_ms is None else _wait_arg(wait_ms)
-        if heartbeat_ms is not None:
-            heartbeat_ms = _lease_arg("heartbeat_ms", heartbeat_ms, _HEARTBEAT_BOUND)
-        if retry_ms is not None:
-            if not isinstance(retry_ms, (tuple, list)) or len(retry_ms) != 2:
-                raise TypeError("retry_ms must be a (min_ms, max_ms) pair")
-            retry_ms = (_retry_arg("retry_ms[0]", retry_ms[0]), _retry_arg("retry_ms[1]", retry_ms[1]))
-        if owner is not None:
-            if isinstance(owner, str):
-                owner = owner.encode("utf-8")
-            elif isinstance(owner, (bytes, bytearray)):
-                owner = bytes(owner)
-            else:
-                raise TypeError(f"owner must be str or bytes, not {type(owner).__name__}")
-            if b"\0" in owner:
-                raise InvalidArgument("owner must not contain NUL bytes")
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
-        if kind is not None:
-            if not isinstance(kind, str):
-                raise TypeError(f"kind must be a str, not {type(kind).__name__}")
-            if kind not in _KINDS:
-                raise InvalidArgument(f"kind {kind!r} is none of {', '.join(map(repr, _KINDS))}")
-        if permits is not None:
-            permits = _ms_arg("permits", permits, "a count")
-            if not 0 <= permits <= _U32_MAX:
-                raise InvalidArgument(f"permits {permits} is out of range (0..{_U32_MAX}; 0 means off)")
-        if shared is not None:
-            # shared=True is kind="shared", shared=False kind="exclusive"; saying both must agree.
-            if not isinstance(shared, bool):
-                raise TypeError(f"shared must be a bool, not {type(shared).__name__}")
-            said = "shared" if shared else "exclusive"
-            if kind is not None and kind != said:
-                raise InvalidArgument(f"shared={shared} contradicts kind={kind!r} (give one of them)")
-            if shared and permits:
-                raise InvalidArgument(f"shared=True and permits={permits}: a name is shared or a "
-                                      "semaphore, not both (drop shared, or permits=0)")
-            kind = said
-        if fair is not None and not isinstance(fair, bool):
-            raise TypeError(f"fair must be a bool, not {type(fair).__name__}")
-
-        if (lease_ms is None and wait_ms == 0 and heartbeat_ms is None and retry_ms is None
-                and owner is None and on_lost is None and kind is None and permits is None
-                and fair is None):
-            return None, None
-        o = _c.dlock_options_new()
-        if not o:
-            raise MemoryError("dlock_options_new")
-        try:
-            if lease_ms is not None:
-                _check(_c.dlock_options_set_lease_ms(o, lease_ms))
-            if heartbeat_ms is not None:
-                _check(_c.dlock_options_set_heartbeat_ms(o, heartbeat_ms))
-            if wait_ms != 0:
-                _check(_c.dlock_options_set_wait_ms(o, wait_ms))
-            if retry_ms is not None:
-                _check(_c.dlock_options_set_retry_ms(o, *retry_ms))
-            if owner is not None:
-                _check(_c.dlock_options_set_owner(o, owner))
-            if kind is not None:
-                _check(_c.dlock_options_set_kind(o, _KINDS[kind]))
-            if permits is not None:
-                _check(_c.dlock_options_set_permits(o, permits))
-            if fair is not None:
-                _check(_c.dlock_options_set_fair(o, 1 if fair else 0))
-            slot = None
-            if on_lost is not None:
-                slot = _LostSlot(on_lost)
-                _check(_c.dlock_options_set_on_lost_queued(o, _queue, slot.id))
-        except BaseException:
-            _c.dlock_options_free(o)
-            raise
-        return o, slot
-
     # -- inspection
 
     @property
@@ -548,18 +686,25 @@ class Client:
         """inspect() in a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(None, self.inspect, name)
 
-    # -- acquire
+    # -- locks
 
-    def acquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
-                owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None):
-        """Acquires the lock called `name` (str or bytes, 1..MAX_NAME_BYTES bytes) and returns a Lock.
+    def lock(self, name, *, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None,
+             retry=None, owner=None, on_lost=None, kind=None, permits=None, shared=None,
+             fair=None, lease_ms=None, wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None):
+        """A Lock for the name `name` (str or bytes, 1..MAX_NAME_BYTES bytes), NOT acquired yet:
+        `with lock:` (or `async with lock:`) acquires it on entry and releases it on exit, every
+        time the block runs; lock.acquire() / lock.release() do the same by hand. Nothing is
+        sent to the server here; every option is checked here (TypeError, InvalidArgument).
 
-        lease_ms      server-side lease (default 10000; 0 = never expires until released)
-        wait_ms       0 = one try (default), N = wait up to N ms, -1 or None = wait forever
-        heartbeat_ms  renewal period (default lease/3; 0 = no heartbeats)
-        retry_ms      (min, max) of the fallback retry while waiting (default (50, 1000))
+        blocking, timeout  how each acquire waits unless it says otherwise: by default without
+                      limit, like threading.Lock; timeout=S waits at most S seconds (float;
+                      -1 or None: no limit); blocking=False makes one try
+        lease         server-side lease in seconds (default 10; 0 = never expires until released)
+        heartbeat     renewal period in seconds (default lease/3; 0 = no heartbeats)
+        retry         (min, max) seconds of the fallback retry while waiting (default (0.05, 1))
         owner         a label stored with the lock for people and tools
-        on_lost       callback(lock), run once on the "dlock-events" thread if the lock is found lost
+        on_lost       callback(lock), run once on the "dlock-events" thread (on the event loop
+                      for an asyncio acquire) if the lock is found lost while held
         kind          "exclusive" (default) or "shared"; shared=True is kind="shared" (and
                       shared=False kind="exclusive"); permits: a semaphore of that many holders
                       (0 = off). A shared semaphore, or shared= contradicting kind=, is
@@ -567,239 +712,137 @@ class Client:
         fair          True (default): a waiting exclusive acquire takes a place in line and is
                       handed the lock by a release, in arrival order (backends with the "fair"
                       capability); False: it competes with every other waiter at each release
-
-        Raises NotAcquired when someone else holds it and the wait ran out. Blocks the calling
-        thread only (the GIL is released while waiting).
+        lease_ms, heartbeat_ms, retry_ms, wait_ms
+                      the same in integer milliseconds (the older spelling; wait_ms: 0 = one
+                      try, -1 or None = no limit); give one spelling of each, not both
         """
-        bname = _name_arg(name)
-        opts, slot = self._options(lease_ms, wait_ms, heartbeat_ms, retry_ms, owner, on_lost, kind,
-                                   permits, shared, fair)
-        out = ctypes.c_void_p()
-        err = None
-        try:
-            h = self._enter()
-            try:
-                status = _c.dlock_acquire(h, bname, opts, ctypes.byref(out))
-                if status != 0:
-                    err = _error(status)
-            finally:
-                self._leave()
-        except BaseException:
-            if slot is not None:
-                slot.drop()
-            raise
-        finally:
+        return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
+                                      shared, fair, lease_ms, heartbeat_ms, retry_ms),
+                          _wait_of(blocking, timeout, wait_ms), True)
+
+    def _lock(self, name, spec, wait_ms, check):
+        lock = Lock(self, name, spec, wait_ms)
+        if check:  # the library's own checks of the options (its words), before any acquire
+            opts, slot = spec.build(wait_ms, None)
             if opts:
                 _c.dlock_options_free(opts)
-        if err is not None:
-            if slot is not None:
-                slot.drop()
-            raise err
-        return Lock(self, out.value, name, slot)
+        return lock
 
-    def lock(self, name, **options):
-        """Acquires like acquire() and returns the Lock, which is a context manager: leaving
-        the `with` block releases it (raising NotHeld if it had been lost meanwhile, unless the
-        block is already raising)."""
-        return self.acquire(name, **options)
+    def _unchecked_lock(self, name, options):
+        """lock() for a lock acquired at once: the library checks the options then."""
+        def parse(*, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None, retry=None,
+                  owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None,
+                  lease_ms=None, wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None):
+            return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
+                                          shared, fair, lease_ms, heartbeat_ms, retry_ms),
+                              _wait_of(blocking, timeout, wait_ms), False)
+        return parse(**options)
+
+    def acquire(self, name, **options):
+        """client.lock(name, **options), acquired: returns the held Lock, or raises NotAcquired
+        (also a TimeoutError) when the wait ran out. Waits without limit unless timeout= or
+        blocking=False says otherwise. Blocks the calling thread only (the GIL is released while
+        waiting). Release it with lock.release() (or use it as `with client.lock(...)`)."""
+        lock = self._unchecked_lock(name, options)
+        lock._acquire(lock._wait_ms, True, lock._spec.on_lost)
+        return lock
 
     # -- asyncio
 
-    async def aacquire(self, name, *, lease_ms=None, wait_ms=0, heartbeat_ms=None, retry_ms=None,
-                       owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None):
+    async def aacquire(self, name, **options):
         """acquire() for asyncio: waits without blocking the event loop or holding a thread
         (the library's async API and completion queue; with DLOCK_PY_FORCE_THREADS=1, a worker
-        thread per waiting call).
+        thread per waiting call). Returns the held Lock, or raises NotAcquired.
         Cancelling the awaiting task cancels the acquire (and gives back a lock that arrived at
         the same moment). on_lost(lock) runs on this event loop (call_soon_threadsafe)."""
-        loop = asyncio.get_running_loop()
-        if on_lost is not None:
-            if not callable(on_lost):
-                raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
-            user_on_lost = on_lost
-
-            def on_lost(lock, _loop=loop, _cb=user_on_lost):
-                try:
-                    _loop.call_soon_threadsafe(_cb, lock)
-                except RuntimeError:  # loop closed: nobody to tell
-                    pass
-        kwargs = dict(lease_ms=lease_ms, wait_ms=wait_ms, heartbeat_ms=heartbeat_ms,
-                      retry_ms=retry_ms, owner=owner, on_lost=on_lost, kind=kind, permits=permits,
-                      shared=shared, fair=fair)
-        if not _use_async_c:
-            return await _in_thread(loop, lambda: self.acquire(name, **kwargs), _release_quietly,
-                                    dedicated=wait_ms != 0)
-
-        bname = _name_arg(name)
-        opts, slot = self._options(**kwargs)
-        fut = loop.create_future()
-        op_id = next(_ids)
-
-        def unwanted(lock):
-            if isinstance(lock, Lock):
-                lock._release_async_quietly()
-
-        def completed(status, handle, message):
-            if status != 0:
-                if slot is not None:
-                    slot.drop()
-                _deliver(loop, fut, status, None, message)
-            else:
-                lock = Lock(self, handle, name, slot)
-                _deliver(loop, fut, 0, lock, None, unwanted)
-
-        _pending[op_id] = completed
-        try:
-            h = self._enter()
-            try:
-                status = _c.dlock_acquire_queued(h, bname, opts, _queue, op_id)
-                err = _error(status) if status != 0 else None
-            finally:
-                self._leave()
-        except BaseException:
-            _pending.pop(op_id, None)
-            if slot is not None:
-                slot.drop()
-            raise
-        finally:
-            if opts:
-                _c.dlock_options_free(opts)
-        if err is not None:
-            _pending.pop(op_id, None)
-            if slot is not None:
-                slot.drop()
-            raise err
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            try:
-                h = self._enter()
-            except InvalidArgument:
-                h = None  # closed: close() cancelled it already
-            if h:
-                try:
-                    _c.dlock_acquire_cancel_queued(h, _queue, op_id)  # EINVAL if it completed meanwhile: fine
-                finally:
-                    self._leave()
-            raise
+        lock = self._unchecked_lock(name, options)
+        await lock._aacquire(lock._wait_ms, True)
+        return lock
 
     def alock(self, name, **options):
-        """`async with client.alock(name, ...) as lock:` acquires without blocking the event
-        loop and releases on the way out. Also awaitable: `lock = await client.alock(...)`."""
-        return _AsyncLockContext(self, name, options)
-
-
-class _AsyncLockContext:
-    __slots__ = ("_client", "_name", "_options", "_lock")
-
-    def __init__(self, client, name, options):
-        self._client, self._name, self._options, self._lock = client, name, options, None
-
-    def __await__(self):
-        return self._client.aacquire(self._name, **self._options).__await__()
-
-    async def __aenter__(self):
-        self._lock = await self._client.aacquire(self._name, **self._options)
-        return self._lock
-
-    async def __aexit__(self, exc_type, exc, tb):
-        lock, self._lock = self._lock, None
-        return await lock.__aexit__(exc_type, exc, tb)
-
-
-async def _in_thread(loop, fn, undo, dedicated):
-    """The thread-pool fallback (DLOCK_PY_FORCE_THREADS=1): runs fn off the event
-    loop; if the awaiting task is cancelled meanwhile, undo(result) runs when fn finishes.
-    Calls that may wait for another holder get a thread of their own (dedicated): in the loop's
-    bounded default executor, waiters could take every worker and starve the releases they
-    wait for."""
-    if dedicated:
-        cfut = loop.create_future()
-
-        def run():
-            try:
-                result, error = fn(), None
-            except BaseException as e:  # delivered to the awaiting task
-                result, error = None, e
-            _deliver_result(loop, cfut, result, error, undo)
-
-        threading.Thread(target=run, name="dlock-acquire", daemon=True).start()
-    else:
-        cfut = loop.run_in_executor(None, fn)
-    try:
-        return await asyncio.shield(cfut)
-    except asyncio.CancelledError:
-        if not dedicated:
-            def after(f):
-                if not f.cancelled() and f.exception() is None:
-                    undo(f.result())
-            cfut.add_done_callback(after)
-        else:
-            cfut.cancel()  # run() sees it done and undoes the result
-        raise
-
-
-def _deliver_result(loop, fut, result, error, undo):
-    def settle():
-        if fut.done():
-            if error is None and undo is not None:
-                undo(result)
-        elif error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(result)
-
-    try:
-        loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # loop closed
-        if error is None and undo is not None:
-            undo(result)
-
-
-def _release_quietly(lock):
-    try:
-        lock.release()
-    except Error:
-        pass
+        """The same as lock(): `async with client.alock(name, ...) as lock:` acquires without
+        blocking the event loop and releases on the way out. Awaiting the Lock acquires it too:
+        `lock = await client.alock(...)`."""
+        return self.lock(name, **options)
 
 
 # ----- Lock ------------------------------------------------------------------------------------
 
+
 class Lock:
-    """A held lock. Made by Client.acquire / lock / aacquire / alock.
+    """One distributed lock, by name: made by Client.lock(name, ...) NOT acquired, and reusable.
 
-    name           as given to acquire (str or bytes)
-    fencing_token  int, greater than every token issued before for this name; pass it to the
-                   storage you write to, and have it refuse older tokens
-    attempts       how many tries the acquire took (1 = first try)
-    valid          True while the local deadline holds and the lock was not found lost
-    remaining_ms   ms before the local deadline (math.inf for no expiry; 0 once lost/released)
-    extend(ms) / release()   NotHeld if the lock was lost (expired, taken over, released)
+        lk = client.lock("jobs/nightly", lease=10)
+        with lk:                 # acquires (waiting without limit by default) ...
+            write(lk.fencing_token)
+        # ... and released here; `with lk:` again acquires again
 
-    A context manager (with / async with) that releases on exit. A Lock that is garbage
-    collected while still held is released then (with a ResourceWarning).
+    acquire(blocking=True, timeout=-1) -> bool   waits (timeout in seconds; -1: no limit) or
+                   makes one try (blocking=False); False when not acquired. No argument: the
+                   wait given to client.lock(...).
+    release()      NotHeld if this object does not hold it, or the hold was lost meanwhile
+    locked()       someone (anyone) holds the name now: a round trip (Client.inspect)
+    owned()        this object holds it and its local deadline holds (no round trip)
+    fencing_token  the token of the current hold (int), greater than every token issued
+                   before for this name; None while this object holds nothing
+    extend(lease=None)  a new lease from now, in seconds (default: the lock's own lease)
+    valid, remaining, remaining_ms, attempts, name, released
+
+    One object is one holder, like threading.Lock: acquire() while this object holds (or is
+    acquiring) raises AlreadyHeld (a RuntimeError), never a silent success. Threads and tasks
+    that each want the lock take their own client.lock(name). Calls on one Lock are serialized.
+    A Lock garbage collected while held is released then (with a ResourceWarning).
     """
 
-    __slots__ = ("_client", "_h", "_mu", "_slot", "name", "fencing_token", "attempts", "__weakref__")
+    __slots__ = ("_client", "_spec", "_wait_ms", "_bname", "_h", "_mu", "_slot", "_busy",
+                 "_token", "_attempts", "name", "__weakref__")
 
-    def __init__(self, client, handle, name, slot):
+    def __init__(self, client, name, spec, wait_ms):
+        self._bname = _name_arg(name)
         self._client = client   # keeps the client (and so its locks) alive while this lock is
-        self._h = handle
+        self._spec = spec
+        self._wait_ms = wait_ms
+        self._h = None
         self._mu = threading.Lock()
-        self._slot = slot
+        self._slot = None
+        self._busy = False       # an acquire is under way
+        self._token = None
+        self._attempts = 0
         self.name = name
-        self.fencing_token = int(_c.dlock_lock_fencing_token(handle))
-        self.attempts = int(_c.dlock_lock_attempts(handle))
-        if slot is not None:
-            slot.attach(self)
+
+    # -- state
+
+    @property
+    def fencing_token(self):
+        """The fencing token of this object's current hold (int), or None when it holds
+        nothing (never acquired, or released). A hold found lost keeps its token until
+        release(): pass it on only while owned()."""
+        return self._token
+
+    @property
+    def attempts(self):
+        """How many tries the last acquire took (1 = first try; 0 before any)."""
+        return self._attempts
 
     @property
     def valid(self):
+        """True while this object holds the lock, its local deadline holds, and it was not
+        found lost."""
         with self._mu:
             return bool(self._h) and _c.dlock_lock_is_valid(self._h) == 1
 
+    def owned(self):
+        """True while this object holds the lock (valid): no round trip."""
+        return self.valid
+
+    def locked(self):
+        """True when someone, this object or anyone else, holds the name now (Client.inspect:
+        one round trip, a snapshot stale as soon as it returns)."""
+        return bool(self._client.inspect(self._bname).holders)
+
     @property
     def remaining_ms(self):
+        """ms before the local deadline: math.inf for no expiry; 0 while not held or once lost."""
         with self._mu:
             if not self._h:
                 return 0
@@ -807,100 +850,334 @@ class Lock:
         return math.inf if left == _I64_MAX else left
 
     @property
+    def remaining(self):
+        """remaining_ms in seconds (float)."""
+        left = self.remaining_ms
+        return left if left == math.inf else left / 1000
+
+    @property
     def released(self):
-        """True once release() (or arelease()) was called."""
+        """True while this object holds nothing (not acquired yet, or released)."""
         return self._h is None
 
-    def _released_error(self):
-        return NotHeld(f"lock {self.name!r} was already released")
+    # -- acquire
 
-    def extend(self, lease_ms):
-        """Sets the lease to lease_ms from now (0 = no expiry). NotHeld if it was lost."""
-        lease_ms = _lease_arg("lease_ms", lease_ms, _LEASE_BOUND)
+    def _begin(self):
         with self._mu:
-            if not self._h:
-                raise self._released_error()
-            _check(_c.dlock_extend(self._h, lease_ms))
+            if self._h or self._busy:
+                held = "holds" if self._h else "is acquiring"
+                raise AlreadyHeld(
+                    f"this Lock object {held} {self.name!r} already: release it first. A Lock "
+                    "is one holder, not reentrant: `with lock:` acquires on entry (so do not "
+                    "enter a lock that acquire() took), and each thread or task that wants the "
+                    "lock takes its own client.lock(name)")
+            self._busy = True
 
-    def release(self):
-        """Releases the lock. Raises NotHeld if it had been lost (expired, taken over, released
-        by Client.close) or was already released; the lock is gone either way."""
+    def _end(self):
+        with self._mu:
+            self._busy = False
+
+    def _install(self, h, slot):
+        token, attempts = int(_c.dlock_lock_fencing_token(h)), int(_c.dlock_lock_attempts(h))
+        with self._mu:
+            self._h, self._slot = h, slot
+            self._token, self._attempts = token, attempts
+            self._busy = False
+        if slot is not None:
+            slot.attach(self)
+
+    def _wait_arg(self, blocking, timeout):
+        if blocking is None and timeout is None:
+            return self._wait_ms
+        if blocking is None:
+            blocking = True
+        return _wait_of(blocking, _UNSET if timeout is None else timeout, _UNSET)
+
+    def acquire(self, blocking=None, timeout=None):
+        """Acquires the lock: True once held, False when the wait ran out (blocking=True,
+        timeout=S seconds; -1 = no limit) or the one try failed (blocking=False). With no
+        argument, waits as client.lock(...) said (by default without limit). Raises AlreadyHeld
+        if this object holds it already, and the library's errors (ConnectionError, ...)."""
+        return self._acquire(self._wait_arg(blocking, timeout), False, self._spec.on_lost)
+
+    def _acquire(self, wait_ms, must, on_lost):
+        """must: raise the library's NotAcquired rather than return False."""
+        self._begin()
+        return self._acquire_begun(wait_ms, must, on_lost)
+
+    def _acquire_begun(self, wait_ms, must, on_lost):
+        try:
+            h, slot = self._acquire_raw(wait_ms, on_lost)
+        except NotAcquired:
+            self._end()
+            if must:
+                raise
+            return False
+        except BaseException:
+            self._end()
+            raise
+        self._install(h, slot)
+        return True
+
+    def _acquire_raw(self, wait_ms, on_lost):
+        """dlock_acquire: (handle, on_lost slot), or raises; this object is left alone."""
+        slot = None
+        try:
+            opts, slot = self._spec.build(wait_ms, on_lost)
+            out = ctypes.c_void_p()
+            err = None
+            try:
+                h = self._client._enter()
+                try:
+                    status = _c.dlock_acquire(h, self._bname, opts, ctypes.byref(out))
+                    if status != 0:
+                        err = _error(status)  # this thread's message: read it at once
+                finally:
+                    self._client._leave()
+            finally:
+                if opts:
+                    _c.dlock_options_free(opts)
+        except BaseException:
+            if slot is not None:
+                slot.drop()
+            raise
+        if err is not None:
+            if slot is not None:
+                slot.drop()
+            raise err
+        return out.value, slot
+
+    # -- release and extend
+
+    def _take(self):
+        """Takes the handle and its slot out of this Lock: (None, None) if it holds nothing."""
         with self._mu:
             h, self._h = self._h, None
+            if not h:
+                return None, None
+            slot, self._slot = self._slot, None
+            self._token = None
+        return h, slot
+
+    def _not_held_error(self):
+        return NotHeld(f"lock {self.name!r} is not held by this Lock object (never acquired, "
+                       "or already released)")
+
+    def release(self):
+        """Releases the lock. Raises NotHeld if this object does not hold it, or if the hold
+        had been lost (expired, taken over, released by Client.close); this object holds
+        nothing afterwards either way, and may acquire again."""
+        h, slot = self._take()
         if not h:
-            raise self._released_error()
+            raise self._not_held_error()
         status = _c.dlock_release(h)
         err = _error(status) if status != 0 else None
-        self._drop_slot()
+        if slot is not None:  # release is done: on_lost is neither running nor going to run
+            slot.drop()
         if err is not None:
             raise err
 
-    def _drop_slot(self):
-        slot, self._slot = self._slot, None
-        if slot is not None:
-            slot.drop()
+    def _extend_ms(self, lease, lease_ms):
+        ms = _duration("lease", lease, "lease_ms", lease_ms, _LEASE_BOUND)
+        if ms is None:
+            ms = self._spec.lease_ms if self._spec.lease_ms is not None else _DEFAULT_LEASE_MS
+        return ms
 
-    def _take(self):
-        """Takes the handle and slot out of this Lock: (None, None) if already released."""
+    def extend(self, lease=None, *, lease_ms=None):
+        """Sets the lease to `lease` seconds from now (0 = no expiry; default: this lock's
+        lease= / lease_ms=, else 10 s); lease_ms= says it in milliseconds. NotHeld if this
+        object does not hold the lock or it was lost."""
+        ms = self._extend_ms(lease, lease_ms)
         with self._mu:
-            h, self._h = self._h, None
-        if not h:
-            return None, None  # and the slot stays for whoever took the handle
-        slot, self._slot = self._slot, None
-        return h, slot
+            if not self._h:
+                raise self._not_held_error()
+            _check(_c.dlock_extend(self._h, ms))
 
     def _release_async_quietly(self):
-        """Releases without waiting and without raising (for locks nobody wants)."""
+        """Releases without waiting and without raising (for holds nobody wants)."""
         h, slot = self._take()
         if h:
             _give_back(h, slot)
+
+    # -- asyncio
+
+    async def aacquire(self, blocking=None, timeout=None):
+        """acquire() for asyncio: waits without blocking the event loop (and holds no thread:
+        the library's async API). True once held, False when the wait ran out. Cancelling the
+        awaiting task cancels the acquire; on_lost runs on this event loop."""
+        return await self._aacquire(self._wait_arg(blocking, timeout), False)
+
+    async def _aacquire(self, wait_ms, must):
+        loop = asyncio.get_running_loop()
+        on_lost = self._spec.on_lost
+        if on_lost is not None:
+            user_on_lost = on_lost
+
+            def on_lost(lock, _loop=loop, _cb=user_on_lost):
+                try:
+                    _loop.call_soon_threadsafe(_cb, lock)
+                except RuntimeError:  # loop closed: nobody to tell
+                    pass
+
+        fut = loop.create_future()
+
+        def outcome(status, handle, slot, message):
+            """From any thread: settles fut on its loop, installing the hold in this object,
+            or giving it back when the awaiting task is gone. message: the library's words, or
+            the exception to raise."""
+            def settle():
+                if fut.done():  # the awaiting task was cancelled meanwhile
+                    if status == 0:
+                        _give_back(handle, slot)
+                elif status == 0:
+                    self._install(handle, slot)
+                    fut.set_result(True)
+                else:
+                    self._end()
+                    if status == NotAcquired.status and not must:
+                        fut.set_result(False)
+                    elif isinstance(message, BaseException):
+                        fut.set_exception(message)
+                    else:
+                        fut.set_exception(_error(status, message))
+
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop is closed
+                self._end()
+                if status == 0:
+                    _give_back(handle, slot)
+
+        self._begin()
+        if not _use_async_c:
+            # A worker thread of its own waits in dlock_acquire, and hands the outcome to the
+            # loop as the queue does below (a thread pool's workers could all end up waiting).
+            def run():
+                try:
+                    h, slot = self._acquire_raw(wait_ms, on_lost)
+                except NotAcquired as e:
+                    outcome(NotAcquired.status, None, None, e)
+                except BaseException as e:  # delivered to the awaiting task
+                    outcome(-1, None, None, e)
+                else:
+                    outcome(0, h, slot, None)
+
+            threading.Thread(target=run, name="dlock-acquire", daemon=True).start()
+            return await self._await_outcome(fut, None)
+
+        try:
+            opts, slot = self._spec.build(wait_ms, on_lost)
+        except BaseException:
+            self._end()
+            raise
+        op_id = next(_ids)
+
+        def completed(status, handle, message):  # on the dlock-events thread
+            if status != 0 and slot is not None:
+                slot.drop()
+            outcome(status, handle, slot, message)
+
+        _pending[op_id] = completed
+        try:
+            try:
+                h = self._client._enter()
+                try:
+                    status = _c.dlock_acquire_queued(h, self._bname, opts, _queue, op_id)
+                    err = _error(status) if status != 0 else None
+                finally:
+                    self._client._leave()
+            finally:
+                if opts:
+                    _c.dlock_options_free(opts)
+        except BaseException:
+            _pending.pop(op_id, None)
+            if slot is not None:
+                slot.drop()
+            self._end()
+            raise
+        if err is not None:
+            _pending.pop(op_id, None)
+            if slot is not None:
+                slot.drop()
+            self._end()
+            raise err
+        return await self._await_outcome(fut, op_id)
+
+    async def _await_outcome(self, fut, op_id):
+        """Awaits an acquire's fut; if the awaiting task is cancelled, cancels the acquire (op_id:
+        a queued one; None: a worker thread's, whose lock is given back once it comes)."""
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                # granted, but the task was cancelled before it resumed: nobody holds it
+                if fut.exception() is None and fut.result():
+                    self._release_async_quietly()
+            else:
+                fut.cancel()  # settle() gives back what comes later
+                self._end()
+                if op_id is None:
+                    raise
+                try:
+                    h = self._client._enter()
+                except InvalidArgument:
+                    h = None  # closed: close() cancelled it already
+                if h:
+                    try:
+                        # EINVAL if it completed meanwhile: settle() gives back what came
+                        _c.dlock_acquire_cancel_queued(h, _queue, op_id)
+                    finally:
+                        self._client._leave()
+            raise
 
     async def arelease(self):
         """release() without blocking the event loop."""
         loop = asyncio.get_running_loop()
         if not _use_async_c:
             return await loop.run_in_executor(None, self.release)
-        with self._mu:
-            h, self._h = self._h, None
+        h, slot = self._take()
         if not h:
-            raise self._released_error()
+            raise self._not_held_error()
         fut = loop.create_future()
         op_id = next(_ids)
 
         def completed(status, handle, message):
-            self._drop_slot()  # release is done: on_lost is neither running nor going to run
+            if slot is not None:  # release is done: on_lost is neither running nor going to run
+                slot.drop()
             _deliver(loop, fut, status, None, message)
 
         _pending[op_id] = completed
         status = _c.dlock_release_queued(h, _queue, op_id)
         if status != 0:  # only argument errors come back here; h was freed either way
             _pending.pop(op_id, None)
-            self._drop_slot()
+            if slot is not None:
+                slot.drop()
             raise _error(status)
         await fut
 
-    async def aextend(self, lease_ms):
+    async def aextend(self, lease=None, *, lease_ms=None):
         """extend() without blocking the event loop."""
-        lease_ms = _lease_arg("lease_ms", lease_ms, _LEASE_BOUND)
+        ms = self._extend_ms(lease, lease_ms)
         loop = asyncio.get_running_loop()
         if not _use_async_c:
-            return await loop.run_in_executor(None, self.extend, lease_ms)
+            return await loop.run_in_executor(None, lambda: self.extend(lease_ms=ms))
         fut = loop.create_future()
         op_id = next(_ids)
         _pending[op_id] = lambda status, handle, message: _deliver(loop, fut, status, None, message)
         with self._mu:
             if not self._h:
                 _pending.pop(op_id, None)
-                raise self._released_error()
-            status = _c.dlock_extend_queued(self._h, lease_ms, _queue, op_id)
+                raise self._not_held_error()
+            status = _c.dlock_extend_queued(self._h, ms, _queue, op_id)
             if status != 0:
                 _pending.pop(op_id, None)
                 raise _error(status)
         await fut
 
-    # -- context managers
+    # -- context managers: acquire on entry, release on exit, every time
 
     def __enter__(self):
+        self._acquire(self._wait_ms, True, self._spec.on_lost)
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -914,6 +1191,7 @@ class Lock:
         return False
 
     async def __aenter__(self):
+        await self._aacquire(self._wait_ms, True)
         return self
 
     async def __aexit__(self, exc_type, exc, tb):
@@ -925,6 +1203,14 @@ class Lock:
             if exc_type is None:
                 raise
         return False
+
+    def __await__(self):
+        """`lock = await client.alock(...)`: acquires (as `async with` does) and returns it."""
+        return self._await_acquired().__await__()
+
+    async def _await_acquired(self):
+        await self._aacquire(self._wait_ms, True)
+        return self
 
     def __del__(self):
         try:
@@ -941,5 +1227,6 @@ class Lock:
             pass
 
     def __repr__(self):
-        state = "released" if self._h is None else ("held" if self.valid else "lost")
-        return f"<dlock.Lock {self.name!r} token={self.fencing_token} {state}>"
+        if self._h is None:
+            return f"<dlock.Lock {self.name!r} {'acquiring' if self._busy else 'not held'}>"
+        return f"<dlock.Lock {self.name!r} token={self._token} {'held' if self.valid else 'lost'}>"

@@ -31,9 +31,14 @@ class Error(Exception):
         return self.args[0] if self.args else ""
 
 
-class NotAcquired(Error):
-    """Someone else holds the lock and the wait ran out (DLOCK_NOT_ACQUIRED)."""
+class NotAcquired(Error, builtins.TimeoutError):
+    """Someone else holds the lock and the wait ran out (DLOCK_NOT_ACQUIRED). Also the builtin
+    TimeoutError."""
     status = 1
+
+    def __init__(self, message="", status=None, code=None):
+        # builtins.TimeoutError is an OSError: give it one argument so str(e) is the message.
+        Error.__init__(self, message, status, code)
 
 
 class NotHeld(Error):
@@ -47,8 +52,10 @@ class InvalidArgument(Error, ValueError):
     status = 3
 
 
-class ConnectionError(Error, builtins.ConnectionError):  # noqa: A001 (shadows the builtin on purpose)
-    """Cannot reach the backend, or it timed out (DLOCK_EIO). Also the builtin ConnectionError."""
+class ConnectionError(Error, builtins.ConnectionError):  # noqa: A001 (dlock.ConnectionError)
+    """Cannot reach the backend, or it timed out (DLOCK_EIO). Also the builtin ConnectionError.
+    Not in __all__: `from dlock import *` leaves the builtin ConnectionError alone (which
+    catches this one too); say dlock.ConnectionError."""
     status = 4
 
     def __init__(self, message="", status=None, code=None):
@@ -79,6 +86,11 @@ class OutOfMemory(Error, MemoryError):
 class InternalError(Error):
     """A bug inside the library (DLOCK_EINTERNAL)."""
     status = 9
+
+
+class AlreadyHeld(Error, RuntimeError):
+    """acquire() on a Lock object that holds its lock already, or is acquiring it (a Lock is
+    not reentrant). No library status: raised by the binding. Also a RuntimeError."""
 
 
 BY_STATUS = {

@@ -89,9 +89,12 @@ class Basics(Base):
         self.assertTrue(lock.valid)
         self.assertTrue(0 < lock.remaining_ms <= 3000)
         self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "1")
-        lock.extend(20_000)
+        lock.extend(20)  # seconds
         self.assertGreater(int(cli("PTTL", f"dlock:{{{name}}}")), 10_000)
         self.assertGreater(lock.remaining_ms, 10_000)
+        self.assertGreater(lock.remaining, 10)
+        lock.extend(lease_ms=30_000)  # the older spelling
+        self.assertGreater(int(cli("PTTL", f"dlock:{{{name}}}")), 20_000)
         lock.extend(0)  # no expiry
         self.assertEqual(lock.remaining_ms, float("inf"))
         self.assertEqual(cli("PTTL", f"dlock:{{{name}}}"), "-1")
@@ -100,11 +103,12 @@ class Basics(Base):
         self.assertFalse(lock.valid)
         self.assertEqual(lock.remaining_ms, 0)
         self.assertTrue(lock.released)
+        self.assertIsNone(lock.fencing_token)  # no hold, no token
         with self.assertRaises(dlock.NotHeld):
             lock.release()
         with self.assertRaises(dlock.NotHeld):
-            lock.extend(1000)
-        self.assertIn("released", repr(lock))
+            lock.extend(1)
+        self.assertIn("not held", repr(lock))
 
     def test_with_blocks(self):
         name = unique()
@@ -153,13 +157,19 @@ class Basics(Base):
         holder = self.client.acquire(name, lease_ms=10_000)
         with dlock.Client(URL) as other:
             with self.assertRaises(dlock.NotAcquired) as cm:
-                other.acquire(name)
+                other.acquire(name, blocking=False)
             self.assertIn(name, str(cm.exception))
+            self.assertIsInstance(cm.exception, TimeoutError)
             with self.assertRaises(dlock.NotAcquired):
                 other.acquire(name, wait_ms=150)
+            t0 = time.monotonic()
+            with self.assertRaises(TimeoutError):
+                other.acquire(name, timeout=0.15)
+            self.assertGreaterEqual(time.monotonic() - t0, 0.14)
+            held_token = holder.fencing_token
             threading.Timer(0.3, holder.release).start()
             lock = other.acquire(name, wait_ms=10_000)
-            self.assertGreater(lock.fencing_token, holder.fencing_token)
+            self.assertGreater(lock.fencing_token, held_token)
             self.assertGreaterEqual(lock.attempts, 1)  # 1: handed the lock by the release
             lock.release()
 
@@ -248,6 +258,262 @@ class Basics(Base):
             cli("ACL", "DELUSER", user)
         with dlock.Client(URL) as c:  # no password: shown as given
             self.assertEqual(repr(c), f"<dlock.Client {URL}>")
+
+
+class ReusableLock(Base):
+    """client.lock(name) is an unacquired, reusable lock object, as threading.Lock, redis-py's
+    Lock and filelock are: every `with` acquires on entry and releases on exit."""
+
+    def setUp(self):
+        super().setUp()
+        self.other = dlock.Client(URL)
+
+    def tearDown(self):
+        self.other.close()
+        super().tearDown()
+
+    def held(self, name):
+        return self.other.inspect(name).holders != []
+
+    def test_reuse_holds_the_lock_in_every_block(self):
+        # The safety defect of issue 31: the second block ran with no lock held.
+        name = unique("reuse")
+        lk = self.client.lock(name)
+        self.assertFalse(self.held(name), "client.lock() must not acquire")
+        self.assertIsNone(lk.fencing_token)
+        tokens = []
+        for _ in range(3):
+            with lk as got:
+                self.assertIs(got, lk)
+                self.assertTrue(self.held(name), "a `with` block ran without the lock")
+                self.assertTrue(lk.owned())
+                tokens.append(lk.fencing_token)
+            self.assertFalse(self.held(name))
+            self.assertFalse(lk.owned())
+            self.assertIsNone(lk.fencing_token)
+        self.assertEqual(tokens, sorted(set(tokens)))
+        # the other client is refused inside each block, not only the first
+        with lk:
+            with self.assertRaises(dlock.NotAcquired):
+                self.other.acquire(name, blocking=False)
+        with lk:
+            with self.assertRaises(dlock.NotAcquired):
+                self.other.acquire(name, blocking=False)
+
+    def test_acquire_returns_a_bool(self):
+        name = unique("bool")
+        holder = self.other.acquire(name)
+        lk = self.client.lock(name)
+        self.assertFalse(lk.acquire(blocking=False))
+        self.assertFalse(lk.owned())
+        self.assertTrue(lk.locked())  # someone holds it
+        t0 = time.monotonic()
+        self.assertFalse(lk.acquire(timeout=0.2))
+        self.assertGreaterEqual(time.monotonic() - t0, 0.19)
+        self.assertFalse(lk.acquire(True, 0.05))  # threading.Lock's positional order
+        with self.assertRaisesRegex(ValueError, "non-blocking"):
+            lk.acquire(blocking=False, timeout=1)
+        holder.release()
+        self.assertFalse(lk.locked())
+        self.assertTrue(lk.acquire(blocking=False))
+        self.assertTrue(lk.owned() and lk.locked() and lk.valid)
+        self.assertGreater(lk.fencing_token, 0)
+        self.assertEqual(lk.attempts, 1)
+        lk.release()
+        self.assertTrue(lk.acquire(timeout=5))
+        lk.release()
+        self.assertTrue(lk.acquire())  # no limit, free: at once
+        lk.release()
+
+    def test_a_second_acquire_while_held_raises(self):
+        name = unique("twice")
+        lk = self.client.lock(name)
+        self.assertTrue(lk.acquire())
+        token = lk.fencing_token
+        for call in (lambda: lk.acquire(), lambda: lk.acquire(blocking=False),
+                     lambda: lk.acquire(timeout=1), lk.__enter__):
+            with self.assertRaises(dlock.AlreadyHeld) as cm:
+                call()
+            self.assertIsInstance(cm.exception, RuntimeError)
+            self.assertIsInstance(cm.exception, dlock.Error)
+        self.assertEqual(lk.fencing_token, token)  # still the same hold
+        self.assertTrue(self.held(name))
+        lk.release()
+        with self.assertRaises(dlock.NotHeld):  # release when not held
+            lk.release()
+        with self.assertRaises(dlock.NotHeld):
+            lk.extend()
+        # a nested `with` of the same object raises, and the outer block still holds it
+        with lk:
+            with self.assertRaises(dlock.AlreadyHeld):
+                with lk:
+                    pass
+            self.assertTrue(self.held(name))
+        self.assertFalse(self.held(name))
+
+    def test_waits_without_limit_by_default(self):
+        name = unique("wait")
+        holder = self.other.acquire(name)
+        threading.Timer(0.5, holder.release).start()
+        t0 = time.monotonic()
+        with self.client.lock(name) as lk:  # no timeout given: waits for the release
+            self.assertGreaterEqual(time.monotonic() - t0, 0.4)
+            self.assertTrue(lk.owned())
+            threading.Timer(0.3, lk.release).start()
+            lock = self.other.acquire(name)  # Client.acquire waits too
+            lock.release()
+
+    def test_timeout_given_to_lock_bounds_with_and_acquire(self):
+        name = unique("timeout")
+        holder = self.other.acquire(name)
+        lk = self.client.lock(name, timeout=0.2)
+        t0 = time.monotonic()
+        with self.assertRaises(dlock.NotAcquired) as cm:
+            with lk:
+                self.fail("ran without the lock")
+        self.assertIsInstance(cm.exception, TimeoutError)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.19)
+        self.assertFalse(lk.acquire())  # its default, 0.2 s
+        with self.assertRaises(TimeoutError):
+            with self.client.lock(name, blocking=False):
+                pass
+        with self.assertRaises(TimeoutError):
+            with self.client.lock(name, wait_ms=0):  # the older spelling
+                pass
+        holder.release()
+        with lk:
+            self.assertTrue(self.held(name))
+
+    def test_threads_sharing_one_object_never_share_a_hold(self):
+        name = unique("threads")
+        lk = self.client.lock(name)
+        lk.acquire()
+        errors = []
+
+        def other_thread():
+            try:
+                with lk:
+                    errors.append("entered")
+            except dlock.AlreadyHeld as e:
+                errors.append(e)
+
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join(10)
+        self.assertIsInstance(errors[0], dlock.AlreadyHeld)
+        self.assertTrue(lk.owned() and self.held(name))  # the first hold stands
+        lk.release()
+
+    def test_on_lost_and_kinds_with_a_reused_object(self):
+        name = unique("lostreuse")
+        lost = []
+        event = threading.Event()
+        lk = self.client.lock(name, lease=2, heartbeat=0.15,
+                              on_lost=lambda lock: (lost.append(lock), event.set()))
+        with lk:
+            pass
+        with self.assertRaises(dlock.NotHeld):
+            with lk:
+                cli("DEL", f"dlock:{{{name}}}")
+                self.assertTrue(event.wait(5), "on_lost never ran")
+                self.assertFalse(lk.owned())
+                self.assertIsNotNone(lk.fencing_token)  # the lost hold's, until released
+        self.assertEqual(lost, [lk])
+        with lk:  # reusable after a loss too
+            self.assertTrue(self.held(name))
+        self.assertEqual(len(lost), 1)
+        readers = [self.client.lock(name, shared=True) for _ in range(2)]
+        with readers[0], readers[1]:
+            self.assertEqual(len(self.other.inspect(name).holders), 2)
+        with readers[0]:
+            self.assertEqual(len(self.other.inspect(name).holders), 1)
+        self.assertTrue(wait_for(lambda: not dlock._lost_slots))
+
+    def test_star_import_leaves_builtins_alone(self):
+        ns = {}
+        exec("from dlock import *", ns)
+        self.assertNotIn("ConnectionError", ns)
+        self.assertNotIn("TimeoutError", ns)
+        for name in dlock.__all__:
+            self.assertTrue(hasattr(dlock, name), name)
+            self.assertFalse(hasattr(__builtins__, name) if not isinstance(__builtins__, dict)
+                             else name in __builtins__, f"{name} shadows a builtin")
+        self.assertTrue(issubclass(dlock.ConnectionError, ConnectionError))
+        self.assertTrue(issubclass(dlock.NotAcquired, TimeoutError))
+        self.assertEqual(str(dlock.NotAcquired("busy")), "busy")
+
+    def test_async_with_is_reusable(self):
+        name = unique("areuse")
+
+        async def main():
+            lk = self.client.lock(name)
+            self.assertIs(self.client.alock(name).__class__, dlock.Lock)
+            tokens = []
+            for _ in range(3):
+                async with lk as got:
+                    self.assertIs(got, lk)
+                    self.assertTrue(await self.other.ainspect(name) != dlock.LockInfo("exclusive", []))
+                    tokens.append(lk.fencing_token)
+                self.assertFalse(self.held(name))
+            self.assertEqual(tokens, sorted(set(tokens)))
+            self.assertTrue(await lk.aacquire())
+            with self.assertRaises(dlock.AlreadyHeld):
+                await lk.aacquire()
+            with self.assertRaises(dlock.AlreadyHeld):
+                async with lk:
+                    pass
+            await lk.aextend(5)
+            await lk.arelease()
+            with self.assertRaises(dlock.NotHeld):
+                await lk.arelease()
+            holder = self.other.acquire(name)
+            self.assertFalse(await lk.aacquire(blocking=False))
+            self.assertFalse(await lk.aacquire(timeout=0.1))
+            with self.assertRaises(TimeoutError):
+                async with self.client.lock(name, timeout=0.1):
+                    pass
+            # cancelled while waiting: the object can acquire again later
+            task = asyncio.ensure_future(lk.aacquire())
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            holder.release()
+            async with lk:  # waits without limit by default
+                self.assertTrue(lk.owned())
+            got = await lk  # awaiting acquires, too
+            self.assertIs(got, lk)
+            await lk.arelease()
+
+        asyncio.run(main())
+        self.assertFalse(self.held(name))
+
+    def test_tasks_sharing_one_object_never_release_each_others_hold(self):
+        name = unique("tasks")
+
+        async def main():
+            lk = self.client.lock(name)
+            inside = asyncio.Event()
+            leave = asyncio.Event()
+
+            async def first():
+                async with lk:
+                    inside.set()
+                    await leave.wait()
+                    self.assertTrue(lk.owned())  # the second task did not release it
+                    self.assertTrue(self.held(name))
+
+            async def second():
+                await inside.wait()
+                with self.assertRaises(dlock.AlreadyHeld):
+                    async with lk:
+                        pass
+                leave.set()
+
+            await asyncio.gather(first(), second())
+
+        asyncio.run(main())
+        self.assertFalse(self.held(name))
 
 
 class TwoProcesses(unittest.TestCase):
@@ -376,6 +642,7 @@ class Errors(Base):
             self.assertIsInstance(e, dlock.Error)
             self.assertEqual((e.status, e.code, str(e), e.message), (status, code, "msg", "msg"))
             self.assertEqual(cls.code, dlock._status_name(status))
+        self.assertIsInstance(dlock._error(1, "m"), TimeoutError)
         self.assertIsInstance(dlock._error(3, "m"), ValueError)
         self.assertIsInstance(dlock._error(4, "m"), ConnectionError)
         self.assertIsInstance(dlock._error(8, "m"), MemoryError)
@@ -391,7 +658,7 @@ class Errors(Base):
         lock = self.client.acquire(name)
         with dlock.Client(URL) as other:
             with self.assertRaises(dlock.NotAcquired) as cm:
-                other.acquire(name)
+                other.acquire(name, blocking=False)
         self.assertEqual(cm.exception.status, 1)
         cli("DEL", f"dlock:{{{name}}}")
         with self.assertRaises(dlock.NotHeld) as cm:
@@ -513,7 +780,9 @@ class BadInput(Base):
         with self.assertRaises(ValueError):
             lock.extend(-5)
         with self.assertRaises(ValueError):
-            lock.extend(5)  # too short for the library
+            lock.extend(lease_ms=5)  # too short for the library
+        with self.assertRaises(ValueError):
+            lock.extend(0.005)  # the same in seconds
         lock.release()
         with self.assertRaises(ValueError):
             dlock.Client("redis://127.0.0.1:1\0")
@@ -547,7 +816,7 @@ class Messages(Base):
             dlock._c.dlock_options_free(o)
         lock = c.acquire(unique())
         with self.assertRaises(dlock.InvalidArgument) as cm:
-            lock.extend(5)
+            lock.extend(lease_ms=5)
         self.assertEqual(str(cm.exception), library_says(dlock._c.dlock_extend, lock._h, 5))
 
         async def main():
@@ -556,7 +825,7 @@ class Messages(Base):
             self.assertEqual(str(acm.exception),
                              library_says(dlock._c.dlock_acquire, c._h, b"", None, ctypes.byref(out)))
             with self.assertRaises(dlock.InvalidArgument) as acm:
-                await lock.aextend(5)
+                await lock.aextend(0.005)
             self.assertEqual(str(acm.exception), library_says(dlock._c.dlock_extend, lock._h, 5))
             with dlock.Client(URL) as other:
                 with self.assertRaises(dlock.NotAcquired) as acm:
@@ -659,7 +928,7 @@ class Ranges(Base):
                 await c.aacquire("x", lease_ms=-1)
             self.assertEqual(str(cm.exception), message)
             with self.assertRaises(dlock.InvalidArgument) as cm:
-                await lock.aextend(-1)
+                await lock.aextend(lease_ms=-1)
             self.assertEqual(str(cm.exception), message)
 
         asyncio.run(main())
@@ -667,13 +936,55 @@ class Ranges(Base):
 
     def test_wait_and_retry(self):
         c, lib = self.client, dlock._c
-        for value, passed in ((-2, -2), (-2**63, -2**63), (-2**70, -2**63)):  # clamped to int64_t
+        for value in (-2, -2**63):  # inside int64_t: the library's words
             self.assertEqual(self.refused(c.acquire, name="x", wait_ms=value),
-                             library_says(lib.dlock_options_set_wait_ms, self.o, passed))
-        c.acquire(unique(), wait_ms=2**70).release()  # past int64_t: as unbounded as -1
+                             library_says(lib.dlock_options_set_wait_ms, self.o, value))
+        # outside int64_t: refused here, naming the option, never clamped
+        for value in (-2**63 - 1, -2**70, 2**63, 2**70):
+            self.assertIn(f"wait_ms {value} is out of range", self.refused(c.lock, name="x", wait_ms=value))
         retry_words = library_says(lib.dlock_options_set_retry_ms, self.o, 0, 5)
-        for pair in ((-1, 5), (5, -1), (0, 10), (10, 5), (1, 2**64), (2**70, 2**70)):
+        for pair in ((0, 10), (10, 5)):
             self.assertEqual(self.refused(c.acquire, name="x", retry_ms=pair), retry_words)
+        for pair, which in (((-1, 5), "retry_ms[0] -1"), ((5, -1), "retry_ms[1] -1"),
+                            ((1, 2**64), f"retry_ms[1] {2**64}"), ((2**70, 2**70), f"retry_ms[0] {2**70}")):
+            self.assertIn(which + " is out of range", self.refused(c.lock, name="x", retry_ms=pair))
+
+    def test_seconds(self):
+        c = self.client
+        for kw, words in (({"timeout": -2}, "timeout -2 is negative"),
+                          ({"timeout": 1e300}, "timeout 1e+300 is too long"),
+                          ({"timeout": float("nan")}, "timeout must be a number of seconds, not NaN"),
+                          ({"lease": -1}, "lease -1 s is negative"),
+                          ({"lease": 1e300}, "lease 1e+300 s is too long"),
+                          ({"lease": float("inf")}, "lease inf s is too long"),
+                          ({"heartbeat": -0.5}, "heartbeat -0.5 s is negative"),
+                          ({"retry": (-1, 1)}, "retry[0] -1 s is out of range"),
+                          ({"lease": 0.004}, "")):  # 4 ms: refused by the library
+            self.assertIn(words, self.refused(c.lock, name="x", **kw) if words else
+                          self.refused(c.acquire, name="x", **kw))
+        for kw in ({"timeout": "1"}, {"timeout": True}, {"lease": "10"}, {"lease": True},
+                   {"blocking": 1}, {"retry": 0.1}, {"lease": 1, "lease_ms": 1000},
+                   {"timeout": 1, "wait_ms": 1000}, {"blocking": False, "wait_ms": 0},
+                   {"heartbeat": 1, "heartbeat_ms": 1000}, {"retry": (1, 2), "retry_ms": (1, 2)}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                c.lock("x", **kw)
+        with self.assertRaisesRegex(ValueError, "non-blocking"):
+            c.lock("x", blocking=False, timeout=1)
+        # seconds become the library's milliseconds, rounded up (never down to 0, no expiry)
+        name = unique("seconds")
+        with c.lock(name, lease=1.5, heartbeat=0.5, retry=(0.01, 0.1)) as lock:
+            self.assertTrue(1000 < int(cli("PTTL", f"dlock:{{{name}}}")) <= 1500)
+            lock.extend(2.25)
+            self.assertTrue(1500 < int(cli("PTTL", f"dlock:{{{name}}}")) <= 2250)
+            lock.extend()  # the lock's own lease again
+            self.assertTrue(1000 < int(cli("PTTL", f"dlock:{{{name}}}")) <= 1500)
+        with c.lock(name, lease=0) as lock:  # no expiry
+            self.assertEqual(cli("PTTL", f"dlock:{{{name}}}"), "-1")
+            self.assertEqual(lock.remaining, float("inf"))
+        with c.lock(name) as lock:
+            lock.extend(0)
+            lock.extend()  # no lease given: the library's default, 10 s
+            self.assertTrue(9000 < int(cli("PTTL", f"dlock:{{{name}}}")) <= 10_000)
 
 
 class Limits(Base):
@@ -762,7 +1073,7 @@ class Kinds(Base):
         if "permits" in caps:
             locks = [c.acquire(name, permits=2) for _ in range(2)]
             with self.assertRaises(dlock.NotAcquired):
-                c.acquire(name, permits=2)
+                c.acquire(name, permits=2, blocking=False)
             for lock in locks:
                 lock.release()
         else:
@@ -813,10 +1124,10 @@ class SharedAndPermits(Base):
             r3 = self.other.acquire(name, shared=True, owner="r3")
             # a client holding the name shared may not take it exclusive (no upgrade) ...
             with self.assertRaises(dlock.InvalidArgument):
-                self.client.acquire(name)
+                self.client.acquire(name, blocking=False)
             # ... and another client is refused while the shared holds stand
             with self.assertRaises(dlock.NotAcquired):
-                self.third.acquire(name)
+                self.third.acquire(name, blocking=False)
             with self.assertRaises(dlock.NotAcquired):
                 self.third.acquire(name, kind="exclusive", wait_ms=200)
             info = self.third.inspect(name)
@@ -839,7 +1150,7 @@ class SharedAndPermits(Base):
                 info = await self.third.ainspect(name)
                 self.assertEqual((info.kind, len(info.holders)), ("shared", 2))
                 with self.assertRaises(dlock.NotAcquired):
-                    await self.third.aacquire(name)
+                    await self.third.aacquire(name, blocking=False)
                 self.assertGreater(b.fencing_token, a.fencing_token)
             await a.arelease()
             with self.assertRaises(dlock.InvalidArgument):
@@ -850,6 +1161,7 @@ class SharedAndPermits(Base):
     def test_a_waiting_exclusive_acquire_keeps_new_shared_holds_out(self):
         name = unique("shared")
         reader = self.client.acquire(name, shared=True)
+        reader_token = reader.fencing_token
         got = []
         writer = threading.Thread(
             target=lambda: got.append(self.other.acquire(name, wait_ms=5000)))
@@ -857,7 +1169,7 @@ class SharedAndPermits(Base):
 
         def new_reader_refused():
             try:
-                self.third.acquire(name, shared=True).release()
+                self.third.acquire(name, shared=True, blocking=False).release()
                 return False  # before the writer queued up
             except dlock.NotAcquired:
                 return True
@@ -866,7 +1178,7 @@ class SharedAndPermits(Base):
         reader.release()
         writer.join(10)
         self.assertEqual(len(got), 1)
-        self.assertGreater(got[0].fencing_token, reader.fencing_token)
+        self.assertGreater(got[0].fencing_token, reader_token)
         self.assertEqual(self.third.inspect(name).kind, "exclusive")
         got[0].release()
 
@@ -875,18 +1187,18 @@ class SharedAndPermits(Base):
         a = self.client.acquire(name, permits=2, owner="a")
         b = self.other.acquire(name, permits=2, owner="b")
         with self.assertRaises(dlock.NotAcquired):
-            self.third.acquire(name, permits=2)
+            self.third.acquire(name, permits=2, blocking=False)
         info = self.third.inspect(name)
         self.assertEqual(info.permits, 2)
         self.assertEqual(info.kind, "exclusive")
         self.assertEqual(sorted(h.owner for h in info.holders), ["a", "b"])
         with self.assertRaises(dlock.InvalidArgument) as cm:
-            self.third.acquire(name, permits=3)
+            self.third.acquire(name, permits=3, blocking=False)
         self.assertIn("2 permits", str(cm.exception))
         self.assertIn("3 permits", str(cm.exception))
         for mixed in ({}, {"shared": True}):  # no lock kind on a semaphore while it is held
             with self.assertRaises(dlock.InvalidArgument, msg=str(mixed)):
-                self.third.acquire(name, **mixed)
+                self.third.acquire(name, blocking=False, **mixed)
         a.release()
         c = self.third.acquire(name, permits=2)  # a permit came free
         self.assertGreater(c.fencing_token, b.fencing_token)
@@ -929,12 +1241,15 @@ class NoLeaks(Base):
         gc.collect()
         before = rss_kib()
         t0 = time.monotonic()
+        reused = self.client.lock(name, lease=5, on_lost=lambda lock: None)
         for i in range(10_000):
-            lock = self.client.acquire(name, lease_ms=5000, on_lost=lambda lock: None)
-            if i % 2:
-                lock.release()
+            if i % 3 == 0:
+                self.client.acquire(name, lease_ms=5000, on_lost=lambda lock: None).release()
+            elif i % 3 == 1:
+                with self.client.lock(name, lease=5, on_lost=lambda lock: None):
+                    pass
             else:
-                with lock:
+                with reused:
                     pass
         gc.collect()
         grown = rss_kib() - before
@@ -973,7 +1288,7 @@ class Asyncio(Base):
         async def main():
             async with self.client.alock(name, lease_ms=5000) as lock:
                 self.assertTrue(lock.valid)
-                await lock.aextend(20_000)
+                await lock.aextend(20)
                 self.assertGreater(lock.remaining_ms, 10_000)
             self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
             lock = await self.client.alock(name)  # awaitable too

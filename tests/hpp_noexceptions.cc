@@ -1,0 +1,78 @@
+// dlock.hpp in a translation unit built with -fno-exceptions (tests/CMakeLists.txt): the
+// std::error_code overloads, and Mutex / SharedMutex under the standard's lock types. Linked
+// into dlock_redis_tests beside hpp_test.cc, built with exceptions: the two builds of the
+// header's types live in different inline namespaces, so they do not clash.
+#include "hpp_noexceptions.h"
+
+#include <chrono>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <system_error>
+
+#include "dlock/dlock.hpp"
+
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+#error "hpp_noexceptions.cc must be built with -fno-exceptions"
+#endif
+
+namespace hpp_noexceptions {
+
+bool BuiltWithoutExceptions() { return DLOCK_HPP_EXCEPTIONS == 0; }
+
+std::string Run(const std::string& url) {
+  using namespace std::chrono_literals;
+  std::error_code ec;
+  dlock::Client bad("bogus://x", ec);
+  if (ec != DLOCK_EINVAL || bad) return "bad URL: " + ec.message();
+  if (dlock::last_error().empty()) return "bad URL: no message";
+
+  dlock::Client a(url, ec);
+  if (ec) return "open: " + ec.message() + ": " + dlock::last_error();
+  dlock::Client b(url, ec);
+  if (ec) return "open: " + ec.message();
+
+  dlock::Lock lock = a.acquire("hpp/noexc", dlock::Options().lease(5s), ec);
+  if (ec || !lock || lock.fencing_token() == 0) return "acquire: " + ec.message();
+  dlock::Lock none = b.try_acquire("hpp/noexc", ec);
+  if (ec || none) return "try_acquire of a held lock: " + ec.message();
+  none = b.acquire("hpp/noexc", ec);
+  if (ec != DLOCK_NOT_ACQUIRED || none) return "acquire of a held lock: " + ec.message();
+  lock.extend(-1ms, ec);
+  if (ec != std::errc::invalid_argument) return "extend(-1ms): " + ec.message();
+  lock.release(ec);
+  if (ec) return "release: " + ec.message();
+  lock.release(ec);
+  if (ec != DLOCK_EINVAL) return "second release: " + ec.message();
+  if (a.inspect("hpp/noexc", ec).holders.size() != 0 || ec) return "inspect: " + ec.message();
+
+  dlock::Mutex x(a, "hpp/noexc-x"), y(a, "hpp/noexc-y");
+  dlock::Mutex x2(b, "hpp/noexc-x");
+  {
+    std::scoped_lock both(x, y);
+    if (x.fencing_token() == 0 || y.fencing_token() == 0) return "scoped_lock: no tokens";
+    if (x2.try_lock(ec) || ec) return "try_lock of a held Mutex: " + ec.message();
+    if (x2.try_lock_for(100ms, ec) || ec) return "try_lock_for of a held Mutex: " + ec.message();
+  }
+  if (!x2.try_lock(ec) || ec) return "try_lock after the scoped_lock: " + ec.message();
+  x2.unlock(ec);
+  if (ec) return "unlock: " + ec.message();
+  x2.unlock(ec);
+  if (ec != DLOCK_EINVAL || x2.last_status() != DLOCK_EINVAL) return "unlock when not held: " + ec.message();
+
+  dlock::SharedMutex r1(a, "hpp/noexc-s"), r2(b, "hpp/noexc-s");
+  {
+    std::shared_lock<dlock::SharedMutex> one(r1), two(r2);
+    dlock::Client c(url, ec);
+    dlock::SharedMutex w(c, "hpp/noexc-s");
+    if (w.try_lock(ec) || ec) return "exclusive try_lock beside readers: " + ec.message();
+  }
+  dlock::Client closed(url, ec);
+  dlock::Mutex orphan(closed, "hpp/noexc-o");
+  closed.close();
+  orphan.lock(ec);
+  if (ec != DLOCK_EINVAL) return "lock through a closed Client: " + ec.message();
+  return "";
+}
+
+}  // namespace hpp_noexceptions
