@@ -10,6 +10,11 @@ A thin ctypes layer over libdlock.so. See README.md beside this package for the 
         if lock.acquire(timeout=5):                    # or by hand: False after 5 s
             lock.release()
 
+The URL names the backend (docs/urls.md): redis:// (one Redis server), rediss:// (over TLS),
+redis+unix:// (on a unix socket), redis-cluster:// (a Redis Cluster), redis-sentinel:// (the
+master Sentinel names), redlock:// (a quorum of independent Redis masters), dynamodb:// (a
+DynamoDB table), etcd:// (an etcd v3 cluster). See Client.
+
 Durations are float seconds (lease=, timeout=, heartbeat=, retry=); the integer-millisecond
 keywords (lease_ms=, wait_ms=, ...) are accepted too. Waits are unlimited by default, like
 threading.Lock; timeout= bounds them and blocking=False makes one try.
@@ -18,6 +23,9 @@ it holds raises AlreadyHeld): give each thread or task its own client.lock(name)
 callbacks run on the "dlock-events" thread.
 asyncio: `async with client.lock(...)`, `await lock.aacquire()`, `await lock.arelease()`,
 `await lock.aextend()`, `await client.aacquire(...)` never block the event loop (README.md).
+`async with lock.guard():` also cancels the block if the lock is lost (it leaves with LockLost).
+fork: a forked child gets its own dlock-events thread and queue; a Client inherited from the
+parent raises ForkedClient on use: open a new Client in the child.
 """
 
 import asyncio
@@ -36,8 +44,8 @@ import warnings
 import weakref
 
 from . import _lib
-from ._errors import (AlreadyHeld, AuthError, BackendError, Cancelled, Error, InternalError,
-                      InvalidArgument, NotAcquired, NotHeld, OutOfMemory)
+from ._errors import (AlreadyHeld, AuthError, BackendError, Cancelled, Error, ForkedClient,
+                      InternalError, InvalidArgument, LockLost, NotAcquired, NotHeld, OutOfMemory)
 # dlock.ConnectionError, deliberately left out of __all__ (see there)
 from ._errors import ConnectionError  # noqa: F401, A004
 from ._errors import make as _errors_make
@@ -48,7 +56,7 @@ __all__ = [
     # Not "ConnectionError": `from dlock import *` must not shadow the builtin (which catches
     # dlock.ConnectionError too).
     "Error", "NotAcquired", "NotHeld", "AlreadyHeld", "InvalidArgument", "BackendError",
-    "AuthError", "Cancelled", "OutOfMemory", "InternalError",
+    "AuthError", "Cancelled", "OutOfMemory", "InternalError", "LockLost", "ForkedClient",
     "MAX_NAME_BYTES", "MAX_OWNER_BYTES",
 ]
 __version__ = "0.1.0"
@@ -340,11 +348,11 @@ def _on_lost(arg):
         slot.fire()
 
 
-def _on_async_done(status, arg, handle, message):
+def _on_async_done(status, arg, handle, message, queue):
     entry = _pending.pop(arg, None)
     if entry is None:  # nobody waits any more: give back what we were handed
         if handle:
-            _c.dlock_release_queued(handle, _queue, 0)
+            _c.dlock_release_queued(handle, queue, 0)
         return
     try:
         entry(status, handle, message)
@@ -356,27 +364,97 @@ def _on_async_done(status, arg, handle, message):
 # One dlock_queue per process. The library appends outcomes (async calls, lost locks) and makes
 # its fd readable; the "dlock-events" daemon thread drains it and runs the Python side. So the
 # library's thread never takes the GIL, and a slow on_lost holds up no heartbeat.
+#
+# Both are made on first use (_events()), and again in a child made by fork: fork copies the
+# parent's queue but not its thread, so the child would wait forever for outcomes that the
+# parent's thread (in another process) drains, or nobody does. The child drops the parent's
+# pending state and makes its own queue, thread and wake-up pipe when it first needs them
+# (_after_fork_in_child, and a pid check for forks that bypass os.fork).
 _QUEUE_DONE = 1
 _QUEUE_LOST = 2
 
 
-def _new_queue():
-    q = _lib.c_queue_p()
-    status = _c.dlock_queue_new(ctypes.byref(q))
-    if status != 0:
-        raise OSError(f"dlock: cannot create the completion queue: {_c.dlock_last_error().decode()}")
-    return q
+class _Events:
+    """One process's completion queue, the dlock-events thread that drains it, and the pipe
+    that wakes that thread for _orphans."""
+
+    __slots__ = ("pid", "queue", "wake_r", "wake_w")
+
+    def __init__(self):
+        q = _lib.c_queue_p()
+        status = _c.dlock_queue_new(ctypes.byref(q))
+        if status != 0:
+            raise OSError(f"dlock: cannot create the completion queue: {_c.dlock_last_error().decode()}")
+        self.pid = os.getpid()
+        self.queue = q
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        threading.Thread(target=_drain_forever, args=(self,), name="dlock-events",
+                         daemon=True).start()
+
+    def wake(self):
+        try:
+            os.write(self.wake_w, b"\0")
+        except BlockingIOError:  # the pipe is full: a wake-up is pending anyway
+            pass
 
 
-_queue = _new_queue()
+_events_now = None             # this process's _Events, once made
+_events_mu = threading.Lock()
 
 
-def _give_back(h, slot):
+def _events():
+    """This process's _Events, made on first use (and again after a fork)."""
+    global _events_now
+    ev = _events_now
+    if ev is not None and ev.pid == os.getpid():
+        return ev
+    with _events_mu:
+        if _events_now is not None and _events_now.pid != os.getpid():
+            _forget_parent()  # forked by other means than os.fork (no at-fork hook ran)
+        if _events_now is None:
+            _events_now = _Events()
+        return _events_now
+
+
+def _queue_now():
+    """This process's dlock_queue."""
+    return _events().queue
+
+
+def _forget_parent():
+    """In a forked child: drop what belongs to the parent. Its queue is left alone (not freed:
+    the parent's threads, which are not here, may have held its mutex at the fork), its
+    pending calls and on_lost slots were the parent's, and its orphans are the parent's holds."""
+    global _events_now
+    ev, _events_now = _events_now, None
+    _pending.clear()
+    _lost_slots.clear()
+    _orphans.clear()
+    if ev is not None:
+        for fd in (ev.wake_r, ev.wake_w):  # the parent's wake-up pipe: keep none of its bytes
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _after_fork_in_child():
+    global _events_mu
+    _events_mu = threading.Lock()  # another thread may have held it at the fork
+    _forget_parent()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _give_back(h, slot, queue=None):
     """Releases a lock handle nobody wants, without waiting or raising; its on_lost slot goes
     once the release is done (so on_lost is neither running nor going to run)."""
     op_id = next(_ids)
     _pending[op_id] = lambda status, handle, message: slot and slot.drop()
-    if _c.dlock_release_queued(h, _queue, op_id) != 0:  # e.g. client closed: nothing queued
+    if _c.dlock_release_queued(h, queue if queue is not None else _queue_now(), op_id) != 0:
         _pending.pop(op_id, None)
         if slot is not None:
             slot.drop()
@@ -387,34 +465,31 @@ def _give_back(h, slot):
 # interrupts, possibly between a failed dlock call and its dlock_last_error() read; a dlock call
 # made there would overwrite that thread's message.
 _orphans = collections.deque()
-_wake_r, _wake_w = os.pipe()
-os.set_blocking(_wake_w, False)
 
 
-def _drain_forever():
-    fd = _c.dlock_queue_fd(_queue)
+def _drain_forever(ev):
+    queue = ev.queue
+    fd = _c.dlock_queue_fd(queue)
+    wake_r = ev.wake_r
     tag = ctypes.c_uint64()
     status = _lib.c_status()
     handle = _lib.c_lock_p()
     pop = _c.dlock_queue_pop
     while True:
-        readable, _, _ = select.select([fd, _wake_r], [], [])
-        if _wake_r in readable:
-            os.read(_wake_r, 4096)
+        readable, _, _ = select.select([fd, wake_r], [], [])
+        if wake_r in readable:
+            os.read(wake_r, 4096)
             while _orphans:
-                _give_back(*_orphans.popleft())
+                _give_back(*_orphans.popleft(), queue)
         while True:
-            kind = pop(_queue, ctypes.byref(tag), ctypes.byref(status), ctypes.byref(handle))
+            kind = pop(queue, ctypes.byref(tag), ctypes.byref(status), ctypes.byref(handle))
             if kind <= 0:
                 break
             if kind == _QUEUE_DONE:
                 message = _c.dlock_last_error().decode("utf-8", "replace") if status.value else None
-                _on_async_done(status.value, tag.value, handle.value, message)
+                _on_async_done(status.value, tag.value, handle.value, message, queue)
             elif kind == _QUEUE_LOST:
                 _on_lost(tag.value)
-
-
-threading.Thread(target=_drain_forever, name="dlock-events", daemon=True).start()
 
 
 def _deliver(loop, fut, status, value, message, on_unwanted=None):
@@ -554,7 +629,7 @@ class _Spec:
             slot = None
             if on_lost is not None:
                 slot = _LostSlot(on_lost)
-                _check(_c.dlock_options_set_on_lost_queued(o, _queue, slot.id))
+                _check(_c.dlock_options_set_on_lost_queued(o, _queue_now(), slot.id))
         except BaseException:
             _c.dlock_options_free(o)
             raise
@@ -564,19 +639,38 @@ class _Spec:
 # ----- Client ----------------------------------------------------------------------------------
 
 class Client:
-    """A connection to one backend, named by a URL:
+    """A connection to one backend, named by a URL (docs/urls.md):
 
-        redis://[[user]:password@]host[:port][/db][?prefix=..&connect_timeout_ms=..&timeout_ms=..]
-        redis+unix://[[user]:password@]/path/to.sock[?db=N&...]
+        redis://[[user]:password@]host[:port][/db][?params]           one Redis server
+        rediss://[[user]:password@]host[:port][/db][?params]          one Redis server over TLS
+        redis+unix://[[user]:password@]/path/to.sock[?db=N&params]    one Redis server, unix socket
+        redis-cluster://[[user]:password@]host:port[,host:port...][?params]
+                                                                      a Redis Cluster (seed nodes)
+        redis-sentinel://[[user]:password@]host:port[,...]/MASTER_NAME[?sentinel_password=P&db=N]
+                                                  the master Sentinel names, through failovers
+        redlock://[[user]:password@]host:port,host:port,host:port[,...][?params]
+                                                  a quorum of N >= 3 independent Redis masters
+        dynamodb://TABLE?region=R[&endpoint=URL][&partition_key=K][&sort_key=S]
+                                                  one DynamoDB table
+        etcd://host[:port][,host[:port]...][?params]
+                                                  an etcd v3 cluster (JSON gateway; port 2379)
+
+    params: prefix= (default "dlock:"), connect_timeout_ms= (2000), timeout_ms= (3000), and
+    TLS (tls=1, ca=, cert=, key=, sni=, tls_verify=0) where the scheme has it. Unknown
+    parameters are an InvalidArgument.
 
     Opening connects and authenticates once (raises InvalidArgument, ConnectionError or
     AuthError). Thread-safe. close() (or leaving a `with` block) releases every lock it holds.
+    A Client belongs to the process that opened it: in a child made by fork, using it (or its
+    Locks) raises ForkedClient, and close() releases nothing of the parent's; open a new Client
+    in the child.
     """
 
     def __init__(self, url):
         if not isinstance(url, str):
             raise TypeError(f"url must be str, not {type(url).__name__}")
         self._h = None
+        self._pid = os.getpid()  # the process whose connections and thread these are
         self._mu = threading.Condition(threading.Lock())
         self._inflight = 0
         self._closed = False
@@ -584,6 +678,7 @@ class Client:
         if b"\0" in burl:
             raise InvalidArgument("url must not contain NUL bytes")
         self._url_redacted = _url_shown(burl)
+        _events()  # this process's queue and dlock-events thread, before any lock needs them
         handle = ctypes.c_void_p()
         _check(_c.dlock_client_open(burl, ctypes.byref(handle)))
         self._h = handle.value
@@ -593,7 +688,12 @@ class Client:
     def close(self):
         """Releases every lock this client still holds, closes its connections and stops its
         thread. Waits for calls in progress on other threads. Idempotent. Locks still referenced
-        stay safe to use: their release() then raises NotHeld."""
+        stay safe to use: their release() then raises NotHeld. In a process forked from the one
+        that opened it, only marks it closed: the connections, thread and locks are the
+        parent's, which keeps them."""
+        if self._forked():
+            self._closed, self._h = True, None
+            return
         with self._mu:
             if self._closed:
                 return
@@ -632,9 +732,23 @@ class Client:
             pass
 
     def __repr__(self):
-        return f"<dlock.Client {self._url_redacted}{' closed' if self._closed else ''}>"
+        state = " closed" if self._closed else " inherited across fork" if self._forked() else ""
+        return f"<dlock.Client {self._url_redacted}{state}>"
+
+    def _forked(self):
+        """True in a process forked from the one that opened this client."""
+        return self._pid != os.getpid()
+
+    def _check_process(self):
+        if self._pid != os.getpid():
+            raise ForkedClient(
+                f"dlock.Client {self._url_redacted} was opened in process {self._pid}, and this "
+                f"is process {os.getpid()}, forked from it: the client's connections, thread and "
+                "locks stay with that process. Open a new dlock.Client in this one (after the "
+                "fork, e.g. in gunicorn's post_fork or Celery's worker_process_init)")
 
     def _enter(self):
+        self._check_process()
         with self._mu:
             if self._closed:  # the library's handle is gone: nothing to ask
                 raise InvalidArgument(f"client {self._url_redacted} is closed")
@@ -721,6 +835,7 @@ class Client:
                           _wait_of(blocking, timeout, wait_ms), True)
 
     def _lock(self, name, spec, wait_ms, check):
+        self._check_process()
         lock = Lock(self, name, spec, wait_ms)
         if check:  # the library's own checks of the options (its words), before any acquire
             opts, slot = spec.build(wait_ms, None)
@@ -768,6 +883,68 @@ class Client:
 
 # ----- Lock ------------------------------------------------------------------------------------
 
+class _Guard:
+    """Lock.guard(): `async with` that cancels its task when the lock is lost."""
+
+    __slots__ = ("_lock", "_task", "_active", "_cancelled")
+
+    def __init__(self, lock):
+        self._lock = lock
+        self._task = None
+        self._active = False     # from acquiring until the block is left
+        self._cancelled = False  # the loss cancelled the task
+
+    def _on_lost(self, lock):
+        """On the loop, before the user's on_lost: cancels the task while it runs the block."""
+        if not self._active or self._cancelled:
+            return
+        message = f"dlock: lock {lock.name!r} was lost"
+        try:
+            cancelled = self._task.cancel(message)
+        except TypeError:  # Python 3.8: no message
+            cancelled = self._task.cancel()
+        self._cancelled = cancelled
+
+    def _lost(self, exc_type, exc):
+        """After the loss cancelled the task: LockLost raised, or False to let the block's own
+        exception (or a cancellation from elsewhere) go on."""
+        others = 0
+        uncancel = getattr(self._task, "uncancel", None)  # Python 3.11+
+        if uncancel is not None:
+            others = uncancel()
+        if exc_type is not None and not issubclass(exc_type, asyncio.CancelledError):
+            return False  # the block's own exception goes on
+        if exc_type is not None and others > 0:
+            return False  # cancelled from elsewhere too: that goes on
+        raise LockLost(f"lock {self._lock.name!r} was lost while the block of `async with "
+                       "lock.guard()` ran (expired, deleted or taken over on the server), "
+                       "and the block was cancelled") from exc
+
+    async def __aenter__(self):
+        if self._task is not None:
+            raise RuntimeError("a lock.guard() is entered once: take a new lock.guard()")
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("lock.guard() needs an asyncio task")
+        self._task = task
+        self._active = True
+        try:
+            await self._lock._aacquire(self._lock._wait_ms, True, self._on_lost)
+        except BaseException as e:
+            self._active = False
+            if self._cancelled:  # lost as soon as granted: the acquire gave it back
+                self._lost(type(e), e)
+            raise
+        return self._lock
+
+    async def __aexit__(self, exc_type, exc, tb):
+        self._active = False
+        if not self._cancelled:
+            return await self._lock.__aexit__(exc_type, exc, tb)
+        self._lock._release_async_quietly()  # lost: release() would only say NotHeld
+        return self._lost(exc_type, exc)
+
+
 
 class Lock:
     """One distributed lock, by name: made by Client.lock(name, ...) NOT acquired, and reusable.
@@ -787,6 +964,8 @@ class Lock:
                    before for this name; None while this object holds nothing
     extend(lease=None)  a new lease from now, in seconds (default: the lock's own lease)
     valid, remaining, remaining_ms, attempts, name, released
+    aacquire(), arelease(), aextend(), `async with lock:`   the same for asyncio
+    `async with lock.guard():`   also cancels the block if the lock is lost (then: LockLost)
 
     One object is one holder, like threading.Lock: acquire() while this object holds (or is
     acquiring) raises AlreadyHeld (a RuntimeError), never a silent success. Threads and tasks
@@ -828,6 +1007,7 @@ class Lock:
     def valid(self):
         """True while this object holds the lock, its local deadline holds, and it was not
         found lost."""
+        self._client._check_process()
         with self._mu:
             return bool(self._h) and _c.dlock_lock_is_valid(self._h) == 1
 
@@ -843,6 +1023,7 @@ class Lock:
     @property
     def remaining_ms(self):
         """ms before the local deadline: math.inf for no expiry; 0 while not held or once lost."""
+        self._client._check_process()
         with self._mu:
             if not self._h:
                 return 0
@@ -902,6 +1083,7 @@ class Lock:
 
     def _acquire(self, wait_ms, must, on_lost):
         """must: raise the library's NotAcquired rather than return False."""
+        self._client._check_process()
         self._begin()
         return self._acquire_begun(wait_ms, must, on_lost)
 
@@ -951,6 +1133,7 @@ class Lock:
 
     def _take(self):
         """Takes the handle and its slot out of this Lock: (None, None) if it holds nothing."""
+        self._client._check_process()
         with self._mu:
             h, self._h = self._h, None
             if not h:
@@ -988,6 +1171,7 @@ class Lock:
         lease= / lease_ms=, else 10 s); lease_ms= says it in milliseconds. NotHeld if this
         object does not hold the lock or it was lost."""
         ms = self._extend_ms(lease, lease_ms)
+        self._client._check_process()
         with self._mu:
             if not self._h:
                 raise self._not_held_error()
@@ -1007,9 +1191,18 @@ class Lock:
         awaiting task cancels the acquire; on_lost runs on this event loop."""
         return await self._aacquire(self._wait_arg(blocking, timeout), False)
 
-    async def _aacquire(self, wait_ms, must):
+    async def _aacquire(self, wait_ms, must, guard_on_lost=None):
+        """guard_on_lost: a callback(lock) of guard()'s, run on the loop before the user's."""
+        self._client._check_process()
         loop = asyncio.get_running_loop()
         on_lost = self._spec.on_lost
+        if guard_on_lost is not None:
+            if on_lost is None:
+                on_lost = guard_on_lost
+            else:  # one loop callback: the user's runs right after the cancel, before the task
+                def on_lost(lock, _guard=guard_on_lost, _user=on_lost):
+                    _guard(lock)
+                    _user(lock)
         if on_lost is not None:
             user_on_lost = on_lost
 
@@ -1082,7 +1275,7 @@ class Lock:
             try:
                 h = self._client._enter()
                 try:
-                    status = _c.dlock_acquire_queued(h, self._bname, opts, _queue, op_id)
+                    status = _c.dlock_acquire_queued(h, self._bname, opts, _queue_now(), op_id)
                     err = _error(status) if status != 0 else None
                 finally:
                     self._client._leave()
@@ -1125,7 +1318,7 @@ class Lock:
                 if h:
                     try:
                         # EINVAL if it completed meanwhile: settle() gives back what came
-                        _c.dlock_acquire_cancel_queued(h, _queue, op_id)
+                        _c.dlock_acquire_cancel_queued(h, _queue_now(), op_id)
                     finally:
                         self._client._leave()
             raise
@@ -1147,7 +1340,7 @@ class Lock:
             _deliver(loop, fut, status, None, message)
 
         _pending[op_id] = completed
-        status = _c.dlock_release_queued(h, _queue, op_id)
+        status = _c.dlock_release_queued(h, _queue_now(), op_id)
         if status != 0:  # only argument errors come back here; h was freed either way
             _pending.pop(op_id, None)
             if slot is not None:
@@ -1158,6 +1351,7 @@ class Lock:
     async def aextend(self, lease=None, *, lease_ms=None):
         """extend() without blocking the event loop."""
         ms = self._extend_ms(lease, lease_ms)
+        self._client._check_process()
         loop = asyncio.get_running_loop()
         if not _use_async_c:
             return await loop.run_in_executor(None, lambda: self.extend(lease_ms=ms))
@@ -1168,7 +1362,7 @@ class Lock:
             if not self._h:
                 _pending.pop(op_id, None)
                 raise self._not_held_error()
-            status = _c.dlock_extend_queued(self._h, ms, _queue, op_id)
+            status = _c.dlock_extend_queued(self._h, ms, _queue_now(), op_id)
             if status != 0:
                 _pending.pop(op_id, None)
                 raise _error(status)
@@ -1204,6 +1398,17 @@ class Lock:
                 raise
         return False
 
+    def guard(self):
+        """`async with lock.guard():` acquires as `async with lock:` does, and cancels the task
+        running the block if the lock is found lost while the block runs (on_lost: a heartbeat
+        found it expired, deleted or taken over), so that a lost lock stops the work. Leaving
+        the block releases it. The CancelledError the loss caused leaves the block as LockLost
+        (a NotHeld), so the caller can tell it from any other cancellation: one from elsewhere
+        goes on as CancelledError, and so does the block's own exception. on_lost= callbacks
+        still run, after the cancel. For asyncio only (a thread cannot be cancelled); each
+        `async with` takes a new lock.guard()."""
+        return _Guard(self)
+
     def __await__(self):
         """`lock = await client.alock(...)`: acquires (as `async with` does) and returns it."""
         return self._await_acquired().__await__()
@@ -1215,18 +1420,22 @@ class Lock:
     def __del__(self):
         try:
             if self._h:
+                if self._client._forked():  # the parent's hold: the parent releases it
+                    self._h = self._slot = None
+                    return
                 warnings.warn(f"unreleased {self!r}", ResourceWarning, source=self)
                 h, slot = self._take()
                 if h:  # no dlock call here: see _orphans
                     _orphans.append((h, slot))
-                    try:
-                        os.write(_wake_w, b"\0")
-                    except BlockingIOError:  # the pipe is full: a wake-up is pending anyway
-                        pass
+                    ev = _events_now  # made when the client opened, in this process
+                    if ev is not None and ev.pid == os.getpid():
+                        ev.wake()
         except Exception:
             pass
 
     def __repr__(self):
+        if self._h is not None and self._client._forked():
+            return f"<dlock.Lock {self.name!r} token={self._token} inherited across fork>"
         if self._h is None:
             return f"<dlock.Lock {self.name!r} {'acquiring' if self._busy else 'not held'}>"
         return f"<dlock.Lock {self.name!r} token={self._token} {'held' if self.valid else 'lost'}>"

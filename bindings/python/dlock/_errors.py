@@ -88,6 +88,18 @@ class InternalError(Error):
     status = 9
 
 
+class LockLost(NotHeld):
+    """The lock was found lost while a block guarded by `async with lock.guard():` ran, and the
+    guard cancelled the block: the CancelledError it caused becomes this, so that the caller can
+    tell a lost lock from any other cancellation. A NotHeld (status DLOCK_NOT_HELD)."""
+
+
+class ForkedClient(Error, RuntimeError):
+    """A Client (or a Lock of it) used in a process forked from the one that opened it. Its
+    connections and background thread stay with the parent: open a new Client in the child.
+    No library status: raised by the binding. Also a RuntimeError."""
+
+
 class AlreadyHeld(Error, RuntimeError):
     """acquire() on a Lock object that holds its lock already, or is acquiring it (a Lock is
     not reentrant). No library status: raised by the binding. Also a RuntimeError."""

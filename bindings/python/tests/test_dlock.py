@@ -8,11 +8,14 @@ import asyncio
 import ctypes
 import gc
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import traceback
 import unittest
 import uuid
 import warnings
@@ -1386,6 +1389,232 @@ class Asyncio(Base):
                 await lock.arelease()
 
         asyncio.run(main())
+
+
+class Guard(Base):
+    """`async with lock.guard():` cancels the block when the lock is lost (issue 31, item 4)."""
+
+    def test_a_lost_lock_cancels_the_guarded_block(self):
+        name = unique("guard")
+        key = f"dlock:{{{name}}}"
+        told = []
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            # A lease of 3 s renewed every 150 ms: a renewal finds the key gone well within it.
+            lk = self.client.lock(name, lease=3, heartbeat=0.15, on_lost=told.append)
+            deleted_at = []
+            reached = []
+
+            async def delete_by_hand():
+                await asyncio.sleep(0.3)
+                await loop.run_in_executor(None, cli, "DEL", key)
+                deleted_at.append(time.monotonic())
+
+            with self.assertRaises(dlock.LockLost) as cm:
+                async with lk.guard() as held:
+                    self.assertIs(held, lk)
+                    self.assertTrue(lk.valid)
+                    deleter = asyncio.ensure_future(delete_by_hand())
+                    await asyncio.sleep(60)  # the work: only the loss ends it
+                    reached.append("after the sleep")
+            cancelled_after = time.monotonic() - deleted_at[0]
+            await deleter
+            self.assertEqual(reached, [])
+            self.assertLess(cancelled_after, 3.0, "not cancelled within the lease")
+            self.assertIsInstance(cm.exception, dlock.NotHeld)
+            self.assertEqual(cm.exception.code, "DLOCK_NOT_HELD")
+            self.assertIsInstance(cm.exception.__cause__, asyncio.CancelledError)
+            self.assertIn(repr(name), str(cm.exception))
+            self.assertTrue(lk.released)
+            self.assertEqual(told, [lk])  # on_lost= still runs
+            task = asyncio.current_task()
+            if hasattr(task, "cancelling"):
+                self.assertEqual(task.cancelling(), 0)
+            await asyncio.sleep(0.01)  # the task itself is not cancelled any more
+            async with lk.guard():  # the lock object is reusable
+                self.assertEqual(cli("EXISTS", key), "1")
+            self.assertEqual(cli("EXISTS", key), "0")
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+        self.assertTrue(wait_for(lambda: not dlock._lost_slots and not dlock._pending))
+
+    def test_other_cancellations_and_errors_go_on(self):
+        name = unique("guard")
+        key = f"dlock:{{{name}}}"
+
+        async def main():
+            lk = self.client.lock(name, lease=5, heartbeat=0.15)
+            entered = asyncio.Event()
+
+            async def work():
+                async with lk.guard():
+                    entered.set()
+                    await asyncio.sleep(60)
+
+            task = asyncio.ensure_future(work())
+            await asyncio.wait_for(entered.wait(), 5)
+            task.cancel()  # not a loss: stays a CancelledError, and the lock is released
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            self.assertEqual(cli("EXISTS", key), "0")
+            with self.assertRaises(KeyError):
+                async with lk.guard():
+                    raise KeyError("the block's own")
+            self.assertEqual(cli("EXISTS", key), "0")
+            # lost, and the block raises its own error on being cancelled: that one goes on
+            with self.assertRaises(ValueError):
+                async with lk.guard():
+                    cli("DEL", key)
+                    try:
+                        await asyncio.sleep(60)
+                    except asyncio.CancelledError:
+                        raise ValueError("cleanup failed")
+            self.assertTrue(lk.released)
+            guard = lk.guard()
+            async with guard:
+                pass
+            with self.assertRaises(RuntimeError):  # one guard, one block
+                async with guard:
+                    pass
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def _forked_child(say, inherited, inherited_lock):
+    """What test_forked_child_acquires_loses_and_is_told runs in the child: says one line per
+    step through say(); every wait is bounded."""
+    with dlock.Client(URL) as client:  # a client of its own
+        name = unique("fork-sync")
+        lost = threading.Event()
+        lk = client.acquire(name, lease=3, heartbeat=0.15, on_lost=lambda lock: lost.set())
+        cli("DEL", f"dlock:{{{name}}}")
+        say("sync " + ("ok" if lost.wait(5) else "on_lost never ran"))
+        try:
+            lk.release()
+        except dlock.NotHeld:
+            pass
+
+        async def asynchronous():
+            loop = asyncio.get_running_loop()
+            name = unique("fork-async")
+            told = loop.create_future()
+            try:
+                lk = await asyncio.wait_for(client.aacquire(
+                    name, lease=3, heartbeat=0.15,
+                    on_lost=lambda lock: told.done() or told.set_result(lock)), 5)
+            except asyncio.TimeoutError:
+                return "aacquire never completed"
+            cli("DEL", f"dlock:{{{name}}}")
+            try:
+                await asyncio.wait_for(told, 5)
+            except asyncio.TimeoutError:
+                return "on_lost never ran"
+            try:
+                await asyncio.wait_for(lk.arelease(), 5)
+            except dlock.NotHeld:
+                pass
+            return "ok"
+
+        say("async " + asyncio.run(asynchronous()))
+
+    # The parent's client and lock refuse every use, and a close releases nothing of the parent's.
+    for what, use in (("acquire", lambda: inherited.acquire(unique("fork-x"), blocking=False)),
+                      ("lock", lambda: inherited.lock("x")),
+                      ("inspect", lambda: inherited.inspect("x")),
+                      ("release", inherited_lock.release),
+                      ("extend", lambda: inherited_lock.extend(5)),
+                      ("valid", lambda: inherited_lock.valid)):
+        try:
+            use()
+        except dlock.ForkedClient as e:
+            message = str(e)
+            good = "fork" in message and "new dlock.Client" in message
+            say(f"inherited-{what} " + ("ok" if good else "unclear: " + message))
+        except BaseException as e:
+            say(f"inherited-{what} raised {type(e).__name__}: {e}")
+        else:
+            say(f"inherited-{what} worked in the child")
+    say("repr " + ("ok" if "fork" in repr(inherited) and "fork" in repr(inherited_lock)
+                   else repr(inherited)))
+    inherited.close()
+    say("close ok")
+
+
+class Fork(unittest.TestCase):
+    """A child made by fork (gunicorn --preload, Celery prefork, multiprocessing's fork) of a
+    process that used dlock (issue 31, item 5)."""
+
+    def test_forked_child_acquires_loses_and_is_told(self):
+        client = dlock.Client(URL)
+        self.addCleanup(client.close)
+        # The parent uses dlock first: a hold with on_lost (the completion queue and its
+        # thread), and asyncio. It still holds a lock at the fork.
+        held = client.acquire(unique("fork-parent"), lease=10, on_lost=lambda lock: None)
+        self.addCleanup(lambda: held.released or held.release())
+
+        async def use_async():
+            lk = await client.aacquire(unique("fork-parent"), lease=5)
+            await lk.arelease()
+
+        asyncio.run(use_async())
+        r, w = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+            pid = os.fork()
+        if pid == 0:  # the child: reports through the pipe, never returns into unittest
+            code = 1
+            try:
+                os.close(r)
+                _forked_child(lambda line: os.write(w, (line + "\n").encode()), client, held)
+                code = 0
+            except BaseException:
+                os.write(w, ("child raised: " + traceback.format_exc()).encode())
+            finally:
+                os._exit(code)
+        os.close(w)
+        out, status = b"", None
+        deadline = time.monotonic() + 45
+        try:
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    break
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                out += chunk
+            while status is None and time.monotonic() < deadline + 5:
+                got, st = os.waitpid(pid, os.WNOHANG)
+                if got:
+                    status = st
+                else:
+                    time.sleep(0.02)
+        finally:
+            os.close(r)
+            if status is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        report = out.decode(errors="replace")
+        self.assertIsNotNone(status, f"the child hung; it said:\n{report}")
+        lines = dict(line.split(" ", 1) for line in report.splitlines() if " " in line)
+        for step in ("sync", "async", "inherited-acquire", "inherited-lock", "inherited-inspect",
+                     "inherited-release", "inherited-extend", "inherited-valid", "repr", "close"):
+            self.assertEqual(lines.get(step, "").split(" ")[0], "ok",
+                             f"child step {step!r}; it said:\n{report}")
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, report)
+        # The parent's hold is untouched, and its queue, thread and client still work.
+        self.assertTrue(held.valid)
+        self.assertEqual(cli("EXISTS", f"dlock:{{{held.name}}}"), "1")
+        asyncio.run(asyncio.wait_for(use_async(), 10))
+        lost = threading.Event()
+        lk = client.acquire(unique("fork-parent"), lease=3, heartbeat=0.15,
+                            on_lost=lambda lock: lost.set())
+        cli("DEL", f"dlock:{{{lk.name}}}")
+        self.assertTrue(lost.wait(5), "the parent's on_lost never ran after the fork")
+        with self.assertRaises(dlock.NotHeld):
+            lk.release()
+        held.release()
 
 
 if __name__ == "__main__":
