@@ -1,6 +1,7 @@
 """The PEP 517 build backend of the dlock Python binding: writes its wheel and sdist itself.
 
-The binding is pure Python (ctypes over libdlock.so), so a wheel is a zip of dlock/*.py and
+The binding is pure Python (ctypes over libdlock.so), so a wheel is a zip of dlock/*.py,
+dlock/py.typed (PEP 561: the package's inline type annotations are for type checkers) and
 three metadata files. Writing them here needs nothing installed: pyproject.toml's
 [build-system] requires nothing, so `pip install --no-index ./bindings/python` works offline in
 any virtualenv, build isolation or not. (setuptools' backend needs setuptools in the build
@@ -79,12 +80,12 @@ def _dist_name(p):
 
 
 def _package_files():
-    """dlock/**.py, sorted, as (path in the archive, path on disk)."""
+    """dlock/**.py and dlock/py.typed, sorted, as (path in the archive, path on disk)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, PACKAGE)):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         for name in filenames:
-            if name.endswith(".py"):
+            if name.endswith(".py") or name == "py.typed":
                 disk = os.path.join(dirpath, name)
                 found.append((os.path.relpath(disk, ROOT).replace(os.sep, "/"), disk))
     return sorted(found)

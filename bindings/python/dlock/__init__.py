@@ -42,12 +42,15 @@ import threading
 import traceback
 import warnings
 import weakref
+from types import TracebackType
+from typing import (Any, Callable, Deque, Dict, FrozenSet, Generator, List, Literal, NamedTuple,
+                    Optional, Sequence, Tuple, Type, Union)
 
 from . import _lib
 from ._errors import (AlreadyHeld, AuthError, BackendError, Cancelled, Error, ForkedClient,
                       InternalError, InvalidArgument, LockLost, NotAcquired, NotHeld, OutOfMemory)
 # dlock.ConnectionError, deliberately left out of __all__ (see there)
-from ._errors import ConnectionError  # noqa: F401, A004
+from ._errors import ConnectionError as ConnectionError  # noqa: F401, A004
 from ._errors import make as _errors_make
 from ._errors import name_codes as _name_codes
 
@@ -59,17 +62,18 @@ __all__ = [
     "AuthError", "Cancelled", "OutOfMemory", "InternalError", "LockLost", "ForkedClient",
     "MAX_NAME_BYTES", "MAX_OWNER_BYTES",
 ]
-__version__ = "0.1.0"
+__version__: str = "0.1.0"
 
 _U64_MAX = 2**64 - 1
 _U32_MAX = 2**32 - 1
 _I64_MIN, _I64_MAX = -2**63, 2**63 - 1
 
+library_path: str  # the libdlock file loaded
 _c, library_path = _lib.load()
 
 # The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
-MAX_NAME_BYTES = int(_c.dlock_limit_value(0))   # DLOCK_LIMIT_NAME_BYTES
-MAX_OWNER_BYTES = int(_c.dlock_limit_value(1))  # DLOCK_LIMIT_OWNER_BYTES
+MAX_NAME_BYTES: int = int(_c.dlock_limit_value(0))   # DLOCK_LIMIT_NAME_BYTES
+MAX_OWNER_BYTES: int = int(_c.dlock_limit_value(1))  # DLOCK_LIMIT_OWNER_BYTES
 # The longest lease (and heartbeat period) the library takes (DLOCK_LIMIT_LEASE_MS, dlock.h's
 # "At most 10 years"), and how its messages word that bound. Only for errors about values a
 # uint64_t cannot carry; every other value reaches the library's own checks.
@@ -89,9 +93,9 @@ _CAPABILITIES = {0x1: "fencing_strict", 0x2: "notifies", 0x4: "shared", 0x8: "pe
 _use_async_c = os.environ.get("DLOCK_PY_FORCE_THREADS") != "1"
 
 
-def version():
+def version() -> str:
     """The loaded library's version, "MAJOR.MINOR.PATCH"."""
-    return _c.dlock_version().decode()
+    return str(_c.dlock_version().decode())
 
 
 def _status_name(status):
@@ -153,6 +157,12 @@ class _Unset:
 
 
 _UNSET = _Unset()
+
+# The types of the public signatures (the binding ships py.typed; tests/typed_example.py is
+# checked with mypy --strict). Names: str or bytes (a bytearray or memoryview is taken too).
+_Name = Union[str, bytes]
+_Kind = Literal["exclusive", "shared"]
+_OnLost = Callable[["Lock"], object]
 _DEFAULT_LEASE_MS = 10_000  # the library's default lease (dlock.h), for extend() with no lease
 
 
@@ -300,8 +310,9 @@ def _check(status):
 # The library gets small integer tags, never Python objects; these dicts map the tags back.
 
 _ids = itertools.count(1)
-_lost_slots = {}      # id -> _LostSlot, from acquire until release has returned
-_pending = {}         # id -> callable(status, handle, message), for async completions
+_lost_slots: "Dict[int, _LostSlot]" = {}  # id -> _LostSlot, from acquire until release has returned
+# id -> callable(status, handle, message), for async completions
+_pending: Dict[int, Callable[[int, Any, Any], None]] = {}
 
 
 class _LostSlot:
@@ -464,7 +475,7 @@ def _give_back(h, slot, queue=None):
 # for the dlock-events thread to release. A finalizer runs on whatever thread the collector
 # interrupts, possibly between a failed dlock call and its dlock_last_error() read; a dlock call
 # made there would overwrite that thread's message.
-_orphans = collections.deque()
+_orphans: "Deque[Tuple[Any, Optional[_LostSlot]]]" = collections.deque()
 
 
 def _drain_forever(ev):
@@ -514,7 +525,12 @@ def _deliver(loop, fut, status, value, message, on_unwanted=None):
 
 # ----- inspection ------------------------------------------------------------------------------
 
-Holder = collections.namedtuple("Holder", "owner remaining_ms fencing_token")
+class Holder(NamedTuple):
+    owner: Optional[str]
+    remaining_ms: Optional[int]
+    fencing_token: Optional[int]
+
+
 Holder.__doc__ = """One holder of a lock, as Client.inspect saw it.
 
 owner          its label (acquire's owner=), or None when it set none
@@ -522,7 +538,12 @@ remaining_ms   its remaining lease as the server sees it, in ms; None for no exp
 fencing_token  the token of its acquisition (int); None when the backend does not know it
 """
 # permits came later: last, with a default, so LockInfo(kind, holders) still makes one.
-LockInfo = collections.namedtuple("LockInfo", "kind holders permits", defaults=(0,))
+class LockInfo(NamedTuple):
+    kind: Union[str, int]  # an int only for a kind newer than this binding
+    holders: List[Holder]
+    permits: int = 0
+
+
 LockInfo.__doc__ = """Who holds a lock: Client.inspect's answer.
 
 kind     "exclusive" or "shared": the kind of hold the holders have ("exclusive" when free and
@@ -666,7 +687,7 @@ class Client:
     in the child.
     """
 
-    def __init__(self, url):
+    def __init__(self, url: str) -> None:
         if not isinstance(url, str):
             raise TypeError(f"url must be str, not {type(url).__name__}")
         self._h = None
@@ -685,7 +706,7 @@ class Client:
 
     # -- lifetime
 
-    def close(self):
+    def close(self) -> None:
         """Releases every lock this client still holds, closes its connections and stops its
         thread. Waits for calls in progress on other threads. Idempotent. Locks still referenced
         stay safe to use: their release() then raises NotHeld. In a process forked from the one
@@ -704,42 +725,42 @@ class Client:
         if h:
             _c.dlock_client_close(h)
 
-    async def aclose(self):
+    async def aclose(self) -> None:
         """close() in a worker thread."""
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "Client":
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             if not self._closed and self._h:
                 self.close()
         except Exception:
             pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = " closed" if self._closed else " inherited across fork" if self._forked() else ""
         return f"<dlock.Client {self._url_redacted}{state}>"
 
-    def _forked(self):
+    def _forked(self) -> bool:
         """True in a process forked from the one that opened this client."""
         return self._pid != os.getpid()
 
-    def _check_process(self):
+    def _check_process(self) -> None:
         if self._pid != os.getpid():
             raise ForkedClient(
                 f"dlock.Client {self._url_redacted} was opened in process {self._pid}, and this "
@@ -764,7 +785,7 @@ class Client:
     # -- inspection
 
     @property
-    def capabilities(self):
+    def capabilities(self) -> FrozenSet[str]:
         """What this client's backend offers, as a frozenset of names (dlock_client_capabilities):
         "fencing_strict" (tokens strictly increasing under every fault its docs list),
         "notifies" (waiters woken by releases), "shared" (kind="shared"), "permits"."""
@@ -775,7 +796,7 @@ class Client:
             self._leave()
         return frozenset(name for bit, name in _CAPABILITIES.items() if bits & bit)
 
-    def inspect(self, name):
+    def inspect(self, name: _Name) -> LockInfo:
         """Who holds the lock called `name` now: a LockInfo(kind, holders, permits), holders being a
         list of Holder(owner, remaining_ms, fencing_token) (empty when free), permits the
         semaphore's size (0 for a lock or a free name). A snapshot read from the server in one
@@ -796,15 +817,21 @@ class Client:
         finally:
             _c.dlock_info_free(out)
 
-    async def ainspect(self, name):
+    async def ainspect(self, name: _Name) -> LockInfo:
         """inspect() in a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(None, self.inspect, name)
 
     # -- locks
 
-    def lock(self, name, *, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None,
-             retry=None, owner=None, on_lost=None, kind=None, permits=None, shared=None,
-             fair=None, lease_ms=None, wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None):
+    def lock(self, name: _Name, *, blocking: Union[bool, _Unset] = _UNSET,
+             timeout: Union[float, None, _Unset] = _UNSET, lease: Optional[float] = None,
+             heartbeat: Optional[float] = None, retry: Optional[Sequence[float]] = None,
+             owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
+             kind: Optional[_Kind] = None, permits: Optional[int] = None,
+             shared: Optional[bool] = None, fair: Optional[bool] = None,
+             lease_ms: Optional[int] = None, wait_ms: Union[int, None, _Unset] = _UNSET,
+             heartbeat_ms: Optional[int] = None,
+             retry_ms: Optional[Sequence[int]] = None) -> "Lock":
         """A Lock for the name `name` (str or bytes, 1..MAX_NAME_BYTES bytes), NOT acquired yet:
         `with lock:` (or `async with lock:`) acquires it on entry and releases it on exit, every
         time the block runs; lock.acquire() / lock.release() do the same by hand. Nothing is
@@ -834,7 +861,7 @@ class Client:
                                       shared, fair, lease_ms, heartbeat_ms, retry_ms),
                           _wait_of(blocking, timeout, wait_ms), True)
 
-    def _lock(self, name, spec, wait_ms, check):
+    def _lock(self, name: _Name, spec: "_Spec", wait_ms: int, check: bool) -> "Lock":
         self._check_process()
         lock = Lock(self, name, spec, wait_ms)
         if check:  # the library's own checks of the options (its words), before any acquire
@@ -843,7 +870,7 @@ class Client:
                 _c.dlock_options_free(opts)
         return lock
 
-    def _unchecked_lock(self, name, options):
+    def _unchecked_lock(self, name: _Name, options: Any) -> "Lock":
         """lock() for a lock acquired at once: the library checks the options then."""
         def parse(*, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None, retry=None,
                   owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None,
@@ -853,7 +880,7 @@ class Client:
                               _wait_of(blocking, timeout, wait_ms), False)
         return parse(**options)
 
-    def acquire(self, name, **options):
+    def acquire(self, name: _Name, **options: Any) -> "Lock":
         """client.lock(name, **options), acquired: returns the held Lock, or raises NotAcquired
         (also a TimeoutError) when the wait ran out. Waits without limit unless timeout= or
         blocking=False says otherwise. Blocks the calling thread only (the GIL is released while
@@ -864,7 +891,7 @@ class Client:
 
     # -- asyncio
 
-    async def aacquire(self, name, **options):
+    async def aacquire(self, name: _Name, **options: Any) -> "Lock":
         """acquire() for asyncio: waits without blocking the event loop or holding a thread
         (the library's async API and completion queue; with DLOCK_PY_FORCE_THREADS=1, a worker
         thread per waiting call). Returns the held Lock, or raises NotAcquired.
@@ -874,7 +901,7 @@ class Client:
         await lock._aacquire(lock._wait_ms, True)
         return lock
 
-    def alock(self, name, **options):
+    def alock(self, name: _Name, **options: Any) -> "Lock":
         """The same as lock(): `async with client.alock(name, ...) as lock:` acquires without
         blocking the event loop and releases on the way out. Awaiting the Lock acquires it too:
         `lock = await client.alock(...)`."""
@@ -888,9 +915,9 @@ class _Guard:
 
     __slots__ = ("_lock", "_task", "_active", "_cancelled")
 
-    def __init__(self, lock):
+    def __init__(self, lock: "Lock") -> None:
         self._lock = lock
-        self._task = None
+        self._task: "Optional[asyncio.Task[Any]]" = None
         self._active = False     # from acquiring until the block is left
         self._cancelled = False  # the loss cancelled the task
 
@@ -905,7 +932,8 @@ class _Guard:
             cancelled = self._task.cancel()
         self._cancelled = cancelled
 
-    def _lost(self, exc_type, exc):
+    def _lost(self, exc_type: Optional[Type[BaseException]],
+              exc: Optional[BaseException]) -> Literal[False]:
         """After the loss cancelled the task: LockLost raised, or False to let the block's own
         exception (or a cancellation from elsewhere) go on."""
         others = 0
@@ -920,7 +948,7 @@ class _Guard:
                        "lock.guard()` ran (expired, deleted or taken over on the server), "
                        "and the block was cancelled") from exc
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "Lock":
         if self._task is not None:
             raise RuntimeError("a lock.guard() is entered once: take a new lock.guard()")
         task = asyncio.current_task()
@@ -937,7 +965,9 @@ class _Guard:
             raise
         return self._lock
 
-    async def __aexit__(self, exc_type, exc, tb):
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> Literal[False]:
         self._active = False
         if not self._cancelled:
             return await self._lock.__aexit__(exc_type, exc, tb)
@@ -976,7 +1006,9 @@ class Lock:
     __slots__ = ("_client", "_spec", "_wait_ms", "_bname", "_h", "_mu", "_slot", "_busy",
                  "_token", "_attempts", "name", "__weakref__")
 
-    def __init__(self, client, name, spec, wait_ms):
+    name: _Name  # the name as given to client.lock()
+
+    def __init__(self, client: Client, name: _Name, spec: _Spec, wait_ms: int) -> None:
         self._bname = _name_arg(name)
         self._client = client   # keeps the client (and so its locks) alive while this lock is
         self._spec = spec
@@ -992,36 +1024,36 @@ class Lock:
     # -- state
 
     @property
-    def fencing_token(self):
+    def fencing_token(self) -> Optional[int]:
         """The fencing token of this object's current hold (int), or None when it holds
         nothing (never acquired, or released). A hold found lost keeps its token until
         release(): pass it on only while owned()."""
         return self._token
 
     @property
-    def attempts(self):
+    def attempts(self) -> int:
         """How many tries the last acquire took (1 = first try; 0 before any)."""
         return self._attempts
 
     @property
-    def valid(self):
+    def valid(self) -> bool:
         """True while this object holds the lock, its local deadline holds, and it was not
         found lost."""
         self._client._check_process()
         with self._mu:
             return bool(self._h) and _c.dlock_lock_is_valid(self._h) == 1
 
-    def owned(self):
+    def owned(self) -> bool:
         """True while this object holds the lock (valid): no round trip."""
         return self.valid
 
-    def locked(self):
+    def locked(self) -> bool:
         """True when someone, this object or anyone else, holds the name now (Client.inspect:
         one round trip, a snapshot stale as soon as it returns)."""
         return bool(self._client.inspect(self._bname).holders)
 
     @property
-    def remaining_ms(self):
+    def remaining_ms(self) -> float:
         """ms before the local deadline: math.inf for no expiry; 0 while not held or once lost."""
         self._client._check_process()
         with self._mu:
@@ -1031,13 +1063,13 @@ class Lock:
         return math.inf if left == _I64_MAX else left
 
     @property
-    def remaining(self):
+    def remaining(self) -> float:
         """remaining_ms in seconds (float)."""
         left = self.remaining_ms
         return left if left == math.inf else left / 1000
 
     @property
-    def released(self):
+    def released(self) -> bool:
         """True while this object holds nothing (not acquired yet, or released)."""
         return self._h is None
 
@@ -1074,7 +1106,7 @@ class Lock:
             blocking = True
         return _wait_of(blocking, _UNSET if timeout is None else timeout, _UNSET)
 
-    def acquire(self, blocking=None, timeout=None):
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = None) -> bool:
         """Acquires the lock: True once held, False when the wait ran out (blocking=True,
         timeout=S seconds; -1 = no limit) or the one try failed (blocking=False). With no
         argument, waits as client.lock(...) said (by default without limit). Raises AlreadyHeld
@@ -1146,7 +1178,7 @@ class Lock:
         return NotHeld(f"lock {self.name!r} is not held by this Lock object (never acquired, "
                        "or already released)")
 
-    def release(self):
+    def release(self) -> None:
         """Releases the lock. Raises NotHeld if this object does not hold it, or if the hold
         had been lost (expired, taken over, released by Client.close); this object holds
         nothing afterwards either way, and may acquire again."""
@@ -1166,7 +1198,7 @@ class Lock:
             ms = self._spec.lease_ms if self._spec.lease_ms is not None else _DEFAULT_LEASE_MS
         return ms
 
-    def extend(self, lease=None, *, lease_ms=None):
+    def extend(self, lease: Optional[float] = None, *, lease_ms: Optional[int] = None) -> None:
         """Sets the lease to `lease` seconds from now (0 = no expiry; default: this lock's
         lease= / lease_ms=, else 10 s); lease_ms= says it in milliseconds. NotHeld if this
         object does not hold the lock or it was lost."""
@@ -1185,7 +1217,8 @@ class Lock:
 
     # -- asyncio
 
-    async def aacquire(self, blocking=None, timeout=None):
+    async def aacquire(self, blocking: Optional[bool] = None,
+                       timeout: Optional[float] = None) -> bool:
         """acquire() for asyncio: waits without blocking the event loop (and holds no thread:
         the library's async API). True once held, False when the wait ran out. Cancelling the
         awaiting task cancels the acquire; on_lost runs on this event loop."""
@@ -1323,7 +1356,7 @@ class Lock:
                         self._client._leave()
             raise
 
-    async def arelease(self):
+    async def arelease(self) -> None:
         """release() without blocking the event loop."""
         loop = asyncio.get_running_loop()
         if not _use_async_c:
@@ -1348,7 +1381,8 @@ class Lock:
             raise _error(status)
         await fut
 
-    async def aextend(self, lease=None, *, lease_ms=None):
+    async def aextend(self, lease: Optional[float] = None, *,
+                      lease_ms: Optional[int] = None) -> None:
         """extend() without blocking the event loop."""
         ms = self._extend_ms(lease, lease_ms)
         self._client._check_process()
@@ -1370,11 +1404,12 @@ class Lock:
 
     # -- context managers: acquire on entry, release on exit, every time
 
-    def __enter__(self):
+    def __enter__(self) -> "Lock":
         self._acquire(self._wait_ms, True, self._spec.on_lost)
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         if self._h is None:  # released inside the block
             return False
         try:
@@ -1384,11 +1419,13 @@ class Lock:
                 raise  # a lost lock is never silent
         return False
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "Lock":
         await self._aacquire(self._wait_ms, True)
         return self
 
-    async def __aexit__(self, exc_type, exc, tb):
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> Literal[False]:
         if self._h is None:
             return False
         try:
@@ -1398,7 +1435,7 @@ class Lock:
                 raise
         return False
 
-    def guard(self):
+    def guard(self) -> _Guard:
         """`async with lock.guard():` acquires as `async with lock:` does, and cancels the task
         running the block if the lock is found lost while the block runs (on_lost: a heartbeat
         found it expired, deleted or taken over), so that a lost lock stops the work. Leaving
@@ -1409,15 +1446,15 @@ class Lock:
         `async with` takes a new lock.guard()."""
         return _Guard(self)
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, "Lock"]:
         """`lock = await client.alock(...)`: acquires (as `async with` does) and returns it."""
         return self._await_acquired().__await__()
 
-    async def _await_acquired(self):
+    async def _await_acquired(self) -> "Lock":
         await self._aacquire(self._wait_ms, True)
         return self
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             if self._h:
                 if self._client._forked():  # the parent's hold: the parent releases it
@@ -1433,7 +1470,7 @@ class Lock:
         except Exception:
             pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self._h is not None and self._client._forked():
             return f"<dlock.Lock {self.name!r} token={self._token} inherited across fork>"
         if self._h is None:

@@ -6,6 +6,7 @@ is loaded. A status this binding has no class for (one a newer library added) is
 carrying the library's name for it."""
 
 import builtins
+from typing import Callable, Dict, Optional, Type
 
 
 class Error(Exception):
@@ -16,10 +17,11 @@ class Error(Exception):
     str(e)  dlock_last_error()'s message: what went wrong, naming the argument or address
     """
 
-    status = None
-    code = None
+    status: Optional[int] = None
+    code: Optional[str] = None
 
-    def __init__(self, message="", status=None, code=None):
+    def __init__(self, message: str = "", status: Optional[int] = None,
+                 code: Optional[str] = None) -> None:
         super().__init__(message)
         if status is not None:
             self.status = status
@@ -27,8 +29,8 @@ class Error(Exception):
             self.code = code
 
     @property
-    def message(self):
-        return self.args[0] if self.args else ""
+    def message(self) -> str:
+        return self.args[0] if self.args else ""  # type: ignore[no-any-return]
 
 
 class NotAcquired(Error, builtins.TimeoutError):
@@ -36,7 +38,8 @@ class NotAcquired(Error, builtins.TimeoutError):
     TimeoutError."""
     status = 1
 
-    def __init__(self, message="", status=None, code=None):
+    def __init__(self, message: str = "", status: Optional[int] = None,
+                 code: Optional[str] = None) -> None:
         # builtins.TimeoutError is an OSError: give it one argument so str(e) is the message.
         Error.__init__(self, message, status, code)
 
@@ -58,7 +61,8 @@ class ConnectionError(Error, builtins.ConnectionError):  # noqa: A001 (dlock.Con
     catches this one too); say dlock.ConnectionError."""
     status = 4
 
-    def __init__(self, message="", status=None, code=None):
+    def __init__(self, message: str = "", status: Optional[int] = None,
+                 code: Optional[str] = None) -> None:
         # builtins.ConnectionError is an OSError: give it one argument so str(e) is the message.
         Error.__init__(self, message, status, code)
 
@@ -105,20 +109,20 @@ class AlreadyHeld(Error, RuntimeError):
     not reentrant). No library status: raised by the binding. Also a RuntimeError."""
 
 
-BY_STATUS = {
-    cls.status: cls
+BY_STATUS: Dict[int, Type[Error]] = {
+    cls.status: cls  # type: ignore[misc]  # each of these classes has a status
     for cls in (NotAcquired, NotHeld, InvalidArgument, ConnectionError, BackendError, AuthError,
                 Cancelled, OutOfMemory, InternalError)
 }
 
 
-def name_codes(status_name):
+def name_codes(status_name: Callable[[int], str]) -> None:
     """Sets each class's code to status_name(its status): the library's name for it."""
     for status, cls in BY_STATUS.items():
         cls.code = status_name(status)
 
 
-def make(status, message, code):
+def make(status: int, message: str, code: str) -> Error:
     """The exception for a dlock_status number and the library's name for it (code); numbers
     without a class give a plain Error. An empty message becomes the code."""
     cls = BY_STATUS.get(status, Error)

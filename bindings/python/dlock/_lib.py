@@ -12,12 +12,13 @@ import ctypes
 import os
 import shutil
 import subprocess
+from typing import List, Tuple
 
 SONAME = "libdlock.so.0"
 SUPPORTED_MAJOR = 0
 
 
-def _candidates():
+def _candidates() -> Tuple[List[Tuple[str, str]], bool]:
     env = os.environ.get("DLOCK_LIBRARY")
     if env:
         # An explicit choice is final: a wrong path is an error, not a reason to look elsewhere.
@@ -42,7 +43,7 @@ def _candidates():
     return found, False
 
 
-def load():
+def load() -> Tuple[ctypes.CDLL, str]:
     """Returns (ctypes.CDLL, path) for libdlock, or raises OSError naming every place tried."""
     candidates, explicit = _candidates()
     tried = []

@@ -42,7 +42,7 @@ class Backend(unittest.TestCase):
             files = {n: z.read(n) for n in z.namelist()}
         info = f"dlock-{version}.dist-info"
         self.assertEqual(sorted(n for n in files if n.startswith("dlock/")),
-                         ["dlock/__init__.py", "dlock/_errors.py", "dlock/_lib.py"])
+                         ["dlock/__init__.py", "dlock/_errors.py", "dlock/_lib.py", "dlock/py.typed"])
         self.assertIn(f"Version: {version}\n", files[f"{info}/METADATA"].decode())
         self.assertIn("Tag: py3-none-any\n", files[f"{info}/WHEEL"].decode())
         rows = list(csv.reader(io.StringIO(files[f"{info}/RECORD"].decode())))

@@ -1,0 +1,166 @@
+"""An example that uses every public name of dlock, for type checkers.
+
+suite.sh checks it with `mypy --strict` against the installed package (its inline annotations
+and py.typed), then runs it against the suite's Redis: python3 tests/typed_example.py URL.
+The explicit annotations on the left of each `=` are the point: mypy --strict checks that
+dlock's own types agree with them. Not a unittest module (no test_ prefix).
+"""
+
+import asyncio
+import sys
+from typing import FrozenSet, List, Optional, Tuple, Type, Union
+
+import dlock
+from dlock import (MAX_NAME_BYTES, MAX_OWNER_BYTES, AlreadyHeld, AuthError, BackendError,
+                   Cancelled, Client, Error, ForkedClient, Holder, InternalError,
+                   InvalidArgument, Lock, LockInfo, LockLost, NotAcquired, NotHeld, OutOfMemory,
+                   library_path, version)
+
+# Every status class, each a dlock.Error (dlock.ConnectionError is not in __all__).
+ERRORS: Tuple[Type[Error], ...] = (
+    NotAcquired, NotHeld, AlreadyHeld, InvalidArgument, BackendError, AuthError, Cancelled,
+    OutOfMemory, InternalError, LockLost, ForkedClient, dlock.ConnectionError,
+)
+
+
+def on_lost(lock: Lock) -> None:
+    print("lost", lock.name, file=sys.stderr)
+
+
+def describe(info: LockInfo) -> str:
+    kind: Union[str, int] = info.kind
+    holders: List[Holder] = info.holders
+    permits: int = info.permits
+    parts = [f"kind={kind} permits={permits}"]
+    for h in holders:
+        owner: Optional[str] = h.owner
+        left: Optional[int] = h.remaining_ms
+        token: Optional[int] = h.fencing_token
+        parts.append(f"{owner}: {left} ms, token {token}")
+    return "; ".join(parts)
+
+
+def sync_part(client: Client, prefix: str) -> None:
+    caps: FrozenSet[str] = client.capabilities
+    closed: bool = client.closed
+
+    # lock(): not acquired yet; `with` acquires and releases, every time.
+    lk: Lock = client.lock(prefix + "sync", lease=5.0, heartbeat=1, retry=(0.01, 0.2),
+                           owner="typed-example", on_lost=on_lost, timeout=10, fair=True)
+    with lk as held:
+        token: Optional[int] = held.fencing_token
+        assert token is not None and lk.owned() and lk.locked()
+        attempts: int = lk.attempts
+        valid: bool = lk.valid
+        left_ms: float = lk.remaining_ms
+        left_s: float = lk.remaining
+        lk.extend(3.5)
+        lk.extend(lease_ms=4000)
+        print("sync:", token, attempts, valid, left_ms, left_s, closed, sorted(caps))
+        print(describe(client.inspect(prefix + "sync")))
+    released: bool = lk.released
+    assert released
+
+    # acquire() by hand: True or False, like threading.Lock.
+    if lk.acquire(timeout=2.5):
+        try:
+            other = client.lock(prefix + "sync", blocking=False)
+            got: bool = other.acquire()
+            assert not got
+            try:
+                lk.acquire(blocking=False)
+            except AlreadyHeld as e:
+                status: Optional[int] = e.status
+                code: Optional[str] = e.code
+                message: str = e.message
+                print("already held:", status, code, message)
+        finally:
+            lk.release()
+
+    # Client.acquire(): acquired at once, or NotAcquired (a TimeoutError too).
+    busy = client.acquire(prefix + "busy", lease_ms=5000, wait_ms=None)
+    try:
+        client.acquire(prefix + "busy", timeout=0.05)
+    except NotAcquired as e:
+        timed_out: TimeoutError = e
+        print("busy:", timed_out)
+    finally:
+        busy.release()
+    try:
+        busy.release()
+    except NotHeld as e:
+        print("not held:", e.code)
+
+    # kinds and permits, where the backend offers them.
+    if "shared" in caps:
+        readers = [client.lock(prefix + "rw", kind="shared"), client.lock(prefix + "rw", shared=True)]
+        for r in readers:
+            assert r.acquire(timeout=1)
+        print(describe(client.inspect((prefix + "rw").encode())))
+        for r in readers:
+            r.release()
+    if "permits" in caps:
+        sem = client.lock(prefix + "sem", kind="exclusive", permits=3, blocking=True,
+                          heartbeat_ms=0, retry_ms=(10, 100))
+        with sem:
+            print(describe(client.inspect(prefix + "sem")))
+
+    try:
+        client.lock(prefix + "bad", lease=-1)
+    except InvalidArgument as e:
+        invalid: ValueError = e
+        print("invalid:", invalid)
+
+
+async def async_part(client: Client, prefix: str) -> None:
+    lk = client.alock(prefix + "async", lease=5, on_lost=on_lost)
+    async with lk:
+        print("async:", lk.fencing_token)
+    if await lk.aacquire(timeout=1.0):
+        await lk.aextend(2)
+        await lk.aextend(lease_ms=2000)
+        await lk.arelease()
+    held: Lock = await client.aacquire(prefix + "async", timeout=1)
+    await held.arelease()
+    held = await client.alock(prefix + "async")  # awaiting a Lock acquires it
+    await held.arelease()
+    async with lk.guard() as guarded:
+        assert guarded is lk
+    try:
+        async with client.lock(prefix + "async").guard():
+            pass
+    except LockLost:
+        print("lost while the block ran")
+    info: LockInfo = await client.ainspect(prefix + "async")
+    print(describe(info))
+
+
+async def async_client(url: str, prefix: str) -> None:
+    async with Client(url) as client:
+        await async_part(client, prefix)
+    other = Client(url)
+    await other.aclose()
+
+
+def main(argv: List[str]) -> int:
+    url = argv[1] if len(argv) > 1 else "redis://127.0.0.1:6379"
+    prefix = "typed-example/"
+    v: str = version()
+    path: str = library_path
+    limits: Tuple[int, int] = (MAX_NAME_BYTES, MAX_OWNER_BYTES)
+    print("dlock", dlock.__version__, "library", v, path, limits)
+    try:
+        with Client(url) as client:
+            sync_part(client, prefix)
+        asyncio.run(async_client(url, prefix))
+    except dlock.ConnectionError as e:
+        print("cannot reach", url, ":", e, file=sys.stderr)
+        return 2
+    except ERRORS as e:
+        print("dlock error:", e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

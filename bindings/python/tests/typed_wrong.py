@@ -1,0 +1,19 @@
+"""Wrong calls that mypy --strict must reject: suite.sh's self-test of the type check.
+
+Each line marked `# error: CODE` must be reported by mypy at that line with that error code,
+and nothing else may be: if dlock's annotations were lost (or py.typed were missing from the
+installed package), these would pass silently or fail differently. Never run.
+"""
+
+import dlock
+
+
+def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
+    lock.acquire(timeout="5")  # error: arg-type
+    client.lock("jobs", lease="10")  # error: arg-type
+    client.lock("jobs", kind="both")  # error: arg-type
+    client.inspect(42)  # error: arg-type
+    token: str = lock.fencing_token  # error: assignment
+    held: str = lock.owned()  # error: assignment
+    lock.release(True)  # error: call-arg
+    print(token, held, dlock.MAX_NAME_BYTES + "")  # error: operator
