@@ -298,7 +298,7 @@ const adapters = {
 function hopAdapter(mode) {
   return async (port, key, wait) => {
     if (wait) throw new Error(`hop-${mode}: a diagnostic for the uncontended bench only`);
-    const { C, dup } = require(path.join(repo, 'bindings', 'node', 'lib', 'native'));
+    const { C } = require(path.join(repo, 'bindings', 'node', 'lib', 'native'));
     const out = [null];
     if (C.client_open(dlockUrl(port), out) !== 0) throw new Error(`hop-${mode}: ${C.last_error()}`);
     const client = out[0];
@@ -340,7 +340,7 @@ function hopAdapter(mode) {
     const tag = [0];
     const status = [0];
     const lock = [null];
-    const wake = new net.Socket({ fd: dup(C.queue_fd(queue)), readable: true, writable: false });
+    const wake = new net.Socket({ fd: C.queue_fd_dup(queue), readable: true, writable: false });
     wake.on('data', () => {
       while (C.queue_pop(queue, tag, status, lock) > 0) {
         const settle = pending.get(tag[0]);

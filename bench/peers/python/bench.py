@@ -8,7 +8,7 @@
 
 Prints key=value lines (medians over the rounds, per-round figures, and the median of the
 per-round ratios dlock / best peer); bench/peers/run turns them into a table.
-LIB: dlock | redis-py. Each library runs with its defaults except a 10 s lease and waiting
+LIB: dlock | dlock-object (one reusable client.lock() object; not a peer) | redis-py. Each library runs with its defaults except a 10 s lease and waiting
 without a limit (redis-py's Lock polls every 0.1 s by default; dlock's waiters sleep until the
 release is published). Needs the `redis` module for redis-py: Debian's python3-redis, which
 /usr/bin/python3 has (bench/peers/run uses it).
@@ -27,16 +27,27 @@ LEASE_MS = 10_000
 
 def adapter(lib, port, key, wait):
     """Returns (acquire() -> release(), close())."""
-    if lib == "dlock":
+    if lib in ("dlock", "dlock-object"):
         sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
         import dlock
         client = dlock.Client(f"redis://127.0.0.1:{port}")
-        wait_ms = -1 if wait else 0
+        if lib == "dlock":  # a Lock per hold: client.acquire()
+            wait_ms = -1 if wait else 0
 
-        def acquire():
-            return client.acquire(key, lease_ms=LEASE_MS, wait_ms=wait_ms).release
+            def acquire():
+                return client.acquire(key, lease_ms=LEASE_MS, wait_ms=wait_ms).release
 
-        return acquire, client.close
+            return acquire, client.close
+        # One reusable lock object, as `lk = client.lock(...)` then `with lk:` (issue 31): not a
+        # peer, the object API's cost against the call above.
+        lock = client.lock(key, lease=LEASE_MS / 1000, blocking=wait)
+
+        def acquire_object():
+            if not lock.acquire():
+                raise RuntimeError("not acquired")
+            return lock.release
+
+        return acquire_object, client.close
     if lib == "redis-py":
         import redis
         r = redis.Redis(host="127.0.0.1", port=port)
@@ -59,11 +70,13 @@ def median(xs):
 
 def report(mode, rates, rounds, details=None):
     """key=value lines: medians, per-round figures, median of per-round dlock / best peer."""
-    ratios = []
+    ratios, object_ratios = [], []
     for r in range(rounds):
-        peers = [rates[lib][r] for lib in rates if lib != "dlock"]
+        peers = [rates[lib][r] for lib in rates if not lib.startswith("dlock")]
         if "dlock" in rates and peers:
             ratios.append(rates["dlock"][r] / max(peers))
+        if "dlock" in rates and "dlock-object" in rates:
+            object_ratios.append(rates["dlock-object"][r] / rates["dlock"][r])
     for lib, xs in rates.items():
         print(f"{mode}_{lib}={median(xs):.1f}")
         print(f"{mode}_{lib}_rounds={'/'.join(f'{x:.0f}' for x in xs)}")
@@ -72,6 +85,9 @@ def report(mode, rates, rounds, details=None):
     if ratios:
         print(f"{mode}_ratio={median(ratios):.2f}")
         print(f"{mode}_ratio_rounds={'/'.join(f'{x:.2f}' for x in ratios)}")
+    if object_ratios:
+        print(f"{mode}_object_ratio={median(object_ratios):.2f}")
+        print(f"{mode}_object_ratio_rounds={'/'.join(f'{x:.2f}' for x in object_ratios)}")
     sys.stdout.flush()
 
 
