@@ -270,6 +270,15 @@ TEST(UrlTest, RedactHidesPasswordsHoldingSlashQuestionMarkHashOrAt) {
   EXPECT_EQ(RedactUrl("redis://h/?prefix=a@b"), "redis://h/?prefix=a@b");
 }
 
+// A URL typed without its scheme still hides its password (dlock --url 'app:pw@h:6379' puts
+// what dlock_url_redact shows into argv).
+TEST(UrlTest, RedactHidesThePasswordOfAUrlWithoutAScheme) {
+  for (const std::string url : {"app:Zm9vYmFy@h:6379", ":Zm9vYmFy@h", "redis:Zm9vYmFy@h"}) {
+    const std::string shown = RedactUrl(url);
+    EXPECT_EQ(shown.find("Zm9vYmFy"), std::string::npos) << url << " -> " << shown;
+  }
+}
+
 TEST(UrlTest, RedactHidesSecretQueryParametersByName) {
   EXPECT_EQ(RedactUrl("redis-sentinel://h/m?sentinel_password=Xq7Zk9&db=2"),
             "redis-sentinel://h/m?sentinel_password=***&db=2");

@@ -146,10 +146,14 @@ std::vector<std::pair<size_t, size_t>> UrlSecretRanges(const std::string& text) 
   // The userinfo ends at the last '@'. Where a password holds an unencoded '/', '?' or '#', no
   // parser can tell that '@' from one in a path or query: the last is taken, which may hide
   // more than the password, never less. The password starts after the first ':' of the
-  // userinfo (a user name holds no ':').
+  // userinfo (a user name holds no ':'). Without "://" (a mistyped URL, "user:pw@host") the
+  // first ':' taken for a scheme's may be the password's own: then it is that one.
   const size_t auth_start = UrlAuthorityStart(text);
   const size_t at = text.rfind('@');
-  const size_t colon = text.find(':', auth_start);
+  size_t colon = text.find(':', auth_start);
+  if (text.find("://") == std::string::npos && (colon == std::string::npos || colon > at)) {
+    colon = text.find(':');
+  }
   if (at != std::string::npos && at >= auth_start && colon != std::string::npos && colon < at) {
     hidden.emplace_back(colon + 1, at);
   }

@@ -123,10 +123,11 @@ namespace {
 
 // Reads a whole file straight into *out (no stream buffer keeps a copy of it).
 bool ReadSecretFile(const std::string& path, Secret* out) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK and a regular file only: a FIFO with no writer would block the refresh forever.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   struct stat st;
-  bool ok = fstat(fd, &st) == 0 && st.st_size >= 0 && st.st_size <= (1 << 20);
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0 && st.st_size <= (1 << 20);
   if (ok) {
     std::string text(static_cast<size_t>(st.st_size), '\0');
     size_t got = 0;

@@ -1100,6 +1100,10 @@ class Lock:
             slot.attach(self)
 
     def _wait_arg(self, blocking, timeout):
+        # acquire() and acquire(blocking=True) wait as the lock was told (its timeout=), as
+        # redis-py's acquire falls back to the lock's blocking_timeout.
+        if timeout is None and blocking is not False and self._wait_ms != 0:
+            return self._wait_ms
         if blocking is None and timeout is None:
             return self._wait_ms
         if blocking is None:

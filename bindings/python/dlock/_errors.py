@@ -44,7 +44,7 @@ class NotAcquired(Error, builtins.TimeoutError):
         Error.__init__(self, message, status, code)
 
 
-class NotHeld(Error):
+class NotHeld(Error, RuntimeError):  # threading.Lock.release() of an unheld lock: RuntimeError
     """Release/extend of a lock that expired, was taken over, or was already released
     (DLOCK_NOT_HELD)."""
     status = 2

@@ -377,6 +377,9 @@ class ReusableLock(Base):
         self.assertIsInstance(cm.exception, TimeoutError)
         self.assertGreaterEqual(time.monotonic() - t0, 0.19)
         self.assertFalse(lk.acquire())  # its default, 0.2 s
+        t0 = time.monotonic()
+        self.assertFalse(lk.acquire(blocking=True))  # as redis-py: the lock's own timeout
+        self.assertLess(time.monotonic() - t0, 10)
         with self.assertRaises(TimeoutError):
             with self.client.lock(name, blocking=False):
                 pass
