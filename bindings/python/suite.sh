@@ -3,7 +3,8 @@
 # DLOCK_LIBRARY and DLOCK_TEST_WORK, and runs it from this directory).
 #
 # First installs the package as README.md says (pip install --no-index, in a fresh virtualenv:
-# needs the venv module, Debian's python3-venv). Then type-checks tests/typed_example.py with
+# needs the venv module, Debian's python3-venv), and the platform wheel that bundles the library
+# in another (check_bundled_wheel). Then type-checks tests/typed_example.py with
 # `mypy --strict` (Debian's mypy) against that installed copy, which mypy reads only through its
 # py.typed, runs the example, and checks that mypy rejects each wrong call of
 # tests/typed_wrong.py. Then runs the unittest suite twice: as shipped, and with asyncio on the
@@ -35,6 +36,53 @@ print(dlock.__version__, dlock.version())') || { echo "python install: import dl
     return 1
   fi
   echo "python install: ok (pip install --no-index in a fresh venv: dlock ${got% *}, library ${got#* })"
+}
+
+# The platform wheel (what scripts/package builds: the package with $DLOCK_LIBRARY bundled), as
+# a user has it: pip install of the wheel file in a fresh virtualenv, then a program that locks
+# against the throwaway Redis with DLOCK_LIBRARY unset, so it must load the bundled copy. Then
+# the pure wheel with no library anywhere: `import dlock` still works, and opening a Client
+# says what to install (only where no libdlock is installed system-wide).
+check_bundled_wheel() {
+  local venv=$DLOCK_TEST_WORK/venv-wheel wheel out
+  wheel=$("$PYTHON" build_backend/dlock_backend.py --library "$DLOCK_LIBRARY" "$DLOCK_TEST_WORK/wheel") ||
+    { echo "python wheel: building the platform wheel failed"; return 1; }
+  "$PYTHON" -m venv "$venv" &&
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/pip" install --quiet --no-index --no-cache-dir "$wheel" ||
+    { echo "python wheel: pip install $wheel failed"; return 1; }
+  if ! out=$(cd "$DLOCK_TEST_WORK" && env -u DLOCK_LIBRARY "$venv/bin/python" -c '
+import sys, dlock
+with dlock.Client(sys.argv[1]) as client:
+    lock = client.lock("python-wheel-check")
+    with lock:
+        token = lock.fencing_token
+    assert token > 0 and not lock.owned()
+bundled = dlock.library_path
+assert bundled.startswith(sys.prefix + "/") and bundled.endswith("/dlock/libdlock.so.0"), bundled
+print(bundled)' "$REDIS_URL" 2>&1); then
+    printf '%s\n' "$out"
+    echo "python wheel: the installed platform wheel did not lock with its bundled library"
+    return 1
+  fi
+  echo "python wheel: ok (${wheel##*/} in a fresh venv locks with its bundled ${out#"$venv"/})"
+  if pkg-config --exists dlock 2>/dev/null || ldconfig -p | grep -q 'libdlock\.so'; then
+    echo "python wheel: a libdlock is installed system-wide; the no-library check is skipped"
+    return 0
+  fi
+  if ! out=$(cd "$DLOCK_TEST_WORK" && env -u DLOCK_LIBRARY "$DLOCK_TEST_WORK/venv/bin/python" -c '
+import sys, dlock  # importing needs no library
+try:
+    dlock.Client(sys.argv[1])
+except OSError as e:
+    print(e)
+else:
+    sys.exit("opened a Client with no libdlock anywhere")' "$REDIS_URL" 2>&1) ||
+    [[ $out != *"apt-get install libdlock0"*"DLOCK_LIBRARY"* ]]; then
+    printf '%s\n' "$out"
+    echo "python wheel: with no library, the error does not say what to install"
+    return 1
+  fi
+  echo "python wheel: ok (with no library anywhere, import works and Client() says what to install)"
 }
 
 # mypy --strict on the example that uses every public name, with the package as a user has it:
@@ -84,6 +132,7 @@ check_types() {
 
 rc=0
 check_install || rc=1
+check_bundled_wheel || rc=1
 check_types || rc=1
 echo "python binding: $($PYTHON --version) ($(command -v "$PYTHON"))"
 "$PYTHON" tests/run.py python || rc=1

@@ -2,7 +2,10 @@
 
 The binding is pure Python (ctypes over libdlock.so), so a wheel is a zip of dlock/*.py,
 dlock/py.typed (PEP 561: the package's inline type annotations are for type checkers) and
-three metadata files. Writing them here needs nothing installed: pyproject.toml's
+three metadata files. With a library given (config setting `library=PATH`, as
+`pip wheel --config-settings library=PATH`, or `python3 dlock_backend.py --library PATH OUT_DIR`
+as scripts/package runs it), the wheel is a platform wheel that also carries that libdlock.so
+as dlock/libdlock.so.0, which the package loads before any on the system. Writing them here needs nothing installed: pyproject.toml's
 [build-system] requires nothing, so `pip install --no-index ./bindings/python` works offline in
 any virtualenv, build isolation or not. (setuptools' backend needs setuptools in the build
 environment, and before setuptools 70.1 also the `wheel` package for bdist_wheel.)
@@ -19,12 +22,15 @@ import io
 import json
 import os
 import re
+import sys
+import sysconfig
 import tarfile
 import time
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE = "dlock"
+PACKAGE = "dlock"  # the import name; the distribution is pyproject's [project] name
+BUNDLED = f"{PACKAGE}/libdlock.so.0"  # dlock/_lib.py looks here first
 BACKEND = os.path.relpath(os.path.abspath(__file__), ROOT)
 # Every archive entry's time: SOURCE_DATE_EPOCH, else 1980-01-01 (the oldest a zip can hold).
 EPOCH = max(int(os.environ.get("SOURCE_DATE_EPOCH", 0)), 315532800)
@@ -93,15 +99,22 @@ def _package_files():
 
 # ----- wheels ----------------------------------------------------------------------------------
 
-def _write_wheel(wheel_directory, files):
-    """files: (path in the wheel, bytes), without .dist-info. Returns the wheel's file name."""
+def platform_tag():
+    """This machine's wheel platform tag, e.g. linux_x86_64 (what pip accepts here)."""
+    return re.sub(r"[-.]", "_", sysconfig.get_platform())
+
+
+def _write_wheel(wheel_directory, files, tag="py3-none-any"):
+    """files: (path in the wheel, bytes), without .dist-info. Returns the wheel's file name.
+    A wheel with a native library (tag not ...-any) is not pure: it installs to platlib."""
     p = project()
     dist, version = _dist_name(p), p["version"]
     info = f"{dist}-{version}.dist-info"
+    pure = "true" if tag.endswith("-any") else "false"
     files = list(files) + [
         (f"{info}/METADATA", metadata(p).encode("utf-8")),
-        (f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: dlock_backend\n"
-                          b"Root-Is-Purelib: true\nTag: py3-none-any\n"),
+        (f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: dlock_backend\n"
+                          f"Root-Is-Purelib: {pure}\nTag: {tag}\n".encode()),
     ]
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
@@ -111,11 +124,11 @@ def _write_wheel(wheel_directory, files):
     writer.writerow([f"{info}/RECORD", "", ""])
     files.append((f"{info}/RECORD", record.getvalue().encode("utf-8")))
 
-    name = f"{dist}-{version}-py3-none-any.whl"
+    name = f"{dist}-{version}-{tag}.whl"
     with zipfile.ZipFile(os.path.join(wheel_directory, name), "w", zipfile.ZIP_DEFLATED) as z:
         for path, data in files:
             entry = zipfile.ZipInfo(path, time.gmtime(EPOCH)[:6])
-            entry.external_attr = 0o100644 << 16
+            entry.external_attr = (0o100755 if path == BUNDLED else 0o100644) << 16
             entry.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(entry, data)
     return name
@@ -127,7 +140,14 @@ def _read(path):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    return _write_wheel(wheel_directory, [(arc, _read(disk)) for arc, disk in _package_files()])
+    files = [(arc, _read(disk)) for arc, disk in _package_files()]
+    library = (config_settings or {}).get("library")
+    if not library:
+        return _write_wheel(wheel_directory, files)
+    if not os.path.isfile(library) or _read(library)[:4] != b"\x7fELF":
+        raise ValueError(f"library={library}: not a shared library (give the path of libdlock.so)")
+    files.append((BUNDLED, _read(library)))
+    return _write_wheel(wheel_directory, sorted(files), tag=f"py3-none-{platform_tag()}")
 
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
@@ -169,3 +189,19 @@ def build_sdist(sdist_directory, config_settings=None):
             entry.size, entry.mtime, entry.mode = len(data), EPOCH, 0o644
             t.addfile(entry, io.BytesIO(data))
     return name
+
+
+def main(argv):
+    """python3 dlock_backend.py [--library PATH] OUT_DIR: writes a wheel, prints its path."""
+    library = None
+    if len(argv) == 3 and argv[0] == "--library":
+        library, argv = argv[1], argv[2:]
+    if len(argv) != 1:
+        sys.exit("usage: dlock_backend.py [--library PATH/libdlock.so] OUT_DIR")
+    os.makedirs(argv[0], exist_ok=True)
+    name = build_wheel(argv[0], {"library": library} if library else None)
+    print(os.path.join(os.path.abspath(argv[0]), name))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -43,7 +43,7 @@ import traceback
 import warnings
 import weakref
 from types import TracebackType
-from typing import (Any, Callable, Deque, Dict, FrozenSet, Generator, List, Literal, NamedTuple,
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, FrozenSet, Generator, List, Literal, NamedTuple,
                     Optional, Sequence, Tuple, Type, Union)
 
 from . import _lib
@@ -68,19 +68,64 @@ _U64_MAX = 2**64 - 1
 _U32_MAX = 2**32 - 1
 _I64_MIN, _I64_MAX = -2**63, 2**63 - 1
 
-library_path: str  # the libdlock file loaded
-_c, library_path = _lib.load()
+# The library is loaded on first use, not at import, so that `import dlock` works (and says
+# nothing) on a machine without libdlock until a Client is opened; _lib.load()'s error then says
+# what to install. Until then _c is a stand-in whose first attribute read loads the library and
+# puts the real ctypes library in its place: every later call goes straight to ctypes.
+_load_lock = threading.Lock()
 
-# The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
-MAX_NAME_BYTES: int = int(_c.dlock_limit_value(0))   # DLOCK_LIMIT_NAME_BYTES
-MAX_OWNER_BYTES: int = int(_c.dlock_limit_value(1))  # DLOCK_LIMIT_OWNER_BYTES
-# The longest lease (and heartbeat period) the library takes (DLOCK_LIMIT_LEASE_MS, dlock.h's
-# "At most 10 years"), and how its messages word that bound. Only for errors about values a
-# uint64_t cannot carry; every other value reaches the library's own checks.
-# tests/test_dlock.py checks that the words agree.
-_MAX_LEASE_MS = int(_c.dlock_limit_value(2))
-_LEASE_BOUND = f"at most ten years, {_MAX_LEASE_MS} ms; 0 means no expiry"
-_HEARTBEAT_BOUND = "at most ten years; 0 means no heartbeats"
+
+class _Unloaded:
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_loaded(), name)
+
+
+_c: Any = _Unloaded()
+_library_path: Optional[str] = None
+_limits: Dict[str, int] = {}
+
+
+def _loaded() -> Any:
+    global _c, _library_path
+    with _load_lock:
+        if isinstance(_c, _Unloaded):
+            lib, path = _lib.load()
+            # The library's limits (dlock_limit_value): the longest lock name and owner label in
+            # bytes, and the longest lease (and heartbeat period; dlock.h's "At most 10 years").
+            _limits.update(MAX_NAME_BYTES=int(lib.dlock_limit_value(0)),
+                           MAX_OWNER_BYTES=int(lib.dlock_limit_value(1)),
+                           MAX_LEASE_MS=int(lib.dlock_limit_value(2)))
+            _name_codes(lambda status: lib.dlock_status_str(status).decode())
+            _library_path, _c = path, lib
+    return _c
+
+
+# Module attributes read from the library, so reading one loads it (PEP 562).
+library_path: str            # the libdlock file loaded
+MAX_NAME_BYTES: int          # DLOCK_LIMIT_NAME_BYTES
+MAX_OWNER_BYTES: int         # DLOCK_LIMIT_OWNER_BYTES
+
+
+def __getattr__(name: str) -> Any:
+    if name == "library_path":
+        _loaded()
+        return _library_path
+    if name in ("MAX_NAME_BYTES", "MAX_OWNER_BYTES"):
+        _loaded()
+        return _limits[name]
+    raise AttributeError(f"module 'dlock' has no attribute {name!r}")
+
+
+def _lease_bound() -> str:
+    """How messages word the longest lease. Only for errors about values a uint64_t cannot
+    carry; every other value reaches the library's own checks. tests/test_dlock.py checks
+    that the words agree."""
+    _loaded()
+    return f"at most ten years, {_limits['MAX_LEASE_MS']} ms; 0 means no expiry"
+
+
+def _heartbeat_bound() -> str:
+    return "at most ten years; 0 means no heartbeats"
 
 # dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 # gives them (the library has numbers only).
@@ -101,9 +146,6 @@ def version() -> str:
 def _status_name(status):
     """The library's name for a status number, e.g. "DLOCK_NOT_HELD" ("DLOCK_UNKNOWN")."""
     return _c.dlock_status_str(status).decode()
-
-
-_name_codes(_status_name)
 
 
 def _url_shown(url):
@@ -201,7 +243,7 @@ def _lease_arg(what, value, bound):
     turned into one the library refuses: this says what the library would, with its bound."""
     value = _ms_arg(what, value)
     if not 0 <= value <= _U64_MAX:
-        raise InvalidArgument(f"{what} {value} is {'negative' if value < 0 else 'too long'} ({bound})")
+        raise InvalidArgument(f"{what} {value} is {'negative' if value < 0 else 'too long'} ({bound()})")
     return value
 
 
@@ -209,7 +251,7 @@ def _lease_seconds(what, value, bound):
     """lease= or heartbeat= in seconds, as milliseconds for a uint64_t (as _lease_arg)."""
     us = _seconds_arg(what, value)
     if us < 0 or us == math.inf or _us_to_ms(us) > _U64_MAX:
-        raise InvalidArgument(f"{what} {value} s is {'negative' if us < 0 else 'too long'} ({bound})")
+        raise InvalidArgument(f"{what} {value} s is {'negative' if us < 0 else 'too long'} ({bound()})")
     return _us_to_ms(us)
 
 
@@ -574,9 +616,9 @@ class _Spec:
     def __init__(self, lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
                  lease_ms, heartbeat_ms, retry_ms):
         """Checks every option (TypeError / InvalidArgument) before anything reaches C."""
-        self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _LEASE_BOUND)
+        self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _lease_bound)
         self.heartbeat_ms = _duration("heartbeat", heartbeat, "heartbeat_ms", heartbeat_ms,
-                                      _HEARTBEAT_BOUND)
+                                      _heartbeat_bound)
         self.retry_ms = _retry_pair(retry, retry_ms)
         if owner is not None:
             if isinstance(owner, str):
@@ -658,6 +700,20 @@ class _Spec:
 
 
 # ----- Client ----------------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    from typing import ParamSpec, TypeVar
+    _Params = ParamSpec("_Params")
+    _Result = TypeVar("_Result")
+
+    def _options_of(model: Callable[_Params, Any]) -> Callable[[Callable[..., _Result]],
+                                                               Callable[_Params, _Result]]:
+        """For type checkers: the decorated method takes the parameters of `model`
+        (Client.lock's, written once), and returns what it returns itself."""
+else:
+    def _options_of(model):
+        return lambda method: method  # nothing at run time (ParamSpec is Python 3.10+)
+
 
 class Client:
     """A connection to one backend, named by a URL (docs/urls.md):
@@ -880,6 +936,7 @@ class Client:
                               _wait_of(blocking, timeout, wait_ms), False)
         return parse(**options)
 
+    @_options_of(lock)
     def acquire(self, name: _Name, **options: Any) -> "Lock":
         """client.lock(name, **options), acquired: returns the held Lock, or raises NotAcquired
         (also a TimeoutError) when the wait ran out. Waits without limit unless timeout= or
@@ -891,6 +948,7 @@ class Client:
 
     # -- asyncio
 
+    @_options_of(lock)
     async def aacquire(self, name: _Name, **options: Any) -> "Lock":
         """acquire() for asyncio: waits without blocking the event loop or holding a thread
         (the library's async API and completion queue; with DLOCK_PY_FORCE_THREADS=1, a worker
@@ -901,6 +959,7 @@ class Client:
         await lock._aacquire(lock._wait_ms, True)
         return lock
 
+    @_options_of(lock)
     def alock(self, name: _Name, **options: Any) -> "Lock":
         """The same as lock(): `async with client.alock(name, ...) as lock:` acquires without
         blocking the event loop and releases on the way out. Awaiting the Lock acquires it too:
@@ -1197,7 +1256,7 @@ class Lock:
             raise err
 
     def _extend_ms(self, lease, lease_ms):
-        ms = _duration("lease", lease, "lease_ms", lease_ms, _LEASE_BOUND)
+        ms = _duration("lease", lease, "lease_ms", lease_ms, _lease_bound)
         if ms is None:
             ms = self._spec.lease_ms if self._spec.lease_ms is not None else _DEFAULT_LEASE_MS
         return ms

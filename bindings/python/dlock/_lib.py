@@ -1,7 +1,8 @@
 """Finds and loads libdlock.so, and declares the C ABI (include/dlock/dlock.h) for ctypes.
 
-Search order: $DLOCK_LIBRARY (a path to the .so), then `pkg-config --variable=libdir dlock`,
-then the system's loader path (libdlock.so.0, as the SONAME says).
+Search order: $DLOCK_LIBRARY (a path to the .so: an explicit choice, final), then the copy a
+platform wheel bundles beside this file, then `pkg-config --variable=libdir dlock`, then the
+system's loader path (libdlock.so.0, as the SONAME says). The package loads it on first use.
 
 ctypes.CDLL releases the GIL around every foreign call, so a blocking dlock_acquire never holds
 up other Python threads, and callbacks from the library's own thread can take the GIL while a
@@ -16,6 +17,13 @@ from typing import List, Tuple
 
 SONAME = "libdlock.so.0"
 SUPPORTED_MAJOR = 0
+# Where a platform wheel puts the library (build_backend/dlock_backend.py, BUNDLED).
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), SONAME)
+# What the bundled library needs from the system, as Debian names it (the libdlock0 package's
+# dependencies, less libc and the C++ runtime). tests/test_build.py checks it against the
+# library's DT_NEEDED entries.
+SYSTEM_PACKAGES = ("libcurl4", "libevent-core-2.1-7", "libevent-openssl-2.1-7",
+                   "libevent-pthreads-2.1-7", "libhiredis0.14", "libssl3")
 
 
 def _candidates() -> Tuple[List[Tuple[str, str]], bool]:
@@ -24,6 +32,8 @@ def _candidates() -> Tuple[List[Tuple[str, str]], bool]:
         # An explicit choice is final: a wrong path is an error, not a reason to look elsewhere.
         return [("DLOCK_LIBRARY", env)], True
     found = []
+    if os.path.exists(BUNDLED):
+        found.append(("bundled with this package", BUNDLED))
     if shutil.which("pkg-config"):
         try:
             out = subprocess.run(
@@ -67,10 +77,17 @@ def load() -> Tuple[ctypes.CDLL, str]:
         if major != SUPPORTED_MAJOR:
             raise OSError(f"dlock: {path} is libdlock {version}; this binding needs {SUPPORTED_MAJOR}.x")
         return lib, path
-    raise OSError(
-        "dlock: cannot load libdlock.so; set DLOCK_LIBRARY to its path, or install it where "
-        "pkg-config or the loader finds it. Tried: " + "; ".join(tried)
-    )
+    if explicit:
+        what = "DLOCK_LIBRARY names it, and then nothing else is tried"
+    elif os.path.exists(BUNDLED):
+        what = ("the libdlock bundled with this package did not load: install what it needs "
+                "(on Debian: apt-get install " + " ".join(SYSTEM_PACKAGES) + ")")
+    else:
+        what = ("this package has no libdlock of its own: install the platform wheel that "
+                "bundles it (libdlock-VERSION-py3-none-linux_*.whl, from scripts/package), or "
+                "the library itself (on Debian: apt-get install libdlock0), or set "
+                "DLOCK_LIBRARY to the path of libdlock.so")
+    raise OSError(f"dlock: cannot load libdlock.so; {what}. Tried: " + "; ".join(tried))
 
 
 c_status = ctypes.c_int  # enum dlock_status

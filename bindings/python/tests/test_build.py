@@ -6,6 +6,8 @@ import csv
 import hashlib
 import io
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,10 +39,12 @@ class Backend(unittest.TestCase):
         self.assertEqual(dlock_backend.get_requires_for_build_wheel(), [])
         name = dlock_backend.build_wheel(self.tmp.name)
         version = dlock_backend.project()["version"]
-        self.assertEqual(name, f"dlock-{version}-py3-none-any.whl")
+        # Published as libdlock ("dlock" in the index is another project); imported as dlock.
+        self.assertEqual(name, f"libdlock-{version}-py3-none-any.whl")
         with zipfile.ZipFile(os.path.join(self.tmp.name, name)) as z:
             files = {n: z.read(n) for n in z.namelist()}
-        info = f"dlock-{version}.dist-info"
+        info = f"libdlock-{version}.dist-info"
+        self.assertIn("Name: libdlock\n", files[f"{info}/METADATA"].decode())
         self.assertEqual(sorted(n for n in files if n.startswith("dlock/")),
                          ["dlock/__init__.py", "dlock/_errors.py", "dlock/_lib.py", "dlock/py.typed"])
         self.assertIn(f"Version: {version}\n", files[f"{info}/METADATA"].decode())
@@ -60,6 +64,51 @@ class Backend(unittest.TestCase):
         dlock_backend.build_wheel(self.tmp.name)
         with open(os.path.join(self.tmp.name, name), "rb") as f:
             self.assertEqual(f.read(), first)
+
+    def test_platform_wheel_bundles_the_library(self):
+        library = os.environ.get("DLOCK_LIBRARY")
+        if not library:
+            self.skipTest("no DLOCK_LIBRARY to bundle")
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "build_backend", "dlock_backend.py"),
+                              "--library", library, self.tmp.name],
+                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        tag = dlock_backend.platform_tag()
+        self.assertTrue(out.endswith(f"-py3-none-{tag}.whl"), out)
+        self.assertTrue(tag.startswith("linux_"), tag)
+        with zipfile.ZipFile(out) as z:
+            entry = z.getinfo("dlock/libdlock.so.0")
+            self.assertEqual(entry.external_attr >> 16, 0o100755)
+            with open(library, "rb") as f:
+                self.assertEqual(z.read(entry), f.read())
+            wheel = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))).decode()
+        self.assertIn(f"Tag: py3-none-{tag}\n", wheel)
+        self.assertIn("Root-Is-Purelib: false\n", wheel)
+
+    def test_platform_wheel_refuses_what_is_not_a_library(self):
+        readme = os.path.join(ROOT, "README.md")
+        with self.assertRaisesRegex(ValueError, "library=.*README.md: not a shared library"):
+            dlock_backend.build_wheel(self.tmp.name, {"library": readme})
+        self.assertEqual(os.listdir(self.tmp.name), [])
+
+    def test_system_packages_named_are_what_the_library_needs(self):
+        # The hint a failed load gives (dlock/_lib.py SYSTEM_PACKAGES) must name the Debian
+        # packages of every library libdlock links, less libc and the C++ runtime.
+        library = os.environ.get("DLOCK_LIBRARY")
+        if not library or not shutil.which("readelf") or not shutil.which("dpkg"):
+            self.skipTest("needs DLOCK_LIBRARY, readelf and dpkg")
+        sys.path.insert(0, ROOT)
+        from dlock import _lib
+        dynamic = subprocess.run(["readelf", "-d", library], capture_output=True, text=True,
+                                 check=True).stdout
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic)
+        self.assertTrue(needed)
+        runtime = {"libc6", "libstdc++6", "libgcc-s1"}
+        packages = set()
+        for soname in needed:
+            found = subprocess.run(["dpkg", "-S", f"*/{soname}"], capture_output=True, text=True)
+            self.assertEqual(found.returncode, 0, f"no Debian package has {soname}")
+            packages.add(found.stdout.split(":", 1)[0])
+        self.assertEqual(packages - runtime, set(_lib.SYSTEM_PACKAGES))
 
     def test_editable_wheel_points_here(self):
         name = dlock_backend.build_editable(self.tmp.name)

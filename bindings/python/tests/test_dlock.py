@@ -909,12 +909,12 @@ class Ranges(Base):
 
     def test_lease_and_heartbeat(self):
         c, lib = self.client, dlock._c
-        self.assertEqual(lib.dlock_options_set_lease_ms(self.o, dlock._MAX_LEASE_MS), 0)
-        lease_words = library_says(lib.dlock_options_set_lease_ms, self.o, dlock._MAX_LEASE_MS + 1)
-        self.assertEqual(lib.dlock_options_set_heartbeat_ms(self.o, dlock._MAX_LEASE_MS), 0)
-        heartbeat_words = library_says(lib.dlock_options_set_heartbeat_ms, self.o, dlock._MAX_LEASE_MS + 1)
+        self.assertEqual(lib.dlock_options_set_lease_ms(self.o, dlock._limits["MAX_LEASE_MS"]), 0)
+        lease_words = library_says(lib.dlock_options_set_lease_ms, self.o, dlock._limits["MAX_LEASE_MS"] + 1)
+        self.assertEqual(lib.dlock_options_set_heartbeat_ms(self.o, dlock._limits["MAX_LEASE_MS"]), 0)
+        heartbeat_words = library_says(lib.dlock_options_set_heartbeat_ms, self.o, dlock._limits["MAX_LEASE_MS"] + 1)
         lock = c.acquire(unique())
-        extend_words = library_says(lib.dlock_extend, lock._h, dlock._MAX_LEASE_MS + 1)
+        extend_words = library_says(lib.dlock_extend, lock._h, dlock._limits["MAX_LEASE_MS"] + 1)
 
         def bound(message):  # "lease_ms N is too long (BOUND)" -> BOUND
             return message.split(" (", 1)[1]

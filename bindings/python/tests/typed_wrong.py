@@ -13,6 +13,9 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     client.lock("jobs", lease="10")  # error: arg-type
     client.lock("jobs", kind="both")  # error: arg-type
     client.inspect(42)  # error: arg-type
+    client.acquire("jobs", lease="10")  # error: arg-type
+    client.acquire("jobs", wait=5)  # error: call-arg
+    client.alock("jobs", kind="both")  # error: arg-type
     token: str = lock.fencing_token  # error: assignment
     held: str = lock.owned()  # error: assignment
     lock.release(True)  # error: call-arg
