@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "backends/registry.h"
 #include "core/client.h"
 #include "core/completion_queue.h"
 #include "core/options.h"
@@ -157,7 +158,7 @@ dlock_status dlock_client_open(const char* url, dlock_client** out) {
     if (url == nullptr) return Invalid("url is NULL");
     if (out == nullptr) return Invalid("out is NULL");
     std::shared_ptr<dlock::Client> impl;
-    dlock::Status s = dlock::Client::Open(dlock::Secret(url), &impl);
+    dlock::Status s = dlock::OpenClient(dlock::Secret(url), &impl);
     if (!s.ok()) return Report(s);
     *out = new dlock_client{std::move(impl)};
     return Report(s);
@@ -316,7 +317,7 @@ dlock_status dlock_client_open_evbase(const char* url, struct event_base* base, 
     if (base == nullptr) return Invalid("event_base is NULL");
     if (out == nullptr) return Invalid("out is NULL");
     std::shared_ptr<dlock::Client> impl;
-    dlock::Status s = dlock::Client::OpenOnBase(dlock::Secret(url), base, &impl);
+    dlock::Status s = dlock::OpenClientOnBase(dlock::Secret(url), base, &impl);
     if (!s.ok()) return Report(s);
     *out = new dlock_client{std::move(impl)};
     return Report(s);
@@ -528,7 +529,7 @@ dlock_status dlock_inspect_errbuf(dlock_client* c, const char* name, dlock_info*
 dlock_status dlock_backend_prepare(const char* url, int64_t wait_ms) {
   return Guard([&] {
     if (url == nullptr) return Invalid("url is NULL");
-    return Report(dlock::Client::Prepare(dlock::Secret(url), wait_ms));
+    return Report(dlock::PrepareBackend(dlock::Secret(url), wait_ms));
   });
 }
 

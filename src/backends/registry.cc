@@ -43,4 +43,35 @@ Status FindBackend(const Url& url, const BackendEntry** out) {
                                  supported + ")");
 }
 
+namespace {
+
+Status ParseAndFind(const std::string& text, Url* url, const BackendEntry** entry) {
+  Status s = ParseUrl(text, url);
+  return s.ok() ? FindBackend(*url, entry) : s;
+}
+
+}  // namespace
+
+Status OpenClient(const std::string& text, std::shared_ptr<Client>* out) {
+  Url url;
+  const BackendEntry* entry = nullptr;
+  Status s = ParseAndFind(text, &url, &entry);
+  return s.ok() ? Client::Open(url, entry->open, out) : s;
+}
+
+Status OpenClientOnBase(const std::string& text, event_base* base, std::shared_ptr<Client>* out) {
+  Url url;
+  const BackendEntry* entry = nullptr;
+  Status s = ParseAndFind(text, &url, &entry);
+  return s.ok() ? Client::OpenOnBase(url, entry->open, base, out) : s;
+}
+
+Status PrepareBackend(const std::string& text, int64_t wait_ms) {
+  Status s = CheckWait(wait_ms);
+  Url url;
+  const BackendEntry* entry = nullptr;
+  if (s.ok()) s = ParseAndFind(text, &url, &entry);
+  return s.ok() ? entry->prepare(url, wait_ms) : s;
+}
+
 }  // namespace dlock

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/client.h"
 #include "core/status.h"
 #include "core/url.h"
 #include "loop/event_loop.h"
@@ -26,6 +27,13 @@ struct BackendEntry {
 
 // The entry for url's scheme, or an EINVAL naming the schemes this build supports.
 Status FindBackend(const Url& url, const BackendEntry** out);
+
+// dlock_client_open and dlock_client_open_evbase: the URL parsed, its backend found here, then
+// the client opened with it (a bad URL starts no thread).
+Status OpenClient(const std::string& url, std::shared_ptr<Client>* out);
+Status OpenClientOnBase(const std::string& url, event_base* base, std::shared_ptr<Client>* out);
+// dlock_backend_prepare: creates what the URL's backend needs before use.
+Status PrepareBackend(const std::string& url, int64_t wait_ms);
 
 }  // namespace dlock
 

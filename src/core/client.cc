@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "backends/registry.h"
 #include "core/token.h"
 #include "core/waiting.h"
 #include "core/url.h"
@@ -17,27 +16,24 @@ namespace dlock {
 
 // ----- opening and closing ---------------------------------------------------------------
 
-Status Client::Open(const std::string& url, std::shared_ptr<Client>* out) {
+Status Client::Open(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client>* out) {
   std::shared_ptr<Client> client(new Client());
   Status s = EventLoop::Start(&client->loop_);
   if (!s.ok()) return s;
-  return Finish(url, std::move(client), out);
+  return Finish(url, open_backend, std::move(client), out);
 }
 
-Status Client::OpenOnBase(const std::string& url, event_base* base, std::shared_ptr<Client>* out) {
+Status Client::OpenOnBase(const Url& url, OpenBackendFn open_backend, event_base* base,
+                          std::shared_ptr<Client>* out) {
   std::shared_ptr<Client> client(new Client());
   Status s = EventLoop::Wrap(base, &client->loop_);
   if (!s.ok()) return s;
-  return Finish(url, std::move(client), out);
+  return Finish(url, open_backend, std::move(client), out);
 }
 
-Status Client::Finish(const std::string& url_text, std::shared_ptr<Client> client,
+Status Client::Finish(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client> client,
                       std::shared_ptr<Client>* out) {
-  Url url;
-  Status s = ParseUrl(url_text, &url);
-  const BackendEntry* backend = nullptr;
-  if (s.ok()) s = FindBackend(url, &backend);
-  if (s.ok()) s = backend->open(url, client->loop_.get(), &client->backend_);
+  Status s = open_backend(url, client->loop_.get(), &client->backend_);
   if (s.ok()) s = client->backend_->Check();
   if (!s.ok()) {
     client->Close();
@@ -47,17 +43,6 @@ Status Client::Finish(const std::string& url_text, std::shared_ptr<Client> clien
                                                      &client->callbacks_);
   *out = std::move(client);
   return Status::Ok();
-}
-
-Status Client::Prepare(const std::string& url_text, int64_t wait_ms) {
-  Status s = CheckWait(wait_ms);
-  if (!s.ok()) return s;
-  Url url;
-  s = ParseUrl(url_text, &url);
-  const BackendEntry* backend = nullptr;
-  if (s.ok()) s = FindBackend(url, &backend);
-  if (s.ok()) s = backend->prepare(url, wait_ms);
-  return s;
 }
 
 uint32_t Client::Capabilities() const { return backend_ != nullptr ? backend_->Capabilities() : 0; }
@@ -79,8 +64,10 @@ void Client::Close() {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = true;
-    for (auto& [ptr, lock_state] : held_) {
-      if (lock_state->Transition(LockPhase::kClosed)) to_release.push_back(lock_state);
+    for (auto& [name, states] : held_) {
+      for (auto& lock_state : states) {
+        if (lock_state->Transition(LockPhase::kClosed)) to_release.push_back(lock_state);
+      }
     }
     held_.clear();
     for (auto& [ptr, op] : pending_) to_cancel.push_back(op);
@@ -183,9 +170,8 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   if (options.kind == LockKind::kExclusive && options.permits == 0) {
     // No upgrade: an exclusive acquire would wait for this client's own shared hold forever.
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [ptr, state] : held_) {
-      if (state->name == name && state->kind == LockKind::kShared &&
-          state->Phase() == LockPhase::kHeld) {
+    for (const auto& state : HeldLocked(name)) {
+      if (state->kind == LockKind::kShared && state->Phase() == LockPhase::kHeld) {
         return Status::InvalidArgument(
             "lock '" + name +
             "': this client holds it shared; an exclusive acquire would wait for itself "
@@ -231,8 +217,8 @@ Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& 
   std::string hint;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [ptr, state] : held_) {
-      if (state->name != name || state->Phase() != LockPhase::kHeld) continue;
+    for (const auto& state : HeldLocked(name)) {
+      if (state->Phase() != LockPhase::kHeld) continue;
       holder = "this client";
       std::string label = OwnerLabel(state->owner_value);
       if (!label.empty()) holder += " (owner '" + label + "')";
@@ -260,7 +246,10 @@ Status Client::Adopt(const LockRequest& request, const AcquireAttempt& attempt,
   bool registered = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_) registered = held_.emplace(state.get(), state).second;
+    if (!closed_) {
+      held_[state->name].push_back(state);
+      registered = true;
+    }
   }
   if (!registered) {  // closed while acquiring: give it back
     (void)backend_->Release(*state);
@@ -402,7 +391,16 @@ Status Client::NotHeldStatus(const LockState& lock) const {
 void Client::Forget(const std::shared_ptr<LockState>& lock) {
   // Heartbeats skip (and drop) it on their own once it is no longer held.
   std::lock_guard<std::mutex> guard(mu_);
-  held_.erase(lock.get());
+  auto it = held_.find(lock->name);
+  if (it == held_.end()) return;
+  std::erase(it->second, lock);
+  if (it->second.empty()) held_.erase(it);
+}
+
+const std::vector<std::shared_ptr<LockState>>& Client::HeldLocked(const std::string& name) const {
+  static const std::vector<std::shared_ptr<LockState>> kNone;
+  auto it = held_.find(name);
+  return it == held_.end() ? kNone : it->second;
 }
 
 Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s) {

@@ -9,12 +9,14 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/async_acquire.h"
 #include "core/backend.h"
 #include "core/callback_scope.h"
 #include "core/options.h"
 #include "core/status.h"
+#include "core/url.h"
 #include "loop/event_loop.h"
 #include "loop/heartbeats.h"
 
@@ -22,14 +24,17 @@ struct event_base;
 
 namespace dlock {
 
+// How a client makes its backend, on the client's loop: the registry's entry for the URL's
+// scheme (backends/registry.h's OpenClient finds it; the core names no backend).
+using OpenBackendFn = Status (*)(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out);
+
 class Client : public std::enable_shared_from_this<Client> {
  public:
   // A client with its own loop thread.
-  static Status Open(const std::string& url, std::shared_ptr<Client>* out);
+  static Status Open(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client>* out);
   // A client on the caller's event_base; call on the thread that runs base.
-  static Status OpenOnBase(const std::string& url, event_base* base, std::shared_ptr<Client>* out);
-  // Creates what the URL's backend needs before use (dlock_backend_prepare).
-  static Status Prepare(const std::string& url, int64_t wait_ms);
+  static Status OpenOnBase(const Url& url, OpenBackendFn open_backend, event_base* base,
+                           std::shared_ptr<Client>* out);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -76,10 +81,12 @@ class Client : public std::enable_shared_from_this<Client> {
 
  private:
   Client() = default;
-  static Status Finish(const std::string& url, std::shared_ptr<Client> client,
+  static Status Finish(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client> client,
                        std::shared_ptr<Client>* out);
   Status NotHeldStatus(const LockState& lock) const;
   void Forget(const std::shared_ptr<LockState>& lock);
+  // This client's holds of name (none: an empty list). Call with mu_ held.
+  const std::vector<std::shared_ptr<LockState>>& HeldLocked(const std::string& name) const;
 
   // The backend's request for one hold: a fresh owner token, the kind checked against what
   // the backend offers.
@@ -100,7 +107,9 @@ class Client : public std::enable_shared_from_this<Client> {
   mutable std::mutex mu_;
   bool closed_ = false;
   bool torn_down_ = false;
-  std::unordered_map<LockState*, std::shared_ptr<LockState>> held_;
+  // The holds of this client, by name: an exclusive acquire and a refusal ask "does this client
+  // hold NAME?" with one look-up, not a scan of every lock held. Under mu_.
+  std::unordered_map<std::string, std::vector<std::shared_ptr<LockState>>> held_;
   std::unordered_map<AsyncAcquire*, std::shared_ptr<AsyncAcquire>> pending_;
 };
 
