@@ -1,31 +1,64 @@
-// Type declarations for the dlock Node binding (bindings/node/index.js).
+// Type declarations for libdlock, the Node binding of dlock (index.js; index.d.mts re-exports
+// them for the ES module entry).
 /// <reference types="node" />
 import { EventEmitter } from 'node:events';
 
-/** Status names, as in err.code: the library's (dlock_status_str) without "DLOCK_". */
-export type DlockCode =
+/** Status names: the library's (dlock_status_str) without "DLOCK_". */
+export type DlockStatusName =
   | 'NOT_ACQUIRED' | 'NOT_HELD' | 'EINVAL' | 'EIO' | 'EBACKEND' | 'EAUTH'
   | 'ECANCELLED' | 'ENOMEM' | 'EINTERNAL' | 'UNKNOWN';
+
+/** err.code of a DlockError: 'ERR_DLOCK_' + the status's name. */
+export type DlockErrorCode = `ERR_DLOCK_${DlockStatusName}`;
 
 /** The kind of a hold. */
 export type LockKind = 'exclusive' | 'shared';
 
 /**
- * A failure reported by libdlock; message is the library's own (dlock_last_error()) for that call.
- * TypeError / RangeError are thrown for wrong argument types and ranges.
+ * A failure reported by libdlock; message is the library's own (dlock_last_error()) for that
+ * call. Its subclasses name the common statuses. TypeError / RangeError are thrown for wrong
+ * argument types and ranges, as Node's own APIs do.
  */
 export class DlockError extends Error {
-  name: 'DlockError';
-  /** 'NOT_ACQUIRED' (held by someone else, the wait ran out), 'NOT_HELD' (lost or released), 'EINVAL', ... */
-  code: DlockCode;
-  /** The dlock_status number (1..9). */
+  constructor(status: number, message?: string, options?: ErrorOptions);
+  /** 'ERR_DLOCK_NOT_ACQUIRED', 'ERR_DLOCK_NOT_HELD', 'ERR_DLOCK_EINVAL', ... */
+  code: DlockErrorCode;
+  /** The dlock_status number (1..9; codes maps names to numbers). */
   status: number;
+}
+/** Someone else holds the lock and the wait ran out. code: 'ERR_DLOCK_NOT_ACQUIRED'. */
+export class NotAcquiredError extends DlockError {
+  constructor(message?: string, options?: ErrorOptions);
+  code: 'ERR_DLOCK_NOT_ACQUIRED';
+}
+/**
+ * The lock is not held: lost (expired, deleted, taken over, not renewed in time), released when
+ * its client was closed, or already released. code: 'ERR_DLOCK_NOT_HELD'.
+ */
+export class LockLostError extends DlockError {
+  constructor(message?: string, options?: ErrorOptions);
+  code: 'ERR_DLOCK_NOT_HELD';
+}
+/** The library refused an argument, URL or option value. code: 'ERR_DLOCK_EINVAL'. */
+export class InvalidArgumentError extends DlockError {
+  constructor(message?: string, options?: ErrorOptions);
+  code: 'ERR_DLOCK_EINVAL';
+}
+/** Unreachable or timed out (EIO, status 4), an error answer (EBACKEND, 5), credentials refused (EAUTH, 6). */
+export class BackendError extends DlockError {
+  constructor(status?: 4 | 5 | 6, message?: string, options?: ErrorOptions);
+  code: 'ERR_DLOCK_EIO' | 'ERR_DLOCK_EBACKEND' | 'ERR_DLOCK_EAUTH';
+}
+/** A pending acquire was cancelled: its signal, Mutex.cancel() or the client's close(). code: 'ERR_DLOCK_ECANCELLED'. */
+export class CancelledError extends DlockError {
+  constructor(message?: string, options?: ErrorOptions);
+  code: 'ERR_DLOCK_ECANCELLED';
 }
 
 export interface AcquireOptions {
   /** Server-side lease in ms (default 10000; 0 = no expiry until released). */
   leaseMs?: number | bigint;
-  /** 0 = one try (default), N = wait up to N ms, -1 or Infinity = no limit. */
+  /** How long to wait for the lock: no limit by default (-1 or Infinity say so too), N ms, 0 = one try. */
   waitMs?: number | bigint;
   /** Renewal period in ms (default leaseMs/3; 0 = no heartbeats). Must be below the lease. */
   heartbeatMs?: number | bigint;
@@ -51,7 +84,7 @@ export interface AcquireOptions {
    * other waiter at each release.
    */
   fair?: boolean;
-  /** Aborting cancels a pending acquire: it rejects with code 'ECANCELLED'. */
+  /** Aborting cancels a pending acquire: it rejects with a CancelledError whose cause is the signal's reason. */
   signal?: AbortSignal;
 }
 
@@ -91,22 +124,37 @@ export interface Capabilities {
   fair: boolean;
 }
 
+/**
+ * What using() and runExclusive() run: signal (lock.signal) aborts, with a LockLostError as its
+ * reason, when the lock is lost. It is made for a function that declares it (fn.length >= 2).
+ */
+export type HoldingFn<T> = (lock: Lock, signal: AbortSignal) => T | Promise<T>;
+
 export class Client {
-  /** Opens a client; connecting happens in the background (see ready()). */
+  /** Opens a client; connecting happens in the background (see ready()). Loads libdlock.so on first use. */
   constructor(url: string);
   /** Opens a client and waits until it is connected. */
   static connect(url: string): Promise<Client>;
-  /** Resolves once connected; rejects with why it could not connect (EINVAL, EIO, EAUTH). */
+  /** Resolves once connected; rejects with why it could not connect (InvalidArgumentError, BackendError). */
   ready(): Promise<Client>;
   readonly closed: boolean;
 
+  /** Waits without limit unless options.waitMs bounds it (0 = one try) or options.signal aborts it. */
   acquire(name: string | Uint8Array, options?: AcquireOptions): Promise<Lock>;
   acquire(name: string | Uint8Array, callback: Callback<Lock>): void;
   acquire(name: string | Uint8Array, options: AcquireOptions | undefined, callback: Callback<Lock>): void;
 
-  /** Acquires, runs fn(lock), always releases. Rejects with NOT_HELD if the lock was lost while fn ran. */
-  using<T>(name: string | Uint8Array, options: AcquireOptions | undefined, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
-  using<T>(name: string | Uint8Array, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
+  /**
+   * Acquires, runs fn(lock, signal), always releases. Rejects with LockLostError if the lock was
+   * lost while fn ran (and fn did not throw).
+   */
+  using<T>(name: string | Uint8Array, options: AcquireOptions | undefined, fn: HoldingFn<T>): Promise<T>;
+  using<T>(name: string | Uint8Array, fn: HoldingFn<T>): Promise<T>;
+
+  /** A Mutex over the lock called name; options apply to each of its acquires. */
+  mutex(name: string | Uint8Array, options?: AcquireOptions): Mutex;
+  /** A Semaphore of permits holders over name. */
+  semaphore(name: string | Uint8Array, permits: number, options?: Omit<AcquireOptions, 'permits'>): Semaphore;
 
   /** Who holds the lock now: a snapshot from the server, stale as soon as it arrives. */
   inspect(name: string | Uint8Array): Promise<LockInfo>;
@@ -121,18 +169,24 @@ export class Client {
    */
   close(): Promise<void>;
   close(callback: Callback<void>): void;
+  /** close(): `await using client = await Client.connect(url)`. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 export interface Lock {
-  on(event: 'lost', listener: (lock: Lock) => void): this;
-  once(event: 'lost', listener: (lock: Lock) => void): this;
-  addListener(event: 'lost', listener: (lock: Lock) => void): this;
-  off(event: 'lost', listener: (lock: Lock) => void): this;
-  removeListener(event: 'lost', listener: (lock: Lock) => void): this;
-  emit(event: 'lost', lock: Lock): boolean;
+  on(event: 'lost', listener: (lock: Lock, error: LockLostError) => void): this;
+  once(event: 'lost', listener: (lock: Lock, error: LockLostError) => void): this;
+  addListener(event: 'lost', listener: (lock: Lock, error: LockLostError) => void): this;
+  prependListener(event: 'lost', listener: (lock: Lock, error: LockLostError) => void): this;
+  off(event: 'lost', listener: (lock: Lock, error: LockLostError) => void): this;
+  removeListener(event: 'lost', listener: (lock: Lock, error: LockLostError) => void): this;
+  emit(event: 'lost', lock: Lock, error: LockLostError): boolean;
 }
 
-/** A held lock. Emits 'lost' once if a heartbeat finds it lost (expired, deleted, taken over). */
+/**
+ * A held lock. When it is found lost in the background (expired, deleted, taken over), emits
+ * 'lost' once and aborts signal; with neither listened to, the process gets a LockLostWarning.
+ */
 export class Lock extends EventEmitter {
   private constructor();
   readonly client: Client;
@@ -142,8 +196,10 @@ export class Lock extends EventEmitter {
   readonly fencingToken: bigint;
   /** How many tries the acquire took (1 = first try). */
   readonly attempts: number;
-  /** Set when 'lost' was emitted. */
+  /** Set when the lock was found lost ('lost' emitted, signal aborted). */
   readonly lost: boolean;
+  /** Aborts, with a LockLostError as its reason, when the lock is found lost. */
+  readonly signal: AbortSignal;
   /** True while the local deadline holds and the lock was not found lost. */
   readonly valid: boolean;
   /** ms before the local deadline; Infinity for no expiry; 0 once lost or released. */
@@ -151,21 +207,66 @@ export class Lock extends EventEmitter {
   /** True once release() was called. */
   readonly released: boolean;
 
-  /** New lease from now (0 = no expiry). Rejects with NOT_HELD if it was lost. */
+  /** New lease from now (0 = no expiry). Rejects with LockLostError if it was lost. */
   extend(leaseMs: number | bigint): Promise<void>;
   extend(leaseMs: number | bigint, callback: Callback<void>): void;
-  /** Rejects with NOT_HELD if it had been lost or was already released. */
+  /** Rejects with LockLostError if it had been lost or was already released. */
   release(): Promise<void>;
   release(callback: Callback<void>): void;
+  /** The fencing token as a decimal string (JSON.stringify({ token: lock }) gives {"token":"42"}). */
+  toJSON(): string;
+  /** release() unless released already: `await using lock = await client.acquire(name)`. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
-/** libdlock's version, "MAJOR.MINOR.PATCH". */
+/** Releases the hold it came with (once; later calls return the same promise). */
+export interface Releaser {
+  (): Promise<void>;
+  /** The hold. */
+  readonly lock: Lock;
+}
+
+/**
+ * An object over one lock name, as async-mutex and redis-semaphore users know it. Every hold is
+ * a Lock of its own (token, signal, 'lost').
+ */
+export class Mutex {
+  /** Also client.mutex(name, options); options apply to every acquire. */
+  constructor(client: Client, name: string | Uint8Array, options?: AcquireOptions);
+  readonly client: Client;
+  readonly name: string | Uint8Array;
+  /** Waits as Client.acquire does; resolves with a function that releases this hold. */
+  acquire(options?: AcquireOptions): Promise<Releaser>;
+  /** One try: true when taken (give it back with release()), false when someone else holds it. */
+  tryAcquire(options?: Omit<AcquireOptions, 'waitMs'>): Promise<boolean>;
+  /** Releases this object's oldest hold; nothing when it holds none. LockLostError if that hold was lost. */
+  release(): Promise<void>;
+  /** Acquires, runs fn(lock, signal), releases; as Client.using. */
+  runExclusive<T>(fn: HoldingFn<T>): Promise<T>;
+  /** This object holds the lock now (acquired, not released, not found lost). */
+  isLocked(): boolean;
+  /** isLocked(), under redis-semaphore's name. */
+  readonly isAcquired: boolean;
+  /** This object's oldest hold, or null. */
+  readonly lock: Lock | null;
+  /** Rejects this object's pending acquires with CancelledError; holds stay held. */
+  cancel(): void;
+}
+
+/** A Mutex whose acquires each take one of permits (at most permits holders at once). */
+export class Semaphore extends Mutex {
+  /** Also client.semaphore(name, permits, options). */
+  constructor(client: Client, name: string | Uint8Array, permits: number, options?: Omit<AcquireOptions, 'permits'>);
+  readonly permits: number;
+}
+
+/** libdlock's version, "MAJOR.MINOR.PATCH" (loads the library). */
 export function version(): string;
-/** Where libdlock.so was loaded from. */
-export const libraryPath: string;
+/** Which libdlock.so was loaded, and its version (loads the library). */
+export function library(): { path: string; version: string };
 /** Status numbers by name: codes.NOT_HELD === 2. */
-export const codes: Readonly<Record<'OK' | Exclude<DlockCode, 'UNKNOWN'>, number>>;
-/** The longest lock name, in bytes (the library's, 1024 today). */
+export const codes: Readonly<Record<'OK' | Exclude<DlockStatusName, 'UNKNOWN'>, number>>;
+/** The longest lock name, in bytes (DLOCK_MAX_NAME_BYTES: 1024). */
 export const MAX_NAME_BYTES: number;
-/** The longest owner label, in bytes (the library's, 256 today). */
+/** The longest owner label, in bytes (DLOCK_MAX_OWNER_BYTES: 256). */
 export const MAX_OWNER_BYTES: number;

@@ -1,62 +1,90 @@
 'use strict';
-// dlock: distributed locks with fencing tokens and lease heartbeats (Node binding).
+// libdlock: distributed locks with fencing tokens and lease heartbeats (Node binding).
 //
-// A thin koffi layer over libdlock.so; see README.md. Every call that talks to the server is
-// asynchronous. A one-try acquire, a release and an extend run as blocking C calls on libuv's
-// thread pool (the shortest path: measured faster than a hop through the library's thread),
-// at most POOL_MAX at once. Everything that may wait, and the overflow, goes through the
-// library's async API on its own thread (one connection, pipelined), whose outcomes (and lost
-// locks) come back through a dlock_queue: a pipe libuv watches on the JS thread. So the event
-// loop never waits for the network, a thousand waiting acquires hold no thread each, and the
-// library's thread (heartbeats) never waits for a busy JS thread.
+// A thin koffi layer over libdlock.so; see README.md. The library is loaded on first use (the
+// first Client, version() or library()), not when the package is required: requiring it never
+// fails, and a missing library is reported where it is needed, saying what to install.
+//
+// Every call that talks to the server is asynchronous. A one-try acquire, a release and an
+// extend run as blocking C calls on libuv's thread pool (the shortest path: measured faster than
+// a hop through the library's thread), at most POOL_MAX at once. Everything that may wait, and
+// the overflow, goes through the library's async API on its own thread (one connection,
+// pipelined), whose outcomes (and lost locks) come back through a dlock_queue: a pipe libuv
+// watches on the JS thread. So the event loop never waits for the network, a thousand waiting
+// acquires hold no thread each, and the library's thread (heartbeats) never waits for a busy JS
+// thread.
 //
 // Every error the library reports carries its own message: the pool calls use the _errbuf forms,
 // which hand it back in a buffer (dlock_last_error() belongs to the pool's thread), and popping
 // the queue sets dlock_last_error() on the JS thread. Clients still open when the process exits
 // are closed then, which releases their locks.
 
-const { EventEmitter } = require('node:events');
+const { EventEmitter, getEventListeners } = require('node:events');
 const net = require('node:net');
-const native = require('./lib/native');
+const errors = require('./lib/errors');
+const { makeMutex } = require('./lib/mutex');
 
-const { C } = native;
-if (!native.hasQueue) {
-  throw new Error(`dlock: ${native.libraryPath} (libdlock ${native.version}) lacks the completion ` +
-    'queue (dlock_queue_new, dlock_acquire_queued, ...); the Node binding needs it');
-}
-if (!native.hasErrbuf) {
-  throw new Error(`dlock: ${native.libraryPath} (libdlock ${native.version}) lacks the error-buffer ` +
-    'calls (dlock_acquire_errbuf, ...); the Node binding needs them');
-}
+const {
+  codes: S, statusName, errorFor,
+  DlockError, NotAcquiredError, LockLostError, InvalidArgumentError, BackendError, CancelledError,
+} = errors;
 
-// A status's code: the library's name for it without "DLOCK_" (dlock_status_str): 'NOT_HELD',
-// and 'UNKNOWN' for a number it does not know.
-function codeOf(status) {
-  return C.status_str(status).replace(/^DLOCK_/, '');
-}
-// Status numbers by code, for every number the library names (they run from 0 without gaps).
-const S = {};
-for (let status = 0; codeOf(status) !== 'UNKNOWN'; status++) S[codeOf(status)] = status;
 const INT64_MAX = 9223372036854775807n;
-// The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
-const MAX_NAME_BYTES = Number(C.limit_value(0));   // DLOCK_LIMIT_NAME_BYTES
-const MAX_OWNER_BYTES = Number(C.limit_value(1));  // DLOCK_LIMIT_OWNER_BYTES
+// The ABI's limits (DLOCK_MAX_NAME_BYTES, DLOCK_MAX_OWNER_BYTES; dlock_limit_value gives the
+// same, which the tests check): constants, so they need no library.
+const MAX_NAME_BYTES = 1024;
+const MAX_OWNER_BYTES = 256;
 // dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 // gives them (the library has numbers only).
 const KINDS = ['exclusive', 'shared'];
 const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared'], [0x8, 'permits'],
   [0x10, 'fair']];
 
-// ----- errors ---------------------------------------------------------------------------------
+// ----- the library, on first use ---------------------------------------------------------------
 
-class DlockError extends Error {
-  constructor(status, message, options) {
-    super(message || C.status_str(status), options);
-    this.name = 'DlockError';
-    this.status = status;          // the dlock_status number
-    this.code = codeOf(status);    // 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', ...
+let native = null;
+let C = null;        // the library's functions (lib/native.js); null until loaded
+let queue = null;    // the process's dlock_queue
+
+// Loads the library and sets up what the binding builds on it: once, on first use. Throws the
+// loader's error (code ERR_DLOCK_LIBRARY: what was tried, what to install); a later call tries again.
+function lib() {
+  if (C !== null) return C;
+  const n = require('./lib/native');
+  if (!n.hasQueue || !n.hasErrbuf) {
+    const e = new Error(`libdlock: ${n.libraryPath} (libdlock ${n.version}) lacks the ` +
+      (n.hasQueue ? 'error-buffer calls (dlock_acquire_errbuf, ...)' : 'completion queue (dlock_queue_new, dlock_acquire_queued, ...)') +
+      '; the Node binding needs them');
+    e.code = 'ERR_DLOCK_LIBRARY';
+    throw e;
   }
+  const c = n.C;
+  errors.setStatusNames((s) => c.status_str(s).replace(/^DLOCK_/, ''));
+  const out = [null];
+  const s = c.queue_new(out);
+  if (s !== 0) throw errorFor(s, `libdlock: cannot create the completion queue: ${c.last_error()}`);
+  const q = out[0];
+  const wakeFd = c.queue_fd_dup(q);  // close-on-exec: child processes do not inherit it
+  if (wakeFd < 0) {
+    const m = c.last_error();
+    c.queue_free(q);
+    throw errorFor(S.EIO, `libdlock: cannot watch the completion queue: ${m}`);
+  }
+  const wake = new net.Socket({ fd: wakeFd, readable: true, writable: false });
+  wake.on('data', drain);
+  wake.on('error', (e) => process.nextTick(() => { throw e; }));
+  wake.unref();
+  keeper = setInterval(() => {}, 0x7fffffff);
+  keeper.unref();
+  if (active > 0) keeper.ref();
+  process.on('exit', closeAllOnExit);
+  native = n;
+  queue = q;
+  C = c;
+  return C;
 }
+
+// ----- errors -----------------------------------------------------------------------------------
 
 function short(name) {
   const s = typeof name === 'string' ? name : `<${name.length} bytes>`;
@@ -64,12 +92,17 @@ function short(name) {
 }
 
 // The error for an operation on a lock that the library reported (message: its own words, from
-// dlock_last_error() on this thread, an error buffer or the queue). Prefixed with the operation and the lock when the message does
-// not name the lock itself (e.g. "the client was closed", a server's timeout).
+// dlock_last_error() on this thread, an error buffer or the queue), of the class its status
+// names. Prefixed with the operation and the lock when the message does not name the lock itself
+// (e.g. "the client was closed", a server's timeout).
 function lockError(status, message, op, name, options) {
-  let m = message || C.status_str(status);
+  let m = message || `DLOCK_${statusName(status)}`;
   if (typeof name !== 'string' || !m.includes(`'${name}'`)) m = `${op} of lock '${short(name)}': ${m}`;
-  return new DlockError(status, m, options);
+  return errorFor(status, m, options);
+}
+
+function closedError() {
+  return new InvalidArgumentError('client is closed');
 }
 
 // Error buffers for the blocking calls that run on libuv's pool (dlock_*_errbuf): the library
@@ -229,21 +262,14 @@ function settle(promise, cb) {
 
 let nextId = 1;
 const ops = new Map();       // tag -> (status, lockPtr, message) => void: pending operations
-const lostRefs = new Map();  // tag -> { ref: WeakRef(Lock) | null, early }: may still be lost
+const lostRefs = new Map();  // tag -> { ref: WeakRef(Lock) | null, early: message | null }: may still be lost
 
 // Pending operations keep the process alive (the queue's pipe is unref'd).
 let active = 0;
-const keeper = setInterval(() => {}, 0x7fffffff);
-keeper.unref();
-function hold() { if (active++ === 0) keeper.ref(); }
-function unhold() { if (--active === 0) keeper.unref(); }
+let keeper = null;  // an unref'd interval, made when the library loads
+function hold() { if (active++ === 0 && keeper !== null) keeper.ref(); }
+function unhold() { if (--active === 0 && keeper !== null) keeper.unref(); }
 
-const queue = (() => {
-  const out = [null];
-  const s = C.queue_new(out);
-  if (s !== 0) throw new DlockError(s, `dlock: cannot create the completion queue: ${C.last_error()}`);
-  return out[0];
-})();
 const QUEUE_DONE = 1;
 const QUEUE_LOST = 2;
 const popTag = [0];
@@ -258,16 +284,9 @@ function drain() {
     const status = popStatus[0];
     const message = status === 0 ? '' : C.last_error();
     if (kind === QUEUE_DONE) complete(tag, status, popLock[0], message);
-    else if (kind === QUEUE_LOST) lostNow(tag);
+    else if (kind === QUEUE_LOST) lostNow(tag, message);
   }
 }
-
-const wakeFd = C.queue_fd_dup(queue);  // close-on-exec: child processes do not inherit it
-if (wakeFd < 0) throw new DlockError(S.EIO, `dlock: cannot watch the completion queue: ${C.last_error()}`);
-const wake = new net.Socket({ fd: wakeFd, readable: true, writable: false });
-wake.on('data', drain);
-wake.on('error', (e) => process.nextTick(() => { throw e; }));
-wake.unref();
 
 function complete(id, status, lockPtr, message) {
   const op = ops.get(id);
@@ -284,16 +303,18 @@ function complete(id, status, lockPtr, message) {
   }
 }
 
-function lostNow(id) {
+const kLost = Symbol('lost');
+
+function lostNow(id, message) {
   const entry = lostRefs.get(id);
   if (entry === undefined) return;  // released meanwhile
   if (entry.ref === null) {  // lost before its Lock object exists: the constructor tells
-    entry.early = true;
+    entry.early = message;
     return;
   }
   lostRefs.delete(id);
   const lock = entry.ref.deref();
-  if (lock !== undefined) queueMicrotask(() => lock._lost());  // a throwing listener must not stop the drain
+  if (lock !== undefined) queueMicrotask(() => lock[kLost](message));  // a throwing listener must not stop the drain
 }
 
 // libuv's thread pool (4 threads unless UV_THREADPOOL_SIZE says otherwise) is shared with fs,
@@ -317,10 +338,11 @@ const lockRegistry = new FinalizationRegistry((st) => {
 // releases its locks: a forgotten lock does not stay held until its lease runs out. 'exit'
 // handlers are synchronous, so this is the blocking dlock_client_close on the JS thread (about a
 // round trip; bounded by the client's timeout_ms when the server does not answer: about three
-// times it with a hung server). It adds nothing that keeps the process alive. A client with an acquire still running on the pool (exit() was
-// called meanwhile) is left alone: closing it would free the handle that acquire uses.
+// times it with a hung server). It adds nothing that keeps the process alive. A client with an
+// acquire still running on the pool (exit() was called meanwhile) is left alone: closing it
+// would free the handle that acquire uses.
 const openClients = new Set();
-process.on('exit', () => {
+function closeAllOnExit() {
   for (const rec of openClients) {
     openClients.delete(rec);
     if (rec.busy === 0) {
@@ -329,11 +351,26 @@ process.on('exit', () => {
       } catch { /* exiting anyway */ }
     }
   }
-});
+}
 
 const clientRegistry = new FinalizationRegistry((rec) => {
   if (openClients.delete(rec)) C.client_close.async(rec.h, () => {});
 });
+
+// One 'abort' listener per signal, whatever the number of acquires waiting on it (one shutdown
+// signal for a thousand waiters must not look like a listener leak): signal -> their cancels.
+const abortWatch = new WeakMap();
+function watchAbort(signal, cancel) {
+  let cancels = abortWatch.get(signal);
+  if (cancels === undefined) {
+    cancels = new Set();
+    abortWatch.set(signal, cancels);
+    const all = cancels;
+    signal.addEventListener('abort', () => { for (const c of all) c(); }, { once: true });
+  }
+  cancels.add(cancel);
+  return () => cancels.delete(cancel);
+}
 
 // ----- Client ---------------------------------------------------------------------------------
 
@@ -348,13 +385,14 @@ class Client {
 
   /**
    * Opens a client for the backend named by url; connecting happens in the background (see
-   * ready()). redis://[[user]:password@]host[:port][/db][?params], redis+unix:///path.sock.
+   * ready()). Loads libdlock.so on first use: throws (code ERR_DLOCK_LIBRARY) when it cannot.
    */
   constructor(url) {
     if (typeof url !== 'string') {
       throw typeError('ERR_INVALID_ARG_TYPE', `url must be a string, got ${describe(url)}`);
     }
     if (url.includes('\0')) throw typeError('ERR_INVALID_ARG_VALUE', 'url must not contain NUL characters');
+    lib();
     this.#url = urlShown(url);
     this.#ready = this.#open(url);
     this.#ready.catch(() => {});  // reported by ready() and by every call that needs the client
@@ -385,7 +423,7 @@ class Client {
       if (status !== 0) {
         // The library's words: the bad URL part, the address and why it cannot be reached, or
         // the user and the server's answer to the credentials (never the password).
-        throw new DlockError(status, errbufMessage(buf) || `cannot open ${this.#url}: ${C.status_str(status)}`);
+        throw errorFor(status, errbufMessage(buf) || `cannot open ${this.#url}: DLOCK_${statusName(status)}`);
       }
       giveErrbuf(buf);
       if (this.#closed) {  // close() came first
@@ -403,14 +441,15 @@ class Client {
 
   async #handle() {
     if (this.#h === null && !this.#closed) await this.#ready;
-    if (this.#closed || this.#h === null) throw new DlockError(S.EINVAL, 'client is closed');
+    if (this.#closed || this.#h === null) throw closedError();
     return this.#h;
   }
 
   /**
-   * Acquires the lock called name. Returns a promise of a Lock, or with a callback
+   * Acquires the lock called name, waiting without limit unless options.waitMs bounds it (0 =
+   * one try) or options.signal aborts it. Returns a promise of a Lock, or with a callback
    * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, retryMs, owner, kind,
-   * shared, permits, signal }; shared: true is kind: 'shared'.
+   * shared, permits, fair, signal }; shared: true is kind: 'shared'.
    */
   acquire(name, options, callback) {
     if (typeof options === 'function' && callback === undefined) {
@@ -437,16 +476,16 @@ class Client {
 
   async #acquire(name, cname, o) {
     if (o.signal?.aborted) {
-      throw new DlockError(S.ECANCELLED, `acquire of lock '${short(name)}' was aborted`, { cause: o.signal.reason });
+      throw new CancelledError(`acquire of lock '${short(name)}' was aborted`, { cause: o.signal.reason });
     }
     const h = this.#h !== null && !this.#closed ? this.#h : await this.#handle();
     const id = nextId++;
+    const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
-    if (!opts) throw new DlockError(S.ENOMEM, 'dlock_options_new: out of memory');
-    let s = 0;
-    if (o.leaseMs !== undefined) s = C.options_set_lease_ms(opts, o.leaseMs);
+    if (!opts) throw errorFor(S.ENOMEM, 'dlock_options_new: out of memory');
+    let s = C.options_set_wait_ms(opts, waitMs);
+    if (s === 0 && o.leaseMs !== undefined) s = C.options_set_lease_ms(opts, o.leaseMs);
     if (s === 0 && o.heartbeatMs !== undefined) s = C.options_set_heartbeat_ms(opts, o.heartbeatMs);
-    if (s === 0 && o.waitMs !== undefined) s = C.options_set_wait_ms(opts, o.waitMs);
     if (s === 0 && o.retryMs !== undefined) s = C.options_set_retry_ms(opts, o.retryMs[0], o.retryMs[1]);
     if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
     if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
@@ -458,12 +497,12 @@ class Client {
       C.options_free(opts);
       throw e;
     }
-    const lost = { ref: null, early: false };
+    const lost = { ref: null, early: null };
     lostRefs.set(id, lost);
     try {
       // One try (no waiting): a blocking call on libuv's pool is the shortest path (no hop
       // through the library's thread). Anything that may wait uses the async API.
-      if (!o.waitMs && poolBusy < POOL_MAX) {
+      if (Number(waitMs) === 0 && poolBusy < POOL_MAX) {
         const out = [null];
         const buf = takeErrbuf();
         const rec = this.#rec;
@@ -484,7 +523,7 @@ class Client {
         }
         if (status !== -1) throw lockError(status, errbufMessage(buf), 'acquire', name);
         // koffi could not make the call (nothing was sent): the async way below
-        if (this.#closed) throw new DlockError(S.EINVAL, 'client is closed');
+        if (this.#closed) throw closedError();
       }
       return await this.#acquireAsync(this.#h, name, cname, o, opts, id, lost);
     } catch (e) {
@@ -503,13 +542,13 @@ class Client {
         return;
       }
       const signal = o.signal;
-      let onAbort = null;
+      let unwatch = null;
       ops.set(id, (status, lockPtr, message) => {
-        if (onAbort !== null) signal.removeEventListener('abort', onAbort);
+        if (unwatch !== null) unwatch();
         if (status === 0) {
           resolve(new Lock(this, lockPtr, name, id, lost));
         } else if (status === S.ECANCELLED && signal?.aborted) {
-          reject(new DlockError(status, `acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
+          reject(new CancelledError(`acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
             { cause: signal.reason }));
         } else {
           reject(lockError(status, message, 'acquire', name));
@@ -517,8 +556,10 @@ class Client {
       });
       hold();
       if (signal !== undefined) {
-        onAbort = () => { if (this.#h !== null) C.acquire_cancel_queued(this.#h, queue, id); };
-        signal.addEventListener('abort', onAbort, { once: true });
+        const cancel = () => { if (this.#h !== null) C.acquire_cancel_queued(this.#h, queue, id); };
+        // aborted while this acquire waited for the client to connect: no 'abort' event is to come
+        if (signal.aborted) cancel();
+        else unwatch = watchAbort(signal, cancel);
       }
     });
   }
@@ -552,7 +593,7 @@ class Client {
   async #inspect(name, cname) {
     await this.#handle();
     const h = this.#h;
-    if (h === null) throw new DlockError(S.EINVAL, 'client is closed');
+    if (h === null) throw closedError();
     const rec = this.#rec;
     rec.busy++;  // close() waits for it
     poolBusy++;
@@ -578,20 +619,21 @@ class Client {
   }
 
   /**
-   * What the client's backend offers: a promise of { fencingStrict, notifies, shared, permits }
-   * (booleans; dlock_client_capabilities).
+   * What the client's backend offers: a promise of { fencingStrict, notifies, shared, permits,
+   * fair } (booleans; dlock_client_capabilities).
    */
   async capabilities() {
     await this.#handle();
-    if (this.#h === null) throw new DlockError(S.EINVAL, 'client is closed');
+    if (this.#h === null) throw closedError();
     const bits = C.client_capabilities(this.#h);
     return Object.fromEntries(CAPABILITIES.map(([bit, name]) => [name, (bits & bit) !== 0]));
   }
 
   /**
-   * Acquires the lock, runs fn(lock), and always releases it. Resolves with fn's result.
-   * If fn succeeded but the lock was lost meanwhile, rejects with NOT_HELD (never silent);
-   * if fn threw, rejects with fn's error.
+   * Acquires the lock (waiting as acquire() does), runs fn(lock, signal), and always releases
+   * it. Resolves with fn's result. signal (lock.signal) aborts with a LockLostError when the lock
+   * is found lost, so fn can hand it to fetch() or a database call. If fn succeeded but the lock
+   * was lost meanwhile, rejects with LockLostError (never silent); if fn threw, with fn's error.
    */
   async using(name, options, fn) {
     if (typeof options === 'function' && fn === undefined) {
@@ -602,15 +644,20 @@ class Client {
       throw typeError('ERR_INVALID_ARG_TYPE', `fn must be a function, got ${describe(fn)}`);
     }
     const lock = await this.acquire(name, options);
-    let result;
-    try {
-      result = await fn(lock);
-    } catch (e) {
-      if (!lock.released) await lock.release().catch(() => {});
-      throw e;
-    }
-    if (!lock.released) await lock.release();
-    return result;
+    return runHolding(lock, () => lock.release(), fn);
+  }
+
+  /**
+   * A Mutex over the lock called name (acquire, tryAcquire, runExclusive, release, isLocked,
+   * cancel), for code written against async-mutex or redis-semaphore. options: as acquire()'s.
+   */
+  mutex(name, options) {
+    return new Mutex(this, name, options);
+  }
+
+  /** A Semaphore of permits holders over name: a Mutex whose acquires take one of the permits. */
+  semaphore(name, permits, options) {
+    return new Semaphore(this, name, permits, options);
   }
 
   /**
@@ -652,8 +699,26 @@ class Client {
   toString() { return `Client(${this.#url}${this.#closed ? ', closed' : ''})`; }
 }
 
+// `await using client = ...` closes it at the end of the block.
 if (typeof Symbol.asyncDispose === 'symbol') {
   Client.prototype[Symbol.asyncDispose] = function asyncDispose() { return this.close(); };
+}
+
+// Runs fn(lock, lock.signal) and then release(), for using() and Mutex.runExclusive(): fn's
+// result, or fn's error (released meanwhile, the release's error dropped), or the release's
+// error (LockLostError when it was lost while fn ran: never silent). The signal is made only
+// for a function that declares a second parameter: Node's AbortController costs about 2 us and
+// grows V8's heap, which `async (lock) => ...` need not pay (lock.signal makes it on demand).
+async function runHolding(lock, release, fn) {
+  let result;
+  try {
+    result = await (fn.length >= 2 ? fn(lock, lock.signal) : fn(lock));
+  } catch (e) {
+    if (!lock.released) await release().catch(() => {});
+    throw e;
+  }
+  if (!lock.released) await release();
+  return result;
 }
 
 // url as the library shows it: any password replaced by "***" (dlock_url_redact).
@@ -683,10 +748,15 @@ function lockInfo(info) {
 
 // ----- Lock -----------------------------------------------------------------------------------
 
-/** A held lock: an EventEmitter that emits 'lost' (once) if it is found lost in the background. */
+/**
+ * A held lock: an EventEmitter that emits 'lost' (once) if it is found lost in the background,
+ * and whose signal aborts then. A loss that nothing listens for becomes a process warning.
+ */
 class Lock extends EventEmitter {
   #st;           // { h: pointer or null, id }: shared with the finalizer
   #busy = null;  // a blocking extend running on the pool: nothing else may use h meanwhile
+  #ac = null;    // behind lock.signal, made when first asked for
+  #lostError = null;
 
   constructor(client, ptr, name, id, lost) {
     super();
@@ -698,12 +768,15 @@ class Lock extends EventEmitter {
     this.fencingToken = BigInt(C.lock_fencing_token(ptr));
     /** How many tries the acquire took (1 = first try). */
     this.attempts = C.lock_attempts(ptr);
-    /** Set once 'lost' was emitted. */
+    /** Set once the lock was found lost ('lost' emitted, signal aborted). */
     this.lost = false;
     lost.ref = new WeakRef(this);
-    if (lost.early) {
+    if (lost.early !== null) {
+      // Lost before the caller even has it: tell once the caller's code after `await` ran (and
+      // could listen); lock.lost and lock.signal say so meanwhile.
       lostRefs.delete(id);
-      queueMicrotask(() => this._lost());
+      const message = lost.early;
+      setImmediate(() => this[kLost](message));
     }
     lockRegistry.register(this, this.#st, this);
   }
@@ -723,17 +796,44 @@ class Lock extends EventEmitter {
   /** True once release() was called. */
   get released() { return this.#st.h === null; }
 
-  _lost() {
+  /**
+   * An AbortSignal that aborts, with a LockLostError as its reason, when the lock is found lost:
+   * hand it to fetch(), a database driver, or anything else that takes one.
+   */
+  get signal() {
+    if (this.#ac === null) {
+      this.#ac = new AbortController();
+      if (this.#lostError !== null) this.#ac.abort(this.#lostError);
+    }
+    return this.#ac.signal;
+  }
+
+  [kLost](message) {
     if (this.lost || this.#st.h === null) return;
     this.lost = true;
-    this.emit('lost', this);
+    const err = new LockLostError(message || `lock '${short(this.name)}' was lost`);
+    this.#lostError = err;
+    const listened = this.listenerCount('lost') > 0 ||
+      (this.#ac !== null && getEventListeners(this.#ac.signal, 'abort').length > 0);
+    if (!listened) {
+      // Never silent: nothing in the program heard of it, so the process does (stderr by default).
+      process.emitWarning(`${err.message} (fencing token ${this.fencingToken}); nothing listened for it, ` +
+        'so the work it protected may have gone on without it', {
+        type: 'LockLostWarning',
+        code: 'DLOCK_LOCK_LOST',
+        detail: "Listen for losses: lock.on('lost', (lock, err) => ...), or hand lock.signal (using()'s " +
+          'second argument) to the work: fetch(), timers, database calls.',
+      });
+    }
+    this.#ac?.abort(err);
+    this.emit('lost', this, err);
   }
 
   #releasedError() {
-    return new DlockError(S.NOT_HELD, `lock '${short(this.name)}' was already released`);
+    return new LockLostError(`lock '${short(this.name)}' was already released`);
   }
 
-  /** Sets the lease to leaseMs from now (0 = no expiry). Rejects with NOT_HELD if it was lost. */
+  /** Sets the lease to leaseMs from now (0 = no expiry). Rejects with LockLostError if it was lost. */
   extend(leaseMs, callback) {
     if (callback !== undefined) {
       checkCallback(callback);
@@ -787,7 +887,7 @@ class Lock extends EventEmitter {
     });
   }
 
-  /** Releases the lock. Rejects with NOT_HELD if it had been lost or was already released. */
+  /** Releases the lock. Rejects with LockLostError if it had been lost or was already released. */
   release(callback) {
     if (callback !== undefined) {
       checkCallback(callback);
@@ -841,28 +941,64 @@ class Lock extends EventEmitter {
     });
   }
 
+  /**
+   * JSON.stringify(lock) and JSON.stringify({ token: lock }) give the fencing token as a decimal
+   * string ("42"), lock.fencingToken.toString(): a bigint has no JSON form, and a string stays
+   * exact for every reader (tokens go up to 2^53 - 1, past what some JSON parsers keep exact).
+   */
+  toJSON() { return this.fencingToken.toString(); }
+
   toString() {
     const state = this.released ? 'released' : this.valid ? 'held' : 'lost';
     return `Lock('${short(this.name)}', token ${this.fencingToken}, ${state})`;
   }
 }
 
-/** The library's version, "MAJOR.MINOR.PATCH". */
-function version() { return C.version(); }
+// `await using lock = await client.acquire(...)` releases it at the end of the block; a lock
+// lost meanwhile makes that throw LockLostError (never silent), one released already does not.
+if (typeof Symbol.asyncDispose === 'symbol') {
+  Lock.prototype[Symbol.asyncDispose] = async function asyncDispose() {
+    if (!this.released) await this.release();
+  };
+}
+
+const { Mutex, Semaphore } = makeMutex({ Client, checkName, checkOptions, typeError, rangeError, describe, runHolding });
+
+/** The library's version, "MAJOR.MINOR.PATCH" (loads the library). */
+function version() { return lib().version(); }
+
+/** Which libdlock was loaded, and its version: { path, version } (loads the library). */
+function library() {
+  lib();
+  return { path: native.libraryPath, version: native.version };
+}
 
 module.exports = {
   Client,
   Lock,
+  Mutex,
+  Semaphore,
   DlockError,
+  NotAcquiredError,
+  LockLostError,
+  InvalidArgumentError,
+  BackendError,
+  CancelledError,
   version,
-  libraryPath: native.libraryPath,
-  codes: Object.freeze({ ...S }),
+  library,
+  codes: S,
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,
-  // for the tests
-  _internals: {
-    ops, lostRefs, lockError, activeCount: () => active, poolBusy: () => poolBusy,
-    openClients: () => openClients.size,
-    statusError: (s) => new DlockError(s),
-  },
 };
+// Kept from dlock 0.1 for CommonJS: the loaded library's path (loads it). library().path is the
+// same in both module systems (an ES module's named export cannot load anything on first read).
+Object.defineProperty(module.exports, 'libraryPath', { get: () => library().path, enumerable: false });
+// For the tests.
+Object.defineProperty(module.exports, '_internals', {
+  enumerable: false,
+  value: {
+    ops, lostRefs, lockError, activeCount: () => active, poolBusy: () => poolBusy,
+    openClients: () => openClients.size, loaded: () => C !== null,
+    statusError: (s) => errorFor(s),
+  },
+});

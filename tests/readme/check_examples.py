@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs every code example of the READMEs and of docs/ as printed, so that they stay true.
 
-A fenced block tagged c, cpp, python, js, lua or bash is an example: a complete program that
+A fenced block tagged c, cpp, python, js, mjs (an ES module), lua or bash is an example: a complete program that
 must build (C and C++ with -Wall -Wextra -Werror against the build tree) and exit 0 within 30 s
 (bash: run with -euo pipefail, the build's `dlock` command first on PATH). Blocks tagged
 otherwise are not run: sh for commands, text for URLs and grammar, c++ or cmake for fragments
@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-RUNNABLE = {"c", "cpp", "python", "js", "lua", "bash"}
+RUNNABLE = {"c", "cpp", "python", "js", "mjs", "lua", "bash"}
 FENCE = re.compile(r"^```(\S*)\s*$")
 TIMEOUT_S = 30
 
@@ -76,7 +76,7 @@ def commands(lang, code, work, args):
         if "<event2/" in code:
             libs += pkg_config("libevent", "libevent_pthreads")
         return [[compiler, *flags, "-o", binary, source, *libs], [binary]]
-    runner, ext = {"python": ("python3", ".py"), "js": ("node", ".js"), "lua": ("luajit", ".lua"),
+    runner, ext = {"python": ("python3", ".py"), "js": ("node", ".js"), "mjs": ("node", ".mjs"), "lua": ("luajit", ".lua"),
                    "bash": ("bash", ".sh")}[lang]
     script = os.path.join(work, "example" + ext)
     with open(script, "w") as f:
@@ -92,10 +92,10 @@ def environment(work, args):
     env["DLOCK_LIBRARY"] = os.path.join(os.path.abspath(args.build_dir), "libdlock.so")
     env["PYTHONPATH"] = os.path.join(src, "bindings", "python")
     env["LUA_PATH"] = os.path.join(src, "bindings", "luajit", "?.lua") + ";;"
-    # require('dlock') finds bindings/node, as after `npm install /path/to/bindings/node`.
+    # require('libdlock') finds bindings/node, as after `npm install /path/to/bindings/node`.
     modules = os.path.join(work, "node_modules")
     os.makedirs(modules, exist_ok=True)
-    os.symlink(os.path.join(src, "bindings", "node"), os.path.join(modules, "dlock"))
+    os.symlink(os.path.join(src, "bindings", "node"), os.path.join(modules, "libdlock"))
     env["NODE_PATH"] = modules
     env["PATH"] = os.path.join(os.path.abspath(args.build_dir), "cli") + os.pathsep + env.get("PATH", "")
     return env

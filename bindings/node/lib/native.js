@@ -1,8 +1,16 @@
 'use strict';
-// Finds and loads libdlock.so with koffi and declares the C ABI (include/dlock/dlock.h).
+// Finds and loads libdlock.so with koffi and declares the C ABI (include/dlock/dlock.h). index.js
+// requires this file on first use, not when the package is required: an app that imports the
+// package but never locks, or sets DLOCK_LIBRARY after its imports, loads nothing early.
 //
-// Search order: $DLOCK_LIBRARY (a path), then `pkg-config --variable=libdir dlock`, then the
-// system's loader path (libdlock.so.0, the SONAME).
+// Search order (the first that loads wins):
+//   1. $DLOCK_LIBRARY, a path: explicit, so nothing else is tried when it fails;
+//   2. the library bundled in the npm tarball (scripts: bindings/node/pack.sh):
+//      prebuilds/<platform>-<arch>/libdlock.so.0 in this package, when present;
+//   3. `pkg-config --variable=libdir dlock` (a source install, libdlock-dev);
+//   4. the system's loader path (libdlock.so.0, the SONAME: Debian's libdlock0).
+// No other library is loaded: no libc of our own (the queue's close-on-exec descriptor comes
+// from dlock_queue_fd_dup).
 //
 // Pointers are koffi externals. The binding passes small integer tags through the library's
 // completion queue, never JS objects, and registers no callbacks.
@@ -13,11 +21,17 @@ const { execFileSync } = require('node:child_process');
 const koffi = require('koffi');
 
 const SONAME = 'libdlock.so.0';
+const BUNDLED = path.join(__dirname, '..', 'prebuilds', `${process.platform}-${process.arch}`, SONAME);
+// What to do about it, for the error when nothing loads.
+const INSTALL_HINT = 'Install libdlock: `apt install libdlock0` (the .deb that scripts/package builds), or ' +
+  'install the libdlock npm tarball that bundles it (prebuilds/linux-x64, built by bindings/node/pack.sh), ' +
+  'or set DLOCK_LIBRARY to the path of libdlock.so';
 
 function candidates() {
   const env = process.env.DLOCK_LIBRARY;
   if (env) return { list: [['DLOCK_LIBRARY', env]], explicit: true };
   const list = [];
+  if (fs.existsSync(BUNDLED)) list.push(['bundled', BUNDLED]);
   try {
     const libdir = execFileSync('pkg-config', ['--variable=libdir', 'dlock'], {
       encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 10000,
@@ -44,8 +58,15 @@ function load() {
       if (explicit) break;
     }
   }
-  throw new Error('dlock: cannot load libdlock.so; set DLOCK_LIBRARY to its path, or install it ' +
-    `where pkg-config or the loader finds it. Tried: ${tried.join('; ')}`);
+  let hint = INSTALL_HINT;
+  // The bundled file is there but would not load: most likely a library it needs is missing.
+  if (!explicit && fs.existsSync(BUNDLED)) {
+    hint += '. The bundled library needs the libraries it links from the system (Debian: `apt-get install ' +
+      'libcurl4 libevent-core-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7 libhiredis0.14 libssl3`)';
+  }
+  const e = new Error(`libdlock: cannot load libdlock.so. ${hint}. Tried: ${tried.join('; ')}`);
+  e.code = 'ERR_DLOCK_LIBRARY';
+  throw e;
 }
 
 const { lib, path: libraryPath } = load();
@@ -125,7 +146,9 @@ try {
 }
 const version = C.version();
 if (!/^0\./.test(version)) {
-  throw new Error(`dlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
+  const e = new Error(`libdlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
+  e.code = 'ERR_DLOCK_LIBRARY';
+  throw e;
 }
 
 module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf };

@@ -9,7 +9,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 
 const before = new Set(fs.readdirSync('/proc/self/fd'));
-const { Client } = require('..');
+const { Client } = require('libdlock');
 const { URL, unique } = require('./support/helpers');
 
 const O_CLOEXEC = 0o2000000;

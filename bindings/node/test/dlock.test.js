@@ -8,7 +8,7 @@ const os = require('node:os');
 const path = require('node:path');
 const { once } = require('node:events');
 
-const dlock = require('..');
+const dlock = require('libdlock');
 const { Client, Lock, DlockError } = dlock;
 const { URL, PORT, cli, key, unique, sleep, waitFor, threads } = require('./support/helpers');
 
@@ -38,8 +38,8 @@ test('acquire, extend, release', async () => {
   assert.equal(lock.valid, false);
   assert.equal(lock.remainingMs, 0);
   assert.equal(lock.released, true);
-  await assert.rejects(lock.release(), { code: 'NOT_HELD', message: /already released/ });
-  await assert.rejects(lock.extend(1000), { code: 'NOT_HELD' });
+  await assert.rejects(lock.release(), { code: 'ERR_DLOCK_NOT_HELD', message: /already released/ });
+  await assert.rejects(lock.extend(1000), { code: 'ERR_DLOCK_NOT_HELD' });
   assert.match(String(lock), /released/);
   // owner label and Buffer names
   const labelled = await client.acquire(name, { owner: 'tests', leaseMs: 5000 });
@@ -57,13 +57,13 @@ test('node-style callbacks', async () => {
     assert.equal(r, undefined);
   });
   assert.ok(lock.valid);
-  const err = await new Promise((resolve) => client.acquire(name, (e, l) => resolve(e ?? l)));
-  assert.ok(err instanceof DlockError);
-  assert.equal(err.code, 'NOT_ACQUIRED');
+  const err = await new Promise((resolve) => client.acquire(name, { waitMs: 0 }, (e, l) => resolve(e ?? l)));
+  assert.ok(err instanceof dlock.NotAcquiredError);
+  assert.equal(err.code, 'ERR_DLOCK_NOT_ACQUIRED');
   await new Promise((resolve, reject) => lock.extend(6000, (e) => (e ? reject(e) : resolve())));
   await new Promise((resolve, reject) => lock.release((e) => (e ? reject(e) : resolve())));
   const again = await new Promise((resolve) => lock.release((e) => resolve(e)));
-  assert.equal(again.code, 'NOT_HELD');
+  assert.equal(again.code, 'ERR_DLOCK_NOT_HELD');
   const c2 = new Client(URL);
   await new Promise((resolve, reject) => c2.close((e) => (e ? reject(e) : resolve())));
   assert.equal(cli('EXISTS', key(name)), '0');
@@ -81,7 +81,7 @@ test('using() always releases', async () => {
   assert.equal(cli('EXISTS', key(name)), '0');
   // lost meanwhile: never silent
   await assert.rejects(client.using(name, { leaseMs: 5000 }, async () => { cli('DEL', key(name)); }),
-    { code: 'NOT_HELD' });
+    { code: 'ERR_DLOCK_NOT_HELD' });
   // ... unless fn's own error is on its way
   await assert.rejects(client.using(name, { leaseMs: 5000 }, async () => {
     cli('DEL', key(name));
@@ -127,8 +127,8 @@ test('contention, waiting, tokens strictly rising', async () => {
   }
   const other = await Client.connect(URL);
   const held = await client.acquire(name, { leaseMs: 10000 });
-  await assert.rejects(other.acquire(name), { code: 'NOT_ACQUIRED', message: new RegExp(name) });
-  await assert.rejects(other.acquire(name, { waitMs: 150 }), { code: 'NOT_ACQUIRED' });
+  await assert.rejects(other.acquire(name, { waitMs: 0 }), { code: 'ERR_DLOCK_NOT_ACQUIRED', message: new RegExp(name) });
+  await assert.rejects(other.acquire(name, { waitMs: 150 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });
   setTimeout(() => held.release(), 200);
   const waited = await other.acquire(name, { waitMs: 10000 });
   assert.ok(waited.fencingToken > held.fencingToken);
@@ -138,7 +138,7 @@ test('contention, waiting, tokens strictly rising', async () => {
   const brief = await client.acquire(name, { leaseMs: 150, heartbeatMs: 0 });
   const taker = await other.acquire(name, { waitMs: 5000 });
   assert.ok(taker.fencingToken > brief.fencingToken);
-  await assert.rejects(brief.release(), { code: 'NOT_HELD' });
+  await assert.rejects(brief.release(), { code: 'ERR_DLOCK_NOT_HELD' });
   await taker.release();
   await other.close();
 });
@@ -181,7 +181,7 @@ test('a busy JS thread does not hold up heartbeats', async () => {
     while (Date.now() < end) { /* busy, as a CPU-heavy critical section would be */ }
     assert.ok(Number(cli('PTTL', key(name))) > 0, 'the lease ran out on the server while JS was busy');
     assert.equal(lock.valid, true);
-    assert.deepEqual(await Promise.all(waits), ['NOT_ACQUIRED', 'acquired']);
+    assert.deepEqual(await Promise.all(waits), ['ERR_DLOCK_NOT_ACQUIRED', 'acquired']);
     await lock.release();
     await blocker.release();
     assert.equal(lostEvents, 0);
@@ -208,8 +208,8 @@ test("the 'lost' event reaches user code", async () => {
   assert.equal(lock.valid, false);
   assert.equal(lock.remainingMs, 0);
   assert.match(String(lock), /lost/);
-  await assert.rejects(lock.extend(1000), { code: 'NOT_HELD' });
-  await assert.rejects(lock.release(), { code: 'NOT_HELD' });
+  await assert.rejects(lock.extend(1000), { code: 'ERR_DLOCK_NOT_HELD' });
+  await assert.rejects(lock.release(), { code: 'ERR_DLOCK_NOT_HELD' });
   await sleep(300);
   assert.equal(count, 1);
   // taken over: the listener may release from inside; released locks never emit
@@ -219,39 +219,50 @@ test("the 'lost' event reaches user code", async () => {
   await fine.release();
   const released = new Promise((resolve) => taken.on('lost', () => taken.release().catch(resolve)));
   cli('SET', key(taken.name), 'someone-else');
-  assert.equal((await released).code, 'NOT_HELD');
+  assert.equal((await released).code, 'ERR_DLOCK_NOT_HELD');
 });
 
-test('every error kind is mapped', async () => {
-  const expect = ['OK', 'NOT_ACQUIRED', 'NOT_HELD', 'EINVAL', 'EIO', 'EBACKEND', 'EAUTH',
-    'ECANCELLED', 'ENOMEM', 'EINTERNAL'];
-  expect.forEach((code, status) => {
-    assert.equal(dlock.codes[code], status);
+test('every error kind is mapped to its class and code', async () => {
+  const expect = [['OK'], ['NOT_ACQUIRED', dlock.NotAcquiredError], ['NOT_HELD', dlock.LockLostError],
+    ['EINVAL', dlock.InvalidArgumentError], ['EIO', dlock.BackendError], ['EBACKEND', dlock.BackendError],
+    ['EAUTH', dlock.BackendError], ['ECANCELLED', dlock.CancelledError], ['ENOMEM', DlockError],
+    ['EINTERNAL', DlockError]];
+  expect.forEach(([name, cls], status) => {
+    assert.equal(dlock.codes[name], status);
     if (status === 0) return;
     const e = dlock._internals.statusError(status);
-    assert.ok(e instanceof DlockError && e instanceof Error);
-    assert.equal(e.code, code);
+    assert.ok(e instanceof cls && e instanceof DlockError && e instanceof Error, name);
+    assert.equal(e.constructor, cls);
+    assert.equal(e.name, cls.name);
+    assert.equal(e.code, `ERR_DLOCK_${name}`);
     assert.equal(e.status, status);
-    assert.equal(e.message, `DLOCK_${code}`);
+    assert.equal(e.message, `DLOCK_${name}`);
+    assert.match(String(e), new RegExp(`^${cls.name}: DLOCK_${name}$`));
     const a = dlock._internals.lockError(status, 'the words of the library', 'acquire', 'x');
-    assert.equal(a.code, code);
+    assert.ok(a instanceof cls);
+    assert.equal(a.code, `ERR_DLOCK_${name}`);
     assert.equal(a.message, "acquire of lock 'x': the words of the library");
     assert.equal(dlock._internals.lockError(status, "lock 'x' is ...", 'acquire', 'x').message, "lock 'x' is ...");
   });
+  // no own name property: JSON shows code and status only
+  assert.deepEqual(JSON.parse(JSON.stringify(dlock._internals.statusError(1))), { status: 1, code: 'ERR_DLOCK_NOT_ACQUIRED' });
   // a status a newer library may add: its name as the library gives it
   const future = dlock._internals.statusError(77);
   assert.ok(future instanceof DlockError);
-  assert.deepEqual([future.code, future.status, future.message], ['UNKNOWN', 77, 'DLOCK_UNKNOWN']);
+  assert.deepEqual([future.code, future.status, future.message], ['ERR_DLOCK_UNKNOWN', 77, 'DLOCK_UNKNOWN']);
+  // the binding's table of names agrees with the library's
+  const { C } = require('../lib/native');
+  for (const [name, status] of Object.entries(dlock.codes)) assert.equal(C.status_str(status), `DLOCK_${name}`);
 
-  await assert.rejects(Client.connect('bogus://x'), { code: 'EINVAL', message: /bogus/ });
-  await assert.rejects(Client.connect(`${URL}?nope=1`), { code: 'EINVAL', message: /nope/ });
+  await assert.rejects(Client.connect('bogus://x'), { code: 'ERR_DLOCK_EINVAL', message: /bogus/ });
+  await assert.rejects(Client.connect(`${URL}?nope=1`), { code: 'ERR_DLOCK_EINVAL', message: /nope/ });
   await assert.rejects(new Client('redis://127.0.0.1:1?connect_timeout_ms=500').acquire('x'),
-    { code: 'EIO', message: /127\.0\.0\.1:1: Connection refused/ });
+    { code: 'ERR_DLOCK_EIO', message: /127\.0\.0\.1:1: Connection refused/ });
   const user = unique('user');
   cli('ACL', 'SETUSER', user, 'on', '>right', '~*', '&*', '+@all');
   try {
     const err = await Client.connect(`redis://${user}:guessed-pw@127.0.0.1:${PORT}`).catch((e) => e);
-    assert.equal(err.code, 'EAUTH');
+    assert.equal(err.code, 'ERR_DLOCK_EAUTH');
     assert.ok(err.message.includes(`'${user}'`), err.message);
     assert.match(err.message, /WRONGPASS/);
     assert.doesNotMatch(err.message, /guessed-pw/);
@@ -263,7 +274,8 @@ test('every error kind is mapped', async () => {
   }
   const name = unique();
   cli('SET', `${key(name)}:fence`, 'not-a-number');
-  await assert.rejects(client.acquire(name), { code: 'EBACKEND' });
+  await assert.rejects(client.acquire(name, { waitMs: 0 }), { code: 'ERR_DLOCK_EBACKEND' });
+  await assert.rejects(client.acquire(name), { name: 'BackendError', code: 'ERR_DLOCK_EBACKEND' });  // waiting: no retry of an error answer
   assert.equal(cli('EXISTS', key(name)), '0');
 
   // ECANCELLED: closing the client, and an AbortSignal
@@ -273,14 +285,14 @@ test('every error kind is mapped', async () => {
   await sleep(100);
   await c2.close();
   const cancelled = await pending;
-  assert.equal(cancelled.code, 'ECANCELLED');
+  assert.equal(cancelled.code, 'ERR_DLOCK_ECANCELLED');
   assert.match(cancelled.message, /closed/);
-  await assert.rejects(c2.acquire('x'), { code: 'EINVAL', message: /closed/ });
+  await assert.rejects(c2.acquire('x'), { code: 'ERR_DLOCK_EINVAL', message: /closed/ });
   const ac = new AbortController();
   const aborted = client.acquire(name + 'c', { waitMs: -1, signal: ac.signal });
   setTimeout(() => ac.abort(), 100);
-  await assert.rejects(aborted, { code: 'ECANCELLED', message: /aborted/ });
-  await assert.rejects(client.acquire(name + 'c', { signal: AbortSignal.abort() }), { code: 'ECANCELLED' });
+  await assert.rejects(aborted, { code: 'ERR_DLOCK_ECANCELLED', message: /aborted/ });
+  await assert.rejects(client.acquire(name + 'c', { signal: AbortSignal.abort() }), { code: 'ERR_DLOCK_ECANCELLED' });
   await holder.release();
   await sleep(100);
   assert.equal(cli('EXISTS', key(name + 'c')), '0', 'a cancelled acquire left a lock behind');
@@ -315,7 +327,7 @@ test('bad input gives TypeError / RangeError / EINVAL', async () => {
   for (const [name, opts] of einval) {
     const e = await client.acquire(name, opts).catch((x) => x);
     assert.ok(e instanceof DlockError, `${name.slice(0, 10)} ${JSON.stringify(opts)}: ${e}`);
-    assert.equal(e.code, 'EINVAL');
+    assert.equal(e.code, 'ERR_DLOCK_EINVAL');
     assert.ok(e.message.length > 0 && !e.message.startsWith('DLOCK_'), e.message);
   }
   assert.equal(cli('KEYS', 'dlock:{t-*}'), '', 'bad input left a lock behind');
@@ -324,17 +336,17 @@ test('bad input gives TypeError / RangeError / EINVAL', async () => {
   const lock = await client.acquire(unique());
   await assert.rejects(lock.extend('1000'), { code: 'ERR_INVALID_ARG_TYPE' });
   await assert.rejects(lock.extend(-5), { code: 'ERR_OUT_OF_RANGE' });
-  await assert.rejects(lock.extend(5), { code: 'EINVAL' });  // too short for the library
+  await assert.rejects(lock.extend(5), { code: 'ERR_DLOCK_EINVAL' });  // too short for the library
   await lock.release();
 });
 
 test('many one-try acquires at once take both paths (thread pool and async API)', async () => {
   const names = Array.from({ length: 50 }, () => unique('burst'));
-  const locks = await Promise.all(names.map((n) => client.acquire(n, { leaseMs: 5000 })));
+  const locks = await Promise.all(names.map((n) => client.acquire(n, { leaseMs: 5000, waitMs: 0 })));
   assert.equal(new Set(locks.map((l) => l.fencingToken)).size, 50);
   assert.equal(cli('EXISTS', ...names.map(key)), '50');
-  const again = await Promise.all(names.map((n) => client.acquire(n).catch((e) => e.code)));
-  assert.deepEqual(new Set(again), new Set(['NOT_ACQUIRED']));
+  const again = await Promise.all(names.map((n) => client.acquire(n, { waitMs: 0 }).catch((e) => e.code)));
+  assert.deepEqual(new Set(again), new Set(['ERR_DLOCK_NOT_ACQUIRED']));
   await Promise.all(locks.map((l) => l.extend(8000)));
   await Promise.all(locks.map((l) => l.release()));
   assert.equal(cli('EXISTS', ...names.map(key)), '0');

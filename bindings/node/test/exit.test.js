@@ -6,7 +6,7 @@ const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const path = require('node:path');
 
-const { Client } = require('..');
+const { Client } = require('libdlock');
 const { URL, cli, key, unique } = require('./support/helpers');
 
 // Runs support/forget.js; resolves with { code, stdout, ms } once it exited (fails after 20 s:

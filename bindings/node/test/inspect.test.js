@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 
-const dlock = require('..');
+const dlock = require('libdlock');
 const { Client, DlockError } = dlock;
 const { URL, PORT, cli, unique } = require('./support/helpers');
 
@@ -46,15 +46,15 @@ test('inspect: bad names and a closed client', async () => {
   for (const bad of ['', 'x'.repeat(dlock.MAX_NAME_BYTES + 1)]) {
     // the library's own words, through dlock_inspect_errbuf
     await assert.rejects(client.inspect(bad), {
-      name: 'DlockError', code: 'EINVAL', message: /^inspect of lock .*: lock name is (empty|longer than)/,
+      name: 'InvalidArgumentError', code: 'ERR_DLOCK_EINVAL', message: /^inspect of lock .*: lock name is (empty|longer than)/,
     });
   }
   await assert.rejects(client.inspect(5), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
   assert.throws(() => client.inspect(5, () => {}), { code: 'ERR_INVALID_ARG_TYPE' });
   const c = await Client.connect(URL);
   await c.close();
-  await assert.rejects(c.inspect('x'), { code: 'EINVAL', message: /closed/ });
-  await assert.rejects(c.capabilities(), { code: 'EINVAL', message: /closed/ });
+  await assert.rejects(c.inspect('x'), { code: 'ERR_DLOCK_EINVAL', message: /closed/ });
+  await assert.rejects(c.capabilities(), { code: 'ERR_DLOCK_EINVAL', message: /closed/ });
 });
 
 test('capabilities: what the Redis backend promises', async () => {
@@ -81,7 +81,7 @@ test('kind and permits reach the library', async () => {
     for (const waitMs of [0, 100]) {
       const e = await client.acquire(shared, { kind: 'shared', waitMs }).catch((x) => x);
       assert.ok(e instanceof DlockError, String(e));
-      assert.equal(e.code, 'EINVAL');
+      assert.equal(e.code, 'ERR_DLOCK_EINVAL');
       assert.match(e.message, /shared/);
     }
     assert.deepEqual((await client.inspect(shared)).holders, []);
@@ -89,10 +89,10 @@ test('kind and permits reach the library', async () => {
   const sem = unique('permits');
   if (caps.permits) {
     const held = [await client.acquire(sem, { permits: 2 }), await client.acquire(sem, { permits: 2 })];
-    await assert.rejects(client.acquire(sem, { permits: 2 }), { code: 'NOT_ACQUIRED' });
+    await assert.rejects(client.acquire(sem, { permits: 2, waitMs: 0 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });
     for (const l of held) await l.release();
   } else {
-    await assert.rejects(client.acquire(sem, { permits: 2 }), { code: 'EINVAL', message: /permits/ });
+    await assert.rejects(client.acquire(sem, { permits: 2 }), { code: 'ERR_DLOCK_EINVAL', message: /permits/ });
     assert.deepEqual((await client.inspect(sem)).holders, []);
   }
   for (const opts of [{ kind: 'Shared' }, { kind: 1 }]) {
@@ -108,9 +108,9 @@ test('limits are the library\'s', async () => {
   assert.deepEqual([dlock.MAX_NAME_BYTES, dlock.MAX_OWNER_BYTES], [1024, 256]);  // as documented
   const name = 'n'.repeat(dlock.MAX_NAME_BYTES);
   await (await client.acquire(name, { owner: 'o'.repeat(dlock.MAX_OWNER_BYTES) })).release();
-  await assert.rejects(client.acquire(`${name}n`), { code: 'EINVAL', message: new RegExp(`${dlock.MAX_NAME_BYTES}`) });
+  await assert.rejects(client.acquire(`${name}n`), { code: 'ERR_DLOCK_EINVAL', message: new RegExp(`${dlock.MAX_NAME_BYTES}`) });
   await assert.rejects(client.acquire(unique(), { owner: 'o'.repeat(dlock.MAX_OWNER_BYTES + 1) }),
-    { code: 'EINVAL', message: new RegExp(`${dlock.MAX_OWNER_BYTES}`) });
+    { code: 'ERR_DLOCK_EINVAL', message: new RegExp(`${dlock.MAX_OWNER_BYTES}`) });
 });
 
 test('a client shows its URL as the library does: the password hidden', async () => {

@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 
-const dlock = require('..');
+const dlock = require('libdlock');
 const { Client, DlockError } = dlock;
 const { URL, unique, waitFor } = require('./support/helpers');
 
@@ -28,10 +28,10 @@ test('three shared holders at once, no exclusive one meanwhile', async () => {
   const r2 = await client.acquire(name, { shared: true, owner: 'r2' });
   const r3 = await other.acquire(name, { kind: 'shared', owner: 'r3' });
   // a client holding the name shared may not take it exclusive (no upgrade) ...
-  await assert.rejects(client.acquire(name), { name: 'DlockError', code: 'EINVAL' });
+  await assert.rejects(client.acquire(name), { name: 'InvalidArgumentError', code: 'ERR_DLOCK_EINVAL' });
   // ... and another client is refused while the shared holds stand
-  await assert.rejects(third.acquire(name), { name: 'DlockError', code: 'NOT_ACQUIRED' });
-  await assert.rejects(third.acquire(name, { shared: false, waitMs: 200 }), { code: 'NOT_ACQUIRED' });
+  await assert.rejects(third.acquire(name, { waitMs: 0 }), { name: 'NotAcquiredError', code: 'ERR_DLOCK_NOT_ACQUIRED' });
+  await assert.rejects(third.acquire(name, { shared: false, waitMs: 200 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });
   const info = await third.inspect(name);
   assert.equal(info.kind, 'shared');
   assert.equal(info.permits, 0);
@@ -63,10 +63,10 @@ test('a waiting exclusive acquire keeps new shared holds out', async () => {
   const writer = other.acquire(name, { waitMs: 5000 });
   const refused = await waitFor(async () => {
     try {
-      await (await third.acquire(name, { shared: true })).release();
+      await (await third.acquire(name, { shared: true, waitMs: 0 })).release();
       return false;  // before the writer queued up
     } catch (e) {
-      if (e.code !== 'NOT_ACQUIRED') throw e;
+      if (e.code !== 'ERR_DLOCK_NOT_ACQUIRED') throw e;
       return true;
     }
   });
@@ -82,18 +82,18 @@ test('a semaphore of 2 admits 2 and refuses a 3rd; another size is EINVAL naming
   const name = unique('sem');
   const a = await client.acquire(name, { permits: 2, owner: 'a' });
   const b = await other.acquire(name, { permits: 2, owner: 'b' });
-  await assert.rejects(third.acquire(name, { permits: 2 }), { code: 'NOT_ACQUIRED' });
+  await assert.rejects(third.acquire(name, { permits: 2, waitMs: 0 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });
   const info = await third.inspect(name);
   assert.equal(info.permits, 2);
   assert.equal(info.kind, 'exclusive');
   assert.deepEqual(info.holders.map((h) => h.owner).sort(), ['a', 'b']);
   const e = await third.acquire(name, { permits: 3 }).catch((x) => x);
   assert.ok(e instanceof DlockError, String(e));
-  assert.equal(e.code, 'EINVAL');
+  assert.equal(e.code, 'ERR_DLOCK_EINVAL');
   assert.match(e.message, /\b2 permits\b/);
   assert.match(e.message, /\b3 permits\b/);
   for (const mixed of [{}, { shared: true }]) {  // no lock kind on a semaphore while it is held
-    await assert.rejects(third.acquire(name, mixed), { code: 'EINVAL' }, JSON.stringify(mixed));
+    await assert.rejects(third.acquire(name, mixed), { code: 'ERR_DLOCK_EINVAL' }, JSON.stringify(mixed));
   }
   await a.release();
   const c = await third.acquire(name, { permits: 2 });  // a permit came free
@@ -119,7 +119,7 @@ test('shared with permits, or against kind, is refused', async () => {
   const name = unique('bad');
   // a shared semaphore: the library's EINVAL, in its words
   for (const o of [{ shared: true, permits: 2 }, { kind: 'shared', permits: 2 }]) {
-    await assert.rejects(client.acquire(name, o), { name: 'DlockError', code: 'EINVAL', message: /shared/ });
+    await assert.rejects(client.acquire(name, o), { name: 'InvalidArgumentError', code: 'ERR_DLOCK_EINVAL', message: /shared/ });
   }
   for (const o of [{ shared: true, kind: 'exclusive' }, { shared: false, kind: 'shared' }]) {
     await assert.rejects(client.acquire(name, o),

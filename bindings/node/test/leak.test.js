@@ -8,7 +8,7 @@ const vm = require('node:vm');
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc');
 
-const dlock = require('..');
+const dlock = require('libdlock');
 const { Client } = dlock;
 const { URL, cli, key, unique, waitFor, threads } = require('./support/helpers');
 
@@ -22,16 +22,16 @@ async function collect() {
 test('10,000 acquire+release cycles leak nothing', async (t) => {
   const client = await Client.connect(URL);
   const name = unique('leak');
-  for (let i = 0; i < 1000; i++) await (await client.acquire(name, { leaseMs: 5000 })).release();
+  for (let i = 0; i < 1000; i++) await (await client.acquire(name, { leaseMs: 5000, waitMs: 0 })).release();
   await collect();
   const before = process.memoryUsage();
   const t0 = Date.now();
   for (let i = 0; i < 10000; i++) {
-    if (i % 2) {
-      const lock = await client.acquire(name, { leaseMs: 5000 });
+    if (i % 2) {  // one try: the thread pool's path
+      const lock = await client.acquire(name, { leaseMs: 5000, waitMs: 0 });
       lock.on('lost', () => {});
       await lock.release();
-    } else {
+    } else {  // waiting (the default): the library's thread and the completion queue
       await client.using(name, { leaseMs: 5000 }, () => {});
     }
   }

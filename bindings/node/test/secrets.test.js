@@ -5,7 +5,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 
-const { Client } = require('..');
+const { Client } = require('libdlock');
 const { PORT } = require('./support/helpers');
 
 const PIECES = ['Xq7', 'Zk9'];
@@ -19,7 +19,7 @@ test('open: errors of URLs whose password holds / # ? show no piece of it', asyn
     `redis://u:Xq7?Zk9@127.0.0.1:${PORT}`, `redis://u:12/Xq7Zk9@127.0.0.1:${PORT}`,
     `redis-sentinel://127.0.0.1:${PORT}/m?sentinel_password=Xq7&Zk9`]) {
     const err = await Client.connect(url).catch((e) => e);
-    assert.equal(err.code, 'EINVAL', `${url}: ${err}`);
+    assert.equal(err.code, 'ERR_DLOCK_EINVAL', `${url}: ${err}`);
     assertNoPiece(err.message, url);
     assert.match(err.message, /percent-encode/);
   }

@@ -22,9 +22,12 @@ import io
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import time
 import zipfile
 
@@ -146,7 +149,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         return _write_wheel(wheel_directory, files)
     if not os.path.isfile(library) or _read(library)[:4] != b"\x7fELF":
         raise ValueError(f"library={library}: not a shared library (give the path of libdlock.so)")
-    files.append((BUNDLED, _read(library)))
+    files.append((BUNDLED, _stripped(library)))
     return _write_wheel(wheel_directory, sorted(files), tag=f"py3-none-{platform_tag()}")
 
 
@@ -189,6 +192,19 @@ def build_sdist(sdist_directory, config_settings=None):
             entry.size, entry.mtime, entry.mode = len(data), EPOCH, 0o644
             t.addfile(entry, io.BytesIO(data))
     return name
+
+
+def _stripped(library):
+    """The library's bytes without debug sections when binutils' strip is there (a
+    RelWithDebInfo build's libdlock.so is ten times the size), as the npm tarball has it."""
+    strip = shutil.which("strip")
+    if strip is None:
+        return _read(library)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "libdlock.so.0")
+        shutil.copyfile(library, copy)
+        subprocess.run([strip, "--strip-debug", copy], check=True, timeout=120)
+        return _read(copy)
 
 
 def main(argv):

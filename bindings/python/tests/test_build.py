@@ -78,8 +78,16 @@ class Backend(unittest.TestCase):
         with zipfile.ZipFile(out) as z:
             entry = z.getinfo("dlock/libdlock.so.0")
             self.assertEqual(entry.external_attr >> 16, 0o100755)
-            with open(library, "rb") as f:
-                self.assertEqual(z.read(entry), f.read())
+            bundled = os.path.join(self.tmp.name, "bundled.so")
+            with open(bundled, "wb") as f:
+                f.write(z.read(entry))
+        # the library, debug sections stripped: its dynamic section and exports unchanged
+        for flags in (["-d"], ["--dyn-syms", "-W"]):
+            want, got = (subprocess.run(["readelf", *flags, path], capture_output=True, text=True,
+                                        check=True).stdout for path in (library, bundled))
+            self.assertEqual(got, want, flags)
+        self.assertLessEqual(os.path.getsize(bundled), os.path.getsize(library))
+        with zipfile.ZipFile(out) as z:
             wheel = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))).decode()
         self.assertIn(f"Tag: py3-none-{tag}\n", wheel)
         self.assertIn("Root-Is-Purelib: false\n", wheel)

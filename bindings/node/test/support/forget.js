@@ -4,7 +4,7 @@
 //   node forget.js URL MODE NAME...
 // MODE: end (the script just runs out of work), exit (process.exit(0)), throw (an uncaught
 // exception), queued (acquired by a waiting acquire, through the library's thread).
-const { Client } = require('../..');
+const { Client } = require('libdlock');
 
 const [url, mode, ...names] = process.argv.slice(2);
 (async () => {
@@ -12,7 +12,7 @@ const [url, mode, ...names] = process.argv.slice(2);
   const b = new Client(url);  // a second client, never awaited as such
   for (const [i, name] of names.entries()) {
     const client = i % 2 ? b : a;
-    await client.acquire(name, { leaseMs: 60000, ...(mode === 'queued' ? { waitMs: 5000 } : {}) });
+    await client.acquire(name, { leaseMs: 60000, waitMs: mode === 'queued' ? 5000 : 0 });
   }
   console.log(`held ${names.length}`);
   if (mode === 'exit') process.exit(0);

@@ -3,7 +3,7 @@
 // from a file, checks its fencing token is greater than the last writer's, writes
 // "value+1 own_token". Exits 1 on a fencing violation.
 const fs = require('node:fs');
-const { Client } = require('../..');
+const { Client } = require('libdlock');
 
 const [url, name, file, n] = process.argv.slice(2);
 (async () => {

@@ -1,0 +1,24 @@
+// The ES module entry of libdlock: the CommonJS module (index.js) re-exported by name, so that
+// `import { Client, Lock, LockLostError } from 'libdlock'` gives every export (Node's detection
+// of a CommonJS module's names finds only some), and both module systems share one instance.
+// Reads no value that would load the library: it loads on first use, as from require().
+import dlock from './index.js';
+
+export const {
+  Client,
+  Lock,
+  Mutex,
+  Semaphore,
+  DlockError,
+  NotAcquiredError,
+  LockLostError,
+  InvalidArgumentError,
+  BackendError,
+  CancelledError,
+  version,
+  library,
+  codes,
+  MAX_NAME_BYTES,
+  MAX_OWNER_BYTES,
+} = dlock;
+export default dlock;

@@ -1,0 +1,81 @@
+// `await using` with libdlock, as a TypeScript user writes it: compiled by typescript.test.js
+// against the package's own declarations (index.d.mts, through the exports map), then run.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { once } from 'node:events';
+import dlock, {
+  Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, codes, library, version,
+  type AcquireOptions, type Releaser,
+} from 'libdlock';
+
+const url = process.env.REDIS_URL!;
+const port = process.env.REDIS_PORT!;
+const cli = (...args: string[]): string =>
+  execFileSync('redis-cli', ['-p', port, ...args], { encoding: 'utf8' }).trim();
+const name = `ts-${process.pid}`;
+const holder = `dlock:{${name}}`;
+
+let outer: Client;
+{
+  await using client = await Client.connect(url);
+  outer = client;
+  let token: bigint;
+  {
+    const options: AcquireOptions = { leaseMs: 5000 };
+    await using lock = await client.acquire(name, options);
+    token = lock.fencingToken;
+    assert.equal(cli('EXISTS', holder), '1');
+    const refused = await client.acquire(name, { waitMs: 0 }).catch((e: unknown) => e);
+    assert.ok(refused instanceof NotAcquiredError, String(refused));
+  }
+  assert.equal(cli('EXISTS', holder), '0');  // released at the end of its block
+
+  // lost inside the block: leaving it throws LockLostError
+  const err = await (async () => {
+    await using lock = await client.acquire(`${name}-lost`, { leaseMs: 5000, heartbeatMs: 100 });
+    const lost = once(lock, 'lost');
+    cli('DEL', `dlock:{${name}-lost}`);
+    const keepAlive = setTimeout(() => {}, 10000);  // a held lock keeps no process alive
+    await lost;
+    clearTimeout(keepAlive);
+  })().catch((e: unknown) => e);
+  assert.ok(err instanceof LockLostError, String(err));
+
+  const t: bigint = await client.using(name, async (lock: Lock, signal: AbortSignal) => {
+    assert.equal(signal, lock.signal);
+    return lock.fencingToken;
+  });
+  assert.ok(t > token);
+  const mutex: Mutex = client.mutex(name);
+  const release: Releaser = await mutex.acquire();
+  assert.ok(release.lock.fencingToken > t);
+  await release();
+  const semaphore: Semaphore = client.semaphore(`${name}-sem`, 2);
+  assert.equal(await semaphore.runExclusive(async (lock) => lock.name), `${name}-sem`);
+}
+assert.equal(outer.closed, true);  // closed at the end of its block
+assert.equal(codes.NOT_HELD, 2);
+assert.equal(typeof library().path, 'string');
+assert.equal(dlock.Client, Client);
+console.log(`await using: ok (libdlock ${version()})`);
+
+// Calls the declarations must refuse: tsc fails when one of them compiles. Never run.
+export function refused(c: Client, l: Lock): void {
+  // @ts-expect-error: waitMs is a number of milliseconds
+  void c.acquire('x', { waitMs: '5' });
+  // @ts-expect-error: no such option
+  void c.acquire('x', { timeout: 5 });
+  // @ts-expect-error: the routine's second argument is an AbortSignal
+  void c.using('x', async (lock: Lock, signal: string) => signal);
+  // @ts-expect-error: a fencing token is a bigint
+  const n: number = l.fencingToken;
+  // @ts-expect-error: toJSON gives the token as a string
+  const j: bigint = l.toJSON();
+  // @ts-expect-error: a semaphore needs its number of permits
+  void c.semaphore('x');
+  // @ts-expect-error: tryAcquire resolves with a boolean
+  void c.mutex('x').tryAcquire().then((r: Releaser) => r);
+  // @ts-expect-error: a NotAcquiredError's code is exactly its own
+  const code: 'ERR_DLOCK_NOT_HELD' = new NotAcquiredError('x').code;
+  void n, j, code, CancelledError;
+}
