@@ -4,6 +4,7 @@
 --
 --   local dlock = require("dlock")
 --   local client = assert(dlock.open("redis://127.0.0.1:6379"))
+--   -- waits until it is free (no limit unless wait_ms says; wait_ms = 0 makes one try)
 --   local lock, err = client:acquire("jobs/nightly", { lease_ms = 10000, wait_ms = 5000 })
 --   if not lock then error(err) end
 --   print(lock:fencing_token_string()) -- exact decimal; lock:fencing_token() is uint64_t cdata
@@ -13,15 +14,33 @@
 -- Conventions: failures the library reports come back as `nil, message, code` (code is the
 -- status name without its prefix: "NOT_ACQUIRED", "NOT_HELD", "EINVAL", "EIO", "EBACKEND",
 -- "EAUTH", ...); wrong argument types and out-of-range numbers raise a Lua error ("bad
--- argument"), like the standard library does. Handles are freed by the GC when forgotten
--- (a forgotten lock is released then; a forgotten client is closed).
+-- argument"), like the standard library does.
+--
+-- Two ways to wait. Outside nginx, acquire, extend and release are the library's blocking calls.
+-- Under ngx_lua (OpenResty, or nginx with the lua module), a client opened in a worker
+-- (init_worker_by_lua*, never in the master) routes them through the library's _queued calls:
+-- the request's light thread waits on an ngx.semaphore and yields, so the worker keeps serving
+-- other requests. One dlock_queue per worker collects the outcomes; a per-worker
+-- ngx.timer.every drains it (dlock_queue_pop never blocks), posts the semaphores, and delivers
+-- lost-lock reports; while calls are in flight, a timer light thread drains it every
+-- millisecond as well. dlock.open(url, { blocking = true }) keeps the blocking calls in nginx.
 --
 -- The library runs heartbeats on its own thread. LuaJIT cannot run Lua code on another thread,
 -- so on_lost is not called from there: it is called from client:poll() (and before every
--- acquire), on the caller's thread, once for each lock that stopped being valid without being
--- released. lock:valid() turns false at the same moment.
+-- acquire; under nginx, by the worker's timer), on the caller's thread, once for each lock that
+-- stopped being valid without being released. lock:valid() turns false at the same moment.
+--
+-- Finalizers do no I/O. A lock left to the GC is released late: its finalizer only starts the
+-- release (dlock_release_async, no waiting), when the GC gets to it. A client left to the GC is
+-- closed later still: its finalizer only queues it, and it is closed (a blocking call) at the
+-- next dlock.open, client:acquire or client:poll in that process (in nginx, by the worker's
+-- timer). Release and close them yourself.
 
-local ffi = require("ffi")
+local has_ffi, ffi = pcall(require, "ffi")
+if not has_ffi then
+  error("dlock: this module needs LuaJIT (plain, or OpenResty's): it calls libdlock through "
+    .. "LuaJIT's FFI, which " .. _VERSION .. " lacks", 0)
+end
 local bit = require("bit")
 
 ffi.cdef [[
@@ -30,6 +49,8 @@ typedef struct dlock_lock dlock_lock;
 typedef struct dlock_options dlock_options;
 typedef int dlock_status;
 typedef void (*dlock_lost_fn)(const char *name, uint64_t fencing_token, void *arg);
+typedef void (*dlock_done_fn)(dlock_status s, void *arg);
+typedef struct dlock_queue dlock_queue;
 
 const char *dlock_status_str(dlock_status s);
 const char *dlock_last_error(void);
@@ -68,6 +89,15 @@ int dlock_info_kind(const dlock_info *i);
 uint32_t dlock_info_permits(const dlock_info *i);
 uint64_t dlock_limit_value(int which);
 size_t dlock_url_redact(const char *url, char *buf, size_t len);
+dlock_status dlock_release_async(dlock_lock *l, dlock_done_fn done, void *arg);
+dlock_status dlock_queue_new(dlock_queue **out);
+int dlock_queue_pop(dlock_queue *q, uint64_t *tag, dlock_status *status, dlock_lock **lock);
+dlock_status dlock_acquire_queued(dlock_client *c, const char *name, const dlock_options *o,
+                                  dlock_queue *q, uint64_t tag);
+dlock_status dlock_acquire_cancel_queued(dlock_client *c, dlock_queue *q, uint64_t tag);
+dlock_status dlock_release_queued(dlock_lock *l, dlock_queue *q, uint64_t tag);
+dlock_status dlock_extend_queued(dlock_lock *l, uint64_t lease_ms, dlock_queue *q, uint64_t tag);
+dlock_status dlock_options_set_on_lost_queued(dlock_options *o, dlock_queue *q, uint64_t tag);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 
@@ -248,28 +278,330 @@ Client.__index = Client
 local Lock = {}
 Lock.__index = Lock
 
--- Opens a client (redis://[[user]:password@]host[:port][/db][?params] or redis+unix://...).
+-- ----- finalizers: no I/O ----------------------------------------------------------------------
+--
+-- A collected lock starts its release and does not wait for it (dlock_release_async with no
+-- callback: nothing comes back to Lua). A collected client cannot be closed without blocking
+-- (dlock_client_close joins the library's thread and releases what it holds), so its finalizer
+-- only queues it here; close_forgotten() closes it at a safe point.
+
+local function gc_lock(h) C.dlock_release_async(h, nil, nil) end
+
+local forgotten = {}
+local function gc_client(h) forgotten[#forgotten + 1] = h end
+
+local function close_forgotten()
+  if forgotten[1] == nil then return end
+  local list = forgotten
+  forgotten = {}  -- a finalizer running meanwhile appends to the new list
+  for _, h in ipairs(list) do C.dlock_client_close(h) end
+end
+
+-- ----- nginx (ngx_lua): yielding waits ---------------------------------------------------------
+
+local ngx = rawget(_G, "ngx")
+local IN_NGX = type(ngx) == "table" and type(ngx.get_phase) == "function"
+  and type(ngx.config) == "table" and ngx.config.subsystem ~= nil
+-- true when this module runs under ngx_lua (http or stream subsystem).
+M.in_nginx = IN_NGX
+
+-- The worker's timer period (seconds): lost-lock reports, forgotten clients, stray outcomes.
+M.ngx_interval = 0.1
+-- How often (seconds) outcomes are collected while a call is in flight.
+M.ngx_busy_interval = 0.001
+-- A safety net: the binding waits for the library's answer to an acquire at most wait_ms +
+-- 2 x (connect_timeout_ms + timeout_ms, from the client's URL) + ngx_grace seconds, and for a
+-- release's or extend's as long without wait_ms: past the library's own bound for every call
+-- (docs/urls.md, "How long a call can take"). Then it cancels the acquire and says "EIO". An
+-- acquire with wait_ms = -1 (the default) has no bound, like the library's wait: it re-arms
+-- its semaphore wait every minute, yielding all along.
+M.ngx_grace = 5
+
+-- Phases where a light thread may yield (ngx.semaphore:wait works there).
+local YIELDS = {
+  rewrite = true, server_rewrite = true, access = true, content = true, timer = true,
+  ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true, preread = true,
+}
+
+local W  -- this worker's state: one queue, the calls in flight, the timer
+local tag_p = ffi.new("uint64_t[1]")
+local status_p = ffi.new("dlock_status[1]")
+local lock_p = ffi.new("dlock_lock *[1]")
+
+local function ngx_log(level, ...)
+  local ok = pcall(ngx.log, level, ...)
+  if not ok then io.stderr:write("dlock: ", table.concat({ ... }), "\n") end
+end
+
+local function call_on_lost(on_lost, lock)
+  local ok, err = pcall(on_lost, lock)
+  if not ok then
+    if IN_NGX then
+      ngx_log(ngx.ERR, "dlock: error in on_lost callback (ignored): ", tostring(err))
+    else
+      io.stderr:write("dlock: error in on_lost callback (ignored): ", tostring(err), "\n")
+    end
+  end
+end
+
+-- Calls lock's on_lost once (or, without one, says so in nginx's error log: never silent).
+local function report_lost(lock, why)
+  if lock._h == nil or lock._lost_reported then return false end
+  lock._lost_reported = true
+  lock._client._watched[lock] = nil
+  local on_lost = lock._on_lost
+  if on_lost then
+    -- In nginx, in a timer's light thread of its own: it may yield (cosockets, ngx.sleep)
+    -- without holding up the outcomes other requests wait for.
+    if not (IN_NGX and ngx.timer.at(0, function() call_on_lost(on_lost, lock) end)) then
+      call_on_lost(on_lost, lock)
+    end
+  elseif IN_NGX then  -- the library's message names the lock and its token
+    ngx_log(ngx.WARN, "dlock: ", why or ("lock '" .. lock.name .. "' (fencing token "
+      .. lock:fencing_token_string() .. ") was lost: its local deadline passed"),
+      " (no on_lost callback)")
+  end
+  return true
+end
+
+-- Gives back what an outcome nobody waits for carries.
+local function give_back(op)
+  if op.lock ~= nil then
+    C.dlock_release_async(op.lock, nil, nil)
+    op.lock = nil
+  end
+end
+
+-- nil, message, code for a call in flight that failed.
+local function op_failed(op)
+  local code = M.code(op.status)
+  return nil, (op.msg ~= nil and op.msg ~= "") and op.msg or "DLOCK_" .. code, code
+end
+
+-- Pops every outcome in the worker's queue (never blocks) and hands each to its waiter.
+local function drain()
+  local w = W
+  local n = 0
+  while true do
+    local kind = C.dlock_queue_pop(w.q, tag_p, status_p, lock_p)
+    if kind <= 0 then return n end
+    n = n + 1
+    local tag, status, l = tonumber(tag_p[0]), tonumber(status_p[0]), lock_p[0]
+    if l == nil then l = nil end  -- a NULL pointer becomes nil
+    local msg = status ~= 0 and ffi.string(C.dlock_last_error()) or nil
+    if kind == 1 then  -- DLOCK_QUEUE_DONE
+      local op = w.ops[tag]
+      if op then
+        w.ops[tag] = nil
+        w.pending = w.pending - 1
+        op.done, op.status, op.msg, op.lock = true, status, msg, l
+        if op.abandoned then
+          give_back(op)
+        elseif op.sema then
+          op.sema:post(1)
+          w.handed[op] = ngx.now()
+        elseif status ~= 0 then  -- a release started where nobody could wait for it
+          ngx_log(ngx.WARN, "dlock: ", op.what, " of '", op.name, "': ", msg)
+        end
+      elseif l ~= nil then
+        C.dlock_release_async(l, nil, nil)
+      end
+    elseif kind == 2 then  -- DLOCK_QUEUE_LOST
+      local lock = w.watch[tag]
+      w.watch[tag] = nil
+      if lock then report_lost(lock, msg) end
+    end
+  end
+end
+
+-- The worker's timer: outcomes, lost locks (also those only past their local deadline, which no
+-- heartbeat reports), outcomes posted to a waiter that is gone, forgotten clients.
+local function tick(premature)
+  local ok, err = pcall(function()
+    drain()
+    for client in pairs(W.clients) do client:poll() end
+    local now = ngx.now()
+    for op, at in pairs(W.handed) do
+      if now - at > 1 then  -- posted, never picked up: its light thread was killed
+        W.handed[op] = nil
+        give_back(op)
+      end
+    end
+    if not premature then close_forgotten() end
+  end)
+  if not ok then ngx_log(ngx.ERR, "dlock: worker timer: ", tostring(err)) end
+end
+
+-- While calls are in flight: drain every ngx_busy_interval, in a timer's light thread.
+local function busy(premature)
+  local ok, err = pcall(function()
+    while true do
+      drain()
+      if W.pending == 0 then break end
+      ngx.sleep(M.ngx_busy_interval)
+    end
+  end)
+  W.busy = false
+  if not ok then ngx_log(ngx.ERR, "dlock: ", tostring(err)) end
+  if W.pending > 0 and not premature then  -- e.g. ngx.sleep refused while the worker exits
+    W.busy = ngx.timer.at(M.ngx_busy_interval, busy) and true or false
+  end
+end
+
+local function kick(w)
+  if w.busy then return end
+  local ok, err = ngx.timer.at(0, busy)
+  if ok then
+    w.busy = true
+  elseif not w.kick_failed then  -- the worker's timer still collects, every ngx_interval
+    w.kick_failed = true
+    ngx_log(ngx.WARN, "dlock: ngx.timer.at failed (", tostring(err), "); outcomes are ",
+      "collected every ", M.ngx_interval, " s instead")
+  end
+end
+
+-- This worker's state, made on first use in the worker.
+local function worker()
+  local pid = ngx.worker.pid()
+  if W and W.pid == pid then return W end
+  local q = ffi.new("dlock_queue *[1]")
+  local s = C.dlock_queue_new(q)
+  if s ~= 0 then raise("dlock: dlock_queue_new: " .. ffi.string(C.dlock_last_error())) end
+  local ok, semaphore = pcall(require, "ngx.semaphore")
+  if not ok then
+    raise("dlock: ngx.semaphore (lua-resty-core) is needed to wait without blocking the worker: "
+      .. tostring(semaphore) .. "; or open the client with { blocking = true }")
+  end
+  W = {
+    pid = pid,
+    q = q[0],  -- lives as long as the worker; never freed
+    semaphore = semaphore,
+    ops = {},  -- tag -> call in flight
+    pending = 0,
+    handed = {},  -- op -> when its semaphore was posted, until its waiter picks it up
+    watch = setmetatable({}, { __mode = "v" }),  -- tag -> lock, for DLOCK_QUEUE_LOST
+    clients = setmetatable({}, { __mode = "k" }),
+    next_tag = 0,
+    busy = false,
+  }
+  local started, err = ngx.timer.every(M.ngx_interval, tick)
+  if not started then raise("dlock: ngx.timer.every: " .. tostring(err)) end
+  return W
+end
+
+-- Registers a call in flight; the caller starts it with tag. sema: whether someone will wait.
+local function new_op(w, what, name, sema)
+  w.next_tag = w.next_tag + 1
+  return w.next_tag, { what = what, name = name, sema = sema and w.semaphore.new(0) or nil }
+end
+
+local function started(w, tag, op)
+  w.ops[tag] = op
+  w.pending = w.pending + 1
+  kick(w)
+end
+
+-- Waits (yielding) until op is done or bound seconds pass (nil: no bound). true when done.
+local function wait_op(w, op, bound)
+  ngx.update_time()
+  local deadline = bound and ngx.now() + bound
+  while not op.done do
+    local t = 60
+    if deadline then
+      ngx.update_time()
+      t = deadline - ngx.now()
+      if t <= 0 then break end
+      if t > 60 then t = 60 end
+    end
+    local ok, err = op.sema:wait(t)
+    if not ok and err ~= "timeout" then
+      op.abandoned = true
+      raise("dlock: waiting for the library's answer: " .. tostring(err))
+    end
+  end
+  w.handed[op] = nil
+  return op.done
+end
+
+-- The phase, when this yielding call may wait in it; otherwise raises (or returns nil when
+-- soft, for release).
+local function yielding_phase(what, soft)
+  local phase = ngx.get_phase()
+  if YIELDS[phase] then return phase end
+  if soft then return nil end
+  raise("dlock: " .. what .. " cannot wait in nginx's '" .. phase .. "' phase (a light thread "
+    .. "cannot yield there): call it from rewrite, access or content, or in ngx.timer.at(0, fn)")
+end
+
+local function check_process(self)
+  local pid = ngx.worker.pid()
+  if self._pid ~= pid then
+    raise("dlock: this client was opened in process " .. tostring(self._pid) .. ", not in this one ("
+      .. pid .. "): the library's thread does not survive a fork. Open one client per worker, "
+      .. "in init_worker_by_lua*")
+  end
+end
+
+-- ----- the client's calls ----------------------------------------------------------------------
+
+-- Opens a client (URLs: README.md; redis://[[user]:password@]host[:port][/db][?params], ...).
+-- opts (optional): blocking = true keeps the blocking calls under nginx (see the top).
 -- Returns the client, or nil, message, code ("EINVAL", "EIO", "EAUTH", ...).
-function M.open(url)
+-- Under nginx: raises in init_by_lua* (the master process), whose fork the library's thread
+-- would not survive.
+function M.open(url, opts)
   check_string(url, 1, "open", "string")
+  local blocking = false
+  if opts ~= nil then
+    if type(opts) ~= "table" then argerror(2, "open", "table expected, got " .. type(opts)) end
+    for k, v in pairs(opts) do
+      if k ~= "blocking" then argerror(2, "open", "unknown option '" .. tostring(k) .. "'") end
+      if type(v) ~= "boolean" then argerror(2, "open", "blocking must be a boolean, got " .. type(v)) end
+    end
+    blocking = opts.blocking == true
+  end
+  local w
+  if IN_NGX then
+    local phase = ngx.get_phase()
+    if phase == "init" then
+      raise("dlock.open: called in init_by_lua* (nginx's master process), whose fork the "
+        .. "library's thread does not survive: open the client in init_worker_by_lua*, one per "
+        .. "worker process")
+    end
+    if not blocking then w = worker() end
+  else
+    close_forgotten()
+  end
   local out = ffi.new("dlock_client *[1]")
   local s = C.dlock_client_open(url, out)
   if s ~= 0 then return fail(s) end
   local self = setmetatable({
-    _h = ffi.gc(out[0], C.dlock_client_close),
+    _h = ffi.gc(out[0], gc_client),
     _url = url_shown(url),
     _watched = setmetatable({}, { __mode = "k" }),  -- locks with on_lost -> true
+    _pid = IN_NGX and ngx.worker.pid() or nil,
+    _yield = w ~= nil,
+    -- 2 x (connect_timeout_ms + timeout_ms), in seconds (the library's defaults: 2000, 3000)
+    _bound = 2 * ((tonumber(url:match("[?&]connect_timeout_ms=(%d+)")) or 2000)
+      + (tonumber(url:match("[?&]timeout_ms=(%d+)")) or 3000)) / 1000,
   }, Client)
+  if IN_NGX then
+    if w == nil then w = worker() end  -- its timer polls blocking clients for on_lost too
+    w.clients[self] = true
+  end
   return self
 end
 
 -- Releases every lock the client still holds, closes its connections, stops its thread.
 -- Locks still referenced stay safe: their release() then returns nil, msg, "NOT_HELD".
+-- A blocking call, in nginx too (the library has no other close): call it when the worker
+-- exits, or keep the client for the worker's life.
 function Client:close()
   local h = self._h
   if h == nil then return true end
   self._h = nil
   ffi.gc(h, nil)
+  if IN_NGX and W then W.clients[self] = nil end
   C.dlock_client_close(h)
   return true
 end
@@ -300,6 +632,7 @@ end
 function Client:inspect(name)
   if getmetatable(self) ~= Client then raise("dlock: call it as client:inspect(name)") end
   check_string(name, 1, "inspect", "string")
+  if self._pid then check_process(self) end
   local h = self._h
   if h == nil then return nil, "client is closed", "EINVAL" end
   local out = ffi.new("dlock_info *[1]")
@@ -323,33 +656,41 @@ function Client:inspect(name)
   return { kind = KINDS[kind] or kind, holders = holders, permits = permits }
 end
 
-local function build_options(opts)
-  if opts == nil then return nil, nil end
-  if type(opts) ~= "table" then argerror(2, "acquire", "table expected, got " .. type(opts)) end
-  local lease = opts.lease_ms and check_ms(opts.lease_ms, 2, "acquire", "lease_ms", 0, 2^53)
-  local wait = opts.wait_ms and check_ms(opts.wait_ms, 2, "acquire", "wait_ms", -1, 2^53)
-  local hb = opts.heartbeat_ms and check_ms(opts.heartbeat_ms, 2, "acquire", "heartbeat_ms", 0, 2^53)
+-- The wait when opts give none: no limit, like `dlock exec` and threading.Lock (the library's
+-- own default, 0, is one try, so the binding always sets it).
+local DEFAULT_WAIT_MS = -1
+local NO_OPTS = {}
+
+-- Returns the dlock_options for opts (nil: the defaults), on_lost, and the wait in ms (a number
+-- or 64-bit cdata); or false, message, code when the library refuses a value.
+local function build_options(opts, fname)
+  if opts == nil then opts = NO_OPTS end
+  if type(opts) ~= "table" then argerror(2, fname, "table expected, got " .. type(opts)) end
+  local lease = opts.lease_ms and check_ms(opts.lease_ms, 2, fname, "lease_ms", 0, 2^53)
+  local wait = DEFAULT_WAIT_MS
+  if opts.wait_ms ~= nil then wait = check_ms(opts.wait_ms, 2, fname, "wait_ms", -1, 2^53) end
+  local hb = opts.heartbeat_ms and check_ms(opts.heartbeat_ms, 2, fname, "heartbeat_ms", 0, 2^53)
   local rmin, rmax
   if opts.retry_ms ~= nil then
     if type(opts.retry_ms) ~= "table" then
-      argerror(2, "acquire", "retry_ms must be a { min_ms, max_ms } table")
+      argerror(2, fname, "retry_ms must be a { min_ms, max_ms } table")
     end
-    rmin = check_ms(opts.retry_ms[1], 2, "acquire", "retry_ms[1]", 0, 2^53)
-    rmax = check_ms(opts.retry_ms[2], 2, "acquire", "retry_ms[2]", 0, 2^53)
+    rmin = check_ms(opts.retry_ms[1], 2, fname, "retry_ms[1]", 0, 2^53)
+    rmax = check_ms(opts.retry_ms[2], 2, fname, "retry_ms[2]", 0, 2^53)
   end
-  if opts.owner ~= nil then check_string(opts.owner, 2, "acquire", "owner") end
+  if opts.owner ~= nil then check_string(opts.owner, 2, fname, "owner") end
   if opts.kind ~= nil and KIND_NUMBERS[opts.kind] == nil then
-    argerror(2, "acquire", "kind must be \"exclusive\" or \"shared\"")
+    argerror(2, fname, "kind must be \"exclusive\" or \"shared\"")
   end
   -- shared = true is kind = "shared", shared = false kind = "exclusive"; saying both, they must agree.
   local kind = opts.kind
   if opts.shared ~= nil then
     if type(opts.shared) ~= "boolean" then
-      argerror(2, "acquire", "shared must be a boolean, got " .. type(opts.shared))
+      argerror(2, fname, "shared must be a boolean, got " .. type(opts.shared))
     end
     local said = opts.shared and "shared" or "exclusive"
     if kind ~= nil and kind ~= said then
-      argerror(2, "acquire", "shared = " .. tostring(opts.shared) .. " contradicts kind = \""
+      argerror(2, fname, "shared = " .. tostring(opts.shared) .. " contradicts kind = \""
         .. kind .. "\" (give one of them)")
     end
     kind = said
@@ -357,30 +698,29 @@ local function build_options(opts)
   local permits = opts.permits
   if permits ~= nil and (type(permits) ~= "number" or permits % 1 ~= 0 or permits < 0
     or permits > 2^32 - 1) then
-    argerror(2, "acquire", "permits must be an integer from 0 to 4294967295")
+    argerror(2, fname, "permits must be an integer from 0 to 4294967295")
   end
   if opts.fair ~= nil and type(opts.fair) ~= "boolean" then
-    argerror(2, "acquire", "fair must be a boolean, got " .. type(opts.fair))
+    argerror(2, fname, "fair must be a boolean, got " .. type(opts.fair))
   end
   local on_lost = opts.on_lost
   if on_lost ~= nil and type(on_lost) ~= "function" then
     local mt = getmetatable(on_lost)
-    if not (mt and mt.__call) then argerror(2, "acquire", "on_lost must be a function") end
+    if not (mt and mt.__call) then argerror(2, fname, "on_lost must be a function") end
   end
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
       and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits"
       and k ~= "fair" then
-      argerror(2, "acquire", "unknown option '" .. tostring(k) .. "'")
+      argerror(2, fname, "unknown option '" .. tostring(k) .. "'")
     end
   end
   local o = C.dlock_options_new()
   if o == nil then raise("dlock: out of memory") end
   o = ffi.gc(o, C.dlock_options_free)
-  local s = 0
-  if lease then s = C.dlock_options_set_lease_ms(o, lease) end
+  local s = C.dlock_options_set_wait_ms(o, wait)
+  if s == 0 and lease then s = C.dlock_options_set_lease_ms(o, lease) end
   if s == 0 and hb then s = C.dlock_options_set_heartbeat_ms(o, hb) end
-  if s == 0 and wait then s = C.dlock_options_set_wait_ms(o, wait) end
   if s == 0 and rmin then s = C.dlock_options_set_retry_ms(o, rmin, rmax) end
   if s == 0 and opts.owner then s = C.dlock_options_set_owner(o, opts.owner) end
   if s == 0 and kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[kind]) end
@@ -391,12 +731,53 @@ local function build_options(opts)
     C.dlock_options_free(ffi.gc(o, nil))
     return false, msg, code
   end
-  return o, on_lost
+  return o, on_lost, wait
 end
 
--- Acquires the lock called name (1..MAX_NAME_BYTES bytes; any bytes but NUL). opts (all
---   optional): lease_ms (default 10000; 0 = no expiry), wait_ms (0 = one try, default; N ms;
---   -1 = no limit), heartbeat_ms (default lease/3; 0 = none), retry_ms = { min, max } (default
+-- Wraps a held dlock_lock. tag: its DLOCK_QUEUE_LOST tag (yielding clients).
+local function new_lock(client, l, name, on_lost, tag)
+  local lock = setmetatable({
+    _h = ffi.gc(l, gc_lock),
+    _client = client,
+    _on_lost = on_lost,
+    _token = C.dlock_lock_fencing_token(l),
+    name = name,
+  }, Lock)
+  if on_lost then client._watched[lock] = true end
+  if tag then W.watch[tag] = lock end
+  return lock
+end
+
+-- acquire through dlock_acquire_queued, waiting on a semaphore (nginx).
+local function acquire_yielding(self, h, name, o, on_lost, wait)
+  local w = W
+  local tag, op = new_op(w, "acquire", name, true)
+  -- Losses come through the queue too: reported by the worker's timer, never silently.
+  local s = C.dlock_options_set_on_lost_queued(o, w.q, tag)
+  if s == 0 then s = C.dlock_acquire_queued(h, name, o, w.q, tag) end
+  C.dlock_options_free(ffi.gc(o, nil))
+  if s ~= 0 then return fail(s) end
+  started(w, tag, op)
+  local grace = self._bound + M.ngx_grace
+  if not wait_op(w, op, wait >= 0 and wait / 1000 + grace or nil) then
+    -- The library said nothing in time (it should have): cancel, and wait for that answer.
+    if self._h ~= nil then C.dlock_acquire_cancel_queued(self._h, w.q, tag) end
+    if not wait_op(w, op, grace) then
+      op.abandoned = true  -- whatever comes later is given back
+      return nil, "lock '" .. name .. "': no answer from the library within wait_ms + "
+        .. grace .. " s", "EIO"
+    end
+  end
+  if op.status ~= 0 then
+    give_back(op)
+    return op_failed(op)
+  end
+  return new_lock(self, op.lock, name, on_lost, tag)
+end
+
+-- Acquires the lock called name (1..MAX_NAME_BYTES bytes; any bytes but NUL), waiting for it
+-- without limit unless opts.wait_ms bounds the wait. opts (all optional): lease_ms (default
+--   10000; 0 = no expiry), wait_ms (-1 = no limit, default; N ms; 0 = one try), heartbeat_ms (default lease/3; 0 = none), retry_ms = { min, max } (default
 --   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top), kind =
 --   "exclusive" (default) or "shared" (shared = true says the same), permits = n (a semaphore
 --   of n holders; 0 = off): the library refuses kinds the backend does not offer, a shared
@@ -405,35 +786,42 @@ end
 --   it the lock, in arrival order, where the backend has the "fair" capability) or false (it
 --   competes with every other waiter at each release).
 -- Returns the lock, or nil, message, code: "NOT_ACQUIRED" when someone else holds it and the
--- wait ran out; "EINVAL" for values the library refuses (a name over 1024 bytes, ...).
-function Client:acquire(name, opts)
-  if getmetatable(self) ~= Client then raise("dlock: call it as client:acquire(name, opts)") end
-  check_string(name, 1, "acquire", "string")
+-- wait ran out (or, with wait_ms = 0, at once); "EINVAL" for values the library refuses (a name over 1024 bytes, ...).
+-- Under nginx (a client opened without blocking = true) it waits without blocking the worker,
+-- and raises in phases where a light thread cannot yield (init_worker, set, header_filter,
+-- body_filter, log, balancer): there, use ngx.timer.at(0, fn).
+local function acquire(self, name, opts, fname)
+  check_string(name, 1, fname, "string")
+  if self._pid then check_process(self) end
+  if self._yield then yielding_phase("client:" .. fname) end
   self:poll()
   local h = self._h
   if h == nil then return nil, "client is closed", "EINVAL" end
-  local o, on_lost, code = build_options(opts)
-  if o == false then return nil, on_lost, code end
+  local o, on_lost, wait = build_options(opts, fname)
+  if o == false then return nil, on_lost, wait end
+  if self._yield then return acquire_yielding(self, h, name, o, on_lost, tonumber(wait)) end
   local out = ffi.new("dlock_lock *[1]")
   local s = C.dlock_acquire(h, name, o, out)
-  if o ~= nil then C.dlock_options_free(ffi.gc(o, nil)) end
+  C.dlock_options_free(ffi.gc(o, nil))
   if s ~= 0 then return fail(s) end
-  local l = out[0]
-  local lock = setmetatable({
-    _h = ffi.gc(l, C.dlock_release),
-    _client = self,
-    _on_lost = on_lost,
-    _token = C.dlock_lock_fencing_token(l),
-    name = name,
-  }, Lock)
-  if on_lost then self._watched[lock] = true end
-  return lock
+  return new_lock(self, out[0], name, on_lost)
+end
+
+function Client:acquire(name, opts)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:acquire(name, opts)") end
+  return acquire(self, name, opts, "acquire")
 end
 
 -- Calls on_lost(lock) for every lock of this client that stopped being valid (found lost by a
 -- heartbeat, taken over, or past its local deadline) without being released. Each at most
--- once. Returns how many it called. Cheap: call it from a timer (e.g. ngx.timer.every).
+-- once. Returns how many it called. Cheap: call it from a timer. Under nginx the worker's
+-- timer calls it every dlock.ngx_interval seconds (0.1).
 function Client:poll()
+  if IN_NGX then
+    if self._yield and W then drain() end
+  else
+    close_forgotten()
+  end
   local n = 0
   local lost
   for lock in pairs(self._watched) do
@@ -447,13 +835,33 @@ function Client:poll()
   end
   if lost then
     for _, lock in ipairs(lost) do
-      self._watched[lock] = nil
-      n = n + 1
-      local ok, err = pcall(lock._on_lost, lock)
-      if not ok then io.stderr:write("dlock: error in on_lost callback (ignored): ", tostring(err), "\n") end
+      if report_lost(lock) then n = n + 1 end
     end
   end
   return n
+end
+
+-- Acquires name (opts as for acquire), calls fn(lock), and releases the lock whatever fn did:
+-- returned, raised, or released it itself. Returns true and fn's results when the lock was held
+-- until fn returned; nil, message, code when it was not acquired (fn not called), or when the
+-- release says it had been lost meanwhile ("NOT_HELD": fn ran, but not all of it under the
+-- lock). An error raised by fn is raised again, unchanged, after the release.
+local function pack(...) return { n = select("#", ...), ... } end
+
+function Client:run(name, opts, fn)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:run(name, opts, fn)") end
+  if type(fn) ~= "function" then
+    local mt = getmetatable(fn)
+    if not (mt and mt.__call) then argerror(3, "run", "function expected, got " .. type(fn)) end
+  end
+  local lock, msg, code = acquire(self, name, opts, "run")
+  if not lock then return nil, msg, code end
+  local results = pack(pcall(fn, lock))
+  local released, rmsg, rcode = true, nil, nil
+  if not lock:released() then released, rmsg, rcode = lock:release() end
+  if not results[1] then error(results[2], 0) end
+  if not released then return nil, rmsg, rcode end
+  return unpack(results, 1, results.n)
 end
 
 -- ----- fencing tokens --------------------------------------------------------------------------
@@ -527,28 +935,67 @@ end
 
 function Lock:released() return self._h == nil end
 
--- Sets the lease to lease_ms from now (0 = no expiry). true, or nil, message, code
--- ("NOT_HELD" when it was lost or released).
-function Lock:extend(lease_ms)
-  if getmetatable(self) ~= Lock then raise("dlock: call it as lock:extend(lease_ms)") end
-  check_ms(lease_ms, 1, "extend", "lease_ms", 0, 2^53)
-  local h = self._h
-  if h == nil then return nil, "lock '" .. self.name .. "' was already released", "NOT_HELD" end
-  local s = C.dlock_extend(h, lease_ms)
-  if s ~= 0 then return fail(s) end
+-- Waits (yielding) for the outcome of lock's queued extend or release, op: true, or nil,
+-- message, code. Gives up past the library's own bound (see ngx_grace) with "EIO".
+local function lock_op_outcome(lock, w, op)
+  local grace = lock._client._bound + M.ngx_grace
+  if not wait_op(w, op, grace) then
+    op.abandoned = true
+    return nil, "lock '" .. lock.name .. "': no answer to " .. op.what .. " within " .. grace
+      .. " s", "EIO"
+  end
+  if op.status ~= 0 then return op_failed(op) end
   return true
 end
 
+-- Sets the lease to lease_ms from now (0 = no expiry). true, or nil, message, code
+-- ("NOT_HELD" when it was lost or released). Under nginx it yields while it waits (and raises
+-- in phases that cannot yield, like acquire).
+function Lock:extend(lease_ms)
+  if getmetatable(self) ~= Lock then raise("dlock: call it as lock:extend(lease_ms)") end
+  check_ms(lease_ms, 1, "extend", "lease_ms", 0, 2^53)
+  local client = self._client
+  if client._pid then check_process(client) end
+  if client._yield then yielding_phase("lock:extend") end
+  local h = self._h
+  if h == nil then return nil, "lock '" .. self.name .. "' was already released", "NOT_HELD" end
+  if not client._yield then
+    local s = C.dlock_extend(h, lease_ms)
+    if s ~= 0 then return fail(s) end
+    return true
+  end
+  local w = W
+  local tag, op = new_op(w, "extend", self.name, true)
+  local s = C.dlock_extend_queued(h, lease_ms, w.q, tag)
+  if s ~= 0 then return fail(s) end
+  started(w, tag, op)
+  return lock_op_outcome(self, w, op)
+end
+
 -- Releases the lock: true, or nil, message, code ("NOT_HELD" when it had been lost or was
--- already released). The handle is gone either way.
+-- already released). The handle is gone either way. Under nginx it yields while it waits; in a
+-- phase that cannot yield (log_by_lua*, ...) it starts the release, returns true at once, and
+-- a failure is written to nginx's error log.
 function Lock:release()
   local h = self._h
   if h == nil then return nil, "lock '" .. self.name .. "' was already released", "NOT_HELD" end
+  local client = self._client
+  if client._pid then check_process(client) end
+  local can_wait = client._yield and yielding_phase("lock:release", true)
   self._h = nil
   ffi.gc(h, nil)
-  local s = C.dlock_release(h)
+  if not client._yield then
+    local s = C.dlock_release(h)
+    if s ~= 0 then return fail(s) end
+    return true
+  end
+  local w = W
+  local tag, op = new_op(w, "release", self.name, can_wait)
+  local s = C.dlock_release_queued(h, w.q, tag)  -- frees h, whatever comes of it
   if s ~= 0 then return fail(s) end
-  return true
+  started(w, tag, op)
+  if not can_wait then return true end
+  return lock_op_outcome(self, w, op)
 end
 
 function Lock:__tostring()

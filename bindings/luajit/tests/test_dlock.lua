@@ -33,6 +33,20 @@ local function unique(prefix)
   return string.format("%s-%d-%d-%d", prefix or "t", ffi.C.getpid(), os.time(), seq)
 end
 local function key(name) return "dlock:{" .. name .. "}" end
+-- Starts a LuaJIT process that runs body (Lua source) with ffi, dlock, name and c (a client of
+-- URL) in scope, then closes c. Returns its popen handle: :read("*a") gives its output.
+-- timeout bounds it, so that a test failing half-way leaves no process waiting for a lock.
+local function spawn(name, body)
+  local script = string.format([[
+    package.path = %q .. "/../?.lua;" .. package.path
+    local ffi = require("ffi")
+    local dlock = require("dlock")
+    local name = %q
+    local c = assert(dlock.open(%q))
+    %s
+    c:close()]], here, name, URL, body)
+  return assert(io.popen("timeout 60 luajit -e " .. shq(script) .. " 2>&1"))
+end
 local function wait_for(pred, timeout)
   local deadline = now() + (timeout or 5)
   while now() < deadline do
@@ -109,7 +123,7 @@ test("not acquired, waiting, tokens strictly rising", function()
     assert(lock:release())
   end
   local held = assert(a:acquire(name, { lease_ms = 200, heartbeat_ms = 0 }))
-  local lock, msg, code = b:acquire(name)
+  local lock, msg, code = b:acquire(name, { wait_ms = 0 })  -- one try
   assert(lock == nil and code == "NOT_ACQUIRED" and msg:find(name, 1, true), msg)
   -- its lease runs out (no heartbeats): a waiter gets it, with a higher token
   lock = assert(b:acquire(name, { wait_ms = 5000 }))
@@ -119,6 +133,41 @@ test("not acquired, waiting, tokens strictly rising", function()
   assert(ok == nil and c2 == "NOT_HELD")
   assert(lock:release())
   a:close() b:close()
+end)
+
+test("waits by default: acquire and run wait for the holder's release", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("default")
+  -- Renewed by heartbeats: only the release can end the waiters' wait.
+  local holder = assert(client:acquire(name, { lease_ms = 10000 }))
+  local function in_line(n)
+    return function() return cli("ZCARD", key(name) .. ":line") == tostring(n) end
+  end
+  -- acquire with no opts (in another process) ...
+  local first = spawn(name, [[
+      local l, err, code = c:acquire(name)
+      print(l and l:fencing_token_string() or ("FAIL " .. tostring(code) .. " " .. tostring(err)))
+      if l then assert(l:release()) end]])
+  assert(wait_for(in_line(1), 20), "acquire(name) did not wait in line")
+  -- ... and run with opts that give no wait_ms: both wait in line behind the holder
+  local second = spawn(name, [[
+      local ok, token, code = c:run(name, { owner = "second" }, function(l)
+        return l:fencing_token_string()
+      end)
+      print(ok and token or ("FAIL " .. tostring(code) .. " " .. tostring(token)))]])
+  assert(wait_for(in_line(2), 20), "run(name, { owner = ... }) did not wait in line")
+  local info = assert(client:inspect(name))
+  assert(#info.holders == 1 and info.holders[1].fencing_token == holder:fencing_token())
+  assert(holder:release())
+  local out1, out2 = first:read("*a"), second:read("*a")
+  first:close() second:close()
+  assert(out1:match("^%d+\n$"), out1)
+  assert(out2:match("^%d+\n$"), out2)
+  local t1, t2 = dlock.token(out1:match("%d+")), dlock.token(out2:match("%d+"))
+  assert(t1 > holder:fencing_token(), out1)
+  assert(t2 > t1, out1 .. " then " .. out2)  -- handed over in arrival order (fair)
+  assert(#assert(client:inspect(name)).holders == 0)
+  client:close()
 end)
 
 test("two OS processes contend (tokens near 2^53)", function()
@@ -379,17 +428,96 @@ test("nothing leaks over 10,000 cycles; forgotten handles are collected", functi
     client:acquire(names[i], { lease_ms = 0 })
   end
   collectgarbage() collectgarbage()
-  for i = 1, 100 do assert(cli("EXISTS", key(names[i])) == "0", names[i]) end
-  -- forgotten clients are closed (their thread stops)
+  -- released late: the finalizer only starts the release
+  for i = 1, 100 do assert(wait_for(function() return cli("EXISTS", key(names[i])) == "0" end), names[i]) end
+  -- forgotten clients are closed at the next safe point (here client:poll()): their thread stops
   local tasks = sh("ls /proc/" .. ffi.C.getpid() .. "/task | wc -l")
   for _ = 1, 50 do
     local c = assert(dlock.open(URL))
     assert(c:acquire(unique("gc"), { lease_ms = 0 }))
   end
   collectgarbage() collectgarbage()
+  client:poll()
   assert(sh("ls /proc/" .. ffi.C.getpid() .. "/task | wc -l") == tasks, "client threads left running")
-  assert(cli("KEYS", "dlock:{gc-*}") == "")
+  assert(wait_for(function() return cli("KEYS", "dlock:{gc-*}") == "" end))
   client:close()
+end)
+
+local function threads() return tonumber(sh("ls /proc/" .. ffi.C.getpid() .. "/task | wc -l")) end
+-- Acquires name and forgets the lock (in a frame of its own: no stack slot keeps it).
+local function forget(client, name) assert(client:acquire(name, { lease_ms = 0 })) end
+
+test("finalizers do no I/O: forgotten locks and clients wait for nothing while Redis stalls", function()
+  local url = URL .. "?timeout_ms=10000"
+  local client = assert(dlock.open(url))
+  local other = assert(dlock.open(url))
+  local n1, n2 = unique("gcio"), unique("gcio")
+  forget(client, n1)
+  forget(other, n2)
+  other = nil
+  local before = threads()
+  -- Redis holds back scripts (releases) for 2 s and still answers reads.
+  assert(cli("CLIENT", "PAUSE", "2000", "WRITE") == "OK")
+  local t0 = now()
+  collectgarbage() collectgarbage()
+  local took = now() - t0
+  -- A blocking finalizer would have waited out the pause, and the keys would be gone.
+  assert(cli("EXISTS", key(n1)) == "1" and cli("EXISTS", key(n2)) == "1",
+    "a finalizer waited for its release")
+  assert(took < 1, "the GC took " .. took .. " s")
+  assert(threads() == before, "a finalizer closed a client")  -- not closed in the finalizer
+  -- released late, once Redis answers
+  assert(wait_for(function()
+    return cli("EXISTS", key(n1)) == "0" and cli("EXISTS", key(n2)) == "0"
+  end, 10), "the forgotten locks were never released")
+  client:poll()  -- a safe point: closes the forgotten client
+  assert(threads() == before - 1, "the forgotten client was not closed at the next poll")
+  client:close()
+end)
+
+test("client:run releases whatever fn does, and raises fn's error again", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("run")
+  local ok, a, b, c = client:run(name, { lease_ms = 5000 }, function(lock)
+    assert(lock:valid() and cli("EXISTS", key(name)) == "1")
+    return 1, nil, "three"
+  end)
+  assert(ok == true and a == 1 and b == nil and c == "three")
+  assert(cli("EXISTS", key(name)) == "0")
+  -- fn raises: released, then the same error value raised again
+  local boom, seen = { "boom" }, nil
+  local okp, err = pcall(client.run, client, name, nil, function(lock) seen = lock error(boom) end)
+  assert(not okp and err == boom, tostring(err))
+  assert(seen:released() and cli("EXISTS", key(name)) == "0")
+  okp, err = pcall(client.run, client, name, nil, function() error("plain", 0) end)
+  assert(not okp and err == "plain", err)
+  -- not acquired: fn is not called
+  local holder = assert(client:acquire(name))
+  local called = false
+  local r, msg, code = client:run(name, { wait_ms = 0 }, function() called = true end)
+  assert(r == nil and code == "NOT_ACQUIRED" and not called, msg)
+  assert(holder:release())
+  -- fn released it itself
+  ok, a = client:run(name, nil, function(lock) assert(lock:release()) return "done" end)
+  assert(ok == true and a == "done")
+  -- lost while fn ran: the release says so
+  r, msg, code = client:run(name, nil, function() cli("DEL", key(name)) return "late" end)
+  assert(r == nil and code == "NOT_HELD", msg)
+  raises(function() client:run(name, nil, 42) end, "bad argument #3 to 'run' %(function expected")
+  raises(function() client:run(name, { bogus = 1 }, print) end, "bad argument #2 to 'run'")
+  raises(function() client:run(42, nil, print) end, "bad argument #1 to 'run'")
+  client:close()
+end)
+
+test("open options; outside nginx every call blocks", function()
+  assert(dlock.in_nginx == false)
+  local c = assert(dlock.open(URL, { blocking = true }))
+  assert(c:close())
+  c = assert(dlock.open(URL, {}))
+  raises(function() dlock.open(URL, { bogus = true }) end, "unknown option 'bogus'")
+  raises(function() dlock.open(URL, { blocking = 1 }) end, "blocking must be a boolean")
+  raises(function() dlock.open(URL, 5) end, "bad argument #2 to 'open' %(table expected")
+  c:close()
 end)
 
 test("inspect: a held lock seen from another client, then free", function()
@@ -445,7 +573,7 @@ test("kind and permits reach the library; capabilities", function()
   if caps.permits then
     local a = assert(client:acquire(name, { permits = 2 }))
     local b = assert(client:acquire(name, { permits = 2 }))
-    local lock, _, code = client:acquire(name, { permits = 2 })
+    local lock, _, code = client:acquire(name, { permits = 2, wait_ms = 0 })
     assert(lock == nil and code == "NOT_ACQUIRED")
     assert(a:release() and b:release())
   else
@@ -470,11 +598,12 @@ test("shared: three holders at once, no exclusive one meanwhile", function()
   local r1 = assert(client:acquire(name, { shared = true, owner = "r1" }))
   local r2 = assert(client:acquire(name, { shared = true, owner = "r2" }))
   local r3 = assert(other:acquire(name, { kind = "shared", owner = "r3" }))
-  -- a client holding the name shared may not take it exclusive (no upgrade) ...
+  -- a client holding the name shared may not take it exclusive (no upgrade): refused at once,
+  -- though the default wait has no limit ...
   local lock, msg, code = client:acquire(name)
   assert(lock == nil and code == "EINVAL", msg)
   -- ... and another client is refused while the shared holds stand
-  lock, msg, code = third:acquire(name)
+  lock, msg, code = third:acquire(name, { wait_ms = 0 })
   assert(lock == nil and code == "NOT_ACQUIRED", msg)
   lock, msg, code = third:acquire(name, { shared = false, wait_ms = 200 })
   assert(lock == nil and code == "NOT_ACQUIRED", msg)
@@ -499,16 +628,12 @@ test("shared: a waiting exclusive acquire (another process) keeps new shared hol
   local third = assert(dlock.open(URL))
   local name = unique("shared")
   local reader = assert(client:acquire(name, { shared = true }))
-  local script = string.format([[
-    package.path = %q .. "/../?.lua;" .. package.path
-    local c = assert(require("dlock").open(%q))
-    local l, err = c:acquire(%q, { wait_ms = 5000 })
+  local writer = spawn(name, [[
+    local l, err = c:acquire(name, { wait_ms = 5000 })
     print(l and l:fencing_token_string() or ("FAIL " .. tostring(err)))
-    if l then l:release() end
-    c:close()]], here, URL, name)
-  local writer = assert(io.popen("luajit -e " .. shq(script)))
+    if l then l:release() end]])
   assert(wait_for(function()
-    local l, _, code = third:acquire(name, { shared = true })
+    local l, _, code = third:acquire(name, { shared = true, wait_ms = 0 })
     if l then assert(l:release()) return false end  -- before the writer queued up
     return code == "NOT_ACQUIRED"
   end), "a new shared hold was let in before the waiting exclusive acquire")
@@ -526,17 +651,13 @@ test("fair = false waits outside the line: a fair waiter that came later is serv
   local holder = assert(client:acquire(name, { lease_ms = 10000 }))
   -- Two waiting processes; retries 20-30 s apart, so only releases serve them within the test.
   local function waiter(fair)
-    local script = string.format([[
-      package.path = %q .. "/../?.lua;" .. package.path
-      local ffi = require("ffi")
+    return spawn(name, [[
       ffi.cdef "int usleep(unsigned int usec);"
-      local c = assert(require("dlock").open(%q))
-      local l, err = c:acquire(%q, { wait_ms = 20000, retry_ms = { 20000, 30000 }, fair = %s })
+      local l, err = c:acquire(name, { wait_ms = 20000, retry_ms = { 20000, 30000 }, fair = ]]
+      .. tostring(fair) .. [[ })
       if l then ffi.C.usleep(100000) end
       print(l and (l:fencing_token_string() .. " " .. l:attempts()) or ("FAIL " .. tostring(err)))
-      if l then l:release() end
-      c:close()]], here, URL, name, tostring(fair))
-    return assert(io.popen("luajit -e " .. shq(script)))
+      if l then l:release() end]])
   end
   local unfair = waiter(false)
   -- Its first attempt refused, the unfair waiter listens for releases (and takes no place in
@@ -567,7 +688,7 @@ test("permits: a semaphore of 2 admits 2 and refuses a 3rd; another size is EINV
   local name = unique("sem")
   local a = assert(client:acquire(name, { permits = 2, owner = "a" }))
   local b = assert(other:acquire(name, { permits = 2, owner = "b" }))
-  local lock, msg, code = third:acquire(name, { permits = 2 })
+  local lock, msg, code = third:acquire(name, { permits = 2, wait_ms = 0 })
   assert(lock == nil and code == "NOT_ACQUIRED", msg)
   local info = assert(third:inspect(name))
   assert(info.permits == 2 and info.kind == "exclusive" and #info.holders == 2, info.permits)

@@ -1,0 +1,193 @@
+-- The nginx test's application: locations that hold, wait for, and run under dlock locks
+-- (tests/nginx/run.sh, bench.sh). Two clients per worker: "yield" (the default under nginx:
+-- waits yield) and "block" (opened with blocking = true: the library's blocking calls, as
+-- before), so that one nginx shows both.
+local dlock = require("dlock")
+local semaphore = require("ngx.semaphore")
+
+local M = {}
+local clients = {}
+local state = {}      -- name -> "held" | "releasing", set by /hold
+local letgo = {}      -- name -> semaphore /hold waits on once its 500 ms are up
+local lost = {}       -- name -> what on_lost saw
+local kept = {}       -- name -> a lock kept alive for the loss tests
+local inside = {}     -- name -> holders inside /contend's critical section now
+local overlaps = {}   -- name -> times /contend found someone else inside
+local phase = {}      -- what the log phase saw
+
+M.init_refusal = "dlock.open was not tried in init_by_lua"
+
+-- init_by_lua: the master process. dlock.open must refuse here.
+function M.init()
+  local ok, err = pcall(dlock.open, os.getenv("REDIS_URL"))
+  M.init_refusal = ok and "dlock.open succeeded in the master process" or tostring(err)
+end
+
+function M.init_worker()
+  local url = assert(os.getenv("REDIS_URL"), "env REDIS_URL; missing from nginx.conf")
+  clients.yield = assert(dlock.open(url))
+  clients.block = assert(dlock.open(url, { blocking = true }))
+end
+
+local function args()
+  local a = ngx.req.get_uri_args()
+  local c = clients[a.mode or "yield"]
+  if not c then error("mode must be yield or block") end
+  return a, c
+end
+
+local function now()
+  ngx.update_time()
+  return string.format("%.3f", ngx.now())
+end
+
+local function failed(code, err)
+  ngx.status = 503
+  ngx.say("ERR ", code, " ", err)
+end
+
+function M.ping() ngx.say("pong ", now()) end
+
+function M.init_refused() ngx.say(M.init_refusal) end
+
+-- Holds the lock for ms (500) milliseconds, and then until /letgo, so that the test's pings
+-- fall inside the hold however loaded the machine is.
+function M.hold()
+  local a, c = args()
+  local started = now()
+  local lock, err, code = c:acquire(a.name, { lease_ms = 10000 })
+  if not lock then return failed(code, err) end
+  state[a.name] = "held"
+  local go = semaphore.new(0)
+  letgo[a.name] = go
+  ngx.sleep(tonumber(a.ms or 500) / 1000)
+  go:wait(10)
+  letgo[a.name] = nil
+  state[a.name] = "releasing"
+  local released_at = now()
+  local ok, rerr = lock:release()
+  ngx.say("token=", lock:fencing_token_string(), " started=", started, " released_at=",
+    released_at, " release=", ok and "ok" or rerr)
+end
+
+function M.letgo()
+  local go = letgo[ngx.var.arg_name]
+  if go then go:post(1) end
+  ngx.say(go and "ok" or "no holder")
+end
+
+-- Waits for the lock (without limit, the default, unless wait_ms is given); says when it got it
+-- and what the holder was doing then.
+function M.wait()
+  local a, c = args()
+  local started = now()
+  local lock, err, code = c:acquire(a.name, { wait_ms = a.wait_ms and tonumber(a.wait_ms) })
+  local at = now()
+  if not lock then return failed(code, err .. " started=" .. started .. " at=" .. at) end
+  local holder = state[a.name] or "none"
+  local ok, rerr = lock:release()
+  ngx.say("token=", lock:fencing_token_string(), " started=", started, " acquired_at=", at,
+    " holder=", holder, " release=", ok and "ok" or rerr)
+end
+
+-- One contender: acquire, hold hold_ms (yielding), release. Counts overlaps.
+function M.contend()
+  local a, c = args()
+  local name = a.name
+  local lock, err, code = c:acquire(name, { wait_ms = tonumber(a.wait_ms or 10000) })
+  if not lock then return failed(code, err) end
+  inside[name] = (inside[name] or 0) + 1
+  if inside[name] ~= 1 then overlaps[name] = (overlaps[name] or 0) + 1 end
+  ngx.sleep(tonumber(a.hold_ms or 5) / 1000)
+  inside[name] = inside[name] - 1
+  local ok, rerr = lock:release()
+  if not ok then return failed("release", rerr) end
+  ngx.say("ok ", lock:fencing_token_string())
+end
+
+function M.overlaps() ngx.say(overlaps[ngx.var.arg_name] or 0) end
+
+-- A lock with on_lost (delivered by the worker's timer), or without (then the error log says it).
+function M.lost()
+  local a, c = args()
+  local opts = { lease_ms = 1500 }
+  if a.listener == "1" then
+    opts.on_lost = function(l)
+      lost[l.name] = "lost token=" .. l:fencing_token_string() .. " valid=" .. tostring(l:valid())
+        .. " phase=" .. ngx.get_phase()
+    end
+  end
+  local lock, err, code = c:acquire(a.name, opts)
+  if not lock then return failed(code, err) end
+  kept[a.name] = lock
+  ngx.say("token=", lock:fencing_token_string())
+end
+
+function M.lost_status() ngx.say(lost[ngx.var.arg_name] or "no") end
+
+-- client:run: fn's error raised again after the release; fn's results returned.
+function M.run()
+  local a, c = args()
+  local boom = { code = 42 }
+  local seen
+  local ok, err = pcall(c.run, c, a.name, { wait_ms = 1000 }, function(lock)
+    seen = lock
+    ngx.sleep(0.01)
+    error(boom)
+  end)
+  ngx.say("raised=", tostring(not ok and err == boom), " released=", tostring(seen:released()),
+    " holders=", #assert(c:inspect(a.name)).holders)
+  local r1, r2, r3 = c:run(a.name, nil, function(lock)
+    ngx.sleep(0.01)
+    return "x", lock:fencing_token_string()
+  end)
+  ngx.say("results=", tostring(r1), ",", tostring(r2), ",", tostring(r3 ~= nil),
+    " holders=", #assert(c:inspect(a.name)).holders)
+end
+
+-- Acquires here; the log phase (which cannot yield) releases it without waiting, and its
+-- acquire is refused.
+function M.logphase()
+  local a, c = args()
+  local lock, err, code = c:acquire(a.name, { lease_ms = 10000 })
+  if not lock then return failed(code, err) end
+  ngx.ctx.lock = lock
+  ngx.say("token=", lock:fencing_token_string())
+end
+
+function M.logphase_log()
+  local lock = ngx.ctx.lock
+  if not lock then return end
+  phase.release = tostring(lock:release())
+  local ok, err = pcall(clients.yield.acquire, clients.yield, lock.name .. "-other")
+  phase.acquire = ok and "acquired in the log phase" or tostring(err)
+end
+
+function M.logphase_status()
+  ngx.say("release=", tostring(phase.release), "\nacquire=", tostring(phase.acquire))
+end
+
+-- A light thread killed while it waits: the lock its acquire wins later is given back (by the
+-- worker's timer, about a second later), not kept and renewed forever.
+function M.killed()
+  local a, c = args()
+  local holder = assert(c:acquire(a.name))
+  local waiter = ngx.thread.spawn(function() return c:acquire(a.name, { wait_ms = 10000 }) end)
+  ngx.sleep(0.05)
+  local ok, err = ngx.thread.kill(waiter)
+  assert(holder:release())
+  ngx.say("killed=", tostring(ok), " ", tostring(err))
+end
+
+-- A lock left to the GC: released late, without blocking.
+local function forget(c, name) assert(c:acquire(name, { lease_ms = 0 })) end
+
+function M.gc()
+  local a, c = args()
+  forget(c, a.name)
+  collectgarbage()
+  collectgarbage()
+  ngx.say("collected")
+end
+
+return M
