@@ -126,7 +126,7 @@ export interface Capabilities {
 
 /**
  * What using() and runExclusive() run: signal (lock.signal) aborts, with a LockLostError as its
- * reason, when the lock is lost. It is made for a function that declares it (fn.length >= 2).
+ * reason, when the lock is lost.
  */
 export type HoldingFn<T> = (lock: Lock, signal: AbortSignal) => T | Promise<T>;
 

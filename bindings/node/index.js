@@ -706,13 +706,13 @@ if (typeof Symbol.asyncDispose === 'symbol') {
 
 // Runs fn(lock, lock.signal) and then release(), for using() and Mutex.runExclusive(): fn's
 // result, or fn's error (released meanwhile, the release's error dropped), or the release's
-// error (LockLostError when it was lost while fn ran: never silent). The signal is made only
-// for a function that declares a second parameter: Node's AbortController costs about 2 us and
-// grows V8's heap, which `async (lock) => ...` need not pay (lock.signal makes it on demand).
+// error (LockLostError when it was lost while fn ran: never silent). The signal is always made
+// (an AbortController, about 2 us): guessing from fn.length would hand `(lock, signal = x)`,
+// `(...args)` and wrapped functions no signal.
 async function runHolding(lock, release, fn) {
   let result;
   try {
-    result = await (fn.length >= 2 ? fn(lock, lock.signal) : fn(lock));
+    result = await fn(lock, lock.signal);
   } catch (e) {
     if (!lock.released) await release().catch(() => {});
     throw e;
