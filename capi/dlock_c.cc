@@ -281,10 +281,7 @@ dlock_status dlock_release(dlock_lock* l) {
   return Guard([&] {
     if (l == nullptr) return Invalid("lock is NULL");
     std::unique_ptr<dlock_lock> owned(l);  // freed whatever happens
-    dlock::Status s = owned->client->Release(owned->state);
-    // Wait out an on_lost call in progress: after release returns, the caller may free its arg.
-    std::lock_guard<std::recursive_mutex> wait_for_callback(owned->state->callback_mu);
-    return Report(s);
+    return Report(owned->client->Release(owned->state));
   });
 }
 
@@ -353,9 +350,7 @@ dlock_status dlock_acquire_cancel(dlock_client* c, void* arg) {
 dlock_status dlock_release_async(dlock_lock* l, dlock_done_fn done, void* arg) {
   return Guard([&] {
     if (l == nullptr) return Invalid("lock is NULL");
-    std::shared_ptr<dlock::LockState> state = l->state;
-    return StartRelease(l, [state, done, arg](const dlock::Status& s) {
-      std::lock_guard<std::recursive_mutex> wait_for_callback(state->callback_mu);
+    return StartRelease(l, [done, arg](const dlock::Status& s) {
       last_error = s.message();
       if (done != nullptr) done(static_cast<dlock_status>(s.code()), arg);
     });

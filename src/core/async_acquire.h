@@ -1,6 +1,6 @@
-// One dlock_acquire_async in progress, on the loop thread: the same waiting policy as the
-// blocking Client::Acquire (docs/guarantees.md, 5), as a state machine driven by backend replies,
-// release notifications and a timer, so that a thousand waiters cost no thread each.
+// One dlock_acquire_async (or _queued) in progress: the loop thread's driver of an Acquisition
+// (the waiting written once, acquisition.h), fed by backend replies, release notifications and
+// a timer, so that a thousand waiters cost no thread each.
 #ifndef DLOCK_CORE_ASYNC_ACQUIRE_H_
 #define DLOCK_CORE_ASYNC_ACQUIRE_H_
 
@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "core/acquisition.h"
 #include "core/backend.h"
 #include "core/options.h"
-#include "core/waiting.h"
 #include "loop/event_loop.h"
 
 namespace dlock {
@@ -35,36 +35,31 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   void Start();                    // loop thread
   void Cancel(const Status& why);  // loop thread; done runs now unless already finished
   const CancelKey& key() const { return key_; }
-  bool attempt_in_flight() const { return in_flight_; }  // loop thread
+  bool attempt_in_flight() const { return acquisition_.in_flight(); }  // loop thread
 
   // ReleaseWatcher: called under the backend's locks, so they only schedule work.
   void OnWatchReady(bool live) override;
   void OnReleased() override;
-  const std::string& waiter_id() const override { return request_.waiter_id; }
+  const std::string& waiter_id() const override { return acquisition_.request().waiter_id; }
   void OnHandedOver(uint64_t fencing_token) override;
 
  private:
-  void HandedOver();
-  void Adopt(const AcquireAttempt& attempt, TimePoint sent);
-  void Attempt();
+  // Does what a step of the acquisition asks; answer and sent: the attempt just answered.
+  void Execute(const Acquisition::Step& step, const AcquireAttempt* answer = nullptr,
+               TimePoint sent = {});
+  void Send();
   void OnAttempt(const Status& s, const AcquireAttempt& attempt, TimePoint sent);
   void Finish(const Status& s, std::shared_ptr<LockState> lock);
+  // Posts an event to the loop thread, where the acquisition lives.
+  template <typename Event>
+  void Post(Event event);
 
   Client* client_;
-  LockRequest request_;  // queue_ms set per attempt
   const AcquireOptions options_;
   const CancelKey key_;
   AcquireDone done_;
-  const TimePoint start_;
-  WaitPolicy policy_;
+  Acquisition acquisition_;
   Timer timer_;
-  uint32_t attempts_ = 0;
-  bool watching_ = false;
-  bool live_ = false;
-  bool in_flight_ = false;
-  bool released_meanwhile_ = false;  // a release was announced while an attempt was out
-  bool grant_heard_ = false;         // a hand-over heard: the next attempt confirms it
-  bool finished_ = false;
 };
 
 }  // namespace dlock

@@ -112,65 +112,49 @@ class ReleaseWatcher {
   virtual void OnHandedOver(uint64_t /*fencing_token*/) {}
 };
 
-// A blocking waiter's wake-up line.
+// A blocking waiter's ears: what the backend tells it on the loop thread, kept for the waiting
+// thread, which feeds it to its Acquisition.
 class WakeSignal : public ReleaseWatcher {
  public:
+  struct Heard {
+    uint64_t releases = 0;     // releases heard so far (a watch that failed counts as one)
+    bool live = false;         // the watch is live
+    bool handed_over = false;  // a hand-over heard since the last Wait
+  };
   explicit WakeSignal(std::string waiter_id = "") : waiter_id_(std::move(waiter_id)) {}
-  void OnWatchReady(bool live) override { MarkReady(live); }
-  void OnReleased() override { Notify(); }
   const std::string& waiter_id() const override { return waiter_id_; }
-  void OnHandedOver(uint64_t fencing_token) override {
+  void OnWatchReady(bool live) override {
     std::lock_guard<std::mutex> lock(mu_);
-    handed_token_ = fencing_token;
-    ++notifications_;
+    heard_.live = live;
     cv_.notify_all();
   }
-  // The token of a hand-over heard since the last call (0 = none); clears it.
-  uint64_t TakeHandedOver() {
+  void OnReleased() override {
     std::lock_guard<std::mutex> lock(mu_);
-    return std::exchange(handed_token_, 0);
-  }
-  bool ready() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return ready_;
-  }
-  void Notify() {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++notifications_;
+    ++heard_.releases;
     cv_.notify_all();
   }
-  void MarkReady(bool ready) {
+  void OnHandedOver(uint64_t /*fencing_token: the confirming attempt gets its own*/) override {
     std::lock_guard<std::mutex> lock(mu_);
-    ready_ = ready;
+    heard_.handed_over = true;
     cv_.notify_all();
   }
-  // Waits until the subscription is live, fails (the backend then also notifies: try again
-  // now), or until `until`; true when live.
-  bool WaitReady(TimePoint until) {
+  // Waits until something was heard that `seen` does not have, or until `until` (at once when
+  // that has passed); returns all that was heard, and forgets the hand-over it reports.
+  Heard Wait(const Heard& seen, TimePoint until) {
     std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t seen = notifications_;
-    cv_.wait_until(lock, until, [&] { return ready_ || notifications_ != seen; });
-    return ready_;
-  }
-  // Waits for a notification newer than *seen or until `until`; true when notified.
-  bool WaitNotified(uint64_t* seen, TimePoint until) {
-    std::unique_lock<std::mutex> lock(mu_);
-    bool notified = cv_.wait_until(lock, until, [&] { return notifications_ != *seen; });
-    *seen = notifications_;
-    return notified;
-  }
-  uint64_t notifications() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return notifications_;
+    cv_.wait_until(lock, until, [&] {
+      return heard_.handed_over || heard_.releases != seen.releases || heard_.live != seen.live;
+    });
+    Heard now = heard_;
+    heard_.handed_over = false;
+    return now;
   }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   const std::string waiter_id_;
-  uint64_t notifications_ = 0;
-  uint64_t handed_token_ = 0;
-  bool ready_ = false;
+  Heard heard_;
 };
 
 // A non-owning shared_ptr for a backend's blocking calls, which finish before the reference

@@ -8,8 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/token.h"
+#include "core/acquisition.h"
 #include "core/waiting.h"
+#include "core/token.h"
 #include "core/url.h"
 
 namespace dlock {
@@ -260,6 +261,30 @@ Status Client::Adopt(const LockRequest& request, const AcquireAttempt& attempt,
   return Status::Ok();
 }
 
+namespace {
+
+using StepKind = Acquisition::Step::Kind;
+
+// Feeds what a blocking waiter heard since `seen` to its acquisition: an attempt if any of it
+// asks for one (events end nothing: only a cancel does, and a blocking acquire has none).
+Acquisition::Step FeedHeard(Acquisition* acquisition, const WakeSignal::Heard& heard,
+                            WakeSignal::Heard* seen) {
+  bool attempt = false;
+  if (heard.handed_over) attempt |= acquisition->HandedOver().kind == StepKind::kAttempt;
+  if (heard.releases != seen->releases) {
+    attempt |= acquisition->Released().kind == StepKind::kAttempt;
+  }
+  if (heard.live != seen->live) {
+    attempt |= acquisition->WatchLive(heard.live).kind == StepKind::kAttempt;
+  }
+  *seen = heard;
+  return attempt ? Acquisition::Step::Of(StepKind::kAttempt) : Acquisition::Step();
+}
+
+}  // namespace
+
+// The blocking driver of an Acquisition: attempts on this thread, waits on a WakeSignal that the
+// loop thread fills.
 Status Client::Acquire(const std::string& name, const AcquireOptions& options,
                        std::shared_ptr<LockState>* out) {
   if (IsClosed()) return Status::InvalidArgument("client is closed");
@@ -272,67 +297,39 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
   Status s = MakeRequest(name, options, &request);
   if (!s.ok()) return s;
 
-  const TimePoint start = Now();
-  WaitPolicy policy(options, backend_->NotifiesReleases(), start);
-  const bool in_line = !request.waiter_id.empty();
-  WakeSignal signal(request.waiter_id);
-  uint64_t seen = 0;
-  uint32_t attempts = 0;
-  auto stop_watching = [&] {
-    if (policy.subscribed()) backend_->Unwatch(name, &signal);
-  };
-  // A grant heard on the channel ("grant:ID:TOKEN") is only a claim: anyone who may publish
-  // there, and can read this waiter's id from the line, can make one. The waiter confirms it
-  // with the server: its next attempt finds the lock its own (acquire.lua's "already ours",
-  // with a fresh token and what is left of the lease) or is refused like any other, and it
-  // waits on in its place. One round trip; not counted as a try.
-  bool confirming = false;
-  if (in_line) {
-    // A fair waiter listens before it asks, so that the release that hands it the lock, told
-    // only once, cannot come between its refusal and its subscription.
-    policy.MarkSubscribed();
-    backend_->Watch(name, &signal);
-    seen = signal.notifications();
-  }
-
+  Acquisition acquisition(std::move(request), options, backend_->NotifiesReleases(), Now());
+  WakeSignal signal(acquisition.request().waiter_id);
+  WakeSignal::Heard seen;
+  AcquireAttempt answer;
+  TimePoint sent;
+  TimePoint until;
+  Acquisition::Step step = acquisition.Start();
   while (true) {
-    TimePoint sent = Now();
-    const bool live_when_sent = in_line && signal.ready();
-    AcquireAttempt attempt;
-    if (!std::exchange(confirming, false)) ++attempts;
-    request.queue_ms = WriterQueueMs(options, sent, policy.wait_until());
-    s = backend_->TryAcquire(request, &attempt);
-    if (!s.ok()) {
-      stop_watching();
-      if (in_line) backend_->LeaveLine(request);
-      return s;
-    }
-    if (attempt.acquired) {
-      stop_watching();
-      return Adopt(request, attempt, attempts, options, sent, out);
-    }
-    WaitStep step = policy.AfterRefusal(Now(), attempt.holder_ttl_ms, request.queue_ms);
+    if (step.watch) backend_->Watch(name, &signal);
+    if (step.unwatch) backend_->Unwatch(name, &signal);
+    if (step.leave_line) backend_->LeaveLine(acquisition.request());
     switch (step.kind) {
-      case WaitStep::Kind::kGiveUp:
-        // A grant heard now is not confirmed: leaving the line hands it on (or frees it).
-        stop_watching();
-        if (in_line) backend_->LeaveLine(request);
-        return NotAcquiredStatus(name, attempt, attempts, start);
-      case WaitStep::Kind::kSubscribe:
-        backend_->Watch(name, &signal);
-        seen = signal.notifications();
-        signal.WaitReady(step.until);
+      case StepKind::kAttempt:
+        sent = Now();
+        answer = AcquireAttempt();
+        s = backend_->TryAcquire(acquisition.NextAttempt(sent), &answer);
+        // What was heard while the attempt was out comes before its answer.
+        (void)FeedHeard(&acquisition, signal.Wait(seen, TimePoint::min()), &seen);
+        step = acquisition.Answered(s, answer, Now());
         break;
-      case WaitStep::Kind::kSleep:
-        if (in_line && !live_when_sent) {
-          // Not listening yet when this attempt left: a hand-over may have been missed. Try
-          // again once listening.
-          signal.WaitReady(std::min(step.until, Now() + WaitPolicy::kSubscribeWait));
-        } else {
-          signal.WaitNotified(&seen, step.until);
-        }
-        confirming = signal.TakeHandedOver() != 0;
+      case StepKind::kWait:
+        until = step.until;
+        [[fallthrough]];
+      case StepKind::kNone:
+        step = FeedHeard(&acquisition, signal.Wait(seen, until), &seen);
+        if (step.kind == StepKind::kNone && Now() >= until) step = acquisition.TimerFired();
         break;
+      case StepKind::kAcquired:
+        return Adopt(acquisition.request(), answer, acquisition.attempts(), options, sent, out);
+      case StepKind::kGaveUp:
+        return NotAcquiredStatus(name, answer, acquisition.attempts(), acquisition.start());
+      case StepKind::kFinished:
+        return step.status;
     }
   }
 }
@@ -419,6 +416,14 @@ Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Statu
 }
 
 Status Client::Release(const std::shared_ptr<LockState>& lock) {
+  Status s = ReleaseHeld(lock);
+  // Wait out an on_lost call in progress: once release returns, the callback is neither running
+  // nor going to run, so the caller may free what it uses.
+  std::lock_guard<std::recursive_mutex> wait_for_callback(lock->callback_mu);
+  return s;
+}
+
+Status Client::ReleaseHeld(const std::shared_ptr<LockState>& lock) {
   LockPhase phase = lock->Phase();
   if (phase == LockPhase::kClosed || phase == LockPhase::kReleased) return NotHeldStatus(*lock);
   if (phase == LockPhase::kLost) {
@@ -431,7 +436,12 @@ Status Client::Release(const std::shared_ptr<LockState>& lock) {
   return SettleRelease(lock, backend_->Release(*lock));
 }
 
-void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) {
+void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_done) {
+  // As Release: done runs once on_lost is neither running nor going to run.
+  StatusCallback done = [lock, user_done = std::move(user_done)](const Status& s) {
+    std::lock_guard<std::recursive_mutex> wait_for_callback(lock->callback_mu);
+    user_done(s);
+  };
   bool posted = loop_->Post([self = shared_from_this(), lock, done] {
     LockPhase phase = lock->Phase();
     if (phase != LockPhase::kHeld) {

@@ -84,6 +84,7 @@ class Client : public std::enable_shared_from_this<Client> {
   static Status Finish(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client> client,
                        std::shared_ptr<Client>* out);
   Status NotHeldStatus(const LockState& lock) const;
+  Status ReleaseHeld(const std::shared_ptr<LockState>& lock);
   void Forget(const std::shared_ptr<LockState>& lock);
   // This client's holds of name (none: an empty list). Call with mu_ held.
   const std::vector<std::shared_ptr<LockState>>& HeldLocked(const std::string& name) const;

@@ -1,8 +1,5 @@
-// The waiting policy (docs/guarantees.md, 5), written once for the blocking and the async acquire:
-// after a refused attempt, give up, subscribe to the lock's releases (once, before the next
-// attempt, so that a release in between cannot be missed), or sleep until the jittered,
-// exponentially growing fallback retry or just after the holder's lease may run out, whichever
-// comes first. A release notification cuts any sleep short.
+// The arithmetic of waiting (docs/guarantees.md, 5): when a refused waiter tries again, and how
+// long a waiting writer announces itself. Acquisition (acquisition.h) decides with it.
 #ifndef DLOCK_CORE_WAITING_H_
 #define DLOCK_CORE_WAITING_H_
 
@@ -50,58 +47,6 @@ inline uint64_t WriterQueueMs(const AcquireOptions& options, TimePoint now, Time
   }
   return span;
 }
-
-// What a waiter does next after a refused attempt.
-struct WaitStep {
-  enum class Kind { kGiveUp, kSubscribe, kSleep };
-  Kind kind;
-  // kSubscribe: how long to wait for the subscription to go live before the next attempt
-  // anyway; kSleep: when to try again at the latest.
-  TimePoint until;
-};
-
-class WaitPolicy {
- public:
-  // Waits for a subscription go live at most this long before trying again without it.
-  static constexpr Millis kSubscribeWait{1000};
-
-  WaitPolicy(const AcquireOptions& options, bool backend_notifies, TimePoint start)
-      : options_(options),
-        notifies_(backend_notifies),
-        wait_until_(WaitUntil(start, options.wait_ms)),
-        backoff_ms_(options.retry_min_ms) {}
-
-  // queue_ms: the refused attempt's writer announcement; the next attempt comes within half
-  // of it, to renew it.
-  WaitStep AfterRefusal(TimePoint now, int64_t holder_ttl_ms, uint64_t queue_ms = 0) {
-    if (options_.wait_ms == 0 || now >= wait_until_) return {WaitStep::Kind::kGiveUp, now};
-    TimePoint until = wait_until_;
-    if (queue_ms > 0) until = std::min(until, now + Millis(std::max<uint64_t>(queue_ms / 2, 1)));
-    // A fair waiter's place in line says how long its lease may be counted from its last
-    // attempt (a release hands the lock over with what is left of it): it renews its place
-    // within a third of the lease, so that a hand-over finds at least two thirds left.
-    if (queue_ms > 0 && options_.fair && options_.lease_ms > 0) {
-      until = std::min(until, now + Millis(std::max<uint64_t>(options_.lease_ms / 3, 1)));
-    }
-    if (notifies_ && !subscribed_) {
-      subscribed_ = true;
-      return {WaitStep::Kind::kSubscribe, std::min(until, now + kSubscribeWait)};
-    }
-    return {WaitStep::Kind::kSleep,
-            std::min(NextWake(now, holder_ttl_ms, options_, &backoff_ms_), until)};
-  }
-  bool subscribed() const { return subscribed_; }
-  // Subscribed before the first attempt (a fair waiter): no kSubscribe step.
-  void MarkSubscribed() { subscribed_ = true; }
-  TimePoint wait_until() const { return wait_until_; }
-
- private:
-  const AcquireOptions& options_;
-  const bool notifies_;
-  const TimePoint wait_until_;
-  uint64_t backoff_ms_;
-  bool subscribed_ = false;
-};
 
 }  // namespace dlock
 
