@@ -57,9 +57,10 @@ class Acquisition {
     }
   };
 
-  // request: made by Client::MakeRequest (a waiter id when it waits in line). notifies: the
-  // backend tells watchers of releases.
+  // request: made by Client::MakeRequest (a waiter id when it waits in line). options: kept by
+  // reference, so they must outlive this. notifies: the backend tells watchers of releases.
   Acquisition(LockRequest request, const AcquireOptions& options, bool notifies, TimePoint start);
+  Acquisition(LockRequest, const AcquireOptions&&, bool, TimePoint) = delete;  // would dangle
 
   Step Start();
   // The request of the attempt a kAttempt step asks for, sent at `sent`.
@@ -84,7 +85,7 @@ class Acquisition {
   Step AfterRefusal(TimePoint now, int64_t holder_ttl_ms);
 
   LockRequest request_;  // queue_ms set per attempt
-  const AcquireOptions options_;
+  const AcquireOptions& options_;  // the driver's, which outlives this
   const bool notifies_;
   const bool in_line_;
   const TimePoint start_;

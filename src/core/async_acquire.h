@@ -55,7 +55,7 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   void Post(Event event);
 
   Client* client_;
-  const AcquireOptions options_;
+  const AcquireOptions options_;  // before acquisition_, which refers to it
   const CancelKey key_;
   AcquireDone done_;
   Acquisition acquisition_;
