@@ -1,7 +1,5 @@
 #include "core/client.h"
 
-#include <event2/event.h>
-
 #include <algorithm>
 #include <future>
 #include <thread>
@@ -112,21 +110,14 @@ void Client::Close() {
 // Polls on the caller's base until the async answers in flight are in (or the limit), then
 // tears down; the client stays alive meanwhile. The base must keep running for this.
 void Client::DeferTeardownOnBase(std::shared_ptr<Client> self, TimePoint until) {
-  struct Deferred {
-    std::shared_ptr<Client> client;
-    TimePoint until;
-  };
-  auto* deferred = new Deferred{std::move(self), until};
-  timeval soon{0, 2000};
-  event_base_once(loop_->base(), -1, EV_TIMEOUT, [](evutil_socket_t, short, void* arg) {
-    std::unique_ptr<Deferred> d(static_cast<Deferred*>(arg));
-    Client* c = d->client.get();
-    if (c->backend_->PendingAsync() > 0 && Now() < d->until) {
-      c->DeferTeardownOnBase(std::move(d->client), d->until);
+  loop_->RunOnceAfter(Millis(2), [self = std::move(self), until]() mutable {
+    Client* c = self.get();
+    if (c->backend_->PendingAsync() > 0 && Now() < until) {
+      c->DeferTeardownOnBase(std::move(self), until);
       return;
     }
     c->Teardown();
-  }, deferred, &soon);
+  });
 }
 
 void Client::Teardown() {

@@ -18,7 +18,7 @@
 #include "core/status.h"
 #include "core/url.h"
 #include "loop/event_loop.h"
-#include "loop/heartbeats.h"
+#include "core/heartbeats.h"
 
 struct event_base;
 

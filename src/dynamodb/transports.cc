@@ -1,7 +1,5 @@
 #include "dynamodb/transports.h"
 
-#include <event2/event.h>
-
 #include <thread>
 
 namespace dlock::dynamodb {
@@ -61,36 +59,14 @@ void AsyncTransport::After(Millis delay, std::function<void()> fn) {
     loop_->Post(std::move(fn));
     return;
   }
-  auto* timer = new PendingTimer{this, nullptr, std::move(fn)};
-  timer->ev = evtimer_new(loop_->base(), &AsyncTransport::OnTimer, timer);
-  timeval tv;
-  tv.tv_sec = static_cast<time_t>(delay.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((delay.count() % 1000) * 1000);
-  timers_.insert(timer);
-  evtimer_add(timer->ev, &tv);
-}
-
-void AsyncTransport::OnTimer(int, short, void* arg) {
-  auto* timer = static_cast<PendingTimer*>(arg);
-  timer->self->timers_.erase(timer);
-  std::function<void()> fn = std::move(timer->fn);
-  event_free(timer->ev);
-  delete timer;
-  fn();
+  retries_.After(delay, std::move(fn));
 }
 
 void AsyncTransport::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   http_.Shutdown(api_->config().Describe() + ": client closed");
-  std::unordered_set<PendingTimer*> timers;
-  timers.swap(timers_);
-  for (PendingTimer* timer : timers) {
-    event_free(timer->ev);
-    std::function<void()> fn = std::move(timer->fn);
-    delete timer;
-    fn();  // retries now: the call fails at once because we are shut down
-  }
+  retries_.RunAllNow();  // the retries fail at once: we are shut down
 }
 
 }  // namespace dlock::dynamodb

@@ -4,14 +4,10 @@
 #ifndef DLOCK_DYNAMODB_TRANSPORTS_H_
 #define DLOCK_DYNAMODB_TRANSPORTS_H_
 
-#include <unordered_set>
-
 #include "dynamodb/dynamodb_api.h"
 #include "http/async_client.h"
 #include "http/blocking_client.h"
 #include "loop/event_loop.h"
-
-struct event;
 
 namespace dlock::dynamodb {
 
@@ -30,28 +26,21 @@ class BlockingTransport : public Transport {
 // The loop thread only; done runs later on the loop thread.
 class AsyncTransport : public Transport {
  public:
-  AsyncTransport(Api* api, EventLoop* loop) : api_(api), loop_(loop), http_(loop) {}
+  AsyncTransport(Api* api, EventLoop* loop) : api_(api), loop_(loop), http_(loop), retries_(loop) {}
   ~AsyncTransport() override;
   void Call(const std::string& operation, const Json& body, TimePoint deadline, Done done) override;
   void After(Millis delay, std::function<void()> fn) override;
   // Fails what is in flight and runs pending retries at once (which then fail too).
   void Shutdown();
   // Requests in flight and retries waiting: work whose outcome is not known yet.
-  size_t pending() const { return http_.in_flight() + timers_.size(); }
+  size_t pending() const { return http_.in_flight() + retries_.size(); }
 
  private:
-  struct PendingTimer {
-    AsyncTransport* self;
-    event* ev;
-    std::function<void()> fn;
-  };
-  static void OnTimer(int, short, void* arg);
-
   Api* api_;
   EventLoop* loop_;
   http::AsyncClient http_;
+  DelayedCalls retries_;
   bool shut_down_ = false;
-  std::unordered_set<PendingTimer*> timers_;
 };
 
 }  // namespace dlock::dynamodb

@@ -1,7 +1,5 @@
 #include "http/multi_on_loop.h"
 
-#include <event2/event.h>
-
 #include "http/cloexec.h"
 #include "http/easy_transfer.h"
 
@@ -36,18 +34,11 @@ int MultiOnLoop::OnSocket(CURL*, curl_socket_t fd, int what, void* userp, void* 
   }
   if (watch == nullptr) {
     watch = new SocketWatch{self, fd, nullptr};
+    watch->ready = std::make_unique<FdWatch>(self->loop_, fd, &MultiOnLoop::OnSocketReady, watch);
     self->watches_.insert(watch);
     curl_multi_assign(self->multi_, fd, watch);
   }
-  short kinds = EV_PERSIST | ((what & CURL_POLL_IN) ? EV_READ : 0) |
-                ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
-  if (watch->ev != nullptr) {
-    event_del(watch->ev);
-    event_assign(watch->ev, self->loop_->base(), fd, kinds, &MultiOnLoop::OnSocketEvent, watch);
-  } else {
-    watch->ev = event_new(self->loop_->base(), fd, kinds, &MultiOnLoop::OnSocketEvent, watch);
-  }
-  if (watch->ev != nullptr) event_add(watch->ev, nullptr);
+  watch->ready->Want((what & CURL_POLL_IN) != 0, (what & CURL_POLL_OUT) != 0);
   return 0;
 }
 
@@ -61,10 +52,11 @@ int MultiOnLoop::OnTimer(CURLM*, long timeout_ms, void* userp) {
   return 0;
 }
 
-void MultiOnLoop::OnSocketEvent(int fd, short kind, void* arg) {
+void MultiOnLoop::OnSocketReady(void* arg, bool readable, bool writable) {
   auto* watch = static_cast<SocketWatch*>(arg);
   MultiOnLoop* self = watch->self;  // watch may be freed inside socket_action
-  int action = ((kind & EV_READ) ? CURL_CSELECT_IN : 0) | ((kind & EV_WRITE) ? CURL_CSELECT_OUT : 0);
+  const curl_socket_t fd = watch->fd;
+  int action = (readable ? CURL_CSELECT_IN : 0) | (writable ? CURL_CSELECT_OUT : 0);
   int running = 0;
   curl_multi_socket_action(self->multi_, fd, action, &running);
   self->after_step_();
@@ -77,7 +69,6 @@ void MultiOnLoop::OnTimeout() {
 }
 
 void MultiOnLoop::FreeWatch(SocketWatch* watch) {
-  if (watch->ev != nullptr) event_free(watch->ev);
   curl_multi_assign(multi_, watch->fd, nullptr);
   watches_.erase(watch);
   delete watch;
@@ -89,10 +80,7 @@ void MultiOnLoop::Close() {
     curl_multi_cleanup(multi_);  // closes the cached connections (may call OnSocket REMOVE)
     multi_ = nullptr;
   }
-  for (SocketWatch* watch : watches_) {
-    if (watch->ev != nullptr) event_free(watch->ev);
-    delete watch;
-  }
+  for (SocketWatch* watch : watches_) delete watch;
   watches_.clear();
 }
 

@@ -1,5 +1,5 @@
-// A curl multi handle driven by a libevent loop: curl_multi_socket_action, with curl's socket
-// and timer callbacks mapped onto libevent events, as in curl's hiperfifo example. It only
+// A curl multi handle driven by the loop: curl_multi_socket_action, with curl's socket and
+// timer callbacks mapped onto the loop's fd watches and timers, as in curl's hiperfifo example. It only
 // drives; after every step of curl's (outside any curl callback) it calls after_step, where the
 // owner (AsyncClient) hands data over and reads finished transfers. Loop thread only.
 #ifndef DLOCK_HTTP_MULTI_ON_LOOP_H_
@@ -8,11 +8,11 @@
 #include <curl/curl.h>
 
 #include <functional>
+#include <memory>
 #include <unordered_set>
 
 #include "loop/event_loop.h"
-
-struct event;
+#include "loop/fd_watch.h"
 
 namespace dlock::http {
 
@@ -33,11 +33,11 @@ class MultiOnLoop {
   struct SocketWatch {
     MultiOnLoop* self;
     curl_socket_t fd;
-    event* ev;
+    std::unique_ptr<FdWatch> ready;
   };
   static int OnSocket(CURL* easy, curl_socket_t fd, int what, void* userp, void* socketp);
   static int OnTimer(CURLM* multi, long timeout_ms, void* userp);
-  static void OnSocketEvent(int fd, short kind, void* arg);
+  static void OnSocketReady(void* arg, bool readable, bool writable);
   void OnTimeout();
   void FreeWatch(SocketWatch* watch);
 

@@ -9,6 +9,15 @@
 namespace dlock {
 
 namespace {
+
+timeval ToTimeval(Millis delay) {
+  if (delay.count() < 0) delay = Millis(0);
+  timeval tv;
+  tv.tv_sec = static_cast<time_t>(delay.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((delay.count() % 1000) * 1000);
+  return tv;
+}
+
 // libevent needs its locking callbacks before any base exists that several threads touch.
 bool EnableLibeventThreads() {
   static const int threads_ok = evthread_use_pthreads();
@@ -147,10 +156,7 @@ void Timer::OnFire(int, short, void* arg) { static_cast<Timer*>(arg)->fn_(); }
 
 void Timer::StartAfter(Millis delay) {
   if (ev_ == nullptr) return;
-  if (delay.count() < 0) delay = Millis(0);
-  timeval tv;
-  tv.tv_sec = static_cast<time_t>(delay.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((delay.count() % 1000) * 1000);
+  const timeval tv = ToTimeval(delay);
   evtimer_add(ev_, &tv);
 }
 
@@ -175,4 +181,54 @@ void Timer::Free() {
   ev_ = nullptr;
 }
 
+void EventLoop::RunOnceAfter(Millis delay, std::function<void()> fn) {
+  auto* call = new std::function<void()>(std::move(fn));
+  const timeval tv = ToTimeval(delay);
+  event_base_once(base_, -1, EV_TIMEOUT, [](evutil_socket_t, short, void* arg) {
+    std::unique_ptr<std::function<void()>> owned(static_cast<std::function<void()>*>(arg));
+    (*owned)();
+  }, call, &tv);
+}
+
+DelayedCalls::~DelayedCalls() {
+  for (Call* call : calls_) {
+    event_free(call->ev);
+    delete call;
+  }
+}
+
+void DelayedCalls::After(Millis delay, std::function<void()> fn) {
+  auto* call = new Call{this, nullptr, std::move(fn)};
+  call->ev = evtimer_new(loop_->base(), &DelayedCalls::OnFire, call);
+  if (call->ev == nullptr) {  // out of memory: run it on the next turn instead
+    loop_->Post(std::move(call->fn));
+    delete call;
+    return;
+  }
+  calls_.insert(call);
+  const timeval tv = ToTimeval(delay);
+  evtimer_add(call->ev, &tv);
+}
+
+void DelayedCalls::OnFire(int, short, void* arg) {
+  auto* call = static_cast<Call*>(arg);
+  call->owner->calls_.erase(call);
+  std::function<void()> fn = std::move(call->fn);
+  event_free(call->ev);
+  delete call;
+  fn();
+}
+
+void DelayedCalls::RunAllNow() {
+  std::unordered_set<Call*> calls;
+  calls.swap(calls_);
+  for (Call* call : calls) {
+    event_free(call->ev);
+    std::function<void()> fn = std::move(call->fn);
+    delete call;
+    fn();
+  }
+}
+
 }  // namespace dlock
+

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "core/clock.h"
 #include "core/status.h"
@@ -37,6 +38,9 @@ class EventLoop {
   bool Post(std::function<void()> fn);
   // Runs fn on the loop thread and waits for it; inline when called on the loop thread.
   void RunSync(const std::function<void()>& fn);
+  // Runs fn on the loop thread once, after delay. Loop thread only. For teardown steps that
+  // outlive every object that could own a Timer; fn runs only while the loop runs.
+  void RunOnceAfter(Millis delay, std::function<void()> fn);
   // Stops the loop, joins its thread, then runs what was still queued on the calling thread
   // (so that no posted completion is lost). Idempotent.
   void Stop();
@@ -78,6 +82,30 @@ class Timer {
   static void OnFire(int, short, void* arg);
   event* ev_ = nullptr;
   std::function<void()> fn_;
+};
+
+// One-shot calls after a delay (retries), which can all be run at once early: a shutdown must
+// not leave a retry waiting. Loop thread only. Destroying it drops what is pending, unrun.
+class DelayedCalls {
+ public:
+  explicit DelayedCalls(EventLoop* loop) : loop_(loop) {}
+  ~DelayedCalls();
+  DelayedCalls(const DelayedCalls&) = delete;
+  DelayedCalls& operator=(const DelayedCalls&) = delete;
+  void After(Millis delay, std::function<void()> fn);
+  void RunAllNow();  // in no particular order
+  size_t size() const { return calls_.size(); }
+
+ private:
+  struct Call {
+    DelayedCalls* owner;
+    event* ev;
+    std::function<void()> fn;
+  };
+  static void OnFire(int, short, void* arg);
+
+  EventLoop* loop_;
+  std::unordered_set<Call*> calls_;
 };
 
 }  // namespace dlock

@@ -1,16 +1,15 @@
-// One connection to one Redis server on the loop thread, over a libevent bufferevent: TCP, a
-// unix socket, or TLS (bufferevent_openssl, when the config has a tls_context). hiredis
-// formats the commands and parses the replies; the I/O is ours because Debian's hiredis (0.14)
-// has no TLS and its async layer knows neither SSUBSCRIBE nor smessage.
+// One connection to one Redis server on the loop thread, over a loop Stream (loop/stream.h): TCP,
+// a unix socket, or TLS (when the config has a tls_context). hiredis formats the commands and
+// parses the replies; the I/O is ours because Debian's hiredis (0.14) has no TLS and its async
+// layer knows neither SSUBSCRIBE nor smessage.
 //
 // It only connects, writes and reads: deadlines, handshakes (AUTH) and what the replies mean
 // belong to its users (AsyncConnection, Subscriber). Commands written in one loop iteration
-// leave together: libevent flushes the output buffer when the loop next runs.
+// leave together.
 #ifndef DLOCK_REDIS_STREAM_CONNECTION_H_
 #define DLOCK_REDIS_STREAM_CONNECTION_H_
 
 #include <hiredis/hiredis.h>
-#include <sys/socket.h>
 
 #include <cstdint>
 #include <string>
@@ -18,13 +17,12 @@
 
 #include "core/status.h"
 #include "loop/event_loop.h"
+#include "loop/stream.h"
 #include "redis/redis_url.h"
-
-struct bufferevent;
 
 namespace dlock::redis {
 
-class StreamConnection {
+class StreamConnection : private Stream::Handler {
  public:
   // Called on the loop thread. Each may Close() the connection, or Open() it anew; after
   // either, nothing more of the old connection is delivered.
@@ -42,7 +40,7 @@ class StreamConnection {
 
   StreamConnection(EventLoop* loop, const RedisConfig& config, Handler* handler);
   // Closes; no callback runs after.
-  ~StreamConnection();
+  ~StreamConnection() override;
   StreamConnection(const StreamConnection&) = delete;
   StreamConnection& operator=(const StreamConnection&) = delete;
 
@@ -56,42 +54,28 @@ class StreamConnection {
   // Closes now, no callback. Open() may follow.
   void Close();
 
-  bool open() const { return bev_ != nullptr; }
-  bool connected() const { return connected_; }
+  bool open() const { return stream_.open(); }
+  bool connected() const { return stream_.connected(); }
   // Counts connections opened: a handler holding a number knows whether it is still current.
-  uint64_t generation() const { return generation_; }
+  uint64_t generation() const { return stream_.generation(); }
   const std::string& server() const { return server_; }
 
  private:
-  struct Address {
-    sockaddr_storage addr;
-    socklen_t len;
-  };
-  bool ConnectNext();
-  bool Send(const char* data, size_t len);
-  void Flush();
-  static void OnFlush(int fd, short events, void* arg);
-  static void OnRead(bufferevent* bev, void* arg);
-  static void OnEvent(bufferevent* bev, short events, void* arg);
-  void ReadReplies();
-  void Lost(const Status& why);
-  Status DescribeFailure(short events) const;
+  // Stream::Handler
+  void OnStreamConnected() override { handler_->OnStreamConnected(); }
+  void OnStreamData(const char* data, size_t len) override;
+  void OnStreamFailed(const StreamFailure& failure, bool trying_next) override;
 
-  EventLoop* loop_;
+  bool Addresses(std::vector<StreamAddress>* out, std::string* why) const;
+  Status Describe(const StreamFailure& failure) const;
+  void Lost(const Status& why);
+
   RedisConfig config_;
   Handler* handler_;
   std::string server_;
-  bufferevent* bev_ = nullptr;
-  event* flush_ = nullptr;   // sends outgoing_ at the end of the loop turn (plain sockets)
-  std::string outgoing_;     // commands written this turn, not sent yet
+  Stream stream_;
   redisReader* reader_ = nullptr;
-  bool connected_ = false;
   bool answered_ = false;  // a reply arrived on this connection
-  uint64_t generation_ = 0;
-  std::vector<Address> addresses_;
-  size_t next_address_ = 0;
-  TimePoint connect_started_{};
-  std::string last_connect_error_;
 };
 
 }  // namespace dlock::redis

@@ -170,12 +170,12 @@ SSL* TlsContext::NewSsl(const std::string& host, std::string* why) const {
   return ssl;
 }
 
-Status TlsFailureFromCode(const SSL* ssl, unsigned long code, const std::string& otherwise,
+Status TlsFailureFromCode(long verify_result, unsigned long code, const std::string& otherwise,
                           const std::string& context) {
   std::string out;
   bool refused = false;  // a certificate refused, one way or the other: DLOCK_EAUTH
-  if (ssl != nullptr && SSL_get_verify_result(ssl) != X509_V_OK) {
-    out = VerifyFailure(SSL_get_verify_result(ssl));
+  if (verify_result != X509_V_OK) {
+    out = VerifyFailure(verify_result);
     refused = true;
   } else if (code == 0) {
     out = otherwise;
@@ -224,7 +224,8 @@ Status TlsFailure(const SSL* ssl, int ret, int err, const std::string& context) 
     otherwise = ret == 0 || saved_errno == 0 ? "the server closed the connection"
                                              : std::string(std::strerror(saved_errno));
   }
-  return TlsFailureFromCode(ssl, ERR_peek_last_error(), otherwise, context);
+  const long verify_result = ssl != nullptr ? SSL_get_verify_result(ssl) : X509_V_OK;
+  return TlsFailureFromCode(verify_result, ERR_peek_last_error(), otherwise, context);
 }
 
 void ClearTlsErrors() { ERR_clear_error(); }

@@ -44,10 +44,10 @@ class TlsContext {
 // does not speak TLS, or closed the connection (DLOCK_EIO). Clears OpenSSL's error queue.
 Status TlsFailure(const SSL* ssl, int ret, int err, const std::string& context);
 
-// The same for a connection on the loop: code is OpenSSL's last error on it
-// (bufferevent_get_openssl_error), 0 for none; with no certificate failure either, the words
-// are `otherwise`.
-Status TlsFailureFromCode(const SSL* ssl, unsigned long code, const std::string& otherwise,
+// The same for a connection on the loop (loop/stream.h's StreamFailure): verify_result is
+// SSL_get_verify_result's (X509_V_OK for none), code OpenSSL's last error on it, 0 for none;
+// with no certificate failure either, the words are `otherwise`.
+Status TlsFailureFromCode(long verify_result, unsigned long code, const std::string& otherwise,
                           const std::string& context);
 
 // Makes ssl read and write socket fd (which it does not close), never raising SIGPIPE.

@@ -6,8 +6,8 @@
 // A renewal refused because the owner no longer matches marks the lock lost at once; transient
 // errors are retried until the lock's local deadline passes, then the lock is lost. Losses
 // are reported through the lock's on_lost callback, once.
-#ifndef DLOCK_LOOP_HEARTBEATS_H_
-#define DLOCK_LOOP_HEARTBEATS_H_
+#ifndef DLOCK_CORE_HEARTBEATS_H_
+#define DLOCK_CORE_HEARTBEATS_H_
 
 #include <memory>
 #include <set>
@@ -82,4 +82,4 @@ class Heartbeats : public RenewSink {
 
 }  // namespace dlock
 
-#endif  // DLOCK_LOOP_HEARTBEATS_H_
+#endif  // DLOCK_CORE_HEARTBEATS_H_

@@ -1,4 +1,4 @@
-#include "loop/heartbeats.h"
+#include "core/heartbeats.h"
 
 #include <algorithm>
 #include <vector>
