@@ -137,51 +137,36 @@ class RedisBackend : public Backend {
 namespace dlock {
 
 Status PrepareRedis(const Url& url, int64_t) {
-  redis::RedisConfig config;
-  Status s = redis::ParseRedisUrl(url, &config);
-  return s.ok() ? redis::LoadTls(&config) : s;
+  return redis::CheckUrl(url, redis::ParseRedisUrl);
 }
 
 Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
-  redis::RedisConfig config;
-  Status s = redis::ParseRedisUrl(url, &config);
-  if (s.ok()) s = redis::LoadTls(&config);
-  if (!s.ok()) return s;
-  *out = std::make_unique<redis::RedisBackend>(
-      loop, config, std::make_unique<redis::NodeChannel>(loop, config));
-  return Status::Ok();
+  return redis::OpenFromUrl(url, redis::ParseRedisUrl, [loop](const redis::RedisConfig& config) {
+    auto channel = std::make_unique<redis::NodeChannel>(loop, config);
+    return std::make_unique<redis::RedisBackend>(loop, config, std::move(channel));
+  }, out);
 }
 
 Status PrepareRedisCluster(const Url& url, int64_t) {
-  redis::RedisClusterConfig config;
-  Status s = redis::ParseRedisClusterUrl(url, &config);
-  return s.ok() ? redis::LoadTls(&config.node) : s;
+  return redis::CheckUrl(url, redis::ParseRedisClusterUrl);
 }
 
 Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
-  redis::RedisClusterConfig config;
-  Status s = redis::ParseRedisClusterUrl(url, &config);
-  if (s.ok()) s = redis::LoadTls(&config.node);
-  if (!s.ok()) return s;
-  *out = std::make_unique<redis::RedisBackend>(
-      loop, config.node, std::make_unique<redis::ClusterChannel>(loop, config));
-  return Status::Ok();
+  return redis::OpenFromUrl(url, redis::ParseRedisClusterUrl, [loop](const redis::RedisClusterConfig& config) {
+    auto channel = std::make_unique<redis::ClusterChannel>(loop, config);
+    return std::make_unique<redis::RedisBackend>(loop, config.node, std::move(channel));
+  }, out);
 }
 
 Status PrepareRedisSentinel(const Url& url, int64_t) {
-  redis::RedisSentinelConfig config;
-  Status s = redis::ParseRedisSentinelUrl(url, &config);
-  return s.ok() ? redis::LoadTls(&config.node) : s;
+  return redis::CheckUrl(url, redis::ParseRedisSentinelUrl);
 }
 
 Status NewRedisSentinelBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
-  redis::RedisSentinelConfig config;
-  Status s = redis::ParseRedisSentinelUrl(url, &config);
-  if (s.ok()) s = redis::LoadTls(&config.node);
-  if (!s.ok()) return s;
-  *out = std::make_unique<redis::RedisBackend>(
-      loop, config.node, std::make_unique<redis::SentinelChannel>(loop, config));
-  return Status::Ok();
+  return redis::OpenFromUrl(url, redis::ParseRedisSentinelUrl, [loop](const redis::RedisSentinelConfig& config) {
+    auto channel = std::make_unique<redis::SentinelChannel>(loop, config);
+    return std::make_unique<redis::RedisBackend>(loop, config.node, std::move(channel));
+  }, out);
 }
 
 }  // namespace dlock

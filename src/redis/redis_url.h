@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/status.h"
 #include "core/url.h"
 #include "redis/tls.h"
@@ -82,6 +83,38 @@ struct RedlockConfig {
 };
 
 Status ParseRedlockUrl(const Url& url, RedlockConfig* out);
+
+// The node settings of any scheme's config: the TLS parameters live there.
+inline RedisConfig& NodeOf(RedisConfig& config) { return config; }
+template <typename Config>
+RedisConfig& NodeOf(Config& config) {
+  return config.node;
+}
+
+// A scheme's config from its URL, TLS files loaded: parse, then load, written once for every
+// Redis scheme (its backend's open and prepare both start here).
+template <typename Config>
+Status ConfigFromUrl(const Url& url, Status (*parse)(const Url&, Config*), Config* out) {
+  Status s = parse(url, out);
+  return s.ok() ? LoadTls(&NodeOf(*out)) : s;
+}
+
+// dlock_backend_prepare for a Redis scheme: nothing to create, only the URL and files checked.
+template <typename Config>
+Status CheckUrl(const Url& url, Status (*parse)(const Url&, Config*)) {
+  Config config;
+  return ConfigFromUrl(url, parse, &config);
+}
+
+// A backend opened for a Redis scheme: make(config) once the config is read.
+template <typename Config, typename Make>
+Status OpenFromUrl(const Url& url, Status (*parse)(const Url&, Config*), Make make,
+                   std::unique_ptr<Backend>* out) {
+  Config config;
+  Status s = ConfigFromUrl(url, parse, &config);
+  if (s.ok()) *out = make(config);
+  return s;
+}
 
 }  // namespace dlock::redis
 

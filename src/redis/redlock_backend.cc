@@ -742,19 +742,12 @@ class RedlockBackend : public Backend {
 
 namespace dlock {
 
-Status PrepareRedlock(const Url& url, int64_t) {
-  redis::RedlockConfig config;
-  Status s = redis::ParseRedlockUrl(url, &config);
-  return s.ok() ? redis::LoadTls(&config.node) : s;
-}
+Status PrepareRedlock(const Url& url, int64_t) { return redis::CheckUrl(url, redis::ParseRedlockUrl); }
 
 Status NewRedlockBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
-  redis::RedlockConfig config;
-  Status s = redis::ParseRedlockUrl(url, &config);
-  if (s.ok()) s = redis::LoadTls(&config.node);
-  if (!s.ok()) return s;
-  *out = std::make_unique<redis::RedlockBackend>(loop, config);
-  return Status::Ok();
+  return redis::OpenFromUrl(url, redis::ParseRedlockUrl, [loop](const redis::RedlockConfig& config) {
+    return std::make_unique<redis::RedlockBackend>(loop, config);
+  }, out);
 }
 
 }  // namespace dlock
