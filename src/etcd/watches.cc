@@ -19,19 +19,11 @@ Watches::Watches(const EtcdConfig* config, EventLoop* loop, http::AsyncClient* h
 
 Watches::~Watches() = default;
 
-void Watches::Tell(Entry& e, bool released, bool ready_changed) {
-  for (ReleaseWatcher* w : e.watchers) {
-    if (ready_changed) w->OnWatchReady(e.live);
-    if (released) w->OnReleased();
-  }
-}
-
 void Watches::Watch(const std::string& key, ReleaseWatcher* watcher) {
   std::lock_guard<std::mutex> lock(mu_);
   if (shut_down_) return;
   Entry& e = entries_[key];
-  e.watchers.push_back(watcher);
-  if (e.live) watcher->OnWatchReady(true);
+  e.watchers.Add(watcher, e.live);
   if (e.stream == 0 && !e.starting) {
     e.starting = true;
     loop_->Post([this, key] { Start(key); });
@@ -42,9 +34,7 @@ void Watches::Unwatch(const std::string& key, ReleaseWatcher* watcher) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
-  auto& ws = it->second.watchers;
-  ws.erase(std::remove(ws.begin(), ws.end(), watcher), ws.end());
-  if (ws.empty()) it->second.idle_since = Now();
+  it->second.watchers.Remove(watcher);
 }
 
 void Watches::Start(const std::string& key) {
@@ -83,7 +73,8 @@ void Watches::OnChunk(const std::string& key, std::string_view chunk) {
     if (m.deletes > 0) released = true;
   }
   if (became_live) e.pause = Millis(0);
-  if (became_live || released) Tell(e, released, became_live);
+  if (became_live) e.watchers.TellLive();
+  if (released) e.watchers.TellReleased();
   if (broken) {
     http::AsyncClient::StreamId id = e.stream;
     // Cancel runs Ended, which takes mu_: after this call returns.
@@ -101,7 +92,7 @@ void Watches::Ended(const std::string& key, const Status& error) {
   const bool was_live = e.live;
   e.live = false;
   // Whatever ended it, a release may have gone unseen: the waiters try again now.
-  Tell(e, /*released=*/true, /*ready_changed=*/was_live);
+  e.watchers.TellLost(was_live);
   (void)error;  // a stream cancelled as broken is made again as one that failed
   if (shut_down_ || e.watchers.empty()) {
     entries_.erase(it);
@@ -120,7 +111,7 @@ void Watches::Sweep() {
     std::lock_guard<std::mutex> lock(mu_);
     const TimePoint now = Now();
     for (auto& [key, e] : entries_) {
-      if (e.watchers.empty() && e.stream != 0 && now - e.idle_since >= kKeepIdle) idle.push_back(e.stream);
+      if (e.stream != 0 && e.watchers.IdleFor(now, kKeepIdle)) idle.push_back(e.stream);
     }
   }
   for (auto id : idle) http_->Cancel(id);  // Ended erases them

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/watchers.h"
 #include "etcd/etcd_config.h"
 #include "http/async_client.h"
 #include "loop/event_loop.h"
@@ -37,20 +38,17 @@ class Watches {
 
  private:
   struct Entry {
-    std::vector<ReleaseWatcher*> watchers;
+    Watchers watchers;
     http::AsyncClient::StreamId stream = 0;  // 0: none
     bool live = false;
     bool starting = false;  // a start is posted or its pause is running
     std::string partial;    // the stream's last line, not yet whole
-    TimePoint idle_since;   // when the last watcher left
     Millis pause{0};        // before the next start after a failure
     std::unique_ptr<Timer> retry;  // runs that start
   };
   void Start(const std::string& key);                   // loop thread
   void OnChunk(const std::string& key, std::string_view chunk);
   void Ended(const std::string& key, const Status& error);
-  // Under mu_: tells every watcher of e.
-  static void Tell(Entry& e, bool released, bool ready_changed);
   void Sweep();
 
   const EtcdConfig* config_;

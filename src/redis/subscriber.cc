@@ -41,8 +41,7 @@ void Subscriber::Watch(const std::string& channel, ReleaseWatcher* watcher) {
     std::lock_guard<std::mutex> lock(mu_);
     auto [it, inserted] = channels_.try_emplace(channel);
     Channel& ch = it->second;
-    ch.waiters.push_back(watcher);
-    if (ch.state == State::kLive) watcher->OnWatchReady(true);
+    ch.waiters.Add(watcher, ch.state == State::kLive);
     if (inserted) {  // kUnsubscribing resubscribes when the UNSUBSCRIBE is answered
       to_send_.push_back(channel);
       kick = !kick_posted_;
@@ -56,9 +55,7 @@ void Subscriber::Unwatch(const std::string& channel, ReleaseWatcher* watcher) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = channels_.find(channel);
   if (it == channels_.end()) return;
-  auto& waiters = it->second.waiters;
-  waiters.erase(std::remove(waiters.begin(), waiters.end(), watcher), waiters.end());
-  if (waiters.empty()) it->second.idle_since = Now();  // Sweep unsubscribes it later
+  it->second.waiters.Remove(watcher);  // once idle, Sweep unsubscribes it later
 }
 
 // ----- the connection ------------------------------------------------------------------
@@ -145,10 +142,7 @@ void Subscriber::ConnectionLost() {
       }
       any_waiting = true;
       // Wake everyone: a release may have been missed; they retry, then poll until resubscribed.
-      for (ReleaseWatcher* w : ch.waiters) {
-        w->OnWatchReady(false);
-        w->OnReleased();
-      }
+      ch.waiters.TellLost();
       ++it;
     }
   }
@@ -212,7 +206,7 @@ void Subscriber::Sweep() {
         }
       }
       any = true;
-      if (ch.state == State::kLive && ch.waiters.empty() && now - ch.idle_since >= kLinger &&
+      if (ch.state == State::kLive && ch.waiters.IdleFor(now, kLinger) &&
           stream_.connected()) {
         ch.state = State::kUnsubscribing;
         idle.push_back(it->first);
@@ -300,16 +294,14 @@ bool Subscriber::HandleReply(const redisReply& reply, std::vector<std::string>* 
           ParseHandOver(std::string_view(reply.element[2]->str, reply.element[2]->len), &waiter,
                         &token)) {
         // Only the waiter the lock was handed to hears of it: the others stay asleep.
-        for (ReleaseWatcher* w : ch.waiters) {
-          if (w->waiter_id() == waiter) w->OnHandedOver(token);
-        }
+        ch.waiters.TellHandedOver(waiter, token);
       } else {
-        for (ReleaseWatcher* w : ch.waiters) w->OnReleased();
+        ch.waiters.TellReleased();
       }
     } else if (is_subscribe) {
       if (ch.state == State::kSubscribing) {
         ch.state = State::kLive;
-        for (ReleaseWatcher* w : ch.waiters) w->OnWatchReady(true);
+        ch.waiters.TellLive();
       }
     } else {
       // The server dropped the subscription on its own. Only a live one counts: a push older
@@ -351,10 +343,7 @@ void Subscriber::Refuse(const std::string& channel, std::vector<std::string>* mi
       Channel& ch = it->second;
       ch.state = State::kRefused;
       ch.retry_at = Now() + kRefusedRetry;  // not in a loop against the same node
-      for (ReleaseWatcher* w : ch.waiters) {
-        w->OnWatchReady(false);
-        w->OnReleased();  // retry now; then wait on timing
-      }
+      ch.waiters.TellLost();  // retry now; then wait on timing
     }
   }
   if (mode_ == PubSubMode::kSharded) misrouted->push_back(channel);
@@ -368,9 +357,7 @@ void Subscriber::ShutdownOnLoop() {
   deadline_timer_.Free();
   CloseConnection();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [name, ch] : channels_) {
-    for (ReleaseWatcher* w : ch.waiters) w->OnReleased();
-  }
+  for (auto& [name, ch] : channels_) ch.waiters.TellReleased();
 }
 
 }  // namespace dlock::redis

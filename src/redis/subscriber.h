@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/watchers.h"
 #include "loop/event_loop.h"
 #include "redis/redis_url.h"
 #include "redis/stream_connection.h"
@@ -73,9 +74,8 @@ class Subscriber : private StreamConnection::Handler {
     kRefused,        // the server refused or dropped it: tried again at retry_at
   };
   struct Channel {
-    std::vector<ReleaseWatcher*> waiters;
+    Watchers waiters;
     State state = State::kPending;
-    TimePoint idle_since;  // when waiters became empty
     TimePoint retry_at;    // kRefused
   };
   // A command sent and not answered yet: replies come in this order, and an error reply does
