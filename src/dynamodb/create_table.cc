@@ -36,9 +36,9 @@ Status PrepareDynamoDb(const Url& url, int64_t wait_ms) {
   Status s = dynamodb::ParseDynamoUrl(url, &config);
   if (!s.ok()) return s;
   dynamodb::CredentialsChain credentials;
-  http::BlockingClient http_client;
+  http::BlockingTransport http;
   dynamodb::Api api(config, &credentials);
-  dynamodb::BlockingTransport transport(&api, &http_client);
+  dynamodb::HttpCaller transport(&api, &http);
   auto call = [&](const std::string& operation, Json body) {
     ApiResult result;
     dynamodb::CallWithRetries(&transport, &credentials, operation, std::move(body),

@@ -21,8 +21,9 @@ class DynamoDbBackend : public Backend {
   DynamoDbBackend(EventLoop* loop, DynamoConfig config)
       : api_(std::move(config), &credentials_),
         protocol_(&api_),
-        blocking_(&api_, &http_),
-        async_(&api_, loop) {
+        blocking_(&api_, &blocking_http_),
+        async_(&api_, &loop_http_),
+        loop_http_(loop) {
     protocol_.SetBackground([this, loop](const std::string& operation, Json body) {
       loop->Post([this, operation, body = std::move(body)] {
         async_.Call(operation, body, Now() + Millis(api_.config().params.timeout_ms), [](ApiResult) {});
@@ -119,19 +120,21 @@ class DynamoDbBackend : public Backend {
   void Watch(const std::string&, ReleaseWatcher*) override {}
   void Unwatch(const std::string&, ReleaseWatcher*) override {}
 
-  size_t PendingAsync() const override { return async_.pending(); }
-  void ShutdownOnLoop() override { async_.Shutdown(); }
+  size_t PendingAsync() const override { return loop_http_.pending(); }
+  void ShutdownOnLoop() override { loop_http_.Shutdown(api_.config().Describe() + ": client closed"); }
 
  private:
   // A caller's call ends by timeout_ms (docs/urls.md, "How long a call can take").
   TimePoint CallDeadline() const { return Now() + Millis(api_.config().params.timeout_ms); }
 
   CredentialsChain credentials_;
-  http::BlockingClient http_;
   Api api_;
   LockProtocol protocol_;
-  BlockingTransport blocking_;
-  AsyncTransport async_;  // loop thread only
+  http::BlockingTransport blocking_http_;
+  HttpCaller blocking_;
+  HttpCaller async_;               // loop thread only, as is loop_http_
+  // After async_: destroyed first, its shutdown's callbacks (retries) may still call async_.
+  http::LoopTransport loop_http_;
 };
 
 }  // namespace

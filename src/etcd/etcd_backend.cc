@@ -1,7 +1,5 @@
 #include "etcd/etcd_backend.h"
 
-#include <map>
-
 #include "etcd/lock_protocol.h"
 #include "etcd/transport.h"
 #include "etcd/watches.h"
@@ -15,13 +13,18 @@ class EtcdBackend : public Backend {
       : loop_(loop),
         config_(std::move(config)),
         protocol_(&config_),
-        blocking_(&config_),
-        async_(&config_, loop),
-        watches_(&config_, loop, async_.http()) {
+        blocking_(&config_, &blocking_http_),
+        async_(&config_, &loop_http_),
+        loop_http_(loop),
+        watches_(&config_, loop, loop_http_.client()) {
     protocol_.SetBackground([this](const std::string& path, std::string body) {
       loop_->Post([this, path, body = std::move(body)]() mutable { SendInBackground(path, std::move(body), 8); });
     });
   }
+
+  // Background writes are not sent again from here on (the loop transport's shutdown runs
+  // their pending tries).
+  ~EtcdBackend() override { shut_down_ = true; }
 
   Status Check() override {
     Status status;
@@ -94,12 +97,12 @@ class EtcdBackend : public Backend {
   }
 
   // Watch streams never end by themselves: they are not work close waits for.
-  size_t PendingAsync() const override { return async_.in_flight(); }
+  size_t PendingAsync() const override { return loop_http_.requests_in_flight(); }
   void ShutdownOnLoop() override {
     shut_down_ = true;
-    for (auto& [id, timer] : retries_) timer->Free();
     watches_.Shutdown();
-    async_.Shutdown();
+    // The background writes' next tries run now, and stop (shut down).
+    loop_http_.Shutdown(config_.Describe() + ": client closed");
   }
 
  private:
@@ -111,11 +114,7 @@ class EtcdBackend : public Backend {
     async_.Call(path, body, CallDeadline(), [this, path, body, tries](CallResult r) {
       const bool refused = r.grpc_code != 0 && r.grpc_code != kGrpcUnavailable;
       if (r.status.ok() || refused || tries <= 1 || shut_down_) return;
-      // Not inside a timer's own callback here: the ones that fired can go.
-      std::erase_if(retries_, [](const auto& entry) { return !entry.second->pending(); });
-      auto timer = std::make_unique<Timer>(loop_, [this, path, body, tries] { SendInBackground(path, body, tries - 1); });
-      timer->StartAfter(Millis(250));
-      retries_.emplace(++last_retry_, std::move(timer));
+      loop_http_.After(Millis(250), [this, path, body, tries] { SendInBackground(path, body, tries - 1); });
     });
   }
 
@@ -125,12 +124,13 @@ class EtcdBackend : public Backend {
   EventLoop* loop_;
   EtcdConfig config_;
   LockProtocol protocol_;
-  BlockingTransport blocking_;
-  AsyncTransport async_;  // loop thread only
+  http::BlockingTransport blocking_http_;
+  Transport blocking_;
+  Transport async_;                // loop thread only, as are loop_http_ and watches_
+  // After async_: destroyed first, its shutdown's callbacks may still call async_.
+  http::LoopTransport loop_http_;
   Watches watches_;
-  bool shut_down_ = false;                             // loop thread
-  std::map<uint64_t, std::unique_ptr<Timer>> retries_;  // loop thread: background writes' next tries
-  uint64_t last_retry_ = 0;
+  bool shut_down_ = false;  // loop thread
 };
 
 }  // namespace

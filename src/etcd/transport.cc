@@ -29,7 +29,7 @@ void Transport::Try(std::shared_ptr<Attempt> attempt) {
   const size_t endpoint = (attempt->first + attempt->tried) % n;
   http::Request request = config_->Post(endpoint, attempt->path, attempt->body);
   request.deadline = attempt->deadline;
-  Send(request, [this, attempt, endpoint, n](const Status& error, http::Response response) {
+  http_->Send(request, [this, attempt, endpoint, n](const Status& error, http::Response response) {
     CallResult result;
     bool next = false;  // nothing was applied: the next endpoint may serve it
     Code code = Code::kBackendError;
@@ -81,13 +81,5 @@ void Transport::Try(std::shared_ptr<Attempt> attempt) {
     attempt->done(std::move(result));
   });
 }
-
-void BlockingTransport::Send(const http::Request& request, Sent sent) {
-  http::Response response;
-  Status s = http_.Perform(request, &response);
-  sent(s, std::move(response));
-}
-
-void AsyncTransport::Send(const http::Request& request, Sent sent) { http_.Start(request, std::move(sent)); }
 
 }  // namespace dlock::etcd
