@@ -256,4 +256,19 @@ TEST(ClusterMapTest, HostsWithControlBytesOrSpacesAreRefused) {
   EXPECT_NE(s.message().find("host name"), std::string::npos) << s.message();
 }
 
+// The key layout is a contract with what is already stored (DESIGN.md; a lock taken by an
+// older dlock must be seen by a newer one): spelled out here, once, by hand.
+TEST(KeysTest, TheLayoutIsTheDocumentedOne) {
+  const dlock::redis::LockKeys k("dlock:", "jobs/nightly");
+  EXPECT_EQ(k.holder, "dlock:{jobs/nightly}");
+  EXPECT_EQ(k.fence, "dlock:{jobs/nightly}:fence");
+  EXPECT_EQ(k.channel, "dlock:{jobs/nightly}:released");
+  EXPECT_EQ(k.holds, "dlock:{jobs/nightly}:holds");
+  EXPECT_EQ(k.hold_data, "dlock:{jobs/nightly}:holdinfo");
+  EXPECT_EQ(k.writer, "dlock:{jobs/nightly}:writer");
+  EXPECT_EQ(k.line, "dlock:{jobs/nightly}:line");
+  EXPECT_EQ(k.line_data, "dlock:{jobs/nightly}:linedata");
+  EXPECT_EQ(dlock::redis::LockKeys::Channel("app:", "x"), "app:{x}:released");
+}
+
 }  // namespace

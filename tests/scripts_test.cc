@@ -58,8 +58,8 @@ std::string Eval(const dlock_test::RedisServer& redis, ScriptId id, std::vector<
   return redis.Cli(cmd);
 }
 std::vector<std::string> AcquireKeys(const std::string& name) {
-  const std::string h = "dlock:{" + name + "}";
-  return {h, h + ":fence", h + ":holds", h + ":holdinfo", h + ":writer"};
+  const redis::LockKeys k("dlock:", name);
+  return {k.holder, k.fence, k.holds, k.hold_data, k.writer};
 }
 
 TEST(ScriptsTest, AcquireRefusesATokenPastTwoToThe53AndWritesNothing) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "redis/keys.h"
+
 namespace dlock_test {
 
 // Which sanitizer this test binary runs under. scripts/test runs the tests in three builds
@@ -45,7 +47,9 @@ inline constexpr int64_t kCallBoundMs = 2000 + 3000;
 inline constexpr int64_t kSlackMs = 3000;
 
 // The Redis key that holds lock NAME under the default prefix.
-inline std::string Key(const std::string& name) { return "dlock:{" + name + "}"; }
+inline std::string Key(const std::string& name) {
+  return dlock::redis::LockKeys::Holder("dlock:", name);
+}
 
 class Client {
  public:

@@ -33,13 +33,17 @@ Status ReadInspect(const redisReply* r, const std::string& server, const std::st
 
 // release.lua and extend.lua: the exclusive holder's key, or an entry among the holds.
 const char* HoldSort(const HoldRef& hold) { return hold.exclusive ? "exclusive" : "hold"; }
-std::vector<std::string> HoldKeys(LockKeys keys, const HoldRef& hold) {
-  if (hold.exclusive) return {std::move(keys.holder)};
-  return {std::move(keys.holds), std::move(keys.hold_data)};
+// Only the keys the call names are built: a heartbeat renews thousands of holds at once.
+std::vector<std::string> HoldKeys(const std::string& prefix, const HoldRef& hold) {
+  std::string holder = LockKeys::Holder(prefix, hold.name);
+  if (hold.exclusive) return {std::move(holder)};
+  return {holder + LockKeys::kHolds, holder + LockKeys::kHoldData};
 }
 
-// acquire.lua's keys, holder first; a single exclusive try names the first three.
-std::vector<std::string> AcquireKeys(const std::string& holder, bool in_line) {
+// acquire.lua's keys, holder first; a single exclusive try names the first three only.
+std::vector<std::string> AcquireKeys(const std::string& holder, bool in_line,
+                                     bool single_exclusive_try = false) {
+  if (single_exclusive_try) return {holder, holder + LockKeys::kFence, holder + LockKeys::kHolds};
   std::vector<std::string> keys{holder, holder + LockKeys::kFence, holder + LockKeys::kHolds,
                                 holder + LockKeys::kHoldData, holder + LockKeys::kWriter};
   if (in_line) {
@@ -74,10 +78,10 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
   const std::string holder = LockKeys::Holder(prefix, request.name);
   const bool single_exclusive_try =
       request.kind == LockKind::kExclusive && request.permits == 0 && request.queue_ms == 0;
-  std::vector<std::string> keys = AcquireKeys(holder, !request.waiter_id.empty());
   // A single try at the exclusive hold needs the holder, the counter, and the holds only to
   // see that there are none.
-  if (single_exclusive_try) keys.resize(3);
+  std::vector<std::string> keys =
+      AcquireKeys(holder, !request.waiter_id.empty(), single_exclusive_try);
   std::vector<std::string> args{request.owner_value, std::to_string(request.lease_ms),
                                 ScriptSort(request.kind, request.permits),
                                 std::to_string(request.queue_ms)};
@@ -118,18 +122,17 @@ bool AsksForAllKeys(const redisReply* r) {
 }
 
 Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t lease_ms) {
-  LockKeys keys(prefix, hold.name);
   return {{ScriptId::kExtend,
-           HoldKeys(std::move(keys), hold),
+           HoldKeys(prefix, hold),
            {hold.owner_value, std::to_string(lease_ms), HoldSort(hold)}},
           hold.name,
           ReadOwned};
 }
 
 Op<NoResult> FenceOp(const std::string& prefix, const HoldRef& hold, uint64_t token) {
-  LockKeys keys(prefix, hold.name);
+  const std::string holder = LockKeys::Holder(prefix, hold.name);
   return {{ScriptId::kFence,
-           {std::move(keys.fence), std::move(keys.hold_data)},
+           {holder + LockKeys::kFence, holder + LockKeys::kHoldData},
            {std::to_string(token), hold.exclusive ? std::string() : hold.owner_value}},
           hold.name,
           ReadOwned};

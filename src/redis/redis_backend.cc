@@ -103,10 +103,10 @@ class RedisBackend : public Backend {
     });
   }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
-    channel_->Watch(LockKeys(prefix_, name).channel, watcher);
+    channel_->Watch(LockKeys::Channel(prefix_, name), watcher);
   }
   void Unwatch(const std::string& name, ReleaseWatcher* watcher) override {
-    channel_->Unwatch(LockKeys(prefix_, name).channel, watcher);
+    channel_->Unwatch(LockKeys::Channel(prefix_, name), watcher);
   }
 
   size_t PendingAsync() const override { return channel_->PendingAsync(); }

@@ -370,7 +370,7 @@ class RedlockBackend : public Backend {
   uint32_t Capabilities() const override { return kCapNotifies | kCapShared; }
 
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
-    const std::string channel = LockKeys(prefix_, name).channel;
+    const std::string channel = LockKeys::Channel(prefix_, name);
     QuorumWatch* watch;
     {
       std::lock_guard<std::mutex> lock(watches_mu_);
@@ -383,7 +383,7 @@ class RedlockBackend : public Backend {
   }
 
   void Unwatch(const std::string& name, ReleaseWatcher* watcher) override {
-    const std::string channel = LockKeys(prefix_, name).channel;
+    const std::string channel = LockKeys::Channel(prefix_, name);
     std::unique_ptr<QuorumWatch> watch;
     {
       std::lock_guard<std::mutex> lock(watches_mu_);

@@ -11,6 +11,7 @@
 
 #include "core/backend.h"
 #include "core/status.h"
+#include "redis/keys.h"
 
 namespace dlock::redis {
 
@@ -18,33 +19,6 @@ struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
 };
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
-
-// Key names for lock NAME (lua/acquire.lua says what each holds): all share the hash tag
-// {NAME}, hence one cluster slot.
-struct LockKeys {
-  // Every other key is the holder's name and one of these.
-  static constexpr const char* kFence = ":fence";
-  static constexpr const char* kChannel = ":released";
-  static constexpr const char* kHolds = ":holds";
-  static constexpr const char* kHoldData = ":holdinfo";
-  static constexpr const char* kWriter = ":writer";
-  static constexpr const char* kLine = ":line";
-  static constexpr const char* kLineData = ":linedata";
-  static std::string Holder(const std::string& prefix, const std::string& name) {
-    return prefix + "{" + name + "}";
-  }
-
-  LockKeys(const std::string& prefix, const std::string& name)
-      : holder(Holder(prefix, name)),
-        fence(holder + kFence),
-        channel(holder + kChannel),
-        holds(holder + kHolds),
-        hold_data(holder + kHoldData),
-        writer(holder + kWriter),
-        line(holder + kLine),
-        line_data(holder + kLineData) {}
-  std::string holder, fence, channel, holds, hold_data, writer, line, line_data;
-};
 
 // The sort of hold a request asks for, as the scripts name it: "exclusive", "shared" or
 // "permits:N".

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "redis/keys.h"
 #include "support/redis_server.h"  // RedisPauseWritesCommand and the rest, for HoldAnswers
 
 namespace dlock_test {
@@ -84,12 +85,12 @@ inline void PrintTo(const BackendFactory& f, std::ostream* os) { *os << f.name; 
 // The redis-cli words that delete every key of Redis lock `name` (its exclusive holder and its
 // shared or semaphore holds): DeleteLock on the Redis deployments.
 inline std::vector<std::string> RedisDeleteLockCommand(const std::string& name) {
-  const std::string key = "dlock:{" + name + "}";
-  return {"DEL", key, key + ":holds", key + ":holdinfo"};
+  const dlock::redis::LockKeys keys("dlock:", name);
+  return {"DEL", keys.holder, keys.holds, keys.hold_data};
 }
 // The redis-cli words that count the fair waiters in Redis lock `name`'s line: InLine.
 inline std::vector<std::string> RedisLineCommand(const std::string& name) {
-  return {"ZCARD", "dlock:{" + name + "}:line"};
+  return {"ZCARD", dlock::redis::LockKeys("dlock:", name).line};
 }
 // redis-cli's answer to it as a count; -1 for anything else (a cluster node's MOVED).
 inline int RedisCount(const std::string& answer) {
