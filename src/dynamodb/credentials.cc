@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -306,6 +308,15 @@ Status CredentialsFromImds(http::BlockingClient* client, Credentials* out, bool*
   }
   std::string role = Trim(response.body.substr(0, response.body.find('\n')));
   if (role.empty()) return Status::AuthError(source + ": the instance has no IAM role");
+  // The role goes into the next URL's path and into messages: only what IAM allows in a role
+  // name (1 to 64 of [A-Za-z0-9+=,.@_-]), so that an answer cannot steer the request or the text.
+  const bool role_ok = role.size() <= 64 && std::all_of(role.begin(), role.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("+=,.@_-", ch) != nullptr;
+  });
+  if (!role_ok) {
+    return Status::AuthError(source + ": the role lookup answered something that is not an IAM "
+                             "role name ('" + ServerText(role, 80) + "')");
+  }
 
   http::Request creds_request = role_request;
   creds_request.url += role;

@@ -263,6 +263,30 @@ TEST_F(CredentialsTest, ImdsV2TokenThenRoleThenCredentials) {
   EXPECT_NE(c.source.find("lock-role"), std::string::npos);
 }
 
+TEST_F(CredentialsTest, AnImdsRoleThatIsNoRoleNameIsRefusedNotFollowed) {
+  // A role name goes into the next request's path: "../" or a query must not steer it, and
+  // control bytes must not reach the message.
+  std::atomic<int> followed{0};
+  FakeHttpServer imds([&](const FakeRequest& r) {
+    if (r.method == "PUT") return FakeResponse{200, "text/plain", "imds-session-token"};
+    if (r.path == "/latest/meta-data/iam/security-credentials/") {
+      return FakeResponse{200, "text/plain", "../../user-data?x=\x1b[31m\n"};
+    }
+    ++followed;
+    return FakeResponse{404, "text/plain", ""};
+  });
+  unsetenv("AWS_EC2_METADATA_DISABLED");
+  setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url().c_str(), 1);
+  CredentialsChain chain;
+  Credentials c;
+  Status s = chain.Get(&c);
+  setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+  EXPECT_EQ(s.code(), Code::kAuthError);
+  EXPECT_NE(s.message().find("not an IAM role name"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\x1b'), std::string::npos) << "a control byte reached the message";
+  EXPECT_EQ(followed.load(), 0) << "the answer was used in a request";
+}
+
 TEST_F(CredentialsTest, NothingAnywhereSaysWhereItLooked) {
   CredentialsChain chain;
   Credentials c;
