@@ -25,7 +25,15 @@ void AsyncAcquire::Execute(const Acquisition::Step& step, const AcquireAttempt* 
                            TimePoint sent) {
   Backend* backend = client_->backend();
   const LockRequest& request = acquisition_.request();
-  if (step.watch) backend->Watch(request.name, this);
+  if (step.watch) {
+    backend->Watch(request.name, this);
+    // A name watched already is live at once (told inside Watch, the event posted): an attempt
+    // sent now cannot miss a release, and must not be taken for one sent before the watch.
+    if (heard_live_.load()) {
+      Acquisition::Step live = acquisition_.WatchLive(true);
+      if (live.kind == StepKind::kAttempt) return Execute(live);
+    }
+  }
   if (step.unwatch) backend->Unwatch(request.name, this);
   if (step.leave_line) backend->LeaveLine(request);
   switch (step.kind) {
@@ -87,6 +95,7 @@ void AsyncAcquire::Post(Event event) {
 }
 
 void AsyncAcquire::OnWatchReady(bool live) {
+  heard_live_.store(live);
   Post([live](AsyncAcquire* self) { return self->acquisition_.WatchLive(live); });
 }
 

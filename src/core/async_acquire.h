@@ -4,6 +4,7 @@
 #ifndef DLOCK_CORE_ASYNC_ACQUIRE_H_
 #define DLOCK_CORE_ASYNC_ACQUIRE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +61,7 @@ class AsyncAcquire : public ReleaseWatcher, public std::enable_shared_from_this<
   AcquireDone done_;
   Acquisition acquisition_;
   Timer timer_;
+  std::atomic<bool> heard_live_{false};  // the last OnWatchReady, before its event is run
 };
 
 }  // namespace dlock

@@ -296,7 +296,13 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
   TimePoint until;
   Acquisition::Step step = acquisition.Start();
   while (true) {
-    if (step.watch) backend_->Watch(name, &signal);
+    if (step.watch) {
+      backend_->Watch(name, &signal);
+      // A name watched already is live at once: an attempt sent now cannot miss a release, and
+      // must not be taken for one sent before the watch (which would be tried again).
+      Acquisition::Step heard = FeedHeard(&acquisition, signal.Wait(seen, TimePoint::min()), &seen);
+      if (heard.kind == StepKind::kAttempt) step.kind = StepKind::kAttempt;
+    }
     if (step.unwatch) backend_->Unwatch(name, &signal);
     if (step.leave_line) backend_->LeaveLine(acquisition.request());
     switch (step.kind) {

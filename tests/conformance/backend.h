@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "redis/keys.h"
+#include "redis/wire/keys.h"
 #include "support/redis_server.h"  // RedisPauseWritesCommand and the rest, for HoldAnswers
 
 namespace dlock_test {
@@ -40,6 +40,9 @@ class BackendServer {
   // tests that must know a waiter took its place before they go on; -1 when the backend keeps
   // no line (it lacks DLOCK_CAP_FAIR).
   virtual int InLine(const std::string& /*name*/) { return -1; }
+  // How many connections listen for lock `name`'s releases, as the server shows it, for tests
+  // that must know a watch is live; -1 when the server cannot show it.
+  virtual int Listening(const std::string& /*name*/) { return -1; }
   // Holding the server's answers back, for a test that needs a call provably in flight (sent,
   // its answer not yet read) when it acts. After HoldAnswers() no request is answered until
   // ReleaseAnswers(), and then each is, as if it had been slow: the Redis deployments pause
@@ -92,10 +95,20 @@ inline std::vector<std::string> RedisDeleteLockCommand(const std::string& name) 
 inline std::vector<std::string> RedisLineCommand(const std::string& name) {
   return {"ZCARD", dlock::redis::LockKeys("dlock:", name).line};
 }
+// The redis-cli words that count the subscribers to Redis lock `name`'s release channel, plain
+// (one server, Sentinel) or sharded (Cluster): Listening.
+inline std::vector<std::string> RedisListenersCommand(const std::string& name, bool sharded) {
+  return {"PUBSUB", sharded ? "SHARDNUMSUB" : "NUMSUB", dlock::redis::LockKeys::Channel("dlock:", name)};
+}
 // redis-cli's answer to it as a count; -1 for anything else (a cluster node's MOVED).
 inline int RedisCount(const std::string& answer) {
   if (answer.empty() || answer.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::stoi(answer);
+}
+// redis-cli's answer to it ("CHANNEL\nCOUNT") as the count; -1 for anything else.
+inline int RedisListeners(const std::string& answer) {
+  const size_t newline = answer.rfind('\n');
+  return newline == std::string::npos ? -1 : RedisCount(answer.substr(newline + 1));
 }
 // Whether redis-cli's answer to it says it deleted something (a count, not 0 and not an error
 // such as a cluster node's MOVED).

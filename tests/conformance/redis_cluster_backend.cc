@@ -24,6 +24,10 @@ class RedisClusterBackend : public BackendServer {
     const int master = cluster_.MasterOf("dlock:{" + name + "}");
     return master < 0 ? -1 : RedisCount(cluster_.node(master).Cli(RedisLineCommand(name)));
   }
+  int Listening(const std::string& name) override {
+    const int master = cluster_.MasterOf("dlock:{" + name + "}");
+    return master < 0 ? -1 : RedisListeners(cluster_.node(master).Cli(RedisListenersCommand(name, true)));
+  }
   void Kill() override { cluster_.Kill(); }
   bool Restart() override { return cluster_.Restart(); }
   // Every node (replicas too): the lock's master is whichever serves its slot.

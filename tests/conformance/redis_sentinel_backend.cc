@@ -25,6 +25,10 @@ class RedisSentinelBackend : public BackendServer {
     const int master = group_.CurrentMaster();
     return master < 0 ? -1 : RedisCount(group_.data_node(master).Cli(RedisLineCommand(name)));
   }
+  int Listening(const std::string& name) override {
+    const int master = group_.CurrentMaster();
+    return master < 0 ? -1 : RedisListeners(group_.data_node(master).Cli(RedisListenersCommand(name, false)));
+  }
   // Every data node, whichever is the master now. Keep it short: a sentinel's hello (PUBLISH)
   // waits too, and the PINGs behind it on its link (down-after-milliseconds: 1.5 s).
   bool HoldAnswers() override {

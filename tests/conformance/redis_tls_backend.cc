@@ -34,6 +34,9 @@ class RedisTlsBackend : public BackendServer {
     return RedisDeletedSome(redis_.Cli(RedisDeleteLockCommand(name)));
   }
   int InLine(const std::string& name) override { return RedisCount(redis_.Cli(RedisLineCommand(name))); }
+  int Listening(const std::string& name) override {
+    return RedisListeners(redis_.Cli(RedisListenersCommand(name, false)));
+  }
   void Kill() override { redis_.Kill(); }
   bool Restart() override { return redis_.Restart(); }
   bool HoldAnswers() override { return redis_.Cli(RedisPauseWritesCommand()) == "OK"; }

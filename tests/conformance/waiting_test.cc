@@ -165,6 +165,47 @@ TEST_P(Waiting, FairWaitersAreServedInArrivalOrder) {
   for (int i = 1; i < kWaiters; ++i) EXPECT_GT(tokens[i], tokens[i - 1]);
 }
 
+// A second waiter of one client finds the name watched already (the first waiter's watch is
+// live): its first attempt cannot miss a release, so it is its only one, and the release before
+// its turn hands the lock over without another try. (A watch that went live after the attempt
+// left would justify one more, as above.)
+TEST_P(Waiting, AWaiterWhoseWatchIsLiveAlreadyTriesOnce) {
+  if (style() == Style::kQueued) {
+    // The harness's queued client has one queue, drained by whichever call waits on it: it
+    // serves one waiting call at a time. The _async style runs the same acquisition driver.
+    GTEST_SKIP() << "two waits at once on one queued test client";
+  }
+  auto client = Open();
+  if ((dlock_client_capabilities(client->get()) & DLOCK_CAP_FAIR) == 0) {
+    GTEST_SKIP() << "this backend does not queue its waiters";
+  }
+  const std::string name = Name("livewatch");
+  HeldElsewhere holder(url(), name);
+  ASSERT_TRUE(holder.held());
+  BackendServer& srv = server();
+  std::atomic<uint32_t> second_attempts{0};
+  auto wait_for_it = [&](std::atomic<uint32_t>* attempts) {
+    Options o;
+    o.wait(60000).retry(20000, 30000).lease(20000);  // retries too slow to serve it in time
+    dlock_lock* l = nullptr;
+    ASSERT_EQ(client->Acquire(name.c_str(), o.get(), &l), DLOCK_OK) << client->last_error();
+    if (attempts != nullptr) attempts->store(dlock_lock_attempts(l));
+    EXPECT_EQ(client->Release(l), DLOCK_OK) << client->last_error();
+  };
+  std::thread first(wait_for_it, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return srv.InLine(name) == 1; }, 20000ms)) << srv.InLine(name);
+  // The first waiter's watch must be live before the second asks: its place in line alone
+  // does not say so (its first attempt takes it).
+  if (srv.Listening(name) < 0) GTEST_SKIP() << "the test's server cannot show who listens";
+  ASSERT_TRUE(WaitFor([&] { return srv.Listening(name) == 1; }, 20000ms)) << srv.Listening(name);
+  std::thread second(wait_for_it, &second_attempts);
+  ASSERT_TRUE(WaitFor([&] { return srv.InLine(name) == 2; }, 20000ms)) << srv.InLine(name);
+  holder.Release();
+  first.join();
+  second.join();
+  EXPECT_EQ(second_attempts.load(), 1u) << "a waiter whose watch was live tried again";
+}
+
 INSTANTIATE_TEST_SUITE_P(Conformance, Waiting,
                          ::testing::Combine(::testing::ValuesIn(AllBackends()), AllStyles()),
                          StyleTestName);
