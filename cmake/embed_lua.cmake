@@ -1,7 +1,7 @@
 # Writes OUT, a C++ file defining dlock::redis::kScriptSources: one entry per Lua script,
 # keyed by file name without ".lua". Run with cmake -P.
 set(body "// Generated from lua/*.lua by cmake/embed_lua.cmake. Do not edit.\n")
-string(APPEND body "#include \"redis/scripts.h\"\n\nnamespace dlock::redis {\n")
+string(APPEND body "#include \"redis/wire/scripts.h\"\n\nnamespace dlock::redis {\n")
 string(APPEND body "const ScriptSource kScriptSources[] = {\n")
 string(REPLACE "|" ";" SCRIPTS "${SCRIPTS}")
 foreach(path ${SCRIPTS})

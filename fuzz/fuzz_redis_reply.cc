@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "redis/cluster_map.h"
-#include "redis/reply.h"
+#include "redis/topology/cluster_map.h"
+#include "redis/wire/reply.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Redis Cluster's key -> slot mapping, against the cluster spec's examples and against a real
 // cluster-enabled redis-server (CLUSTER KEYSLOT) as the oracle; and how the cluster router reads
 // the cluster's answers (slot maps, redirections).
-#include "redis/key_slot.h"
+#include "redis/wire/key_slot.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "redis/cluster_map.h"
-#include "redis/reply.h"
+#include "redis/topology/cluster_map.h"
+#include "redis/wire/reply.h"
 #include "support/child_process.h"
 #include "support/redis_server.h"
 

@@ -1,7 +1,7 @@
 // The pub/sub subscriber against real servers (one redis-server, a 3+3 cluster) and against
 // a fake one for the faults a real server cannot make: what its waiters are told, in plain
 // (SUBSCRIBE) and sharded (SSUBSCRIBE) mode.
-#include "redis/subscriber.h"
+#include "redis/topology/subscriber.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "redis/key_slot.h"
+#include "redis/wire/key_slot.h"
 #include "support/fake_redis.h"
 #include "support/redis_cluster.h"
 #include "support/redis_server.h"

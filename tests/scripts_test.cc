@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "redis/lock_ops.h"
-#include "redis/scripts.h"
+#include "redis/wire/scripts.h"
 #include "support/redis_server.h"
 
 namespace dlock::redis {

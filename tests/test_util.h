@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "redis/keys.h"
+#include "redis/wire/keys.h"
 
 namespace dlock_test {
 

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "core/backend.h"
-#include "redis/channel.h"
+#include "redis/topology/channel.h"
 
 namespace dlock::redis {
 

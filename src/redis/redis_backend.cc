@@ -2,10 +2,10 @@
 
 #include <vector>
 
-#include "redis/cluster_channel.h"
+#include "redis/topology/cluster_channel.h"
 #include "redis/lock_ops.h"
-#include "redis/node_channel.h"
-#include "redis/sentinel_channel.h"
+#include "redis/topology/node_channel.h"
+#include "redis/topology/sentinel_channel.h"
 #include "redis/redis_url.h"
 
 namespace dlock::redis {

@@ -14,7 +14,7 @@
 #include "core/backend.h"
 #include "core/status.h"
 #include "core/url.h"
-#include "redis/tls.h"
+#include "redis/wire/tls.h"
 
 namespace dlock::redis {
 

@@ -29,7 +29,7 @@
 #include "core/token.h"
 #include "loop/event_loop.h"
 #include "redis/lock_ops.h"
-#include "redis/node_channel.h"
+#include "redis/topology/node_channel.h"
 #include "redis/redis_backend.h"
 #include "redis/redis_url.h"
 

@@ -1,6 +1,8 @@
-# The Redis backends (redis://, redis+unix://, redis-cluster://, redis-sentinel://, redlock://): hiredis's reply reader and command formatter,
-# our own socket I/O (blocking, and on libevent bufferevents on the loop; OpenSSL for TLS), and
-# the Lua scripts.
+# The Redis backends (redis://, redis+unix://, redis-cluster://, redis-sentinel://, redlock://),
+# in layers: wire/ (connections over hiredis's reply reader and command formatter, blocking and
+# on the loop's streams, TLS, replies, scripts, slots, the key layout), topology/ (one node, a
+# cluster, a Sentinel-followed master, the subscriber, the channel they share), and here the lock
+# operations written once over a channel, the URLs and the backends.
 # Included by the top-level CMakeLists.txt right after dlock_core exists.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(LIBEVENT_OPENSSL REQUIRED IMPORTED_TARGET libevent_openssl)
@@ -20,22 +22,22 @@ add_custom_command(
   COMMENT "Embedding Lua scripts" VERBATIM)
 
 target_sources(dlock_core PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/async_connection.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cluster_channel.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cluster_map.cc
-  ${CMAKE_CURRENT_LIST_DIR}/key_slot.cc
+  ${CMAKE_CURRENT_LIST_DIR}/wire/async_connection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/topology/cluster_channel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/topology/cluster_map.cc
+  ${CMAKE_CURRENT_LIST_DIR}/wire/key_slot.cc
   ${CMAKE_CURRENT_LIST_DIR}/lock_ops.cc
-  ${CMAKE_CURRENT_LIST_DIR}/node_channel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/topology/node_channel.cc
   ${CMAKE_CURRENT_LIST_DIR}/redis_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/redlock_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/redis_url.cc
-  ${CMAKE_CURRENT_LIST_DIR}/reply.cc
-  ${CMAKE_CURRENT_LIST_DIR}/scripts.cc
-  ${CMAKE_CURRENT_LIST_DIR}/stream_connection.cc
-  ${CMAKE_CURRENT_LIST_DIR}/sentinel_channel.cc
-  ${CMAKE_CURRENT_LIST_DIR}/subscriber.cc
-  ${CMAKE_CURRENT_LIST_DIR}/sync_connection.cc
-  ${CMAKE_CURRENT_LIST_DIR}/tls.cc
-  ${CMAKE_CURRENT_LIST_DIR}/watch_router.cc
+  ${CMAKE_CURRENT_LIST_DIR}/wire/reply.cc
+  ${CMAKE_CURRENT_LIST_DIR}/wire/scripts.cc
+  ${CMAKE_CURRENT_LIST_DIR}/wire/stream_connection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/topology/sentinel_channel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/topology/subscriber.cc
+  ${CMAKE_CURRENT_LIST_DIR}/wire/sync_connection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/wire/tls.cc
+  ${CMAKE_CURRENT_LIST_DIR}/topology/watch_router.cc
   ${DLOCK_LUA_GEN})
 target_link_libraries(dlock_core PUBLIC PkgConfig::HIREDIS OpenSSL::SSL PkgConfig::LIBEVENT_OPENSSL)

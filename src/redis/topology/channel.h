@@ -3,8 +3,8 @@
 // the release notifications waiters listen to. One Redis server is one channel (NodeChannel);
 // a cluster router or a quorum are other channels, or compositions of them: the operations
 // themselves (lock_ops.h) are written once, against this interface.
-#ifndef DLOCK_REDIS_CHANNEL_H_
-#define DLOCK_REDIS_CHANNEL_H_
+#ifndef DLOCK_REDIS_TOPOLOGY_CHANNEL_H_
+#define DLOCK_REDIS_TOPOLOGY_CHANNEL_H_
 
 #include <functional>
 #include <string>
@@ -12,8 +12,8 @@
 
 #include "core/backend.h"
 #include "core/status.h"
-#include "redis/reply.h"
-#include "redis/scripts.h"
+#include "redis/wire/reply.h"
+#include "redis/wire/scripts.h"
 
 namespace dlock::redis {
 
@@ -59,4 +59,4 @@ class Channel {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_CHANNEL_H_
+#endif  // DLOCK_REDIS_TOPOLOGY_CHANNEL_H_

@@ -1,11 +1,11 @@
-#include "redis/cluster_channel.h"
+#include "redis/topology/cluster_channel.h"
 
 #include <algorithm>
 #include <set>
 #include <thread>
 
 #include "core/token.h"
-#include "redis/key_slot.h"
+#include "redis/wire/key_slot.h"
 
 namespace dlock::redis {
 namespace {

@@ -10,8 +10,8 @@
 // timeout_ms have passed since it began, and follows at most kMaxRedirections MOVED or ASK in a row;
 // each attempt, and a map load, is bounded by the node's own connect_timeout_ms + timeout_ms.
 // So a call ends within 3 x (connect_timeout_ms + timeout_ms).
-#ifndef DLOCK_REDIS_CLUSTER_CHANNEL_H_
-#define DLOCK_REDIS_CLUSTER_CHANNEL_H_
+#ifndef DLOCK_REDIS_TOPOLOGY_CLUSTER_CHANNEL_H_
+#define DLOCK_REDIS_TOPOLOGY_CLUSTER_CHANNEL_H_
 
 #include <map>
 #include <memory>
@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "loop/event_loop.h"
-#include "redis/channel.h"
-#include "redis/cluster_map.h"
-#include "redis/node_channel.h"
+#include "redis/topology/channel.h"
+#include "redis/topology/cluster_map.h"
+#include "redis/topology/node_channel.h"
 #include "redis/redis_url.h"
-#include "redis/watch_router.h"
+#include "redis/topology/watch_router.h"
 
 namespace dlock::redis {
 
@@ -106,4 +106,4 @@ class ClusterChannel : public Channel {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_CLUSTER_CHANNEL_H_
+#endif  // DLOCK_REDIS_TOPOLOGY_CLUSTER_CHANNEL_H_

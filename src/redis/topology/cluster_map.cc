@@ -1,9 +1,9 @@
-#include "redis/cluster_map.h"
+#include "redis/topology/cluster_map.h"
 
 #include <string_view>
 
 #include "core/url.h"
-#include "redis/key_slot.h"
+#include "redis/wire/key_slot.h"
 
 namespace dlock::redis {
 namespace {

@@ -1,8 +1,8 @@
 // Reading a Redis Cluster's answers: the slot map (CLUSTER SLOTS) and redirections (MOVED,
 // ASK) and the refusals worth retrying (TRYAGAIN, CLUSTERDOWN). Every number the server sends
 // is range-checked before use.
-#ifndef DLOCK_REDIS_CLUSTER_MAP_H_
-#define DLOCK_REDIS_CLUSTER_MAP_H_
+#ifndef DLOCK_REDIS_TOPOLOGY_CLUSTER_MAP_H_
+#define DLOCK_REDIS_TOPOLOGY_CLUSTER_MAP_H_
 
 #include <hiredis/hiredis.h>
 
@@ -52,4 +52,4 @@ Redirect ParseRedirect(const redisReply* reply, const NodeAddress& from);
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_CLUSTER_MAP_H_
+#endif  // DLOCK_REDIS_TOPOLOGY_CLUSTER_MAP_H_

@@ -1,4 +1,4 @@
-#include "redis/node_channel.h"
+#include "redis/topology/node_channel.h"
 
 #include <algorithm>
 #include <set>

@@ -1,8 +1,8 @@
 // One Redis server as a Channel: a pool of blocking connections for callers' threads (no
 // thread waits on another's round trip), one pipelined async connection on the loop, and one
 // subscriber connection for all waiters.
-#ifndef DLOCK_REDIS_NODE_CHANNEL_H_
-#define DLOCK_REDIS_NODE_CHANNEL_H_
+#ifndef DLOCK_REDIS_TOPOLOGY_NODE_CHANNEL_H_
+#define DLOCK_REDIS_TOPOLOGY_NODE_CHANNEL_H_
 
 #include <atomic>
 #include <functional>
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "loop/event_loop.h"
-#include "redis/async_connection.h"
-#include "redis/channel.h"
+#include "redis/wire/async_connection.h"
+#include "redis/topology/channel.h"
 #include "redis/redis_url.h"
-#include "redis/subscriber.h"
-#include "redis/sync_connection.h"
+#include "redis/topology/subscriber.h"
+#include "redis/wire/sync_connection.h"
 
 namespace dlock::redis {
 
@@ -97,4 +97,4 @@ class NodeChannel : public Channel {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_NODE_CHANNEL_H_
+#endif  // DLOCK_REDIS_TOPOLOGY_NODE_CHANNEL_H_

@@ -1,4 +1,4 @@
-#include "redis/sentinel_channel.h"
+#include "redis/topology/sentinel_channel.h"
 
 #include <string_view>
 

@@ -17,8 +17,8 @@
 // on a stale connection, or answered READONLY, is tried once more after the lookup, with a
 // bound of its own; an async call made while no master is vouched for first waits for the
 // next background lookup (at most 250 ms away, then the lookup's own bound).
-#ifndef DLOCK_REDIS_SENTINEL_CHANNEL_H_
-#define DLOCK_REDIS_SENTINEL_CHANNEL_H_
+#ifndef DLOCK_REDIS_TOPOLOGY_SENTINEL_CHANNEL_H_
+#define DLOCK_REDIS_TOPOLOGY_SENTINEL_CHANNEL_H_
 
 #include <map>
 #include <memory>
@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "loop/event_loop.h"
-#include "redis/channel.h"
-#include "redis/cluster_map.h"
-#include "redis/node_channel.h"
+#include "redis/topology/channel.h"
+#include "redis/topology/cluster_map.h"
+#include "redis/topology/node_channel.h"
 #include "redis/redis_url.h"
-#include "redis/subscriber.h"
-#include "redis/watch_router.h"
+#include "redis/topology/subscriber.h"
+#include "redis/topology/watch_router.h"
 
 namespace dlock::redis {
 
@@ -106,4 +106,4 @@ class SentinelChannel : public Channel {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_SENTINEL_CHANNEL_H_
+#endif  // DLOCK_REDIS_TOPOLOGY_SENTINEL_CHANNEL_H_

@@ -1,4 +1,4 @@
-#include "redis/subscriber.h"
+#include "redis/topology/subscriber.h"
 
 #include <strings.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "redis/reply.h"
+#include "redis/wire/reply.h"
 
 namespace dlock::redis {
 namespace {

@@ -20,8 +20,8 @@
 // slot map from the rest. on_misrouted may call Watch and Unwatch; it must not destroy the
 // Subscriber. In plain mode an error to a SUBSCRIBE (NOAUTH, NOPERM) refuses the channel the
 // same way, without on_misrouted.
-#ifndef DLOCK_REDIS_SUBSCRIBER_H_
-#define DLOCK_REDIS_SUBSCRIBER_H_
+#ifndef DLOCK_REDIS_TOPOLOGY_SUBSCRIBER_H_
+#define DLOCK_REDIS_TOPOLOGY_SUBSCRIBER_H_
 
 #include <hiredis/hiredis.h>
 
@@ -37,7 +37,7 @@
 #include "core/watchers.h"
 #include "loop/event_loop.h"
 #include "redis/redis_url.h"
-#include "redis/stream_connection.h"
+#include "redis/wire/stream_connection.h"
 
 namespace dlock::redis {
 
@@ -132,4 +132,4 @@ class Subscriber : private StreamConnection::Handler {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_SUBSCRIBER_H_
+#endif  // DLOCK_REDIS_TOPOLOGY_SUBSCRIBER_H_

@@ -1,4 +1,4 @@
-#include "redis/watch_router.h"
+#include "redis/topology/watch_router.h"
 
 #include <algorithm>
 

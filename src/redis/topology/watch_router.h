@@ -2,8 +2,8 @@
 // (a cluster slot that moved, a master replaced by Sentinel). Watchers follow: Reroute moves
 // every channel whose node changed and wakes its waiters (a release may have gone by unheard
 // while it moved). Thread-safe; the waiters' calls come under its mutex, as with Subscriber.
-#ifndef DLOCK_REDIS_WATCH_ROUTER_H_
-#define DLOCK_REDIS_WATCH_ROUTER_H_
+#ifndef DLOCK_REDIS_TOPOLOGY_WATCH_ROUTER_H_
+#define DLOCK_REDIS_TOPOLOGY_WATCH_ROUTER_H_
 
 #include <functional>
 #include <mutex>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "redis/node_channel.h"
+#include "redis/topology/node_channel.h"
 
 namespace dlock::redis {
 
@@ -40,4 +40,4 @@ class WatchRouter {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_WATCH_ROUTER_H_
+#endif  // DLOCK_REDIS_TOPOLOGY_WATCH_ROUTER_H_

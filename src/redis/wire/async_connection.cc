@@ -1,7 +1,7 @@
-#include "redis/async_connection.h"
+#include "redis/wire/async_connection.h"
 
-#include "redis/reply.h"
-#include "redis/sync_connection.h"
+#include "redis/wire/reply.h"
+#include "redis/wire/sync_connection.h"
 
 namespace dlock::redis {
 

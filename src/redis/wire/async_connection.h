@@ -4,8 +4,8 @@
 // to its command's callback. When the oldest command waits longer than timeout_ms (connecting
 // included), the connection is dropped and every pending command fails with EIO; the next
 // command connects again.
-#ifndef DLOCK_REDIS_ASYNC_CONNECTION_H_
-#define DLOCK_REDIS_ASYNC_CONNECTION_H_
+#ifndef DLOCK_REDIS_WIRE_ASYNC_CONNECTION_H_
+#define DLOCK_REDIS_WIRE_ASYNC_CONNECTION_H_
 
 #include <hiredis/hiredis.h>
 
@@ -18,8 +18,8 @@
 #include "core/status.h"
 #include "loop/event_loop.h"
 #include "redis/redis_url.h"
-#include "redis/scripts.h"
-#include "redis/stream_connection.h"
+#include "redis/wire/scripts.h"
+#include "redis/wire/stream_connection.h"
 
 namespace dlock::redis {
 
@@ -81,4 +81,4 @@ class AsyncConnection : private StreamConnection::Handler {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_ASYNC_CONNECTION_H_
+#endif  // DLOCK_REDIS_WIRE_ASYNC_CONNECTION_H_

@@ -1,4 +1,4 @@
-#include "redis/key_slot.h"
+#include "redis/wire/key_slot.h"
 
 namespace dlock::redis {
 

@@ -1,8 +1,8 @@
 // Redis Cluster's key → hash slot mapping (the cluster spec's HASH_SLOT): CRC16 (XMODEM) of the
 // key's hash tag, modulo 16384. The tag is what lies between the first '{' and the first '}'
 // after it, when that is not empty; otherwise the whole key.
-#ifndef DLOCK_REDIS_KEY_SLOT_H_
-#define DLOCK_REDIS_KEY_SLOT_H_
+#ifndef DLOCK_REDIS_WIRE_KEY_SLOT_H_
+#define DLOCK_REDIS_WIRE_KEY_SLOT_H_
 
 #include <cstdint>
 #include <string_view>
@@ -18,4 +18,4 @@ int KeySlot(std::string_view key);
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_KEY_SLOT_H_
+#endif  // DLOCK_REDIS_WIRE_KEY_SLOT_H_

@@ -1,7 +1,7 @@
 // The Redis key layout of a lock, in one place (DESIGN.md: "Redis keys for lock NAME"): the
 // operations, the bench and the tests all spell keys through it.
-#ifndef DLOCK_REDIS_KEYS_H_
-#define DLOCK_REDIS_KEYS_H_
+#ifndef DLOCK_REDIS_WIRE_KEYS_H_
+#define DLOCK_REDIS_WIRE_KEYS_H_
 
 #include <string>
 
@@ -40,4 +40,4 @@ struct LockKeys {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_KEYS_H_
+#endif  // DLOCK_REDIS_WIRE_KEYS_H_

@@ -1,4 +1,4 @@
-#include "redis/reply.h"
+#include "redis/wire/reply.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,7 +1,7 @@
 // Reading hiredis replies: error classification and the scripts' reply shapes, shared by the
 // blocking and the async paths so that both read the server the same way.
-#ifndef DLOCK_REDIS_REPLY_H_
-#define DLOCK_REDIS_REPLY_H_
+#ifndef DLOCK_REDIS_WIRE_REPLY_H_
+#define DLOCK_REDIS_WIRE_REPLY_H_
 
 #include <hiredis/hiredis.h>
 
@@ -11,7 +11,7 @@
 
 #include "core/backend.h"
 #include "core/status.h"
-#include "redis/keys.h"
+#include "redis/wire/keys.h"
 
 namespace dlock::redis {
 
@@ -74,4 +74,4 @@ Status ParseOwnedReply(const redisReply* r, const std::string& server, const std
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_REPLY_H_
+#endif  // DLOCK_REDIS_WIRE_REPLY_H_

@@ -1,4 +1,4 @@
-#include "redis/scripts.h"
+#include "redis/wire/scripts.h"
 
 #include "core/text.h"
 

@@ -1,6 +1,6 @@
 // The Lua scripts, embedded from lua/*.lua at build time, with their SHA1 for EVALSHA.
-#ifndef DLOCK_REDIS_SCRIPTS_H_
-#define DLOCK_REDIS_SCRIPTS_H_
+#ifndef DLOCK_REDIS_WIRE_SCRIPTS_H_
+#define DLOCK_REDIS_WIRE_SCRIPTS_H_
 
 #include <string>
 
@@ -24,4 +24,4 @@ const Script& GetScript(ScriptId id);
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_SCRIPTS_H_
+#endif  // DLOCK_REDIS_WIRE_SCRIPTS_H_

@@ -1,4 +1,4 @@
-#include "redis/stream_connection.h"
+#include "redis/wire/stream_connection.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "redis/reply.h"
+#include "redis/wire/reply.h"
 
 namespace dlock::redis {
 

@@ -6,8 +6,8 @@
 // It only connects, writes and reads: deadlines, handshakes (AUTH) and what the replies mean
 // belong to its users (AsyncConnection, Subscriber). Commands written in one loop iteration
 // leave together.
-#ifndef DLOCK_REDIS_STREAM_CONNECTION_H_
-#define DLOCK_REDIS_STREAM_CONNECTION_H_
+#ifndef DLOCK_REDIS_WIRE_STREAM_CONNECTION_H_
+#define DLOCK_REDIS_WIRE_STREAM_CONNECTION_H_
 
 #include <hiredis/hiredis.h>
 
@@ -80,4 +80,4 @@ class StreamConnection : private Stream::Handler {
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_STREAM_CONNECTION_H_
+#endif  // DLOCK_REDIS_WIRE_STREAM_CONNECTION_H_

@@ -1,4 +1,4 @@
-#include "redis/sync_connection.h"
+#include "redis/wire/sync_connection.h"
 
 #include <fcntl.h>
 #include <netdb.h>

@@ -8,8 +8,8 @@
 // caller forever. hiredis still formats commands and parses replies. With TLS (the config's
 // tls_context) the same socket carries OpenSSL's records: handshake, reads and writes follow
 // the same deadlines.
-#ifndef DLOCK_REDIS_SYNC_CONNECTION_H_
-#define DLOCK_REDIS_SYNC_CONNECTION_H_
+#ifndef DLOCK_REDIS_WIRE_SYNC_CONNECTION_H_
+#define DLOCK_REDIS_WIRE_SYNC_CONNECTION_H_
 
 #include <openssl/ssl.h>
 
@@ -20,8 +20,8 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "redis/redis_url.h"
-#include "redis/reply.h"
-#include "redis/scripts.h"
+#include "redis/wire/reply.h"
+#include "redis/wire/scripts.h"
 
 namespace dlock::redis {
 
@@ -91,4 +91,4 @@ std::vector<std::string> EvalBodyArgv(const Script& script, const std::vector<st
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_SYNC_CONNECTION_H_
+#endif  // DLOCK_REDIS_WIRE_SYNC_CONNECTION_H_

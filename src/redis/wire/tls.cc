@@ -1,4 +1,4 @@
-#include "redis/tls.h"
+#include "redis/wire/tls.h"
 
 #include <arpa/inet.h>
 #include <openssl/bio.h>

@@ -2,8 +2,8 @@
 // made from them once at open. Debian's hiredis (0.14) has no TLS, so the connections do their
 // own I/O over OpenSSL: the blocking ones with SSL_read/SSL_write on their socket, the ones on
 // the loop with libevent's bufferevent_openssl.
-#ifndef DLOCK_REDIS_TLS_H_
-#define DLOCK_REDIS_TLS_H_
+#ifndef DLOCK_REDIS_WIRE_TLS_H_
+#define DLOCK_REDIS_WIRE_TLS_H_
 
 #include <openssl/ssl.h>
 
@@ -58,4 +58,4 @@ void ClearTlsErrors();
 
 }  // namespace dlock::redis
 
-#endif  // DLOCK_REDIS_TLS_H_
+#endif  // DLOCK_REDIS_WIRE_TLS_H_
