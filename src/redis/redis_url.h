@@ -36,6 +36,14 @@ struct RedisConfig {
   // "redis 127.0.0.1:6379" or "redis unix:/path": how errors name the server; with
   // tls_verify=0 it adds " (certificate not verified: tls_verify=0)".
   std::string Describe() const;
+  // The AUTH command for these credentials (AUTH [user] password); empty without a password.
+  std::vector<std::string> AuthCommand() const {
+    if (!password.has_value()) return {};
+    std::vector<std::string> auth{"AUTH"};
+    if (user.has_value()) auth.push_back(*user);
+    auth.push_back(*password);
+    return auth;
+  }
 };
 
 // redis://, rediss:// (TLS) and redis+unix://.

@@ -71,12 +71,7 @@ bool Subscriber::StartConnect() {
 void Subscriber::OnStreamLost(const Status&) { ConnectionLost(); }
 
 void Subscriber::OnStreamConnected() {
-  if (config_.password.has_value()) {
-    std::vector<std::string> auth{"AUTH"};
-    if (config_.user.has_value()) auth.push_back(*config_.user);
-    auth.push_back(*config_.password);
-    if (!Send(Command::kAuth, auth, "")) return;
-  }
+  if (config_.password.has_value() && !Send(Command::kAuth, config_.AuthCommand(), "")) return;
   ArmDeadline();
   SubscribePending();
 }

@@ -32,11 +32,7 @@ bool AsyncConnection::EnsureConnected(std::string* error) {
   // read: a refused AUTH shows up as the next command's NOAUTH error.
   const TimePoint now = Now();
   std::vector<std::vector<std::string>> setup;
-  if (config_.password.has_value()) {
-    setup.push_back({"AUTH"});
-    if (config_.user.has_value()) setup.back().push_back(*config_.user);
-    setup.back().push_back(*config_.password);
-  }
+  if (config_.password.has_value()) setup.push_back(config_.AuthCommand());
   if (config_.db != 0) setup.push_back({"SELECT", std::to_string(config_.db)});
   // Load the scripts up front, pipelined ahead of everything: the first heartbeat round of
   // 10,000 locks must not meet 10,000 NOSCRIPTs.

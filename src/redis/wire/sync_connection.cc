@@ -231,10 +231,7 @@ Status SyncConnection::Connect(const RedisConfig& config, TimePoint deadline,
   };
   ReplyPtr reply;
   if (config.password.has_value()) {
-    std::vector<std::string> auth{"AUTH"};
-    if (config.user.has_value()) auth.push_back(*config.user);
-    auth.push_back(*config.password);
-    Status s = conn->Command(auth, deadline, &reply);
+    Status s = conn->Command(config.AuthCommand(), deadline, &reply);
     if (!s.ok()) return handshake_failed(s);
     if (reply->type == REDIS_REPLY_ERROR) {
       return Status::AuthError(server + " refused the credentials" +
