@@ -63,10 +63,8 @@ void Client::Close() {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = true;
-    for (auto& [name, states] : held_) {
-      for (auto& lock_state : states) {
-        if (lock_state->Transition(LockPhase::kClosed)) to_release.push_back(lock_state);
-      }
+    for (auto& [name, lock_state] : held_) {
+      if (lock_state->Transition(LockPhase::kClosed)) to_release.push_back(lock_state);
     }
     held_.clear();
     for (auto& [ptr, op] : pending_) to_cancel.push_back(op);
@@ -162,7 +160,8 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   if (options.kind == LockKind::kExclusive && options.permits == 0) {
     // No upgrade: an exclusive acquire would wait for this client's own shared hold forever.
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& state : HeldLocked(name)) {
+    for (auto [it, end] = held_.equal_range(name); it != end; ++it) {
+      const LockState* state = it->second.get();
       if (state->kind == LockKind::kShared && state->Phase() == LockPhase::kHeld) {
         return Status::InvalidArgument(
             "lock '" + name +
@@ -209,7 +208,8 @@ Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& 
   std::string hint;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& state : HeldLocked(name)) {
+    for (auto [it, end] = held_.equal_range(name); it != end; ++it) {
+      const LockState* state = it->second.get();
       if (state->Phase() != LockPhase::kHeld) continue;
       holder = "this client";
       std::string label = OwnerLabel(state->owner_value);
@@ -239,7 +239,7 @@ Status Client::Adopt(const LockRequest& request, const AcquireAttempt& attempt,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_) {
-      held_[state->name].push_back(state);
+      held_.emplace(state->name, state);
       registered = true;
     }
   }
@@ -385,16 +385,12 @@ Status Client::NotHeldStatus(const LockState& lock) const {
 void Client::Forget(const std::shared_ptr<LockState>& lock) {
   // Heartbeats skip (and drop) it on their own once it is no longer held.
   std::lock_guard<std::mutex> guard(mu_);
-  auto it = held_.find(lock->name);
-  if (it == held_.end()) return;
-  std::erase(it->second, lock);
-  if (it->second.empty()) held_.erase(it);
-}
-
-const std::vector<std::shared_ptr<LockState>>& Client::HeldLocked(const std::string& name) const {
-  static const std::vector<std::shared_ptr<LockState>> kNone;
-  auto it = held_.find(name);
-  return it == held_.end() ? kNone : it->second;
+  for (auto [it, end] = held_.equal_range(lock->name); it != end; ++it) {
+    if (it->second == lock) {
+      held_.erase(it);
+      return;
+    }
+  }
 }
 
 Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -86,8 +87,6 @@ class Client : public std::enable_shared_from_this<Client> {
   Status NotHeldStatus(const LockState& lock) const;
   Status ReleaseHeld(const std::shared_ptr<LockState>& lock);
   void Forget(const std::shared_ptr<LockState>& lock);
-  // This client's holds of name (none: an empty list). Call with mu_ held.
-  const std::vector<std::shared_ptr<LockState>>& HeldLocked(const std::string& name) const;
 
   // The backend's request for one hold: a fresh owner token, the kind checked against what
   // the backend offers.
@@ -109,8 +108,9 @@ class Client : public std::enable_shared_from_this<Client> {
   bool closed_ = false;
   bool torn_down_ = false;
   // The holds of this client, by name: an exclusive acquire and a refusal ask "does this client
-  // hold NAME?" with one look-up, not a scan of every lock held. Under mu_.
-  std::unordered_map<std::string, std::vector<std::shared_ptr<LockState>>> held_;
+  // hold NAME?" with one look-up, not a scan of every lock held. The key views the state's own
+  // name, which the value keeps alive: one node per hold, no copy of the name. Under mu_.
+  std::unordered_multimap<std::string_view, std::shared_ptr<LockState>> held_;
   std::unordered_map<AsyncAcquire*, std::shared_ptr<AsyncAcquire>> pending_;
 };
 
