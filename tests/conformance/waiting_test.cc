@@ -1,6 +1,5 @@
 // Waiting for a lock another holds, in every style: one try, a bounded wait, a wait without
 // limit handed the lock by the release, and (where a style can) cancelling a wait.
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -170,40 +169,55 @@ TEST_P(Waiting, FairWaitersAreServedInArrivalOrder) {
 // its turn hands the lock over without another try. (A watch that went live after the attempt
 // left would justify one more, as above.)
 TEST_P(Waiting, AWaiterWhoseWatchIsLiveAlreadyTriesOnce) {
-  if (style() == Style::kQueued) {
-    // The harness's queued client has one queue, drained by whichever call waits on it: it
-    // serves one waiting call at a time. The _async style runs the same acquisition driver.
-    GTEST_SKIP() << "two waits at once on one queued test client";
-  }
-  auto client = Open();
-  if ((dlock_client_capabilities(client->get()) & DLOCK_CAP_FAIR) == 0) {
+  Client client(url());  // one client: the second waiter shares the first one's watch
+  if ((dlock_client_capabilities(client.get()) & DLOCK_CAP_FAIR) == 0) {
     GTEST_SKIP() << "this backend does not queue its waiters";
   }
+  BackendServer& srv = server();
   const std::string name = Name("livewatch");
   HeldElsewhere holder(url(), name);
   ASSERT_TRUE(holder.held());
-  BackendServer& srv = server();
-  std::atomic<uint32_t> second_attempts{0};
-  auto wait_for_it = [&](std::atomic<uint32_t>* attempts) {
-    Options o;
-    o.wait(60000).retry(20000, 30000).lease(20000);  // retries too slow to serve it in time
-    dlock_lock* l = nullptr;
-    ASSERT_EQ(client->Acquire(name.c_str(), o.get(), &l), DLOCK_OK) << client->last_error();
-    if (attempts != nullptr) attempts->store(dlock_lock_attempts(l));
-    EXPECT_EQ(client->Release(l), DLOCK_OK) << client->last_error();
+  Options o;
+  o.wait(60000).retry(20000, 30000).lease(20000);  // retries too slow to serve them in time
+  uint32_t second_attempts = 0;
+  auto first_is_listening = [&] {
+    // Its place in line alone does not say its watch is live (its first attempt takes it).
+    ASSERT_TRUE(WaitFor([&] { return srv.InLine(name) == 1; }, 20000ms)) << srv.InLine(name);
+    ASSERT_TRUE(WaitFor([&] { return srv.Listening(name) == 1; }, 20000ms)) << srv.Listening(name);
   };
-  std::thread first(wait_for_it, nullptr);
-  ASSERT_TRUE(WaitFor([&] { return srv.InLine(name) == 1; }, 20000ms)) << srv.InLine(name);
-  // The first waiter's watch must be live before the second asks: its place in line alone
-  // does not say so (its first attempt takes it).
   if (srv.Listening(name) < 0) GTEST_SKIP() << "the test's server cannot show who listens";
-  ASSERT_TRUE(WaitFor([&] { return srv.Listening(name) == 1; }, 20000ms)) << srv.Listening(name);
-  std::thread second(wait_for_it, &second_attempts);
-  ASSERT_TRUE(WaitFor([&] { return srv.InLine(name) == 2; }, 20000ms)) << srv.InLine(name);
-  holder.Release();
-  first.join();
-  second.join();
-  EXPECT_EQ(second_attempts.load(), 1u) << "a waiter whose watch was live tried again";
+  if (style() == Style::kBlocking) {
+    auto wait_for_it = [&](uint32_t* attempts) {
+      dlock_lock* l = nullptr;
+      ASSERT_EQ(dlock_acquire(client.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
+      if (attempts != nullptr) *attempts = dlock_lock_attempts(l);
+      EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+    };
+    std::thread first(wait_for_it, nullptr);
+    first_is_listening();
+    std::thread second(wait_for_it, &second_attempts);
+    EXPECT_TRUE(WaitFor([&] { return srv.InLine(name) == 2; }, 20000ms)) << srv.InLine(name);
+    holder.Release();
+    first.join();
+    second.join();
+  } else {
+    // The non-blocking styles run one driver (AsyncAcquire): the queued calls, from this one
+    // thread, on one client.
+    Queue q;
+    ASSERT_EQ(dlock_acquire_queued(client.get(), name.c_str(), o.get(), q.get(), 1), DLOCK_OK);
+    first_is_listening();
+    ASSERT_EQ(dlock_acquire_queued(client.get(), name.c_str(), o.get(), q.get(), 2), DLOCK_OK);
+    ASSERT_TRUE(WaitFor([&] { return srv.InLine(name) == 2; }, 20000ms)) << srv.InLine(name);
+    holder.Release();
+    for (uint64_t turn = 1; turn <= 2; ++turn) {
+      Entry e = CollectOne(q.get(), 20000ms);
+      ASSERT_EQ(e.status, DLOCK_OK) << e;
+      ASSERT_EQ(e.tag, turn) << "served out of arrival order";
+      if (turn == 2) second_attempts = dlock_lock_attempts(e.lock);
+      EXPECT_EQ(dlock_release(e.lock), DLOCK_OK) << dlock_last_error();
+    }
+  }
+  EXPECT_EQ(second_attempts, 1u) << "a waiter whose watch was live tried again";
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, Waiting,
