@@ -2,6 +2,8 @@
 
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <condition_variable>
 #include <future>
@@ -54,6 +56,15 @@ Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
   std::promise<void> started;
   auto started_future = started.get_future();
   loop->thread_ = std::thread([self, &started] {
+    // libevent writes plain sockets with writev(), which raises SIGPIPE when the server has
+    // closed the connection (a restart): on the library's own thread, block it, so that the
+    // write fails with EPIPE and the connection is reported lost, instead of the signal's
+    // default killing the caller's process. (Callers' threads, and their event_bases, are
+    // theirs: there the writes dlock makes itself use MSG_NOSIGNAL.)
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     self->thread_id_.store(std::this_thread::get_id());
     started.set_value();
     event_base_loop(self->base_, EVLOOP_NO_EXIT_ON_EMPTY);
