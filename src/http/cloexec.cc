@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <vector>
 
 namespace dlock::http {
@@ -36,6 +37,10 @@ curl_socket_t OpenSocketCloexec(void*, curlsocktype, curl_sockaddr* address) {
 }
 
 CURLM* NewMultiCloexec() {
+  // One at a time: two threads' scans would otherwise see (and fstat) each other's /proc
+  // directory descriptor while it is being closed, and each other's new pairs.
+  static std::mutex scanning;
+  std::lock_guard<std::mutex> lock(scanning);
   const std::vector<int> before = OpenFds();
   CURLM* multi = curl_multi_init();
   if (multi == nullptr || before.empty()) return multi;
