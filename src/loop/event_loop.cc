@@ -192,6 +192,24 @@ void Timer::Free() {
   ev_ = nullptr;
 }
 
+TurnEnd::TurnEnd(EventLoop* loop, std::function<void()> fn) : loop_(loop), fn_(std::move(fn)) {
+  ev_ = event_new(loop->base(), -1, 0, &TurnEnd::OnFire, this);
+}
+
+TurnEnd::~TurnEnd() {
+  if (ev_ != nullptr) event_free(ev_);
+}
+
+void TurnEnd::OnFire(int, short, void* arg) { static_cast<TurnEnd*>(arg)->fn_(); }
+
+void TurnEnd::Schedule() {
+  if (ev_ == nullptr) {  // out of memory when made: on the next turn instead
+    loop_->Post(fn_);
+    return;
+  }
+  if (event_pending(ev_, EV_WRITE, nullptr) == 0) event_active(ev_, EV_WRITE, 0);
+}
+
 void EventLoop::RunOnceAfter(Millis delay, std::function<void()> fn) {
   auto* call = new std::function<void()>(std::move(fn));
   const timeval tv = ToTimeval(delay);

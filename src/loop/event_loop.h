@@ -84,6 +84,24 @@ class Timer {
   std::function<void()> fn_;
 };
 
+// A call run at the end of the current loop turn, after the callbacks already due (libevent:
+// event_active, no system call): for gathering what one turn writes into one send. Schedule()
+// again before it has run: it still runs once. Loop thread only. Destroying it drops it.
+class TurnEnd {
+ public:
+  TurnEnd(EventLoop* loop, std::function<void()> fn);
+  ~TurnEnd();
+  TurnEnd(const TurnEnd&) = delete;
+  TurnEnd& operator=(const TurnEnd&) = delete;
+  void Schedule();
+
+ private:
+  static void OnFire(int, short, void* arg);
+  EventLoop* loop_;
+  event* ev_ = nullptr;
+  std::function<void()> fn_;
+};
+
 // One-shot calls after a delay (retries), which can all be run at once early: a shutdown must
 // not leave a retry waiting. Loop thread only. Destroying it drops what is pending, unrun.
 class DelayedCalls {
