@@ -1,8 +1,8 @@
-// A byte stream on the loop (a libevent bufferevent): TCP, a unix socket, or TLS through
-// bufferevent_openssl, connected to the first of its addresses that answers, all within one
-// deadline. Writes made in one loop turn leave together. It only connects, writes and reads:
-// its user parses what arrives and puts failures into words (redis/stream_connection.h).
-// Loop thread only.
+// A byte stream on the loop: TCP, a unix socket, or TLS (OpenSSL over the socket), connected to
+// the first of its addresses that answers, all within one deadline. Writes made in one loop turn
+// leave together. It only connects, writes and reads: its user parses what arrives and puts
+// failures into words (redis/stream_connection.h). It needs of the loop only what any loop has
+// (loop/fd_watch.h: readiness of its socket, and a call at the end of the turn). Loop thread only.
 #ifndef DLOCK_LOOP_STREAM_H_
 #define DLOCK_LOOP_STREAM_H_
 
@@ -11,13 +11,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/clock.h"
-#include "loop/event_loop.h"
-
-struct bufferevent;
+#include "loop/fd_watch.h"  // and the loop, TurnEnd
 
 namespace dlock {
 
@@ -63,34 +62,63 @@ class Stream {
   // could even start; else the outcome arrives through the handler.
   bool Connect(std::vector<StreamAddress> addresses, TimePoint deadline, NewTls tls,
                std::string* why);
-  // Queues bytes; false only out of memory. Before the connection is up they wait in the
-  // bufferevent and leave once it is.
+  // Queues bytes; false only out of memory. Before the connection is up they wait, and leave
+  // once it is.
   bool Write(const char* data, size_t len);
   // Closes now, no callback. Connect() may follow.
   void Close();
 
-  bool open() const { return bev_ != nullptr; }
-  bool connected() const { return connected_; }
+  bool open() const { return fd_ >= 0; }
+  bool connected() const { return state_ == State::kConnected; }
   bool tls() const { return static_cast<bool>(tls_); }
   // Counts connections started: a caller holding a number knows whether it is still current.
   uint64_t generation() const { return generation_; }
 
  private:
+  enum class State { kClosed, kConnecting, kHandshaking, kConnected };
+
   bool ConnectNext(std::string* why);
+  static void OnReady(void* arg, bool readable, bool writable);
+  void OnConnectDone(bool writable);
+  void Handshake();
+  void BecomeConnected();
+  void OnIo(bool readable, bool writable);
+  bool ReadPlain(uint64_t generation);
+  bool ReadTls(uint64_t generation);
   void Flush();
-  StreamFailure Failure(short events);  // drains OpenSSL's errors on it
-  void Fail(const StreamFailure& failure);
-  static void OnFlush(int fd, short events, void* arg);
-  static void OnRead(bufferevent* bev, void* arg);
-  static void OnEvent(bufferevent* bev, short events, void* arg);
+  bool Send(StreamFailure* failure);
+  bool SendPlain(StreamFailure* failure);
+  bool SendTls(StreamFailure* failure);
+  void Sent();
+  void UpdateWatch();
+  StreamFailure TlsFailure(int err, int ret, int error_number);  // drains OpenSSL's errors
+  StreamFailure SocketFailure(int error_number, bool eof) const;
+  void Lose(const StreamFailure& failure);  // connecting: the next address; else closes
+  bool Current(uint64_t generation) const { return generation_ == generation && fd_ >= 0; }
 
   EventLoop* loop_;
   Handler* handler_;
   NewTls tls_;
-  bufferevent* bev_ = nullptr;
-  event* flush_ = nullptr;  // sends outgoing_ at the end of the loop turn (plain sockets)
-  std::string outgoing_;    // bytes written this turn, not sent yet
-  bool connected_ = false;
+  int fd_ = -1;
+  SSL* ssl_ = nullptr;  // ours: freed on Close()
+  std::unique_ptr<FdWatch> watch_;
+  std::unique_ptr<TurnEnd> flush_;  // sends outgoing_ at the end of the loop turn
+  State state_ = State::kClosed;
+  bool flush_scheduled_ = false;
+  bool watching_read_ = false;
+  bool watching_write_ = false;
+  // The kernel (or TLS) took part of outgoing_: the rest leaves when the socket is writable.
+  bool write_blocked_ = false;
+  bool tls_write_wants_read_ = false;  // SSL_write waits for the socket to be readable
+  bool tls_read_wants_write_ = false;  // SSL_read waits for it to be writable
+  bool handshake_wants_write_ = false;
+  int connect_error_ = 0;  // connect() failed at once: told once the socket says so
+  // A send at the end of a turn failed: told from the socket's next readiness (the handler is
+  // never called from the end-of-turn call).
+  bool send_failed_ = false;
+  StreamFailure send_failure_;
+  std::string outgoing_;  // bytes written and not sent yet, from outgoing_[sent_]
+  size_t sent_ = 0;
   uint64_t generation_ = 0;
   std::vector<StreamAddress> addresses_;
   size_t next_address_ = 0;
