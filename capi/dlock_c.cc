@@ -13,6 +13,7 @@
 #include "core/options.h"
 #include "core/status.h"
 #include "core/text.h"
+#include "loop/host_reactor.h"
 
 struct dlock_client {
   std::shared_ptr<dlock::Client> impl;
@@ -318,6 +319,69 @@ dlock_status dlock_client_open_evbase(const char* url, struct event_base* base, 
     if (!s.ok()) return Report(s);
     *out = new dlock_client{std::move(impl)};
     return Report(s);
+  });
+}
+
+namespace {
+
+// The caller's hook table, as the loop seam sees it.
+class HooksLoop : public dlock::HostLoop {
+ public:
+  HooksLoop(const dlock_loop_hooks& hooks, void* ctx) : hooks_(hooks), ctx_(ctx) {}
+  void WatchFd(dlock::HostReactor* reactor, int fd, bool read, bool write, void** slot) override {
+    const uint32_t events = (read ? DLOCK_LOOP_READ : 0u) | (write ? DLOCK_LOOP_WRITE : 0u);
+    hooks_.watch_fd(ctx_, reinterpret_cast<dlock_loop*>(reactor), fd, events, slot);
+  }
+  void SetTimer(dlock::HostReactor* reactor, int64_t ms) override {
+    hooks_.set_timer(ctx_, reinterpret_cast<dlock_loop*>(reactor), ms);
+  }
+  void Cleanup() override {
+    if (opened_ && hooks_.cleanup != nullptr) hooks_.cleanup(ctx_);
+  }
+  void MarkOpened() { opened_ = true; }
+
+ private:
+  dlock_loop_hooks hooks_;
+  void* ctx_;
+  bool opened_ = false;  // a failed open does not call cleanup
+};
+
+dlock::HostReactor* ReactorOf(dlock_loop* loop) { return reinterpret_cast<dlock::HostReactor*>(loop); }
+
+}  // namespace
+
+dlock_status dlock_client_open_hooks(const char* url, const dlock_loop_hooks* hooks,
+                                     void* loop_ctx, dlock_client** out) {
+  return Guard([&] {
+    if (url == nullptr) return Invalid("url is NULL");
+    if (hooks == nullptr) return Invalid("hooks is NULL");
+    if (hooks->watch_fd == nullptr) return Invalid("hooks->watch_fd is NULL");
+    if (hooks->set_timer == nullptr) return Invalid("hooks->set_timer is NULL");
+    if (out == nullptr) return Invalid("out is NULL");
+    auto loop = std::make_unique<HooksLoop>(*hooks, loop_ctx);
+    HooksLoop* seen = loop.get();
+    std::shared_ptr<dlock::Client> impl;
+    dlock::Status s = dlock::OpenClientOnHost(dlock::Secret(url), std::move(loop), &impl);
+    if (!s.ok()) return Report(s);
+    seen->MarkOpened();
+    *out = new dlock_client{std::move(impl)};
+    return Report(s);
+  });
+}
+
+void dlock_loop_fd_ready(dlock_loop* loop, int fd, uint32_t events) {
+  if (loop == nullptr) return;
+  Guard([&] {
+    ReactorOf(loop)->FdReady(fd, (events & DLOCK_LOOP_READ) != 0, (events & DLOCK_LOOP_WRITE) != 0);
+    return DLOCK_OK;
+  });
+}
+
+void dlock_loop_timer_fired(dlock_loop* loop) {
+  if (loop == nullptr) return;
+  Guard([&] {
+    ReactorOf(loop)->TimerFired();
+    return DLOCK_OK;
   });
 }
 

@@ -23,25 +23,37 @@ size_t Count(const std::string& text, const std::string& what) {
   return n;
 }
 
-TEST(ExamplesTest, EvloopServerWorksReactsToLossAndStaysResponsive) {
+// evloop_server (libevent) and libuv_server (libuv, through the hook table) do the same.
+void LoopServerWorksReactsToLossAndStaysResponsive(const std::string& program, const std::string& name) {
   RedisServer redis;
-  ChildProcess server({DLOCK_EVLOOP_SERVER, redis.url(), "3"});
+  ChildProcess server({program, redis.url(), "3"});
   ASSERT_TRUE(server.started()) << server.error();
   // Once it holds the lock, the lock is lost behind its back.
+  const std::string key = "dlock:{" + name + "}";
   const auto give_up = std::chrono::steady_clock::now() + 20s;
-  while (redis.Cli({"EXISTS", "dlock:{evloop-server}"}) != "1" && std::chrono::steady_clock::now() < give_up) {
+  while (redis.Cli({"EXISTS", key}) != "1" && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(5ms);
   }
-  redis.Cli({"DEL", "dlock:{evloop-server}"});
+  redis.Cli({"DEL", key});
   const int code = server.Wait(30s);
   const std::string out = server.output();
   EXPECT_EQ(code, 0) << DescribeExitCode(code) << "\n" << out;
   EXPECT_EQ(Count(out, "acquired, fencing token"), 2u) << out;  // before and after the loss
-  EXPECT_EQ(Count(out, "lost evloop-server"), 1u) << out;
+  EXPECT_EQ(Count(out, "lost " + name), 1u) << out;
   EXPECT_NE(out.find("released: DLOCK_OK"), std::string::npos) << out;
   EXPECT_NE(out.find("locks lost: 1"), std::string::npos) << out;
   EXPECT_EQ(out.find("units of work done: 0,"), std::string::npos) << out;
-  EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{evloop-server}"}), "0");
+  EXPECT_EQ(redis.Cli({"EXISTS", key}), "0");
+}
+
+TEST(ExamplesTest, EvloopServerWorksReactsToLossAndStaysResponsive) {
+  LoopServerWorksReactsToLossAndStaysResponsive(DLOCK_EVLOOP_SERVER, "evloop-server");
+}
+
+// It also exits 0 only when uv_loop_close finds nothing left: the closed client let go of
+// every handle.
+TEST(ExamplesTest, LibuvServerWorksReactsToLossAndStaysResponsive) {
+  LoopServerWorksReactsToLossAndStaysResponsive(DLOCK_LIBUV_SERVER, "libuv-server");
 }
 
 TEST(ExamplesTest, AtomicIncrementsLoseNoUpdate) {

@@ -27,11 +27,13 @@
  *   attempts, name) may be called from any thread at any time until it is released, while
  *   dlock_extend and dlock_release of one lock must not run in two threads at once. A client from
  *   dlock_client_open owns one background thread (libevent) that runs heartbeats, pub/sub
- *   wake-ups and lost-lock callbacks; a client from dlock_client_open_evbase creates no thread
- *   and runs all of that on the caller's event_base (see "event-loop integration" below).
+ *   wake-ups and lost-lock callbacks; a client from dlock_client_open_evbase or
+ *   dlock_client_open_hooks creates no thread and runs all of that on the caller's loop (a
+ *   libevent event_base, or any loop through a hook table: see "event-loop integration" and
+ *   "any event loop" below).
  *
  * Callbacks. on_lost and the _async done callbacks run on the client's loop thread (its own,
- *   or the caller's event_base thread). They may call any dlock function, including releasing
+ *   or the thread running the caller's loop). They may call any dlock function, including releasing
  *   the lock and closing the client (the teardown then finishes after the callback returns).
  *   Once dlock_release returns, that lock's on_lost is neither running nor
  *   going to run (unless release was called from inside the callback), so its arg may be freed.
@@ -275,6 +277,58 @@ DLOCK_API dlock_status dlock_release_async(dlock_lock *l, dlock_done_fn done, vo
  * done not called. */
 DLOCK_API dlock_status dlock_extend_async(dlock_lock *l, uint64_t lease_ms, dlock_done_fn done,
                                           void *arg);
+
+/* ----- any event loop: the hook table ------------------------------------------------------
+ *
+ * dlock_client_open_hooks opens a client driven by the caller's own event loop (libuv, glib,
+ * asyncio, a hand-written epoll loop), as hiredis's adapters do: dlock asks the loop, through
+ * three hooks, to watch file descriptors and to arm one timer, and the loop calls back
+ * dlock_loop_fd_ready and dlock_loop_timer_fired. It creates no thread: every connection,
+ * timer, heartbeat, pub/sub wake-up and callback (done, on_lost) runs inside those two calls
+ * (or inside the dlock call that started it), on the thread that runs the loop. The threading
+ * rules are those of an evbase client (above): open, the _async calls and close on the loop's
+ * thread; the blocking calls from other threads while the loop runs (no locking needed: dlock
+ * wakes the loop itself, through an eventfd it asks it to watch); on the loop's thread, an
+ * acquire that would wait and dlock_extend are refused with DLOCK_EINVAL.
+ * dlock/adapters/libuv.h is a ready adapter, and a model for others.
+ *
+ * The hooks are called on the loop's thread, from inside dlock calls, never at other times;
+ * `loop_ctx` is the caller's, passed back unchanged, and `loop` identifies the client's side
+ * (one per client; pass it back to dlock_loop_fd_ready and dlock_loop_timer_fired). */
+typedef struct dlock_loop dlock_loop;
+
+#define DLOCK_LOOP_READ 0x1u
+#define DLOCK_LOOP_WRITE 0x2u
+
+typedef struct dlock_loop_hooks {
+  /* Watch fd for `events` (DLOCK_LOOP_READ and/or DLOCK_LOOP_WRITE) from now on, replacing what
+   * was asked before for it; 0: stop watching it (dlock may close fd as soon as this returns).
+   * Level-triggered: while fd stays ready, call dlock_loop_fd_ready(loop, fd, ready) on each
+   * turn of the loop. *fd_data is yours, kept per fd: NULL on the first call for an fd (and
+   * after a stop), then as you left it; release what it holds when events is 0. */
+  void (*watch_fd)(void *loop_ctx, dlock_loop *loop, int fd, uint32_t events, void **fd_data);
+  /* Call dlock_loop_timer_fired(loop) once, `ms` milliseconds from now (0: on the loop's next
+   * turn, never from inside this hook), replacing any earlier request; -1: cancel it. One
+   * timer per client is enough: dlock keeps its own timers behind it. */
+  void (*set_timer)(void *loop_ctx, dlock_loop *loop, int64_t ms);
+  /* The last call a client makes to its hooks, once it is closed and nothing of it is left on
+   * the loop (every fd unwatched, the timer cancelled): release loop_ctx's per-client state
+   * here. It may come from inside dlock_client_close, dlock_loop_fd_ready or
+   * dlock_loop_timer_fired; `loop` must not be used after it. May be NULL. Not called when
+   * dlock_client_open_hooks fails (it has unwatched and cancelled whatever it asked for). */
+  void (*cleanup)(void *loop_ctx);
+} dlock_loop_hooks;
+
+/* Opens a client on the loop behind hooks (copied; watch_fd and set_timer are required).
+ * Call on the loop's thread; the hooks may be called before it returns. */
+DLOCK_API dlock_status dlock_client_open_hooks(const char *url, const dlock_loop_hooks *hooks,
+                                               void *loop_ctx, dlock_client **out);
+/* From the loop, on its thread: fd is ready for `events` (DLOCK_LOOP_READ and/or
+ * DLOCK_LOOP_WRITE; readiness for what was not asked for is ignored, as is an fd no longer
+ * watched). Runs what is due, then returns. */
+DLOCK_API void dlock_loop_fd_ready(dlock_loop *loop, int fd, uint32_t events);
+/* From the loop, on its thread: the timer asked for by set_timer is due. */
+DLOCK_API void dlock_loop_timer_fired(dlock_loop *loop);
 
 /* ----- completion queues ------------------------------------------------------------------
  *

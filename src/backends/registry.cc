@@ -62,8 +62,20 @@ Status OpenClient(const std::string& text, std::shared_ptr<Client>* out) {
 Status OpenClientOnBase(const std::string& text, event_base* base, std::shared_ptr<Client>* out) {
   Url url;
   const BackendEntry* entry = nullptr;
+  std::unique_ptr<EventLoop> loop;
   Status s = ParseAndFind(text, &url, &entry);
-  return s.ok() ? Client::OpenOnBase(url, entry->open, base, out) : s;
+  if (s.ok()) s = EventLoop::Wrap(base, &loop);
+  return s.ok() ? Client::OpenOnLoop(url, entry->open, std::move(loop), out) : s;
+}
+
+Status OpenClientOnHost(const std::string& text, std::unique_ptr<HostLoop> host,
+                        std::shared_ptr<Client>* out) {
+  Url url;
+  const BackendEntry* entry = nullptr;
+  std::unique_ptr<EventLoop> loop;
+  Status s = ParseAndFind(text, &url, &entry);
+  if (s.ok()) s = EventLoop::Drive(std::move(host), &loop);
+  return s.ok() ? Client::OpenOnLoop(url, entry->open, std::move(loop), out) : s;
 }
 
 Status PrepareBackend(const std::string& text, int64_t wait_ms) {

@@ -32,6 +32,10 @@ Status FindBackend(const Url& url, const BackendEntry** out);
 // the client opened with it (a bad URL starts no thread).
 Status OpenClient(const std::string& url, std::shared_ptr<Client>* out);
 Status OpenClientOnBase(const std::string& url, event_base* base, std::shared_ptr<Client>* out);
+// dlock_client_open_hooks: the same on the caller's loop, reached through host (which a bad
+// URL never calls).
+Status OpenClientOnHost(const std::string& url, std::unique_ptr<HostLoop> host,
+                        std::shared_ptr<Client>* out);
 // dlock_backend_prepare: creates what the URL's backend needs before use.
 Status PrepareBackend(const std::string& url, int64_t wait_ms);
 

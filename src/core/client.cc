@@ -22,11 +22,10 @@ Status Client::Open(const Url& url, OpenBackendFn open_backend, std::shared_ptr<
   return Finish(url, open_backend, std::move(client), out);
 }
 
-Status Client::OpenOnBase(const Url& url, OpenBackendFn open_backend, event_base* base,
-                          std::shared_ptr<Client>* out) {
+Status Client::OpenOnLoop(const Url& url, OpenBackendFn open_backend,
+                          std::unique_ptr<EventLoop> loop, std::shared_ptr<Client>* out) {
   std::shared_ptr<Client> client(new Client());
-  Status s = EventLoop::Wrap(base, &client->loop_);
-  if (!s.ok()) return s;
+  client->loop_ = std::move(loop);
   return Finish(url, open_backend, std::move(client), out);
 }
 

@@ -33,9 +33,10 @@ class Client : public std::enable_shared_from_this<Client> {
  public:
   // A client with its own loop thread.
   static Status Open(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client>* out);
-  // A client on the caller's event_base; call on the thread that runs base.
-  static Status OpenOnBase(const Url& url, OpenBackendFn open_backend, event_base* base,
-                           std::shared_ptr<Client>* out);
+  // A client on a loop the caller runs (its event_base, or its own loop through hooks); call
+  // on the thread that runs it.
+  static Status OpenOnLoop(const Url& url, OpenBackendFn open_backend,
+                           std::unique_ptr<EventLoop> loop, std::shared_ptr<Client>* out);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

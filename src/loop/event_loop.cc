@@ -1,57 +1,52 @@
 #include "loop/event_loop.h"
 
-#include <event2/event.h>
-#include <event2/thread.h>
 #include <pthread.h>
 #include <signal.h>
 
 #include <condition_variable>
 #include <future>
 
+#include "loop/host_reactor.h"
+#include "loop/libevent_reactor.h"
+
 namespace dlock {
 
-namespace {
+struct EventLoop::Once {
+  EventLoop* loop;
+  std::unique_ptr<Reactor::TimerHandle> timer;
+  std::function<void()> fn;
+};
 
-timeval ToTimeval(Millis delay) {
-  if (delay.count() < 0) delay = Millis(0);
-  timeval tv;
-  tv.tv_sec = static_cast<time_t>(delay.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((delay.count() % 1000) * 1000);
-  return tv;
-}
-
-// libevent needs its locking callbacks before any base exists that several threads touch.
-bool EnableLibeventThreads() {
-  static const int threads_ok = evthread_use_pthreads();
-  return threads_ok == 0;
-}
-}  // namespace
-
-Status EventLoop::Init() {
-  wake_ = event_new(base_, -1, 0, &EventLoop::OnWake, this);
-  if (wake_ == nullptr) return Status::Internal("event_new failed");
+Status EventLoop::Wrap(event_base* base, std::unique_ptr<EventLoop>* out) {
+  std::unique_ptr<EventLoop> loop(new EventLoop());
+  std::unique_ptr<LibeventReactor> reactor;
+  Status s = LibeventReactor::Make(base, &EventLoop::OnWake, loop.get(), &reactor);
+  if (!s.ok()) return s;
+  loop->reactor_ = std::move(reactor);
+  loop->thread_id_.store(std::this_thread::get_id());
+  *out = std::move(loop);
   return Status::Ok();
 }
 
-Status EventLoop::Wrap(event_base* base, std::unique_ptr<EventLoop>* out) {
-  if (!EnableLibeventThreads()) return Status::Internal("evthread_use_pthreads failed");
+Status EventLoop::Drive(std::unique_ptr<HostLoop> host, std::unique_ptr<EventLoop>* out) {
   std::unique_ptr<EventLoop> loop(new EventLoop());
-  loop->base_ = base;
-  loop->thread_id_.store(std::this_thread::get_id());
-  Status s = loop->Init();
+  std::shared_ptr<HostReactor> reactor;
+  Status s = HostReactor::Make(std::move(host), &EventLoop::OnWake, loop.get(), &reactor);
   if (!s.ok()) return s;
+  loop->reactor_ = std::move(reactor);
+  loop->thread_id_.store(std::this_thread::get_id());
   *out = std::move(loop);
   return Status::Ok();
 }
 
 Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
-  if (!EnableLibeventThreads()) return Status::Internal("evthread_use_pthreads failed");
   std::unique_ptr<EventLoop> loop(new EventLoop());
-  loop->base_ = event_base_new();
-  if (loop->base_ == nullptr) return Status::Internal("event_base_new failed");
-  loop->owns_base_ = true;
-  Status s = loop->Init();
+  std::unique_ptr<LibeventReactor> reactor;
+  Status s = LibeventReactor::Make(nullptr, &EventLoop::OnWake, loop.get(), &reactor);
   if (!s.ok()) return s;
+  loop->own_base_ = reactor.get();
+  loop->reactor_ = std::move(reactor);
+  loop->owns_thread_ = true;
   EventLoop* self = loop.get();
   std::promise<void> started;
   auto started_future = started.get_future();
@@ -59,15 +54,15 @@ Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
     // libevent writes plain sockets with writev(), which raises SIGPIPE when the server has
     // closed the connection (a restart): on the library's own thread, block it, so that the
     // write fails with EPIPE and the connection is reported lost, instead of the signal's
-    // default killing the caller's process. (Callers' threads, and their event_bases, are
-    // theirs: there the writes dlock makes itself use MSG_NOSIGNAL.)
+    // default killing the caller's process. (Callers' threads, and their loops, are theirs:
+    // there the writes dlock makes itself use MSG_NOSIGNAL.)
     sigset_t pipe;
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     self->thread_id_.store(std::this_thread::get_id());
     started.set_value();
-    event_base_loop(self->base_, EVLOOP_NO_EXIT_ON_EMPTY);
+    self->own_base_->Run();
   });
   started_future.wait();
   *out = std::move(loop);
@@ -76,10 +71,10 @@ Status EventLoop::Start(std::unique_ptr<EventLoop>* out) {
 
 EventLoop::~EventLoop() {
   Stop();
-  if (base_ != nullptr && owns_base_) event_base_free(base_);
+  reactor_.reset();  // a host reactor inside one of its own calls lives until that call ends
 }
 
-void EventLoop::OnWake(int, short, void* arg) { static_cast<EventLoop*>(arg)->RunTasks(); }
+void EventLoop::OnWake(void* self) { static_cast<EventLoop*>(self)->RunTasks(); }
 
 void EventLoop::RunTasks() {
   std::deque<std::function<void()>> tasks;
@@ -91,15 +86,13 @@ void EventLoop::RunTasks() {
 }
 
 bool EventLoop::Post(std::function<void()> fn) {
-  bool first;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return false;
-    first = tasks_.empty();
-    tasks_.push_back(std::move(fn));
-  }
-  // event_active is thread-safe once evthread is on; one activation drains the whole queue.
-  if (first) event_active(wake_, EV_READ, 0);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return false;
+  const bool first = tasks_.empty();
+  tasks_.push_back(std::move(fn));
+  // One wake-up drains the whole queue. Made under the lock: Stop() shuts the reactor down
+  // once stopped_ is set, never while a wake-up is being made.
+  if (first) reactor_->Wake();
   return true;
 }
 
@@ -132,11 +125,13 @@ void EventLoop::Stop() {
     stopping_ = true;
   }
   if (thread_.joinable()) {
+    bool first;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back([this] { event_base_loopbreak(base_); });
-      if (tasks_.size() == 1) event_active(wake_, EV_READ, 0);
+      tasks_.push_back([this] { own_base_->Break(); });
+      first = tasks_.size() == 1;
     }
+    if (first) reactor_->Wake();
     thread_.join();
   }
   std::deque<std::function<void()>> leftover;
@@ -149,101 +144,94 @@ void EventLoop::Stop() {
   // completion still reaches its callback (with an error).
   thread_id_.store(std::this_thread::get_id());
   for (auto& task : leftover) task();
-  if (wake_ != nullptr) {
-    event_free(wake_);  // nothing of ours may stay on a caller's base after close
-    wake_ = nullptr;
-  }
-}
-
-Timer::Timer(EventLoop* loop, std::function<void()> fn) : fn_(std::move(fn)) {
-  ev_ = evtimer_new(loop->base(), &Timer::OnFire, this);
-}
-
-Timer::~Timer() {
-  if (ev_ != nullptr) event_free(ev_);
-}
-
-void Timer::OnFire(int, short, void* arg) { static_cast<Timer*>(arg)->fn_(); }
-
-void Timer::StartAfter(Millis delay) {
-  if (ev_ == nullptr) return;
-  const timeval tv = ToTimeval(delay);
-  evtimer_add(ev_, &tv);
-}
-
-void Timer::StartAt(TimePoint when) {
-  if (ev_ == nullptr) return;
-  auto delay = std::chrono::duration_cast<std::chrono::microseconds>(when - Now());
-  if (delay.count() < 0) delay = std::chrono::microseconds(0);
-  timeval tv;
-  tv.tv_sec = static_cast<time_t>(delay.count() / 1000000);
-  tv.tv_usec = static_cast<suseconds_t>(delay.count() % 1000000);
-  evtimer_add(ev_, &tv);
-}
-
-void Timer::Cancel() {
-  if (ev_ != nullptr) evtimer_del(ev_);
-}
-
-bool Timer::pending() const { return ev_ != nullptr && evtimer_pending(ev_, nullptr) != 0; }
-
-void Timer::Free() {
-  if (ev_ != nullptr) event_free(ev_);
-  ev_ = nullptr;
-}
-
-TurnEnd::TurnEnd(EventLoop* loop, std::function<void()> fn) : loop_(loop), fn_(std::move(fn)) {
-  ev_ = event_new(loop->base(), -1, 0, &TurnEnd::OnFire, this);
-}
-
-TurnEnd::~TurnEnd() {
-  if (ev_ != nullptr) event_free(ev_);
-}
-
-void TurnEnd::OnFire(int, short, void* arg) { static_cast<TurnEnd*>(arg)->fn_(); }
-
-void TurnEnd::Schedule() {
-  if (ev_ == nullptr) {  // out of memory when made: on the next turn instead
-    loop_->Post(fn_);
-    return;
-  }
-  if (event_pending(ev_, EV_WRITE, nullptr) == 0) event_active(ev_, EV_WRITE, 0);
+  for (Once* once : onces_) delete once;  // unrun; their timers go before the loop does
+  onces_.clear();
+  reactor_->Shutdown();
 }
 
 void EventLoop::RunOnceAfter(Millis delay, std::function<void()> fn) {
-  auto* call = new std::function<void()>(std::move(fn));
-  const timeval tv = ToTimeval(delay);
-  event_base_once(base_, -1, EV_TIMEOUT, [](evutil_socket_t, short, void* arg) {
-    std::unique_ptr<std::function<void()>> owned(static_cast<std::function<void()>*>(arg));
-    (*owned)();
-  }, call, &tv);
+  auto* once = new Once{this, nullptr, std::move(fn)};
+  once->timer = reactor_->NewTimer([](void* arg) {
+    auto* o = static_cast<Once*>(arg);
+    o->loop->onces_.erase(o);
+    std::unique_ptr<Once> owned(o);
+    std::function<void()> run = std::move(o->fn);
+    owned.reset();
+    run();
+  }, once);
+  if (once->timer == nullptr) {  // out of memory: on the next turn instead
+    Post(std::move(once->fn));
+    delete once;
+    return;
+  }
+  onces_.insert(once);
+  once->timer->ArmAfter(delay);
+}
+
+Timer::Timer(EventLoop* loop, std::function<void()> fn)
+    : handle_(loop->reactor()->NewTimer(&Timer::OnFire, this)), fn_(std::move(fn)) {}
+
+Timer::~Timer() = default;
+
+void Timer::OnFire(void* self) { static_cast<Timer*>(self)->fn_(); }
+
+void Timer::StartAfter(Millis delay) {
+  if (handle_ != nullptr) handle_->ArmAfter(delay);
+}
+
+void Timer::StartAt(TimePoint when) {
+  if (handle_ == nullptr) return;
+  handle_->ArmAfter(std::chrono::duration_cast<std::chrono::microseconds>(when - Now()));
+}
+
+void Timer::Cancel() {
+  if (handle_ != nullptr) handle_->Disarm();
+}
+
+bool Timer::pending() const { return handle_ != nullptr && handle_->armed(); }
+
+void Timer::Free() { handle_.reset(); }
+
+TurnEnd::TurnEnd(EventLoop* loop, std::function<void()> fn)
+    : loop_(loop), handle_(loop->reactor()->NewTurnEnd(&TurnEnd::OnFire, this)), fn_(std::move(fn)) {}
+
+TurnEnd::~TurnEnd() = default;
+
+void TurnEnd::OnFire(void* self) { static_cast<TurnEnd*>(self)->fn_(); }
+
+void TurnEnd::Schedule() {
+  if (handle_ == nullptr) handle_ = loop_->reactor()->NewTurnEnd(&TurnEnd::OnFire, this);
+  if (handle_ != nullptr) {
+    handle_->Schedule();
+    return;
+  }
+  // Still out of memory: on the next turn instead, unless this is gone by then.
+  if (alive_ == nullptr) alive_ = std::make_shared<bool>(true);
+  loop_->Post([alive = std::weak_ptr<bool>(alive_), this] {
+    if (!alive.expired()) fn_();
+  });
 }
 
 DelayedCalls::~DelayedCalls() {
-  for (Call* call : calls_) {
-    event_free(call->ev);
-    delete call;
-  }
+  for (Call* call : calls_) delete call;
 }
 
 void DelayedCalls::After(Millis delay, std::function<void()> fn) {
   auto* call = new Call{this, nullptr, std::move(fn)};
-  call->ev = evtimer_new(loop_->base(), &DelayedCalls::OnFire, call);
-  if (call->ev == nullptr) {  // out of memory: run it on the next turn instead
+  call->timer = loop_->reactor()->NewTimer(&DelayedCalls::OnFire, call);
+  if (call->timer == nullptr) {  // out of memory: run it on the next turn instead
     loop_->Post(std::move(call->fn));
     delete call;
     return;
   }
   calls_.insert(call);
-  const timeval tv = ToTimeval(delay);
-  evtimer_add(call->ev, &tv);
+  call->timer->ArmAfter(delay);
 }
 
-void DelayedCalls::OnFire(int, short, void* arg) {
+void DelayedCalls::OnFire(void* arg) {
   auto* call = static_cast<Call*>(arg);
   call->owner->calls_.erase(call);
   std::function<void()> fn = std::move(call->fn);
-  event_free(call->ev);
   delete call;
   fn();
 }
@@ -252,7 +240,6 @@ void DelayedCalls::RunAllNow() {
   std::unordered_set<Call*> calls;
   calls.swap(calls_);
   for (Call* call : calls) {
-    event_free(call->ev);
     std::function<void()> fn = std::move(call->fn);
     delete call;
     fn();
@@ -260,4 +247,3 @@ void DelayedCalls::RunAllNow() {
 }
 
 }  // namespace dlock
-

@@ -1,6 +1,8 @@
-// A libevent event_base and the thread the library owns to run it. Everything that touches a
-// hiredis async context, a timer or a heartbeat runs on this thread; other threads hand work
-// over with Post().
+// An event loop and, for the library's own, the thread that runs it. Everything that touches a
+// connection, a timer or a heartbeat runs on the loop thread; other threads hand work over
+// with Post(). Three kinds: a libevent base on a thread the library owns (Start), the caller's
+// libevent base (Wrap), and the caller's own loop through its hooks (Drive). Which one is
+// underneath (loop/reactor.h) is this folder's business only.
 #ifndef DLOCK_LOOP_EVENT_LOOP_H_
 #define DLOCK_LOOP_EVENT_LOOP_H_
 
@@ -14,11 +16,15 @@
 
 #include "core/clock.h"
 #include "core/status.h"
+#include "loop/reactor.h"
 
 struct event_base;
-struct event;
 
 namespace dlock {
+
+class HostLoop;
+class HostReactor;
+class LibeventReactor;
 
 class EventLoop {
  public:
@@ -26,12 +32,15 @@ class EventLoop {
   static Status Start(std::unique_ptr<EventLoop>* out);
   // Uses the caller's base, run by the caller on the calling thread; creates no thread.
   static Status Wrap(event_base* base, std::unique_ptr<EventLoop>* out);
+  // Uses the caller's loop through host, driven by the caller on the calling thread; creates
+  // no thread. The host calls back the HostReactor its hooks are given.
+  static Status Drive(std::unique_ptr<HostLoop> host, std::unique_ptr<EventLoop>* out);
   ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
 
-  event_base* base() const { return base_; }
-  bool owns_thread() const { return owns_base_; }
+  Reactor* reactor() const { return reactor_.get(); }
+  bool owns_thread() const { return owns_thread_; }
   bool InLoopThread() const { return std::this_thread::get_id() == thread_id_.load(); }
 
   // Runs fn on the loop thread soon. Thread-safe. False (fn dropped) once Stop() has run.
@@ -39,28 +48,29 @@ class EventLoop {
   // Runs fn on the loop thread and waits for it; inline when called on the loop thread.
   void RunSync(const std::function<void()>& fn);
   // Runs fn on the loop thread once, after delay. Loop thread only. For teardown steps that
-  // outlive every object that could own a Timer; fn runs only while the loop runs.
+  // outlive every object that could own a Timer; fn runs only while the loop runs (and is
+  // dropped, unrun, with the loop).
   void RunOnceAfter(Millis delay, std::function<void()> fn);
   // Stops the loop, joins its thread, then runs what was still queued on the calling thread
   // (so that no posted completion is lost). Idempotent.
   void Stop();
 
  private:
+  struct Once;
   EventLoop() = default;
-  static void OnWake(int, short, void* arg);
+  static void OnWake(void* self);
   void RunTasks();
 
-  Status Init();
-
-  event_base* base_ = nullptr;
-  bool owns_base_ = false;
-  event* wake_ = nullptr;
+  std::shared_ptr<Reactor> reactor_;
+  LibeventReactor* own_base_ = nullptr;  // the reactor, when it runs on thread_
+  bool owns_thread_ = false;
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
   std::mutex mu_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
   bool stopped_ = false;
+  std::unordered_set<Once*> onces_;  // RunOnceAfter calls not run yet (loop thread)
 };
 
 // A one-shot timer on a loop; re-armable. Use on the loop thread only.
@@ -74,18 +84,18 @@ class Timer {
   void StartAt(TimePoint when);
   void Cancel();
   bool pending() const;
-  // Frees the libevent event now: a client closed on a caller's base must hold nothing on it
-  // (lock handles may keep the client alive after the base is gone). Later calls do nothing.
+  // Lets go of the loop now: a client closed on a caller's loop must hold nothing on it (lock
+  // handles may keep the client alive after the loop is gone). Later calls do nothing.
   void Free();
 
  private:
-  static void OnFire(int, short, void* arg);
-  event* ev_ = nullptr;
+  static void OnFire(void* self);
+  std::unique_ptr<Reactor::TimerHandle> handle_;
   std::function<void()> fn_;
 };
 
-// A call run at the end of the current loop turn, after the callbacks already due (libevent:
-// event_active, no system call): for gathering what one turn writes into one send. Schedule()
+// A call run at the end of the current loop turn, after the callbacks already due (no system
+// call): for gathering what one turn writes into one send. Schedule()
 // again before it has run: it still runs once. Loop thread only. Destroying it drops it.
 class TurnEnd {
  public:
@@ -96,10 +106,11 @@ class TurnEnd {
   void Schedule();
 
  private:
-  static void OnFire(int, short, void* arg);
+  static void OnFire(void* self);
   EventLoop* loop_;
-  event* ev_ = nullptr;
+  std::unique_ptr<Reactor::TurnEndHandle> handle_;
   std::function<void()> fn_;
+  std::shared_ptr<bool> alive_;  // only out of memory: tells a posted fallback we are gone
 };
 
 // One-shot calls after a delay (retries), which can all be run at once early: a shutdown must
@@ -117,10 +128,10 @@ class DelayedCalls {
  private:
   struct Call {
     DelayedCalls* owner;
-    event* ev;
+    std::unique_ptr<Reactor::TimerHandle> timer;
     std::function<void()> fn;
   };
-  static void OnFire(int, short, void* arg);
+  static void OnFire(void* arg);
 
   EventLoop* loop_;
   std::unordered_set<Call*> calls_;

@@ -24,13 +24,7 @@ class FdWatch {
   void Want(bool read, bool write);
 
  private:
-  static void OnEvent(int fd, short kinds, void* arg);
-
-  EventLoop* loop_;
-  int fd_;
-  Callback fn_;
-  void* arg_;
-  event* ev_ = nullptr;
+  std::unique_ptr<Reactor::FdHandle> handle_;
 };
 
 }  // namespace dlock

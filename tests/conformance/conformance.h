@@ -117,7 +117,9 @@ class StyleTest : public ::testing::TestWithParam<std::tuple<BackendFactory, Sty
   std::unique_ptr<StyledClient> Open() const { return StyledClient::Open(style(), url()); }
 };
 
-inline auto AllStyles() { return ::testing::Values(Style::kBlocking, Style::kAsync, Style::kQueued); }
+inline auto AllStyles() {
+  return ::testing::Values(Style::kBlocking, Style::kAsync, Style::kQueued, Style::kHooks);
+}
 
 std::string BackendTestName(const ::testing::TestParamInfo<BackendFactory>& info);
 std::string StyleTestName(const ::testing::TestParamInfo<std::tuple<BackendFactory, Style>>& info);

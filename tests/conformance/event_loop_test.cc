@@ -1,23 +1,110 @@
-// The _async calls on an event_base of the caller's (no thread of ours, everything on its
-// thread) and on a client with its own thread (callbacks on that thread).
+// The _async calls on a loop of the caller's (no thread of ours, everything on its thread):
+// a libevent event_base (dlock_client_open_evbase, style "async") or the test's own poll(2)
+// loop through the hook table (dlock_client_open_hooks, style "hooks"); and on a client with
+// its own thread (callbacks on that thread).
+#include <atomic>
 #include <future>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "conformance/conformance.h"
 #include "event_loop_util.h"
+#include "poll_loop.h"
 
 namespace dlock_test {
 namespace {
 
-class EventLoop : public BackendTest {};
+// Either kind of caller's loop, behind one face.
+class CallersLoop {
+ public:
+  virtual ~CallersLoop() = default;
+  virtual dlock_status Open(const std::string& url, dlock_client** out) = 0;
+  // Runs the loop until done() or the limit; true when done().
+  virtual bool RunUntil(std::function<bool()> done, std::chrono::milliseconds limit) = 0;
+  // Runs until the closed clients have left nothing on the loop; true when they have.
+  virtual bool Drain(std::chrono::milliseconds limit) = 0;
+  // One turn that does not wait.
+  virtual void Poke() = 0;
+};
 
-TEST_P(EventLoop, ManyLocksOnOneLoopWithNoThreadOfOurs) {
-  const std::string address = url();  // the server is up before threads are counted
+class EventBaseLoop : public CallersLoop {
+ public:
+  dlock_status Open(const std::string& url, dlock_client** out) override {
+    return dlock_client_open_evbase(url.c_str(), loop_.base(), out);
+  }
+  bool RunUntil(std::function<bool()> done, std::chrono::milliseconds limit) override {
+    return loop_.RunUntil(done, limit);
+  }
+  bool Drain(std::chrono::milliseconds limit) override { return loop_.Drain(limit); }
+  void Poke() override { event_base_loop(loop_.base(), EVLOOP_NONBLOCK); }
+
+ private:
+  Loop loop_;
+};
+
+class HooksLoop : public CallersLoop {
+ public:
+  dlock_status Open(const std::string& url, dlock_client** out) override { return loop_.Open(url, out); }
+  bool RunUntil(std::function<bool()> done, std::chrono::milliseconds limit) override {
+    return loop_.RunUntil(done, limit);
+  }
+  // Every client opened on it has also called its cleanup hook.
+  bool Drain(std::chrono::milliseconds limit) override {
+    return loop_.Drain(limit) && loop_.cleanups() == opened_;
+  }
+  void Poke() override { loop_.Turn(std::chrono::milliseconds(0)); }
+  void Opened() { ++opened_; }
+
+ private:
+  PollLoop loop_;
+  int opened_ = 0;
+};
+
+class OnCallersLoop : public StyleTest {
+ protected:
+  void SetUp() override {
+    if (style() == Style::kHooks) {
+      hooks_ = new HooksLoop();
+      loop_.reset(hooks_);
+    } else {
+      loop_ = std::make_unique<EventBaseLoop>();
+    }
+  }
+  dlock_client* OpenClient() {
+    dlock_client* c = nullptr;
+    EXPECT_EQ(loop_->Open(url(), &c), DLOCK_OK) << dlock_last_error();
+    if (c != nullptr && hooks_ != nullptr) hooks_->Opened();
+    return c;
+  }
+  CallersLoop& loop() { return *loop_; }
+
+ private:
+  std::unique_ptr<CallersLoop> loop_;
+  HooksLoop* hooks_ = nullptr;
+};
+
+// SendAcquireWhileHeld (event_loop_util.h) on either loop.
+template <typename Held>
+bool SendAcquireWhileHeld(CallersLoop& loop, dlock_client* c, const std::string& name,
+                          const dlock_options* o, AcquireResult* r, Held held) {
+  *r = AcquireResult{};
+  if (dlock_acquire_async(c, name.c_str(), o, &AcquireResult::Fn, r) != DLOCK_OK) return false;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    loop.Poke();  // the acquire goes out on the loop
+    if (r->calls != 0) return false;  // answered (an error): not held
+    if (held()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+TEST_P(OnCallersLoop, ManyLocksOnOneLoopWithNoThreadOfOurs) {
+  url();  // the server is up before threads are counted
   const int threads_before = ThreadCount();
-  Loop loop;
-  dlock_client* c = nullptr;
-  ASSERT_EQ(dlock_client_open_evbase(address.c_str(), loop.base(), &c), DLOCK_OK) << dlock_last_error();
+  dlock_client* c = OpenClient();
+  ASSERT_NE(c, nullptr);
   struct State {
     std::vector<dlock_lock*> locks;
     int acquired = 0, released = 0, failures = 0, threads_seen = 0;
@@ -42,7 +129,7 @@ TEST_P(EventLoop, ManyLocksOnOneLoopWithNoThreadOfOurs) {
                                   &st),
               DLOCK_OK);
   }
-  ASSERT_TRUE(loop.RunUntil([&] { return st.acquired + st.failures == kLocks; }, 30000ms))
+  ASSERT_TRUE(loop().RunUntil([&] { return st.acquired + st.failures == kLocks; }, 30000ms))
       << "acquired " << st.acquired;
   Client observer(url());
   EXPECT_EQ(Inspect(observer.get(), Name("99")).holders.size(), 1u);
@@ -52,32 +139,31 @@ TEST_P(EventLoop, ManyLocksOnOneLoopWithNoThreadOfOurs) {
       static_cast<State*>(arg)->released++;
     }, &st), DLOCK_OK);
   }
-  ASSERT_TRUE(loop.RunUntil([&] { return st.released == st.acquired; }, 30000ms))
+  ASSERT_TRUE(loop().RunUntil([&] { return st.released == st.acquired; }, 30000ms))
       << "released " << st.released;
   EXPECT_EQ(st.failures, 0);
   EXPECT_TRUE(st.all_on_loop_thread);
   EXPECT_EQ(st.threads_seen, threads_before);
   EXPECT_TRUE(Inspect(observer.get(), Name("0")).free());
   dlock_client_close(c);
-  EXPECT_TRUE(loop.Drain(10000ms));
+  EXPECT_TRUE(loop().Drain(10000ms));
 }
 
 // The acquire is sent while the server holds its answers back (BackendServer::HoldAnswers), so
 // that it is provably in flight when the client closes: the server grants it only afterwards,
 // and the closed client must give it back.
-TEST_P(EventLoop, CloseGivesBackAnAcquireThatWasInFlight) {
-  Loop loop;
-  dlock_client* c = nullptr;
-  ASSERT_EQ(dlock_client_open_evbase(url().c_str(), loop.base(), &c), DLOCK_OK) << dlock_last_error();
+TEST_P(OnCallersLoop, CloseGivesBackAnAcquireThatWasInFlight) {
+  dlock_client* c = OpenClient();
+  ASSERT_NE(c, nullptr);
   struct CloseOnExit {  // should an assertion stop the test before the close
     dlock_client*& c;
-    Loop& loop;
+    CallersLoop& loop;
     ~CloseOnExit() {
       if (c == nullptr) return;
       dlock_client_close(c);
       loop.Drain(10000ms);
     }
-  } close_on_exit{c, loop};
+  } close_on_exit{c, loop()};
   Client observer(url());
   Options no_expiry;
   no_expiry.lease(0);  // left behind, it would stay forever
@@ -86,21 +172,21 @@ TEST_P(EventLoop, CloseGivesBackAnAcquireThatWasInFlight) {
   AcquireResult warm_up;
   ASSERT_EQ(dlock_acquire_async(c, Name("warm-up").c_str(), no_expiry.get(), &AcquireResult::Fn, &warm_up),
             DLOCK_OK);
-  ASSERT_TRUE(loop.RunUntil([&] { return warm_up.calls > 0; }, 10000ms));
+  ASSERT_TRUE(loop().RunUntil([&] { return warm_up.calls > 0; }, 10000ms));
   ASSERT_EQ(warm_up.s, DLOCK_OK) << dlock_last_error();
   int released = 0;
   ASSERT_EQ(dlock_release_async(warm_up.lock, [](dlock_status s, void* arg) {
     EXPECT_EQ(s, DLOCK_OK) << dlock_last_error();
     ++*static_cast<int*>(arg);
   }, &released), DLOCK_OK);
-  ASSERT_TRUE(loop.RunUntil([&] { return released > 0; }, 10000ms));
+  ASSERT_TRUE(loop().RunUntil([&] { return released > 0; }, 10000ms));
 
   const std::string name = Name("stuck");
   AcquireResult stuck;
   {
     AnswersHeld held(server());
     ASSERT_TRUE(held.ok()) << "the server would not hold its answers back";
-    ASSERT_TRUE(SendAcquireWhileHeld(loop, c, name, no_expiry.get(), &stuck, [&] { return server().RequestHeld(); }))
+    ASSERT_TRUE(SendAcquireWhileHeld(loop(), c, name, no_expiry.get(), &stuck, [&] { return server().RequestHeld(); }))
         << "the acquire never reached the server: " << stuck.calls << " answers, "
         << dlock_status_str(stuck.s);
     dlock_client_close(c);
@@ -108,10 +194,68 @@ TEST_P(EventLoop, CloseGivesBackAnAcquireThatWasInFlight) {
     EXPECT_EQ(stuck.calls, 1);
     EXPECT_EQ(stuck.s, DLOCK_ECANCELLED);
   }  // the server takes the acquire now, and grants it: the closed client must give it back
-  EXPECT_TRUE(loop.Drain(10000ms)) << "the close did not finish";
+  EXPECT_TRUE(loop().Drain(10000ms)) << "the close did not finish";
   EXPECT_EQ(stuck.calls, 1);
   EXPECT_TRUE(Inspect(observer.get(), name).free()) << "an orphan lock was left behind";
 }
+
+// The blocking calls from another thread while the loop's thread runs the loop (dlock wakes
+// the loop itself: no locking of the caller's); on the loop's own thread, a wait is refused.
+TEST_P(OnCallersLoop, BlockingCallsFromAnotherThreadWhileTheLoopRuns) {
+  dlock_client* c = OpenClient();
+  ASSERT_NE(c, nullptr);
+  const std::string name = Name("from-another-thread");
+  Options waits;
+  waits.wait(-1);
+  dlock_lock* refused = nullptr;
+  EXPECT_EQ(dlock_acquire(c, name.c_str(), waits.get(), &refused), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("wait"), std::string::npos) << dlock_last_error();
+
+  Client observer(url());
+  std::atomic<int> step{0};  // 1: held (the loop's thread checks), 2: released
+  std::atomic<uint64_t> token{0};
+  dlock_status acquired = DLOCK_EINTERNAL, extended = DLOCK_EINTERNAL, released = DLOCK_EINTERNAL;
+  std::thread caller([&] {
+    dlock_lock* l = nullptr;
+    acquired = dlock_acquire(c, name.c_str(), waits.get(), &l);
+    if (acquired != DLOCK_OK) {
+      step = 2;
+      return;
+    }
+    token = dlock_lock_fencing_token(l);
+    extended = dlock_extend(l, 20000);
+    step = 1;
+    while (step.load() == 1) std::this_thread::sleep_for(1ms);
+    released = dlock_release(l);
+    step = 3;
+  });
+  ASSERT_TRUE(loop().RunUntil([&] { return step.load() != 0; }, 30000ms));
+  if (step.load() == 1) {
+    EXPECT_EQ(Inspect(observer.get(), name).holders.size(), 1u);
+    step = 2;
+  }
+  EXPECT_TRUE(loop().RunUntil([&] { return step.load() == 3 || acquired != DLOCK_OK; }, 30000ms));
+  caller.join();
+  EXPECT_EQ(acquired, DLOCK_OK);
+  EXPECT_EQ(extended, DLOCK_OK);
+  EXPECT_EQ(released, DLOCK_OK);
+  EXPECT_GT(token.load(), 0u);
+  EXPECT_TRUE(Inspect(observer.get(), name).free());
+  dlock_client_close(c);
+  EXPECT_TRUE(loop().Drain(10000ms));
+}
+
+std::vector<std::tuple<BackendFactory, Style>> CallersLoops() {
+  std::vector<std::tuple<BackendFactory, Style>> out;
+  for (const BackendFactory& f : AllBackends()) {
+    for (Style s : {Style::kAsync, Style::kHooks}) out.emplace_back(f, s);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, OnCallersLoop, ::testing::ValuesIn(CallersLoops()), StyleTestName);
+
+class EventLoop : public BackendTest {};
 
 TEST_P(EventLoop, AsyncCallsOnAClientWithItsOwnThreadCallBackOnThatThread) {
   Client client(url());

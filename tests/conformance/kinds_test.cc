@@ -418,7 +418,9 @@ TEST_P(KindsLosing, DeletedSharedHoldIsReportedLost) {
 std::vector<std::tuple<BackendFactory, Style>> KindsStyles() {
   std::vector<std::tuple<BackendFactory, Style>> out;
   for (const BackendFactory& f : KindsBackends(DLOCK_CAP_SHARED)) {
-    for (Style s : {Style::kBlocking, Style::kAsync, Style::kQueued}) out.emplace_back(f, s);
+    for (Style s : {Style::kBlocking, Style::kAsync, Style::kQueued, Style::kHooks}) {
+      out.emplace_back(f, s);
+    }
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "event_loop_util.h"
+#include "poll_loop.h"
 #include "queue_util.h"
 #include "test_util.h"
 
@@ -68,11 +69,25 @@ class BlockingClient : public StyledClient {
   LostRecorder lost_;
 };
 
+// A client on the test's own loop: a libevent base (kAsync) or a poll(2) loop driving it
+// through the hook table (kHooks).
+dlock_status OpenOn(Loop& loop, const std::string& url, dlock_client** out) {
+  return dlock_client_open_evbase(url.c_str(), loop.base(), out);
+}
+dlock_status OpenOn(PollLoop& loop, const std::string& url, dlock_client** out) {
+  return loop.Open(url, out);
+}
+// What a closed client must have left: nothing on the loop, and (hooks) one cleanup call.
+void ExpectLetGo(const Loop&) {}
+void ExpectLetGo(const PollLoop& loop) {
+  EXPECT_EQ(loop.cleanups(), 1) << "cleanup hook calls";
+}
+
+template <typename TestLoop>
 class AsyncClient : public StyledClient {
  public:
   explicit AsyncClient(const std::string& url) {
-    EXPECT_EQ(dlock_client_open_evbase(url.c_str(), loop_.base(), &client_), DLOCK_OK)
-        << dlock_last_error();
+    EXPECT_EQ(OpenOn(loop_, url, &client_), DLOCK_OK) << dlock_last_error();
   }
   ~AsyncClient() override { Close(); }
 
@@ -102,7 +117,8 @@ class AsyncClient : public StyledClient {
     if (client_ == nullptr) return;
     dlock_client_close(client_);
     client_ = nullptr;
-    EXPECT_TRUE(loop_.Drain(kCallLimit)) << "the closed client left events on the base";
+    EXPECT_TRUE(loop_.Drain(kCallLimit)) << "the closed client left events on the loop";
+    ExpectLetGo(loop_);
   }
 
  private:
@@ -144,7 +160,7 @@ class AsyncClient : public StyledClient {
     return call.status;
   }
 
-  Loop loop_;
+  TestLoop loop_;
   std::list<Call> calls_;
   LostRecorder lost_;
 };
@@ -241,6 +257,8 @@ const char* StyleName(Style style) {
       return "async";
     case Style::kQueued:
       return "queued";
+    case Style::kHooks:
+      return "hooks";
   }
   return "unknown";
 }
@@ -250,7 +268,9 @@ std::unique_ptr<StyledClient> StyledClient::Open(Style style, const std::string&
     case Style::kBlocking:
       return std::make_unique<BlockingClient>(url);
     case Style::kAsync:
-      return std::make_unique<AsyncClient>(url);
+      return std::make_unique<AsyncClient<Loop>>(url);
+    case Style::kHooks:
+      return std::make_unique<AsyncClient<PollLoop>>(url);
     case Style::kQueued:
       return std::make_unique<QueuedClient>(url);
   }

@@ -1,11 +1,13 @@
-// A client used in one of the three styles a user calls dlock in, with each call made
-// synchronous for the test so that one test body serves all three:
+// A client used in one of the four styles a user calls dlock in, with each call made
+// synchronous for the test so that one test body serves all four:
 //   kBlocking  dlock_acquire/_extend/_release on a client with its own thread; losses reported
 //              by an on_lost callback on that thread;
 //   kAsync     dlock_*_async on a client running on the test's own event_base; every callback
 //              (done, on_lost) runs on the test's thread, and only while the loop runs;
 //   kQueued    dlock_*_queued on a client with its own thread, outcomes and LOST entries popped
-//              from a dlock_queue by the test's thread.
+//              from a dlock_queue by the test's thread;
+//   kHooks     kAsync's calls on a client driven through the hook table
+//              (dlock_client_open_hooks) by the test's own poll(2) loop (tests/poll_loop.h).
 #ifndef DLOCK_TESTS_CONFORMANCE_STYLED_CLIENT_H_
 #define DLOCK_TESTS_CONFORMANCE_STYLED_CLIENT_H_
 
@@ -19,8 +21,8 @@
 
 namespace dlock_test {
 
-enum class Style { kBlocking, kAsync, kQueued };
-const char* StyleName(Style style);  // "blocking", "async", "queued"
+enum class Style { kBlocking, kAsync, kQueued, kHooks };
+const char* StyleName(Style style);  // "blocking", "async", "queued", "hooks"
 inline void PrintTo(Style style, std::ostream* os) { *os << StyleName(style); }
 
 // The loss reports a client received.

@@ -75,6 +75,8 @@ def commands(lang, code, work, args):
         libs = ["-ldlock"]
         if "<event2/" in code:
             libs += pkg_config("libevent", "libevent_pthreads")
+        if "<uv.h>" in code or "<dlock/adapters/libuv.h>" in code:
+            libs += pkg_config("libuv")
         return [[compiler, *flags, "-o", binary, source, *libs], [binary]]
     runner, ext = {"python": ("python3", ".py"), "js": ("node", ".js"), "mjs": ("node", ".mjs"), "lua": ("luajit", ".lua"),
                    "bash": ("bash", ".sh")}[lang]

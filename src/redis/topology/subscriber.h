@@ -6,7 +6,7 @@
 // + timeout_ms, every later command by timeout_ms; a refused AUTH, bytes that are not RESP and
 // replies of the wrong shape all count as a lost connection.
 //
-// The I/O is a StreamConnection (TCP, unix socket or TLS, on a libevent bufferevent, hiredis
+// The I/O is a StreamConnection (TCP, unix socket or TLS over loop/stream.h, hiredis
 // formatting and parsing): hiredis 0.14's async layer knows neither SSUBSCRIBE nor smessage,
 // which Redis Cluster needs.
 //

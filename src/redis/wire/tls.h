@@ -1,7 +1,7 @@
 // TLS to Redis (rediss://, tls=1): the settings from the URL, and the client's OpenSSL context
 // made from them once at open. Debian's hiredis (0.14) has no TLS, so the connections do their
 // own I/O over OpenSSL: the blocking ones with SSL_read/SSL_write on their socket, the ones on
-// the loop with libevent's bufferevent_openssl.
+// the loop through loop/stream.h.
 #ifndef DLOCK_REDIS_WIRE_TLS_H_
 #define DLOCK_REDIS_WIRE_TLS_H_
 
