@@ -113,8 +113,9 @@ void AsyncAcquire::Finish(const Status& s, std::shared_ptr<LockState> lock) {
   timer_.Cancel();
   auto self = shared_from_this();  // the client's registry may hold the last reference
   client_->ForgetPending(this);
-  AcquireDone done = std::move(done_);
-  client_->RunCallback([&] { done(s, std::move(lock)); });
+  client_->Complete([done = std::move(done_), s, lock = std::move(lock)]() mutable {
+    done(s, std::move(lock));
+  });
 }
 
 }  // namespace dlock

@@ -76,6 +76,8 @@ void Client::Close() {
         acquires_in_flight = acquires_in_flight || op->attempt_in_flight();
         op->Cancel(Status::Cancelled("the client was closed"));
       }
+      // What the cancels sent (a fair waiter leaving the line) must reach the server too.
+      if (backend_ != nullptr) acquires_in_flight = acquires_in_flight || backend_->PendingAsync() > 0;
     });
   }
   if (backend_ != nullptr && !to_release.empty()) backend_->ReleaseAll(to_release);
@@ -341,7 +343,7 @@ Status Client::AcquireAsync(const std::string& name, const AcquireOptions& optio
     std::lock_guard<std::mutex> lock(mu_);
     pending_.emplace(op.get(), op);
   }
-  loop_->Post([op] { op->Start(); });
+  StartOnLoop([op] { op->Start(); });
   return Status::Ok();
 }
 
@@ -434,21 +436,19 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_d
     std::lock_guard<std::recursive_mutex> wait_for_callback(lock->callback_mu);
     user_done(s);
   };
-  bool posted = loop_->Post([self = shared_from_this(), lock, done] {
+  bool posted = StartOnLoop([self = shared_from_this(), lock, done]() mutable {
     LockPhase phase = lock->Phase();
     if (phase != LockPhase::kHeld) {
       if (phase == LockPhase::kLost) {
         self->Forget(lock);
         self->backend_->ReleaseAsync(lock, [](const Status&) {});  // best effort, as above
       }
-      Status s = self->NotHeldStatus(*lock);
-      self->RunCallback([&] { done(s); });
+      self->Complete([done = std::move(done), s = self->NotHeldStatus(*lock)] { done(s); });
       return;
     }
     lock->releasing.store(true);  // as in Release
-    self->backend_->ReleaseAsync(lock, [self, lock, done](const Status& answer) {
-      Status s = self->SettleRelease(lock, answer);
-      self->RunCallback([&] { done(s); });
+    self->backend_->ReleaseAsync(lock, [self, lock, done = std::move(done)](const Status& answer) mutable {
+      self->Complete([done = std::move(done), s = self->SettleRelease(lock, answer)] { done(s); });
     });
   });
   if (!posted) done(NotHeldStatus(*lock));  // closed: nothing runs the loop any more
@@ -489,16 +489,16 @@ Status Client::Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms)
 }
 
 void Client::ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) {
-  bool posted = loop_->Post([self = shared_from_this(), lock, lease_ms, done] {
+  bool posted = StartOnLoop([self = shared_from_this(), lock, lease_ms, done]() mutable {
     Status s = self->CheckExtend(*lock, lease_ms);
     if (s.ok() && lock->Phase() != LockPhase::kHeld) s = self->NotHeldStatus(*lock);
     if (!s.ok()) {
-      self->RunCallback([&] { done(s); });
+      self->Complete([done = std::move(done), s] { done(s); });
       return;
     }
-    self->heartbeats_->Extend(lock, lease_ms, [self, lock, done](const Status& answer) {
+    self->heartbeats_->Extend(lock, lease_ms, [self, lock, done = std::move(done)](const Status& answer) mutable {
       Status r = answer.code() == Code::kNotHeld ? self->NotHeldStatus(*lock) : answer;
-      self->RunCallback([&] { done(r); });
+      self->Complete([done = std::move(done), r] { done(r); });
     });
   });
   if (!posted) done(NotHeldStatus(*lock));  // closed: nothing runs the loop any more

@@ -80,9 +80,33 @@ class Client : public std::enable_shared_from_this<Client> {
     CallbackScope scope(&callbacks_);
     fn();
   }
+  // Runs an _async call's done callback: now, or on the loop's next turn when the call that
+  // started the work is still on this thread's stack (it ran inline, StartOnLoop), so that done
+  // never runs before its call returns. fn owns what it uses.
+  template <typename Fn>
+  void Complete(Fn fn) {
+    if (starting_ > 0) {
+      auto later = [self = shared_from_this(), fn = std::move(fn)]() mutable { self->RunCallback(fn); };
+      if (loop_->Post(later)) return;
+      later();  // the loop has stopped: nothing else would run it
+      return;
+    }
+    RunCallback(fn);
+  }
 
  private:
   Client() = default;
+  // Runs work on the loop thread: inline when called there (the caller's own loop, or a
+  // callback: no turn of the loop is lost, and no wake-up made), else posted. False when the
+  // loop has stopped and work was dropped.
+  template <typename Work>
+  bool StartOnLoop(Work&& work) {
+    if (!loop_->InLoopThread() || IsClosed()) return loop_->Post(std::forward<Work>(work));
+    ++starting_;
+    work();
+    --starting_;
+    return true;
+  }
   static Status Finish(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client> client,
                        std::shared_ptr<Client>* out);
   Status NotHeldStatus(const LockState& lock) const;
@@ -102,6 +126,7 @@ class Client : public std::enable_shared_from_this<Client> {
   static constexpr Millis kCloseDrainLimit{3000};
 
   std::unique_ptr<EventLoop> loop_;
+  int starting_ = 0;  // StartOnLoop calls running inline (loop thread only)
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Heartbeats> heartbeats_;
   CallbackDepth callbacks_;

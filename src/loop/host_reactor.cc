@@ -14,32 +14,50 @@ class HostReactor::Timer : public TimerHandle {
  public:
   Timer(HostReactor* reactor, Fn fn, void* arg) : reactor_(reactor), fn_(fn), arg_(arg) {}
   ~Timer() override { Disarm(); }
+  // Any thread (heartbeats arm theirs from the thread that took a lock, as libevent allows).
+  // The host hears of it on the loop thread only: at once there, else through a wake-up when
+  // this timer is now the first due.
   void ArmAfter(std::chrono::microseconds delay) override {
-    if (reactor_ == nullptr) return;
-    Unlink();
     if (delay.count() < 0) delay = std::chrono::microseconds(0);
-    position_ = reactor_->timers_.emplace(
-        std::make_pair(Now() + delay, ++reactor_->timer_sequence_), this);
-    armed_ = true;
-    if (reactor_->depth_ == 0) reactor_->UpdateHostTimer();
+    {
+      std::lock_guard<std::mutex> lock(reactor_->timers_mu_);
+      if (reactor_->host_ == nullptr) return;  // shut down
+      Unlink();
+      position_ = reactor_->timers_.emplace(
+          std::make_pair(Now() + delay, ++reactor_->timer_sequence_), this);
+      armed_ = true;
+      if (!reactor_->InLoopThread()) {
+        // Under the lock: Shutdown closes the wake-up fd under it too.
+        if (reactor_->timers_.begin() == position_) reactor_->Wake();
+        return;
+      }
+    }
+    if (reactor_->depth_ == 0) reactor_->UpdateHostTimer();  // else the turn's end does
   }
   void Disarm() override {
-    if (!armed_ || reactor_ == nullptr) return;
-    Unlink();
-    if (reactor_->depth_ == 0) reactor_->UpdateHostTimer();
+    {
+      std::lock_guard<std::mutex> lock(reactor_->timers_mu_);
+      if (!armed_) return;
+      Unlink();
+    }
+    // A host timer left early only costs a turn: the loop's thread catches up when it can.
+    if (reactor_->InLoopThread() && reactor_->depth_ == 0) reactor_->UpdateHostTimer();
   }
-  bool armed() const override { return armed_; }
+  bool armed() const override {
+    std::lock_guard<std::mutex> lock(reactor_->timers_mu_);
+    return armed_;
+  }
 
  private:
   friend class HostReactor;
-  void Unlink() {
+  void Unlink() {  // timers_mu_ held
     if (armed_) reactor_->timers_.erase(position_);
     armed_ = false;
   }
-  HostReactor* reactor_;  // null once the reactor is gone
+  HostReactor* reactor_;
   Fn fn_;
   void* arg_;
-  bool armed_ = false;
+  bool armed_ = false;  // and position_: under reactor_->timers_mu_
   decltype(HostReactor::timers_)::iterator position_;
 };
 
@@ -136,8 +154,11 @@ void HostReactor::Shutdown() {
   wake_fn_ = nullptr;
   if (host_ == nullptr) return;
   wake_watch_.reset();
-  if (wake_fd_ >= 0) close(wake_fd_);
-  wake_fd_ = -1;
+  {
+    std::lock_guard<std::mutex> lock(timers_mu_);  // a timer armed elsewhere may be waking us
+    if (wake_fd_ >= 0) close(wake_fd_);
+    wake_fd_ = -1;
+  }
   // The client's parts have let go of their handles by now; any left stop watching and
   // forget this reactor.
   for (auto& [fd, watch] : fds_) {
@@ -145,11 +166,11 @@ void HostReactor::Shutdown() {
     watch->reactor_ = nullptr;
   }
   fds_.clear();
-  for (auto& entry : timers_) {
-    entry.second->armed_ = false;
-    entry.second->reactor_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(timers_mu_);
+    for (auto& entry : timers_) entry.second->armed_ = false;
+    timers_.clear();
   }
-  timers_.clear();
   for (TurnEnd* turn_end : turn_ends_) {
     turn_end->scheduled_ = false;
     turn_end->reactor_ = nullptr;
@@ -158,7 +179,11 @@ void HostReactor::Shutdown() {
   wake_pending_ = false;
   if (host_timer_set_) host_->SetTimer(this, -1);
   host_timer_set_ = false;
-  std::unique_ptr<HostLoop> host = std::move(host_);
+  std::unique_ptr<HostLoop> host;
+  {
+    std::lock_guard<std::mutex> lock(timers_mu_);  // no timer is armed from now on
+    host = std::move(host_);
+  }
   host->Cleanup();
 }
 
@@ -175,9 +200,11 @@ std::unique_ptr<Reactor::TurnEndHandle> HostReactor::NewTurnEnd(Fn fn, void* arg
 }
 
 void HostReactor::Wake() {
-  if (wake_fd_ < 0) return;  // shut down (the loop thread's own Stop, so no other thread)
+  // Shut down: callers see to it that this cannot race with the close (Post checks the loop's
+  // stopped_ under its lock, timers hold timers_mu_).
+  if (wake_fd_ < 0) return;
   // Inside a call from the host, on its thread: at that call's end, no system call.
-  if (std::this_thread::get_id() == thread_ && depth_ > 0) {
+  if (InLoopThread() && depth_ > 0) {
     wake_pending_ = true;
     return;
   }
@@ -219,13 +246,16 @@ void HostReactor::TimerFired() {
   host_timer_set_ = false;
   // What is due now; a timer armed by one of these callbacks waits for the next turn.
   const TimePoint now = Now();
+  std::unique_lock<std::mutex> lock(timers_mu_);
   const uint64_t last = timer_sequence_;
   while (!timers_.empty()) {
     auto first = timers_.begin();
     if (first->first.first > now || first->first.second > last) break;
     Timer* timer = first->second;
     timer->Unlink();
+    lock.unlock();
     timer->fn_(timer->arg_);  // may free timer, or others (each unlinks itself)
+    lock.lock();
   }
 }
 
@@ -246,12 +276,16 @@ void HostReactor::EndTurn() {
 
 void HostReactor::UpdateHostTimer() {
   if (host_ == nullptr) return;
-  if (timers_.empty()) {
+  TimePoint due;
+  {
+    std::lock_guard<std::mutex> lock(timers_mu_);
+    if (!timers_.empty()) due = timers_.begin()->first.first;
+  }
+  if (due == TimePoint()) {
     if (host_timer_set_) host_->SetTimer(this, -1);
     host_timer_set_ = false;
     return;
   }
-  const TimePoint due = timers_.begin()->first.first;
   if (host_timer_set_ && due == host_timer_due_) return;
   // Rounded up: a host timer that fires before anything is due only costs a turn.
   const auto wait = due - Now();

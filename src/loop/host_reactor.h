@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -71,7 +72,8 @@ class HostReactor : public Reactor, public std::enable_shared_from_this<HostReac
 
   HostReactor() = default;
   void EndTurn();
-  void UpdateHostTimer();
+  bool InLoopThread() const { return std::this_thread::get_id() == thread_; }
+  void UpdateHostTimer();  // loop thread
   static void OnWakeFd(void* self, bool readable, bool writable);
 
   std::unique_ptr<HostLoop> host_;  // null after Shutdown
@@ -84,6 +86,7 @@ class HostReactor : public Reactor, public std::enable_shared_from_this<HostReac
   std::atomic<bool> wake_fd_armed_{false};
   std::unique_ptr<FdHandle> wake_watch_;
   std::unordered_map<int, Fd*> fds_;
+  mutable std::mutex timers_mu_;  // timers may be armed from any thread (and host_ read there)
   std::multimap<std::pair<TimePoint, uint64_t>, Timer*> timers_;
   uint64_t timer_sequence_ = 0;
   bool host_timer_set_ = false;

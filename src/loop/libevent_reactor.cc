@@ -125,7 +125,7 @@ Status LibeventReactor::Make(event_base* base, Fn wake, void* arg,
 }
 
 LibeventReactor::~LibeventReactor() {
-  if (wake_ != nullptr) event_free(wake_);  // nothing of ours may stay on a caller's base
+  Shutdown();
   if (base_ != nullptr && owns_base_) event_base_free(base_);
 }
 
@@ -150,7 +150,14 @@ void LibeventReactor::OnWake(int, short, void* self) {
   reactor->wake_fn_(reactor->wake_arg_);
 }
 
-void LibeventReactor::Wake() { event_active(wake_, EV_READ, 0); }
+void LibeventReactor::Wake() {
+  if (wake_ != nullptr) event_active(wake_, EV_READ, 0);
+}
+
+void LibeventReactor::Shutdown() {
+  if (wake_ != nullptr) event_free(wake_);
+  wake_ = nullptr;
+}
 
 void LibeventReactor::Run() { event_base_loop(base_, EVLOOP_NO_EXIT_ON_EMPTY); }
 

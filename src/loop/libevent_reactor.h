@@ -24,6 +24,9 @@ class LibeventReactor : public Reactor {
   std::unique_ptr<FdHandle> NewFd(int fd, FdFn fn, void* arg) override;
   std::unique_ptr<TurnEndHandle> NewTurnEnd(Fn fn, void* arg) override;
   void Wake() override;
+  // Frees the wake-up event: nothing of ours stays on a caller's base once the client is
+  // closed (lock handles may keep the client alive after the base is freed).
+  void Shutdown() override;
 
   // The owned base: runs until Break() (called on the loop thread).
   void Run();

@@ -3,7 +3,9 @@
 // libevent (the library's own thread, or a caller's event_base) and a caller's loop seen
 // through its hook table (dlock_loop_hooks). Everything else in the library uses EventLoop,
 // Timer, FdWatch, TurnEnd and DelayedCalls (event_loop.h, fd_watch.h), never this.
-// Handles are made and used on the loop thread only; Wake() is the one call from any thread.
+// Handles are made and used on the loop thread only, except that a timer may be armed,
+// disarmed and asked from any thread (as libevent's can: the heartbeats arm theirs from the
+// thread that took a lock); Wake() is the other call from any thread.
 #ifndef DLOCK_LOOP_REACTOR_H_
 #define DLOCK_LOOP_REACTOR_H_
 
@@ -20,7 +22,7 @@ class Reactor {
 
   class TimerHandle {
    public:
-    virtual ~TimerHandle() = default;  // disarms
+    virtual ~TimerHandle() = default;  // disarms; loop thread
     virtual void ArmAfter(std::chrono::microseconds delay) = 0;  // re-arming replaces
     virtual void Disarm() = 0;
     virtual bool armed() const = 0;

@@ -70,8 +70,10 @@ std::vector<std::string> ReleaseKeys(const std::string& holder) {
 Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request,
                              int wait_replicas) {
   const std::string holder = LockKeys::Holder(prefix, request.name);
-  const bool single_exclusive_try =
-      request.kind == LockKind::kExclusive && request.permits == 0 && request.queue_ms == 0;
+  // A waiter in the fair line whose wait has run out also sends queue_ms 0, but its id needs the
+  // line's keys (without them the script fails half-way, its SET already made).
+  const bool single_exclusive_try = request.kind == LockKind::kExclusive && request.permits == 0 &&
+                                    request.queue_ms == 0 && request.waiter_id.empty();
   // A single try at the exclusive hold needs the holder, the counter, and the holds only to
   // see that there are none.
   std::vector<std::string> keys =

@@ -98,9 +98,16 @@ class RedisBackend : public Backend {
     return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair;
   }
   void LeaveLine(const LockRequest& request) override {
-    loop_->Post([this, op = LeaveLineOp(prefix_, request, sharded_)] {
+    auto leave = [this, op = LeaveLineOp(prefix_, request, sharded_)] {
       RunAsync<NoResult>(channel_.get(), op, [](const Status&, NoResult) {});
-    });
+    };
+    // On the loop thread, sent now: a client closed right after (a waiter cancelled by close)
+    // counts it among the answers its teardown waits for.
+    if (loop_->InLoopThread()) {
+      leave();
+    } else {
+      loop_->Post(std::move(leave));
+    }
   }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     channel_->Watch(LockKeys::Channel(prefix_, name), watcher);

@@ -245,6 +245,36 @@ TEST_P(OnCallersLoop, BlockingCallsFromAnotherThreadWhileTheLoopRuns) {
   EXPECT_TRUE(loop().Drain(10000ms));
 }
 
+// A waiter closed with its client on the loop's thread leaves the line (where the backend keeps
+// one): the next release must not hand the lock to it.
+TEST_P(OnCallersLoop, ClosingAClientLeavesTheLineItsWaiterWasIn) {
+  const std::string name = Name("line");
+  HeldElsewhere holder(url(), name);
+  dlock_client* c = OpenClient();
+  ASSERT_NE(c, nullptr);
+  Options forever;
+  forever.wait(-1);
+  AcquireResult waiter;
+  ASSERT_EQ(dlock_acquire_async(c, name.c_str(), forever.get(), &AcquireResult::Fn, &waiter), DLOCK_OK);
+  BackendServer& srv = server();
+  if (srv.InLine(name) >= 0) {
+    ASSERT_TRUE(loop().RunUntil([&] { return srv.InLine(name) == 1; }, 20000ms)) << srv.InLine(name);
+  } else {
+    loop().RunUntil([] { return false; }, 200ms);  // its first try answered, it waits
+  }
+  EXPECT_EQ(waiter.calls, 0);
+  dlock_client_close(c);
+  EXPECT_TRUE(loop().Drain(10000ms));
+  EXPECT_EQ(waiter.calls, 1);
+  EXPECT_EQ(waiter.s, DLOCK_ECANCELLED);
+  if (srv.InLine(name) >= 0) {
+    EXPECT_EQ(srv.InLine(name), 0);
+  }
+  holder.Release();
+  Client observer(url());
+  EXPECT_TRUE(Inspect(observer.get(), name).free()) << "the lock went to a waiter that had closed";
+}
+
 std::vector<std::tuple<BackendFactory, Style>> CallersLoops() {
   std::vector<std::tuple<BackendFactory, Style>> out;
   for (const BackendFactory& f : AllBackends()) {

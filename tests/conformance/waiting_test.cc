@@ -1,5 +1,6 @@
 // Waiting for a lock another holds, in every style: one try, a bounded wait, a wait without
 // limit handed the lock by the release, and (where a style can) cancelling a wait.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -288,6 +289,61 @@ TEST_P(Cancelling, CancelledOrClosedQueuedWaitsEndWithEcancelled) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, Cancelling, ::testing::ValuesIn(AllBackends()), BackendTestName);
+
+// A loop held up past an acquire's whole wait (a long callback) before the acquire could make
+// its first try: the try is still made, and a free lock is taken.
+class LateLoop : public BackendTest {};
+
+TEST_P(LateLoop, AnAcquireWhoseWaitRanOutBeforeItsFirstTryStillTakesAFreeLock) {
+  Client client(url());
+  struct Blocker {
+    std::atomic<bool> blocking{false};
+    dlock_lock* lock = nullptr;
+  } blocker;
+  ASSERT_EQ(dlock_acquire_async(client.get(), Name("blocker").c_str(), nullptr,
+                                [](dlock_status s, dlock_lock* l, void* arg) {
+                                  auto* b = static_cast<Blocker*>(arg);
+                                  EXPECT_EQ(s, DLOCK_OK) << dlock_last_error();
+                                  b->lock = l;
+                                  b->blocking = true;
+                                  std::this_thread::sleep_for(400ms);  // holds up the loop
+                                },
+                                &blocker),
+            DLOCK_OK);
+  ASSERT_TRUE(WaitFor([&] { return blocker.blocking.load(); }, 10000ms));
+  const std::string name = Name("late");
+  Options brief;
+  brief.wait(50);
+  struct Late {
+    std::atomic<bool> done{false};
+    dlock_status status = DLOCK_EINTERNAL;
+    std::string error;
+    dlock_lock* lock = nullptr;
+  } late;
+  ASSERT_EQ(dlock_acquire_async(client.get(), name.c_str(), brief.get(),
+                                [](dlock_status s, dlock_lock* l, void* arg) {
+                                  auto* r = static_cast<Late*>(arg);
+                                  r->status = s;
+                                  if (s != DLOCK_OK) r->error = dlock_last_error();
+                                  r->lock = l;
+                                  r->done = true;
+                                },
+                                &late),
+            DLOCK_OK);
+  ASSERT_TRUE(WaitFor([&] { return late.done.load(); }, 10000ms));
+  EXPECT_EQ(late.status, DLOCK_OK) << late.error;
+  Client observer(url());
+  EXPECT_EQ(Inspect(observer.get(), name).holders.size(), late.status == DLOCK_OK ? 1u : 0u);
+  if (late.lock != nullptr) {
+    EXPECT_EQ(dlock_release(late.lock), DLOCK_OK) << dlock_last_error();
+  }
+  if (blocker.lock != nullptr) {
+    EXPECT_EQ(dlock_release(blocker.lock), DLOCK_OK) << dlock_last_error();
+  }
+  EXPECT_TRUE(Inspect(observer.get(), name).free());
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, LateLoop, ::testing::ValuesIn(AllBackends()), BackendTestName);
 
 }  // namespace
 }  // namespace dlock_test
