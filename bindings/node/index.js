@@ -45,6 +45,13 @@ const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared']
 let native = null;
 let C = null;        // the library's functions (lib/native.js); null until loaded
 let queue = null;    // the process's dlock_queue
+// The addon (lib/addon.js, addon/dlock_node.c) when it loaded: clients then run on this
+// thread's libuv loop, and acquire, release, extend and inspect go through it. null: the koffi
+// path. Decided once, when the library loads; `native` says which.
+let A = null;
+let nativeKind = null;  // 'addon' | 'koffi'
+let addonPath = null;
+let addonReason = null; // why the koffi path, when it is taken
 
 // Loads the library and sets up what the binding builds on it: once, on first use. Throws the
 // loader's error (code ERR_DLOCK_LIBRARY: what was tried, what to install); a later call tries again.
@@ -60,10 +67,26 @@ function lib() {
   }
   const c = n.C;
   errors.setStatusNames((s) => c.status_str(s).replace(/^DLOCK_/, ''));
+  const found = require('./lib/addon').find(n.libraryPath);  // throws only for DLOCK_NODE_ADDON=1
   const out = [null];
   const s = c.queue_new(out);
   if (s !== 0) throw errorFor(s, `libdlock: cannot create the completion queue: ${c.last_error()}`);
   const q = out[0];
+  // The addon reports losses through this queue too (their message says why), on this thread.
+  let addon = null;
+  if (found.addon !== null) {
+    try {
+      found.addon.init(n.libraryPath, BigInt(n.koffi.address(q)), addonDone);
+      addon = found.addon;
+    } catch (e) {
+      if (process.env.DLOCK_NODE_ADDON === '1') {
+        c.queue_free(q);
+        e.code = 'ERR_DLOCK_ADDON';
+        throw e;
+      }
+      found.reason = e.message;  // e.g. a worker thread: the main thread's environment has it
+    }
+  }
   const wakeFd = c.queue_fd_dup(q);  // close-on-exec: child processes do not inherit it
   if (wakeFd < 0) {
     const m = c.last_error();
@@ -80,8 +103,17 @@ function lib() {
   process.on('exit', closeAllOnExit);
   native = n;
   queue = q;
+  A = addon;
+  nativeKind = addon !== null ? 'addon' : 'koffi';
+  addonPath = addon !== null ? found.path : null;
+  addonReason = addon !== null ? null : found.reason;
   C = c;
   return C;
+}
+
+// The addon's outcomes (acquire, release, extend), inside the uv callback that read them.
+function addonDone(id, status, lockPtr, message) {
+  complete(id, status, lockPtr, message || '');
 }
 
 // ----- errors -----------------------------------------------------------------------------------
@@ -291,7 +323,10 @@ function drain() {
 function complete(id, status, lockPtr, message) {
   const op = ops.get(id);
   if (op === undefined) {  // nobody waits for it any more: give back what we were handed
-    if (lockPtr) C.release_queued(lockPtr, queue, 0);
+    if (lockPtr) {
+      if (A !== null) A.release(lockPtr, 0);
+      else C.release_queued(lockPtr, queue, 0);
+    }
     return;
   }
   ops.delete(id);
@@ -329,7 +364,8 @@ const lockRegistry = new FinalizationRegistry((st) => {
   if (st.h !== null) {
     const h = st.h;
     st.h = null;
-    C.release_queued(h, queue, 0);
+    if (A !== null) A.release(h, 0);
+    else C.release_queued(h, queue, 0);
   }
 });
 
@@ -347,14 +383,17 @@ function closeAllOnExit() {
     openClients.delete(rec);
     if (rec.busy === 0) {
       try {
-        C.client_close(rec.h);
+        if (A !== null) A.close(rec.h);
+        else C.client_close(rec.h);
       } catch { /* exiting anyway */ }
     }
   }
 }
 
 const clientRegistry = new FinalizationRegistry((rec) => {
-  if (openClients.delete(rec)) C.client_close.async(rec.h, () => {});
+  if (!openClients.delete(rec)) return;
+  if (A !== null) A.close(rec.h);
+  else C.client_close.async(rec.h, () => {});
 });
 
 // One 'abort' listener per signal, whatever the number of acquires waiting on it (one shutdown
@@ -382,6 +421,7 @@ class Client {
   #closing = null;
   #url;
   #drained = null;   // close() waits for the busy ones
+  #waiting = new Set();  // addon path: ids of this client's pending acquires
 
   /**
    * Opens a client for the backend named by url; connecting happens in the background (see
@@ -413,6 +453,7 @@ class Client {
   get closed() { return this.#closed; }
 
   async #open(url) {
+    if (A !== null) return this.#openAddon(url);
     hold();
     try {
       const out = [null];
@@ -432,6 +473,27 @@ class Client {
       }
       this.#h = out[0];
       this.#rec = { h: out[0], busy: 0 };
+      openClients.add(this.#rec);
+      clientRegistry.register(this, this.#rec, this);
+    } finally {
+      unhold();
+    }
+  }
+
+  // On the addon path: opened on this thread's loop. Connecting and checking the backend is one
+  // blocking round trip on this thread (dlock_client_open_hooks has no async form), made after
+  // the constructor's caller's synchronous code (a close() there skips it).
+  async #openAddon(url) {
+    hold();
+    try {
+      await null;
+      if (this.#closed) return;
+      const r = A.open(url);
+      if (typeof r === 'number') {
+        throw errorFor(r, A.lastError() || `cannot open ${this.#url}: DLOCK_${statusName(r)}`);
+      }
+      this.#h = r;
+      this.#rec = { h: r, busy: 0 };
       openClients.add(this.#rec);
       clientRegistry.register(this, this.#rec, this);
     } finally {
@@ -479,6 +541,7 @@ class Client {
       throw new CancelledError(`acquire of lock '${short(name)}' was aborted`, { cause: o.signal.reason });
     }
     const h = this.#h !== null && !this.#closed ? this.#h : await this.#handle();
+    if (A !== null) return this.#acquireAddon(h, name, cname, o);
     const id = nextId++;
     const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
@@ -564,6 +627,46 @@ class Client {
     });
   }
 
+  // The addon's acquire: dlock_acquire_async on this thread's loop, its outcome in the uv
+  // callback that read it; losses through the queue, under the same id.
+  #acquireAddon(h, name, cname, o) {
+    const id = nextId++;
+    const lost = { ref: null, early: null };
+    const r = o.retryMs;
+    const s = A.acquire(h, cname, id, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+      o.kind, o.permits, o.fair);
+    if (s !== 0) return Promise.reject(lockError(s, A.lastError(), 'acquire', name));
+    lostRefs.set(id, lost);
+    hold();
+    this.#waiting.add(id);
+    return new Promise((resolve, reject) => {
+      const signal = o.signal;
+      let unwatch = null;
+      ops.set(id, (status, lockPtr, message) => {
+        this.#waiting.delete(id);
+        if (unwatch !== null) unwatch();
+        if (status === 0) {
+          resolve(new Lock(this, lockPtr, name, id, lost));
+          return;
+        }
+        lostRefs.delete(id);
+        if (status === S.ECANCELLED && signal?.aborted) {
+          reject(new CancelledError(`acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
+            { cause: signal.reason }));
+        } else if (status === S.ECANCELLED && this.#closed) {  // cancelled by close() (above)
+          reject(lockError(status, 'the client was closed', 'acquire', name));
+        } else {
+          reject(lockError(status, message, 'acquire', name));
+        }
+      });
+      if (signal !== undefined) {
+        const cancel = () => { if (this.#h !== null) A.cancel(this.#h, id); };
+        if (signal.aborted) cancel();
+        else unwatch = watchAbort(signal, cancel);
+      }
+    });
+  }
+
   #leave(rec) {
     if (--rec.busy === 0 && this.#drained !== null) this.#drained();
   }
@@ -595,6 +698,22 @@ class Client {
     const h = this.#h;
     if (h === null) throw closedError();
     const rec = this.#rec;
+    if (A !== null) {
+      // A blocking call on libuv's pool, which the library serves on this thread's loop.
+      rec.busy++;  // close() waits for it
+      let r;
+      try {
+        r = await new Promise((resolve) => A.inspect(h, cname, (st, v) => resolve([st, v])));
+      } finally {
+        this.#leave(rec);
+      }
+      if (r[0] !== 0) throw lockError(r[0], r[1], 'inspect', name);
+      const [kind, permits, ...held] = r[1];
+      const holders = held.map(([owner, left, token]) => ({
+        owner: owner || null, remainingMs: left < 0 ? null : left, fencingToken: token === 0n ? null : token,
+      }));
+      return { kind: KINDS[kind] ?? kind, holders, permits };
+    }
     rec.busy++;  // close() waits for it
     poolBusy++;
     const out = [null];
@@ -625,7 +744,7 @@ class Client {
   async capabilities() {
     await this.#handle();
     if (this.#h === null) throw closedError();
-    const bits = C.client_capabilities(this.#h);
+    const bits = A !== null ? A.capabilities(this.#h) : C.client_capabilities(this.#h);
     return Object.fromEntries(CAPABILITIES.map(([bit, name]) => [name, (bits & bit) !== 0]));
   }
 
@@ -680,6 +799,18 @@ class Client {
         clientRegistry.unregister(this);
         if (rec.busy > 0) await new Promise((resolve) => { this.#drained = resolve; });
         openClients.delete(rec);  // (until here, an exit closes it)
+        if (A !== null) {
+          // Cancel the waiting acquires first and let the loop turn, so that their places in a
+          // fair line are given up on the server before the connection goes (a close on the
+          // loop's thread tears the connection down at once; reported to the library).
+          if (this.#waiting.size > 0) {
+            for (const id of this.#waiting) A.cancel(h, id);
+            await new Promise((resolve) => setImmediate(resolve));
+            await new Promise((resolve) => setImmediate(resolve));
+          }
+          A.close(h);  // on this thread; it lets go of the loop by itself
+          return;
+        }
         hold();
         try {
           await new Promise((resolve) => C.client_close.async(h, () => resolve()));
@@ -765,9 +896,9 @@ class Lock extends EventEmitter {
     /** The name as given to acquire. */
     this.name = name;
     /** Fencing token (bigint): greater than every token issued before for this name. */
-    this.fencingToken = BigInt(C.lock_fencing_token(ptr));
+    this.fencingToken = A !== null ? A.token(ptr) : BigInt(C.lock_fencing_token(ptr));
     /** How many tries the acquire took (1 = first try). */
-    this.attempts = C.lock_attempts(ptr);
+    this.attempts = A !== null ? A.attempts(ptr) : C.lock_attempts(ptr);
     /** Set once the lock was found lost ('lost' emitted, signal aborted). */
     this.lost = false;
     lost.ref = new WeakRef(this);
@@ -783,12 +914,14 @@ class Lock extends EventEmitter {
 
   /** True while the local deadline holds and the lock was not found lost. */
   get valid() {
-    return this.#st.h !== null && C.lock_is_valid(this.#st.h) === 1;
+    if (this.#st.h === null) return false;
+    return A !== null ? A.valid(this.#st.h) : C.lock_is_valid(this.#st.h) === 1;
   }
 
   /** Milliseconds before the local deadline: Infinity for no expiry, 0 once lost or released. */
   get remainingMs() {
     if (this.#st.h === null) return 0;
+    if (A !== null) return A.remaining(this.#st.h);
     const v = C.lock_remaining_ms(this.#st.h);
     return BigInt(v) === INT64_MAX ? Infinity : Number(v);
   }
@@ -853,6 +986,20 @@ class Lock extends EventEmitter {
     while (this.#busy !== null) await this.#busy;
     const h = this.#st.h;
     if (h === null) throw this.#releasedError();
+    if (A !== null) {
+      await new Promise((resolve, reject) => {
+        const id = nextId++;
+        const s = A.extend(h, leaseMs, id);
+        if (s !== 0) {
+          reject(lockError(s, A.lastError(), 'extend', this.name));
+          return;
+        }
+        ops.set(id, (status, _, message) => (status === 0 ? resolve()
+          : reject(lockError(status, message, 'extend', this.name))));
+        hold();
+      });
+      return;
+    }
     if (poolBusy < POOL_MAX) {
       poolBusy++;
       const buf = takeErrbuf();
@@ -905,6 +1052,24 @@ class Lock extends EventEmitter {
     if (h === null) throw this.#releasedError();
     st.h = null;
     lockRegistry.unregister(this);
+    if (A !== null) {
+      await new Promise((resolve, reject) => {
+        const id = nextId++;
+        const s = A.release(h, id);  // frees h whatever happens
+        if (s !== 0) {
+          lostRefs.delete(st.id);
+          reject(lockError(s, A.lastError(), 'release', this.name));
+          return;
+        }
+        ops.set(id, (status, _, message) => {
+          lostRefs.delete(st.id);  // released: on_lost is neither running nor going to run
+          if (status === 0) resolve();
+          else reject(lockError(status, message, 'release', this.name));
+        });
+        hold();
+      });
+      return;
+    }
     if (poolBusy < POOL_MAX) {
       poolBusy++;
       const buf = takeErrbuf();
@@ -967,10 +1132,14 @@ const { Mutex, Semaphore } = makeMutex({ Client, checkName, checkOptions, typeEr
 /** The library's version, "MAJOR.MINOR.PATCH" (loads the library). */
 function version() { return lib().version(); }
 
-/** Which libdlock was loaded, and its version: { path, version } (loads the library). */
+/**
+ * Which libdlock was loaded, its version, and the path the binding takes to it: { path, version,
+ * native: 'addon' | 'koffi', addon: the dlock.node loaded or null, reason: why koffi, or null }
+ * (loads the library).
+ */
 function library() {
   lib();
-  return { path: native.libraryPath, version: native.version };
+  return { path: native.libraryPath, version: native.version, native: nativeKind, addon: addonPath, reason: addonReason };
 }
 
 module.exports = {
@@ -993,12 +1162,15 @@ module.exports = {
 // Kept from dlock 0.1 for CommonJS: the loaded library's path (loads it). library().path is the
 // same in both module systems (an ES module's named export cannot load anything on first read).
 Object.defineProperty(module.exports, 'libraryPath', { get: () => library().path, enumerable: false });
+// 'addon' (dlock.node: clients on this thread's libuv loop) or 'koffi' (the library's own thread,
+// through koffi): loads the library, like library(), whose `native` is the same.
+Object.defineProperty(module.exports, 'native', { get: () => library().native, enumerable: false });
 // For the tests.
 Object.defineProperty(module.exports, '_internals', {
   enumerable: false,
   value: {
     ops, lostRefs, lockError, activeCount: () => active, poolBusy: () => poolBusy,
-    openClients: () => openClients.size, loaded: () => C !== null,
+    openClients: () => openClients.size, loaded: () => C !== null, addon: () => A,
     statusError: (s) => errorFor(s),
   },
 });

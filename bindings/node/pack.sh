@@ -6,7 +6,8 @@
 # LIBDLOCK_SO: the library to bundle (build/libdlock.so; symlinks are followed). It goes into
 # the package as prebuilds/linux-<arch>/libdlock.so.0 (arch from its ELF header: x64 or arm64),
 # debug sections stripped when `strip` is there, which lib/native.js loads first when
-# DLOCK_LIBRARY is not set. The bundled file links hiredis, libevent, OpenSSL and libcurl from
+# DLOCK_LIBRARY is not set; and dlock.node, the addon, from beside it when it was built
+# (prebuilds/linux-<arch>/dlock.node; lib/addon.js). The bundled file links hiredis, libevent, OpenSSL and libcurl from
 # the system (glibc Linux): the README says which packages bring them.
 #
 # The package is staged in a temporary copy (the files package.json lists, plus LICENSE), so
@@ -54,6 +55,16 @@ if command -v strip >/dev/null; then
   strip --strip-debug "$dest/libdlock.so.0"
 fi
 chmod 0755 "$dest/libdlock.so.0"
+# The addon (dlock.node), when it was built beside the library (the build directory's root):
+# index.js loads it from beside the bundled library, else takes the koffi path.
+addon=$(dirname "$(readlink -f "$lib")")/dlock.node
+if [[ -f $addon ]]; then
+  cp -L "$addon" "$dest/dlock.node"
+  if command -v strip >/dev/null; then strip --strip-debug "$dest/dlock.node"; fi
+  chmod 0755 "$dest/dlock.node"
+else
+  echo "pack.sh: no dlock.node beside $lib: the package takes the koffi path" >&2
+fi
 
 # npm pack prints the tarball's name as its last line on stdout (notices go to stderr).
 name=$(cd "$stage" && npm pack --ignore-scripts --loglevel=error --pack-destination "$out" | tail -n 1)

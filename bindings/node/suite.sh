@@ -16,12 +16,22 @@ fi
 
 echo "node binding: node $(node --version)"
 rc=0
-node --test --test-reporter=spec --test-reporter-destination=stdout \
-  --test-reporter=tap --test-reporter-destination="$DLOCK_TEST_WORK/tap" test/*.test.js test/*.test.mjs || rc=$?
-pass=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$DLOCK_TEST_WORK/tap" | tail -1)
-fail=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$DLOCK_TEST_WORK/tap" | tail -1)
-echo "node: ${pass:-0} passed, ${fail:-0} failed"
-if [[ -z $pass || $pass == 0 ]]; then rc=1; fi
+# Twice: on the addon path (dlock.node next to the library: DLOCK_NODE_ADDON=1 makes a failure
+# to load it an error), then on the koffi path (DLOCK_NODE_ADDON=0). Without a built addon, the
+# first pass is the koffi path too.
+addon=
+if [[ -f ${DLOCK_LIBRARY:-} && -f $(dirname "$(readlink -f "$DLOCK_LIBRARY")")/dlock.node ]]; then addon=1; fi
+for path in addon koffi; do
+  if [[ $path == addon ]]; then mode=$addon; else mode=0; fi
+  tap=$DLOCK_TEST_WORK/tap-$path
+  echo "node binding: the $path path (DLOCK_NODE_ADDON=${mode:-<unset>})"
+  DLOCK_NODE_ADDON=$mode node --test --test-reporter=spec --test-reporter-destination=stdout \
+    --test-reporter=tap --test-reporter-destination="$tap" test/*.test.js test/*.test.mjs || rc=$?
+  pass=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$tap" | tail -1)
+  fail=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$tap" | tail -1)
+  echo "node-$path: ${pass:-0} passed, ${fail:-0} failed"
+  if [[ -z $pass || $pass == 0 ]]; then rc=1; fi
+done
 
 if [[ -f ${DLOCK_LIBRARY:-} ]]; then
   tarball=$(./pack.sh "$DLOCK_TEST_WORK/pack" "$DLOCK_LIBRARY") || rc=1

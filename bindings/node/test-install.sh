@@ -63,7 +63,7 @@ const [url, expectLibrary] = process.argv.slice(2);
   assert.ok(token > lock.fencingToken);
   const lib = library();
   assert.equal(fs.realpathSync(lib.path), fs.realpathSync(expectLibrary), `loaded ${lib.path}`);
-  console.log(`cjs: ok, ${lib.path} (libdlock ${lib.version}), tokens ${lock.fencingToken} < ${token}`);
+  console.log(`cjs: ok, ${lib.path} (libdlock ${lib.version}, ${lib.native} path), tokens ${lock.fencingToken} < ${token}`);
   await a.close();
   await b.close();
 })().catch((e) => {

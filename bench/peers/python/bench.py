@@ -5,10 +5,15 @@
     python3 bench.py contended PORT SECONDS PROCS ROUNDS LIB...
         PROCS processes of one library contend for one lock; handoffs/s = acquisitions that
         follow another process's (a shared file under the lock names the last holder)
+    python3 bench.py aio-uncontended PORT SECONDS ROUNDS ALIB...
+    python3 bench.py aio-contended PORT SECONDS PROCS ROUNDS ALIB...
+        the same on asyncio, one event loop per process, awaiting each acquire and release
 
 Prints key=value lines (medians over the rounds, per-round figures, and the median of the
 per-round ratios dlock / best peer); bench/peers/run turns them into a table.
-LIB: dlock | dlock-object (one reusable client.lock() object; not a peer) | redis-py. Each library runs with its defaults except a 10 s lease and waiting
+LIB: dlock | dlock-object (one reusable client.lock() object; not a peer) | redis-py.
+ALIB (asyncio): dlock (await client.aacquire / lock.arelease: a client driven by the event loop
+itself, no thread hop) | redis-asyncio (redis.asyncio's Lock, redis-py 4.x). Each library runs with its defaults except a 10 s lease and waiting
 without a limit (redis-py's Lock polls every 0.1 s by default; dlock's waiters sleep until the
 release is published). Needs the `redis` module for redis-py: Debian's python3-redis, which
 /usr/bin/python3 has (bench/peers/run uses it).
@@ -60,6 +65,32 @@ def adapter(lib, port, key, wait):
 
         return acquire, r.close
     raise SystemExit(f"unknown library {lib!r} (dlock, redis-py)")
+
+
+async def aadapter(lib, port, key, wait):
+    """asyncio: returns (async acquire() -> async release(), async close())."""
+    if lib == "dlock":
+        sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
+        import dlock
+        client = dlock.Client(f"redis://127.0.0.1:{port}")  # made on the loop: driven by it
+        wait_ms = -1 if wait else 0
+
+        async def acquire():
+            return (await client.aacquire(key, lease_ms=LEASE_MS, wait_ms=wait_ms)).arelease
+
+        return acquire, client.aclose
+    if lib == "redis-asyncio":
+        import redis.asyncio
+        r = redis.asyncio.Redis(host="127.0.0.1", port=port)
+
+        async def acquire():
+            lock = r.lock(key, timeout=LEASE_MS / 1000)  # sleep=0.1 s between tries (default)
+            if not await lock.acquire(blocking=wait):
+                raise RuntimeError("not acquired")
+            return lock.release
+
+        return acquire, getattr(r, "aclose", None) or r.close
+    raise SystemExit(f"unknown asyncio library {lib!r} (dlock, redis-asyncio)")
 
 
 def median(xs):
@@ -117,6 +148,63 @@ def uncontended(port, seconds, rounds, libs):
     report("unc", rates, rounds)
 
 
+def aio_uncontended(port, seconds, rounds, libs):
+    """uncontended() on one asyncio event loop."""
+    import asyncio
+
+    async def main():
+        adapters = {}
+        for lib in libs:
+            adapters[lib] = await aadapter(lib, port, f"bench:aunc:{lib}:{os.getpid()}", False)
+            warm_end = time.monotonic() + 0.3
+            while time.monotonic() < warm_end:
+                await (await adapters[lib][0]())()
+        rates = {lib: [] for lib in libs}
+        for r in range(rounds):
+            for i in range(len(libs)):
+                lib = libs[(i + r) % len(libs)]
+                acquire = adapters[lib][0]
+                n = 0
+                t0 = now = time.monotonic()
+                end = t0 + seconds
+                while now < end:
+                    await (await acquire())()
+                    n += 1
+                    now = time.monotonic()
+                rates[lib].append(n / (now - t0))
+        for lib in libs:
+            await adapters[lib][1]()
+        return rates
+
+    report("aunc", asyncio.run(main()), rounds)
+
+
+def aio_child(lib, port, key, start_at, end_at, path):
+    import asyncio
+
+    async def main():
+        acquire, close = await aadapter(lib, port, key, True)
+        me = str(os.getpid())
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        n = handoffs = 0
+        while time.time() < end_at:
+            release = await acquire()
+            if time.time() < end_at:
+                n += 1
+                with open(path) as f:
+                    last = f.read()
+                if last != me:
+                    handoffs += 1
+                    with open(path, "w") as f:
+                        f.write(me)
+            await release()
+        await close()
+        return n, handoffs
+
+    n, handoffs = asyncio.run(main())
+    print(f"count {n} {handoffs}", flush=True)
+
+
 def child(lib, port, key, start_at, end_at, path):
     acquire, close = adapter(lib, port, key, True)
     me = str(os.getpid())
@@ -137,7 +225,7 @@ def child(lib, port, key, start_at, end_at, path):
     print(f"count {n} {handoffs}", flush=True)
 
 
-def contended_once(lib, port, seconds, procs):
+def contended_once(lib, port, seconds, procs, child_mode="child"):
     key = f"bench:con:{lib}:{os.getpid()}:{time.time()}"
     with tempfile.TemporaryDirectory(prefix="dlock-peers-") as d:
         path = os.path.join(d, "holder")
@@ -145,7 +233,7 @@ def contended_once(lib, port, seconds, procs):
             f.write("none")
         start_at = time.time() + 1.5  # time for every process to start and connect
         end_at = start_at + seconds
-        ps = [subprocess.Popen([sys.executable, __file__, "child", lib, str(port), key,
+        ps = [subprocess.Popen([sys.executable, __file__, child_mode, lib, str(port), key,
                                 repr(start_at), repr(end_at), path],
                                stdout=subprocess.PIPE, text=True) for _ in range(procs)]
         results = []
@@ -160,16 +248,16 @@ def contended_once(lib, port, seconds, procs):
     return handoffs / seconds, detail
 
 
-def contended(port, seconds, procs, rounds, libs):
+def contended(port, seconds, procs, rounds, libs, mode="con", child_mode="child"):
     rates = {lib: [] for lib in libs}
     details = {lib: [] for lib in libs}
     for r in range(rounds):
         for i in range(len(libs)):
             lib = libs[(i + r) % len(libs)]
-            rate, detail = contended_once(lib, port, seconds, procs)
+            rate, detail = contended_once(lib, port, seconds, procs, child_mode)
             rates[lib].append(rate)
             details[lib].append(detail)
-    report("con", rates, rounds, details)
+    report(mode, rates, rounds, details)
 
 
 def main():
@@ -180,6 +268,15 @@ def main():
     elif mode == "contended":
         port, seconds, procs, rounds, *libs = rest
         contended(int(port), float(seconds), int(procs), int(rounds), libs)
+    elif mode == "aio-uncontended":
+        port, seconds, rounds, *libs = rest
+        aio_uncontended(int(port), float(seconds), int(rounds), libs)
+    elif mode == "aio-contended":
+        port, seconds, procs, rounds, *libs = rest
+        contended(int(port), float(seconds), int(procs), int(rounds), libs, "acon", "aio-child")
+    elif mode == "aio-child":
+        lib, port, key, start_at, end_at, path = rest
+        aio_child(lib, int(port), key, float(start_at), float(end_at), path)
     elif mode == "child":
         lib, port, key, start_at, end_at, path = rest
         child(lib, int(port), key, float(start_at), float(end_at), path)

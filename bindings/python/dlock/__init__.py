@@ -22,7 +22,8 @@ Threads: a Client may be shared by any number of threads; a Lock is one holder (
 it holds raises AlreadyHeld): give each thread or task its own client.lock(name). on_lost
 callbacks run on the "dlock-events" thread.
 asyncio: `async with client.lock(...)`, `await lock.aacquire()`, `await lock.arelease()`,
-`await lock.aextend()`, `await client.aacquire(...)` never block the event loop (README.md).
+`await lock.aextend()`, `await client.aacquire(...)` never block the event loop, and run on it:
+the loop drives a client of its own (dlock_client_open_hooks), with no thread hop (README.md).
 `async with lock.guard():` also cancels the block if the lock is lost (it leaves with LockLost).
 fork: a forked child gets its own dlock-events thread and queue; a Client inherited from the
 parent raises ForkedClient on use: open a new Client in the child.
@@ -39,6 +40,7 @@ import os
 import select
 import sys
 import threading
+import time
 import traceback
 import warnings
 import weakref
@@ -484,6 +486,8 @@ def _forget_parent():
     _pending.clear()
     _lost_slots.clear()
     _orphans.clear()
+    _ops.clear()
+    _loop_clients.clear()  # the parent's loop clients: never driven or closed here
     if ev is not None:
         for fd in (ev.wake_r, ev.wake_w):  # the parent's wake-up pipe: keep none of its bytes
             try:
@@ -500,6 +504,14 @@ def _after_fork_in_child():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _running_loop():
+    """The event loop running on this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _give_back(h, slot, queue=None):
@@ -563,6 +575,295 @@ def _deliver(loop, fut, status, value, message, on_unwanted=None):
     except RuntimeError:  # the loop is closed
         if on_unwanted is not None:
             on_unwanted(value)
+
+
+# ----- asyncio: a client driven by the event loop itself -------------------------------------
+# The async API runs on a client opened with dlock_client_open_hooks on the running event loop,
+# one per (Client, loop), made on first use: dlock asks the loop, through the three hooks below,
+# to watch its fds (loop.add_reader / add_writer) and to arm one timer (call_later), and the loop
+# calls back dlock_loop_fd_ready / dlock_loop_timer_fired. Every completion (done) and loss report
+# (on_lost) then runs on the loop's thread, inside those calls: a future is settled right there,
+# with no thread hop and no thread of dlock's own. The hooks and callbacks are module-level
+# ctypes callback objects (kept for the process's life); C gets small integer ids, never Python objects;
+# and none of them lets an exception reach C (_report_callback_exception).
+
+_READ, _WRITE = 1, 2            # DLOCK_LOOP_READ, DLOCK_LOOP_WRITE
+_loop_clients: "Dict[int, _LoopClient]" = {}  # loop_ctx id -> _LoopClient, until its cleanup hook
+_ops: Dict[int, Callable[[int, Any, Any], None]] = {}  # async op id -> completed(status, h, msg)
+
+
+class _LoopClient:
+    """One Client's dlock client on one asyncio event loop (dlock_client_open_hooks), opened
+    on the loop's thread while it runs. Closed by Client.close / aclose, or when the loop shuts
+    down (asyncio.run's end: loop.shutdown_asyncgens), which releases the locks it still holds:
+    nothing would heartbeat them once the loop is gone."""
+
+    __slots__ = ("id", "pid", "loop", "thread", "h", "ptr", "fds", "timer", "closed", "cleaned",
+                 "watch")
+
+    def __init__(self, burl, loop):
+        self.id = next(_ids)
+        self.pid = os.getpid()
+        self.loop = loop
+        self.thread = threading.get_ident()
+        self.h = None
+        self.ptr = None          # the dlock_loop *, as the hooks name it
+        self.fds: Dict[int, int] = {}  # fd -> what the loop watches it for
+        self.timer: Optional[asyncio.Handle] = None
+        self.closed = False
+        self.cleaned = False     # the cleanup hook ran: nothing of it is left on the loop
+        self.watch = None
+        _loop_clients[self.id] = self
+        out = ctypes.c_void_p()
+        status = _c.dlock_client_open_hooks(burl, ctypes.byref(_HOOKS), self.id, ctypes.byref(out))
+        if status != 0:
+            err = _error(status)
+            self.closed = True
+            self._forget()  # a failed open unwatched what it asked for, and calls no cleanup
+            raise err
+        self.h = out.value
+        # asyncio.run's end (and IsolatedAsyncioTestCase's) calls loop.shutdown_asyncgens()
+        # while the loop still runs: that closes this client there, and lets its teardown finish.
+        self.watch = _until_shutdown(self)
+        try:
+            self.watch.asend(None).send(None)  # registers it with the loop (firstiter hook)
+        except StopIteration:
+            pass
+
+    # -- the hooks' work, on the loop's thread
+
+    def watch_fd(self, fd, events):
+        loop, had = self.loop, self.fds.get(fd, 0)
+        if events & _READ and not had & _READ:
+            loop.add_reader(fd, self.ready, fd, _READ)
+        elif had & _READ and not events & _READ:
+            loop.remove_reader(fd)
+        if events & _WRITE and not had & _WRITE:
+            loop.add_writer(fd, self.ready, fd, _WRITE)
+        elif had & _WRITE and not events & _WRITE:
+            loop.remove_writer(fd)
+        if events & (_READ | _WRITE):
+            self.fds[fd] = events & (_READ | _WRITE)
+        else:
+            self.fds.pop(fd, None)
+
+    def set_timer(self, ms):
+        t, self.timer = self.timer, None
+        if t is not None:
+            t.cancel()
+        if ms >= 0:  # 0: the loop's next turn (never from inside the hook)
+            self.timer = (self.loop.call_later(ms / 1000, self.fire) if ms
+                          else self.loop.call_soon(self.fire))
+
+    def ready(self, fd, events):
+        if self.ptr is not None and self.pid == os.getpid():
+            _c.on_loop.dlock_loop_fd_ready(self.ptr, fd, events)
+
+    def fire(self):
+        self.timer = None
+        if self.ptr is not None and self.pid == os.getpid():
+            _c.on_loop.dlock_loop_timer_fired(self.ptr)
+
+    def _forget(self):
+        """The cleanup hook (or a failed open): let go of the loop."""
+        _loop_clients.pop(self.id, None)
+        self.ptr = None
+        self.cleaned = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for fd in list(self.fds):
+            try:
+                self.watch_fd(fd, 0)
+            except Exception:  # the loop is closed: nothing to remove
+                self.fds.pop(fd, None)
+        w, self.watch = self.watch, None
+        if w is not None:  # done with: finish it now, not when it is collected
+            try:
+                w.aclose().send(None)
+            except (StopIteration, RuntimeError):  # RuntimeError: we are inside it
+                pass
+
+    # -- closing
+
+    def close(self):
+        """dlock_client_close, on the loop's thread. Pending acquires end with Cancelled, held
+        locks are released; the teardown may finish on the loop's next turns (cleanup)."""
+        if self.closed:
+            return
+        self.closed = True
+        h, self.h = self.h, None
+        if h and self.pid == os.getpid():
+            _c.dlock_client_close(h)
+
+    async def aclose(self):
+        """close(), then lets the loop turn until the cleanup hook has run (at most ~5 s)."""
+        self.close()
+        end = time.monotonic() + 5
+        while not self.cleaned and self.pid == os.getpid() and time.monotonic() < end:
+            await asyncio.sleep(0.002)
+
+    def close_from_anywhere(self):
+        """close() from any thread (Client.close)."""
+        if self.closed:
+            return
+        loop = self.loop
+        if self.pid != os.getpid():
+            self.closed = True
+            return
+        if loop.is_closed():
+            self._abandon()
+            return
+        if threading.get_ident() == self.thread:
+            self.close()
+            if not self.cleaned and not loop.is_running() and not loop.is_closed():
+                try:  # the loop is idle on this thread: turn it until the teardown is done
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    loop.run_until_complete(self.aclose())
+            return
+        if loop.is_closed():
+            self._abandon()
+            return
+        done = threading.Event()
+
+        def close_there():
+            try:
+                self.close()
+            finally:
+                done.set()
+
+        try:
+            loop.call_soon_threadsafe(close_there)
+        except RuntimeError:  # closed meanwhile
+            self._abandon()
+            return
+        if loop.is_running():
+            done.wait(5)
+        # else: it runs when the loop next turns
+
+    def _abandon(self):
+        """The loop closed with this client open (loop.close() with no shutdown_asyncgens):
+        nothing can drive it any more. Its locks expire on the server."""
+        self.closed = True
+        self.h = None
+        warnings.warn("dlock: an asyncio event loop was closed with a dlock client open on it "
+                      "(use asyncio.run, or loop.shutdown_asyncgens() before loop.close(), or "
+                      "close the dlock.Client first): its locks are left to expire",
+                      ResourceWarning)
+
+    def blocking_ok(self):
+        """Whether a blocking dlock call on this client can be answered now from this thread."""
+        if self.closed or self.cleaned:
+            return True  # answered at once (NotHeld)
+        if threading.get_ident() == self.thread:
+            return not self.loop.is_closed()
+        return self.loop.is_running()
+
+
+async def _until_shutdown(lc):
+    try:
+        yield
+    finally:
+        if not lc.cleaned:
+            await lc.aclose()
+
+
+def _hook_watch_fd(ctx, loop_ptr, fd, events, fd_data):
+    try:
+        lc = _loop_clients.get(ctx)
+        if lc is not None:
+            lc.ptr = loop_ptr
+            lc.watch_fd(fd, events)
+    except BaseException:
+        _report_callback_exception("the asyncio watch_fd hook")
+
+
+def _hook_set_timer(ctx, loop_ptr, ms):
+    try:
+        lc = _loop_clients.get(ctx)
+        if lc is not None:
+            lc.ptr = loop_ptr
+            lc.set_timer(ms)
+    except BaseException:
+        _report_callback_exception("the asyncio set_timer hook")
+
+
+def _hook_cleanup(ctx):
+    try:
+        lc = _loop_clients.get(ctx)
+        if lc is not None:
+            lc._forget()
+    except BaseException:
+        _report_callback_exception("the asyncio cleanup hook")
+
+
+def _done_acquire(status, handle, arg):
+    try:
+        op = _ops.pop(arg, None)
+        if op is None:  # nobody waits any more: give back what we were handed
+            if handle:
+                _c.dlock_release_async(handle, None, None)
+            return
+        message = _c.dlock_last_error().decode("utf-8", "replace") if status else None
+        op(status, handle, message)
+    except BaseException:
+        _report_callback_exception("an async completion")
+
+
+def _done(status, arg):
+    try:
+        op = _ops.pop(arg, None)
+        if op is not None:
+            message = _c.dlock_last_error().decode("utf-8", "replace") if status else None
+            op(status, None, message)
+    except BaseException:
+        _report_callback_exception("an async completion")
+
+
+def _lost(name, token, arg):
+    try:
+        _on_lost(arg)
+    except BaseException:
+        _report_callback_exception("on_lost callback")
+
+
+_WATCH_CB = _lib.WATCH_FD_FN(_hook_watch_fd)
+_TIMER_CB = _lib.SET_TIMER_FN(_hook_set_timer)
+_CLEANUP_CB = _lib.CLEANUP_FN(_hook_cleanup)
+_HOOKS = _lib.LoopHooks(_WATCH_CB, _TIMER_CB, _CLEANUP_CB)
+_ACQUIRE_CB = _lib.ACQUIRE_FN(_done_acquire)
+_DONE_CB = _lib.DONE_FN(_done)
+_LOST_CB = _lib.LOST_FN(_lost)
+
+
+def _give_back_hooked(h, slot):
+    """_give_back for a lock of a _LoopClient, on its loop's thread."""
+    op_id = next(_ids)
+    _ops[op_id] = lambda status, handle, message: slot and slot.drop()
+    if _c.on_loop.dlock_release_async(h, _DONE_CB, op_id) != 0:  # closed client: freed, no done
+        _ops.pop(op_id, None)
+        if slot is not None:
+            slot.drop()
+
+
+def _give_back_on(lc, h, slot):
+    """Gives back a lock of lc from any thread, without waiting or raising."""
+    if threading.get_ident() == lc.thread:
+        _give_back_hooked(h, slot)
+        return
+    try:
+        lc.loop.call_soon_threadsafe(_give_back_hooked, h, slot)
+    except RuntimeError:  # the loop is closed: left to expire
+        if slot is not None:
+            slot.drop()
+
+
+def _not_on_loop(lock, lc, what):
+    return InvalidArgument(
+        f"lock {lock.name!r} was acquired through asyncio, on an event loop that "
+        f"{'is closed' if lc.loop.is_closed() else 'is not running now'}: {what} it with "
+        "await on that loop, or from another thread while the loop runs")
 
 
 # ----- inspection ------------------------------------------------------------------------------
@@ -662,9 +963,10 @@ class _Spec:
             raise TypeError(f"fair must be a bool, not {type(fair).__name__}")
         self.fair = fair
 
-    def build(self, wait_ms, on_lost):
+    def build(self, wait_ms, on_lost, hooked=False):
         """A dlock_options for one acquire, and its on_lost slot: (pointer or None, slot or None).
-        on_lost is this acquire's callback (the spec's, or one that hands it to a loop)."""
+        on_lost is this acquire's callback (the spec's, or one that hands it to a loop). hooked:
+        for a _LoopClient, whose on_lost is a C callback on the loop's thread (not the queue)."""
         if (self.lease_ms is None and wait_ms == 0 and self.heartbeat_ms is None
                 and self.retry_ms is None and self.owner is None and on_lost is None
                 and self.kind is None and self.permits is None and self.fair is None):
@@ -692,7 +994,10 @@ class _Spec:
             slot = None
             if on_lost is not None:
                 slot = _LostSlot(on_lost)
-                _check(_c.dlock_options_set_on_lost_queued(o, _queue_now(), slot.id))
+                if hooked:
+                    _check(_c.dlock_options_set_on_lost(o, _LOST_CB, slot.id))
+                else:
+                    _check(_c.dlock_options_set_on_lost_queued(o, _queue_now(), slot.id))
         except BaseException:
             _c.dlock_options_free(o)
             raise
@@ -755,10 +1060,38 @@ class Client:
         if b"\0" in burl:
             raise InvalidArgument("url must not contain NUL bytes")
         self._url_redacted = _url_shown(burl)
+        self._burl = burl
+        # The async API's clients, one per event loop, driven by that loop (_LoopClient). The
+        # sync API's client (its own libevent thread) is self._h, opened on first sync use when
+        # this Client is made inside a running event loop, else here.
+        self._loops: "Dict[Any, _LoopClient]" = {}
+        loop = _running_loop()
+        if loop is not None and _use_async_c:
+            self._loops[loop] = _LoopClient(burl, loop)  # connects now: errors show here
+        else:
+            self._h = self._open_owned()
+
+    def _open_owned(self):
         _events()  # this process's queue and dlock-events thread, before any lock needs them
         handle = ctypes.c_void_p()
-        _check(_c.dlock_client_open(burl, ctypes.byref(handle)))
-        self._h = handle.value
+        _check(_c.dlock_client_open(self._burl, ctypes.byref(handle)))
+        return handle.value
+
+    def _loop_client(self, loop) -> "_LoopClient":
+        """This Client's _LoopClient on loop (the running one), opened on first use."""
+        self._check_process()
+        lc = self._loops.get(loop)
+        if lc is not None and not lc.closed:
+            return lc
+        with self._mu:
+            if self._closed:
+                raise InvalidArgument(f"client {self._url_redacted} is closed")
+            for other in [k for k, v in self._loops.items() if v.closed or k.is_closed()]:
+                del self._loops[other]
+            lc = self._loops.get(loop)
+            if lc is None:
+                lc = self._loops[loop] = _LoopClient(self._burl, loop)
+            return lc
 
     # -- lifetime
 
@@ -769,7 +1102,7 @@ class Client:
         that opened it, only marks it closed: the connections, thread and locks are the
         parent's, which keeps them."""
         if self._forked():
-            self._closed, self._h = True, None
+            self._closed, self._h, self._loops = True, None, {}
             return
         with self._mu:
             if self._closed:
@@ -778,12 +1111,29 @@ class Client:
             while self._inflight:
                 self._mu.wait()
             h, self._h = self._h, None
+            loops, self._loops = list(self._loops.values()), {}
+        for lc in loops:  # each on its loop's thread (or by it)
+            lc.close_from_anywhere()
         if h:
             _c.dlock_client_close(h)
 
     async def aclose(self) -> None:
-        """close() in a worker thread."""
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
+        """close() without blocking the event loop: this loop's client closes here, on the loop
+        (its pending acquires end with Cancelled, its locks are released); the others, and the
+        sync API's client, in a worker thread."""
+        loop = asyncio.get_running_loop()
+        if self._forked():
+            self.close()
+            return
+        lc = self._loops.get(loop)
+        if lc is not None:
+            lc.close()
+        if self._h is None and all(v.closed for v in self._loops.values()):
+            self.close()  # nothing left that could block
+        else:
+            await loop.run_in_executor(None, self.close)
+        if lc is not None:
+            await lc.aclose()
 
     @property
     def closed(self) -> bool:
@@ -803,7 +1153,7 @@ class Client:
 
     def __del__(self) -> None:
         try:
-            if not self._closed and self._h:
+            if not self._closed and (self._h or self._loops):
                 self.close()
         except Exception:
             pass
@@ -825,10 +1175,13 @@ class Client:
                 "fork, e.g. in gunicorn's post_fork or Celery's worker_process_init)")
 
     def _enter(self):
+        """The sync API's client (opened now if it is not yet), counted as in use."""
         self._check_process()
         with self._mu:
             if self._closed:  # the library's handle is gone: nothing to ask
                 raise InvalidArgument(f"client {self._url_redacted} is closed")
+            if self._h is None:
+                self._h = self._open_owned()
             self._inflight += 1
             return self._h
 
@@ -951,10 +1304,10 @@ class Client:
     @_options_of(lock)
     async def aacquire(self, name: _Name, **options: Any) -> "Lock":
         """acquire() for asyncio: waits without blocking the event loop or holding a thread
-        (the library's async API and completion queue; with DLOCK_PY_FORCE_THREADS=1, a worker
-        thread per waiting call). Returns the held Lock, or raises NotAcquired.
+        (a client driven by this event loop itself, opened on first use here: no thread hop;
+        with DLOCK_PY_FORCE_THREADS=1, a worker thread per waiting call). Returns the held Lock, or raises NotAcquired.
         Cancelling the awaiting task cancels the acquire (and gives back a lock that arrived at
-        the same moment). on_lost(lock) runs on this event loop (call_soon_threadsafe)."""
+        the same moment). on_lost(lock) runs on this event loop (call_soon)."""
         lock = self._unchecked_lock(name, options)
         await lock._aacquire(lock._wait_ms, True)
         return lock
@@ -1063,7 +1416,7 @@ class Lock:
     """
 
     __slots__ = ("_client", "_spec", "_wait_ms", "_bname", "_h", "_mu", "_slot", "_busy",
-                 "_token", "_attempts", "name", "__weakref__")
+                 "_token", "_attempts", "_lc", "name", "__weakref__")
 
     name: _Name  # the name as given to client.lock()
 
@@ -1073,6 +1426,7 @@ class Lock:
         self._spec = spec
         self._wait_ms = wait_ms
         self._h = None
+        self._lc: Optional[_LoopClient] = None  # the hold's client when asyncio acquired it
         self._mu = threading.Lock()
         self._slot = None
         self._busy = False       # an acquire is under way
@@ -1149,10 +1503,10 @@ class Lock:
         with self._mu:
             self._busy = False
 
-    def _install(self, h, slot):
+    def _install(self, h, slot, lc=None):
         token, attempts = int(_c.dlock_lock_fencing_token(h)), int(_c.dlock_lock_attempts(h))
         with self._mu:
-            self._h, self._slot = h, slot
+            self._h, self._slot, self._lc = h, slot, lc
             self._token, self._attempts = token, attempts
             self._busy = False
         if slot is not None:
@@ -1227,15 +1581,17 @@ class Lock:
     # -- release and extend
 
     def _take(self):
-        """Takes the handle and its slot out of this Lock: (None, None) if it holds nothing."""
+        """Takes the handle, its slot and its _LoopClient (None: the sync API's client) out of
+        this Lock: (None, None, None) if it holds nothing."""
         self._client._check_process()
         with self._mu:
             h, self._h = self._h, None
             if not h:
-                return None, None
+                return None, None, None
             slot, self._slot = self._slot, None
+            lc, self._lc = self._lc, None
             self._token = None
-        return h, slot
+        return h, slot, lc
 
     def _not_held_error(self):
         return NotHeld(f"lock {self.name!r} is not held by this Lock object (never acquired, "
@@ -1244,8 +1600,14 @@ class Lock:
     def release(self) -> None:
         """Releases the lock. Raises NotHeld if this object does not hold it, or if the hold
         had been lost (expired, taken over, released by Client.close); this object holds
-        nothing afterwards either way, and may acquire again."""
-        h, slot = self._take()
+        nothing afterwards either way, and may acquire again.
+        A hold taken through asyncio is released through its event loop's client: on the
+        loop's thread this blocks the loop for one round trip (prefer await arelease()); from
+        another thread it needs the loop running (InvalidArgument otherwise)."""
+        lc = self._lc
+        if lc is not None and not lc.blocking_ok():
+            raise _not_on_loop(self, lc, "release")
+        h, slot, lc = self._take()
         if not h:
             raise self._not_held_error()
         status = _c.dlock_release(h)
@@ -1270,13 +1632,26 @@ class Lock:
         with self._mu:
             if not self._h:
                 raise self._not_held_error()
+            lc = self._lc
+            if lc is not None and not lc.closed:
+                if threading.get_ident() == lc.thread:
+                    # the library refuses it (DLOCK_EINVAL): it would wait for the loop it blocks
+                    raise InvalidArgument(
+                        f"lock {self.name!r} was acquired through asyncio on this thread's event "
+                        "loop, which drives it: extend() here would wait for the loop it blocks. "
+                        "Use await lock.aextend()")
+                if not lc.blocking_ok():
+                    raise _not_on_loop(self, lc, "extend")
             _check(_c.dlock_extend(self._h, ms))
 
     def _release_async_quietly(self):
         """Releases without waiting and without raising (for holds nobody wants)."""
-        h, slot = self._take()
+        h, slot, lc = self._take()
         if h:
-            _give_back(h, slot)
+            if lc is not None:
+                _give_back_on(lc, h, slot)
+            else:
+                _give_back(h, slot)
 
     # -- asyncio
 
@@ -1299,6 +1674,87 @@ class Lock:
                 def on_lost(lock, _guard=guard_on_lost, _user=on_lost):
                     _guard(lock)
                     _user(lock)
+        if not _use_async_c:
+            return await self._aacquire_in_thread(loop, wait_ms, must, on_lost)
+        lc = self._client._loop_client(loop)
+        if on_lost is not None:
+            user_on_lost = on_lost
+
+            def on_lost(lock, _loop=loop, _cb=user_on_lost):
+                # On the loop's thread already, inside a dlock call: the user's callback runs
+                # on the loop's next turn, outside it.
+                try:
+                    _loop.call_soon(_cb, lock)
+                except RuntimeError:  # loop closed: nobody to tell
+                    pass
+
+        self._begin()
+        try:
+            opts, slot = self._spec.build(wait_ms, on_lost, True)
+        except BaseException:
+            self._end()
+            raise
+        fut = loop.create_future()
+        op_id = next(_ids)
+
+        def completed(status, handle, message):
+            """On the loop's thread, inside dlock_loop_fd_ready (or the dlock call that ended
+            it): settles fut at once, installing the hold in this object, or gives it back when
+            the awaiting task is gone."""
+            if fut.done():  # the awaiting task was cancelled meanwhile
+                if status == 0:
+                    _give_back_hooked(handle, slot)
+                elif slot is not None:
+                    slot.drop()
+            elif status == 0:
+                self._install(handle, slot, lc)
+                fut.set_result(True)
+            else:
+                if slot is not None:
+                    slot.drop()
+                self._end()
+                if status == NotAcquired.status and not must:
+                    fut.set_result(False)
+                else:
+                    fut.set_exception(_error(status, message))
+
+        _ops[op_id] = completed
+        err = None
+        try:
+            try:
+                status = _c.on_loop.dlock_acquire_async(lc.h, self._bname, opts, _ACQUIRE_CB, op_id)
+                if status != 0:
+                    err = _error(status)
+            finally:
+                if opts:
+                    _c.dlock_options_free(opts)
+        except BaseException:
+            err = sys.exc_info()[1]
+        if err is not None:
+            if _ops.pop(op_id, None) is not None:
+                if slot is not None:
+                    slot.drop()
+                self._end()
+            raise err
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                # granted, but the task was cancelled before it resumed: nobody holds it
+                if fut.exception() is None and fut.result():
+                    self._release_async_quietly()
+            else:
+                fut.cancel()  # completed() gives back what comes later
+                self._end()
+                if lc.h and op_id in _ops:
+                    # its done runs with DLOCK_ECANCELLED (or with the lock, given back)
+                    _c.dlock_acquire_cancel(lc.h, op_id)
+            raise
+
+    async def _aacquire_in_thread(self, loop, wait_ms, must, on_lost):
+        """The DLOCK_PY_FORCE_THREADS=1 path: a worker thread of its own waits in dlock_acquire
+        (the sync API's client), and hands the outcome to the loop (a thread pool's workers
+        could all end up waiting)."""
         if on_lost is not None:
             user_on_lost = on_lost
 
@@ -1311,9 +1767,8 @@ class Lock:
         fut = loop.create_future()
 
         def outcome(status, handle, slot, message):
-            """From any thread: settles fut on its loop, installing the hold in this object,
-            or giving it back when the awaiting task is gone. message: the library's words, or
-            the exception to raise."""
+            """From the worker: settles fut on its loop, installing the hold in this object,
+            or giving it back when the awaiting task is gone. message: the exception."""
             def settle():
                 if fut.done():  # the awaiting task was cancelled meanwhile
                     if status == 0:
@@ -1325,10 +1780,8 @@ class Lock:
                     self._end()
                     if status == NotAcquired.status and not must:
                         fut.set_result(False)
-                    elif isinstance(message, BaseException):
-                        fut.set_exception(message)
                     else:
-                        fut.set_exception(_error(status, message))
+                        fut.set_exception(message)
 
             try:
                 loop.call_soon_threadsafe(settle)
@@ -1338,107 +1791,72 @@ class Lock:
                     _give_back(handle, slot)
 
         self._begin()
-        if not _use_async_c:
-            # A worker thread of its own waits in dlock_acquire, and hands the outcome to the
-            # loop as the queue does below (a thread pool's workers could all end up waiting).
-            def run():
-                try:
-                    h, slot = self._acquire_raw(wait_ms, on_lost)
-                except NotAcquired as e:
-                    outcome(NotAcquired.status, None, None, e)
-                except BaseException as e:  # delivered to the awaiting task
-                    outcome(-1, None, None, e)
-                else:
-                    outcome(0, h, slot, None)
 
-            threading.Thread(target=run, name="dlock-acquire", daemon=True).start()
-            return await self._await_outcome(fut, None)
-
-        try:
-            opts, slot = self._spec.build(wait_ms, on_lost)
-        except BaseException:
-            self._end()
-            raise
-        op_id = next(_ids)
-
-        def completed(status, handle, message):  # on the dlock-events thread
-            if status != 0 and slot is not None:
-                slot.drop()
-            outcome(status, handle, slot, message)
-
-        _pending[op_id] = completed
-        try:
+        def run():
             try:
-                h = self._client._enter()
-                try:
-                    status = _c.dlock_acquire_queued(h, self._bname, opts, _queue_now(), op_id)
-                    err = _error(status) if status != 0 else None
-                finally:
-                    self._client._leave()
-            finally:
-                if opts:
-                    _c.dlock_options_free(opts)
-        except BaseException:
-            _pending.pop(op_id, None)
-            if slot is not None:
-                slot.drop()
-            self._end()
-            raise
-        if err is not None:
-            _pending.pop(op_id, None)
-            if slot is not None:
-                slot.drop()
-            self._end()
-            raise err
-        return await self._await_outcome(fut, op_id)
+                h, slot = self._acquire_raw(wait_ms, on_lost)
+            except NotAcquired as e:
+                outcome(NotAcquired.status, None, None, e)
+            except BaseException as e:  # delivered to the awaiting task
+                outcome(-1, None, None, e)
+            else:
+                outcome(0, h, slot, None)
 
-    async def _await_outcome(self, fut, op_id):
-        """Awaits an acquire's fut; if the awaiting task is cancelled, cancels the acquire (op_id:
-        a queued one; None: a worker thread's, whose lock is given back once it comes)."""
+        threading.Thread(target=run, name="dlock-acquire", daemon=True).start()
         try:
             return await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                # granted, but the task was cancelled before it resumed: nobody holds it
                 if fut.exception() is None and fut.result():
                     self._release_async_quietly()
             else:
                 fut.cancel()  # settle() gives back what comes later
                 self._end()
-                if op_id is None:
-                    raise
-                try:
-                    h = self._client._enter()
-                except InvalidArgument:
-                    h = None  # closed: close() cancelled it already
-                if h:
-                    try:
-                        # EINVAL if it completed meanwhile: settle() gives back what came
-                        _c.dlock_acquire_cancel_queued(h, _queue_now(), op_id)
-                    finally:
-                        self._client._leave()
             raise
 
     async def arelease(self) -> None:
         """release() without blocking the event loop."""
         loop = asyncio.get_running_loop()
-        if not _use_async_c:
+        lc = self._lc
+        if not _use_async_c or (lc is not None and lc.loop is not loop and not lc.closed):
+            # the thread path; or a hold of another loop's client: released from a worker
+            # thread while that loop runs
             return await loop.run_in_executor(None, self.release)
-        h, slot = self._take()
+        h, slot, lc = self._take()
         if not h:
             raise self._not_held_error()
         fut = loop.create_future()
         op_id = next(_ids)
 
-        def completed(status, handle, message):
-            if slot is not None:  # release is done: on_lost is neither running nor going to run
-                slot.drop()
-            _deliver(loop, fut, status, None, message)
+        if lc is None:  # acquired with the sync API: its client's queue
+            def completed(status, handle, message):  # on the dlock-events thread
+                if slot is not None:  # release is done: on_lost is neither running nor going to run
+                    slot.drop()
+                _deliver(loop, fut, status, None, message)
 
-        _pending[op_id] = completed
-        status = _c.dlock_release_queued(h, _queue_now(), op_id)
-        if status != 0:  # only argument errors come back here; h was freed either way
-            _pending.pop(op_id, None)
+            _pending[op_id] = completed
+            status = _c.dlock_release_queued(h, _queue_now(), op_id)
+            if status != 0:  # only argument errors come back here; h was freed either way
+                _pending.pop(op_id, None)
+                if slot is not None:
+                    slot.drop()
+                raise _error(status)
+            await fut
+            return
+
+        def completed_here(status, handle, message):  # on the loop's thread
+            if slot is not None:
+                slot.drop()
+            if not fut.done():
+                if status != 0:
+                    fut.set_exception(_error(status, message))
+                else:
+                    fut.set_result(None)
+
+        _ops[op_id] = completed_here
+        status = _c.on_loop.dlock_release_async(h, _DONE_CB, op_id)
+        if status != 0:  # a closed client (NOT_HELD at once, done not called); h is freed
+            _ops.pop(op_id, None)
             if slot is not None:
                 slot.drop()
             raise _error(status)
@@ -1450,19 +1868,35 @@ class Lock:
         ms = self._extend_ms(lease, lease_ms)
         self._client._check_process()
         loop = asyncio.get_running_loop()
-        if not _use_async_c:
+        lc = self._lc
+        if not _use_async_c or (lc is not None and lc.loop is not loop and not lc.closed):
             return await loop.run_in_executor(None, lambda: self.extend(lease_ms=ms))
         fut = loop.create_future()
         op_id = next(_ids)
-        _pending[op_id] = lambda status, handle, message: _deliver(loop, fut, status, None, message)
         with self._mu:
             if not self._h:
-                _pending.pop(op_id, None)
                 raise self._not_held_error()
-            status = _c.dlock_extend_queued(self._h, ms, _queue_now(), op_id)
-            if status != 0:
-                _pending.pop(op_id, None)
-                raise _error(status)
+            lc = self._lc
+            if lc is None:  # acquired with the sync API: its client's queue
+                _pending[op_id] = (lambda status, handle, message:
+                                   _deliver(loop, fut, status, None, message))
+                status = _c.dlock_extend_queued(self._h, ms, _queue_now(), op_id)
+                if status != 0:
+                    _pending.pop(op_id, None)
+                    raise _error(status)
+            else:
+                def completed(status, handle, message):  # on the loop's thread
+                    if not fut.done():
+                        if status != 0:
+                            fut.set_exception(_error(status, message))
+                        else:
+                            fut.set_result(None)
+
+                _ops[op_id] = completed
+                status = _c.on_loop.dlock_extend_async(self._h, ms, _DONE_CB, op_id)
+                if status != 0:
+                    _ops.pop(op_id, None)
+                    raise _error(status)
         await fut
 
     # -- context managers: acquire on entry, release on exit, every time
@@ -1524,8 +1958,14 @@ class Lock:
                     self._h = self._slot = None
                     return
                 warnings.warn(f"unreleased {self!r}", ResourceWarning, source=self)
-                h, slot = self._take()
-                if h:  # no dlock call here: see _orphans
+                h, slot, lc = self._take()
+                if h and lc is not None:  # its loop gives it back (no dlock call here)
+                    try:
+                        lc.loop.call_soon_threadsafe(_give_back_hooked, h, slot)
+                    except RuntimeError:  # the loop is closed: left to expire
+                        if slot is not None:
+                            slot.drop()
+                elif h:  # no dlock call here: see _orphans
                     _orphans.append((h, slot))
                     ev = _events_now  # made when the client opened, in this process
                     if ev is not None and ev.pid == os.getpid():

@@ -22,7 +22,7 @@ BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), SONAME)
 # What the bundled library needs from the system, as Debian names it (the libdlock0 package's
 # dependencies, less libc and the C++ runtime). tests/test_build.py checks it against the
 # library's DT_NEEDED entries.
-SYSTEM_PACKAGES = ("libcurl4", "libevent-core-2.1-7", "libevent-openssl-2.1-7",
+SYSTEM_PACKAGES = ("libcurl4", "libevent-core-2.1-7",
                    "libevent-pthreads-2.1-7", "libhiredis0.14", "libssl3")
 
 
@@ -72,6 +72,12 @@ def load() -> Tuple[ctypes.CDLL, str]:
             if explicit:
                 break
             continue
+        # The calls the event loop makes on its own thread (asyncio), through PyDLL: they keep
+        # the GIL, so the callbacks they run (hooks, done, on_lost) take no GIL hand-over. They
+        # never block on that thread (a hooks client's _async calls only queue work).
+        gil = ctypes.PyDLL(path)
+        _declare(gil)
+        lib.on_loop = gil
         version = lib.dlock_version().decode()
         major = int(version.split(".")[0])
         if major != SUPPORTED_MAJOR:
@@ -98,9 +104,27 @@ c_options_p = ctypes.c_void_p
 c_queue_p = ctypes.c_void_p
 c_info_p = ctypes.c_void_p
 
-# No callback crosses from C: outcomes of async calls and lost locks come back through a
-# dlock_queue (tagged with small integers) that a Python thread drains, so the library's own
-# thread (heartbeats) never waits for the GIL.
+# Callbacks from C. The owned-thread client (the sync API) calls none: its outcomes and lost
+# locks come back through a dlock_queue (tagged with small integers) that a Python thread
+# drains, so the library's own thread (heartbeats) never waits for the GIL. The asyncio side
+# drives a client from the event loop through dlock_client_open_hooks: its hooks and its done /
+# on_lost callbacks are the CFUNCTYPEs below, called only on the loop's thread, from inside a
+# dlock call that thread made (so the GIL is that thread's already). The binding makes one
+# object of each, at module level, kept for the life of the process: C may call them at any
+# time after a call that names them.
+c_loop_p = ctypes.c_void_p
+WATCH_FD_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, c_loop_p, ctypes.c_int, ctypes.c_uint32,
+                               ctypes.POINTER(ctypes.c_void_p))
+SET_TIMER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, c_loop_p, ctypes.c_int64)
+CLEANUP_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+ACQUIRE_FN = ctypes.CFUNCTYPE(None, c_status, c_lock_p, ctypes.c_void_p)
+DONE_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_void_p)
+LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p)
+
+
+class LoopHooks(ctypes.Structure):
+    """dlock_loop_hooks."""
+    _fields_ = [("watch_fd", WATCH_FD_FN), ("set_timer", SET_TIMER_FN), ("cleanup", CLEANUP_FN)]
 
 
 def _fn(lib, name, restype, argtypes):
@@ -148,6 +172,17 @@ def _declare(lib):
     _fn(lib, "dlock_options_set_fair", c_status, [c_options_p, ctypes.c_int])
     _fn(lib, "dlock_client_capabilities", ctypes.c_uint32, [c_client_p])
     _fn(lib, "dlock_inspect", c_status, [c_client_p, ctypes.c_char_p, ctypes.POINTER(c_info_p)])
+    # the hook table and the _async calls (asyncio)
+    _fn(lib, "dlock_client_open_hooks", c_status,
+        [ctypes.c_char_p, ctypes.POINTER(LoopHooks), ctypes.c_void_p, ctypes.POINTER(c_client_p)])
+    _fn(lib, "dlock_loop_fd_ready", None, [c_loop_p, ctypes.c_int, ctypes.c_uint32])
+    _fn(lib, "dlock_loop_timer_fired", None, [c_loop_p])
+    _fn(lib, "dlock_acquire_async", c_status,
+        [c_client_p, ctypes.c_char_p, c_options_p, ACQUIRE_FN, ctypes.c_void_p])
+    _fn(lib, "dlock_acquire_cancel", c_status, [c_client_p, ctypes.c_void_p])
+    _fn(lib, "dlock_release_async", c_status, [c_lock_p, DONE_FN, ctypes.c_void_p])
+    _fn(lib, "dlock_extend_async", c_status, [c_lock_p, ctypes.c_uint64, DONE_FN, ctypes.c_void_p])
+    _fn(lib, "dlock_options_set_on_lost", c_status, [c_options_p, LOST_FN, ctypes.c_void_p])
     _fn(lib, "dlock_info_free", None, [c_info_p])
     _fn(lib, "dlock_info_holders", ctypes.c_uint32, [c_info_p])
     _fn(lib, "dlock_info_owner", ctypes.c_char_p, [c_info_p, ctypes.c_uint32])

@@ -1394,6 +1394,257 @@ class Asyncio(Base):
         asyncio.run(main())
 
 
+@unittest.skipUnless(dlock._use_async_c, "the event-loop client (not the thread fallback)")
+class LoopDriven(unittest.TestCase):
+    """The async API on a client driven by the event loop itself (dlock_client_open_hooks through
+    loop.add_reader / add_writer / call_later): no thread hop, no thread of dlock's own."""
+
+    def test_no_thread_and_every_completion_on_the_loop(self):
+        name = unique("hooks")
+
+        def threads():
+            return len(os.listdir("/proc/self/task"))
+
+        async def main():
+            before = threads()
+            me = threading.get_ident()
+            lost_on = []
+            async with dlock.Client(URL) as client:  # made on the loop: no owned thread
+                lk = await client.aacquire(name, lease=3, heartbeat=0.1,
+                                           on_lost=lambda l: lost_on.append(threading.get_ident()))
+                self.assertEqual(lk._lc.thread, me)
+                await lk.aextend(5)
+                self.assertGreater(lk.remaining_ms, 3000)
+                await lk.arelease()
+                for _ in range(50):
+                    async with client.alock(name, lease=2):
+                        pass
+                holder = await client.aacquire(name)
+                waiter = asyncio.ensure_future(client.aacquire(name, timeout=5))
+                await asyncio.sleep(0.05)
+                await holder.arelease()  # the waiter is woken by the release's message
+                got = await waiter
+                lk2 = await client.aacquire(unique("hooks-lost"), lease=3, heartbeat=0.1,
+                                            on_lost=lambda l: lost_on.append(threading.get_ident()))
+                cli("DEL", f"dlock:{{{lk2.name}}}")
+                for _ in range(300):
+                    if lost_on:
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertEqual(lost_on, [me])  # on the loop's own thread
+                with self.assertRaises(dlock.NotHeld):
+                    await lk2.arelease()
+                # Every completion ran with no dlock thread alive: on this thread, the loop's.
+                self.assertEqual(threads(), before)
+                self.assertNotIn("dlock-events", [t.name for t in threading.enumerate()
+                                                  if t.ident != me and t.name == "dlock-events"
+                                                  and dlock._events_now is None])
+                self.assertIsNone(client._h)  # the sync API's client was never opened
+                await got.arelease()
+            self.assertEqual(threads(), before)
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+        self.assertFalse(dlock._loop_clients)
+        self.assertTrue(wait_for(lambda: not dlock._ops and not dlock._lost_slots),
+                        (dlock._ops, dlock._lost_slots))
+
+    def test_cancelling_a_pending_acquire_cancels_it_in_the_library(self):
+        name = unique("hooks-cancel")
+
+        async def main():
+            async with dlock.Client(URL) as client:
+                holder = await client.aacquire(name)
+                task = asyncio.ensure_future(client.aacquire(name))
+                await asyncio.sleep(0.1)
+                self.assertEqual(listening(name), 1)
+                task.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await task
+                await asyncio.sleep(0.05)
+                self.assertFalse(dlock._ops)  # its done ran (DLOCK_ECANCELLED)
+                await holder.arelease()
+                await asyncio.sleep(0.1)
+                self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")  # nobody took it
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+
+    def test_two_loops_on_two_threads_share_one_client(self):
+        name = unique("hooks-two")
+        client = dlock.Client(URL)
+        self.addCleanup(client.close)
+        counter = [0]
+        tokens = []
+        loops = []
+        errors = []
+
+        async def worker():
+            loops.append(asyncio.get_running_loop())
+            for _ in range(30):
+                async with client.alock(name, lease=5) as lk:
+                    tokens.append(lk.fencing_token)
+                    v = counter[0]
+                    await asyncio.sleep(0.001)
+                    counter[0] = v + 1
+
+        def run():
+            try:
+                asyncio.run(worker())
+            except BaseException as e:
+                errors.append(e)
+
+        ts = [threading.Thread(target=run) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        self.assertEqual(errors, [])
+        self.assertEqual(counter[0], 60)
+        self.assertEqual(tokens, sorted(tokens))
+        self.assertEqual(len(set(tokens)), 60)
+        # each loop had its own client, closed when its asyncio.run ended
+        self.assertFalse(dlock._loop_clients)
+        self.assertTrue(all(v.closed for v in client._loops.values()))
+        client.acquire(name, blocking=False).release()  # the sync API still works
+
+    def test_close_from_another_thread_cancels_the_loops_pending_acquire(self):
+        name = unique("hooks-close")
+        holder_client = dlock.Client(URL)
+        self.addCleanup(holder_client.close)
+        holder = holder_client.acquire(name)
+        client = dlock.Client(URL)
+        waiting = threading.Event()
+        outcome = []
+
+        async def main():
+            task = asyncio.ensure_future(client.aacquire(name))
+            await asyncio.sleep(0.1)
+            waiting.set()
+            try:
+                await asyncio.wait_for(task, 10)
+            except BaseException as e:
+                outcome.append(e)
+
+        t = threading.Thread(target=lambda: asyncio.run(main()))
+        t.start()
+        self.assertTrue(waiting.wait(10))
+        client.close()  # not the loop's thread: it closes that client on its loop
+        t.join(15)
+        self.assertEqual(len(outcome), 1)
+        self.assertIsInstance(outcome[0], dlock.Cancelled)
+        self.assertIn("closed", str(outcome[0]))
+        holder.release()
+        self.assertFalse(dlock._loop_clients)
+
+    def test_sync_release_and_extend_of_an_async_hold(self):
+        name = unique("hooks-sync")
+        client = dlock.Client(URL)
+        self.addCleanup(client.close)
+        key = f"dlock:{{{name}}}"
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            lk = await client.aacquire(name, lease=5)
+            # extend() on the loop's thread would wait for the loop it blocks: refused, clearly
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                lk.extend(20)
+            self.assertIn("aextend", str(cm.exception))
+            # from another thread while the loop runs: fine
+            await loop.run_in_executor(None, lambda: lk.extend(20))
+            self.assertGreater(int(cli("PTTL", key)), 10_000)
+            # release() on the loop's thread: works (holds the loop one round trip)
+            lk.release()
+            self.assertEqual(cli("EXISTS", key), "0")
+            lk = await client.aacquire(name, lease=5)
+            await loop.run_in_executor(None, lk.release)  # from another thread
+            self.assertEqual(cli("EXISTS", key), "0")
+            return await client.aacquire(name, lease=5)
+
+        lk = asyncio.run(main())
+        # asyncio.run's end closed that loop's client: it released what it held
+        self.assertEqual(cli("EXISTS", key), "0")
+        with self.assertRaises(dlock.NotHeld):
+            lk.release()
+        client.acquire(name, blocking=False).release()
+
+    def test_a_loop_closed_without_shutdown_leaves_nothing_hanging(self):
+        name = unique("hooks-closed")
+        client = dlock.Client(URL)
+        loop = asyncio.new_event_loop()
+        lk = loop.run_until_complete(client.aacquire(name, lease=2))
+        loop.close()  # no shutdown_asyncgens: nothing can drive that client any more
+        t0 = time.monotonic()
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            lk.extend(5)
+        self.assertIn("closed", str(cm.exception))
+        with self.assertRaises(dlock.InvalidArgument):
+            lk.release()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            client.close()
+        self.assertLess(time.monotonic() - t0, 3)
+        self.assertTrue(any(issubclass(w.category, ResourceWarning) for w in caught))
+        lk._h = lk._lc = lk._slot = None  # its hold is left to expire
+        dlock._loop_clients.clear()
+
+    def test_a_loop_run_by_hand_is_closed_by_client_close(self):
+        name = unique("hooks-hand")
+        client = dlock.Client(URL)
+        loop = asyncio.new_event_loop()
+        try:
+            lk = loop.run_until_complete(client.aacquire(name, lease=5))
+            self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "1")
+            client.close()  # the loop's thread, loop idle: closed there, the loop turned
+            self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0")
+            self.assertFalse(dlock._loop_clients)
+            with self.assertRaises(dlock.NotHeld):
+                lk.release()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def test_exceptions_in_callbacks_never_reach_c(self):
+        # the hooks and completions catch everything (and say so on stderr)
+        op = next(dlock._ids)
+
+        def boom(*args):
+            raise RuntimeError("a buggy completion")
+
+        dlock._ops[op] = boom
+        with open(os.devnull, "w") as devnull:
+            old, sys.stderr = sys.stderr, devnull
+            try:
+                self.assertIsNone(dlock._done(0, op))
+                self.assertIsNone(dlock._hook_watch_fd(op, None, -1, 1, None))
+                self.assertIsNone(dlock._hook_set_timer(op, None, 5))
+                self.assertIsNone(dlock._hook_cleanup(op))
+            finally:
+                sys.stderr = old
+        self.assertNotIn(op, dlock._ops)
+
+        async def main():
+            async with dlock.Client(URL) as client:
+                lk = await client.aacquire(unique("hooks-raise"), lease=3, heartbeat=0.1,
+                                           on_lost=boom)
+                handled = []
+                asyncio.get_running_loop().set_exception_handler(
+                    lambda loop, ctx: handled.append(ctx))
+                cli("DEL", f"dlock:{{{lk.name}}}")
+                for _ in range(300):
+                    if not lk.valid:
+                        break
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.05)
+                # on_lost ran on the loop, outside C: asyncio's handler saw its exception
+                self.assertFalse(lk.valid)
+                with self.assertRaises(dlock.NotHeld):
+                    await lk.arelease()
+                # and the client still works
+                async with client.alock(unique("hooks-after")):
+                    pass
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+
+
 class Guard(Base):
     """`async with lock.guard():` cancels the block when the lock is lost (issue 31, item 4)."""
 

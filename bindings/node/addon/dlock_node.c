@@ -1,0 +1,692 @@
+/* dlock.node: the Node binding's native path (issue 34). A dlock client driven by Node's own
+ * libuv loop on the JS thread, through dlock_client_open_hooks: a uv_poll_t per socket and one
+ * uv_timer_t per client. Acquire, release and extend are the library's _async calls; their
+ * outcomes reach JS inside the uv callback that read the answer, with no thread in between.
+ *
+ * libdlock is not linked: index.js passes the path of the very library lib/native.js loaded
+ * (DLOCK_LIBRARY, the bundled copy, or the system's), and init() dlopen()s that path, which
+ * hands back the copy already loaded (one copy per process), and dlsym()s the calls below.
+ * Nor are libuv and Node-API linked: Node exports uv_* and napi_*, resolved when it loads us.
+ *
+ * Every handle is unref'd: an idle client keeps no process alive (index.js keeps the loop
+ * going while operations are pending, as on the koffi path). Only the main thread's
+ * environment may load it (one state per process); a worker gets an error, and the koffi path.
+ *
+ * Calls into JS: the uv callbacks open a handle scope and a callback scope (lazily, at the
+ * first outcome of that turn) around dlock_loop_fd_ready / dlock_loop_timer_fired, so every
+ * outcome of one turn runs in one scope and promise jobs and process.nextTick run once, when it
+ * closes (the behaviour of napi_make_callback, batched). */
+#define NAPI_VERSION 8
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <node_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "dlock/dlock.h"
+
+/* Raised with each change of what this file asks of index.js or of the library. */
+#define ADDON_ABI 1
+
+/* ----- the library's calls, found with dlsym --------------------------------------------- */
+
+#define DLOCK_CALLS(X)                                                                          \
+  X(const char *, dlock_version, (void))                                                         \
+  X(const char *, dlock_last_error, (void))                                                      \
+  X(dlock_status, dlock_client_open_hooks,                                                       \
+    (const char *, const dlock_loop_hooks *, void *, dlock_client **))                           \
+  X(void, dlock_client_close, (dlock_client *))                                                  \
+  X(uint32_t, dlock_client_capabilities, (const dlock_client *))                                 \
+  X(void, dlock_loop_fd_ready, (dlock_loop *, int, uint32_t))                                    \
+  X(void, dlock_loop_timer_fired, (dlock_loop *))                                                \
+  X(dlock_options *, dlock_options_new, (void))                                                  \
+  X(void, dlock_options_free, (dlock_options *))                                                 \
+  X(dlock_status, dlock_options_set_lease_ms, (dlock_options *, uint64_t))                       \
+  X(dlock_status, dlock_options_set_heartbeat_ms, (dlock_options *, uint64_t))                   \
+  X(dlock_status, dlock_options_set_wait_ms, (dlock_options *, int64_t))                         \
+  X(dlock_status, dlock_options_set_retry_ms, (dlock_options *, uint64_t, uint64_t))             \
+  X(dlock_status, dlock_options_set_owner, (dlock_options *, const char *))                      \
+  X(dlock_status, dlock_options_set_kind, (dlock_options *, dlock_kind))                         \
+  X(dlock_status, dlock_options_set_permits, (dlock_options *, uint32_t))                        \
+  X(dlock_status, dlock_options_set_fair, (dlock_options *, int))                                \
+  X(dlock_status, dlock_options_set_on_lost_queued, (dlock_options *, dlock_queue *, uint64_t))  \
+  X(dlock_status, dlock_acquire_async,                                                           \
+    (dlock_client *, const char *, const dlock_options *, dlock_acquire_fn, void *))             \
+  X(dlock_status, dlock_acquire_cancel, (dlock_client *, void *))                                \
+  X(dlock_status, dlock_release_async, (dlock_lock *, dlock_done_fn, void *))                    \
+  X(dlock_status, dlock_extend_async, (dlock_lock *, uint64_t, dlock_done_fn, void *))           \
+  X(uint64_t, dlock_lock_fencing_token, (const dlock_lock *))                                    \
+  X(int, dlock_lock_is_valid, (const dlock_lock *))                                              \
+  X(int64_t, dlock_lock_remaining_ms, (const dlock_lock *))                                      \
+  X(uint32_t, dlock_lock_attempts, (const dlock_lock *))                                         \
+  X(dlock_status, dlock_inspect_errbuf,                                                          \
+    (dlock_client *, const char *, dlock_info **, char *, size_t))                               \
+  X(void, dlock_info_free, (dlock_info *))                                                       \
+  X(uint32_t, dlock_info_holders, (const dlock_info *))                                          \
+  X(const char *, dlock_info_owner, (const dlock_info *, uint32_t))                              \
+  X(int64_t, dlock_info_remaining_ms, (const dlock_info *, uint32_t))                            \
+  X(uint64_t, dlock_info_fencing_token, (const dlock_info *, uint32_t))                          \
+  X(dlock_kind, dlock_info_kind, (const dlock_info *))                                           \
+  X(uint32_t, dlock_info_permits, (const dlock_info *))
+
+#define DECLARE(ret, name, args) static ret(*p_##name) args;
+DLOCK_CALLS(DECLARE)
+#undef DECLARE
+
+/* ----- state ------------------------------------------------------------------------------ */
+
+typedef struct addon_state {
+  napi_env env;
+  uv_loop_t *loop;
+  napi_ref on_done;         /* JS (id, status, lock | null, message) */
+  napi_ref resource;        /* the async resource of the callback scopes */
+  napi_async_context actx;
+  dlock_queue *queue;       /* index.js's queue, for loss reports */
+  /* Inside a uv callback of ours: the scopes opened at its first outcome, closed at its end. */
+  int in_uv;
+  napi_handle_scope hscope;
+  napi_callback_scope cscope;
+} addon_state;
+
+static addon_state *g; /* the main thread's environment; NULL until init() */
+
+typedef struct client_ctx {
+  addon_state *st;
+  uv_timer_t timer;
+} client_ctx;
+
+/* ----- helpers ---------------------------------------------------------------------------- */
+
+#define CHECK(call)                                                                  \
+  do {                                                                               \
+    if ((call) != napi_ok) {                                                         \
+      const napi_extended_error_info *info_ = NULL;                                  \
+      napi_get_last_error_info(env, &info_);                                         \
+      bool pending_ = false;                                                         \
+      napi_is_exception_pending(env, &pending_);                                     \
+      if (!pending_)                                                                 \
+        napi_throw_error(env, "ERR_DLOCK_ADDON",                                     \
+                         info_ && info_->error_message ? info_->error_message        \
+                                                       : "Node-API call failed");    \
+      return NULL;                                                                   \
+    }                                                                                \
+  } while (0)
+
+static napi_value throw_type(napi_env env, const char *what) {
+  napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", what);
+  return NULL;
+}
+
+static napi_value make_int(napi_env env, int64_t v) {
+  napi_value out;
+  napi_create_int64(env, v, &out);
+  return out;
+}
+
+static napi_value make_u64(napi_env env, uint64_t v) {
+  napi_value out;
+  napi_create_bigint_uint64(env, v, &out);
+  return out;
+}
+
+static void *external_of(napi_env env, napi_value v) {
+  void *p = NULL;
+  napi_valuetype t;
+  if (napi_typeof(env, v, &t) != napi_ok || t != napi_external) return NULL;
+  napi_get_value_external(env, v, &p);
+  return p;
+}
+
+/* A number or bigint argument as uint64 / int64; 0 when it is neither (index.js checked). */
+static int get_i64(napi_env env, napi_value v, int64_t *out) {
+  napi_valuetype t;
+  napi_typeof(env, v, &t);
+  if (t == napi_number) return napi_get_value_int64(env, v, out) == napi_ok;
+  if (t == napi_bigint) {
+    bool lossless;
+    return napi_get_value_bigint_int64(env, v, out, &lossless) == napi_ok;
+  }
+  return 0;
+}
+
+static int get_u64(napi_env env, napi_value v, uint64_t *out) {
+  napi_valuetype t;
+  napi_typeof(env, v, &t);
+  if (t == napi_number) {
+    double d;
+    if (napi_get_value_double(env, v, &d) != napi_ok || d < 0) return 0;
+    *out = (uint64_t)d;
+    return 1;
+  }
+  if (t == napi_bigint) {
+    bool lossless;
+    return napi_get_value_bigint_uint64(env, v, out, &lossless) == napi_ok;
+  }
+  return 0;
+}
+
+static int is_set(napi_env env, napi_value v) {
+  napi_valuetype t;
+  napi_typeof(env, v, &t);
+  return t != napi_undefined && t != napi_null;
+}
+
+/* A string or NUL-terminated Buffer argument: a malloc'd copy (string) or the buffer's bytes. */
+static char *get_cstr(napi_env env, napi_value v, int *owned) {
+  napi_valuetype t;
+  napi_typeof(env, v, &t);
+  *owned = 0;
+  if (t == napi_string) {
+    size_t len = 0;
+    if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) return NULL;
+    char *s = malloc(len + 1);
+    if (s == NULL) return NULL;
+    napi_get_value_string_utf8(env, v, s, len + 1, &len);
+    *owned = 1;
+    return s;
+  }
+  bool is_buf = false;
+  napi_is_buffer(env, v, &is_buf);
+  if (is_buf) {
+    void *data;
+    size_t len;
+    napi_get_buffer_info(env, v, &data, &len);
+    return (char *)data; /* index.js made it NUL-terminated */
+  }
+  return NULL;
+}
+
+/* Hands an exception that JS left pending to process 'uncaughtException', as Node does. */
+static void report_exception(napi_env env) {
+  bool pending = false;
+  if (napi_is_exception_pending(env, &pending) == napi_ok && pending) {
+    napi_value e;
+    napi_get_and_clear_last_exception(env, &e);
+    napi_fatal_exception(env, e);
+  }
+}
+
+/* ----- outcomes into JS ------------------------------------------------------------------- */
+
+/* Opens the scopes of this uv callback at its first outcome. */
+static void enter_js(addon_state *st) {
+  if (st->in_uv != 1) return; /* not in a uv callback (JS called us), or already open */
+  napi_open_handle_scope(st->env, &st->hscope);
+  napi_value resource;
+  napi_get_reference_value(st->env, st->resource, &resource);
+  napi_open_callback_scope(st->env, resource, st->actx, &st->cscope);
+  st->in_uv = 2;
+}
+
+static void uv_enter(addon_state *st) { st->in_uv = 1; }
+
+static void uv_leave(addon_state *st) {
+  if (st->in_uv == 2) {
+    napi_close_callback_scope(st->env, st->cscope); /* runs nextTicks and promise jobs */
+    report_exception(st->env);
+    napi_close_handle_scope(st->env, st->hscope);
+  }
+  st->in_uv = 0;
+}
+
+static void call_done(uintptr_t id, dlock_status s, dlock_lock *lock) {
+  addon_state *st = g;
+  if (st == NULL) return;
+  napi_env env = st->env;
+  enter_js(st);
+  napi_handle_scope scope;
+  napi_open_handle_scope(env, &scope);
+  napi_value argv[4], fn, recv;
+  napi_create_double(env, (double)id, &argv[0]);
+  napi_create_int32(env, (int32_t)s, &argv[1]);
+  if (lock != NULL) {
+    napi_create_external(env, lock, NULL, NULL, &argv[2]);
+  } else {
+    napi_get_null(env, &argv[2]);
+  }
+  if (s != DLOCK_OK) {
+    const char *m = p_dlock_last_error(); /* set for done's duration */
+    napi_create_string_utf8(env, m ? m : "", NAPI_AUTO_LENGTH, &argv[3]);
+  } else {
+    napi_get_undefined(env, &argv[3]);
+  }
+  napi_get_undefined(env, &recv);
+  napi_get_reference_value(env, st->on_done, &fn);
+  napi_call_function(env, recv, fn, 4, argv, NULL);
+  report_exception(env);
+  napi_close_handle_scope(env, scope);
+}
+
+static void on_acquired(dlock_status s, dlock_lock *lock, void *arg) {
+  call_done((uintptr_t)arg, s, lock);
+}
+
+static void on_done(dlock_status s, void *arg) { call_done((uintptr_t)arg, s, NULL); }
+
+/* ----- the hooks (dlock/adapters/libuv.h, with unref'd handles) ------------------------- */
+
+static void on_poll(uv_poll_t *poll, int status, int events) {
+  uint32_t ready = 0;
+  if (status < 0) {
+    ready = DLOCK_LOOP_READ | DLOCK_LOOP_WRITE; /* an error: let dlock's read or write find it */
+  } else {
+    if (events & UV_READABLE) ready |= DLOCK_LOOP_READ;
+    if (events & UV_WRITABLE) ready |= DLOCK_LOOP_WRITE;
+  }
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)poll, &fd) != 0) return;
+  addon_state *st = g;
+  uv_enter(st);
+  p_dlock_loop_fd_ready((dlock_loop *)poll->data, (int)fd, ready); /* poll may be gone after */
+  uv_leave(st);
+}
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+static void hook_watch_fd(void *ctx, dlock_loop *loop, int fd, uint32_t events, void **fd_data) {
+  client_ctx *c = ctx;
+  uv_poll_t *poll = *fd_data;
+  if (events == 0) {
+    if (poll != NULL) {
+      uv_poll_stop(poll); /* dlock may close fd as soon as this returns */
+      uv_close((uv_handle_t *)poll, free_handle);
+      *fd_data = NULL;
+    }
+    return;
+  }
+  if (poll == NULL) {
+    poll = malloc(sizeof *poll);
+    if (poll == NULL) return; /* the connection then times out and says so */
+    if (uv_poll_init_socket(c->st->loop, poll, fd) != 0) {
+      free(poll);
+      return;
+    }
+    uv_unref((uv_handle_t *)poll);
+    poll->data = loop;
+    *fd_data = poll;
+  }
+  int flags = 0;
+  if (events & DLOCK_LOOP_READ) flags |= UV_READABLE;
+  if (events & DLOCK_LOOP_WRITE) flags |= UV_WRITABLE;
+  uv_poll_start(poll, flags, on_poll);
+}
+
+static void on_timer(uv_timer_t *timer) {
+  addon_state *st = g;
+  uv_enter(st);
+  p_dlock_loop_timer_fired((dlock_loop *)timer->data);
+  uv_leave(st);
+}
+
+static void hook_set_timer(void *ctx, dlock_loop *loop, int64_t ms) {
+  client_ctx *c = ctx;
+  if (ms < 0) {
+    uv_timer_stop(&c->timer);
+    return;
+  }
+  c->timer.data = loop;
+  uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+}
+
+static void free_client(uv_handle_t *timer) {
+  free((char *)timer - offsetof(client_ctx, timer));
+}
+
+static void hook_cleanup(void *ctx) {
+  client_ctx *c = ctx;
+  uv_close((uv_handle_t *)&c->timer, free_client);
+}
+
+static const dlock_loop_hooks hooks = {hook_watch_fd, hook_set_timer, hook_cleanup};
+
+/* ----- exported functions ----------------------------------------------------------------- */
+
+#define ARGS(n)                                                     \
+  size_t argc = n;                                                  \
+  napi_value argv[n];                                               \
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));      \
+  for (size_t i_ = argc; i_ < n; i_++) napi_get_undefined(env, &argv[i_])
+
+#define NEED_STATE()                                                         \
+  if (g == NULL || g->env != env) {                                          \
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: init() first");    \
+    return NULL;                                                             \
+  }
+
+/* init(libraryPath, queueAddress: bigint, onDone) -> the library's version. */
+static napi_value js_init(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  if (g != NULL) {
+    napi_throw_error(env, "ERR_DLOCK_ADDON",
+                     g->env == env ? "dlock.node: init() was called already"
+                                   : "dlock.node: loaded by another thread's environment already");
+    return NULL;
+  }
+  int owned;
+  char *path = get_cstr(env, argv[0], &owned);
+  if (path == NULL) return throw_type(env, "libraryPath must be a string");
+  /* The library lib/native.js loaded: dlopen of the same path returns that copy. */
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    char m[1200];
+    snprintf(m, sizeof m, "dlock.node: dlopen(%s): %s", path, dlerror());
+    if (owned) free(path);
+    napi_throw_error(env, "ERR_DLOCK_ADDON", m);
+    return NULL;
+  }
+  if (owned) free(path);
+#define RESOLVE(ret, name, args)                                                            \
+  p_##name = (ret(*) args)dlsym(lib, #name);                                                \
+  if (p_##name == NULL) {                                                                   \
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks " #name);       \
+    return NULL;                                                                            \
+  }
+  DLOCK_CALLS(RESOLVE)
+#undef RESOLVE
+  uint64_t qaddr;
+  bool lossless;
+  if (napi_get_value_bigint_uint64(env, argv[1], &qaddr, &lossless) != napi_ok || qaddr == 0) {
+    return throw_type(env, "queue must be a bigint address");
+  }
+  napi_valuetype t;
+  napi_typeof(env, argv[2], &t);
+  if (t != napi_function) return throw_type(env, "onDone must be a function");
+
+  addon_state *st = calloc(1, sizeof *st);
+  if (st == NULL) {
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "out of memory");
+    return NULL;
+  }
+  st->env = env;
+  st->queue = (dlock_queue *)(uintptr_t)qaddr;
+  CHECK(napi_get_uv_event_loop(env, &st->loop));
+  CHECK(napi_create_reference(env, argv[2], 1, &st->on_done));
+  napi_value resource, name;
+  CHECK(napi_create_object(env, &resource));
+  CHECK(napi_create_reference(env, resource, 1, &st->resource));
+  CHECK(napi_create_string_utf8(env, "DLOCK", NAPI_AUTO_LENGTH, &name));
+  CHECK(napi_async_init(env, resource, name, &st->actx));
+  g = st;
+  napi_value out;
+  CHECK(napi_create_string_utf8(env, p_dlock_version(), NAPI_AUTO_LENGTH, &out));
+  return out;
+}
+
+/* The calling thread's dlock_last_error(): the message of the call that just failed. */
+static napi_value js_last_error(napi_env env, napi_callback_info info) {
+  (void)info;
+  NEED_STATE();
+  napi_value out;
+  CHECK(napi_create_string_utf8(env, p_dlock_last_error(), NAPI_AUTO_LENGTH, &out));
+  return out;
+}
+
+/* open(url) -> client (an external) | status (a number; lastError() says why). Connects and
+ * checks the backend once, on this thread: blocking for that round trip. */
+static napi_value js_open(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  NEED_STATE();
+  int owned;
+  char *url = get_cstr(env, argv[0], &owned);
+  if (url == NULL) return throw_type(env, "url must be a string");
+  client_ctx *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    if (owned) free(url);
+    return make_int(env, DLOCK_ENOMEM);
+  }
+  c->st = g;
+  uv_timer_init(g->loop, &c->timer);
+  uv_unref((uv_handle_t *)&c->timer);
+  dlock_client *client = NULL;
+  dlock_status s = p_dlock_client_open_hooks(url, &hooks, c, &client);
+  if (owned) free(url);
+  if (s != DLOCK_OK) {
+    uv_close((uv_handle_t *)&c->timer, free_client);
+    return make_int(env, s);
+  }
+  napi_value out;
+  CHECK(napi_create_external(env, client, NULL, NULL, &out));
+  return out;
+}
+
+/* close(client): releases what it holds (one round trip), cancels pending acquires (their
+ * outcomes come back at once), and lets go of the loop (at once, or once in-flight answers are
+ * in, up to 3 s). */
+static napi_value js_close(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  NEED_STATE();
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  p_dlock_client_close(c);
+  return NULL;
+}
+
+static napi_value js_capabilities(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  NEED_STATE();
+  dlock_client *c = external_of(env, argv[0]);
+  return make_int(env, c ? p_dlock_client_capabilities(c) : 0);
+}
+
+/* acquire(client, name, id, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner, kind,
+ *         permits, fair) -> status: 0 = started (onDone(id, ...) follows), else nothing was
+ * (lastError() says why). Losses go to index.js's queue under id. */
+static napi_value js_acquire(napi_env env, napi_callback_info info) {
+  ARGS(12);
+  NEED_STATE();
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  int name_owned;
+  char *name = get_cstr(env, argv[1], &name_owned);
+  if (name == NULL) return throw_type(env, "name must be a string or Buffer");
+  int64_t id = 0, i64;
+  uint64_t u64, u64b;
+  get_i64(env, argv[2], &id);
+  dlock_options *o = p_dlock_options_new();
+  dlock_status s = o ? DLOCK_OK : DLOCK_ENOMEM;
+  if (s == DLOCK_OK && get_i64(env, argv[3], &i64)) s = p_dlock_options_set_wait_ms(o, i64);
+  if (s == DLOCK_OK && is_set(env, argv[4]) && get_u64(env, argv[4], &u64)) {
+    s = p_dlock_options_set_lease_ms(o, u64);
+  }
+  if (s == DLOCK_OK && is_set(env, argv[5]) && get_u64(env, argv[5], &u64)) {
+    s = p_dlock_options_set_heartbeat_ms(o, u64);
+  }
+  if (s == DLOCK_OK && is_set(env, argv[6]) && get_u64(env, argv[6], &u64) &&
+      get_u64(env, argv[7], &u64b)) {
+    s = p_dlock_options_set_retry_ms(o, u64, u64b);
+  }
+  if (s == DLOCK_OK && is_set(env, argv[8])) {
+    int owner_owned;
+    char *owner = get_cstr(env, argv[8], &owner_owned);
+    s = p_dlock_options_set_owner(o, owner);
+    if (owner_owned) free(owner);
+  }
+  if (s == DLOCK_OK && is_set(env, argv[9]) && get_i64(env, argv[9], &i64)) {
+    s = p_dlock_options_set_kind(o, (dlock_kind)i64);
+  }
+  if (s == DLOCK_OK && is_set(env, argv[10]) && get_i64(env, argv[10], &i64)) {
+    s = p_dlock_options_set_permits(o, (uint32_t)i64);
+  }
+  if (s == DLOCK_OK && is_set(env, argv[11])) {
+    bool fair = true;
+    napi_get_value_bool(env, argv[11], &fair);
+    s = p_dlock_options_set_fair(o, fair ? 1 : 0);
+  }
+  if (s == DLOCK_OK) s = p_dlock_options_set_on_lost_queued(o, g->queue, (uint64_t)id);
+  if (s == DLOCK_OK) s = p_dlock_acquire_async(c, name, o, on_acquired, (void *)(uintptr_t)id);
+  p_dlock_options_free(o); /* the acquire keeps its own copy */
+  if (name_owned) free(name);
+  return make_int(env, s);
+}
+
+/* cancel(client, id) -> status (EINVAL: none pending). */
+static napi_value js_cancel(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  NEED_STATE();
+  dlock_client *c = external_of(env, argv[0]);
+  int64_t id = 0;
+  get_i64(env, argv[1], &id);
+  if (c == NULL) return make_int(env, DLOCK_EINVAL);
+  return make_int(env, p_dlock_acquire_cancel(c, (void *)(uintptr_t)id));
+}
+
+/* release(lock, id) -> status; id 0: nobody waits for the outcome. The lock is freed either way. */
+static napi_value js_release(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  NEED_STATE();
+  dlock_lock *l = external_of(env, argv[0]);
+  if (l == NULL) return throw_type(env, "lock must be a lock");
+  int64_t id = 0;
+  get_i64(env, argv[1], &id);
+  return make_int(env, p_dlock_release_async(l, id != 0 ? on_done : NULL, (void *)(uintptr_t)id));
+}
+
+/* extend(lock, leaseMs, id) -> status. */
+static napi_value js_extend(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  NEED_STATE();
+  dlock_lock *l = external_of(env, argv[0]);
+  if (l == NULL) return throw_type(env, "lock must be a lock");
+  uint64_t lease = 0;
+  int64_t id = 0;
+  get_u64(env, argv[1], &lease);
+  get_i64(env, argv[2], &id);
+  return make_int(env, p_dlock_extend_async(l, lease, on_done, (void *)(uintptr_t)id));
+}
+
+static napi_value js_token(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  return make_u64(env, p_dlock_lock_fencing_token(external_of(env, argv[0])));
+}
+
+static napi_value js_attempts(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  return make_int(env, p_dlock_lock_attempts(external_of(env, argv[0])));
+}
+
+static napi_value js_valid(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  napi_value out;
+  napi_get_boolean(env, p_dlock_lock_is_valid(external_of(env, argv[0])) == 1, &out);
+  return out;
+}
+
+/* Milliseconds left: Infinity for no expiry. */
+static napi_value js_remaining(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  int64_t v = p_dlock_lock_remaining_ms(external_of(env, argv[0]));
+  napi_value out;
+  napi_create_double(env, v == INT64_MAX ? 1.0 / 0.0 : (double)v, &out);
+  return out;
+}
+
+/* ----- inspect: a blocking call, on libuv's pool (the library runs it for another thread
+ * while this loop turns) ------------------------------------------------------------------- */
+
+typedef struct inspect_work {
+  napi_async_work work;
+  napi_ref cb;
+  dlock_client *client;
+  char *name;
+  dlock_info *info;
+  dlock_status status;
+  char err[2048];
+} inspect_work;
+
+static void inspect_execute(napi_env env, void *data) {
+  (void)env;
+  inspect_work *w = data;
+  w->err[0] = '\0';
+  w->status = p_dlock_inspect_errbuf(w->client, w->name, &w->info, w->err, sizeof w->err);
+}
+
+/* cb(status, message) or cb(0, [kind, permits, [owner, remainingMs, token], ...]) */
+static void inspect_complete(napi_env env, napi_status status, void *data) {
+  inspect_work *w = data;
+  napi_value argv[2], fn, recv;
+  if (status != napi_ok && w->status == DLOCK_OK) w->status = DLOCK_ECANCELLED;
+  napi_create_int32(env, (int32_t)w->status, &argv[0]);
+  if (w->status != DLOCK_OK) {
+    napi_create_string_utf8(env, w->err, NAPI_AUTO_LENGTH, &argv[1]);
+  } else {
+    uint32_t n = p_dlock_info_holders(w->info);
+    napi_create_array_with_length(env, 2 + n, &argv[1]);
+    napi_set_element(env, argv[1], 0, make_int(env, p_dlock_info_kind(w->info)));
+    napi_set_element(env, argv[1], 1, make_int(env, p_dlock_info_permits(w->info)));
+    for (uint32_t k = 0; k < n; k++) {
+      napi_value h, owner;
+      const char *o = p_dlock_info_owner(w->info, k);
+      napi_create_array_with_length(env, 3, &h);
+      napi_create_string_utf8(env, o ? o : "", NAPI_AUTO_LENGTH, &owner);
+      napi_set_element(env, h, 0, owner);
+      napi_set_element(env, h, 1, make_int(env, p_dlock_info_remaining_ms(w->info, k)));
+      napi_set_element(env, h, 2, make_u64(env, p_dlock_info_fencing_token(w->info, k)));
+      napi_set_element(env, argv[1], 2 + k, h);
+    }
+    p_dlock_info_free(w->info);
+  }
+  napi_get_undefined(env, &recv);
+  napi_get_reference_value(env, w->cb, &fn);
+  napi_call_function(env, recv, fn, 2, argv, NULL);
+  report_exception(env);
+  napi_delete_reference(env, w->cb);
+  napi_delete_async_work(env, w->work);
+  free(w->name);
+  free(w);
+}
+
+/* inspect(client, name, cb): cb(status, message | info) from the loop, later. */
+static napi_value js_inspect(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  NEED_STATE();
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  int owned;
+  char *name = get_cstr(env, argv[1], &owned);
+  if (name == NULL) return throw_type(env, "name must be a string or Buffer");
+  inspect_work *w = calloc(1, sizeof *w);
+  if (w == NULL || (!owned && (name = strdup(name)) == NULL)) {
+    if (owned) free(name);
+    free(w);
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "out of memory");
+    return NULL;
+  }
+  w->name = name;
+  w->client = c;
+  napi_value resource_name;
+  CHECK(napi_create_string_utf8(env, "DLOCK_INSPECT", NAPI_AUTO_LENGTH, &resource_name));
+  CHECK(napi_create_reference(env, argv[2], 1, &w->cb));
+  CHECK(napi_create_async_work(env, NULL, resource_name, inspect_execute, inspect_complete, w,
+                               &w->work));
+  CHECK(napi_queue_async_work(env, w->work));
+  return NULL;
+}
+
+/* ----- the module ------------------------------------------------------------------------- */
+
+static napi_value module_init(napi_env env, napi_value exports) {
+  static const struct {
+    const char *name;
+    napi_callback fn;
+  } fns[] = {
+      {"init", js_init},         {"lastError", js_last_error}, {"open", js_open},
+      {"close", js_close},       {"capabilities", js_capabilities},
+      {"acquire", js_acquire},   {"cancel", js_cancel},        {"release", js_release},
+      {"extend", js_extend},     {"token", js_token},          {"attempts", js_attempts},
+      {"valid", js_valid},       {"remaining", js_remaining},  {"inspect", js_inspect},
+  };
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    napi_value f;
+    CHECK(napi_create_function(env, fns[i].name, NAPI_AUTO_LENGTH, fns[i].fn, NULL, &f));
+    CHECK(napi_set_named_property(env, exports, fns[i].name, f));
+  }
+  napi_value abi;
+  CHECK(napi_create_int32(env, ADDON_ABI, &abi));
+  CHECK(napi_set_named_property(env, exports, "abi", abi));
+  return exports;
+}
+
+NAPI_MODULE(dlock, module_init)
