@@ -185,6 +185,16 @@ TEST_P(Waiting, AWaiterWhoseWatchIsLiveAlreadyTriesOnce) {
     // Its place in line alone does not say its watch is live (its first attempt takes it).
     ASSERT_TRUE(WaitFor([&] { return srv.InLine(name) == 1; }, 20000ms)) << srv.InLine(name);
     ASSERT_TRUE(WaitFor([&] { return srv.Listening(name) == 1; }, 20000ms)) << srv.Listening(name);
+    // The server counting the subscription means its answer is on the wire, not that the
+    // client has read it (until then the watch is not live, and a second waiter rightly tries
+    // again: CI saw it under load). A round trip through the client's loop, started now,
+    // finishes only after a loop turn that found that answer waiting.
+    Queue probe_queue;
+    ASSERT_EQ(dlock_acquire_queued(client.get(), Name("probe").c_str(), nullptr, probe_queue.get(), 9),
+              DLOCK_OK);
+    Entry probe = CollectOne(probe_queue.get(), 20000ms);
+    ASSERT_EQ(probe.status, DLOCK_OK) << probe;
+    EXPECT_EQ(dlock_release(probe.lock), DLOCK_OK) << dlock_last_error();
   };
   if (srv.Listening(name) < 0) GTEST_SKIP() << "the test's server cannot show who listens";
   if (style() == Style::kBlocking) {
