@@ -38,6 +38,7 @@ struct dlock_queue {
 
 static_assert(DLOCK_MAX_NAME_BYTES == dlock::kMaxNameBytes);
 static_assert(DLOCK_MAX_OWNER_BYTES == dlock::kMaxOwnerBytes);
+static_assert(DLOCK_MAX_VALUE_BYTES == dlock::kMaxValueBytes);
 static_assert(DLOCK_EXCLUSIVE == static_cast<int>(dlock::LockKind::kExclusive));
 static_assert(DLOCK_SHARED == static_cast<int>(dlock::LockKind::kShared));
 
@@ -227,6 +228,15 @@ dlock_status dlock_options_set_owner(dlock_options* o, const char* owner) {
   });
 }
 
+dlock_status dlock_options_set_value(dlock_options* o, const void* data, size_t len) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    dlock::Status s = dlock::CheckValue(data, len);
+    if (s.ok()) o->impl.value.assign(static_cast<const char*>(data), len);
+    return Report(s);
+  });
+}
+
 dlock_status dlock_options_set_kind(dlock_options* o, dlock_kind kind) {
   if (o == nullptr) return Invalid("options is NULL");
   if (kind != DLOCK_EXCLUSIVE && kind != DLOCK_SHARED) {
@@ -262,8 +272,12 @@ dlock_status dlock_options_set_on_lost(dlock_options* o, dlock_lost_fn fn, void*
   });
 }
 
-dlock_status dlock_acquire(dlock_client* c, const char* name, const dlock_options* o,
-                           dlock_lock** out) {
+namespace {
+// dlock_acquire and dlock_campaign: the checks, then Client::Acquire or Client::Campaign.
+using AcquireFn = dlock::Status (dlock::Client::*)(const std::string&, const dlock::AcquireOptions&,
+                                                   std::shared_ptr<dlock::LockState>*);
+dlock_status BlockingAcquire(AcquireFn acquire, dlock_client* c, const char* name,
+                             const dlock_options* o, dlock_lock** out) {
   return Guard([&] {
     if (c == nullptr) return Invalid("client is NULL");
     if (out == nullptr) return Invalid("out is NULL");
@@ -271,11 +285,41 @@ dlock_status dlock_acquire(dlock_client* c, const char* name, const dlock_option
     dlock::Status s = CheckAcquire(name, o, &options);
     if (!s.ok()) return Report(s);
     std::shared_ptr<dlock::LockState> state;
-    s = c->impl->Acquire(name, *options, &state);
+    s = (c->impl.get()->*acquire)(name, *options, &state);
     if (!s.ok()) return Report(s);
     *out = new dlock_lock{c->impl, std::move(state)};
     return Report(s);
   });
+}
+
+// dlock_inspect and dlock_leader: the checks, then Client::Inspect or Client::Leader.
+using ReadInfoFn = dlock::Status (dlock::Client::*)(const std::string&, dlock::LockInfo*);
+dlock_status ReadInfo(ReadInfoFn read, dlock_client* c, const char* name, dlock_info** out) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (out == nullptr) return Invalid("out is NULL");
+    dlock::Status s = dlock::CheckLockName(name);
+    if (!s.ok()) return Report(s);
+    auto info = std::make_unique<dlock_info>();
+    s = (c->impl.get()->*read)(name, &info->impl);
+    if (s.ok()) *out = info.release();
+    return Report(s);
+  });
+}
+}  // namespace
+
+dlock_status dlock_acquire(dlock_client* c, const char* name, const dlock_options* o,
+                           dlock_lock** out) {
+  return BlockingAcquire(&dlock::Client::Acquire, c, name, o, out);
+}
+
+dlock_status dlock_campaign(dlock_client* c, const char* name, const dlock_options* o,
+                            dlock_lock** out) {
+  return BlockingAcquire(&dlock::Client::Campaign, c, name, o, out);
+}
+
+dlock_status dlock_leader(dlock_client* c, const char* name, dlock_info** out) {
+  return ReadInfo(&dlock::Client::Leader, c, name, out);
 }
 
 dlock_status dlock_release(dlock_lock* l) {
@@ -290,6 +334,15 @@ dlock_status dlock_extend(dlock_lock* l, uint64_t lease_ms) {
   return Guard([&] {
     if (l == nullptr) return Invalid("lock is NULL");
     return Report(l->client->Extend(l->state, lease_ms));
+  });
+}
+
+dlock_status dlock_lock_set_value(dlock_lock* l, const void* data, size_t len) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    dlock::Status s = dlock::CheckValue(data, len);
+    if (!s.ok()) return Report(s);
+    return Report(l->client->SetValue(l->state, std::string(static_cast<const char*>(data), len)));
   });
 }
 
@@ -597,16 +650,7 @@ uint32_t dlock_client_capabilities(const dlock_client* c) {
 }
 
 dlock_status dlock_inspect(dlock_client* c, const char* name, dlock_info** out) {
-  return Guard([&] {
-    if (c == nullptr) return Invalid("client is NULL");
-    if (out == nullptr) return Invalid("out is NULL");
-    dlock::Status s = dlock::CheckLockName(name);
-    if (!s.ok()) return Report(s);
-    auto info = std::make_unique<dlock_info>();
-    s = c->impl->Inspect(name, &info->impl);
-    if (s.ok()) *out = info.release();
-    return Report(s);
-  });
+  return ReadInfo(&dlock::Client::Inspect, c, name, out);
 }
 
 void dlock_info_free(dlock_info* i) { delete i; }
@@ -642,11 +686,18 @@ dlock_kind dlock_info_kind(const dlock_info* i) {
 
 uint32_t dlock_info_permits(const dlock_info* i) { return i == nullptr ? 0 : i->impl.permits; }
 
+const void* dlock_info_value(const dlock_info* i, uint32_t k, size_t* len) {
+  const dlock::HolderInfo* h = Holder(i, k);
+  if (len != nullptr) *len = h == nullptr ? 0 : h->value.size();
+  return h == nullptr ? nullptr : h->value.c_str();
+}
+
 uint64_t dlock_limit_value(dlock_limit which) {
   switch (which) {
     case DLOCK_LIMIT_NAME_BYTES: return dlock::kMaxNameBytes;
     case DLOCK_LIMIT_OWNER_BYTES: return dlock::kMaxOwnerBytes;
     case DLOCK_LIMIT_LEASE_MS: return dlock::kMaxLeaseMs;
+    case DLOCK_LIMIT_VALUE_BYTES: return dlock::kMaxValueBytes;
   }
   return 0;
 }

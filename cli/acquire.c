@@ -120,6 +120,7 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   if (s == DLOCK_OK && o->shared) s = dlock_options_set_kind(opts, DLOCK_SHARED);
   if (s == DLOCK_OK && o->permits) s = dlock_options_set_permits(opts, o->permits);
   if (s == DLOCK_OK) s = dlock_options_set_owner(opts, o->owner);
+  if (s == DLOCK_OK && o->value) s = dlock_options_set_value(opts, o->value, strlen(o->value));
   if (s == DLOCK_OK) s = dlock_options_set_on_lost_queued(opts, q, LOST_TAG);
   if (s != DLOCK_OK) {
     say_error(command, "%s", dlock_last_error());

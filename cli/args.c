@@ -25,6 +25,7 @@ static const option_spec kOptions[] = {
     {"shared", 0, CLI_OPT_KIND, false},
     {"permits", 0, CLI_OPT_KIND, true},
     {"owner", 0, CLI_OPT_OWNER, true},
+    {"value", 0, CLI_OPT_OWNER, true},
     {"on-lost", 0, CLI_OPT_ON_LOST, true},
     {"kill-grace", 0, CLI_OPT_ON_LOST, true},
     {"stopped-grace", 0, CLI_OPT_EXEC, true},
@@ -189,6 +190,12 @@ static int apply(const char *command, const option_spec *s, const char *value, c
     o->permits = (uint32_t)v;
   } else if (strcmp(n, "owner") == 0) {
     o->owner = value;
+  } else if (strcmp(n, "value") == 0) {
+    if (strlen(value) > DLOCK_MAX_VALUE_BYTES) {
+      say_error(command, "--value is %zu bytes, longer than %d", strlen(value), DLOCK_MAX_VALUE_BYTES);
+      return -1;
+    }
+    o->value = value;
   } else if (strcmp(n, "on-lost") == 0) {
     if (strcmp(value, "term") == 0) o->on_lost = ON_LOST_TERM;
     else if (strcmp(value, "kill") == 0) o->on_lost = ON_LOST_KILL;

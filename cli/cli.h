@@ -51,6 +51,8 @@ typedef struct cli_options {
   bool shared;       /* --shared */
   uint32_t permits;  /* --permits N, 0 = off */
   const char *owner; /* --owner, default "HOST:PID" */
+  const char *value; /* --value: stored with the hold, shown by inspect; NULL = none */
+  const char *command; /* the command running (exec, elect), for its messages */
   on_lost_action on_lost;
   int64_t stopped_grace_ms; /* exec --stopped-grace: how long a stopped CMD may keep the lock
                                without a terminal (default 10 s) */
@@ -117,6 +119,11 @@ void json_string(FILE *f, const char *s);
 /* s for a human on one line: in quotes (always, or only when it is empty or holds a quote,
  * backslash, control byte or invalid UTF-8), with those bytes as \xNN. */
 void text_string(FILE *f, const char *s, bool quote_always);
+/* A value stored with a hold (dlock_info_value): a JSON member `,"value":"..."` when it is text
+ * (UTF-8 without NUL), `,"value_base64":"..."` otherwise, nothing when empty; or for a human,
+ * `, value '...'` or `, value of N bytes (binary)`. */
+void json_value(FILE *f, const void *data, size_t len);
+void text_value(FILE *f, const void *data, size_t len);
 /* The exit code for a failed library call (not for DLOCK_NOT_ACQUIRED's 75 at acquire). */
 int exit_code_for(dlock_status s);
 
@@ -183,6 +190,7 @@ void print_help(const char *command, FILE *f);
 
 /* Commands. Each returns the process's exit code. */
 int cmd_exec(cli_options *o, int argc, char **argv);
+int cmd_elect(cli_options *o, int argc, char **argv);
 int cmd_hold(cli_options *o, int argc, char **argv);
 int cmd_inspect(cli_options *o, int argc, char **argv);
 int cmd_prepare(cli_options *o, int argc, char **argv);

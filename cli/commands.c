@@ -102,8 +102,12 @@ static void print_info_json(const char *name, const dlock_info *info) {
   for (uint32_t k = 0; k < n; ++k) {
     fputs(k ? ",{\"owner\":" : "{\"owner\":", stdout);
     json_string(stdout, dlock_info_owner(info, k));
-    printf(",\"fencing_token\":%" PRIu64 ",\"remaining_ms\":%" PRId64 "}",
+    printf(",\"fencing_token\":%" PRIu64 ",\"remaining_ms\":%" PRId64,
            dlock_info_fencing_token(info, k), dlock_info_remaining_ms(info, k));
+    size_t len = 0;
+    const void *value = dlock_info_value(info, k, &len);
+    json_value(stdout, value, len);
+    fputc('}', stdout);
   }
   fputs("]}\n", stdout);
 }
@@ -131,6 +135,9 @@ static void print_info_text(const char *name, const dlock_info *info) {
     text_string(stdout, dlock_info_owner(info, k), true);
     printf(", fencing token %" PRIu64 ", ", dlock_info_fencing_token(info, k));
     print_remaining(dlock_info_remaining_ms(info, k));
+    size_t len = 0;
+    const void *value = dlock_info_value(info, k, &len);
+    text_value(stdout, value, len);
     fputc('\n', stdout);
   }
 }

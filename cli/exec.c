@@ -202,12 +202,12 @@ static int start_job(const cli_options *o, dlock_lock *lock, const char *path, c
   const bool foreground = j->tty >= 0 && tcgetpgrp(j->tty) == getpgrp();
   int pair[2], report[2]; /* report: the child's exec errno, if exec fails; closed by exec */
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-    say_error("exec", "socketpair: %s", strerror(errno));
+    say_error(o->command, "socketpair: %s", strerror(errno));
     end_job(j);
     return EXIT_OSERR;
   }
   if (pipe2(report, O_CLOEXEC) != 0) {
-    say_error("exec", "pipe: %s", strerror(errno));
+    say_error(o->command, "pipe: %s", strerror(errno));
     close(pair[0]);
     close(pair[1]);
     end_job(j);
@@ -265,7 +265,7 @@ static int start_job(const cli_options *o, dlock_lock *lock, const char *path, c
   j->guard_sock = pair[0];
   if (guard < 0 || pid < 0) {
     close(report[0]);
-    say_error("exec", "fork: %s", strerror(fork_errno));
+    say_error(o->command, "fork: %s", strerror(fork_errno));
     end_job(j);
     return EXIT_OSERR;
   }
@@ -281,7 +281,7 @@ static int start_job(const cli_options *o, dlock_lock *lock, const char *path, c
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     end_job(j);
-    say_error("exec", "cannot run %s: %s", path, strerror(child_errno));
+    say_error(o->command, "cannot run %s: %s", path, strerror(child_errno));
     return child_errno == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXECUTE;
   }
   return 0;
@@ -290,7 +290,7 @@ static int start_job(const cli_options *o, dlock_lock *lock, const char *path, c
 /* ----- watching CMD ----------------------------------------------------------------------- */
 
 static void signal_group(const cli_options *o, pid_t group, int sig, const char *why) {
-  say_verbose(o, "exec", "sending signal %d (%s) to CMD's process group %ld: %s", sig,
+  say_verbose(o, o->command, "sending signal %d (%s) to CMD's process group %ld: %s", sig,
               strsignal(sig), (long)group, why);
   kill(-group, sig);
 }
@@ -307,7 +307,7 @@ static void wake_within(int64_t *wake, int64_t ms) {
 static bool follow_stop(const cli_options *o, const char *name, dlock_lock *lock, dlock_queue *q,
                         job *j, int sig) {
   if (tcgetpgrp(j->tty) == j->group) hand_terminal(j->tty, getpgrp());
-  say_verbose(o, "exec", "CMD stopped (%s): dlock stops too; the lock's lease runs out unless it is continued in time",
+  say_verbose(o, o->command, "CMD stopped (%s): dlock stops too; the lock's lease runs out unless it is continued in time",
               strsignal(sig));
   kill(getpid(), SIGSTOP);
   /* Continued (fg or bg). */
@@ -315,12 +315,12 @@ static bool follow_stop(const cli_options *o, const char *name, dlock_lock *lock
   guard_read(j);
   const bool valid = !g_lost_reported && dlock_lock_is_valid(lock) && !j->guard_fired;
   if (!valid && o->on_lost != ON_LOST_IGNORE) {
-    say_error("exec", "lock '%s' ran out while CMD was stopped; killing CMD", name);
+    say_error(o->command, "lock '%s' ran out while CMD was stopped; killing CMD", name);
     kill(-j->group, SIGKILL);
     return false;
   }
   if (tcgetpgrp(j->tty) == getpgrp()) hand_terminal(j->tty, j->group);
-  say_verbose(o, "exec", "continuing CMD");
+  say_verbose(o, o->command, "continuing CMD");
   kill(-j->group, SIGCONT);
   return true;
 }
@@ -349,9 +349,9 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
       lost = true;
       const char *reason = g_lost_reported ? g_lost_reason : "its lease ran out before a renewal got through";
       if (o->on_lost == ON_LOST_IGNORE) {
-        say_error("exec", "lock '%s' was lost while CMD ran (--on-lost=ignore: CMD keeps running): %s", name, reason);
+        say_error(o->command, "lock '%s' was lost while CMD ran (--on-lost=ignore: CMD keeps running): %s", name, reason);
       } else {
-        say_error("exec", "lock '%s' was lost while CMD ran; stopping CMD: %s", name, reason);
+        say_error(o->command, "lock '%s' was lost while CMD ran; stopping CMD: %s", name, reason);
       }
       if (o->on_lost == ON_LOST_KILL || (o->on_lost == ON_LOST_TERM && term_sent)) {
         if (!kill_sent) signal_group(o, group, SIGKILL, "the lock was lost");
@@ -365,7 +365,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
       const int64_t remaining = dlock_lock_remaining_ms(lock);
       if (remaining <= o->kill_grace_ms) {
         about_to_lose = true;
-        say_error("exec", "renewals of lock '%s' are failing, %" PRId64 " ms of its lease left; stopping CMD before it runs out", name, remaining);
+        say_error(o->command, "renewals of lock '%s' are failing, %" PRId64 " ms of its lease left; stopping CMD before it runs out", name, remaining);
         if (o->on_lost == ON_LOST_KILL) {
           signal_group(o, group, SIGKILL, "the lease is about to run out");
           kill_sent = true;
@@ -388,7 +388,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     }
     if (cmd_stopped && j->tty < 0 && !kill_sent) { /* no terminal: at most --stopped-grace */
       if (now - stopped_at >= o->stopped_grace_ms) {
-        say_error("exec", "CMD stayed stopped for longer than --stopped-grace (%" PRId64 " ms); killing it and releasing lock '%s'",
+        say_error(o->command, "CMD stayed stopped for longer than --stopped-grace (%" PRId64 " ms); killing it and releasing lock '%s'",
                   o->stopped_grace_ms, name);
         signal_group(o, group, SIGKILL, "stopped for longer than --stopped-grace");
         kill_sent = true;
@@ -401,7 +401,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
                             {.fd = dlock_queue_fd(q), .events = POLLIN}};
     const int timeout = wake < 0 ? -1 : wake > 60000 ? 60000 : (int)wake + 1;
     if (poll(fds, 2, timeout) < 0 && errno != EINTR) {
-      say_error("exec", "poll: %s", strerror(errno));
+      say_error(o->command, "poll: %s", strerror(errno));
     }
     for (int sig; (sig = signals_next()) != 0;) {
       if (sig == SIGCHLD) continue;
@@ -417,7 +417,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
         if (!cmd_stopped) stopped_at = monotonic_ms();
         cmd_stopped = true;
         if (j->tty < 0) {
-          say_verbose(o, "exec", "CMD stopped (%s); it keeps the lock for at most --stopped-grace (%" PRId64 " ms)",
+          say_verbose(o, o->command, "CMD stopped (%s); it keeps the lock for at most --stopped-grace (%" PRId64 " ms)",
                       strsignal(WSTOPSIG(st)), o->stopped_grace_ms);
         } else if (!kill_sent) {
           drain_queue(q);
@@ -442,11 +442,11 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
   guard_read(j);
   if (j->guard_fired && !lost && !stopped_out && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
     /* Its kill, not CMD's own end: dlock was stopped while the lease ran out. */
-    say_error("exec", "CMD was killed by its guard: dlock was stopped while the lease of lock '%s' ran out", name);
+    say_error(o->command, "CMD was killed by its guard: dlock was stopped while the lease of lock '%s' ran out", name);
     lost = true;
   }
   const int cmd_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  say_verbose(o, "exec", "CMD exited with %d", cmd_code);
+  say_verbose(o, o->command, "CMD exited with %d", cmd_code);
   if (lost || (stopped_out && !dlock_lock_is_valid(lock))) {
     /* Best-effort cleanup in the background: the lease ends on the server within a drift of
      * now anyway, and dlock's exit must not wait on a server that stopped answering. */
@@ -464,15 +464,15 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     return EXIT_LOST;
   }
   if (s == DLOCK_NOT_HELD) {
-    say_error("exec", "lock '%s' was lost before CMD finished: %s", name, dlock_last_error());
+    say_error(o->command, "lock '%s' was lost before CMD finished: %s", name, dlock_last_error());
     write_status(o, "lost");
     return EXIT_LOST;
   }
   if (s != DLOCK_OK) {
-    say_note(o, "exec", "releasing lock '%s' failed, it stays held until its lease runs out: %s",
+    say_note(o, o->command, "releasing lock '%s' failed, it stays held until its lease runs out: %s",
              name, dlock_last_error());
   } else {
-    say_verbose(o, "exec", "released lock '%s'", name);
+    say_verbose(o, o->command, "released lock '%s'", name);
   }
   if (WIFEXITED(status)) {
     write_status(o, "cmd-exited %d", WEXITSTATUS(status));
@@ -482,29 +482,32 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
   return cmd_code;
 }
 
-int cmd_exec(cli_options *o, int argc, char **argv) {
+/* exec and elect: elect is exec with no wait limit (a campaign) and no shared kind or permits
+ * (a leadership is exclusive). */
+static int run_under_lock(cli_options *o, const char *command, unsigned groups, int argc, char **argv) {
+  o->command = command;
   char **words = calloc((size_t)argc + 1, sizeof *words);
   int nwords = 0;
   if (!words) return EXIT_OSERR;
-  const int dashes = parse_options("exec", ~0u, argc, argv, STOP_AT_DASHES, o, words, &nwords);
+  const int dashes = parse_options(command, groups, argc, argv, STOP_AT_DASHES, o, words, &nwords);
   int code = 0;
   if (dashes < 0) {
     code = EXIT_USAGE;
   } else if (o->help) {
-    print_help("exec", stdout);
+    print_help(command, stdout);
   } else if (nwords == 0) {
-    say_error("exec", "no lock NAME (dlock exec [options] NAME -- CMD [ARG...])");
+    say_error(command, "no lock NAME (dlock %s [options] NAME -- CMD [ARG...])", command);
     code = EXIT_USAGE;
   } else if (dashes == argc) {
-    say_error("exec", "CMD must follow '--' (dlock exec [options] NAME -- CMD [ARG...])");
+    say_error(command, "CMD must follow '--' (dlock %s [options] NAME -- CMD [ARG...])", command);
     code = EXIT_USAGE;
   } else if (nwords > 1) {
-    say_error("exec", "one lock NAME before '--', got %d words ('%s', '%s', ...)", nwords, words[0], words[1]);
+    say_error(command, "one lock NAME before '--', got %d words ('%s', '%s', ...)", nwords, words[0], words[1]);
     code = EXIT_USAGE;
   } else if (dashes + 1 >= argc) {
-    say_error("exec", "no CMD after '--' (dlock exec [options] NAME -- CMD [ARG...])");
+    say_error(command, "no CMD after '--' (dlock %s [options] NAME -- CMD [ARG...])", command);
     code = EXIT_USAGE;
-  } else if (finish_options("exec", o) != 0) {
+  } else if (finish_options(command, o) != 0) {
     code = EXIT_USAGE;
   }
   const char *name = words[0];
@@ -515,7 +518,7 @@ int cmd_exec(cli_options *o, int argc, char **argv) {
   char **cmd = argv + dashes + 1;
   char *path = resolve_command(cmd[0], &code);
   if (!path) {
-    say_error("exec", "%s: %s", cmd[0], code == EXIT_NOT_FOUND ? "command not found" : "not executable");
+    say_error(command, "%s: %s", cmd[0], code == EXIT_NOT_FOUND ? "command not found" : "not executable");
     write_failure_status(o, code);
     return code;
   }
@@ -528,10 +531,10 @@ int cmd_exec(cli_options *o, int argc, char **argv) {
   dlock_lock *lock = NULL;
   char **env = NULL;
   job j;
-  if ((code = take_lock(o, "exec", name, &client, &q, &lock)) != 0) {
+  if ((code = take_lock(o, command, name, &client, &q, &lock)) != 0) {
     write_failure_status(o, code);
   } else if (!(env = child_environment(name, dlock_lock_fencing_token(lock), o->lease_ms))) {
-    say_error("exec", "out of memory");
+    say_error(command, "out of memory");
     code = EXIT_OSERR;
     write_failure_status(o, code);
     dlock_release(lock);
@@ -551,4 +554,11 @@ int cmd_exec(cli_options *o, int argc, char **argv) {
   free_environment(env);
   free(path);
   return code;
+}
+
+int cmd_exec(cli_options *o, int argc, char **argv) { return run_under_lock(o, "exec", ~0u, argc, argv); }
+
+int cmd_elect(cli_options *o, int argc, char **argv) {
+  o->wait_ms = -1;  /* a campaign waits until it leads */
+  return run_under_lock(o, "elect", ~(unsigned)(CLI_OPT_KIND | CLI_OPT_WAIT), argc, argv);
 }

@@ -9,6 +9,7 @@ static const char kUsage[] =
     "\n"
     "Commands:\n"
     "  exec [options] NAME -- CMD [ARG...]  run CMD while holding lock NAME\n"
+    "  elect [options] NAME -- CMD [ARG...] wait to lead NAME, then run CMD while leading\n"
     "  hold [options] NAME                  take lock NAME, print its fencing token, hold it\n"
     "                                       until SIGINT or SIGTERM\n"
     "  inspect [--json] NAME...             who holds each lock\n"
@@ -25,12 +26,31 @@ static const char kUsage[] =
     "69 backend unreachable or failing; 70 the lock was lost while held; 71 a local\n"
     "system error; 75 not acquired within --wait; 126/127 CMD not executable/not found.\n";
 
+#define LEASE_OPTION \
+  "  --lease D       lease, renewed in the background while held (default 10s; 0 = none)\n"
+#define LABEL_OPTIONS                                                                        \
+  "  --owner LABEL   a label `dlock inspect` shows (default HOST:PID)\n"                   \
+  "  --value V       a value stored with the hold, which `dlock inspect` shows (at most 4096\n" \
+  "                  bytes; a leader's address, a job's progress)\n"
 static const char kLockOptions[] =
-    "  --lease D       lease, renewed in the background while held (default 10s; 0 = none)\n"
+    LEASE_OPTION
     "  --wait D        how long to wait for the lock (default -1 = no limit; 0 = one try)\n"
     "  --shared        a shared (read) hold: any number at once, no exclusive one meanwhile\n"
     "  --permits N     one of N permits of a counting semaphore\n"
-    "  --owner LABEL   a label `dlock inspect` shows (default HOST:PID)\n";
+    LABEL_OPTIONS;
+static const char kLeaderOptions[] = LEASE_OPTION LABEL_OPTIONS;
+static const char kExecOptions[] =
+"  --on-lost A     if the lock is lost while CMD runs: term (SIGTERM, then SIGKILL\n"
+          "                  after the kill grace; default), kill (SIGKILL) or ignore; dlock\n"
+          "                  then exits 70\n"
+          "  --kill-grace D  SIGTERM to SIGKILL; when renewals keep failing, SIGTERM goes out\n"
+          "                  this long before the lease could run out (default lease/4)\n"
+          "  --stopped-grace D  without a terminal: how long a stopped CMD keeps the lock;\n"
+          "                  then it is killed, the lock released, dlock exits 70 (default 10s)\n"
+          "  --status-file PATH  write dlock's outcome there, one line: acquired TOKEN while\n"
+          "                  CMD runs, then cmd-exited N, cmd-signalled N, lost, stopped,\n"
+          "                  not-acquired, not-found, not-executable, interrupted N,\n"
+          "                  backend-error, os-error or usage\n";
 
 static const char kCommonOptions[] =
     "  --url URL       the backend; default $DLOCK_URL, else redis://127.0.0.1:6379\n"
@@ -50,18 +70,20 @@ void print_help(const char *command, FILE *f) {
           "On a terminal, CMD's group is the foreground job and dlock stops when CMD stops.\n\n",
           f);
     fputs(kLockOptions, f);
-    fputs("  --on-lost A     if the lock is lost while CMD runs: term (SIGTERM, then SIGKILL\n"
-          "                  after the kill grace; default), kill (SIGKILL) or ignore; dlock\n"
-          "                  then exits 70\n"
-          "  --kill-grace D  SIGTERM to SIGKILL; when renewals keep failing, SIGTERM goes out\n"
-          "                  this long before the lease could run out (default lease/4)\n"
-          "  --stopped-grace D  without a terminal: how long a stopped CMD keeps the lock;\n"
-          "                  then it is killed, the lock released, dlock exits 70 (default 10s)\n"
-          "  --status-file PATH  write dlock's outcome there, one line: acquired TOKEN while\n"
-          "                  CMD runs, then cmd-exited N, cmd-signalled N, lost, stopped,\n"
-          "                  not-acquired, not-found, not-executable, interrupted N,\n"
-          "                  backend-error, os-error or usage\n",
+    fputs(kExecOptions, f);
+    fputs(kCommonOptions, f);
+  } else if (strcmp(command, "elect") == 0) {
+    fputs("usage: dlock elect [options] NAME -- CMD [ARG...]\n"
+          "Campaigns for the leadership of NAME: waits (without limit) until this candidate\n"
+          "leads, then runs CMD while it leads, exactly as exec runs it under a lock. The\n"
+          "term is DLOCK_FENCING_TOKEN: greater than every earlier term of NAME. Losing the\n"
+          "leadership stops CMD as --on-lost says; dlock exits with CMD's status, and\n"
+          "resigns (the next candidate leads). --value stores the leader's value (its\n"
+          "address), which dlock inspect shows. Takes exec's options but --wait, --shared\n"
+          "and --permits.\n\n",
           f);
+    fputs(kLeaderOptions, f);
+    fputs(kExecOptions, f);
     fputs(kCommonOptions, f);
   } else if (strcmp(command, "hold") == 0) {
     fputs("usage: dlock hold [options] NAME\n"
@@ -74,11 +96,12 @@ void print_help(const char *command, FILE *f) {
     fputs(kCommonOptions, f);
   } else if (strcmp(command, "inspect") == 0) {
     fputs("usage: dlock inspect [--json] NAME...\n"
-          "Shows who holds each lock: owner label, fencing token, lease left. A snapshot:\n"
-          "never decide from it whether to take a lock.\n\n"
+          "Shows who holds each lock: owner label, fencing token, lease left, and the value\n"
+          "stored with the hold. A snapshot: never decide from it whether to take a lock.\n\n"
           "  --json          one JSON object per NAME per line: name, held, kind (exclusive,\n"
           "                  shared, semaphore), permits, holders [{owner, fencing_token,\n"
-          "                  remaining_ms (-1 = no expiry)}]\n",
+          "                  remaining_ms (-1 = no expiry), value (text) or value_base64\n"
+          "                  (binary), absent when none}]\n",
           f);
     fputs(kCommonOptions, f);
   } else if (strcmp(command, "prepare") == 0) {
@@ -109,6 +132,7 @@ static int run_command(cli_options *o, int first, int argc, char **argv) {
   const char *command = argv[first];
   int (*run)(cli_options *, int, char **) = NULL;
   if (strcmp(command, "exec") == 0) run = cmd_exec;
+  else if (strcmp(command, "elect") == 0) run = cmd_elect;
   else if (strcmp(command, "hold") == 0) run = cmd_hold;
   else if (strcmp(command, "inspect") == 0) run = cmd_inspect;
   else if (strcmp(command, "prepare") == 0) run = cmd_prepare;
@@ -117,7 +141,7 @@ static int run_command(cli_options *o, int first, int argc, char **argv) {
     return 0;
   }
   if (!run) {
-    say_error(NULL, "unknown command '%s' (exec, hold, inspect, prepare; dlock --help)", command);
+    say_error(NULL, "unknown command '%s' (exec, elect, hold, inspect, prepare; dlock --help)", command);
     return EXIT_USAGE;
   }
   return run(o, argc - first - 1, argv + first + 1);

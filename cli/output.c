@@ -132,6 +132,54 @@ void text_string(FILE *f, const char *s, bool quote_always) {
   fputc('\'', f);
 }
 
+/* Text: valid UTF-8 with no NUL. */
+static bool is_text(const unsigned char *p, size_t len) {
+  for (size_t i = 0; i < len;) {
+    /* utf8_length reads up to 4 bytes: copy a tail shorter than that, NUL-padded. */
+    unsigned char tail[4] = {0, 0, 0, 0};
+    const unsigned char *at = p + i;
+    if (len - i < 4) {
+      memcpy(tail, at, len - i);
+      at = tail;
+    }
+    size_t n = at[0] == 0 ? 0 : utf8_length(at);
+    if (n == 0 || n > len - i) return false;
+    i += n;
+  }
+  return true;
+}
+
+void json_value(FILE *f, const void *data, size_t len) {
+  const unsigned char *p = data;
+  if (len == 0) return;
+  if (is_text(p, len)) {
+    fputs(",\"value\":", f);
+    json_string(f, (const char *)p); /* dlock_info_value ends it with a NUL */
+    return;
+  }
+  static const char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  fputs(",\"value_base64\":\"", f);
+  for (size_t i = 0; i < len; i += 3) {
+    unsigned v = (unsigned)p[i] << 16 | (i + 1 < len ? (unsigned)p[i + 1] << 8 : 0) |
+                 (i + 2 < len ? p[i + 2] : 0);
+    fputc(kAlphabet[v >> 18 & 63], f);
+    fputc(kAlphabet[v >> 12 & 63], f);
+    fputc(i + 1 < len ? kAlphabet[v >> 6 & 63] : '=', f);
+    fputc(i + 2 < len ? kAlphabet[v & 63] : '=', f);
+  }
+  fputc('"', f);
+}
+
+void text_value(FILE *f, const void *data, size_t len) {
+  if (len == 0) return;
+  if (is_text(data, len)) {
+    fputs(", value ", f);
+    text_string(f, data, true);
+  } else {
+    fprintf(f, ", value of %zu bytes (binary: --json shows it in base64)", len);
+  }
+}
+
 int exit_code_for(dlock_status s) {
   switch (s) {
     case DLOCK_EINVAL: return EXIT_USAGE;

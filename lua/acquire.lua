@@ -11,11 +11,16 @@
 -- KEYS[6] line <prefix>{NAME}:line: sorted set of fair waiters' ids, scored by arrival (server
 --         µs); KEYS[7] <prefix>{NAME}:linedata: hash, id -> "T SPAN LEASE OWNER": the waiter's
 --         last attempt in server ms, how long its place lasts after that, its lease and owner
---         value (release.lua hands the lock to the first live one)
+--         value (release.lua hands the lock to the first live one), and id .. ' v' -> the
+--         value it asked to store, when it has one
+-- The value key <prefix>{NAME}:value, last of KEYS when ARGV[7] is '1': hash, owner value ->
+--         the value stored with that hold (dlock_options_set_value); it expires with the
+--         exclusive holder, or with the last shared or semaphore hold, as KEYS[3] and KEYS[4]
 -- ARGV[1] owner value (128-bit random token, optionally "|label"); ARGV[2] lease in ms, '0' =
 -- none; ARGV[3] 'exclusive', 'shared' or 'permits:N'; ARGV[4] how long a refused exclusive
 -- acquire announces itself waiting, ms ('0': it will not wait); ARGV[5] a fair waiter's id
--- ('' or absent: not in line)
+-- ('' or absent: not in line); ARGV[6] the value to store with the hold ('' or absent: none);
+-- ARGV[7] '1' when the last key is the value key
 -- Returns {1, token} when acquired (token as a decimal string), {1, token, pttl} when it was
 -- already this owner's (a retry after a lost reply, or a hand-over: a fresh token, and pttl is
 -- what is left of its lease, -1 none); {0, pttl} when refused (ms until the first hold in the way may end, -1
@@ -25,6 +30,19 @@
 -- past it.
 local owner, lease, sort, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local id = ARGV[5] or ''
+local value = ARGV[6] or ''
+local vkey = ARGV[7] == '1' and KEYS[#KEYS] or nil
+
+-- The exclusive holder's value: stored afresh (any other field is a stale one), expiring with
+-- the holder key, which the caller has just written.
+local function store_exclusive_value()
+  if not vkey then return end
+  redis.call('DEL', vkey)
+  if value == '' then return end
+  redis.call('HSET', vkey, owner, value)
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl > 0 then redis.call('PEXPIRE', vkey, ttl) end
+end
 
 -- Tokens stay below 2^53: Lua numbers (doubles) hold every integer only that far, and the
 -- scripts compare tokens as numbers. A counter at the limit (or set past it by hand, or by a
@@ -57,6 +75,7 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
         redis.call('ZADD', KEYS[6], 'NX', now[1] .. string.format('%06d', tonumber(now[2])), id)
         local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
         redis.call('HSET', KEYS[7], id, string.format('%.0f', now_ms) .. ' ' .. queue .. ' ' .. lease .. ' ' .. owner)
+        if value ~= '' then redis.call('HSET', KEYS[7], id .. ' v', value) end
         -- The line ends with its last place, so that a crowd that crashed leaves nothing.
         for k = 6, 7 do redis.call('PEXPIRE', KEYS[k], queue, 'GT') redis.call('PEXPIRE', KEYS[k], queue, 'NX') end
       end
@@ -85,7 +104,8 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   end
   -- Only an acquire that waits can have announced itself (a single try sends queue '0').
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
-  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id) end
+  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v') end
+  store_exclusive_value()
   if ours then return {1, token, redis.call('PTTL', KEYS[1])} end
   return {1, token}
 end
@@ -121,7 +141,10 @@ local function ms(x) return string.format('%.0f', x) end  -- no exponent: Lua wo
 local others = 0  -- live holds under the name besides this acquire
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms))
-  for _, g in ipairs(gone) do redis.call('HDEL', KEYS[4], g) end
+  for _, g in ipairs(gone) do
+    redis.call('HDEL', KEYS[4], g)
+    if vkey then redis.call('HDEL', vkey, g) end
+  end
   if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms)) end
   local held = redis.call('ZCARD', KEYS[3])
   if held == 0 then
@@ -166,12 +189,17 @@ if sort == 'exclusive' then
   end
   -- Only an acquire that waits can have announced itself (a single try sends queue '0').
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
-  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id) end
+  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v') end
+  store_exclusive_value()
   return {1, token}
 end
 local expiry = lease == '0' and 'inf' or ms(now_ms + tonumber(lease))
 redis.call('ZADD', KEYS[3], expiry, owner)
 redis.call('HSET', KEYS[4], owner, token, '~sort', sort)
+if vkey then
+  if others == 0 then redis.call('DEL', vkey) end  -- no live hold: every field is stale
+  if value ~= '' then redis.call('HSET', vkey, owner, value) end
+end
 -- Both keys end with the last hold's lease, so that crashed holders leave nothing behind. Keys
 -- made just now have no expiry yet: a hold without one leaves them so.
 local last = expiry
@@ -180,7 +208,8 @@ if others > 0 then
 elseif last == 'inf' then
   return {1, token}
 end
-for k = 3, 4 do
-  if last == 'inf' then redis.call('PERSIST', KEYS[k]) else redis.call('PEXPIREAT', KEYS[k], ms(tonumber(last) + 1)) end
+local ends = {KEYS[3], KEYS[4], vkey}
+for _, key in ipairs(ends) do
+  if last == 'inf' then redis.call('PERSIST', key) else redis.call('PEXPIREAT', key, ms(tonumber(last) + 1)) end
 end
 return {1, token}

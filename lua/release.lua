@@ -10,13 +10,17 @@
 -- on the sharded channel (Redis Cluster: SPUBLISH reaches the slot's nodes only, where PUBLISH
 -- goes to every node of the cluster); ARGV[4] 'exclusive' or 'hold' (shared or semaphore);
 -- ARGV[5] (exclusive, with all five keys) a fair waiter's id that leaves the line: it stopped
--- waiting, and what was handed to it meanwhile is released ('' or absent: none)
+-- waiting, and what was handed to it meanwhile is released ('' or absent: none); ARGV[6] '1'
+-- when the hold has a value to remove. The value key <prefix>{NAME}:value (acquire.lua) is
+-- named last: always by an exclusive release (KEYS[6]: a hand-over stores the next holder's
+-- value there), by a shared or semaphore release when its hold has a value (KEYS[3]).
 -- Publishes 'released' to wake every waiter, or 'grant:ID:TOKEN' to the waiter ID it handed the
 -- lock to. Returns 1 when released, 0 when this owner no longer held it, {3} when a line
 -- waits and it was given the holder and the line alone (call again with all five keys; nothing
 -- was written).
 -- pcall: a key overwritten with another type is simply not ours.
 local owner, channel = ARGV[1], ARGV[2]
+local has_value = ARGV[6] == '1'
 local function publish(message)
   if ARGV[3] == '1' then
     redis.call('SPUBLISH', channel, message)
@@ -27,7 +31,8 @@ end
 
 if ARGV[4] == 'exclusive' then
   local leaving = ARGV[5] or ''
-  if leaving ~= '' and redis.call('ZREM', KEYS[2], leaving) == 1 then redis.call('HDEL', KEYS[4], leaving) end
+  local vkey = KEYS[6]
+  if leaving ~= '' and redis.call('ZREM', KEYS[2], leaving) == 1 then redis.call('HDEL', KEYS[4], leaving, leaving .. ' v') end
   if redis.pcall('GET', KEYS[1]) ~= owner then
     return 0
   end
@@ -43,8 +48,9 @@ if ARGV[4] == 'exclusive' then
     local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
     for _, id in ipairs(line) do
       local entry = redis.call('HGET', KEYS[4], id)
+      local next_value = redis.call('HGET', KEYS[4], id .. ' v')
       redis.call('ZREM', KEYS[2], id)
-      redis.call('HDEL', KEYS[4], id)
+      redis.call('HDEL', KEYS[4], id, id .. ' v')
       local t, span, lease, next_owner
       if entry then t, span, lease, next_owner = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$') end
       if t and tonumber(t) + tonumber(span) > now_ms and
@@ -63,10 +69,19 @@ if ARGV[4] == 'exclusive' then
         else
           token = redis.call('GET', KEYS[3])
         end
+        local until_ms = string.format('%.0f', tonumber(t) + tonumber(lease))
         if lease == '0' then
           redis.call('SET', KEYS[1], next_owner)
         else
-          redis.call('SET', KEYS[1], next_owner, 'PXAT', string.format('%.0f', tonumber(t) + tonumber(lease)))
+          redis.call('SET', KEYS[1], next_owner, 'PXAT', until_ms)
+        end
+        -- The next holder's own value, expiring with it.
+        if vkey then
+          if has_value then redis.call('DEL', vkey) end
+          if next_value then
+            redis.call('HSET', vkey, next_owner, next_value)
+            if lease ~= '0' then redis.call('PEXPIREAT', vkey, until_ms) end
+          end
         end
         if redis.call('GET', KEYS[5]) == next_owner then redis.call('DEL', KEYS[5]) end
         publish('grant:' .. id .. ':' .. token)
@@ -75,14 +90,17 @@ if ARGV[4] == 'exclusive' then
     end
   end
   redis.call('DEL', KEYS[1])
+  if has_value then redis.call('DEL', vkey) end
 else
+  local vkey = has_value and KEYS[3] or nil
   local expiry = redis.pcall('ZSCORE', KEYS[1], owner)
   if type(expiry) ~= 'string' then
     return 0
   end
   redis.call('ZREM', KEYS[1], owner)
   redis.call('HDEL', KEYS[2], owner)
-  if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[2]) end
+  if vkey then redis.call('HDEL', vkey, owner) end
+  if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[2], vkey or KEYS[2]) end
   if expiry ~= 'inf' then
     local now = redis.call('TIME')
     if tonumber(expiry) <= tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) then

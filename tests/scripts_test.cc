@@ -140,7 +140,7 @@ TEST(ScriptsTest, TheClientRefusesATokenPastTwoToThe53) {
   EXPECT_EQ(attempt.fencing_token, 9007199254740991u);
   // inspect shows such a token as unknown (0), not as a token dlock issued.
   LockInfo info;
-  s = InspectOp("dlock:", "n").read(ReadResp("*4\r\n:1\r\n$0\r\n\r\n:1000\r\n$19\r\n1152921504606846976\r\n").get(),
+  s = InspectOp("dlock:", "n").read(ReadResp("*5\r\n:1\r\n$0\r\n\r\n:1000\r\n$19\r\n1152921504606846976\r\n$0\r\n\r\n").get(),
                                     "redis h:1", "n", &info);
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(info.holders.size(), 1u);

@@ -81,6 +81,10 @@ class Options {
   Options& retry(uint64_t lo, uint64_t hi) { EXPECT_EQ(dlock_options_set_retry_ms(o_, lo, hi), DLOCK_OK); return *this; }
   Options& owner(const char* label) { EXPECT_EQ(dlock_options_set_owner(o_, label), DLOCK_OK); return *this; }
   Options& shared() { EXPECT_EQ(dlock_options_set_kind(o_, DLOCK_SHARED), DLOCK_OK); return *this; }
+  Options& value(const std::string& v) {
+    EXPECT_EQ(dlock_options_set_value(o_, v.data(), v.size()), DLOCK_OK);
+    return *this;
+  }
   Options& permits(uint32_t n) { EXPECT_EQ(dlock_options_set_permits(o_, n), DLOCK_OK); return *this; }
   Options& on_lost(dlock_lost_fn fn, void* arg) { EXPECT_EQ(dlock_options_set_on_lost(o_, fn, arg), DLOCK_OK); return *this; }
   const dlock_options* get() const { return o_; }

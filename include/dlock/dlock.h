@@ -86,7 +86,8 @@
  *   endpoint for the region (https, certificates verified unless tls_verify=0). Credentials come
  *   from the AWS chain: environment, ~/.aws/credentials + ~/.aws/config (AWS_PROFILE), container
  *   credentials, EC2 instance metadata (IMDSv2). Besides the key, the protocol writes the
- *   attributes owner, recordVersion, leaseMs, renewedAtMs and fence (partition_key / sort_key may
+ *   attributes owner, recordVersion, leaseMs, renewedAtMs, fence, holds, permits, writer and
+ *   data (partition_key / sort_key may
  *   not use these names). DynamoDB has no release notifications: a waiter wakes when the
  *   holder's lease may have run out or on its jittered retry. A holder that stops heartbeating is
  *   taken over once its recordVersion has stood unchanged for a whole lease on the waiter's
@@ -120,6 +121,8 @@ extern "C" {
 #define DLOCK_MAX_NAME_BYTES 1024
 /* Longest owner label, in bytes. */
 #define DLOCK_MAX_OWNER_BYTES 256
+/* Longest value stored with a hold, in bytes (see "values stored with a hold"). */
+#define DLOCK_MAX_VALUE_BYTES 4096
 
 typedef struct dlock_client dlock_client;   /* thread-safe; one backend; owns its connections */
 typedef struct dlock_lock dlock_lock;       /* one held lock; freed by dlock_release */
@@ -502,12 +505,59 @@ DLOCK_API dlock_kind dlock_info_kind(const dlock_info *i);
 /* The semaphore's number of permits while the name is one; 0 for a lock, a free name or NULL. */
 DLOCK_API uint32_t dlock_info_permits(const dlock_info *i);
 
+/* ----- values stored with a hold ------------------------------------------------------------
+ *
+ * A hold may carry a value: up to DLOCK_MAX_VALUE_BYTES of any bytes (NUL included), stored on
+ * the server with the hold and shown by dlock_inspect to everyone who can reach the server (a
+ * leader's address, a job's progress, what Consul keeps in a lock's value and AWS's DynamoDB
+ * lock client in its `data`). It is not secret: keep no secret in it. It lives and dies with its
+ * hold: released, expired, lost or taken over, the value is gone with it. A fair hand-over
+ * (DLOCK_CAP_FAIR) carries the waiting acquire's own value. Every backend, every kind of hold.
+ * DynamoDB keeps a name's holds in one item of at most 400 KB: a semaphore whose many holders
+ * all store large values may fill it (DLOCK_EINVAL naming the limit). */
+/* The value the next acquires with these options store with their hold (copied). len 0 (data
+ * may then be NULL) = none, the default. Longer than DLOCK_MAX_VALUE_BYTES is DLOCK_EINVAL. */
+DLOCK_API dlock_status dlock_options_set_value(dlock_options *o, const void *data, size_t len);
+/* Replaces the value stored with l (len 0 removes it) if this owner still holds it: the
+ * server checks the owner, so a hold that was lost or taken over gets DLOCK_NOT_HELD and
+ * nothing is written. The lease is left as it is. Blocking, bounded like dlock_release; any
+ * thread (on the client's loop thread it holds the loop for one round trip, as dlock_release
+ * does). Like dlock_extend, not at the same time as dlock_release of the same lock. */
+DLOCK_API dlock_status dlock_lock_set_value(dlock_lock *l, const void *data, size_t len);
+/* Holder k's value: *len bytes (followed by a NUL that *len does not count, so that a text
+ * value reads as a C string), valid until dlock_info_free; "" with *len 0 when it has none;
+ * NULL with *len 0 when k is out of range. len may be NULL. */
+DLOCK_API const void *dlock_info_value(const dlock_info *i, uint32_t k, size_t *len);
+
+/* ----- leader election ------------------------------------------------------------------------
+ *
+ * One leader at a time among candidates that campaign for a name: a leadership is an exclusive
+ * dlock_lock, and its fencing token is the leader's term, greater than every earlier term of the
+ * name (under the faults docs/guarantees.md lists for the backend): hand it to whatever the
+ * leader writes, and have the store refuse writes below the highest term it has seen, so that a
+ * deposed leader that does not know it yet changes nothing. The leader's value (its address,
+ * say) is the lock's value: set it with dlock_options_set_value, replace it with
+ * dlock_lock_set_value (proclaim), give leadership up with dlock_release (resign; the next
+ * candidate leads, in arrival order on backends with DLOCK_CAP_FAIR). A lost leadership is
+ * reported like a lost lock: on_lost, dlock_lock_is_valid 0, DLOCK_NOT_HELD. On an evbase or
+ * hooks client, campaign with dlock_acquire_async and wait_ms -1. */
+/* Waits until this candidate leads (wait_ms is taken as -1, no limit) and returns the
+ * leadership; the options are an acquire's (lease, heartbeat, owner, value, on_lost).
+ * DLOCK_EINVAL for a shared kind or permits. Blocking, like dlock_acquire with no wait limit. */
+DLOCK_API dlock_status dlock_campaign(dlock_client *c, const char *name, const dlock_options *o,
+                                      dlock_lock **out);
+/* The current leader: *out has one holder (its owner label, value, term as its fencing token,
+ * and lease left) or none when nobody leads. DLOCK_EINVAL when the name is held shared or is
+ * a semaphore. Bounded like dlock_inspect. */
+DLOCK_API dlock_status dlock_leader(dlock_client *c, const char *name, dlock_info **out);
+
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 
 typedef enum dlock_limit {
   DLOCK_LIMIT_NAME_BYTES = 0,  /* DLOCK_MAX_NAME_BYTES */
   DLOCK_LIMIT_OWNER_BYTES = 1, /* DLOCK_MAX_OWNER_BYTES */
-  DLOCK_LIMIT_LEASE_MS = 2     /* the longest lease (and wait) accepted */
+  DLOCK_LIMIT_LEASE_MS = 2,    /* the longest lease (and wait) accepted */
+  DLOCK_LIMIT_VALUE_BYTES = 3  /* DLOCK_MAX_VALUE_BYTES */
 } dlock_limit;
 /* The limit's value; 0 for an unknown limit. */
 DLOCK_API uint64_t dlock_limit_value(dlock_limit which);

@@ -33,6 +33,7 @@ struct LockRequest {
   uint32_t permits = 0;     // semaphore of n permits; 0 = not a semaphore
   std::string owner_label;  // for people and tools ("" = none)
   std::string owner_value;  // what the server stores and checks: secret token [+ "|" + label]
+  std::string value;        // stored with the hold (any bytes, at most kMaxValueBytes); "" = none
   uint64_t lease_ms = 0;    // 0 = no expiry
   // Writer preference: an exclusive acquire that will wait if refused announces itself for this
   // long, and while the announcement stands no new shared hold is granted. 0 = it gives up
@@ -52,6 +53,7 @@ struct HolderInfo {
   std::string owner;          // label, "" if none
   int64_t remaining_ms = -1;  // -1 = no expiry
   uint64_t fencing_token = 0; // 0 = unknown
+  std::string value;          // stored with the hold; "" = none
 };
 struct LockInfo {
   LockKind kind = LockKind::kExclusive;
@@ -204,6 +206,9 @@ class Backend {
   // Loop thread: sends all renewals in one round trip where the protocol allows; reports each
   // to sink->OnRenewed exactly once.
   virtual void RenewBatch(std::vector<RenewRequest> batch, RenewSink* sink) = 0;
+  // Replaces the value stored with a held lock ("" removes it), checked against its owner on
+  // the server: Ok, NotHeld (nothing written), or an error. Blocking; any thread.
+  virtual Status SetValue(const LockState& lock, const std::string& value) = 0;
   // Who holds name now; a free name is Ok with no holders. Blocking; any thread.
   virtual Status Inspect(const std::string& name, LockInfo* out) = 0;
   // What the backend promises: kCap* bits, the same as the ABI's DLOCK_CAP_* bits.

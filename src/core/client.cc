@@ -176,6 +176,7 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   out->permits = options.permits;
   out->owner_label = options.owner;
   out->lease_ms = options.lease_ms;
+  out->value = options.value;
   Status s = NewOwnerToken(&out->owner_value);
   if (!s.ok()) return s;
   if (!options.owner.empty()) out->owner_value += "|" + options.owner;
@@ -189,6 +190,28 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
 Status Client::Inspect(const std::string& name, LockInfo* out) {
   if (IsClosed()) return Status::InvalidArgument("client is closed");
   return backend_->Inspect(name, out);
+}
+
+Status Client::Campaign(const std::string& name, const AcquireOptions& options,
+                        std::shared_ptr<LockState>* out) {
+  if (options.kind != LockKind::kExclusive || options.permits != 0) {
+    return Status::InvalidArgument("campaign for '" + name +
+                                   "': a leadership is exclusive (no shared kind, no permits)");
+  }
+  AcquireOptions candidate = options;
+  candidate.wait_ms = -1;
+  return Acquire(name, candidate, out);
+}
+
+Status Client::Leader(const std::string& name, LockInfo* out) {
+  Status s = Inspect(name, out);
+  if (!s.ok()) return s;
+  if (!out->holders.empty() && (out->kind != LockKind::kExclusive || out->permits != 0)) {
+    const std::string sort = out->permits != 0 ? "a semaphore" : "held shared";
+    *out = LockInfo();
+    return Status::InvalidArgument("'" + name + "' is " + sort + ", not an election");
+  }
+  return s;
 }
 
 Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& last,
@@ -485,6 +508,21 @@ Status Client::Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms)
   }
   s = answer.get();
   if (s.code() == Code::kNotHeld) return NotHeldStatus(*lock);
+  return s;
+}
+
+Status Client::SetValue(const std::shared_ptr<LockState>& lock, const std::string& value) {
+  if (value.size() > kMaxValueBytes) return CheckValue(value.data(), value.size());
+  if (lock->Phase() != LockPhase::kHeld || IsClosed()) return NotHeldStatus(*lock);
+  // Set before the write: a release racing with it must remove what it may store.
+  if (!value.empty()) lock->has_value.store(true);
+  Status s = backend_->SetValue(*lock, value);
+  if (s.code() == Code::kNotHeld) {
+    // Found by the caller's own call: reported by its NOT_HELD, not by on_lost (as extend).
+    lock->SetLostReason("the server no longer had this owner's lock");
+    lock->Transition(LockPhase::kLost);
+    return NotHeldStatus(*lock);
+  }
   return s;
 }
 

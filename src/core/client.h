@@ -46,6 +46,8 @@ class Client : public std::enable_shared_from_this<Client> {
                  std::shared_ptr<LockState>* out);
   Status Release(const std::shared_ptr<LockState>& lock);
   Status Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms);
+  // Replaces the value stored with a held lock ("" removes it); any thread.
+  Status SetValue(const std::shared_ptr<LockState>& lock, const std::string& value);
 
   // Async calls: any thread; done runs on the loop thread, exactly once, never inside the call.
   // A non-ok return means nothing was started.
@@ -63,6 +65,10 @@ class Client : public std::enable_shared_from_this<Client> {
   uint32_t Capabilities() const;  // the backend's kCap* bits
   // Who holds name now (dlock_inspect). Blocking.
   Status Inspect(const std::string& name, LockInfo* out);
+  // Leader election: an exclusive acquire that waits without limit (dlock_campaign); the
+  // leader, or no holder (dlock_leader). Blocking.
+  Status Campaign(const std::string& name, const AcquireOptions& options, std::shared_ptr<LockState>* out);
+  Status Leader(const std::string& name, LockInfo* out);
 
   // For AsyncAcquire and the backends.
   EventLoop* loop() { return loop_.get(); }

@@ -39,6 +39,7 @@ struct LockState {
         permits(options.permits),
         heartbeat_explicit(options.heartbeat_ms.has_value()),
         on_lost(options.on_lost),
+        has_value(!options.value.empty()),
         lease_ms(options.lease_ms),
         backend_data(std::move(data)),
         heartbeat_ms(options.HeartbeatFor(options.lease_ms)) {
@@ -54,6 +55,9 @@ struct LockState {
   const bool heartbeat_explicit;
   const LostHandler on_lost;
 
+  // Whether the server may keep a value with this hold (set at acquire or since): its
+  // release, renewals and extends then look after the value too.
+  std::atomic<bool> has_value;
   std::atomic<uint64_t> lease_ms;
   const std::shared_ptr<BackendLockData> backend_data;  // owned and locked by the backend
   std::atomic<uint64_t> heartbeat_ms;

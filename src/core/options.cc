@@ -66,6 +66,15 @@ Status CheckOwner(const char* owner) {
   return Status::Ok();
 }
 
+Status CheckValue(const void* data, size_t len) {
+  if (len > kMaxValueBytes) {
+    return Status::InvalidArgument("value is " + std::to_string(len) + " bytes, longer than " +
+                                   std::to_string(kMaxValueBytes));
+  }
+  if (data == nullptr && len > 0) return Status::InvalidArgument("value is NULL with a length");
+  return Status::Ok();
+}
+
 uint64_t AcquireOptions::HeartbeatFor(uint64_t lease) const {
   return heartbeat_ms.has_value() ? *heartbeat_ms : DefaultHeartbeatMs(lease);
 }

@@ -26,6 +26,7 @@ constexpr uint64_t kDefaultRetryMinMs = 50;
 constexpr uint64_t kDefaultRetryMaxMs = 1000;
 constexpr size_t kMaxNameBytes = 1024;
 constexpr size_t kMaxOwnerBytes = 256;
+constexpr size_t kMaxValueBytes = 4096;  // a value stored with a hold (DLOCK_MAX_VALUE_BYTES)
 
 // The kind of hold asked for (dlock_kind, same values).
 enum class LockKind : int { kExclusive = 0, kShared = 1 };
@@ -37,6 +38,7 @@ struct AcquireOptions {
   uint64_t retry_min_ms = kDefaultRetryMinMs;
   uint64_t retry_max_ms = kDefaultRetryMaxMs;
   std::string owner;                         // label for people and tools
+  std::string value;                         // stored with the hold, any bytes; "" = none
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;                      // semaphore of n permits; 0 = not a semaphore
   bool fair = true;                          // waiting exclusive acquires: in arrival order
@@ -63,6 +65,7 @@ Status CheckHeartbeat(uint64_t heartbeat_ms);
 Status CheckHeldLease(uint64_t lease_ms);
 Status CheckLockName(const char* name);
 Status CheckOwner(const char* owner);
+Status CheckValue(const void* data, size_t len);
 
 // When a wait of wait_ms from start ends: never for -1, or for waits beyond what the clock can
 // add (anything longer than the longest lease counts as no limit).

@@ -1,6 +1,7 @@
 #include "core/text.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,28 @@ std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
+}
+
+std::string Base64Encode(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(std::max(n, 0)));
+  return out;
+}
+
+bool Base64Decode(std::string_view text, std::string* out) {
+  out->clear();
+  if (text.size() % 4 != 0 || text.size() > (size_t{1} << 30)) return false;
+  if (text.empty()) return true;
+  out->resize(text.size() / 4 * 3);
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out->data()),
+                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0) return false;
+  // EVP_DecodeBlock counts the padding's bytes too.
+  size_t pad = text.back() == '=' ? (text[text.size() - 2] == '=' ? 2 : 1) : 0;
+  out->resize(static_cast<size_t>(n) - pad);
+  return true;
 }
 
 std::string HexBytes(const unsigned char* data, size_t n) {

@@ -18,6 +18,10 @@ std::string Trim(std::string_view s);
 std::string Lower(std::string_view s);
 // Lower-case hex of bytes.
 std::string HexBytes(const unsigned char* data, size_t n);
+// Standard base64 with padding (etcd's JSON gateway, DynamoDB's binary attributes).
+std::string Base64Encode(std::string_view bytes);
+// False on text that is not base64.
+bool Base64Decode(std::string_view text, std::string* out);
 // The value of one hex digit, -1 for anything else.
 int HexDigitValue(char c);
 // Decodes %XX escapes. Strict: false on a '%' that starts no valid escape (*out is then

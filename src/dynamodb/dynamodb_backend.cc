@@ -85,6 +85,12 @@ class DynamoDbBackend : public Backend {
                       [done = std::move(done)](Status s, AcquireAttempt a) { done(s, a); });
   }
 
+  Status SetValue(const LockState& lock, const std::string& value) override {
+    Status status;
+    protocol_.SetValue(&blocking_, BorrowLock(lock), value, [&](Status s) { status = std::move(s); });
+    return status;
+  }
+
   Status Inspect(const std::string& name, LockInfo* out) override {
     Status status;
     protocol_.Inspect(&blocking_, name, [&](Status s, LockInfo info) {

@@ -20,6 +20,7 @@ inline constexpr char kRecordVersion[] = "recordVersion";  // S: random, rotated
 inline constexpr char kLeaseMs[] = "leaseMs";              // N: lease in ms, 0 = no expiry
 inline constexpr char kRenewedAtMs[] = "renewedAtMs";      // N: holder's wall clock at its last write
 inline constexpr char kFence[] = "fence";                  // N: last fencing token; never removed
+inline constexpr char kData[] = "data";                    // B: the value stored with the hold (absent: none)
 // Shared and semaphore holds (lock_protocol.h):
 inline constexpr char kHolds[] = "holds";      // M: owner value -> {recordVersion, leaseMs, renewedAtMs, token}
 inline constexpr char kToken[] = "token";      // N: in a hold: its fencing token

@@ -71,12 +71,28 @@ const Json* MapOf(const Json& value) {
 int64_t ClampWallMs(uint64_t ms) { return static_cast<int64_t>(std::min<uint64_t>(ms, uint64_t{1} << 52)); }
 
 // A hold's stored value.
-Json HoldValue(const std::string& record_version, uint64_t lease_ms, uint64_t token) {
-  return Json{{"M",
-               {{attr::kRecordVersion, S(record_version)},
-                {attr::kLeaseMs, N(lease_ms)},
-                {attr::kRenewedAtMs, N(WallClockMs())},
-                {attr::kToken, N(token)}}}};
+Json B(const std::string& bytes) { return Json{{"B", Base64Encode(bytes)}}; }
+
+// A "B" attribute's bytes ("" when absent, malformed, or longer than any value dlock stores:
+// the size is checked before decoding).
+std::string BinaryAttribute(const Json& item, const char* name) {
+  auto it = item.find(name);
+  if (it == item.end() || !it->is_object()) return "";
+  auto b = it->find("B");
+  if (b == it->end() || !b->is_string()) return "";
+  const std::string& text = b->get_ref<const std::string&>();
+  std::string bytes;
+  if (text.size() > 4 * ((kMaxValueBytes + 2) / 3) || !Base64Decode(text, &bytes)) return "";
+  return bytes;
+}
+
+Json HoldValue(const std::string& record_version, uint64_t lease_ms, uint64_t token, const std::string& value) {
+  Json fields = {{attr::kRecordVersion, S(record_version)},
+                 {attr::kLeaseMs, N(lease_ms)},
+                 {attr::kRenewedAtMs, N(WallClockMs())},
+                 {attr::kToken, N(token)}};
+  if (!value.empty()) fields[attr::kData] = B(value);
+  return Json{{"M", std::move(fields)}};
 }
 
 // The soonest of the blockers' expiries: -1 when none of them expires.
@@ -179,6 +195,7 @@ void ParseLockItem(const Json& item, LockItem* out) {
   out->record_version = StringAttribute(item, attr::kRecordVersion);
   if (NumberAttribute(item, attr::kLeaseMs, &n)) out->lease_ms = std::min<uint64_t>(n, kMaxLeaseMs);
   if (NumberAttribute(item, attr::kRenewedAtMs, &n)) out->renewed_at_ms = ClampWallMs(n);
+  out->value = BinaryAttribute(item, attr::kData);
   out->has_fence = NumberAttribute(item, attr::kFence, &out->fence);
   auto holds = item.find(attr::kHolds);
   if (holds != item.end()) {
@@ -195,6 +212,7 @@ void ParseLockItem(const Json& item, LockItem* out) {
           if (NumberAttribute(*fields, attr::kLeaseMs, &n)) hold.lease_ms = std::min<uint64_t>(n, kMaxLeaseMs);
           if (NumberAttribute(*fields, attr::kRenewedAtMs, &n)) hold.renewed_at_ms = ClampWallMs(n);
           (void)NumberAttribute(*fields, attr::kToken, &hold.token);
+          hold.value = BinaryAttribute(*fields, attr::kData);
         }
         out->holds.push_back(std::move(hold));
       }
@@ -219,6 +237,7 @@ void ParseLockItem(const Json& item, LockItem* out) {
 struct LockProtocol::AcquireOp {
   std::string name;
   std::string owner_value;
+  std::string value;  // stored with the hold ("" = none)
   uint64_t lease_ms = 0;
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;
@@ -295,6 +314,7 @@ void LockProtocol::Acquire(Transport* transport, const LockRequest& request,
   auto op = std::make_shared<AcquireOp>();
   op->name = request.name;
   op->owner_value = request.owner_value;
+  op->value = request.value;
   op->lease_ms = request.lease_ms;
   op->kind = request.kind;
   op->permits = request.permits;
@@ -328,6 +348,12 @@ Json LockProtocol::ExclusiveBody(const AcquireOp& op, const LockItem* item) {
   u.Set(u.Name(attr::kLeaseMs) + " = " + u.Value(N(op.lease_ms)));
   u.Set(u.Name(attr::kRenewedAtMs) + " = " + u.Value(N(WallClockMs())));
   u.Set(f + " = if_not_exists(" + f + ", " + u.Value(N(WallClockUs())) + ") + " + u.Value(N(uint64_t{1})));
+  // A holder taken over leaves no value behind.
+  if (op.value.empty()) {
+    u.Remove(u.Name(attr::kData));
+  } else {
+    u.Set(u.Name(attr::kData) + " = " + u.Value(B(op.value)));
+  }
   // An empty map rather than none: a shared acquire's SET holds.<owner> needs it to exist, and
   // `holds` is never removed once there (only an exclusive acquire empties it).
   u.Set(h + " = " + u.Value(Json{{"M", Json::object()}}));
@@ -373,7 +399,7 @@ Status LockProtocol::HoldBody(const AcquireOp& op, const LockItem* item, const J
   *token = has_fence ? fence + 1 : static_cast<uint64_t>(WallClockUs()) + 1;
   u.Condition(has_fence ? f + " = " + u.Value(N(fence)) : "attribute_not_exists(" + f + ")");
   u.Set(f + " = " + u.Value(N(*token)));
-  Json hold = HoldValue(op.record_version, op.lease_ms, *token);
+  Json hold = HoldValue(op.record_version, op.lease_ms, *token, op.value);
   if (item == nullptr || !item->has_holds) {
     Json map = Json{{"M", Json{{op.owner_value, std::move(hold)}}}};
     u.Set(h + " = " + u.Value(std::move(map)));
@@ -388,7 +414,9 @@ Status LockProtocol::HoldBody(const AcquireOp& op, const LockItem* item, const J
   } else {  // an exclusive holder the judge saw expire
     u.Condition("(attribute_not_exists(" + o + ") OR " + u.Name(attr::kRecordVersion) + " = " +
                 u.Value(S(item->record_version)) + ")");
-    for (const char* a : {attr::kOwner, attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs}) u.Remove(u.Name(a));
+    for (const char* a : {attr::kOwner, attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData}) {
+      u.Remove(u.Name(a));
+    }
   }
   if (item != nullptr) {
     size_t removed = 0;
@@ -860,10 +888,49 @@ Json LockProtocol::ReleaseBody(const Json& key, const std::string& owner_value, 
   } else {
     const std::string o = u.Name(attr::kOwner);
     u.Remove(o);
-    for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs}) u.Remove(u.Name(a));
+    for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData}) u.Remove(u.Name(a));
     u.Condition(o + " = " + u.Value(S(owner_value)));
   }
   return u.Body(api_->config().table, key, "NONE");
+}
+
+void LockProtocol::SetValue(Transport* transport, std::shared_ptr<const LockState> lock, const std::string& value,
+                            std::function<void(Status)> done) {
+  Json key;
+  if (Status s = KeyFor(lock->name, &key); !s.ok()) return done(s);
+  const bool hold = IsHold(*lock);
+  Update u;
+  std::string data;
+  if (hold) {
+    const std::string me = u.Path({attr::kHolds, lock->owner_value});
+    data = me + "." + u.Name(attr::kData);
+    u.Condition("attribute_exists(" + me + ")");
+  } else {
+    data = u.Name(attr::kData);
+    u.Condition(u.Name(attr::kOwner) + " = " + u.Value(S(lock->owner_value)));
+  }
+  if (value.empty()) {
+    u.Remove(data);
+  } else {
+    u.Set(data + " = " + u.Value(B(value)));
+  }
+  const TimePoint deadline = CallDeadline();
+  CallWithRetries(transport, api_->credentials(), "UpdateItem", u.Body(api_->config().table, key, "NONE"), deadline,
+                  [this, transport, lock, key, value, deadline, hold, done = std::move(done)](ApiResult r) {
+    if (r.outcome == Outcome::kOk) return done(Status::Ok());
+    if (r.outcome == Outcome::kConditionFailed || (hold && HoldPathGone(r))) return done(NotHeldStatus(*lock));
+    if (!r.maybe_applied) return done(r.status);
+    // Ambiguous: the item says whether it landed.
+    Read(transport, key, deadline, [lock, value, hold, failure = r.status, done](Status s, Json json) {
+      if (!s.ok()) return done(failure);
+      LockItem item;
+      ParseLockItem(json, &item);
+      const HoldRecord* mine = hold ? FindHold(item, lock->owner_value) : nullptr;
+      const bool ours = hold ? mine != nullptr : item.owner == lock->owner_value;
+      if (!ours) return done(NotHeldStatus(*lock));
+      done((hold ? mine->value : item.value) == value ? Status::Ok() : failure);
+    });
+  });
 }
 
 void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState> lock,
@@ -940,6 +1007,7 @@ void LockProtocol::Inspect(Transport* transport, const std::string& name,
       holder.owner = OwnerLabel(item.owner);
       holder.remaining_ms = remaining(item.lease_ms, item.renewed_at_ms);
       holder.fencing_token = item.has_fence ? item.fence : 0;
+      holder.value = item.value;
       info.holders.push_back(std::move(holder));
     }
     // Holds a crashed holder left are listed (with 0 ms left) until a waiter removes them.
@@ -948,6 +1016,7 @@ void LockProtocol::Inspect(Transport* transport, const std::string& name,
       holder.owner = OwnerLabel(hold.owner);
       holder.remaining_ms = remaining(hold.lease_ms, hold.renewed_at_ms);
       holder.fencing_token = hold.token;
+      holder.value = hold.value;
       info.holders.push_back(std::move(holder));
     }
     if (item.owner.empty() && !item.holds.empty()) {

@@ -6,8 +6,9 @@
 //   leaseMs        the exclusive holder's lease; 0 = no expiry (fail-closed)
 //   renewedAtMs    its wall clock at its last write (used only by trust_local_time=1)
 //   fence          the last fencing token of the name, of every kind of hold; never removed
+//   data           the value stored with the exclusive hold (binary); absent when none
 //   holds          shared holds or semaphore permits: a map from each holder's owner value to
-//                  {recordVersion, leaseMs, renewedAtMs, token}; may be left empty ({})
+//                  {recordVersion, leaseMs, renewedAtMs, token[, data]}; may be left empty ({})
 //   permits        the semaphore's size n while `holds` holds permits; absent while it holds
 //                  shared holds. Meaningless (may be stale) while `holds` is empty.
 //   writer         a waiting exclusive acquire's announcement {owner, recordVersion, queueMs}
@@ -45,8 +46,10 @@
 //   old hold is gone.
 // Renew/extend: UpdateItem conditional on the hold still being ours (owner = ours, or
 //   holds.<ours> exists): new recordVersion, lease, renewedAtMs.
-// Release: UpdateItem conditional on the same that removes the exclusive holder's attributes,
-//   or holds.<ours>, keeping the item and its fence.
+// Release: UpdateItem conditional on the same that removes the exclusive holder's attributes
+//   (data too), or holds.<ours>, keeping the item and its fence.
+// A hold's value: UpdateItem conditional on the same that sets (or removes) data, or
+//   holds.<ours>.data; the record version is left alone (a value is no heartbeat).
 // A refused condition means not acquired / not held. A failure after which the write may
 // have been applied (timeout, 5xx) is settled by reading the item before deciding.
 //
@@ -84,6 +87,7 @@ struct HoldRecord {
   uint64_t lease_ms = 0;       // clamped to kMaxLeaseMs; 0 = no expiry
   int64_t renewed_at_ms = 0;   // clamped
   uint64_t token = 0;
+  std::string value;           // the value stored with it ("" = none)
 };
 
 // A writer's announcement, as stored in `writer`.
@@ -99,6 +103,7 @@ struct LockItem {
   std::string record_version;
   uint64_t lease_ms = 0;
   int64_t renewed_at_ms = 0;
+  std::string value;           // the exclusive holder's value ("" = none)
   bool has_fence = false;
   uint64_t fence = 0;
   bool has_holds = false;      // the `holds` attribute exists (maybe empty)
@@ -134,6 +139,9 @@ class LockProtocol {
   // timeout_ms.
   void Renew(Transport* transport, std::shared_ptr<const LockState> lock, uint64_t lease_ms,
              TimePoint deadline, std::function<void(Status)> done);
+  // Replaces the value stored with a held lock ("" removes it). Ok, NotHeld, or an error.
+  void SetValue(Transport* transport, std::shared_ptr<const LockState> lock, const std::string& value,
+                std::function<void(Status)> done);
   // Ok, NotHeld, or an error.
   void Release(Transport* transport, std::shared_ptr<const LockState> lock,
                std::function<void(Status)> done);

@@ -77,6 +77,12 @@ class EtcdBackend : public Backend {
                     [sink, shared](size_t k, Status s) { sink->OnRenewed((*shared)[k], s); });
   }
 
+  Status SetValue(const LockState& lock, const std::string& value) override {
+    Status status;
+    protocol_.SetValue(&blocking_, BorrowLock(lock), value, CallDeadline(), [&](Status s) { status = std::move(s); });
+    return status;
+  }
+
   Status Inspect(const std::string& name, LockInfo* out) override {
     Status status;
     protocol_.Inspect(&blocking_, name, CallDeadline(), [&](Status s, LockInfo info) {

@@ -2,7 +2,6 @@
 
 #include "core/server_text.h"
 
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <charconv>
@@ -43,10 +42,8 @@ std::string Txn(const Json& compare, const Json& success, const Json& failure) {
   return body.dump();
 }
 
-Json OwnedCompare(const std::string& key, const std::string& value, int64_t create_revision) {
-  const std::string k = Base64Encode(key);
-  return Json::array({{{"key", k}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", Base64Encode(value)}},
-                      {{"key", k},
+Json OwnedCompare(const std::string& key, int64_t create_revision) {
+  return Json::array({{{"key", Base64Encode(key)},
                        {"target", "CREATE"},
                        {"result", "EQUAL"},
                        {"create_revision", std::to_string(create_revision)}}});
@@ -74,28 +71,6 @@ Status Malformed(const std::string& what) {
 }
 
 }  // namespace
-
-std::string Base64Encode(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(std::max(n, 0)));
-  return out;
-}
-
-bool Base64Decode(std::string_view text, std::string* out) {
-  out->clear();
-  if (text.size() % 4 != 0 || text.size() > (size_t{1} << 30)) return false;
-  if (text.empty()) return true;
-  out->resize(text.size() / 4 * 3);
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out->data()),
-                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
-  if (n < 0) return false;
-  // EVP_DecodeBlock counts the padding's bytes too.
-  size_t pad = text.back() == '=' ? (text[text.size() - 2] == '=' ? 2 : 1) : 0;
-  out->resize(static_cast<size_t>(n) - pad);
-  return true;
-}
 
 bool ParseObject(std::string_view text, Json* out) {
   if (!JsonDepthWithin(text)) {  // before parsing: a container per '[' otherwise
@@ -159,13 +134,19 @@ bool ReadKeyValue(const Json& kv, KeyValue* out) {
   return true;
 }
 
-std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int64_t create_revision,
-                          int64_t lease) {
-  return Txn(OwnedCompare(key, value, create_revision), Json::array({PutOp(key, value, lease)}), Json());
+std::string IfOwnedMoveTxn(const std::string& key, int64_t create_revision, int64_t lease) {
+  Json put = {{"key", Base64Encode(key)}, {"ignore_value", true}};
+  if (lease != 0) put["lease"] = std::to_string(lease);
+  return Txn(OwnedCompare(key, create_revision), Json::array({{{"request_put", put}}}), Json());
 }
 
-std::string IfOwnedDeleteTxn(const std::string& key, const std::string& value, int64_t create_revision) {
-  return Txn(OwnedCompare(key, value, create_revision), Json::array({DeleteOp(key)}), Json());
+std::string IfOwnedSetTxn(const std::string& key, const std::string& value, int64_t create_revision) {
+  Json put = {{"key", Base64Encode(key)}, {"value", Base64Encode(value)}, {"ignore_lease", true}};
+  return Txn(OwnedCompare(key, create_revision), Json::array({{{"request_put", put}}}), Json());
+}
+
+std::string IfOwnedDeleteTxn(const std::string& key, int64_t create_revision) {
+  return Txn(OwnedCompare(key, create_revision), Json::array({DeleteOp(key)}), Json());
 }
 
 std::string IfOnLeaseDeleteTxn(const std::string& key, int64_t lease) {

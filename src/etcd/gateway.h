@@ -13,14 +13,12 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/text.h"
 
 namespace dlock::etcd {
 
 using Json = nlohmann::json;
 
-std::string Base64Encode(std::string_view bytes);
-// False on text that is not base64.
-bool Base64Decode(std::string_view text, std::string* out);
 
 // One key as a range or a watch event shows it.
 struct KeyValue {
@@ -61,11 +59,13 @@ int64_t ReadInt(const Json& object, const char* field, int64_t lo, int64_t hi, i
 bool ReadKeyValue(const Json& kv, KeyValue* out);
 
 // Request bodies.
-// If key holds value and was created at create_revision: puts it again with the lease (unless
-// 0: then with none), keeping its create revision (extend); or deletes it (release).
-std::string IfOwnedPutTxn(const std::string& key, const std::string& value, int64_t create_revision,
-                          int64_t lease);
-std::string IfOwnedDeleteTxn(const std::string& key, const std::string& value, int64_t create_revision);
+// If key was created at create_revision (the hold's own incarnation: lock_protocol.h, "Owner
+// checks"): puts it again with the lease (unless 0: then with none), keeping its value and
+// create revision (extend); puts value into it, keeping its lease (a hold's value); or deletes
+// it (release).
+std::string IfOwnedMoveTxn(const std::string& key, int64_t create_revision, int64_t lease);
+std::string IfOwnedSetTxn(const std::string& key, const std::string& value, int64_t create_revision);
+std::string IfOwnedDeleteTxn(const std::string& key, int64_t create_revision);
 // Deletes key if it hangs on lease (a key on one of the client's leases that no lock of it
 // holds), or if it holds value (an acquire without a lease whose outcome stayed unknown).
 std::string IfOnLeaseDeleteTxn(const std::string& key, int64_t lease);

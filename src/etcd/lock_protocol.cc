@@ -76,6 +76,21 @@ std::string HoldId(const std::string& owner_value) {
   return id;
 }
 
+// A hold key's value: the owner value, then NUL and the value stored with the hold when it has
+// one (an owner value is a C string: it holds no NUL).
+std::string Stored(const std::string& owner_value, const std::string& value) {
+  if (value.empty()) return owner_value;
+  std::string stored = owner_value;
+  stored += '\0';
+  stored += value;
+  return stored;
+}
+std::string_view OwnerPart(std::string_view stored) { return stored.substr(0, stored.find('\0')); }
+std::string_view ValuePart(std::string_view stored) {
+  const size_t nul = stored.find('\0');
+  return nul == std::string_view::npos ? std::string_view() : stored.substr(nul + 1);
+}
+
 // What a read of [K, K\x01) shows.
 struct NameView {
   const KeyValue* exclusive = nullptr;
@@ -91,7 +106,7 @@ NameView Classify(const NameKeys& keys, const std::vector<KeyValue>& kvs, const 
   const std::string shared = keys.Under("hs") + '\0', permit = keys.Under("hp") + '\0',
                     writer = keys.Under("w") + '\0';
   for (const KeyValue& kv : kvs) {
-    if (kv.key == own_key && kv.value == owner_value) v.ours = &kv;
+    if (kv.key == own_key && OwnerPart(kv.value) == owner_value) v.ours = &kv;
     if (kv.key == keys.exclusive()) {
       v.exclusive = &kv;
     } else if (kv.key.compare(0, shared.size(), shared) == 0) {
@@ -303,7 +318,9 @@ void LockProtocol::AcquireUnknown(Transport* t, std::shared_ptr<AcquireOp> op, i
     // when the partition heals. See "An acquire whose outcome stays unknown".
     Uncount(lease, op->key);
     Forget(lease);
-    if (lease == 0 && background_) background_(kTxn, IfValueDeleteTxn(op->key, op->request.owner_value));
+    if (lease == 0 && background_) {
+      background_(kTxn, IfValueDeleteTxn(op->key, Stored(op->request.owner_value, op->request.value)));
+    }
     op->done(failed, AcquireAttempt());
   });
 }
@@ -330,12 +347,12 @@ bool LockProtocol::SettledFailure(Transport* t, const std::shared_ptr<AcquireOp>
 
 void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease) {
   const NameKeys keys(KeyFor(op->request.name));
-  const std::string& value = op->request.owner_value;
+  const std::string& owner = op->request.owner_value;
   Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0)});
-  Json success = Json::array({PutRequest(op->key, value, lease)});
+  Json success = Json::array({PutRequest(op->key, Stored(owner, op->request.value), lease)});
   if (op->Exclusive()) {
     compare.push_back(CompareRangeEmpty(keys.Under("h"), keys.Under("i")));  // no hold of any kind
-    success.push_back(DeleteRequest(keys.Writer(HoldId(value))));             // our announcement
+    success.push_back(DeleteRequest(keys.Writer(HoldId(owner))));             // our announcement
   } else {
     compare.push_back(CompareCreateEqual(op->key, 0));  // an earlier try of ours did not land
     compare.push_back(CompareRangeEmpty(keys.Under("hp"), keys.Under("hq")));  // no semaphore
@@ -402,7 +419,7 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
     Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0),
                                 CompareRangeEmpty(keys.Under("hs"), keys.Under("ht")),
                                 CompareRangeModAtMost(keys.Under("hp"), keys.Under("hq"), revision)});
-    Json success = Json::array({PutRequest(op->key, op->request.owner_value, lease)});
+    Json success = Json::array({PutRequest(op->key, Stored(op->request.owner_value, op->request.value), lease)});
     t->Call(kTxn, TxnBody(compare, success, Json()), op->deadline, [this, t, op, lease, round](CallResult r) {
       TxnAnswer txn;
       if (SettledFailure(t, op, lease, r, &txn)) return;
@@ -550,7 +567,8 @@ void LockProtocol::ReadOwner(Transport* t, const std::string& key, const std::st
     bool found = false;
     if (r.status.ok()) r.status = ReadRange(r.answer, &kv, &found);
     if (!r.status.ok()) return done(r.status, false, kv);
-    bool ours = found && kv.value == owner_value && (create_revision == 0 || kv.create_revision == create_revision);
+    bool ours = found && OwnerPart(kv.value) == owner_value &&
+                (create_revision == 0 || kv.create_revision == create_revision);
     done(Status::Ok(), ours, kv);
   });
 }
@@ -580,7 +598,7 @@ void LockProtocol::ChangeLease(Transport* t, std::shared_ptr<const LockState> lo
     }
     data->lease = now_on;
   };
-  t->Call(kTxn, IfOwnedPutTxn(key, lock->owner_value, TokenOf(*lock), lease), deadline,
+  t->Call(kTxn, IfOwnedMoveTxn(key, TokenOf(*lock), lease), deadline,
           [this, t, lock, lease, deadline, retried, key, moved, done](CallResult r) {
     if (LeaseNotFound(r) && !retried) {  // the shared lease was forgotten: a new one, once
       Uncount(lease, key);
@@ -627,7 +645,7 @@ void LockProtocol::Release(Transport* t, std::shared_ptr<const LockState> lock, 
       // The key may still be there: released again in the background, and its lease no longer
       // kept alive by acquires (see "An acquire whose outcome stays unknown").
       Forget(DataOf(*lock)->lease.load());
-      if (background_) background_(kTxn, IfOwnedDeleteTxn(KeyOf(*lock), lock->owner_value, TokenOf(*lock)));
+      if (background_) background_(kTxn, IfOwnedDeleteTxn(KeyOf(*lock), TokenOf(*lock)));
     }
     done(s);
   });
@@ -636,7 +654,7 @@ void LockProtocol::Release(Transport* t, std::shared_ptr<const LockState> lock, 
 void LockProtocol::ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline,
                                 Done done) {
   const std::string key = KeyOf(*lock);
-  t->Call(kTxn, IfOwnedDeleteTxn(key, lock->owner_value, TokenOf(*lock)), deadline,
+  t->Call(kTxn, IfOwnedDeleteTxn(key, TokenOf(*lock)), deadline,
           [this, t, lock, deadline, key, done](CallResult r) {
     TxnAnswer txn;
     if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
@@ -648,6 +666,26 @@ void LockProtocol::ReleaseRound(Transport* t, std::shared_ptr<const LockState> l
       if (!ours) return done(Status::Ok());  // our delete landed (or the key went anyway)
       if (Now() >= deadline) return done(failed);
       ReleaseRound(t, lock, deadline, done);
+    });
+  });
+}
+
+void LockProtocol::SetValue(Transport* t, std::shared_ptr<const LockState> lock, const std::string& value,
+                            TimePoint deadline, Done done) {
+  const std::string key = KeyOf(*lock);
+  const std::string stored = Stored(lock->owner_value, value);
+  t->Call(kTxn, IfOwnedSetTxn(key, stored, TokenOf(*lock)), deadline,
+          [this, t, lock, key, stored, deadline, done](CallResult r) {
+    TxnAnswer txn;
+    if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+    if (r.status.ok()) return done(txn.succeeded ? Status::Ok() : NotHeld(*config_, lock->name));
+    if (!r.maybe_applied) return done(r.status);
+    // Settled by reading it: ours with this value, or not ours any more.
+    ReadOwner(t, key, lock->owner_value, TokenOf(*lock), deadline,
+              [this, lock, stored, failed = r.status, done](Status s, bool ours, KeyValue kv) {
+      if (!s.ok()) return done(failed);
+      if (!ours) return done(NotHeld(*config_, lock->name));
+      done(kv.value == stored ? Status::Ok() : failed);
     });
   });
 }
@@ -753,7 +791,8 @@ void LockProtocol::Inspect(Transport* t, const std::string& name, TimePoint dead
       if (!s.ok()) return done(s, LockInfo());
       for (const KeyValue* kv : holds) {
         HolderInfo holder;
-        holder.owner = OwnerLabel(kv->value);
+        holder.owner = OwnerLabel(std::string(OwnerPart(kv->value)));
+        holder.value = ValuePart(kv->value).substr(0, kMaxValueBytes);  // more is not dlock's
         holder.remaining_ms = kv->lease == 0 ? -1 : ttls[kv->lease];
         holder.fencing_token = static_cast<uint64_t>(kv->create_revision);
         info->holders.push_back(std::move(holder));

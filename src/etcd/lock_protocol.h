@@ -6,9 +6,16 @@
 //   lease; else read it. The fencing token is the key's create_revision: etcd's revision counter,
 //   strictly increasing across the whole cluster through leader changes, with no clock in it.
 //   A refused acquire reports the holder's lease's time to live (or -1: no lease).
-// Extend: if the key still holds our value and create_revision, put it again on a lease of the
-//   new length (the create revision, and so the token, stays). Release: the same condition,
-//   then delete. A refused condition means not held.
+// The key's value is the holder's owner value, then NUL and the value stored with the hold when
+//   it has one (dlock_options_set_value; an owner value holds no NUL).
+// Owner checks: a write to a held key is conditional on its create_revision being the hold's
+//   own (its token): the key was made by that acquire and never deleted since, for a key
+//   deleted and made again gets a new revision. (Not on the value: the value stored with the
+//   hold may change under a renewal's feet.)
+// Extend: if the key is still ours, put it again on a lease of the new length, keeping its value
+//   (ignore_value; the create revision, and so the token, stays). A hold's value: put the key's
+//   new value, keeping its lease (ignore_lease). Release: the same condition, then delete. A
+//   refused condition means not held.
 // A call that may have been applied (a timeout, a dropped connection, an Unavailable answer)
 //   is settled by reading the key: it is ours (our value, our revision) or it is not.
 //
@@ -103,6 +110,9 @@ class LockProtocol {
   void Extend(Transport* t, std::shared_ptr<const LockState> lock, uint64_t lease_ms, TimePoint deadline,
               Done done);
   void Release(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
+  // Replaces the value stored with the hold (in its key, after the owner value).
+  void SetValue(Transport* t, std::shared_ptr<const LockState> lock, const std::string& value, TimePoint deadline,
+                Done done);
   // One round for several locks: per etcd lease, a keepalive and a look at the keys on it.
   // done(k, status) once per lock k.
   void Renew(Transport* t, const std::vector<std::shared_ptr<const LockState>>& locks, TimePoint deadline,

@@ -49,12 +49,14 @@ struct HoldRef {
   std::string name;
   std::string owner_value;
   bool exclusive = true;  // the exclusive hold, or a shared or semaphore one
+  bool has_value = false; // the server may keep a value with it
   static HoldRef Of(const LockState& lock) {
-    return {lock.name, lock.owner_value, lock.kind == LockKind::kExclusive && lock.permits == 0};
+    return {lock.name, lock.owner_value, lock.kind == LockKind::kExclusive && lock.permits == 0,
+            lock.has_value.load()};
   }
   static HoldRef Of(const LockRequest& request) {
     return {request.name, request.owner_value,
-            request.kind == LockKind::kExclusive && request.permits == 0};
+            request.kind == LockKind::kExclusive && request.permits == 0, !request.value.empty()};
   }
 };
 
@@ -73,6 +75,8 @@ Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t l
 // fence.lua: raises the fence counter to at least token, and sets a shared hold's token
 // (Redlock's write-back); Ok.
 Op<NoResult> FenceOp(const std::string& prefix, const HoldRef& hold, uint64_t token);
+// set_value.lua: replaces the value stored with the hold ("" removes it); Ok or NotHeld.
+Op<NoResult> SetValueOp(const std::string& prefix, const HoldRef& hold, const std::string& value);
 // inspect.lua: who holds it.
 Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name);
 

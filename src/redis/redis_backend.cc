@@ -85,6 +85,11 @@ class RedisBackend : public Backend {
     }
   }
 
+  Status SetValue(const LockState& lock, const std::string& value) override {
+    NoResult none;
+    return Run(channel_.get(), SetValueOp(prefix_, HoldRef::Of(lock), value), &none);
+  }
+
   Status Inspect(const std::string& name, LockInfo* out) override {
     return Run(channel_.get(), InspectOp(prefix_, name), out);
   }

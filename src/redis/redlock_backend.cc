@@ -330,6 +330,18 @@ class RedlockBackend : public Backend {
     }
   }
 
+  Status SetValue(const LockState& lock, const std::string& value) override {
+    // Every master's answer is awaited (a quorum's would decide it): a read right after it, by
+    // anyone, then finds the new value on every master that took it, not the old one on a
+    // master still behind.
+    return JudgeExtend(lock.name,
+                       Ask<NoResult>(
+                           AllMasters(),
+                           [&](size_t) { return SetValueOp(prefix_, HoldRef::Of(lock), value); },
+                           EveryAnswer<NoResult>{}),
+                       "the value's write");
+  }
+
   Status Inspect(const std::string& name, LockInfo* out) override {
     // Every master's view counts here (two that answered may disagree), so it waits for all.
     Votes<LockInfo> votes = Ask<LockInfo>(
@@ -340,21 +352,31 @@ class RedlockBackend : public Backend {
     // master that granted a hold keeps its token once it was written back; one that granted
     // late, after the quorum, keeps its own). The remaining lease shown is how long a quorum
     // still keeps the hold: the quorum-th longest of theirs. Not the least: a master that is
-    // merely slow may not have run an extend yet that a quorum already confirmed.
+    // merely slow may not have run an extend yet that a quorum already confirmed. The value
+    // shown is the one most of them keep (a write of a new one may have reached only some).
     using Key = std::tuple<int, uint32_t, std::string, uint64_t>;
-    std::map<Key, std::pair<HolderInfo, std::vector<int64_t>>> seen;
+    struct Seen {
+      HolderInfo holder;
+      std::vector<int64_t> remaining;
+      std::map<std::string, size_t> values;  // value -> how many masters keep it
+    };
+    std::map<Key, Seen> seen;
     for (const Vote<LockInfo>& v : votes) {
       if (!v.status.ok()) continue;
       for (const HolderInfo& h : v.out.holders) {
-        auto& [holder, remaining] = seen[Key{static_cast<int>(v.out.kind), v.out.permits, h.owner, h.fencing_token}];
-        holder = h;
-        remaining.push_back(h.remaining_ms < 0 ? INT64_MAX : h.remaining_ms);  // -1: no expiry
+        Seen& entry = seen[Key{static_cast<int>(v.out.kind), v.out.permits, h.owner, h.fencing_token}];
+        entry.holder = h;
+        entry.remaining.push_back(h.remaining_ms < 0 ? INT64_MAX : h.remaining_ms);  // -1: no expiry
+        ++entry.values[h.value];
       }
     }
     *out = LockInfo();
     for (auto& [key, entry] : seen) {
-      auto& [holder, remaining] = entry;
+      auto& [holder, remaining, values] = entry;
       if (remaining.size() < quorum_) continue;
+      holder.value = std::max_element(values.begin(), values.end(), [](const auto& a, const auto& b) {
+                       return a.second < b.second;
+                     })->first;
       std::sort(remaining.begin(), remaining.end(), std::greater<int64_t>());
       holder.remaining_ms = remaining[quorum_ - 1] == INT64_MAX ? -1 : remaining[quorum_ - 1];
       out->kind = static_cast<LockKind>(std::get<0>(key));
@@ -559,14 +581,15 @@ class RedlockBackend : public Backend {
                            std::to_string(c.failed) + " failed" + c.Unanswered() + ": " + c.failures);
   }
 
-  Status JudgeExtend(const std::string& name, const Votes<NoResult>& votes) const {
+  Status JudgeExtend(const std::string& name, const Votes<NoResult>& votes,
+                     const char* what = "renewal") const {
     Count c = Count::Of(votes, Answered<NoResult>, SaidNotHeld<NoResult>);
     if (c.yes >= quorum_) return Status::Ok();
     if (c.no > masters_.size() - quorum_) {
       return Status::NotHeld("lock '" + name + "' is no longer held by this owner on a quorum of " +
                              Masters() + " (still on " + std::to_string(c.yes) + ")");
     }
-    return Status::IoError("redlock: renewal of lock '" + name + "' reached " +
+    return Status::IoError(std::string("redlock: ") + what + " of lock '" + name + "' reached " +
                            std::to_string(c.yes) + " of " + Masters() + " (a quorum is " +
                            std::to_string(quorum_) + ")" + c.Unanswered() + ": " + c.failures);
   }

@@ -43,7 +43,8 @@ TEST_P(Cli, PrepareExecAndInspect) {
   const auto dir = std::filesystem::temp_directory_path() / ("dlock-cli-conf-" + name);
   std::filesystem::create_directories(dir);
   const std::string token_file = (dir / "token").string(), seen_file = (dir / "seen").string();
-  Outcome ran = Dlock({"--url", target, "exec", "--owner", "conformance", name, "--", "sh", "-c",
+  Outcome ran = Dlock({"--url", target, "exec", "--owner", "conformance", "--value", "10.0.0.7:80 \xc3\xa9t\xc3\xa9",
+                       name, "--", "sh", "-c",
                        "echo $DLOCK_FENCING_TOKEN > " + token_file + "; '" DLOCK_CLI "' --url '" +
                            target + "' inspect --json '" + name + "' > " + seen_file});
   ASSERT_EQ(ran.code, 0) << ran.output;
@@ -56,6 +57,7 @@ TEST_P(Cli, PrepareExecAndInspect) {
   ASSERT_EQ(seen["holders"].size(), 1u) << line;
   EXPECT_EQ(seen["holders"][0]["owner"], "conformance") << line;
   EXPECT_EQ(seen["holders"][0]["fencing_token"].get<uint64_t>(), token) << line;
+  EXPECT_EQ(seen["holders"][0]["value"], "10.0.0.7:80 \xc3\xa9t\xc3\xa9") << line;
   std::filesystem::remove_all(dir);
 
   Outcome after = Dlock({"--url", target, "inspect", name});
@@ -64,7 +66,13 @@ TEST_P(Cli, PrepareExecAndInspect) {
 
   Client holder(target);
   dlock_lock* held = nullptr;
-  ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), nullptr, &held), DLOCK_OK) << dlock_last_error();
+  Options binary;
+  binary.value(std::string("\x01\xff\0z", 4));
+  ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), binary.get(), &held), DLOCK_OK) << dlock_last_error();
+  Outcome shown = Dlock({"--url", target, "inspect", name});
+  EXPECT_NE(shown.output.find(", value of 4 bytes (binary"), std::string::npos) << shown.output;
+  shown = Dlock({"--url", target, "inspect", "--json", name});
+  EXPECT_NE(shown.output.find("\"value_base64\":\"Af8Aeg==\""), std::string::npos) << shown.output;
   Outcome refused = Dlock({"--url", target, "exec", "--wait", "0", name, "--", "true"});
   EXPECT_EQ(refused.code, 75) << refused.output;
   EXPECT_EQ(dlock_release(held), DLOCK_OK);
@@ -105,6 +113,44 @@ TEST_P(Cli, CmdGetsNoDescriptorOfDlocks) {
   EXPECT_EQ(fds, (std::vector<int>{0, 1, 2})) << shown;
   dlock.Signal(SIGTERM);
   EXPECT_EQ(dlock.Wait(60s), 128 + SIGTERM) << dlock.output();
+  std::filesystem::remove_all(dir);
+}
+
+// Three shells each run `dlock elect` in a loop: one CMD leads at a time (a CMD that finds
+// another's mark fails the run), and the terms the CMDs see, in the order they ran, strictly
+// rise. Backends without release notifications wake their candidates by retry: fewer rounds.
+TEST_P(Cli, ElectRunsOneLeaderAtATimeWithRisingTerms) {
+  const bool notifies = (GetParam().capabilities & DLOCK_CAP_NOTIFIES) != 0;
+  const int rounds_per_shell = notifies ? 67 : 10;  // 200 elections in all, or 30
+  const std::string name = Name("elect");
+  const auto dir = std::filesystem::temp_directory_path() / ("dlock-cli-elect-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string mark = (dir / "leading").string(), terms = (dir / "terms").string(),
+                    overlaps = (dir / "overlaps").string();
+  // CMD: take the mark (mkdir fails if another leader holds it), note the term, give it back.
+  const std::string cmd = "mkdir " + mark + " || echo $DLOCK_FENCING_TOKEN >> " + overlaps +
+                          "; echo $DLOCK_FENCING_TOKEN >> " + terms + "; rmdir " + mark;
+  const std::string loop = "for i in $(seq " + std::to_string(rounds_per_shell) + "); do '" DLOCK_CLI
+                           "' --url '" + server().url() + "' elect --lease 5s --value \"shell $1\" '" + name +
+                           "' -- sh -c '" + cmd + "' || exit 1; done";
+  std::vector<std::unique_ptr<ChildProcess>> shells;
+  for (int k = 0; k < 3; ++k) {
+    shells.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{"/bin/sh", "-c", loop, "shell", std::to_string(k)}));
+  }
+  for (auto& shell : shells) EXPECT_EQ(shell->Wait(std::chrono::seconds(300)), 0) << shell->output();
+  std::ifstream overlap_in(overlaps);
+  std::string overlap;
+  EXPECT_FALSE(std::getline(overlap_in, overlap)) << "two leaders at once, one with term " << overlap;
+  std::ifstream terms_in(terms);
+  std::vector<uint64_t> seen;
+  for (uint64_t t; terms_in >> t;) seen.push_back(t);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(3 * rounds_per_shell));
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GT(seen[i], seen[i - 1]) << "term " << i << " did not rise";
+  }
+  EXPECT_TRUE(Inspect(Client(server().url()).get(), name).free());
   std::filesystem::remove_all(dir);
 }
 

@@ -59,8 +59,11 @@ Snapshot Inspect(dlock_client* c, const std::string& name) {
   snap.permits = dlock_info_permits(info);
   for (uint32_t k = 0; k < dlock_info_holders(info); ++k) {
     const char* owner = dlock_info_owner(info, k);
+    size_t len = 0;
+    const void* value = dlock_info_value(info, k, &len);
     snap.holders.push_back({owner ? owner : "(null)", dlock_info_remaining_ms(info, k),
-                            dlock_info_fencing_token(info, k)});
+                            dlock_info_fencing_token(info, k),
+                            value ? std::string(static_cast<const char*>(value), len) : "(null)"});
   }
   dlock_info_free(info);
   return snap;
@@ -71,7 +74,9 @@ std::ostream& operator<<(std::ostream& os, const Snapshot& s) {
      << (s.permits ? "semaphore of " + std::to_string(s.permits) + ", " : std::string())
      << s.holders.size() << " holder(s)";
   for (const Holder& h : s.holders) {
-    os << " {owner '" << h.owner << "', " << h.remaining_ms << " ms left, token " << h.token << "}";
+    os << " {owner '" << h.owner << "', " << h.remaining_ms << " ms left, token " << h.token;
+    if (!h.value.empty()) os << ", value of " << h.value.size() << " bytes";
+    os << "}";
   }
   return os;
 }

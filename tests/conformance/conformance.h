@@ -11,6 +11,7 @@
 #include <ostream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "conformance/backend.h"
@@ -38,6 +39,7 @@ struct Holder {
   std::string owner;
   int64_t remaining_ms = 0;
   uint64_t token = 0;
+  std::string value;  // stored with the hold ("" = none)
 };
 
 // Who holds a lock, read through c with dlock_inspect.
@@ -77,6 +79,43 @@ struct Attempt {
   std::string error;
 };
 Attempt TryToTake(dlock_client* c, const std::string& name, int64_t wait_ms = 0);
+
+// A hold taken with dlock_acquire, released (if still held) when it goes out of scope.
+class Hold {
+ public:
+  Hold() = default;
+  Hold(dlock_client* c, const std::string& name, const dlock_options* o) {
+    status_ = dlock_acquire(c, name.c_str(), o, &lock_);
+    if (status_ != DLOCK_OK) error_ = dlock_last_error();
+  }
+  ~Hold() { Release(); }
+  Hold(Hold&& other) noexcept
+      : status_(other.status_), lock_(std::exchange(other.lock_, nullptr)), error_(other.error_) {}
+  Hold& operator=(Hold&& other) noexcept {
+    Release();
+    status_ = other.status_;
+    lock_ = std::exchange(other.lock_, nullptr);
+    error_ = other.error_;
+    return *this;
+  }
+  Hold(const Hold&) = delete;
+  dlock_status status() const { return status_; }
+  const std::string& error() const { return error_; }
+  bool held() const { return lock_ != nullptr; }
+  uint64_t token() const { return lock_ ? dlock_lock_fencing_token(lock_) : 0; }
+  dlock_lock* get() const { return lock_; }
+  dlock_status Release() {
+    if (!lock_) return DLOCK_NOT_HELD;
+    dlock_status s = dlock_release(std::exchange(lock_, nullptr));
+    if (s != DLOCK_OK) error_ = dlock_last_error();
+    return s;
+  }
+
+ private:
+  dlock_status status_ = DLOCK_EINTERNAL;
+  dlock_lock* lock_ = nullptr;
+  std::string error_;
+};
 
 // A lock another client holds (lease 10 s) while a test contends for it.
 class HeldElsewhere {

@@ -18,6 +18,7 @@ struct LockKeys {
   static constexpr const char* kWriter = ":writer";
   static constexpr const char* kLine = ":line";
   static constexpr const char* kLineData = ":linedata";
+  static constexpr const char* kValue = ":value";
   static std::string Holder(const std::string& prefix, const std::string& name) {
     return prefix + "{" + name + "}";
   }
@@ -34,8 +35,9 @@ struct LockKeys {
         hold_data(holder + kHoldData),
         writer(holder + kWriter),
         line(holder + kLine),
-        line_data(holder + kLineData) {}
-  std::string holder, fence, channel, holds, hold_data, writer, line, line_data;
+        line_data(holder + kLineData),
+        value(holder + kValue) {}
+  std::string holder, fence, channel, holds, hold_data, writer, line, line_data, value;
 };
 
 }  // namespace dlock::redis

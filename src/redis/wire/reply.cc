@@ -263,26 +263,31 @@ Status ParseInspectReply(const redisReply* r, const std::string& server, LockInf
   }
   const long long shape = r->element[0]->integer;
   if (shape == 0 && r->elements == 1) return Status::Ok();  // free
-  // {1, label, pttl, token}, or {2, sort} followed by (label, pttl, token) per holder.
+  // {1, label, pttl, token, value}, or {2, sort} followed by (label, pttl, token, value) per
+  // holder.
   size_t first = shape == 1 ? 1 : 2;
-  if ((shape != 1 && shape != 2) || (shape == 1 && r->elements != 4) ||
-      (shape == 2 && (r->elements < 5 || (r->elements - 2) % 3 != 0 ||
+  if ((shape != 1 && shape != 2) || (shape == 1 && r->elements != 5) ||
+      (shape == 2 && (r->elements < 6 || (r->elements - 2) % 4 != 0 ||
                       !SortPermits(r->element[1], &out->permits)))) {
     *out = LockInfo();
     return Garbage(server, "the inspect script");
   }
   out->kind = shape == 2 && out->permits == 0 ? LockKind::kShared : LockKind::kExclusive;
-  for (size_t k = first; k + 2 < r->elements; k += 3) {
+  for (size_t k = first; k + 3 < r->elements; k += 4) {
     const redisReply* label = r->element[k];
     const redisReply* ttl = r->element[k + 1];
     const redisReply* token = r->element[k + 2];
+    const redisReply* value = r->element[k + 3];
+    // A value longer than any dlock stores was not written by dlock: refused, not cut.
     if (label->type != REDIS_REPLY_STRING || ttl->type != REDIS_REPLY_INTEGER ||
-        token->type != REDIS_REPLY_STRING) {
+        token->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING ||
+        value->len > kMaxValueBytes) {
       *out = LockInfo();
       return Garbage(server, "the inspect script");
     }
     HolderInfo holder;
     holder.owner.assign(label->str, label->len);
+    holder.value.assign(value->str, value->len);
     // -1 no expiry; anything else below 0 (gone meanwhile) reads as expiring now.
     long long pttl = ttl->integer;
     holder.remaining_ms =

@@ -30,12 +30,14 @@ const Script& GetScript(ScriptId id) {
   static const Script extend = Load("extend");
   static const Script inspect = Load("inspect");
   static const Script fence = Load("fence");
+  static const Script set_value = Load("set_value");
   switch (id) {
     case ScriptId::kAcquire: return acquire;
     case ScriptId::kRelease: return release;
     case ScriptId::kExtend: return extend;
     case ScriptId::kInspect: return inspect;
     case ScriptId::kFence: return fence;
+    case ScriptId::kSetValue: return set_value;
   }
   std::abort();
 }
