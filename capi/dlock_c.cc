@@ -32,6 +32,11 @@ struct dlock_info {
   dlock::LockInfo impl;
 };
 
+struct dlock_observer {
+  std::shared_ptr<dlock::Client> client;  // keeps the client's core alive until cancelled
+  std::shared_ptr<dlock::Observer> impl;
+};
+
 struct dlock_queue {
   std::shared_ptr<dlock::CompletionQueue> impl;  // shared with the completions still to come
 };
@@ -320,6 +325,37 @@ dlock_status dlock_campaign(dlock_client* c, const char* name, const dlock_optio
 
 dlock_status dlock_leader(dlock_client* c, const char* name, dlock_info** out) {
   return ReadInfo(&dlock::Client::Leader, c, name, out);
+}
+
+dlock_status dlock_observe(dlock_client* c, const char* name, dlock_observe_fn fn, void* arg,
+                           dlock_observer** out) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (fn == nullptr) return Invalid("fn is NULL");
+    if (out == nullptr) return Invalid("out is NULL");
+    dlock::Status s = dlock::CheckLockName(name);
+    if (!s.ok()) return Report(s);
+    auto report = [fn, arg, shown = std::string(name)](const dlock::HolderInfo* leader) {
+      if (leader == nullptr) return fn(shown.c_str(), nullptr, arg);
+      dlock_info info;
+      info.impl.holders.push_back(*leader);
+      fn(shown.c_str(), &info, arg);
+    };
+    auto observer = std::make_unique<dlock_observer>();
+    observer->client = c->impl;
+    s = c->impl->Observe(name, std::move(report), &observer->impl);
+    if (s.ok()) *out = observer.release();
+    return Report(s);
+  });
+}
+
+void dlock_observer_cancel(dlock_observer* ob) {
+  if (ob == nullptr) return;
+  try {
+    ob->impl->Cancel();
+  } catch (...) {  // out of memory posting the stop: the client's close stops it
+  }
+  delete ob;
 }
 
 dlock_status dlock_release(dlock_lock* l) {

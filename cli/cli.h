@@ -191,6 +191,7 @@ void print_help(const char *command, FILE *f);
 /* Commands. Each returns the process's exit code. */
 int cmd_exec(cli_options *o, int argc, char **argv);
 int cmd_elect(cli_options *o, int argc, char **argv);
+int cmd_observe(cli_options *o, int argc, char **argv);
 int cmd_hold(cli_options *o, int argc, char **argv);
 int cmd_inspect(cli_options *o, int argc, char **argv);
 int cmd_prepare(cli_options *o, int argc, char **argv);

@@ -200,3 +200,73 @@ int cmd_prepare(cli_options *o, int argc, char **argv) {
   if (o->verbosity != QUIET) printf("ready: %s\n", shown_url(o->url));
   return 0;
 }
+
+/* One line per change of leader (dlock observe); runs on the client's thread. */
+static void print_leader(const char *name, const dlock_info *leader, void *arg) {
+  const cli_options *o = arg;
+  size_t len = 0;
+  const void *value = leader ? dlock_info_value(leader, 0, &len) : NULL;
+  if (o->json) {
+    fputs("{\"name\":", stdout);
+    json_string(stdout, name);
+    if (!leader) {
+      fputs(",\"leader\":null}\n", stdout);
+    } else {
+      fputs(",\"leader\":{\"owner\":", stdout);
+      json_string(stdout, dlock_info_owner(leader, 0));
+      printf(",\"term\":%" PRIu64 ",\"remaining_ms\":%" PRId64, dlock_info_fencing_token(leader, 0),
+             dlock_info_remaining_ms(leader, 0));
+      json_value(stdout, value, len);
+      fputs("}}\n", stdout);
+    }
+  } else {
+    text_string(stdout, name, false);
+    if (!leader) {
+      fputs(": nobody leads\n", stdout);
+    } else {
+      fputs(": led by ", stdout);
+      text_string(stdout, dlock_info_owner(leader, 0), true);
+      printf(", term %" PRIu64, dlock_info_fencing_token(leader, 0));
+      text_value(stdout, value, len);
+      fputc('\n', stdout);
+    }
+  }
+  fflush(stdout);
+}
+
+int cmd_observe(cli_options *o, int argc, char **argv) {
+  char **words = NULL;
+  int nwords = 0;
+  int code = parse_command("observe", CLI_OPT_URL | CLI_OPT_JSON | CLI_OPT_VERBOSITY, argc, argv, o,
+                           &words, &nwords);
+  const char *name = words && nwords > 0 ? words[0] : NULL;
+  if (code == 0 && nwords != 1) {
+    say_error("observe", nwords == 0 ? "no NAME (dlock observe [--json] NAME)" : "one NAME, got %d words",
+              nwords);
+    code = EXIT_USAGE;
+  }
+  free(words);
+  if (code != 0) return code < 0 ? 0 : code;
+  if (signals_install() != 0) {
+    say_error("observe", "cannot catch signals: %s", strerror(errno));
+    return EXIT_OSERR;
+  }
+  dlock_client *client = NULL;
+  if ((code = open_client(o, "observe", &client)) != 0) return code;
+  dlock_observer *ob = NULL;
+  dlock_status s = dlock_observe(client, name, print_leader, o, &ob);
+  if (s != DLOCK_OK) {
+    say_error("observe", "%s", dlock_last_error());
+    dlock_client_close(client);
+    return exit_code_for(s);
+  }
+  /* Until a stop signal. */
+  for (int stop = 0; !stop;) {
+    struct pollfd fd = {.fd = signals_fd(), .events = POLLIN};
+    if (poll(&fd, 1, -1) < 0 && errno != EINTR) break;
+    for (int sig; (sig = signals_next()) != 0;) stop |= is_stop_signal(sig);
+  }
+  dlock_observer_cancel(ob);
+  dlock_client_close(client);
+  return 0;
+}

@@ -13,6 +13,7 @@ static const char kUsage[] =
     "  hold [options] NAME                  take lock NAME, print its fencing token, hold it\n"
     "                                       until SIGINT or SIGTERM\n"
     "  inspect [--json] NAME...             who holds each lock\n"
+    "  observe [--json] NAME                who leads NAME, and each change, until a signal\n"
     "  prepare                              create what the backend needs (the DynamoDB table)\n"
     "\n"
     "Options of every command:\n"
@@ -104,6 +105,15 @@ void print_help(const char *command, FILE *f) {
           "                  (binary), absent when none}]\n",
           f);
     fputs(kCommonOptions, f);
+  } else if (strcmp(command, "observe") == 0) {
+    fputs("usage: dlock observe [--json] NAME\n"
+          "Prints who leads NAME (dlock elect), then one line per change of leader or of its\n"
+          "value, until SIGINT, SIGTERM or SIGHUP. A release is seen at once where the backend\n"
+          "notifies; other changes within half a second.\n\n"
+          "  --json          one JSON object per change: name, leader (null when nobody\n"
+          "                  leads, else owner, term, remaining_ms, value or value_base64)\n",
+          f);
+    fputs(kCommonOptions, f);
   } else if (strcmp(command, "prepare") == 0) {
     fputs("usage: dlock prepare [--wait D]\n"
           "Creates what the backend at --url needs before locks can be taken there (for\n"
@@ -133,6 +143,7 @@ static int run_command(cli_options *o, int first, int argc, char **argv) {
   int (*run)(cli_options *, int, char **) = NULL;
   if (strcmp(command, "exec") == 0) run = cmd_exec;
   else if (strcmp(command, "elect") == 0) run = cmd_elect;
+  else if (strcmp(command, "observe") == 0) run = cmd_observe;
   else if (strcmp(command, "hold") == 0) run = cmd_hold;
   else if (strcmp(command, "inspect") == 0) run = cmd_inspect;
   else if (strcmp(command, "prepare") == 0) run = cmd_prepare;
@@ -141,7 +152,7 @@ static int run_command(cli_options *o, int first, int argc, char **argv) {
     return 0;
   }
   if (!run) {
-    say_error(NULL, "unknown command '%s' (exec, elect, hold, inspect, prepare; dlock --help)", command);
+    say_error(NULL, "unknown command '%s' (exec, elect, hold, inspect, observe, prepare; dlock --help)", command);
     return EXIT_USAGE;
   }
   return run(o, argc - first - 1, argv + first + 1);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <system_error>
@@ -45,6 +46,28 @@ std::string Run(const std::string& url) {
   lock.release(ec);
   if (ec != DLOCK_EINVAL) return "second release: " + ec.message();
   if (a.inspect("hpp/noexc", ec).holders.size() != 0 || ec) return "inspect: " + ec.message();
+
+  // values and leader election, through the std::error_code overloads
+  dlock::Lock leadership = a.campaign("hpp/noexc-lead", dlock::Options().value(std::string("a\0b", 3)), ec);
+  if (ec || !leadership) return "campaign: " + ec.message();
+  std::optional<dlock::Holder> leader = b.leader("hpp/noexc-lead", ec);
+  if (ec || !leader || leader->value != std::string("a\0b", 3) || leader->fencing_token != leadership.fencing_token()) {
+    return "leader: " + ec.message();
+  }
+  leadership.set_value("proclaimed", ec);
+  if (ec) return "set_value: " + ec.message();
+  leader = b.leader("hpp/noexc-lead", ec);
+  if (ec || !leader || leader->value != "proclaimed") return "leader after set_value: " + ec.message();
+  leadership.set_value(std::string(DLOCK_MAX_VALUE_BYTES + 1, 'x'), ec);
+  if (ec != DLOCK_EINVAL) return "set_value of too long a value: " + ec.message();
+  leadership.release(ec);
+  if (ec) return "resign: " + ec.message();
+  leader = b.leader("hpp/noexc-lead", ec);
+  if (ec || leader) return "leader after resigning: " + ec.message();
+  none = b.campaign("hpp/noexc-lead", dlock::Options().shared(), ec);
+  if (ec != DLOCK_EINVAL || none) return "shared campaign: " + ec.message();
+  leadership.set_value("released", ec);
+  if (ec != DLOCK_EINVAL) return "set_value of an empty Lock: " + ec.message();
 
   dlock::Mutex x(a, "hpp/noexc-x"), y(a, "hpp/noexc-y");
   dlock::Mutex x2(b, "hpp/noexc-x");

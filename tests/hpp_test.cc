@@ -448,6 +448,178 @@ TEST_F(HppTest, ClientIsSharedBetweenThreads) {
   EXPECT_EQ(max_inside.load(), 1);
 }
 
+// ----- values and leader election ---------------------------------------------------------
+
+// NUL first, last and inside, and bytes that are not UTF-8.
+const std::string kBinary("\0addr\xff\0:8080\n\0", 15);
+
+// Waits up to 20 s for pred(); its last value.
+template <typename Pred>
+bool WaitFor(Pred pred) {
+  for (auto end = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < end;) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+TEST_F(HppTest, AValueSetAtAcquireIsWhatInspectShowsAndSetValueReplacesIt) {
+  ASSERT_EQ(kBinary.size(), 15u);
+  dlock::Client client(redis_.url()), observer(redis_.url());
+  dlock::Lock lock = client.acquire("hpp/value", dlock::Options().lease(5s).owner("node-a").value(kBinary));
+  dlock::Info info = observer.inspect("hpp/value");
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_EQ(info.holders[0].value, kBinary);
+  EXPECT_EQ(info.holders[0].owner, "node-a");
+  EXPECT_EQ(info.holders[0].fencing_token, lock.fencing_token());
+
+  lock.set_value("replaced");
+  EXPECT_EQ(observer.inspect("hpp/value").holders.at(0).value, "replaced");
+  lock.extend(8s);  // the lease renewed, the value kept
+  EXPECT_EQ(observer.inspect("hpp/value").holders.at(0).value, "replaced");
+  lock.set_value(std::string_view());  // removes it
+  EXPECT_EQ(observer.inspect("hpp/value").holders.at(0).value, "");
+  lock.set_value(kBinary);
+  EXPECT_EQ(observer.inspect("hpp/value").holders.at(0).value, kBinary);
+  lock.release();
+  EXPECT_TRUE(observer.inspect("hpp/value").is_free());  // gone with the hold
+  EXPECT_EQ(CodeOf([&] { lock.set_value("late"); }), DLOCK_EINVAL);  // an empty Lock
+
+  // No value: "". A Mutex's options carry one to each of its holds.
+  dlock::Lock plain = client.acquire("hpp/value");
+  EXPECT_EQ(observer.inspect("hpp/value").holders.at(0).value, "");
+  plain.release();
+  dlock::Mutex m(client, "hpp/value", dlock::Options().value("from a Mutex"));
+  {
+    std::lock_guard<dlock::Mutex> g(m);
+    EXPECT_EQ(observer.inspect("hpp/value").holders.at(0).value, "from a Mutex");
+  }
+}
+
+TEST_F(HppTest, ADeposedHoldersSetValueThrowsNotHeldAndChangesNothing) {
+  dlock::Client client(redis_.url()), other(redis_.url());
+  // No heartbeats: nothing in the background notices the loss; set_value's own check does.
+  dlock::Lock deposed = client.acquire("hpp/deposed", dlock::Options().value("old leader").no_heartbeat());
+  ASSERT_EQ(redis_.Cli({"DEL", Key("hpp/deposed")}), "1");  // behind its back
+  dlock::Lock successor = other.acquire("hpp/deposed", dlock::Options().value("new leader"));
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { deposed.set_value("still me"); }, &message), DLOCK_NOT_HELD);
+  EXPECT_FALSE(message.empty());
+  dlock::Info info = other.inspect("hpp/deposed");
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_EQ(info.holders[0].value, "new leader");
+  EXPECT_EQ(info.holders[0].fencing_token, successor.fencing_token());
+  EXPECT_FALSE(deposed.valid());
+  std::error_code ec;
+  deposed.set_value("again", ec);
+  EXPECT_EQ(ec, DLOCK_NOT_HELD);
+  EXPECT_EQ(ec, std::errc::operation_not_permitted);
+  EXPECT_EQ(CodeOf([&] { deposed.release(); }), DLOCK_NOT_HELD);
+  successor.release();
+}
+
+TEST_F(HppTest, TooLongAValueIsEinval) {
+  EXPECT_EQ(dlock_limit_value(DLOCK_LIMIT_VALUE_BYTES), static_cast<uint64_t>(DLOCK_MAX_VALUE_BYTES));
+  dlock::Client client(redis_.url());
+  const std::string longest(DLOCK_MAX_VALUE_BYTES, '\0');
+  const std::string too_long = longest + "x";
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("hpp/long", dlock::Options().value(too_long)); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find(std::to_string(DLOCK_MAX_VALUE_BYTES)), std::string::npos) << message;
+  EXPECT_TRUE(client.inspect("hpp/long").is_free());
+  dlock::Lock lock = client.acquire("hpp/long", dlock::Options().value(longest));
+  EXPECT_EQ(client.inspect("hpp/long").holders.at(0).value, longest);
+  EXPECT_EQ(CodeOf([&] { lock.set_value(too_long); }), DLOCK_EINVAL);
+  std::error_code ec;
+  lock.set_value(too_long, ec);
+  EXPECT_EQ(ec, std::errc::invalid_argument);
+  EXPECT_EQ(client.inspect("hpp/long").holders.at(0).value, longest);  // unchanged
+  EXPECT_TRUE(lock.valid());
+}
+
+TEST_F(HppTest, CampaignLeaderProclaimResign) {
+  dlock::Client client(redis_.url()), observer(redis_.url());
+  EXPECT_FALSE(observer.leader("hpp/election").has_value());  // nobody leads
+  dlock::Lock leadership =
+      client.campaign("hpp/election", dlock::Options().lease(5s).owner("node-a").value("10.0.0.7:8080"));
+  ASSERT_TRUE(leadership);
+  std::optional<dlock::Holder> leader = observer.leader("hpp/election");
+  ASSERT_TRUE(leader.has_value());
+  EXPECT_EQ(leader->value, "10.0.0.7:8080");
+  EXPECT_EQ(leader->owner, "node-a");
+  EXPECT_EQ(leader->fencing_token, leadership.fencing_token());  // the term
+  ASSERT_TRUE(leader->remaining.has_value());
+  EXPECT_LE(*leader->remaining, 5000ms);
+  leadership.set_value("10.0.0.7:9090");  // proclaim
+  EXPECT_EQ(observer.leader("hpp/election").value().value, "10.0.0.7:9090");
+  const uint64_t term = leadership.fencing_token();
+  leadership.release();  // resign
+  EXPECT_FALSE(observer.leader("hpp/election").has_value());
+  dlock::Lock again = client.campaign("hpp/election");  // a new term, above the last
+  EXPECT_GT(again.fencing_token(), term);
+  EXPECT_EQ(observer.leader("hpp/election").value().value, "");
+  again.release();
+
+  // What a leadership is not: shared, or one of n permits. The options' wait is ignored.
+  EXPECT_EQ(CodeOf([&] { client.campaign("hpp/election", dlock::Options().shared()); }), DLOCK_EINVAL);
+  EXPECT_EQ(CodeOf([&] { client.campaign("hpp/election", dlock::Options().permits(2)); }), DLOCK_EINVAL);
+  EXPECT_FALSE(observer.leader("hpp/election").has_value());
+  dlock::Lock waited = client.campaign("hpp/election", dlock::Options().no_wait());
+  EXPECT_TRUE(waited);
+  waited.release();
+  // A name held shared, or a semaphore, is no election.
+  dlock::Lock reader = client.acquire("hpp/election", dlock::Options().shared());
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { observer.leader("hpp/election"); }, &message), DLOCK_EINVAL);
+  EXPECT_NE(message.find("shared"), std::string::npos) << message;
+  reader.release();
+  EXPECT_EQ(CodeOf([&] { observer.leader(""); }), DLOCK_EINVAL);
+
+  // The std::error_code forms.
+  std::error_code ec = DLOCK_EIO;
+  EXPECT_FALSE(observer.leader("hpp/election", ec).has_value());
+  EXPECT_FALSE(ec);  // nobody leads: not an error
+  dlock::Lock by_ec = client.campaign("hpp/election", dlock::Options().value("ec"), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(observer.leader("hpp/election", ec).value().fencing_token, by_ec.fencing_token());
+  EXPECT_FALSE(ec);
+  by_ec.set_value("ec, proclaimed", ec);
+  EXPECT_FALSE(ec);
+  EXPECT_EQ(observer.leader("hpp/election", ec).value().value, "ec, proclaimed");
+  EXPECT_FALSE(observer.leader("", ec).has_value());
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  EXPECT_FALSE(client.campaign("hpp/election2", dlock::Options().permits(3), ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  dlock::Client closed(redis_.url());
+  closed.close();
+  EXPECT_FALSE(closed.campaign("hpp/election", ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+}
+
+TEST_F(HppTest, TheSecondCandidateLeadsOnceTheFirstResignsWithAGreaterTerm) {
+  dlock::Client a(redis_.url()), b(redis_.url());
+  dlock::Lock first = a.campaign("hpp/election", dlock::Options().value("first"));
+  const uint64_t first_term = first.fencing_token();
+  std::future<dlock::Lock> second = std::async(std::launch::async, [&] {
+    return b.campaign("hpp/election", dlock::Options().value(std::string("second\0", 7)));
+  });
+  ASSERT_TRUE(WaitFor([&] { return redis_.Cli({"ZCARD", Key("hpp/election") + ":line"}) == "1"; }))
+      << "the second candidate is not waiting";
+  EXPECT_EQ(second.wait_for(0s), std::future_status::timeout);  // waiting while the first leads
+  EXPECT_EQ(a.leader("hpp/election").value().value, "first");
+  first.release();  // resign
+  ASSERT_EQ(second.wait_for(20s), std::future_status::ready);
+  dlock::Lock leadership = second.get();
+  EXPECT_GT(leadership.fencing_token(), first_term);
+  std::optional<dlock::Holder> leader = a.leader("hpp/election");
+  ASSERT_TRUE(leader.has_value());
+  EXPECT_EQ(leader->fencing_token, leadership.fencing_token());
+  EXPECT_EQ(leader->value, std::string("second\0", 7));
+  leadership.release();
+  EXPECT_FALSE(a.leader("hpp/election").has_value());
+}
+
 // ----- std::error_code ----------------------------------------------------------------------
 
 TEST(HppErrorCodeTest, CategoryNamesAndMapsTheStatuses) {

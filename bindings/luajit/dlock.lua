@@ -9,6 +9,10 @@
 --   if not lock then error(err) end
 --   print(lock:fencing_token_string()) -- exact decimal; lock:fencing_token() is uint64_t cdata
 --   assert(lock:release())
+--   -- leader election: waits until this candidate leads; the token is the term
+--   local leadership = assert(client:campaign("services/api", { value = "10.0.0.7:8080" }))
+--   print(client:leader("services/api").value)  -- "10.0.0.7:8080", from any client
+--   assert(leadership:release())                 -- resign
 --   client:close()
 --
 -- Conventions: failures the library reports come back as `nil, message, code` (code is the
@@ -98,6 +102,12 @@ dlock_status dlock_acquire_cancel_queued(dlock_client *c, dlock_queue *q, uint64
 dlock_status dlock_release_queued(dlock_lock *l, dlock_queue *q, uint64_t tag);
 dlock_status dlock_extend_queued(dlock_lock *l, uint64_t lease_ms, dlock_queue *q, uint64_t tag);
 dlock_status dlock_options_set_on_lost_queued(dlock_options *o, dlock_queue *q, uint64_t tag);
+dlock_status dlock_options_set_value(dlock_options *o, const void *data, size_t len);
+dlock_status dlock_lock_set_value(dlock_lock *l, const void *data, size_t len);
+const void *dlock_info_value(const dlock_info *i, uint32_t k, size_t *len);
+dlock_status dlock_campaign(dlock_client *c, const char *name, const dlock_options *o,
+                            dlock_lock **out);
+dlock_status dlock_leader(dlock_client *c, const char *name, dlock_info **out);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 
@@ -167,6 +177,7 @@ local INT64_MAX = 9223372036854775807LL
 -- The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
 M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
 M.MAX_OWNER_BYTES = tonumber(C.dlock_limit_value(1))  -- DLOCK_LIMIT_OWNER_BYTES
+M.MAX_VALUE_BYTES = tonumber(C.dlock_limit_value(3))  -- DLOCK_LIMIT_VALUE_BYTES
 
 -- dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 -- gives them (the library has numbers only).
@@ -629,14 +640,17 @@ end
 -- unknown; permits the semaphore's size, 0 for a lock or a free name), or nil, message, code.
 -- A snapshot read from the server, stale as soon as it returns: never decide from it whether to
 -- take the lock. Owner tokens are never shown, only the labels.
-function Client:inspect(name)
-  if getmetatable(self) ~= Client then raise("dlock: call it as client:inspect(name)") end
-  check_string(name, 1, "inspect", "string")
+local value_len = ffi.new("size_t[1]")
+
+-- dlock_inspect or dlock_leader (read) of name: { kind, holders, permits } as below, or nil,
+-- message, code.
+local function read_info(self, read, name, fname)
+  check_string(name, 1, fname, "string")
   if self._pid then check_process(self) end
   local h = self._h
   if h == nil then return nil, "client is closed", "EINVAL" end
   local out = ffi.new("dlock_info *[1]")
-  local s = C.dlock_inspect(h, name, out)
+  local s = read(h, name, out)
   if s ~= 0 then return fail(s) end
   local info = ffi.gc(out[0], C.dlock_info_free)
   local holders = {}
@@ -644,10 +658,13 @@ function Client:inspect(name)
     local owner = ffi.string(C.dlock_info_owner(info, k))
     local left = C.dlock_info_remaining_ms(info, k)
     local token = C.dlock_info_fencing_token(info, k)
+    local data = C.dlock_info_value(info, k, value_len)
+    local len = tonumber(value_len[0])
     holders[#holders + 1] = {
       owner = owner ~= "" and owner or nil,
       remaining_ms = left >= 0 and tonumber(left) or nil,
       fencing_token = token ~= 0 and token or nil,
+      value = (data ~= nil and len > 0) and ffi.string(data, len) or "",  -- binary-safe
     }
   end
   local kind = C.dlock_info_kind(info)
@@ -656,16 +673,44 @@ function Client:inspect(name)
   return { kind = KINDS[kind] or kind, holders = holders, permits = permits }
 end
 
+function Client:inspect(name)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:inspect(name)") end
+  return read_info(self, C.dlock_inspect, name, "inspect")
+end
+
+-- The current leader of the election name (see client:campaign): its holder table { owner,
+-- remaining_ms, fencing_token (the term), value }, or nil when nobody leads; nil, message,
+-- code on failure ("EINVAL" when the name is held shared or is a semaphore: no election).
+-- A snapshot, like inspect.
+function Client:leader(name)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:leader(name)") end
+  local info, msg, code = read_info(self, C.dlock_leader, name, "leader")
+  if not info then return nil, msg, code end
+  return info.holders[1]
+end
+
 -- The wait when opts give none: no limit, like `dlock exec` and threading.Lock (the library's
 -- own default, 0, is one try, so the binding always sets it).
 local DEFAULT_WAIT_MS = -1
 local NO_OPTS = {}
 
+-- Options a campaign does not take: a leadership is exclusive and waits without limit.
+local NOT_CAMPAIGN = { wait_ms = true, kind = true, shared = true, permits = true }
+
 -- Returns the dlock_options for opts (nil: the defaults), on_lost, and the wait in ms (a number
--- or 64-bit cdata); or false, message, code when the library refuses a value.
-local function build_options(opts, fname)
+-- or 64-bit cdata); or false, message, code when the library refuses a value. campaign: opts
+-- are a campaign's (no wait_ms, kind, shared or permits).
+local function build_options(opts, fname, campaign)
   if opts == nil then opts = NO_OPTS end
   if type(opts) ~= "table" then argerror(2, fname, "table expected, got " .. type(opts)) end
+  if campaign then
+    for k in pairs(opts) do
+      if NOT_CAMPAIGN[k] then
+        argerror(2, fname, "a campaign takes no option '" .. k .. "' (a leadership is exclusive and "
+          .. "waits without limit; for a bounded wait, use acquire with a value)")
+      end
+    end
+  end
   local lease = opts.lease_ms and check_ms(opts.lease_ms, 2, fname, "lease_ms", 0, 2^53)
   local wait = DEFAULT_WAIT_MS
   if opts.wait_ms ~= nil then wait = check_ms(opts.wait_ms, 2, fname, "wait_ms", -1, 2^53) end
@@ -703,6 +748,9 @@ local function build_options(opts, fname)
   if opts.fair ~= nil and type(opts.fair) ~= "boolean" then
     argerror(2, fname, "fair must be a boolean, got " .. type(opts.fair))
   end
+  if opts.value ~= nil and type(opts.value) ~= "string" then
+    argerror(2, fname, "value must be a string, got " .. type(opts.value))
+  end
   local on_lost = opts.on_lost
   if on_lost ~= nil and type(on_lost) ~= "function" then
     local mt = getmetatable(on_lost)
@@ -711,7 +759,7 @@ local function build_options(opts, fname)
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
       and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits"
-      and k ~= "fair" then
+      and k ~= "fair" and k ~= "value" then
       argerror(2, fname, "unknown option '" .. tostring(k) .. "'")
     end
   end
@@ -726,6 +774,7 @@ local function build_options(opts, fname)
   if s == 0 and kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[kind]) end
   if s == 0 and permits then s = C.dlock_options_set_permits(o, permits) end
   if s == 0 and opts.fair ~= nil then s = C.dlock_options_set_fair(o, opts.fair and 1 or 0) end
+  if s == 0 and opts.value ~= nil then s = C.dlock_options_set_value(o, opts.value, #opts.value) end
   if s ~= 0 then
     local _, msg, code = fail(s)
     C.dlock_options_free(ffi.gc(o, nil))
@@ -784,24 +833,27 @@ end
 --   semaphore, and another n (or a lock kind) than the name's holders have, with "EINVAL";
 --   fair = true (default: a waiting exclusive acquire takes a place in line and a release hands
 --   it the lock, in arrival order, where the backend has the "fair" capability) or false (it
---   competes with every other waiter at each release).
+--   competes with every other waiter at each release), value (a string of any bytes, NUL
+--   included, at most MAX_VALUE_BYTES: stored with the hold, shown by inspect and leader;
+--   lock:set_value replaces it).
 -- Returns the lock, or nil, message, code: "NOT_ACQUIRED" when someone else holds it and the
 -- wait ran out (or, with wait_ms = 0, at once); "EINVAL" for values the library refuses (a name over 1024 bytes, ...).
 -- Under nginx (a client opened without blocking = true) it waits without blocking the worker,
 -- and raises in phases where a light thread cannot yield (init_worker, set, header_filter,
 -- body_filter, log, balancer): there, use ngx.timer.at(0, fn).
-local function acquire(self, name, opts, fname)
+local function acquire(self, name, opts, fname, campaign)
   check_string(name, 1, fname, "string")
   if self._pid then check_process(self) end
   if self._yield then yielding_phase("client:" .. fname) end
   self:poll()
   local h = self._h
   if h == nil then return nil, "client is closed", "EINVAL" end
-  local o, on_lost, wait = build_options(opts, fname)
+  local o, on_lost, wait = build_options(opts, fname, campaign)
   if o == false then return nil, on_lost, wait end
+  -- A yielding campaign is a queued acquire whose wait has no limit (wait is -1 here).
   if self._yield then return acquire_yielding(self, h, name, o, on_lost, tonumber(wait)) end
   local out = ffi.new("dlock_lock *[1]")
-  local s = C.dlock_acquire(h, name, o, out)
+  local s = (campaign and C.dlock_campaign or C.dlock_acquire)(h, name, o, out)
   C.dlock_options_free(ffi.gc(o, nil))
   if s ~= 0 then return fail(s) end
   return new_lock(self, out[0], name, on_lost)
@@ -810,6 +862,17 @@ end
 function Client:acquire(name, opts)
   if getmetatable(self) ~= Client then raise("dlock: call it as client:acquire(name, opts)") end
   return acquire(self, name, opts, "acquire")
+end
+
+-- Stands for leader of the election name and waits, without limit, until this candidate leads
+-- (dlock_campaign); returns the leadership, a lock whose fencing token is the term (greater
+-- than every earlier term of the name), or nil, message, code. opts as for acquire but wait_ms,
+-- kind, shared and permits (a leadership is exclusive and waits without limit: those raise):
+-- value is what the leader proclaims (its address, say), shown by client:leader;
+-- lock:set_value replaces it, lock:release resigns. Under nginx it yields while it waits.
+function Client:campaign(name, opts)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:campaign(name, opts)") end
+  return acquire(self, name, opts, "campaign", true)
 end
 
 -- Calls on_lost(lock) for every lock of this client that stopped being valid (found lost by a
@@ -970,6 +1033,23 @@ function Lock:extend(lease_ms)
   if s ~= 0 then return fail(s) end
   started(w, tag, op)
   return lock_op_outcome(self, w, op)
+end
+
+-- Replaces the value stored with the hold (a string of any bytes; "" removes it) if this owner
+-- still holds it: true, or nil, message, code ("NOT_HELD" when it was lost, taken over or
+-- released: nothing is written then; "EINVAL" for more than MAX_VALUE_BYTES). The lease is left
+-- as it is. A blocking call, under nginx too (the library has no queued form of it): one round
+-- trip.
+function Lock:set_value(value)
+  if getmetatable(self) ~= Lock then raise("dlock: call it as lock:set_value(value)") end
+  if type(value) ~= "string" then argerror(1, "set_value", "string expected, got " .. type(value)) end
+  local client = self._client
+  if client._pid then check_process(client) end
+  local h = self._h
+  if h == nil then return nil, "lock '" .. self.name .. "' was already released", "NOT_HELD" end
+  local s = C.dlock_lock_set_value(h, value, #value)
+  if s ~= 0 then return fail(s) end
+  return true
 end
 
 -- Releases the lock: true, or nil, message, code ("NOT_HELD" when it had been lost or was

@@ -551,6 +551,25 @@ DLOCK_API dlock_status dlock_campaign(dlock_client *c, const char *name, const d
  * a semaphore. Bounded like dlock_inspect. */
 DLOCK_API dlock_status dlock_leader(dlock_client *c, const char *name, dlock_info **out);
 
+/* Observing a leadership: fn is told who leads name, first as it stands when dlock_observe is
+ * called, then at each change of leader or of the leader's value, including "nobody leads"
+ * (leader NULL). leader is a snapshot with one holder (owner label, value, term as its fencing
+ * token, lease left), valid during the call only. Never an older state after a newer one, and
+ * terms never decrease; states that come and go faster than the observer reads may merge into
+ * the latest. How late: a release or hand-over is read at once on backends with
+ * DLOCK_CAP_NOTIFIES; other changes (a new leader after an expiry, a new value) within the poll
+ * interval, 500 ms, plus the read's own bound (timeout_ms). fn runs on the client's loop thread
+ * (as on_lost does), never inside dlock_observe. A name held shared or as a semaphore reads as
+ * nobody leading. Closing the client ends every observer of it (no call after close returns);
+ * the handle is still freed by dlock_observer_cancel. */
+typedef struct dlock_observer dlock_observer;
+typedef void (*dlock_observe_fn)(const char *name, const dlock_info *leader, void *arg);
+DLOCK_API dlock_status dlock_observe(dlock_client *c, const char *name, dlock_observe_fn fn,
+                                     void *arg, dlock_observer **out);
+/* Stops the observer and frees ob: once it returns fn is neither running nor going to run
+ * (unless called from inside fn, whose call then finishes). NULL is ok. Any thread. */
+DLOCK_API void dlock_observer_cancel(dlock_observer *ob);
+
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 
 typedef enum dlock_limit {

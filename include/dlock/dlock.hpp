@@ -16,6 +16,10 @@
 //     write_with_fence(accounts.fencing_token());
 //   }
 //
+//   dlock::Lock leadership = client.campaign("services/api", dlock::Options().value(my_address));
+//   std::optional<dlock::Holder> leader = client.leader("services/api");  // from anywhere
+//   // leader->value == my_address, leader->fencing_token == leadership.fencing_token() (the term)
+//
 // ---------------------------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------------------------
@@ -110,6 +114,28 @@
 // fencing_token() is the token of the current hold (0 while not held), to pass to what the
 // holder writes. An error while std::condition_variable_any::wait re-locks ends the program
 // (the standard's rule): use wait_for / wait_until with a Mutex whose server may go away.
+//
+// ---------------------------------------------------------------------------------------------
+// Values and leader election
+// ---------------------------------------------------------------------------------------------
+// A hold may carry a value: up to DLOCK_MAX_VALUE_BYTES (4096) bytes of anything, NUL included
+// (a std::string_view, so any bytes pass; a string literal's own NUL terminator does not).
+// Options().value(v) stores it with each hold acquired with those options (a Mutex's too);
+// Lock::set_value(v) replaces it ("" removes it), after the server checked that this owner
+// still holds it: DLOCK_NOT_HELD for a hold lost or taken over, and nothing is written.
+// Client::inspect and Client::leader show it as Holder::value. It is shown to everyone who can
+// reach the server (keep no secret in it), and gone with the hold. Longer is DLOCK_EINVAL.
+//
+// Client::campaign(name, options) waits, without limit, until this candidate leads `name`, and
+// returns the leadership: a Lock whose fencing_token() is the term, greater than every earlier
+// term of the name (hand it to whatever the leader writes, and have that refuse writes below the
+// highest term it has seen). The options are an acquire's: lease, heartbeat, owner, value,
+// on_lost, fair; their wait is ignored (no limit), and a shared kind or permits are
+// DLOCK_EINVAL (a leadership is exclusive). Releasing the Lock resigns: the next candidate leads
+// (in arrival order on backends with DLOCK_CAP_FAIR). Client::leader(name) is the leader's
+// Holder (value, owner, term as fencing_token, lease left), or std::nullopt when nobody leads;
+// DLOCK_EINVAL when the name is held shared or is a semaphore. A lost leadership is reported as
+// a lost Lock: on_lost, valid() false, DLOCK_NOT_HELD from set_value, extend and release.
 // ---------------------------------------------------------------------------------------------
 #ifndef DLOCK_DLOCK_HPP_
 #define DLOCK_DLOCK_HPP_
@@ -128,6 +154,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -375,6 +402,10 @@ class Options {
   Options& permits(uint32_t n) { permits_ = n; return *this; }
   // false: wait unfairly, woken by every release (DLOCK_CAP_FAIR; default true).
   Options& fair(bool f) { fair_ = f; return *this; }
+  // A value stored on the server with the hold: any bytes, at most DLOCK_MAX_VALUE_BYTES
+  // ("" = none). Shown by Client::inspect and Client::leader; Lock::set_value replaces it. See
+  // "Values and leader election" at the top of this file.
+  Options& value(std::string_view v) { value_ = std::string(v); return *this; }
   // Called once, on the client's background thread, if the lock is lost. See the lifetime
   // notes at the top of this file. An empty function clears it.
   Options& on_lost(LostHandler handler) { on_lost_ = std::move(handler); return *this; }
@@ -387,7 +418,8 @@ class Options {
   // hook; the status, its message recorded.
   dlock_status Build(detail::LostHook* hook, detail::OptionsPtr* out) const noexcept {
     out->reset();
-    if (!lease_ && !heartbeat_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !fair_ && !hook) {
+    if (!lease_ && !heartbeat_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !fair_ && !value_ &&
+        !hook) {
       return DLOCK_OK;
     }
     detail::OptionsPtr o(dlock_options_new());
@@ -411,6 +443,7 @@ class Options {
     if (s == DLOCK_OK && kind_) s = detail::FromC(dlock_options_set_kind(o.get(), *kind_));
     if (s == DLOCK_OK && permits_) s = detail::FromC(dlock_options_set_permits(o.get(), *permits_));
     if (s == DLOCK_OK && fair_) s = detail::FromC(dlock_options_set_fair(o.get(), *fair_ ? 1 : 0));
+    if (s == DLOCK_OK && value_) s = detail::FromC(dlock_options_set_value(o.get(), value_->data(), value_->size()));
     if (s == DLOCK_OK && hook) {
       s = detail::FromC(dlock_options_set_on_lost(o.get(), &detail::LostHook::Invoke, hook));
     }
@@ -426,16 +459,19 @@ class Options {
   std::optional<dlock_kind> kind_;
   std::optional<uint32_t> permits_;
   std::optional<bool> fair_;
+  std::optional<std::string> value_;
   LostHandler on_lost_;
 };
 
 // ----- inspection ---------------------------------------------------------------------------
 
-// Who holds a name (Client::inspect): a snapshot for people and tools.
+// Who holds a name (Client::inspect), or leads it (Client::leader): a snapshot for people and
+// tools.
 struct Holder {
   std::string owner;                                   // label, "" if none
   std::optional<std::chrono::milliseconds> remaining;  // empty = no expiry
-  uint64_t fencing_token = 0;                          // 0 = unknown
+  uint64_t fencing_token = 0;                          // 0 = unknown; a leader's term
+  std::string value;                                   // stored with the hold (any bytes), "" if none
 };
 struct Info {
   dlock_kind kind = DLOCK_EXCLUSIVE;
@@ -478,12 +514,18 @@ class Lock {
   void release() { detail::Check(Release()); }
   // Sets the lease to `lease` from now (0 = no expiry). Throws DLOCK_NOT_HELD if it was lost.
   void extend(std::chrono::milliseconds lease) { detail::Check(Extend(lease)); }
+  // Replaces the value stored with the hold ("" removes it; any bytes, at most
+  // DLOCK_MAX_VALUE_BYTES), if this owner still holds it: one round trip. Throws DLOCK_NOT_HELD
+  // if it was lost or taken over (nothing is written), DLOCK_EINVAL if too long or the Lock is
+  // empty.
+  void set_value(std::string_view value) { detail::Check(SetValue(value)); }
 #endif
   // The same, setting ec instead of throwing.
   void release(std::error_code& ec) noexcept { detail::Set(ec, Release()); }
   void extend(std::chrono::milliseconds lease, std::error_code& ec) noexcept {
     detail::Set(ec, Extend(lease));
   }
+  void set_value(std::string_view value, std::error_code& ec) noexcept { detail::Set(ec, SetValue(value)); }
   // Releases, returning the status instead of throwing (DLOCK_EINVAL if empty).
   dlock_status release(const std::nothrow_t&) noexcept { return Release(); }
 
@@ -528,6 +570,11 @@ class Lock {
     uint64_t ms = 0;
     dlock_status s = detail::NonNegativeMs(lease, "lease", &ms);
     return s == DLOCK_OK ? detail::FromC(dlock_extend(lock_, ms)) : s;
+  }
+
+  dlock_status SetValue(std::string_view value) noexcept {
+    if (!lock_) return detail::Fail(DLOCK_EINVAL, "dlock::Lock::set_value: the Lock is empty");
+    return detail::FromC(dlock_lock_set_value(lock_, value.data(), value.size()));
   }
 
   dlock_lock* lock_ = nullptr;
@@ -581,6 +628,21 @@ class Client {
     detail::Check(Inspect(name, &info));
     return info;
   }
+  // Waits, without limit, until this candidate leads `name`; returns the leadership, whose
+  // fencing_token() is the term (see "Values and leader election"). The options' wait is
+  // ignored; a shared kind or permits throw DLOCK_EINVAL. Throws Error on failure.
+  Lock campaign(const std::string& name, const Options& options = Options()) {
+    Lock lock;
+    detail::Check(Acquire(name, options, &lock, &dlock_campaign));
+    return lock;
+  }
+  // The current leader of `name`, or std::nullopt when nobody leads (one bounded call). Throws
+  // DLOCK_EINVAL when the name is held shared or is a semaphore, and Error on other failures.
+  std::optional<Holder> leader(const std::string& name) const {
+    std::optional<Holder> holder;
+    detail::Check(Leader(name, &holder));
+    return holder;
+  }
 #endif
   // The same, setting ec instead of throwing: an empty Lock / Info on failure. acquire sets
   // DLOCK_NOT_ACQUIRED when the wait ran out; try_acquire clears ec then.
@@ -603,6 +665,18 @@ class Client {
     Info info;
     if (!detail::Set(ec, Inspect(name, &info))) info = Info();
     return info;
+  }
+  Lock campaign(const std::string& name, const Options& options, std::error_code& ec) noexcept {
+    Lock lock;
+    detail::Set(ec, Acquire(name, options, &lock, &dlock_campaign));
+    return lock;
+  }
+  Lock campaign(const std::string& name, std::error_code& ec) noexcept { return campaign(name, Options(), ec); }
+  // std::nullopt, with ec clear, when nobody leads; with ec set, on failure.
+  std::optional<Holder> leader(const std::string& name, std::error_code& ec) const noexcept {
+    std::optional<Holder> holder;
+    if (!detail::Set(ec, Leader(name, &holder))) holder.reset();
+    return holder;
   }
 
   // What the backend promises: DLOCK_CAP_* bits.
@@ -629,7 +703,12 @@ class Client {
     return detail::NoNul(name, "lock name");
   }
 
-  dlock_status Acquire(const std::string& name, const Options& options, Lock* out) noexcept {
+  using AcquireFn = dlock_status (*)(dlock_client*, const char*, const dlock_options*, dlock_lock**);
+  using ReadFn = dlock_status (*)(dlock_client*, const char*, dlock_info**);
+
+  // dlock_acquire, or dlock_campaign.
+  dlock_status Acquire(const std::string& name, const Options& options, Lock* out,
+                       AcquireFn acquire_fn = &dlock_acquire) noexcept {
     dlock_status s = Usable(name);
     if (s != DLOCK_OK) return s;
     std::shared_ptr<detail::LostHook> hook;
@@ -638,16 +717,17 @@ class Client {
     s = options.Build(hook.get(), &c_options);
     if (s != DLOCK_OK) return s;
     dlock_lock* lock = nullptr;
-    s = detail::FromC(dlock_acquire(client_, name.c_str(), c_options.get(), &lock));
+    s = detail::FromC(acquire_fn(client_, name.c_str(), c_options.get(), &lock));
     if (s == DLOCK_OK) *out = Lock(lock, std::move(hook));
     return s;
   }
 
-  dlock_status Inspect(const std::string& name, Info* info) const noexcept {
+  // dlock_inspect, or dlock_leader, into *info.
+  dlock_status ReadInfo(ReadFn read_fn, const std::string& name, Info* info) const noexcept {
     dlock_status s = Usable(name);
     if (s != DLOCK_OK) return s;
     dlock_info* raw = nullptr;
-    s = detail::FromC(dlock_inspect(client_, name.c_str(), &raw));
+    s = detail::FromC(read_fn(client_, name.c_str(), &raw));
     if (s != DLOCK_OK) return s;
     std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
     info->kind = dlock_info_kind(raw);
@@ -658,9 +738,23 @@ class Client {
       int64_t left = dlock_info_remaining_ms(raw, k);
       if (left >= 0) h.remaining = std::chrono::milliseconds(left);
       h.fencing_token = dlock_info_fencing_token(raw, k);
+      size_t len = 0;
+      const void* value = dlock_info_value(raw, k, &len);
+      if (value != nullptr) h.value.assign(static_cast<const char*>(value), len);
       info->holders.push_back(std::move(h));
     }
     return DLOCK_OK;
+  }
+
+  dlock_status Inspect(const std::string& name, Info* info) const noexcept {
+    return ReadInfo(&dlock_inspect, name, info);
+  }
+
+  dlock_status Leader(const std::string& name, std::optional<Holder>* out) const noexcept {
+    Info info;
+    dlock_status s = ReadInfo(&dlock_leader, name, &info);
+    if (s == DLOCK_OK && !info.holders.empty()) *out = std::move(info.holders.front());
+    return s;
   }
 
   dlock_client* client_ = nullptr;

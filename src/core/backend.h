@@ -112,6 +112,8 @@ class ReleaseWatcher {
     return none;
   }
   virtual void OnHandedOver(uint64_t /*fencing_token*/) {}
+  // An observer (not a waiter): a hand-over to another is a change it hears of, as a release.
+  virtual bool hears_every_change() const { return false; }
 };
 
 // A blocking waiter's ears: what the backend tells it on the loop thread, kept for the waiting
@@ -180,6 +182,7 @@ class RenewSink {
 
 using StatusCallback = std::function<void(const Status&)>;
 using AttemptCallback = std::function<void(const Status&, const AcquireAttempt&)>;
+using InspectCallback = std::function<void(const Status&, LockInfo)>;
 
 // Blocking calls run on the caller's thread and never need the loop to make progress. Async
 // calls are made on the loop thread, and call done exactly once, on the loop thread, never
@@ -211,6 +214,8 @@ class Backend {
   virtual Status SetValue(const LockState& lock, const std::string& value) = 0;
   // Who holds name now; a free name is Ok with no holders. Blocking; any thread.
   virtual Status Inspect(const std::string& name, LockInfo* out) = 0;
+  // Inspect, async (observers read with it).
+  virtual void InspectAsync(const std::string& name, InspectCallback done) = 0;
   // What the backend promises: kCap* bits, the same as the ABI's DLOCK_CAP_* bits.
   virtual uint32_t Capabilities() const = 0;
   // Whether Watch delivers release notifications (e.g. pub/sub). Without them, waiters rely on
@@ -220,9 +225,11 @@ class Backend {
   // release notifications calls nothing.
   virtual void Watch(const std::string& name, ReleaseWatcher* watcher) = 0;
   virtual void Unwatch(const std::string& name, ReleaseWatcher* watcher) = 0;
-  // Any thread, fire and forget: a fair waiter that stops waiting (gave up, cancelled, failed)
-  // leaves the server's line; if a release handed it the lock meanwhile, that hold is given
-  // back (and handed on). Backends without kCapFair do nothing.
+  // Any thread: a fair waiter that stops waiting (gave up, cancelled, failed) leaves the
+  // server's line; if a release handed it the lock meanwhile, that hold is given back (and
+  // handed on). Off the loop thread (a blocking waiter) it waits for the answer, so that a
+  // release after the acquire returned hands nothing to it; on the loop thread, fire and
+  // forget. Backends without kCapFair do nothing.
   virtual void LeaveLine(const LockRequest& /*request*/) {}
   // Loop thread: async requests sent and not answered yet (close waits for them, so that an
   // acquire in flight can be given back on the same connection).

@@ -58,10 +58,12 @@ bool Client::IsClosed() {
 void Client::Close() {
   std::vector<std::shared_ptr<LockState>> to_release;
   std::vector<std::shared_ptr<AsyncAcquire>> to_cancel;
+  std::unordered_map<Observer*, std::shared_ptr<Observer>> observers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = true;
+    observers.swap(observers_);
     for (auto& [name, lock_state] : held_) {
       if (lock_state->Transition(LockPhase::kClosed)) to_release.push_back(lock_state);
     }
@@ -69,6 +71,9 @@ void Client::Close() {
     for (auto& [ptr, op] : pending_) to_cancel.push_back(op);
     pending_.clear();
   }
+  // No report after close; the observers let go of the backend before it shuts down (the
+  // posts run before the teardown's).
+  for (auto& [ptr, observer] : observers) observer->Cancel();
   bool acquires_in_flight = false;  // cancelled, but the server may still grant them
   if (!to_cancel.empty() && loop_ != nullptr) {
     loop_->RunSync([&] {
@@ -212,6 +217,23 @@ Status Client::Leader(const std::string& name, LockInfo* out) {
     return Status::InvalidArgument("'" + name + "' is " + sort + ", not an election");
   }
   return s;
+}
+
+Status Client::Observe(const std::string& name, Observer::Report report, std::shared_ptr<Observer>* out) {
+  auto observer = std::make_shared<Observer>(this, name, std::move(report));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Status::InvalidArgument("client is closed");
+    observers_.emplace(observer.get(), observer);
+  }
+  StartOnLoop([observer] { observer->Start(); });
+  *out = std::move(observer);
+  return Status::Ok();
+}
+
+void Client::ForgetObserver(Observer* observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observers_.erase(observer);
 }
 
 Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& last,

@@ -20,6 +20,7 @@
 #include "core/url.h"
 #include "loop/event_loop.h"
 #include "core/heartbeats.h"
+#include "core/observer.h"
 
 struct event_base;
 
@@ -69,6 +70,10 @@ class Client : public std::enable_shared_from_this<Client> {
   // leader, or no holder (dlock_leader). Blocking.
   Status Campaign(const std::string& name, const AcquireOptions& options, std::shared_ptr<LockState>* out);
   Status Leader(const std::string& name, LockInfo* out);
+  // Starts an observer of name's leader (dlock_observe); any thread. Its reports run on the
+  // loop thread until it is cancelled or the client closes.
+  Status Observe(const std::string& name, Observer::Report report, std::shared_ptr<Observer>* out);
+  void ForgetObserver(Observer* observer);
 
   // For AsyncAcquire and the backends.
   EventLoop* loop() { return loop_.get(); }
@@ -144,6 +149,7 @@ class Client : public std::enable_shared_from_this<Client> {
   // name, which the value keeps alive: one node per hold, no copy of the name. Under mu_.
   std::unordered_multimap<std::string_view, std::shared_ptr<LockState>> held_;
   std::unordered_map<AsyncAcquire*, std::shared_ptr<AsyncAcquire>> pending_;
+  std::unordered_map<Observer*, std::shared_ptr<Observer>> observers_;  // under mu_
 };
 
 }  // namespace dlock

@@ -49,7 +49,11 @@ class Watchers {
   // A release that handed the lock to one waiter: only that one hears of it.
   void TellHandedOver(std::string_view waiter_id, uint64_t fencing_token) const {
     for (ReleaseWatcher* w : list_) {
-      if (w->waiter_id() == waiter_id) w->OnHandedOver(fencing_token);
+      if (w->waiter_id() == waiter_id) {
+        w->OnHandedOver(fencing_token);
+      } else if (w->hears_every_change()) {
+        w->OnReleased();  // an observer: the holder changed
+      }
     }
   }
 

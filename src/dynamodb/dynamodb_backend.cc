@@ -100,6 +100,10 @@ class DynamoDbBackend : public Backend {
     return status;
   }
 
+  void InspectAsync(const std::string& name, InspectCallback done) override {
+    protocol_.Inspect(&async_, name, std::move(done));
+  }
+
   void ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback done) override {
     protocol_.Release(&async_, std::move(lock), std::move(done));
   }

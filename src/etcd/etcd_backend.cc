@@ -92,6 +92,10 @@ class EtcdBackend : public Backend {
     return status;
   }
 
+  void InspectAsync(const std::string& name, InspectCallback done) override {
+    protocol_.Inspect(&async_, name, CallDeadline(), std::move(done));
+  }
+
   // Tokens are create revisions (strict); deletions of a held key wake waiters (watches);
   // shared holds and semaphores (lock_protocol.h, "Kinds").
   uint32_t Capabilities() const override { return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits; }

@@ -94,6 +94,11 @@ class RedisBackend : public Backend {
     return Run(channel_.get(), InspectOp(prefix_, name), out);
   }
 
+  void InspectAsync(const std::string& name, InspectCallback done) override {
+    RunAsync<LockInfo>(channel_.get(), InspectOp(prefix_, name),
+                       [done = std::move(done)](const Status& s, LockInfo info) { done(s, std::move(info)); });
+  }
+
   // Tokens: max(counter + 1, server TIME in µs), so they rise across a restart that lost the
   // data too. Releases are published, so waiters wake on them; an exclusive release hands the
   // lock to the first fair waiter in line (release.lua) and tells only it. Shared and semaphore holds
@@ -110,9 +115,14 @@ class RedisBackend : public Backend {
     // counts it among the answers its teardown waits for.
     if (loop_->InLoopThread()) {
       leave();
-    } else {
-      loop_->Post(std::move(leave));
+      return;
     }
+    // A blocking waiter that gives up leaves the line before its acquire returns: a release
+    // made once it returned must not hand the lock to it (a try right after would find it
+    // held by the waiter that gave up). Sent again from the loop if it fails.
+    NoResult none;
+    Status s = Run(channel_.get(), LeaveLineOp(prefix_, request, sharded_), &none);
+    if (!s.ok() && s.code() != Code::kNotHeld) loop_->Post(std::move(leave));  // NotHeld: nothing was handed
   }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     channel_->Watch(LockKeys::Channel(prefix_, name), watcher);

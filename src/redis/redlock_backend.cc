@@ -344,8 +344,23 @@ class RedlockBackend : public Backend {
 
   Status Inspect(const std::string& name, LockInfo* out) override {
     // Every master's view counts here (two that answered may disagree), so it waits for all.
-    Votes<LockInfo> votes = Ask<LockInfo>(
-        AllMasters(), [&](size_t) { return InspectOp(prefix_, name); }, EveryAnswer<LockInfo>{});
+    return JudgeInspect(name, Ask<LockInfo>(AllMasters(), [&](size_t) { return InspectOp(prefix_, name); },
+                                            EveryAnswer<LockInfo>{}),
+                        out);
+  }
+
+  void InspectAsync(const std::string& name, InspectCallback done) override {
+    AskAsync<LockInfo>(
+        AllMasters(), [this, name](size_t) { return InspectOp(prefix_, name); }, EveryAnswer<LockInfo>{},
+        [this, name, done = std::move(done)](Votes<LockInfo> votes) {
+          LockInfo info;
+          Status s = JudgeInspect(name, votes, &info);
+          done(s, std::move(info));
+        });
+  }
+
+  // What the masters' views of a name add up to.
+  Status JudgeInspect(const std::string& name, const Votes<LockInfo>& votes, LockInfo* out) const {
     Count c = Count::Of(votes, Answered<LockInfo>, Never<LockInfo>);
     if (c.yes < quorum_) return NoQuorum("inspect of lock '" + name + "'", c);
     // The holds a quorum of masters list alike (kind, size, owner label and token: every

@@ -154,6 +154,26 @@ TEST_P(Cli, ElectRunsOneLeaderAtATimeWithRisingTerms) {
   std::filesystem::remove_all(dir);
 }
 
+// `dlock observe` prints nobody, then the leader with its term and value, then nobody again,
+// until it is told to stop.
+TEST_P(Cli, ObservePrintsEachChangeOfLeader) {
+  const std::string name = Name("observe");
+  ChildProcess observer({DLOCK_CLI, "--url", server().url(), "observe", name});
+  EXPECT_NE(observer.AwaitLine(name + ": nobody leads", 20s), "") << observer.output();
+  Client c(server().url());
+  Options o;
+  o.owner("leader-1").value("10.0.0.7:80");
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_campaign(c.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const std::string led = name + ": led by 'leader-1', term " + std::to_string(dlock_lock_fencing_token(l)) +
+                          ", value '10.0.0.7:80'";
+  EXPECT_EQ(observer.AwaitLine(led, 20s), led) << observer.output();
+  ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  EXPECT_NE(observer.AwaitLine(name + ": nobody leads", 20s), "") << observer.output();
+  observer.Signal(SIGTERM);
+  EXPECT_EQ(observer.Wait(20s), 0) << observer.output();
+}
+
 INSTANTIATE_TEST_SUITE_P(Conformance, Cli, ::testing::ValuesIn(AllBackends()), BackendTestName);
 
 }  // namespace

@@ -733,6 +733,164 @@ test("tokens rise across kinds; shared with permits or against kind is refused",
   client:close()
 end)
 
+local BINARY = "\0addr\255\0:8080\n\0"  -- NUL first, last and inside; not UTF-8
+
+test("values: what acquire stores is what inspect shows, binary-safe; set_value replaces it", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local name = unique("value")
+  local lock = assert(client:acquire(name, { value = BINARY, owner = "node-a", lease_ms = 5000 }))
+  local h = assert(other:inspect(name)).holders[1]
+  assert(type(h.value) == "string" and #h.value == #BINARY and h.value == BINARY, ("%q"):format(h.value))
+  assert(h.owner == "node-a" and h.fencing_token == lock:fencing_token())
+  assert(lock:set_value("replaced") == true)
+  assert(assert(other:inspect(name)).holders[1].value == "replaced")
+  assert(lock:extend(8000))  -- the lease renewed, the value kept
+  assert(assert(other:inspect(name)).holders[1].value == "replaced")
+  assert(lock:set_value(""))  -- removes it
+  assert(assert(other:inspect(name)).holders[1].value == "")
+  assert(lock:set_value(BINARY))
+  assert(assert(other:inspect(name)).holders[1].value == BINARY)
+  assert(lock:release())
+  assert(#assert(other:inspect(name)).holders == 0)  -- gone with the hold
+  local ok, msg, code = lock:set_value("late")
+  assert(ok == nil and code == "NOT_HELD" and msg:find("released"), tostring(msg))
+  -- no value: ""; client:run takes it too
+  lock = assert(client:acquire(name))
+  assert(assert(other:inspect(name)).holders[1].value == "")
+  assert(lock:release())
+  assert(client:run(name, { value = "in run" }, function()
+    assert(assert(other:inspect(name)).holders[1].value == "in run")
+  end))
+  other:close()
+  client:close()
+end)
+
+test("values: a deposed holder's set_value is NOT_HELD and changes nothing", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local name = unique("value-deposed")
+  -- no heartbeats: nothing in the background notices the loss; set_value's own check does
+  local deposed = assert(client:acquire(name, { value = "old leader", heartbeat_ms = 0 }))
+  assert(cli("DEL", key(name)) == "1")  -- behind its back
+  local successor = assert(other:acquire(name, { value = "new leader", wait_ms = 0 }))
+  local ok, msg, code = deposed:set_value("still me")
+  assert(ok == nil and code == "NOT_HELD" and #msg > 0, tostring(msg))
+  local h = assert(other:inspect(name)).holders[1]
+  assert(h.value == "new leader" and h.fencing_token == successor:fencing_token())
+  assert(not deposed:valid())
+  ok, msg, code = deposed:release()
+  assert(ok == nil and code == "NOT_HELD")
+  assert(successor:release())
+  -- with nobody after it: refused all the same, and nothing appears
+  local lock = assert(client:acquire(name, { value = "v", heartbeat_ms = 0 }))
+  cli("DEL", key(name))
+  ok, msg, code = lock:set_value("w")
+  assert(ok == nil and code == "NOT_HELD", tostring(msg))
+  assert(#assert(client:inspect(name)).holders == 0)
+  lock:release()
+  other:close()
+  client:close()
+end)
+
+test("values: too long is EINVAL naming the limit; wrong types raise", function()
+  assert(dlock.MAX_VALUE_BYTES == 4096)  -- as documented
+  local client = assert(dlock.open(URL))
+  local name = unique("value-limit")
+  local longest = string.rep("\0\1\2\3", dlock.MAX_VALUE_BYTES / 4)
+  local lock, msg, code = client:acquire(name, { value = longest .. "x" })
+  assert(lock == nil and code == "EINVAL" and msg:find(tostring(dlock.MAX_VALUE_BYTES)), tostring(msg))
+  assert(#assert(client:inspect(name)).holders == 0)
+  lock = assert(client:acquire(name, { value = longest }))
+  assert(assert(client:inspect(name)).holders[1].value == longest)
+  local ok
+  ok, msg, code = lock:set_value(longest .. "x")
+  assert(ok == nil and code == "EINVAL" and msg:find(tostring(dlock.MAX_VALUE_BYTES)), tostring(msg))
+  assert(assert(client:inspect(name)).holders[1].value == longest)  -- unchanged
+  raises(function() client:acquire(name, { value = 5 }) end, "bad argument #2 to 'acquire' %(value must be a string")
+  raises(function() lock:set_value(nil) end, "bad argument #1 to 'set_value'")
+  raises(function() lock:set_value({}) end, "bad argument #1 to 'set_value'")
+  raises(function() lock.set_value("x") end, "lock:set_value")
+  assert(lock:release())
+  client:close()
+end)
+
+test("campaign, leader, proclaim, resign", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local name = unique("election")
+  local none, msg = other:leader(name)
+  assert(none == nil and msg == nil)  -- nobody leads: nil, with no message
+  local leadership = assert(client:campaign(name, { value = "10.0.0.7:8080", owner = "node-a",
+    lease_ms = 5000 }))
+  assert(getmetatable(leadership) == dlock.Lock and leadership:valid())
+  local leader = assert(other:leader(name))
+  assert(leader.value == "10.0.0.7:8080" and leader.owner == "node-a")
+  assert(leader.fencing_token == leadership:fencing_token())  -- the term
+  assert(leader.remaining_ms > 0 and leader.remaining_ms <= 5000)
+  assert(leadership:set_value("10.0.0.7:9090"))  -- proclaim
+  assert(assert(other:leader(name)).value == "10.0.0.7:9090")
+  assert(leadership:release())  -- resign
+  assert(other:leader(name) == nil)
+  local again = assert(client:campaign(name))  -- a new term, above the last
+  assert(again:fencing_token() > leader.fencing_token)
+  assert(assert(other:leader(name)).value == "")
+  assert(again:release())
+  -- what a leadership is not: raised, like unknown options
+  for _, opts in ipairs({ { shared = true }, { permits = 2 }, { kind = "exclusive" }, { wait_ms = 0 } }) do
+    local k = next(opts)
+    raises(function() client:campaign(name, opts) end, "a campaign takes no option '" .. k .. "'")
+  end
+  raises(function() client:campaign(name, { value = 1 }) end, "bad argument #2 to 'campaign'")
+  raises(function() client:campaign(5) end, "bad argument #1 to 'campaign'")
+  raises(function() client.campaign(name) end, "client:campaign")
+  local l, m, code = client:campaign(name, { value = string.rep("x", dlock.MAX_VALUE_BYTES + 1) })
+  assert(l == nil and code == "EINVAL", tostring(m))
+  assert(other:leader(name) == nil)
+  -- a name held shared, or a semaphore, is no election
+  local r = assert(client:acquire(name, { shared = true }))
+  l, m, code = other:leader(name)
+  assert(l == nil and code == "EINVAL" and m:find("shared"), tostring(m))
+  assert(r:release())
+  local p = assert(client:acquire(name, { permits = 2 }))
+  l, m, code = other:leader(name)
+  assert(l == nil and code == "EINVAL" and m:find("semaphore"), tostring(m))
+  assert(p:release())
+  l, m, code = other:leader("")
+  assert(l == nil and code == "EINVAL")
+  raises(function() other:leader(5) end, "bad argument #1 to 'leader'")
+  other:close()
+  l, m, code = other:leader(name)
+  assert(l == nil and code == "EINVAL" and m:find("closed"), tostring(m))
+  client:close()
+end)
+
+test("two candidates: the second leads once the first resigns, with a greater term", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("election")
+  local first = assert(client:campaign(name, { value = "first" }))
+  local second = spawn(name, [[
+      local l, err, code = c:campaign(name, { value = "second\0" })
+      if not l then print("FAIL " .. tostring(code) .. " " .. tostring(err)) return end
+      local leader = assert(c:leader(name))
+      print(l:fencing_token_string() .. " " .. string.format("%d", leader.fencing_token)
+        .. " " .. string.format("%q", leader.value))
+      assert(l:release())]])
+  assert(wait_for(function() return cli("ZCARD", key(name) .. ":line") == "1" end, 20),
+    "the second candidate is not waiting")
+  assert(assert(client:leader(name)).value == "first")  -- still the first's term
+  local first_term = first:fencing_token()
+  assert(first:release())  -- resign
+  local out = second:read("*a")
+  second:close()
+  local term, leader_term, value = out:match("^(%d+) (%d+) (.-)\n$")
+  assert(term, out)
+  assert(dlock.token(term) > first_term, out)
+  assert(term == leader_term and value == string.format("%q", "second\0"), out)
+  assert(client:leader(name) == nil)
+  client:close()
+end)
+
 test("limits are the library's; a client shows its URL without the password", function()
   assert(dlock.MAX_NAME_BYTES == 1024 and dlock.MAX_OWNER_BYTES == 256)  -- as documented
   local client = assert(dlock.open(URL))

@@ -25,6 +25,10 @@ asyncio: `async with client.lock(...)`, `await lock.aacquire()`, `await lock.are
 `await lock.aextend()`, `await client.aacquire(...)` never block the event loop, and run on it:
 the loop drives a client of its own (dlock_client_open_hooks), with no thread hop (README.md).
 `async with lock.guard():` also cancels the block if the lock is lost (it leaves with LockLost).
+Values and leaders: value= stores bytes with a hold (Holder.value shows them, lock.set_value
+replaces them); client.campaign(name, value=...) waits until this candidate leads and returns
+the leadership (a Lock whose fencing token is the term), client.leader(name) the current
+leader's Holder or None.
 fork: a forked child gets its own dlock-events thread and queue; a Client inherited from the
 parent raises ForkedClient on use: open a new Client in the child.
 """
@@ -62,7 +66,7 @@ __all__ = [
     # dlock.ConnectionError too).
     "Error", "NotAcquired", "NotHeld", "AlreadyHeld", "InvalidArgument", "BackendError",
     "AuthError", "Cancelled", "OutOfMemory", "InternalError", "LockLost", "ForkedClient",
-    "MAX_NAME_BYTES", "MAX_OWNER_BYTES",
+    "MAX_NAME_BYTES", "MAX_OWNER_BYTES", "MAX_VALUE_BYTES",
 ]
 __version__: str = "0.1.0"
 
@@ -96,7 +100,8 @@ def _loaded() -> Any:
             # bytes, and the longest lease (and heartbeat period; dlock.h's "At most 10 years").
             _limits.update(MAX_NAME_BYTES=int(lib.dlock_limit_value(0)),
                            MAX_OWNER_BYTES=int(lib.dlock_limit_value(1)),
-                           MAX_LEASE_MS=int(lib.dlock_limit_value(2)))
+                           MAX_LEASE_MS=int(lib.dlock_limit_value(2)),
+                           MAX_VALUE_BYTES=int(lib.dlock_limit_value(3)))
             _name_codes(lambda status: lib.dlock_status_str(status).decode())
             _library_path, _c = path, lib
     return _c
@@ -106,13 +111,14 @@ def _loaded() -> Any:
 library_path: str            # the libdlock file loaded
 MAX_NAME_BYTES: int          # DLOCK_LIMIT_NAME_BYTES
 MAX_OWNER_BYTES: int         # DLOCK_LIMIT_OWNER_BYTES
+MAX_VALUE_BYTES: int         # DLOCK_LIMIT_VALUE_BYTES
 
 
 def __getattr__(name: str) -> Any:
     if name == "library_path":
         _loaded()
         return _library_path
-    if name in ("MAX_NAME_BYTES", "MAX_OWNER_BYTES"):
+    if name in ("MAX_NAME_BYTES", "MAX_OWNER_BYTES", "MAX_VALUE_BYTES"):
         _loaded()
         return _limits[name]
     raise AttributeError(f"module 'dlock' has no attribute {name!r}")
@@ -187,6 +193,16 @@ def _name_arg(name):
     return b
 
 
+def _value_arg(value):
+    """A value stored with a hold: bytes as they are (any byte, NUL included), str as UTF-8.
+    Its length (at most MAX_VALUE_BYTES) is the library's to check, in its words."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"value must be bytes or str, not {type(value).__name__}")
+
+
 # Ranges are the library's to check, in its own words: these only keep values inside the C
 # parameter's type, because ctypes would wrap the others modulo 2**64 (2**64 would become 0,
 # "no expiry"). A value the C type cannot carry is an InvalidArgument (a ValueError) naming
@@ -206,6 +222,7 @@ _UNSET = _Unset()
 # checked with mypy --strict). Names: str or bytes (a bytearray or memoryview is taken too).
 _Name = Union[str, bytes]
 _Kind = Literal["exclusive", "shared"]
+_Value = Union[bytes, str]
 _OnLost = Callable[["Lock"], object]
 _DEFAULT_LEASE_MS = 10_000  # the library's default lease (dlock.h), for extend() with no lease
 
@@ -868,17 +885,23 @@ def _not_on_loop(lock, lc, what):
 
 # ----- inspection ------------------------------------------------------------------------------
 
+# value came later: last, with a default, so Holder(owner, remaining_ms, fencing_token) still
+# makes one.
 class Holder(NamedTuple):
     owner: Optional[str]
     remaining_ms: Optional[int]
     fencing_token: Optional[int]
+    value: bytes = b""
 
 
-Holder.__doc__ = """One holder of a lock, as Client.inspect saw it.
+Holder.__doc__ = """One holder of a lock, as Client.inspect (or Client.leader) saw it.
 
 owner          its label (acquire's owner=), or None when it set none
 remaining_ms   its remaining lease as the server sees it, in ms; None for no expiry
-fencing_token  the token of its acquisition (int); None when the backend does not know it
+fencing_token  the token of its acquisition (int); None when the backend does not know it;
+               a leader's term
+value          the value stored with its hold (value=, Lock.set_value), as bytes; b"" when
+               it has none
 """
 # permits came later: last, with a default, so LockInfo(kind, holders) still makes one.
 class LockInfo(NamedTuple):
@@ -898,12 +921,15 @@ permits  the semaphore's number of permits while the name is one; 0 for a lock o
 
 def _lock_info(info):
     holders = []
+    size = ctypes.c_size_t()
     for k in range(_c.dlock_info_holders(info)):
         owner = _c.dlock_info_owner(info, k)
         left = _c.dlock_info_remaining_ms(info, k)
         token = _c.dlock_info_fencing_token(info, k)
+        data = _c.dlock_info_value(info, k, ctypes.byref(size))
+        value = ctypes.string_at(data, size.value) if data and size.value else b""
         holders.append(Holder(owner.decode("utf-8", "replace") if owner else None,
-                              None if left < 0 else left, token or None))
+                              None if left < 0 else left, token or None, value))
     kind = _c.dlock_info_kind(info)
     return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(_c.dlock_info_permits(info)))
 
@@ -912,10 +938,10 @@ class _Spec:
     """A Lock's checked options: everything each acquire passes to the library but the wait."""
 
     __slots__ = ("lease_ms", "heartbeat_ms", "retry_ms", "owner", "on_lost", "kind", "permits",
-                 "fair")
+                 "fair", "value")
 
     def __init__(self, lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
-                 lease_ms, heartbeat_ms, retry_ms):
+                 lease_ms, heartbeat_ms, retry_ms, value=None):
         """Checks every option (TypeError / InvalidArgument) before anything reaches C."""
         self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _lease_bound)
         self.heartbeat_ms = _duration("heartbeat", heartbeat, "heartbeat_ms", heartbeat_ms,
@@ -962,6 +988,7 @@ class _Spec:
         if fair is not None and not isinstance(fair, bool):
             raise TypeError(f"fair must be a bool, not {type(fair).__name__}")
         self.fair = fair
+        self.value = None if value is None else _value_arg(value)
 
     def build(self, wait_ms, on_lost, hooked=False):
         """A dlock_options for one acquire, and its on_lost slot: (pointer or None, slot or None).
@@ -969,7 +996,8 @@ class _Spec:
         for a _LoopClient, whose on_lost is a C callback on the loop's thread (not the queue)."""
         if (self.lease_ms is None and wait_ms == 0 and self.heartbeat_ms is None
                 and self.retry_ms is None and self.owner is None and on_lost is None
-                and self.kind is None and self.permits is None and self.fair is None):
+                and self.kind is None and self.permits is None and self.fair is None
+                and self.value is None):
             return None, None
         o = _c.dlock_options_new()
         if not o:
@@ -991,6 +1019,8 @@ class _Spec:
                 _check(_c.dlock_options_set_permits(o, self.permits))
             if self.fair is not None:
                 _check(_c.dlock_options_set_fair(o, 1 if self.fair else 0))
+            if self.value is not None:
+                _check(_c.dlock_options_set_value(o, self.value, len(self.value)))
             slot = None
             if on_lost is not None:
                 slot = _LostSlot(on_lost)
@@ -1207,15 +1237,19 @@ class Client:
 
     def inspect(self, name: _Name) -> LockInfo:
         """Who holds the lock called `name` now: a LockInfo(kind, holders, permits), holders being a
-        list of Holder(owner, remaining_ms, fencing_token) (empty when free), permits the
+        list of Holder(owner, remaining_ms, fencing_token, value) (empty when free), permits the
         semaphore's size (0 for a lock or a free name). A snapshot read from the server in one
         call, stale as soon as it returns: never decide from it whether to take the lock. Owner
-        tokens are never shown, only the owner labels."""
+        tokens are never shown, only the owner labels (and the values stored with the holds)."""
+        return self._read_info(_c.dlock_inspect, name)
+
+    def _read_info(self, read, name):
+        """dlock_inspect or dlock_leader: the LockInfo, or raises."""
         bname = _name_arg(name)
         out = _lib.c_info_p()
         h = self._enter()
         try:
-            status = _c.dlock_inspect(h, bname, ctypes.byref(out))
+            status = read(h, bname, ctypes.byref(out))
             err = _error(status) if status != 0 else None
         finally:
             self._leave()
@@ -1230,6 +1264,66 @@ class Client:
         """inspect() in a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(None, self.inspect, name)
 
+    # -- leader election
+
+    def leader(self, name: _Name) -> Optional[Holder]:
+        """The current leader of the election `name` (see campaign): its Holder(owner,
+        remaining_ms, fencing_token, value), whose fencing_token is its term and value what it
+        proclaims; None when nobody leads. One round trip, a snapshot like inspect().
+        InvalidArgument when the name is held shared or is a semaphore (not an election)."""
+        holders = self._read_info(_c.dlock_leader, name).holders
+        return holders[0] if holders else None
+
+    async def aleader(self, name: _Name) -> Optional[Holder]:
+        """leader() in a worker thread (as ainspect)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.leader, name)
+
+    def _candidate(self, name: _Name, value: Optional[_Value], lease: Optional[float],
+                   heartbeat: Optional[float], retry: Optional[Sequence[float]],
+                   owner: Union[str, bytes, None], on_lost: Optional[_OnLost],
+                   fair: Optional[bool], lease_ms: Optional[int], heartbeat_ms: Optional[int],
+                   retry_ms: Optional[Sequence[int]]) -> "Lock":
+        """The Lock a campaign acquires: exclusive, waiting without limit."""
+        return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, None, None, None,
+                                      fair, lease_ms, heartbeat_ms, retry_ms, value), -1, False)
+
+    def campaign(self, name: _Name, *, value: Optional[_Value] = None,
+                 lease: Optional[float] = None, heartbeat: Optional[float] = None,
+                 retry: Optional[Sequence[float]] = None, owner: Union[str, bytes, None] = None,
+                 on_lost: Optional[_OnLost] = None, fair: Optional[bool] = None,
+                 lease_ms: Optional[int] = None, heartbeat_ms: Optional[int] = None,
+                 retry_ms: Optional[Sequence[int]] = None) -> "Lock":
+        """Stands for leader of the election `name` and waits, without limit, until this
+        candidate leads (dlock_campaign); returns the leadership, a held Lock: its
+        fencing_token is the term, greater than every earlier term of the name (pass it to what
+        the leader writes, and have that refuse lower terms). value (bytes, or str as UTF-8) is
+        what it proclaims (an address, say), shown by leader() to everyone; lock.set_value()
+        replaces it. lock.release() resigns: the next candidate leads (in arrival order where
+        the backend has the "fair" capability). A lost leadership is reported as a lost lock
+        (on_lost, valid False, NotHeld). The options are lock()'s, but a leadership is always
+        exclusive and always waits: kind=, shared=, permits=, blocking=, timeout= and wait_ms=
+        are not taken (TypeError); for a bounded wait, client.acquire(name, value=...,
+        timeout=S). Blocks the calling thread only (the GIL is released while waiting)."""
+        lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
+                               lease_ms, heartbeat_ms, retry_ms)
+        lock._acquire(-1, True, lock._spec.on_lost, campaign=True)
+        return lock
+
+    async def acampaign(self, name: _Name, *, value: Optional[_Value] = None,
+                        lease: Optional[float] = None, heartbeat: Optional[float] = None,
+                        retry: Optional[Sequence[float]] = None,
+                        owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
+                        fair: Optional[bool] = None, lease_ms: Optional[int] = None,
+                        heartbeat_ms: Optional[int] = None,
+                        retry_ms: Optional[Sequence[int]] = None) -> "Lock":
+        """campaign() for asyncio: waits without blocking the event loop or holding a thread
+        (an acquire with no wait limit on this loop's client, as aacquire). Cancelling the
+        awaiting task withdraws the candidacy. on_lost(lock) runs on this event loop."""
+        lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
+                               lease_ms, heartbeat_ms, retry_ms)
+        await lock._aacquire(-1, True)
+        return lock
+
     # -- locks
 
     def lock(self, name: _Name, *, blocking: Union[bool, _Unset] = _UNSET,
@@ -1238,6 +1332,7 @@ class Client:
              owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
              kind: Optional[_Kind] = None, permits: Optional[int] = None,
              shared: Optional[bool] = None, fair: Optional[bool] = None,
+             value: Optional[_Value] = None,
              lease_ms: Optional[int] = None, wait_ms: Union[int, None, _Unset] = _UNSET,
              heartbeat_ms: Optional[int] = None,
              retry_ms: Optional[Sequence[int]] = None) -> "Lock":
@@ -1262,12 +1357,15 @@ class Client:
         fair          True (default): a waiting exclusive acquire takes a place in line and is
                       handed the lock by a release, in arrival order (backends with the "fair"
                       capability); False: it competes with every other waiter at each release
+        value         bytes (any, NUL included; a str is stored as UTF-8) stored on the server
+                      with each hold, up to MAX_VALUE_BYTES (4096): inspect() and leader() show
+                      it to everyone (keep no secret in it); lock.set_value() replaces it
         lease_ms, heartbeat_ms, retry_ms, wait_ms
                       the same in integer milliseconds (the older spelling; wait_ms: 0 = one
                       try, -1 or None = no limit); give one spelling of each, not both
         """
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
-                                      shared, fair, lease_ms, heartbeat_ms, retry_ms),
+                                      shared, fair, lease_ms, heartbeat_ms, retry_ms, value),
                           _wait_of(blocking, timeout, wait_ms), True)
 
     def _lock(self, name: _Name, spec: "_Spec", wait_ms: int, check: bool) -> "Lock":
@@ -1283,9 +1381,9 @@ class Client:
         """lock() for a lock acquired at once: the library checks the options then."""
         def parse(*, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None, retry=None,
                   owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None,
-                  lease_ms=None, wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None):
+                  value=None, lease_ms=None, wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None):
             return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
-                                          shared, fair, lease_ms, heartbeat_ms, retry_ms),
+                                          shared, fair, lease_ms, heartbeat_ms, retry_ms, value),
                               _wait_of(blocking, timeout, wait_ms), False)
         return parse(**options)
 
@@ -1405,8 +1503,9 @@ class Lock:
     fencing_token  the token of the current hold (int), greater than every token issued
                    before for this name; None while this object holds nothing
     extend(lease=None)  a new lease from now, in seconds (default: the lock's own lease)
+    set_value(value)    replaces the value stored with the hold (b"" removes it)
     valid, remaining, remaining_ms, attempts, name, released
-    aacquire(), arelease(), aextend(), `async with lock:`   the same for asyncio
+    aacquire(), arelease(), aextend(), aset_value(), `async with lock:`   the same for asyncio
     `async with lock.guard():`   also cancels the block if the lock is lost (then: LockLost)
 
     One object is one holder, like threading.Lock: acquire() while this object holds (or is
@@ -1530,15 +1629,16 @@ class Lock:
         if this object holds it already, and the library's errors (ConnectionError, ...)."""
         return self._acquire(self._wait_arg(blocking, timeout), False, self._spec.on_lost)
 
-    def _acquire(self, wait_ms, must, on_lost):
-        """must: raise the library's NotAcquired rather than return False."""
+    def _acquire(self, wait_ms, must, on_lost, campaign=False):
+        """must: raise the library's NotAcquired rather than return False. campaign: through
+        dlock_campaign (which waits without limit) rather than dlock_acquire."""
         self._client._check_process()
         self._begin()
-        return self._acquire_begun(wait_ms, must, on_lost)
+        return self._acquire_begun(wait_ms, must, on_lost, campaign)
 
-    def _acquire_begun(self, wait_ms, must, on_lost):
+    def _acquire_begun(self, wait_ms, must, on_lost, campaign=False):
         try:
-            h, slot = self._acquire_raw(wait_ms, on_lost)
+            h, slot = self._acquire_raw(wait_ms, on_lost, campaign)
         except NotAcquired:
             self._end()
             if must:
@@ -1550,8 +1650,9 @@ class Lock:
         self._install(h, slot)
         return True
 
-    def _acquire_raw(self, wait_ms, on_lost):
-        """dlock_acquire: (handle, on_lost slot), or raises; this object is left alone."""
+    def _acquire_raw(self, wait_ms, on_lost, campaign=False):
+        """dlock_acquire (or dlock_campaign): (handle, on_lost slot), or raises; this object is
+        left alone."""
         slot = None
         try:
             opts, slot = self._spec.build(wait_ms, on_lost)
@@ -1560,7 +1661,8 @@ class Lock:
             try:
                 h = self._client._enter()
                 try:
-                    status = _c.dlock_acquire(h, self._bname, opts, ctypes.byref(out))
+                    acquire = _c.dlock_campaign if campaign else _c.dlock_acquire
+                    status = acquire(h, self._bname, opts, ctypes.byref(out))
                     if status != 0:
                         err = _error(status)  # this thread's message: read it at once
                 finally:
@@ -1643,6 +1745,41 @@ class Lock:
                 if not lc.blocking_ok():
                     raise _not_on_loop(self, lc, "extend")
             _check(_c.dlock_extend(self._h, ms))
+
+    def set_value(self, value: _Value) -> None:
+        """Replaces the value stored with this hold (bytes, or str as UTF-8; b"" removes it),
+        as leaders proclaim: inspect() and leader() show the new one from now on. The server
+        checks that this owner still holds it: NotHeld if this object holds nothing, or the
+        hold was lost or taken over, and then nothing is written. InvalidArgument for more than
+        MAX_VALUE_BYTES. The lease is left as it is. One round trip, blocking the calling
+        thread (the GIL released); for a hold taken through asyncio, as release() (on the
+        loop's thread it holds the loop for that round trip; prefer await aset_value())."""
+        data = _value_arg(value)
+        self._client._check_process()
+        lc = self._lc
+        if lc is not None and not lc.blocking_ok():
+            raise _not_on_loop(self, lc, "set the value of")
+        with self._mu:
+            if not self._h:
+                raise self._not_held_error()
+            _check(_c.dlock_lock_set_value(self._h, data, len(data)))
+
+    async def aset_value(self, value: _Value) -> None:
+        """set_value() for asyncio. The library has no asynchronous form of it: a hold taken
+        with the blocking API (or on another event loop, or with DLOCK_PY_FORCE_THREADS=1) is
+        written from a worker thread, as ainspect() reads; a hold taken on this loop's client
+        is written on the loop's own thread, holding the loop for that one round trip (from a
+        worker, its reply could only come through this loop while the worker held the lock
+        object: the loop's own use of it would wait for that worker, and the worker for the
+        loop)."""
+        data = _value_arg(value)
+        self._client._check_process()
+        loop = asyncio.get_running_loop()
+        lc = self._lc
+        if lc is not None and lc.loop is loop and not lc.closed:
+            self.set_value(data)
+            return
+        await loop.run_in_executor(None, self.set_value, data)
 
     def _release_async_quietly(self):
         """Releases without waiting and without raising (for holds nobody wants)."""

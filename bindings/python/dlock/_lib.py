@@ -192,3 +192,11 @@ def _declare(lib):
     _fn(lib, "dlock_info_permits", ctypes.c_uint32, [c_info_p])
     _fn(lib, "dlock_limit_value", ctypes.c_uint64, [ctypes.c_int])
     _fn(lib, "dlock_url_redact", ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t])
+    # values stored with a hold, and leader election
+    _fn(lib, "dlock_options_set_value", c_status, [c_options_p, ctypes.c_void_p, ctypes.c_size_t])
+    _fn(lib, "dlock_lock_set_value", c_status, [c_lock_p, ctypes.c_void_p, ctypes.c_size_t])
+    _fn(lib, "dlock_info_value", ctypes.c_void_p,
+        [c_info_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_size_t)])
+    _fn(lib, "dlock_campaign", c_status,
+        [c_client_p, ctypes.c_char_p, c_options_p, ctypes.POINTER(c_lock_p)])
+    _fn(lib, "dlock_leader", c_status, [c_client_p, ctypes.c_char_p, ctypes.POINTER(c_info_p)])

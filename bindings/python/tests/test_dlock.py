@@ -1052,6 +1052,277 @@ class Inspect(Base):
             self.client.inspect(name)
 
 
+class Values(Base):
+    """value= at acquire, Lock.set_value, Holder.value: bytes stored with a hold."""
+
+    BINARY = b"\x00addr\xff\x00:8080\n\x00"  # NUL first, last and inside; not UTF-8
+
+    def test_a_value_set_at_acquire_is_what_inspect_shows(self):
+        name = unique("value")
+        with dlock.Client(URL) as other:
+            with self.client.lock(name, value=self.BINARY, owner="node-a") as lock:
+                (holder,) = other.inspect(name).holders
+                self.assertIsInstance(holder.value, bytes)
+                self.assertEqual(holder.value, self.BINARY)
+                self.assertEqual(holder, dlock.Holder("node-a", holder.remaining_ms,
+                                                      lock.fencing_token, self.BINARY))
+            self.assertEqual(other.inspect(name).holders, [])  # gone with the hold
+            # a str is stored as UTF-8; every acquire of a reused Lock stores it again
+            lock = self.client.lock(name, value="leader: 10.0.0.7 — ok")
+            for _ in range(2):
+                with lock:
+                    self.assertEqual(other.inspect(name).holders[0].value,
+                                     "leader: 10.0.0.7 — ok".encode())
+            # no value: b"", and Holder's older three-field form still builds
+            with self.client.lock(name):
+                (holder,) = other.inspect(name).holders
+                self.assertEqual(holder.value, b"")
+                self.assertEqual(holder, dlock.Holder(None, holder.remaining_ms,
+                                                      holder.fencing_token))
+            # acquire() and the asyncio forms take it too
+            held = self.client.acquire(name, value=bytearray(b"ba"))
+            self.assertEqual(other.inspect(name).holders[0].value, b"ba")
+            held.release()
+
+    def test_set_value_replaces_it(self):
+        name = unique("value")
+        lock = self.client.acquire(name, value=b"first", lease=5)
+        lock.set_value(self.BINARY)
+        self.assertEqual(self.client.inspect(name).holders[0].value, self.BINARY)
+        lock.set_value("text")
+        self.assertEqual(self.client.inspect(name).holders[0].value, b"text")
+        lock.extend(8)  # the lease is renewed, the value kept
+        self.assertEqual(self.client.inspect(name).holders[0].value, b"text")
+        self.assertGreater(lock.remaining, 5)
+        lock.set_value(b"")  # removes it
+        self.assertEqual(self.client.inspect(name).holders[0].value, b"")
+        lock.set_value(memoryview(b"mv"))
+        self.assertEqual(self.client.inspect(name).holders[0].value, b"mv")
+        self.assertTrue(lock.valid)
+        lock.release()
+        with self.assertRaises(dlock.NotHeld):  # this object holds nothing now
+            lock.set_value(b"late")
+        with self.assertRaises(dlock.NotHeld):
+            self.client.lock(name).set_value(b"never acquired")
+        self.assertEqual(self.client.inspect(name).holders, [])
+
+    def test_a_deposed_holders_set_value_raises_not_held_and_changes_nothing(self):
+        name = unique("value-deposed")
+        # no heartbeats: nothing in the background notices the loss; set_value's own check does
+        deposed = self.client.acquire(name, value=b"old leader", lease=10, heartbeat=0)
+        self.assertEqual(cli("DEL", f"dlock:{{{name}}}"), "1")  # behind its back
+        with dlock.Client(URL) as other:
+            successor = other.acquire(name, value=b"new leader", blocking=False)
+            with self.assertRaises(dlock.NotHeld) as cm:
+                deposed.set_value(b"still me")
+            self.assertEqual(cm.exception.code, "DLOCK_NOT_HELD")
+            (holder,) = other.inspect(name).holders
+            self.assertEqual((holder.value, holder.fencing_token),
+                             (b"new leader", successor.fencing_token))
+            self.assertFalse(deposed.valid)
+            with self.assertRaises(dlock.NotHeld):
+                deposed.release()
+            successor.release()
+        # with nobody after it: refused all the same, and nothing appears
+        lock = self.client.acquire(name, value=b"v", heartbeat=0)
+        cli("DEL", f"dlock:{{{name}}}")
+        with self.assertRaises(dlock.NotHeld):
+            lock.set_value(b"w")
+        self.assertEqual(self.client.inspect(name).holders, [])
+        with self.assertRaises(dlock.NotHeld):
+            lock.release()
+
+    def test_too_long_a_value_is_invalid_argument(self):
+        self.assertEqual(dlock.MAX_VALUE_BYTES, 4096)  # as documented
+        name = unique("value-limit")
+        longest = bytes(range(256)) * 16
+        self.assertEqual(len(longest), dlock.MAX_VALUE_BYTES)
+        too_long = longest + b"x"
+        with self.assertRaises(dlock.InvalidArgument) as cm:  # at lock(), before any acquire
+            self.client.lock(name, value=too_long)
+        self.assertIsInstance(cm.exception, ValueError)
+        o = dlock._c.dlock_options_new()
+        try:
+            self.assertEqual(str(cm.exception), library_says(
+                dlock._c.dlock_options_set_value, o, too_long, len(too_long)))
+        finally:
+            dlock._c.dlock_options_free(o)
+        self.assertIn(str(dlock.MAX_VALUE_BYTES), str(cm.exception))
+        with self.assertRaises(dlock.InvalidArgument):
+            self.client.acquire(name, value="é" * 2049)  # 4098 bytes of UTF-8
+        self.assertEqual(self.client.inspect(name).holders, [])
+        with self.client.lock(name, value=longest) as lock:
+            self.assertEqual(self.client.inspect(name).holders[0].value, longest)
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                lock.set_value(too_long)
+            self.assertIn(str(dlock.MAX_VALUE_BYTES), str(cm.exception))
+            self.assertEqual(self.client.inspect(name).holders[0].value, longest)  # unchanged
+        for bad in (5, 1.5, ["a"], object()):
+            with self.assertRaises(TypeError, msg=repr(bad)):
+                self.client.lock(name, value=bad)
+        lock = self.client.acquire(name)
+        with self.assertRaises(TypeError):
+            lock.set_value(None)
+        lock.release()
+
+    def test_asyncio(self):
+        name = unique("value-async")
+        sync_hold = self.client.acquire(unique("value-sync"), value=b"sync")
+
+        async def main():
+            async with dlock.Client(URL) as client:
+                async with client.alock(name, value=self.BINARY) as lock:
+                    self.assertEqual((await client.ainspect(name)).holders[0].value, self.BINARY)
+                    await lock.aset_value(b"replaced")
+                    self.assertEqual((await client.ainspect(name)).holders[0].value, b"replaced")
+                    lock.set_value(b"blocking, on the loop")  # one round trip, on the loop
+                    self.assertEqual((await client.ainspect(name)).holders[0].value,
+                                     b"blocking, on the loop")
+                    # from another thread while the loop runs (as release())
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, lock.set_value, b"from a thread")
+                    self.assertEqual((await client.ainspect(name)).holders[0].value,
+                                     b"from a thread")
+                held = await client.aacquire(name, value="aacquire")
+                self.assertEqual((await client.ainspect(name)).holders[0].value, b"aacquire")
+                cli("DEL", f"dlock:{{{name}}}")
+                with self.assertRaises(dlock.NotHeld):
+                    await held.aset_value(b"deposed")
+                with self.assertRaises(dlock.NotHeld):
+                    await held.arelease()
+                with self.assertRaises(dlock.NotHeld):
+                    await held.aset_value(b"released")
+                # a hold of the blocking API, written from a worker thread
+                await sync_hold.aset_value(b"from asyncio")
+                self.assertEqual((await client.ainspect(sync_hold.name)).holders[0].value,
+                                 b"from asyncio")
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+        sync_hold.release()
+
+
+class Election(Base):
+    """campaign, leader, set_value (proclaim) and release (resign)."""
+
+    def in_line(self, name, n):
+        return lambda: cli("ZCARD", f"dlock:{{{name}}}:line") == str(n)
+
+    def test_campaign_leader_and_resign(self):
+        name = unique("election")
+        self.assertIsNone(self.client.leader(name))  # nobody leads yet
+        leadership = self.client.campaign(name, value=b"10.0.0.7:8080", owner="node-a", lease=5)
+        self.assertIsInstance(leadership, dlock.Lock)
+        self.assertTrue(leadership.owned())
+        with dlock.Client(URL) as other:
+            leader = other.leader(name)
+            self.assertIsInstance(leader, dlock.Holder)
+            self.assertEqual(leader.owner, "node-a")
+            self.assertEqual(leader.value, b"10.0.0.7:8080")
+            self.assertEqual(leader.fencing_token, leadership.fencing_token)  # the term
+            self.assertTrue(0 < leader.remaining_ms <= 5000, leader)
+            leadership.set_value("10.0.0.7:9090")  # proclaim
+            self.assertEqual(other.leader(name).value, b"10.0.0.7:9090")
+            self.assertEqual(other.leader(name.encode()).fencing_token, leadership.fencing_token)
+            leadership.release()  # resign
+            self.assertIsNone(other.leader(name))
+            # again: a new term, above the last
+            last = leader.fencing_token
+            again = self.client.campaign(name)
+            self.assertGreater(again.fencing_token, last)
+            self.assertEqual(other.leader(name).value, b"")
+            again.release()
+            self.assertIsNone(other.leader(name))
+
+    def test_the_second_candidate_leads_once_the_first_resigns_with_a_greater_term(self):
+        name = unique("election")
+        first = self.client.campaign(name, value=b"first")
+        outcome = []
+
+        def candidate():
+            try:
+                with dlock.Client(URL) as c:
+                    lk = c.campaign(name, value=b"second\x00")
+                    outcome.append((lk.fencing_token, c.leader(name)))
+                    lk.release()
+            except BaseException as e:
+                outcome.append(e)
+
+        t = threading.Thread(target=candidate)
+        t.start()
+        try:
+            self.assertTrue(wait_for(self.in_line(name, 1), 20), "the second candidate is not waiting")
+            self.assertEqual(outcome, [])  # waiting in line while the first leads
+            self.assertEqual(self.client.leader(name).value, b"first")
+        finally:
+            first_term = first.fencing_token
+            first.release()  # resign: the second candidate leads
+            t.join(20)
+        self.assertFalse(t.is_alive())
+        ((term, leader),) = outcome
+        self.assertGreater(term, first_term)
+        self.assertEqual((leader.fencing_token, leader.value), (term, b"second\x00"))
+        self.assertIsNone(self.client.leader(name))
+
+    def test_what_a_leadership_is_not(self):
+        name = unique("election")
+        for kw in ({"shared": True}, {"permits": 2}, {"kind": "exclusive"}, {"timeout": 1},
+                   {"blocking": False}, {"wait_ms": 0}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                self.client.campaign(name, **kw)
+        for kw in ({"value": 5}, {"lease": "5"}, {"fair": 1}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                self.client.campaign(name, **kw)
+        for kw in ({"value": b"x" * (dlock.MAX_VALUE_BYTES + 1)}, {"lease": -1}):
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)):
+                self.client.campaign(name, **kw)
+        self.assertIsNone(self.client.leader(name))  # nothing was left behind
+        with self.assertRaises(dlock.InvalidArgument):
+            self.client.leader("")
+        # a name held shared, or a semaphore, is no election: leader() says so
+        with self.client.lock(name, shared=True):
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                self.client.leader(name)
+            self.assertIn("shared", str(cm.exception))
+        with self.client.lock(name, permits=2):
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                self.client.leader(name)
+            self.assertIn("semaphore", str(cm.exception))
+        # any exclusive hold is a leadership (client.lock(...) waits without limit too)
+        with self.client.lock(name, value=b"by lock()", owner="o") as lk:
+            leader = self.client.leader(name)
+            self.assertEqual((leader.owner, leader.value, leader.fencing_token),
+                             ("o", b"by lock()", lk.fencing_token))
+
+    def test_asyncio(self):
+        name = unique("election-async")
+
+        async def main():
+            async with dlock.Client(URL) as a, dlock.Client(URL) as b:
+                self.assertIsNone(await a.aleader(name))
+                first = await a.acampaign(name, value=b"a")
+                second = asyncio.ensure_future(b.acampaign(name, value=b"b"))
+                for _ in range(2000):
+                    if self.in_line(name, 1)():
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertTrue(self.in_line(name, 1)(), "the second candidate is not waiting")
+                self.assertFalse(second.done())
+                self.assertEqual((await b.aleader(name)).value, b"a")
+                await first.aset_value(b"a, proclaimed")
+                self.assertEqual((await b.aleader(name)).value, b"a, proclaimed")
+                term = first.fencing_token
+                await first.arelease()  # resign
+                leadership = await asyncio.wait_for(second, 20)
+                self.assertGreater(leadership.fencing_token, term)
+                leader = await a.aleader(name)
+                self.assertEqual((leader.value, leader.fencing_token),
+                                 (b"b", leadership.fencing_token))
+                await leadership.arelease()
+                self.assertIsNone(await a.aleader(name))
+
+        asyncio.run(asyncio.wait_for(main(), 30))
+
+
 class Kinds(Base):
     def test_capabilities(self):
         caps = self.client.capabilities

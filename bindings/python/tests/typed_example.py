@@ -11,7 +11,7 @@ import sys
 from typing import FrozenSet, List, Optional, Tuple, Type, Union
 
 import dlock
-from dlock import (MAX_NAME_BYTES, MAX_OWNER_BYTES, AlreadyHeld, AuthError, BackendError,
+from dlock import (MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_VALUE_BYTES, AlreadyHeld, AuthError, BackendError,
                    Cancelled, Client, Error, ForkedClient, Holder, InternalError,
                    InvalidArgument, Lock, LockInfo, LockLost, NotAcquired, NotHeld, OutOfMemory,
                    library_path, version)
@@ -36,7 +36,8 @@ def describe(info: LockInfo) -> str:
         owner: Optional[str] = h.owner
         left: Optional[int] = h.remaining_ms
         token: Optional[int] = h.fencing_token
-        parts.append(f"{owner}: {left} ms, token {token}")
+        value: bytes = h.value
+        parts.append(f"{owner}: {left} ms, token {token}, value {value!r}")
     return "; ".join(parts)
 
 
@@ -111,6 +112,20 @@ def sync_part(client: Client, prefix: str) -> None:
         invalid: ValueError = e
         print("invalid:", invalid)
 
+    # values stored with a hold, and leader election
+    with client.lock(prefix + "valued", value=b"\x00bytes", owner="typed-example") as valued:
+        valued.set_value("text")
+        valued.set_value(b"")
+    leadership: Lock = client.campaign(prefix + "leader", value="10.0.0.7:8080", lease=5,
+                                       heartbeat=1, owner="typed-example", on_lost=on_lost,
+                                       fair=True)
+    leadership.set_value(b"10.0.0.7:9090")
+    leader: Optional[Holder] = client.leader(prefix + "leader")
+    assert leader is not None and leader.fencing_token == leadership.fencing_token
+    print("leader:", leader.value, "term", leader.fencing_token)
+    leadership.release()
+    assert client.leader(prefix + "leader") is None
+
 
 async def async_part(client: Client, prefix: str) -> None:
     lk = client.alock(prefix + "async", lease=5, on_lost=on_lost)
@@ -133,6 +148,11 @@ async def async_part(client: Client, prefix: str) -> None:
         print("lost while the block ran")
     info: LockInfo = await client.ainspect(prefix + "async")
     print(describe(info))
+    leadership: Lock = await client.acampaign(prefix + "async-leader", value=b"a", lease_ms=5000)
+    await leadership.aset_value("b")
+    leader: Optional[Holder] = await client.aleader(prefix + "async-leader")
+    assert leader is not None and leader.value == b"b"
+    await leadership.arelease()
 
 
 async def async_client(url: str, prefix: str) -> None:
@@ -147,7 +167,7 @@ def main(argv: List[str]) -> int:
     prefix = "typed-example/"
     v: str = version()
     path: str = library_path
-    limits: Tuple[int, int] = (MAX_NAME_BYTES, MAX_OWNER_BYTES)
+    limits: Tuple[int, int, int] = (MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_VALUE_BYTES)
     print("dlock", dlock.__version__, "library", v, path, limits)
     try:
         with Client(url) as client:

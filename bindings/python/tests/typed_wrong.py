@@ -19,4 +19,7 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     token: str = lock.fencing_token  # error: assignment
     held: str = lock.owned()  # error: assignment
     lock.release(True)  # error: call-arg
-    print(token, held, dlock.MAX_NAME_BYTES + "")  # error: operator
+    lock.set_value(5)  # error: arg-type
+    client.campaign("jobs", shared=True)  # error: call-arg
+    leader: dlock.Holder = client.leader("jobs")  # error: assignment
+    print(token, held, leader, dlock.MAX_NAME_BYTES + "")  # error: operator

@@ -179,6 +179,33 @@ function M.killed()
   ngx.say("killed=", tostring(ok), " ", tostring(err))
 end
 
+-- Leader election in a worker: a campaign that waits yields (a light thread campaigns while the
+-- leader holds), set_value and leader are blocking calls; the second candidate leads only once
+-- the first resigned, with a greater term.
+function M.elect()
+  local a, c = args()
+  local first, err, code = c:campaign(a.name, { value = "first" })
+  if not first then return failed(code, err) end
+  local resigned = false
+  local second = ngx.thread.spawn(function()
+    local l, e, k = c:campaign(a.name, { value = "second" })
+    if not l then return nil, k .. " " .. e end
+    local saw = resigned  -- must be true: it leads only after the resignation
+    local leader = assert(c:leader(a.name))
+    assert(l:release())
+    return l:fencing_token(), saw, leader.value
+  end)
+  ngx.sleep(0.05)  -- the second candidate is waiting (yielding) meanwhile
+  assert(first:set_value("first, proclaimed"))
+  local proclaimed = assert(c:leader(a.name)).value
+  resigned = true
+  assert(first:release())
+  local ok, term, saw, value = ngx.thread.wait(second)
+  ngx.say("ok=", tostring(ok), " proclaimed=", proclaimed, " greater=",
+    tostring(term ~= nil and term > first:fencing_token()), " after_resign=", tostring(saw),
+    " leader=", tostring(value), " now=", tostring(c:leader(a.name)))
+end
+
 -- A lock left to the GC: released late, without blocking.
 local function forget(c, name) assert(c:acquire(name, { lease_ms = 0 })) end
 

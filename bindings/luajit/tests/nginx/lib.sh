@@ -92,6 +92,7 @@ http {
     location = /logphase_status { content_by_lua_block { require("app").logphase_status() } }
     location = /gc { content_by_lua_block { require("app").gc() } }
     location = /killed { content_by_lua_block { require("app").killed() } }
+    location = /elect { content_by_lua_block { require("app").elect() } }
   }
 }
 CONF

@@ -195,6 +195,14 @@ else
   fail "killed waiter: '$out', $name held: $(rcli EXISTS "dlock:{$name}")"
 fi
 
+name="elect-$$-$RANDOM"
+out=$(get "/elect?name=$name")
+if [[ $out == "ok=true proclaimed=first, proclaimed greater=true after_resign=true leader=second now=nil" ]]; then
+  ok "client:campaign yields in a worker: the second candidate leads once the first resigned, with a greater term; set_value and leader there"
+else
+  fail "campaign in nginx: '$out'"
+fi
+
 if grep -E '\[(error|crit|alert|emerg)\]' "$dir/error.log" >"$dir/errors" 2>/dev/null; then
   fail "nginx's error log has errors: $(head -3 "$dir/errors")"
 else
