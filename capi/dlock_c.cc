@@ -128,7 +128,7 @@ dlock_status StartExtend(dlock_lock* l, uint64_t lease_ms, dlock::StatusCallback
 // Delivers to a queue: the completion callbacks of the _queued forms.
 dlock::StatusCallback PushDone(std::shared_ptr<dlock::CompletionQueue> queue, uint64_t tag) {
   return [queue = std::move(queue), tag](const dlock::Status& s) {
-    queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr});
+    queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr, nullptr});
   };
 }
 
@@ -327,26 +327,49 @@ dlock_status dlock_leader(dlock_client* c, const char* name, dlock_info** out) {
   return ReadInfo(&dlock::Client::Leader, c, name, out);
 }
 
-dlock_status dlock_observe(dlock_client* c, const char* name, dlock_observe_fn fn, void* arg,
-                           dlock_observer** out) {
+namespace {
+// dlock_observe and dlock_observe_queued: the checks, then Client::Observe.
+dlock_status StartObserver(dlock_client* c, const char* name, bool has_target,
+                           dlock::Observer::Report report, dlock_observer** out) {
   return Guard([&] {
     if (c == nullptr) return Invalid("client is NULL");
-    if (fn == nullptr) return Invalid("fn is NULL");
+    if (!has_target) return Invalid("fn (or the queue) is NULL");
     if (out == nullptr) return Invalid("out is NULL");
     dlock::Status s = dlock::CheckLockName(name);
     if (!s.ok()) return Report(s);
-    auto report = [fn, arg, shown = std::string(name)](const dlock::HolderInfo* leader) {
-      if (leader == nullptr) return fn(shown.c_str(), nullptr, arg);
-      dlock_info info;
-      info.impl.holders.push_back(*leader);
-      fn(shown.c_str(), &info, arg);
-    };
     auto observer = std::make_unique<dlock_observer>();
     observer->client = c->impl;
     s = c->impl->Observe(name, std::move(report), &observer->impl);
     if (s.ok()) *out = observer.release();
     return Report(s);
   });
+}
+}  // namespace
+
+dlock_status dlock_observe(dlock_client* c, const char* name, dlock_observe_fn fn, void* arg,
+                           dlock_observer** out) {
+  return StartObserver(c, name, fn != nullptr,
+                       [fn, arg, shown = std::string(name != nullptr ? name : "")](const dlock::HolderInfo* leader) {
+                         if (leader == nullptr) return fn(shown.c_str(), nullptr, arg);
+                         dlock_info info;
+                         info.impl.holders.push_back(*leader);
+                         fn(shown.c_str(), &info, arg);
+                       },
+                       out);
+}
+
+dlock_status dlock_observe_queued(dlock_client* c, const char* name, dlock_queue* q, uint64_t tag,
+                                  dlock_observer** out) {
+  std::shared_ptr<dlock::CompletionQueue> queue = q != nullptr ? q->impl : nullptr;
+  return StartObserver(c, name, q != nullptr,
+                       [queue, tag](const dlock::HolderInfo* leader) {
+                         dlock::CompletionQueue::Entry entry;
+                         entry.kind = dlock::CompletionQueue::Kind::kLeader;
+                         entry.tag = tag;
+                         if (leader != nullptr) entry.leader = std::make_shared<dlock::HolderInfo>(*leader);
+                         queue->Push(std::move(entry));
+                       },
+                       out);
 }
 
 void dlock_observer_cancel(dlock_observer* ob) {
@@ -557,6 +580,12 @@ int dlock_queue_fd_dup(const dlock_queue* q) {
 }
 
 int dlock_queue_pop(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_lock** lock) {
+  return dlock_queue_pop_leader(q, tag, status, lock, nullptr);
+}
+
+int dlock_queue_pop_leader(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_lock** lock,
+                           dlock_info** leader) {
+  if (leader != nullptr) *leader = nullptr;
   if (q == nullptr) {
     last_error = "queue is NULL";
     return -1;
@@ -574,6 +603,11 @@ int dlock_queue_pop(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_l
     } else {
       dlock::CompletionQueue::GiveBack(entry);  // nobody takes it
     }
+    if (leader != nullptr && entry.leader != nullptr) {
+      auto info = std::make_unique<dlock_info>();
+      info->impl.holders.push_back(*entry.leader);
+      *leader = info.release();
+    }
     return Report(entry.status);
   });
   if (status != nullptr) *status = result;
@@ -590,7 +624,7 @@ dlock_status dlock_acquire_queued(dlock_client* c, const char* name, const dlock
                                      const std::shared_ptr<dlock::Client>& client,
                                      std::shared_ptr<dlock::LockState> state) {
                           queue->Push({dlock::CompletionQueue::Kind::kDone, tag, result,
-                                       state != nullptr ? client : nullptr, std::move(state)});
+                                       state != nullptr ? client : nullptr, std::move(state), nullptr});
                         });
   });
 }
@@ -634,7 +668,7 @@ dlock_status dlock_options_set_on_lost_queued(dlock_options* o, dlock_queue* q, 
                               ") was lost";
         if (!reason.empty()) message += ": " + reason;
         queue->Push({dlock::CompletionQueue::Kind::kLost, tag,
-                     dlock::Status::NotHeld(std::move(message)), nullptr, nullptr});
+                     dlock::Status::NotHeld(std::move(message)), nullptr, nullptr, nullptr});
       };
     }
     return Report(dlock::Status::Ok());

@@ -356,6 +356,7 @@ typedef struct dlock_queue dlock_queue;
 #define DLOCK_QUEUE_EMPTY 0 /* nothing to pop; the fd is re-armed */
 #define DLOCK_QUEUE_DONE 1  /* a _queued call finished: its status (and lock, for acquires) */
 #define DLOCK_QUEUE_LOST 2  /* a lock whose options named this queue was lost (DLOCK_NOT_HELD) */
+#define DLOCK_QUEUE_LEADER 3 /* an observer's report (dlock_observe_queued): who leads now */
 
 DLOCK_API dlock_status dlock_queue_new(dlock_queue **out);
 /* Frees the queue. Outcomes still to come are dropped, and a lock such an outcome carries is
@@ -377,6 +378,12 @@ DLOCK_API int dlock_queue_fd_dup(const dlock_queue *q);
  * released in the background). Never blocks. */
 DLOCK_API int dlock_queue_pop(dlock_queue *q, uint64_t *tag, dlock_status *status,
                               dlock_lock **lock);
+struct dlock_info;
+/* dlock_queue_pop, and for a DLOCK_QUEUE_LEADER entry *leader is the observer's snapshot (one
+ * holder: owner, value, term, lease left), to free with dlock_info_free, or NULL when nobody
+ * leads (and for every other kind of entry). leader may be NULL (dlock_queue_pop drops it). */
+DLOCK_API int dlock_queue_pop_leader(dlock_queue *q, uint64_t *tag, dlock_status *status,
+                                     dlock_lock **lock, struct dlock_info **leader);
 /* dlock_acquire_async, with its outcome queued under tag. */
 DLOCK_API dlock_status dlock_acquire_queued(dlock_client *c, const char *name,
                                             const dlock_options *o, dlock_queue *q, uint64_t tag);
@@ -569,6 +576,12 @@ DLOCK_API dlock_status dlock_observe(dlock_client *c, const char *name, dlock_ob
 /* Stops the observer and frees ob: once it returns fn is neither running nor going to run
  * (unless called from inside fn, whose call then finishes). NULL is ok. Any thread. */
 DLOCK_API void dlock_observer_cancel(dlock_observer *ob);
+/* dlock_observe, its reports queued (see "completion queues") as DLOCK_QUEUE_LEADER entries
+ * with tag, for runtimes that cannot take a call on the client's thread: pop them with
+ * dlock_queue_pop_leader. Reports still in the queue when the observer is cancelled stay there;
+ * ignore them. The observer keeps q alive. */
+DLOCK_API dlock_status dlock_observe_queued(dlock_client *c, const char *name, struct dlock_queue *q,
+                                            uint64_t tag, dlock_observer **out);
 
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 

@@ -15,17 +15,19 @@
 namespace dlock {
 
 class Client;
+struct HolderInfo;
 struct LockState;
 
 class CompletionQueue {
  public:
-  enum class Kind : int { kDone = 1, kLost = 2 };
+  enum class Kind : int { kDone = 1, kLost = 2, kLeader = 3 };
   struct Entry {
     Kind kind = Kind::kDone;
     uint64_t tag = 0;
     Status status;
     std::shared_ptr<Client> client;  // with lock: an acquired lock, now the popper's
     std::shared_ptr<LockState> lock;
+    std::shared_ptr<HolderInfo> leader;  // kLeader: who leads (null: nobody)
   };
 
   static Status Create(std::shared_ptr<CompletionQueue>* out);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conformance/conformance.h"
+#include "queue_util.h"
 #include "worker_process.h"
 
 namespace dlock_test {
@@ -332,6 +333,57 @@ TEST_P(Election, ObserversSeeTheLeaderFirstThenEveryChangeAndNothingAfterCancel)
   ASSERT_EQ(dlock_release(l2), DLOCK_OK) << dlock_last_error();
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * kObservePollMs));
   EXPECT_EQ(reports.Count(), at_cancel) << "a report after cancel returned";
+}
+
+// The queued form hands the same reports to the caller's thread through a completion queue.
+TEST_P(Election, AQueuedObserverHandsEachChangeToTheCallersThread) {
+  const std::string name = Name("queued");
+  Client c(url()), watcher(url());
+  Queue q;
+  dlock_observer* ob = nullptr;
+  ASSERT_EQ(dlock_observe_queued(watcher.get(), name.c_str(), q.get(), 7, &ob), DLOCK_OK) << dlock_last_error();
+  std::vector<Seen> seen;
+  // Pops until the last report satisfies pred (polling the queue's fd, as the header says).
+  auto await_last = [&](auto pred) {
+    const auto start = Clock::now();
+    while (MsSince(start) < 10000) {
+      pollfd p{q.fd(), POLLIN, 0};
+      (void)poll(&p, 1, 100);
+      uint64_t tag = 0;
+      dlock_status st = DLOCK_EINTERNAL;
+      dlock_info* leader = nullptr;
+      int kind;
+      while ((kind = dlock_queue_pop_leader(q.get(), &tag, &st, nullptr, &leader)) > 0) {
+        EXPECT_EQ(kind, DLOCK_QUEUE_LEADER);
+        EXPECT_EQ(tag, 7u);
+        EXPECT_EQ(st, DLOCK_OK);
+        Seen s;
+        if (leader != nullptr) {
+          s.leads = true;
+          s.term = dlock_info_fencing_token(leader, 0);
+          size_t len = 0;
+          const void* v = dlock_info_value(leader, 0, &len);
+          s.value.assign(static_cast<const char*>(v), len);
+          dlock_info_free(leader);
+        }
+        seen.push_back(s);
+      }
+      if (!seen.empty() && pred(seen.back())) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(await_last([](const Seen& s) { return !s.leads; })) << Describe(seen);
+  Options o;
+  o.value("queued leader");
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_campaign(c.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const uint64_t term = dlock_lock_fencing_token(l);
+  EXPECT_TRUE(await_last([&](const Seen& s) { return s.leads && s.term == term && s.value == "queued leader"; }))
+      << Describe(seen);
+  ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  EXPECT_TRUE(await_last([](const Seen& s) { return !s.leads; })) << Describe(seen);
+  dlock_observer_cancel(ob);
+  EXPECT_EQ(dlock_observe_queued(watcher.get(), name.c_str(), nullptr, 7, &ob), DLOCK_EINVAL);
 }
 
 TEST_P(Election, LeaderOfAFreeNameIsNoneAndOfASharedOneIsRefused) {

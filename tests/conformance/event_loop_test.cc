@@ -245,6 +245,50 @@ TEST_P(OnCallersLoop, BlockingCallsFromAnotherThreadWhileTheLoopRuns) {
   EXPECT_TRUE(loop().Drain(10000ms));
 }
 
+// An observer on the caller's loop: its reports run there, inside the loop's calls; cancelled
+// there, it leaves nothing on the loop.
+TEST_P(OnCallersLoop, AnObserverReportsOnTheLoopAndLeavesNothingOnIt) {
+  const std::string name = Name("observed");
+  dlock_client* c = OpenClient();
+  ASSERT_NE(c, nullptr);
+  struct Told {
+    int calls = 0;
+    bool leads = false;
+    uint64_t term = 0;
+    std::thread::id thread;
+    static void Fn(const char*, const dlock_info* leader, void* arg) {
+      auto* t = static_cast<Told*>(arg);
+      ++t->calls;
+      t->leads = leader != nullptr;
+      t->term = leader ? dlock_info_fencing_token(leader, 0) : 0;
+      t->thread = std::this_thread::get_id();
+    }
+  } told;
+  dlock_observer* ob = nullptr;
+  ASSERT_EQ(dlock_observe(c, name.c_str(), Told::Fn, &told, &ob), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(told.calls, 0) << "reported inside dlock_observe";
+  ASSERT_TRUE(loop().RunUntil([&] { return told.calls == 1; }, 10s)) << "no first report";
+  EXPECT_FALSE(told.leads);
+  EXPECT_EQ(told.thread, std::this_thread::get_id()) << "reported off the loop's thread";
+
+  Client other(url());  // its own thread: the campaign does not need this loop
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_campaign(other.get(), name.c_str(), nullptr, &l), DLOCK_OK) << dlock_last_error();
+  const uint64_t term = dlock_lock_fencing_token(l);
+  EXPECT_TRUE(loop().RunUntil([&] { return told.leads && told.term == term; }, 10s)) << "the leader was not reported";
+  ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  EXPECT_TRUE(loop().RunUntil([&] { return !told.leads; }, 10s)) << "the resignation was not reported";
+
+  dlock_observer_cancel(ob);
+  const int at_cancel = told.calls;
+  ASSERT_EQ(dlock_campaign(other.get(), name.c_str(), nullptr, &l), DLOCK_OK) << dlock_last_error();
+  (void)loop().RunUntil([] { return false; }, 1200ms);  // more than two polls
+  EXPECT_EQ(told.calls, at_cancel) << "a report after cancel";
+  EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  dlock_client_close(c);
+  EXPECT_TRUE(loop().Drain(10s)) << "the closed client left something on the loop";
+}
+
 // A waiter closed with its client on the loop's thread leaves the line (where the backend keeps
 // one): the next release must not hand the lock to it.
 TEST_P(OnCallersLoop, ClosingAClientLeavesTheLineItsWaiterWasIn) {

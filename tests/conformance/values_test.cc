@@ -39,7 +39,7 @@ TEST_P(Values, StoredWithTheHoldReplacedByItsOwnerAndGoneWithIt) {
   const std::string name = Name("leader");
   const std::string first = std::string("10.0.0.7:8080\0and a NUL", 23);
   Options o;
-  o.owner("node-7").value(first).lease(1000);  // heartbeats every 333 ms keep it
+  o.owner("node-7").value(first).lease(600);  // heartbeats every 200 ms keep it
   Hold h(c.get(), name, o.get());
   ASSERT_TRUE(h.held()) << h.error();
 
@@ -51,7 +51,7 @@ TEST_P(Values, StoredWithTheHoldReplacedByItsOwnerAndGoneWithIt) {
 
   // Renewals keep it (on Redis the value key's expiry follows the hold's; on etcd the key moves
   // leases with its value): after several leases it is still there.
-  std::this_thread::sleep_for(2500ms);
+  std::this_thread::sleep_for(1400ms);
   ASSERT_EQ(dlock_lock_is_valid(h.get()), 1);
   EXPECT_EQ(ShownValue(other.get(), name), first) << "the value did not outlive the first lease";
 
