@@ -3,10 +3,21 @@
 -- expiry in step with the hold's.
 -- KEYS: the exclusive holder's key and the value key, or holds, hold data and the value key for
 -- a shared or semaphore hold (see acquire.lua)
--- ARGV[1] owner value; ARGV[2] the value ('' = none); ARGV[3] 'exclusive' or 'hold'
+-- ARGV[1] owner value; ARGV[2] the value ('' = none); ARGV[3] 'exclusive' or 'hold'; ARGV[4] the
+-- release channel <prefix>{NAME}:released and ARGV[5] '1' to publish on it sharded (see
+-- release.lua): a stored value publishes 'changed' there, which observers hear (waiters do not
+-- wake for it)
 -- Returns 1 when stored, 0 when this owner no longer holds it (nothing is written).
 local owner, value = ARGV[1], ARGV[2]
 local vkey = KEYS[#KEYS]
+local function changed()
+  if not ARGV[4] then return end
+  if ARGV[5] == '1' then
+    redis.call('SPUBLISH', ARGV[4], 'changed')
+  else
+    redis.call('PUBLISH', ARGV[4], 'changed')
+  end
+end
 if ARGV[3] == 'exclusive' then
   if redis.pcall('GET', KEYS[1]) ~= owner then
     return 0
@@ -17,6 +28,7 @@ if ARGV[3] == 'exclusive' then
     local ttl = redis.call('PTTL', KEYS[1])
     if ttl > 0 then redis.call('PEXPIRE', vkey, ttl) end
   end
+  changed()
   return 1
 end
 local expiry = redis.pcall('ZSCORE', KEYS[1], owner)
@@ -30,6 +42,7 @@ if expiry ~= 'inf' and tonumber(expiry) <= now_ms then
 end
 if value == '' then
   redis.call('HDEL', vkey, owner)
+  changed()
   return 1
 end
 redis.call('HSET', vkey, owner, value)
@@ -40,4 +53,5 @@ if last == 'inf' then
 else
   redis.call('PEXPIREAT', vkey, string.format('%.0f', tonumber(last) + 1))
 end
+changed()
 return 1

@@ -564,8 +564,9 @@ DLOCK_API dlock_status dlock_leader(dlock_client *c, const char *name, dlock_inf
  * token, lease left), valid during the call only. Never an older state after a newer one, and
  * terms never decrease; states that come and go faster than the observer reads may merge into
  * the latest. How late: a release or hand-over is read at once on backends with
- * DLOCK_CAP_NOTIFIES; other changes (a new leader after an expiry, a new value) within the poll
- * interval, 500 ms, plus the read's own bound (timeout_ms). fn runs on the client's loop thread
+ * DLOCK_CAP_NOTIFIES, and so is a new value on Redis (one server, Cluster, Sentinel); other
+ * changes (a new leader after an expiry, a new value elsewhere) within the poll interval,
+ * 500 ms, plus the read's own bound (timeout_ms). fn runs on the client's loop thread
  * (as on_lost does), never inside dlock_observe. A name held shared or as a semaphore reads as
  * nobody leading. Closing the client ends every observer of it (no call after close returns);
  * the handle is still freed by dlock_observer_cancel. */

@@ -47,6 +47,12 @@ class Watchers {
     }
   }
   // A release that handed the lock to one waiter: only that one hears of it.
+  // The holder's value changed: observers look again, waiters sleep on.
+  void TellChanged() const {
+    for (ReleaseWatcher* w : list_) {
+      if (w->hears_every_change()) w->OnReleased();
+    }
+  }
   void TellHandedOver(std::string_view waiter_id, uint64_t fencing_token) const {
     for (ReleaseWatcher* w : list_) {
       if (w->waiter_id() == waiter_id) {

@@ -262,7 +262,11 @@ void LockProtocol::HolderTtl(Transport* t, int64_t lease, TimePoint deadline,
     int64_t ttl_s = 0;
     if (r.status.ok()) r.status = ReadTimeToLive(r.answer, &ttl_s, nullptr);
     if (!r.status.ok()) return done(r.status, -2);
-    done(Status::Ok(), ttl_s < 0 ? 0 : ttl_s * 1000);
+    // etcd counts whole seconds, rounded down: 0 is "under a second" (and the lease is revoked
+    // only at etcd's next expiry pass, up to 500 ms later), not "now". Read as a second, the
+    // waiter sleeps until the watch tells it of the key's deletion, instead of asking again
+    // every few ms (measured: about 240 attempts per failover before, bench/election).
+    done(Status::Ok(), ttl_s < 0 ? 0 : ttl_s == 0 ? 1000 : ttl_s * 1000);
   });
 }
 

@@ -164,10 +164,13 @@ Op<NoResult> FenceOp(const std::string& prefix, const HoldRef& hold, uint64_t to
           ReadOwned};
 }
 
-Op<NoResult> SetValueOp(const std::string& prefix, const HoldRef& hold, const std::string& value) {
+Op<NoResult> SetValueOp(const std::string& prefix, const HoldRef& hold, const std::string& value,
+                        bool sharded) {
   HoldRef named = hold;
   named.has_value = true;  // the script names the value key last, always
-  return {{ScriptId::kSetValue, HoldKeys(prefix, named), {hold.owner_value, value, HoldSort(hold)}},
+  return {{ScriptId::kSetValue,
+           HoldKeys(prefix, named),
+           {hold.owner_value, value, HoldSort(hold), LockKeys::Channel(prefix, hold.name), sharded ? "1" : "0"}},
           hold.name,
           ReadOwned};
 }

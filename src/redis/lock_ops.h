@@ -76,7 +76,8 @@ Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t l
 // (Redlock's write-back); Ok.
 Op<NoResult> FenceOp(const std::string& prefix, const HoldRef& hold, uint64_t token);
 // set_value.lua: replaces the value stored with the hold ("" removes it); Ok or NotHeld.
-Op<NoResult> SetValueOp(const std::string& prefix, const HoldRef& hold, const std::string& value);
+Op<NoResult> SetValueOp(const std::string& prefix, const HoldRef& hold, const std::string& value,
+                        bool sharded = false);
 // inspect.lua: who holds it.
 Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name);
 

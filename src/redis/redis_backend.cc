@@ -87,7 +87,7 @@ class RedisBackend : public Backend {
 
   Status SetValue(const LockState& lock, const std::string& value) override {
     NoResult none;
-    return Run(channel_.get(), SetValueOp(prefix_, HoldRef::Of(lock), value), &none);
+    return Run(channel_.get(), SetValueOp(prefix_, HoldRef::Of(lock), value, sharded_), &none);
   }
 
   Status Inspect(const std::string& name, LockInfo* out) override {

@@ -335,6 +335,37 @@ TEST_P(Election, ObserversSeeTheLeaderFirstThenEveryChangeAndNothingAfterCancel)
   EXPECT_EQ(reports.Count(), at_cancel) << "a report after cancel returned";
 }
 
+// Backends with DLOCK_CAP_FAIR (Redis): a new value is announced to observers, and wakes no
+// waiting candidate (it is no release: a woken waiter would only try again in vain).
+TEST_P(Election, ANewValueWakesNoWaitingCandidate) {
+  Client leader(url()), candidate(url()), watcher(url());
+  if ((dlock_client_capabilities(leader.get()) & DLOCK_CAP_FAIR) == 0) {
+    GTEST_SKIP() << "this backend does not queue its candidates";
+  }
+  const std::string name = Name("proclaimed");
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_campaign(leader.get(), name.c_str(), nullptr, &l), DLOCK_OK) << dlock_last_error();
+  Reports reports;
+  Observing observing(watcher.get(), name, &reports);
+  uint32_t attempts = 0;
+  std::thread waiting([&] {
+    Options o;
+    o.retry(20000, 30000);  // served by the resignation, not by retries
+    dlock_lock* mine = nullptr;
+    ASSERT_EQ(dlock_campaign(candidate.get(), name.c_str(), o.get(), &mine), DLOCK_OK) << dlock_last_error();
+    attempts = dlock_lock_attempts(mine);
+    EXPECT_EQ(dlock_release(mine), DLOCK_OK) << dlock_last_error();
+  });
+  ASSERT_TRUE(WaitFor([&] { return server().InLine(name) == 1; }, 20s)) << "the candidate never queued";
+  for (const std::string v : {"one", "two", "three"}) {
+    ASSERT_EQ(dlock_lock_set_value(l, v.data(), v.size()), DLOCK_OK) << dlock_last_error();
+    EXPECT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.value == v; })) << Describe(reports.All());
+  }
+  ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  waiting.join();
+  EXPECT_LE(attempts, 2u) << "the new values woke the waiting candidate";
+}
+
 // The queued form hands the same reports to the caller's thread through a completion queue.
 TEST_P(Election, AQueuedObserverHandsEachChangeToTheCallersThread) {
   const std::string name = Name("queued");
