@@ -5,11 +5,13 @@
 #include "hpp_noexceptions.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "dlock/dlock.hpp"
 
@@ -68,6 +70,35 @@ std::string Run(const std::string& url) {
   if (ec != DLOCK_EINVAL || none) return "shared campaign: " + ec.message();
   leadership.set_value("released", ec);
   if (ec != DLOCK_EINVAL) return "set_value of an empty Lock: " + ec.message();
+
+  // observing, through the std::error_code overload: nobody leads now
+  {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::optional<dlock::Holder>> seen;
+    dlock::Observer observer = b.observe(
+        "hpp/noexc-lead",
+        [&](const std::optional<dlock::Holder>& leader) {
+          {
+            std::lock_guard<std::mutex> g(mu);
+            seen.push_back(leader);
+          }
+          cv.notify_all();
+        },
+        ec);
+    if (ec || !observer) return "observe: " + ec.message();
+    {
+      std::unique_lock<std::mutex> g(mu);
+      if (!cv.wait_for(g, 10s, [&] { return !seen.empty(); })) return "observe: no first report";
+      if (seen.front()) return "observe: a leader reported where nobody leads";
+    }
+    observer.cancel();
+    if (observer) return "observe: not empty after cancel";
+  }
+  if (a.observe("", [](const std::optional<dlock::Holder>&) {}, ec) || ec != DLOCK_EINVAL) {
+    return "observe of an empty name: " + ec.message();
+  }
+  if (a.observe("hpp/noexc-lead", nullptr, ec) || ec != DLOCK_EINVAL) return "observe with no handler: " + ec.message();
 
   dlock::Mutex x(a, "hpp/noexc-x"), y(a, "hpp/noexc-y");
   dlock::Mutex x2(b, "hpp/noexc-x");

@@ -40,6 +40,13 @@ static_assert(noexcept(std::declval<dlock::Mutex&>().try_lock(std::declval<std::
 static_assert(noexcept(std::declval<dlock::Client&>().acquire(std::declval<const std::string&>(), std::declval<std::error_code&>())));
 static_assert(noexcept(dlock::Client(std::declval<const std::string&>(), std::declval<std::error_code&>())));
 static_assert(!std::is_convertible_v<dlock::Lock, bool>, "operator bool must be explicit");
+static_assert(!std::is_copy_constructible_v<dlock::Observer> && !std::is_copy_assignable_v<dlock::Observer>);
+static_assert(std::is_nothrow_move_constructible_v<dlock::Observer> &&
+              std::is_nothrow_move_assignable_v<dlock::Observer>);
+static_assert(!std::is_convertible_v<dlock::Observer, bool>, "operator bool must be explicit");
+static_assert(noexcept(std::declval<dlock::Observer&>().cancel()));
+static_assert(noexcept(std::declval<dlock::Client&>().observe(
+    std::declval<const std::string&>(), std::declval<dlock::LeaderHandler>(), std::declval<std::error_code&>())));
 
 // Runs f, which must throw dlock::Error; returns its code (DLOCK_OK if nothing was thrown).
 template <typename F>
@@ -618,6 +625,219 @@ TEST_F(HppTest, TheSecondCandidateLeadsOnceTheFirstResignsWithAGreaterTerm) {
   EXPECT_EQ(leader->value, std::string("second\0", 7));
   leadership.release();
   EXPECT_FALSE(a.leader("hpp/election").has_value());
+}
+
+// ----- observing a leadership ----------------------------------------------------------------
+
+// What an observe handler was told, in order.
+class Seen {
+ public:
+  void Add(const std::optional<dlock::Holder>& leader) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      all_.push_back(leader);
+    }
+    cv_.notify_all();
+  }
+  std::vector<std::optional<dlock::Holder>> All() {
+    std::lock_guard<std::mutex> g(mu_);
+    return all_;
+  }
+  size_t Count() { return All().size(); }
+  // Waits up to `limit` until the last report satisfies pred.
+  template <typename Pred>
+  bool AwaitLast(Pred pred, std::chrono::milliseconds limit = 10s) {
+    std::unique_lock<std::mutex> g(mu_);
+    return cv_.wait_for(g, limit, [&] { return !all_.empty() && pred(all_.back()); });
+  }
+  // The reports, for failure messages: "term:value" or "nobody".
+  std::string Describe() {
+    std::string out;
+    for (const auto& l : All()) out += (l ? std::to_string(l->fencing_token) + ":" + l->value : "nobody") + " ";
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::optional<dlock::Holder>> all_;
+};
+
+TEST_F(HppTest, ObserveReportsTheLeaderThenEachChangeAndNothingAfterCancel) {
+  dlock::Client a(redis_.url()), b(redis_.url()), watcher(redis_.url());
+  const std::string name = "hpp/observed";
+  {  // nobody leads: the first report says so
+    Seen nobody;
+    dlock::Observer early = watcher.observe(name, [&nobody](const std::optional<dlock::Holder>& l) { nobody.Add(l); });
+    EXPECT_TRUE(early);
+    EXPECT_NE(early.native_handle(), nullptr);
+    ASSERT_TRUE(nobody.AwaitLast([](const auto& l) { return !l; })) << "no first report";
+  }
+  dlock::Lock leadership = a.campaign(name, dlock::Options().lease(5s).owner("node-a").value("one"));
+  const uint64_t term = leadership.fencing_token();
+
+  // Started while a leads: a's leadership first.
+  Seen seen;
+  dlock::Observer observer = watcher.observe(name, [&seen](const std::optional<dlock::Holder>& l) { seen.Add(l); });
+  ASSERT_TRUE(seen.AwaitLast([&](const auto& l) { return l && l->fencing_token == term; })) << seen.Describe();
+  {
+    std::optional<dlock::Holder> first = seen.All().front();
+    ASSERT_TRUE(first.has_value());
+    EXPECT_EQ(first->value, "one");
+    EXPECT_EQ(first->owner, "node-a");
+    ASSERT_TRUE(first->remaining.has_value());
+    EXPECT_LE(*first->remaining, 5000ms);
+  }
+
+  // A new value (proclaim): within the poll interval (500 ms) and the read, well under 1 s.
+  leadership.set_value(kBinary);
+  EXPECT_TRUE(seen.AwaitLast([&](const auto& l) { return l && l->fencing_token == term && l->value == kBinary; }, 1s))
+      << "the new value took over a second: " << seen.Describe();
+  // Resigned: nobody leads.
+  leadership.release();
+  EXPECT_TRUE(seen.AwaitLast([](const auto& l) { return !l; })) << seen.Describe();
+  // A new leader, with a greater term.
+  dlock::Lock again = b.campaign(name, dlock::Options().value("three"));
+  EXPECT_GT(again.fencing_token(), term);
+  EXPECT_TRUE(seen.AwaitLast([&](const auto& l) { return l && l->fencing_token == again.fencing_token() && l->value == "three"; }))
+      << seen.Describe();
+  uint64_t highest = 0;
+  for (const auto& l : seen.All()) {
+    if (!l) continue;
+    EXPECT_GE(l->fencing_token, highest) << "a term went backwards: " << seen.Describe();
+    highest = l->fencing_token;
+  }
+
+  // Cancelled: nothing more, whatever changes.
+  observer.cancel();
+  EXPECT_FALSE(observer);
+  observer.cancel();  // idempotent
+  const size_t at_cancel = seen.Count();
+  again.set_value("four");
+  again.release();
+  std::this_thread::sleep_for(1200ms);  // over two poll intervals
+  EXPECT_EQ(seen.Count(), at_cancel) << "a report after cancel returned: " << seen.Describe();
+}
+
+TEST_F(HppTest, CancelWaitsForARunningHandlerAndAHandlerMayCancelItself) {
+  dlock::Client a(redis_.url()), watcher(redis_.url());
+  const std::string name = "hpp/observed-cancel";
+  dlock::Lock leadership = a.campaign(name, dlock::Options().value("one"));
+
+  // Cancelled from another thread while a report runs: cancel returns after it.
+  std::atomic<bool> running{false};
+  std::atomic<int> slow_calls{0};
+  dlock::Observer slow = watcher.observe(name, [&](const std::optional<dlock::Holder>&) {
+    running = true;
+    std::this_thread::sleep_for(300ms);
+    ++slow_calls;
+    running = false;
+  });
+  ASSERT_TRUE(WaitFor([&] { return running.load(); })) << "no first report";
+  slow.cancel();
+  EXPECT_FALSE(running.load()) << "cancel returned while the handler ran";
+  EXPECT_EQ(slow_calls.load(), 1);
+
+  // The handler cancels its own Observer (and its captures live on until it returns).
+  auto big_capture = std::make_shared<std::string>(1000, 'x');
+  std::promise<void> assigned;
+  std::shared_future<void> ready = assigned.get_future().share();
+  std::promise<void> done;
+  auto done_future = done.get_future();
+  std::atomic<int> calls{0};
+  dlock::Observer self_cancelling;
+  self_cancelling = watcher.observe(name, [&, ready, big_capture](const std::optional<dlock::Holder>&) {
+    ready.wait();  // until the Observer is in self_cancelling
+    if (calls.fetch_add(1) > 0) return;
+    self_cancelling.cancel();
+    EXPECT_EQ(big_capture->size(), 1000u);  // still here, after the Observer let go of it
+    done.set_value();
+  });
+  EXPECT_EQ(big_capture.use_count(), 2);  // ours + the Observer's copy
+  assigned.set_value();
+  ASSERT_EQ(done_future.wait_for(10s), std::future_status::ready);
+  EXPECT_FALSE(self_cancelling);
+  EXPECT_TRUE(WaitFor([&] { return big_capture.use_count() == 1; }));  // freed once the call returned
+  leadership.set_value("two");
+  leadership.release();
+  std::this_thread::sleep_for(1200ms);
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST_F(HppTest, ObserveHandlerIsOwnedByTheObserverAndMayThrow) {
+  dlock::Client a(redis_.url()), watcher(redis_.url());
+  const std::string name = "hpp/observed-owned";
+  auto sentinel = std::make_shared<int>(0);
+  std::atomic<int> calls{0};
+  dlock::Observer observer;
+  {
+    // The caller's function object dies right after observe.
+    dlock::LeaderHandler handler = [sentinel, &calls](const std::optional<dlock::Holder>&) {
+      ++calls;
+      throw std::runtime_error("handler failure");  // caught and dropped: no crash
+    };
+    observer = watcher.observe(name, handler);
+  }
+  EXPECT_EQ(sentinel.use_count(), 2);  // ours + the Observer's copy
+  ASSERT_TRUE(WaitFor([&] { return calls.load() == 1; }));
+  dlock::Lock leadership = a.campaign(name);
+  EXPECT_TRUE(WaitFor([&] { return calls.load() == 2; })) << "a handler that threw was not called again";
+  leadership.release();
+  EXPECT_TRUE(WaitFor([&] { return calls.load() == 3; }));
+  // Move: the observation goes with the handle; the moved-from Observer is empty.
+  dlock::Observer moved = std::move(observer);
+  EXPECT_FALSE(observer);  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(moved);
+  EXPECT_EQ(sentinel.use_count(), 2);
+  moved = dlock::Observer();  // move-assignment over it cancels
+  EXPECT_EQ(sentinel.use_count(), 1);
+  a.campaign(name).release();
+  std::this_thread::sleep_for(1200ms);
+  EXPECT_EQ(calls.load(), 3);
+  dlock::Lock after = watcher.acquire("hpp/observed-after");  // the client still works
+  EXPECT_TRUE(after);
+}
+
+TEST_F(HppTest, AnObserverMayOutliveItsClient) {
+  std::atomic<int> calls{0};
+  dlock::Observer observer;
+  {
+    dlock::Client watcher(redis_.url());
+    observer = watcher.observe("hpp/observed-orphan", [&calls](const std::optional<dlock::Holder>&) { ++calls; });
+    ASSERT_TRUE(WaitFor([&] { return calls.load() == 1; }));
+  }  // closed: the observation ends
+  const int at_close = calls.load();
+  dlock::Client a(redis_.url());
+  a.campaign("hpp/observed-orphan").release();
+  std::this_thread::sleep_for(1200ms);
+  EXPECT_EQ(calls.load(), at_close);
+  EXPECT_TRUE(observer);  // still to be freed
+  observer.cancel();
+  EXPECT_FALSE(observer);
+}
+
+TEST_F(HppTest, ObserveErrors) {
+  dlock::Client watcher(redis_.url());
+  auto ignore = [](const std::optional<dlock::Holder>&) {};
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { (void)watcher.observe("", ignore); }), DLOCK_EINVAL);
+  EXPECT_EQ(CodeOf([&] { (void)watcher.observe(std::string("a\0b", 3), ignore); }), DLOCK_EINVAL);
+  EXPECT_EQ(CodeOf([&] { (void)watcher.observe("hpp/x", dlock::LeaderHandler()); }, &message), DLOCK_EINVAL);
+  EXPECT_NE(message.find("handler"), std::string::npos) << message;
+
+  std::error_code ec = DLOCK_EIO;
+  dlock::Observer ok = watcher.observe("hpp/observed-ec", ignore, ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(ok);
+  EXPECT_FALSE(watcher.observe("", ignore, ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  EXPECT_FALSE(watcher.observe("hpp/x", nullptr, ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  dlock::Client closed(redis_.url());
+  closed.close();
+  EXPECT_FALSE(closed.observe("hpp/x", ignore, ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  EXPECT_EQ(CodeOf([&] { (void)closed.observe("hpp/x", ignore); }), DLOCK_EINVAL);
 }
 
 // ----- std::error_code ----------------------------------------------------------------------

@@ -13,6 +13,10 @@
 --   local leadership = assert(client:campaign("services/api", { value = "10.0.0.7:8080" }))
 --   print(client:leader("services/api").value)  -- "10.0.0.7:8080", from any client
 --   assert(leadership:release())                 -- resign
+--   -- who leads, now and at each change (nil: nobody); outside nginx, delivered by dispatch
+--   local observer = assert(client:observe("services/api", function(leader) print(leader) end))
+--   client:dispatch(1000)                        -- waits up to 1 s for reports, delivers them
+--   observer:cancel()
 --   client:close()
 --
 -- Conventions: failures the library reports come back as `nil, message, code` (code is the
@@ -33,6 +37,9 @@
 -- so on_lost is not called from there: it is called from client:poll() (and before every
 -- acquire; under nginx, by the worker's timer), on the caller's thread, once for each lock that
 -- stopped being valid without being released. lock:valid() turns false at the same moment.
+-- Observers (client:observe) are the library's queued ones for the same reason: their reports
+-- wait in a completion queue until client:dispatch or client:poll delivers them (under nginx,
+-- until the worker's timer does, to a light thread per observer).
 --
 -- Finalizers do no I/O. A lock left to the GC is released late: its finalizer only starts the
 -- release (dlock_release_async, no waiting), when the GC gets to it. A client left to the GC is
@@ -108,8 +115,22 @@ const void *dlock_info_value(const dlock_info *i, uint32_t k, size_t *len);
 dlock_status dlock_campaign(dlock_client *c, const char *name, const dlock_options *o,
                             dlock_lock **out);
 dlock_status dlock_leader(dlock_client *c, const char *name, dlock_info **out);
+typedef struct dlock_observer dlock_observer;
+void dlock_queue_free(dlock_queue *q);
+int dlock_queue_fd(const dlock_queue *q);
+int dlock_queue_pop_leader(dlock_queue *q, uint64_t *tag, dlock_status *status, dlock_lock **lock,
+                           dlock_info **leader);
+dlock_status dlock_observe_queued(dlock_client *c, const char *name, dlock_queue *q, uint64_t tag,
+                                  dlock_observer **out);
+void dlock_observer_cancel(dlock_observer *ob);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
+-- poll(2) and clock_gettime(2) for client:dispatch, under names of this module's own (a user's
+-- own declarations of them, with their structs, clash with nothing).
+ffi.cdef [[
+int luadlock_poll(void *fds, unsigned long nfds, int timeout) __asm__("poll");
+int luadlock_clock_gettime(int clock, void *ts) __asm__("clock_gettime");
+]]
 
 local M = { _VERSION = "0.1.0" }
 
@@ -282,12 +303,42 @@ local function check_ms(v, n, fname, field, lo, hi)
   argerror(n, fname, field .. " must be a number, got " .. t)
 end
 
+-- Holder k of a dlock_info snapshot as a table: { owner, remaining_ms, fencing_token, value }
+-- (owner nil when the holder set none, remaining_ms nil for no expiry, fencing_token uint64_t
+-- cdata or nil when unknown, value a string of any bytes, "" when it has none).
+local value_len = ffi.new("size_t[1]")
+local function holder_table(info, k)
+  local owner = ffi.string(C.dlock_info_owner(info, k))
+  local left = C.dlock_info_remaining_ms(info, k)
+  local token = C.dlock_info_fencing_token(info, k)
+  local data = C.dlock_info_value(info, k, value_len)
+  local len = tonumber(value_len[0])
+  return {
+    owner = owner ~= "" and owner or nil,
+    remaining_ms = left >= 0 and tonumber(left) or nil,
+    fencing_token = token ~= 0 and token or nil,
+    value = (data ~= nil and len > 0) and ffi.string(data, len) or "",  -- binary-safe
+  }
+end
+
+-- An observer's report (a dlock_info * from dlock_queue_pop_leader, NULL when nobody leads) as
+-- the leader's holder table or nil; frees the snapshot.
+local function take_report(info)
+  if info == nil then return nil end
+  local ok, leader = pcall(holder_table, info, 0)
+  C.dlock_info_free(info)
+  if not ok then error(leader, 0) end
+  return leader
+end
+
 -- ----- clients ---------------------------------------------------------------------------------
 
 local Client = {}
 Client.__index = Client
 local Lock = {}
 Lock.__index = Lock
+local Observer = {}
+Observer.__index = Observer
 
 -- ----- finalizers: no I/O ----------------------------------------------------------------------
 --
@@ -297,6 +348,8 @@ Lock.__index = Lock
 -- only queues it here; close_forgotten() closes it at a safe point.
 
 local function gc_lock(h) C.dlock_release_async(h, nil, nil) end
+-- dlock_observer_cancel only stops the observer (it waits for no server): no I/O.
+local function gc_observer(h) C.dlock_observer_cancel(h) end
 
 local forgotten = {}
 local function gc_client(h) forgotten[#forgotten + 1] = h end
@@ -320,6 +373,10 @@ M.in_nginx = IN_NGX
 M.ngx_interval = 0.1
 -- How often (seconds) outcomes are collected while a call is in flight.
 M.ngx_busy_interval = 0.001
+-- How often (seconds) the worker collects observer reports while it has observers (nginx has
+-- no way to wait on the queue's fd: a timer checks it this often). Read at the worker's first
+-- observe.
+M.ngx_observe_interval = 0.01
 -- A safety net: the binding waits for the library's answer to an acquire at most wait_ms +
 -- 2 x (connect_timeout_ms + timeout_ms, from the client's URL) + ngx_grace seconds, and for a
 -- release's or extend's as long without wait_ms: past the library's own bound for every call
@@ -338,22 +395,27 @@ local W  -- this worker's state: one queue, the calls in flight, the timer
 local tag_p = ffi.new("uint64_t[1]")
 local status_p = ffi.new("dlock_status[1]")
 local lock_p = ffi.new("dlock_lock *[1]")
+local leader_p = ffi.new("dlock_info *[1]")
 
 local function ngx_log(level, ...)
   local ok = pcall(ngx.log, level, ...)
   if not ok then io.stderr:write("dlock: ", table.concat({ ... }), "\n") end
 end
 
-local function call_on_lost(on_lost, lock)
-  local ok, err = pcall(on_lost, lock)
+-- Calls the user's fn(...); an error it raises is written to nginx's error log (or stderr)
+-- and ignored: what: "on_lost" or "observe".
+local function call_user(what, fn, ...)
+  local ok, err = pcall(fn, ...)
   if not ok then
     if IN_NGX then
-      ngx_log(ngx.ERR, "dlock: error in on_lost callback (ignored): ", tostring(err))
+      ngx_log(ngx.ERR, "dlock: error in ", what, " callback (ignored): ", tostring(err))
     else
-      io.stderr:write("dlock: error in on_lost callback (ignored): ", tostring(err), "\n")
+      io.stderr:write("dlock: error in ", what, " callback (ignored): ", tostring(err), "\n")
     end
   end
 end
+
+local function call_on_lost(on_lost, lock) call_user("on_lost", on_lost, lock) end
 
 -- Calls lock's on_lost once (or, without one, says so in nginx's error log: never silent).
 local function report_lost(lock, why)
@@ -389,16 +451,45 @@ local function op_failed(op)
   return nil, (op.msg ~= nil and op.msg ~= "") and op.msg or "DLOCK_" .. code, code
 end
 
+-- An observer's reports under nginx wait in ob._reports (ob._head < i <= ob._tail; NOBODY for
+-- "nobody leads") for its delivery light thread, which calls fn with each in turn: one thread
+-- per observer at a time, so fn may yield (cosockets, ngx.sleep) and still sees the reports in
+-- their order, without holding up the outcomes other requests wait for.
+local NOBODY = {}
+
+local function deliver(premature, ob)
+  if not premature then
+    while ob._h ~= nil and ob._head < ob._tail do
+      local i = ob._head + 1
+      ob._head = i
+      local leader = ob._reports[i]
+      ob._reports[i] = nil
+      if leader == NOBODY then leader = nil end
+      call_user("observe", ob._fn, leader, ob)
+    end
+  end
+  ob._delivering = false
+end
+
+local function queue_report(ob, leader)
+  ob._tail = ob._tail + 1
+  ob._reports[ob._tail] = leader or NOBODY
+  if ob._delivering then return end
+  ob._delivering = true
+  if not ngx.timer.at(0, deliver, ob) then deliver(false, ob) end  -- no timer to be had: here
+end
+
 -- Pops every outcome in the worker's queue (never blocks) and hands each to its waiter.
 local function drain()
   local w = W
   local n = 0
   while true do
-    local kind = C.dlock_queue_pop(w.q, tag_p, status_p, lock_p)
+    local kind = C.dlock_queue_pop_leader(w.q, tag_p, status_p, lock_p, leader_p)
     if kind <= 0 then return n end
     n = n + 1
     local tag, status, l = tonumber(tag_p[0]), tonumber(status_p[0]), lock_p[0]
     if l == nil then l = nil end  -- a NULL pointer becomes nil
+    local leader = take_report(leader_p[0])  -- NULL (nil) but for an observer's report
     local msg = status ~= 0 and ffi.string(C.dlock_last_error()) or nil
     if kind == 1 then  -- DLOCK_QUEUE_DONE
       local op = w.ops[tag]
@@ -421,6 +512,9 @@ local function drain()
       local lock = w.watch[tag]
       w.watch[tag] = nil
       if lock then report_lost(lock, msg) end
+    elseif kind == 3 then  -- DLOCK_QUEUE_LEADER: dropped once its observer is cancelled
+      local ob = w.observed[tag]
+      if ob and ob._h ~= nil then queue_report(ob, leader) end
     end
   end
 end
@@ -441,6 +535,16 @@ local function tick(premature)
     if not premature then close_forgotten() end
   end)
   if not ok then ngx_log(ngx.ERR, "dlock: worker timer: ", tostring(err)) end
+end
+
+-- While the worker has observers: collects their reports every ngx_observe_interval. A timer of
+-- its own, each run a fresh light thread: one that never ended (a loop around ngx.sleep) would
+-- keep, in its stack's dead slots, what drain last handled (a lock nobody else references, that
+-- its finalizer should release).
+local function observe_tick(premature)
+  if premature or next(W.observed) == nil then return end
+  local ok, err = pcall(drain)
+  if not ok then ngx_log(ngx.ERR, "dlock: observers' timer: ", tostring(err)) end
 end
 
 -- While calls are in flight: drain every ngx_busy_interval, in a timer's light thread.
@@ -491,9 +595,11 @@ local function worker()
     pending = 0,
     handed = {},  -- op -> when its semaphore was posted, until its waiter picks it up
     watch = setmetatable({}, { __mode = "v" }),  -- tag -> lock, for DLOCK_QUEUE_LOST
+    observed = setmetatable({}, { __mode = "v" }),  -- tag -> observer, for DLOCK_QUEUE_LEADER
     clients = setmetatable({}, { __mode = "k" }),
     next_tag = 0,
     busy = false,
+    observe_timer = false,  -- observe_tick's, started by the worker's first observe
   }
   local started, err = ngx.timer.every(M.ngx_interval, tick)
   if not started then raise("dlock: ngx.timer.every: " .. tostring(err)) end
@@ -590,6 +696,8 @@ function M.open(url, opts)
     _h = ffi.gc(out[0], gc_client),
     _url = url_shown(url),
     _watched = setmetatable({}, { __mode = "k" }),  -- locks with on_lost -> true
+    _observers = {},  -- tag -> observer, until cancelled: the client keeps its observers
+    _next_tag = 0,    -- outside nginx: the tags of this client's queue (_q, made on first use)
     _pid = IN_NGX and ngx.worker.pid() or nil,
     _yield = w ~= nil,
     -- 2 x (connect_timeout_ms + timeout_ms), in seconds (the library's defaults: 2000, 3000)
@@ -610,10 +718,16 @@ end
 function Client:close()
   local h = self._h
   if h == nil then return true end
+  for _, ob in pairs(self._observers) do ob:cancel() end
   self._h = nil
   ffi.gc(h, nil)
   if IN_NGX and W then W.clients[self] = nil end
   C.dlock_client_close(h)
+  local q = self._q
+  if q ~= nil then  -- reports still in it are dropped
+    self._q = nil
+    C.dlock_queue_free(ffi.gc(q, nil))
+  end
   return true
 end
 
@@ -640,8 +754,6 @@ end
 -- unknown; permits the semaphore's size, 0 for a lock or a free name), or nil, message, code.
 -- A snapshot read from the server, stale as soon as it returns: never decide from it whether to
 -- take the lock. Owner tokens are never shown, only the labels.
-local value_len = ffi.new("size_t[1]")
-
 -- dlock_inspect or dlock_leader (read) of name: { kind, holders, permits } as below, or nil,
 -- message, code.
 local function read_info(self, read, name, fname)
@@ -654,19 +766,7 @@ local function read_info(self, read, name, fname)
   if s ~= 0 then return fail(s) end
   local info = ffi.gc(out[0], C.dlock_info_free)
   local holders = {}
-  for k = 0, C.dlock_info_holders(info) - 1 do
-    local owner = ffi.string(C.dlock_info_owner(info, k))
-    local left = C.dlock_info_remaining_ms(info, k)
-    local token = C.dlock_info_fencing_token(info, k)
-    local data = C.dlock_info_value(info, k, value_len)
-    local len = tonumber(value_len[0])
-    holders[#holders + 1] = {
-      owner = owner ~= "" and owner or nil,
-      remaining_ms = left >= 0 and tonumber(left) or nil,
-      fencing_token = token ~= 0 and token or nil,
-      value = (data ~= nil and len > 0) and ffi.string(data, len) or "",  -- binary-safe
-    }
-  end
+  for k = 0, C.dlock_info_holders(info) - 1 do holders[#holders + 1] = holder_table(info, k) end
   local kind = C.dlock_info_kind(info)
   local permits = tonumber(C.dlock_info_permits(info))
   C.dlock_info_free(ffi.gc(info, nil))
@@ -687,6 +787,194 @@ function Client:leader(name)
   local info, msg, code = read_info(self, C.dlock_leader, name, "leader")
   if not info then return nil, msg, code end
   return info.holders[1]
+end
+
+-- ----- observers -------------------------------------------------------------------------------
+--
+-- dlock_observe_queued: the library's thread queues each report on a dlock_queue, and the
+-- binding calls fn on the caller's thread. Outside nginx each client has a queue of its own (made
+-- by its first observe or pollfd), drained by client:poll and client:dispatch; under nginx the
+-- worker's queue, drained by the worker's timers, and fn runs in a timer light thread.
+
+-- Outside nginx: this client's queue, made on first use; or nil, message, code.
+local function client_queue(self)
+  local q = self._q
+  if q ~= nil then return q end
+  local out = ffi.new("dlock_queue *[1]")
+  local s = C.dlock_queue_new(out)
+  if s ~= 0 then return fail(s) end
+  q = ffi.gc(out[0], C.dlock_queue_free)
+  self._q = q
+  return q
+end
+
+-- Outside nginx: pops every report in the client's queue (never blocks) and calls each
+-- observer's fn, in the order the library made them. Returns how many calls it made.
+local function deliver_reports(self)
+  local q = self._q
+  local n = 0
+  while q ~= nil do
+    local kind = C.dlock_queue_pop_leader(q, tag_p, nil, nil, leader_p)
+    if kind <= 0 then break end
+    local tag = tonumber(tag_p[0])
+    local leader = take_report(leader_p[0])
+    local ob = self._observers[tag]  -- nil once cancelled: its report is dropped
+    if kind == 3 and ob and ob._h ~= nil then
+      n = n + 1
+      call_user("observe", ob._fn, leader, ob)
+    end
+    q = self._q  -- fn may have closed the client
+  end
+  return n
+end
+
+-- Observes who leads the election name (see client:campaign): fn(leader, observer) is called
+-- with the leader's holder table { owner, remaining_ms, fencing_token (the term), value }, or
+-- nil when nobody leads: first as it stands now, then at each change of leader or of the
+-- leader's value (dlock_observe). Never an older state after a newer one, and terms never
+-- decrease; states that come and go faster than the observer reads may merge into the latest.
+-- A name held shared or as a semaphore reads as nobody leading. How late: a release,
+-- hand-over or new value at once on Redis; other changes (a leader taking a name nobody held,
+-- a new leader after an expiry) within the library's poll interval, 500 ms.
+-- Returns the observer (observer:cancel() stops it; the client keeps it until then, or until
+-- client:close), or nil, message, code.
+-- Where fn runs: outside nginx, on the caller's thread, from client:dispatch(timeout_ms) (waits
+-- for reports) and client:poll() (delivers those waiting); under nginx, in a timer light thread
+-- of the worker (it may yield; one report at a time per observer, in order), within about
+-- dlock.ngx_observe_interval of the report. An error fn raises is written to stderr (the error
+-- log) and ignored.
+function Client:observe(name, fn)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:observe(name, fn)") end
+  check_string(name, 1, "observe", "string")
+  if type(fn) ~= "function" then
+    local mt = getmetatable(fn)
+    if not (mt and mt.__call) then argerror(2, "observe", "function expected, got " .. type(fn)) end
+  end
+  if self._pid then check_process(self) end
+  local h = self._h
+  if h == nil then return nil, "client is closed", "EINVAL" end
+  local q, tag, w
+  if IN_NGX then
+    w = worker()
+    w.next_tag = w.next_tag + 1
+    q, tag = w.q, w.next_tag
+  else
+    local msg, code
+    q, msg, code = client_queue(self)
+    if q == nil then return nil, msg, code end
+    self._next_tag = self._next_tag + 1
+    tag = self._next_tag
+  end
+  local out = ffi.new("dlock_observer *[1]")
+  local s = C.dlock_observe_queued(h, name, q, tag, out)
+  if s ~= 0 then return fail(s) end
+  local ob = setmetatable({
+    _h = ffi.gc(out[0], gc_observer),
+    _client = self,
+    _fn = fn,
+    _tag = tag,
+    name = name,
+  }, Observer)
+  self._observers[tag] = ob
+  if w then
+    ob._reports, ob._head, ob._tail, ob._delivering = {}, 0, 0, false
+    w.observed[tag] = ob
+    if not w.observe_timer then
+      local ok, err = ngx.timer.every(M.ngx_observe_interval, observe_tick)
+      -- without it, the worker's timer still collects reports, every ngx_interval
+      if not ok then ngx_log(ngx.WARN, "dlock: ngx.timer.every failed (", tostring(err), ")") end
+      w.observe_timer = ok and true or false
+    end
+  end
+  return ob
+end
+
+-- Monotonic milliseconds (CLOCK_MONOTONIC), for dispatch's deadline.
+local timespec = ffi.new("struct { long tv_sec; long tv_nsec; }[1]")
+local function monotonic_ms()
+  ffi.C.luadlock_clock_gettime(1, timespec)  -- CLOCK_MONOTONIC
+  return tonumber(timespec[0].tv_sec) * 1000 + tonumber(timespec[0].tv_nsec) / 1e6
+end
+local pollfd = ffi.new("struct { int fd; short events; short revents; }[1]")
+
+local function not_in_nginx(what)
+  if IN_NGX then
+    raise("dlock: " .. what .. " is for plain LuaJIT: under nginx the worker's timers deliver "
+      .. "observer reports themselves")
+  end
+end
+
+-- Outside nginx: waits until there is something to deliver, at most timeout_ms milliseconds
+-- (-1 = no limit, the default; 0 = do not wait), then delivers it as client:poll() does
+-- (observer reports, then on_lost calls). Returns how many calls it made: 0 only once
+-- timeout_ms has passed with nothing to deliver; nil, message, "EINVAL" for a closed client.
+-- Only an observer report ends the wait early: a lock found lost meanwhile is reported when it
+-- returns. Under nginx it raises (the worker delivers reports itself).
+function Client:dispatch(timeout_ms)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:dispatch(timeout_ms)") end
+  if timeout_ms == nil then timeout_ms = -1 end
+  if type(timeout_ms) ~= "number" then
+    argerror(1, "dispatch", "timeout_ms must be a number, got " .. type(timeout_ms))
+  end
+  check_ms(timeout_ms, 1, "dispatch", "timeout_ms", -1, 2^53)
+  not_in_nginx("client:dispatch")
+  if self._h == nil then return nil, "client is closed", "EINVAL" end
+  local q, msg, code = client_queue(self)
+  if q == nil then return nil, msg, code end
+  local deadline = timeout_ms >= 0 and monotonic_ms() + timeout_ms or nil
+  while true do
+    local n = self:poll()
+    if n > 0 or self._h == nil then return n end
+    local wait = -1
+    if deadline then
+      wait = math.ceil(deadline - monotonic_ms())
+      if wait <= 0 then return 0 end
+      if wait > 2^31 - 1 then wait = 2^31 - 1 end
+    end
+    pollfd[0].fd = C.dlock_queue_fd(self._q)
+    pollfd[0].events = 1  -- POLLIN
+    pollfd[0].revents = 0
+    ffi.C.luadlock_poll(pollfd, 1, wait)  -- -1 with EINTR: looked at again, with what is left
+  end
+end
+
+-- Outside nginx: the fd that becomes readable when observer reports wait to be delivered, for
+-- an event loop of your own (luv's uv.new_poll, cqueues, ...): when it is readable, call
+-- client:poll(), which also re-arms it. Owned by the client: do not close it, and stop
+-- watching it before client:close(). nil, message, "EINVAL" for a closed client; under nginx
+-- it raises.
+function Client:pollfd()
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:pollfd()") end
+  not_in_nginx("client:pollfd")
+  if self._h == nil then return nil, "client is closed", "EINVAL" end
+  local q, msg, code = client_queue(self)
+  if q == nil then return nil, msg, code end
+  return C.dlock_queue_fd(q)
+end
+
+-- Stops the observer: fn is not called again (not even for reports already collected). true;
+-- again, or after client:close(), it does nothing and returns true. An observer is also
+-- cancelled when it is collected, which happens only with its client (which keeps it).
+function Observer:cancel()
+  if getmetatable(self) ~= Observer then raise("dlock: call it as observer:cancel()") end
+  local h = self._h
+  if h == nil then return true end
+  self._h = nil
+  ffi.gc(h, nil)
+  C.dlock_observer_cancel(h)  -- no report is queued once it returns
+  local client = self._client
+  client._observers[self._tag] = nil
+  if self._reports then  -- nginx: what was collected and not yet delivered is dropped
+    self._reports, self._head, self._tail = {}, 0, 0
+    if W then W.observed[self._tag] = nil end
+  end
+  return true
+end
+
+function Observer:cancelled() return self._h == nil end
+
+function Observer:__tostring()
+  return string.format("dlock.observer(%q, %s)", self.name, self._h and "observing" or "cancelled")
 end
 
 -- The wait when opts give none: no limit, like `dlock exec` and threading.Lock (the library's
@@ -877,15 +1165,17 @@ end
 
 -- Calls on_lost(lock) for every lock of this client that stopped being valid (found lost by a
 -- heartbeat, taken over, or past its local deadline) without being released. Each at most
--- once. Returns how many it called. Cheap: call it from a timer. Under nginx the worker's
--- timer calls it every dlock.ngx_interval seconds (0.1).
+-- once. Outside nginx it first delivers the observer reports waiting (see client:observe),
+-- without waiting for any. Returns how many calls it made. Cheap: call it from a timer. Under
+-- nginx the worker's timer calls it every dlock.ngx_interval seconds (0.1).
 function Client:poll()
+  local n = 0
   if IN_NGX then
     if self._yield and W then drain() end
   else
     close_forgotten()
+    if self._q ~= nil then n = deliver_reports(self) end
   end
-  local n = 0
   local lost
   for lock in pairs(self._watched) do
     local h = lock._h
@@ -1083,5 +1373,5 @@ function Lock:__tostring()
   return string.format("dlock.lock(%q, token=%s, %s)", self.name, self:fencing_token_string(), state)
 end
 
-M.Client, M.Lock = Client, Lock
+M.Client, M.Lock, M.Observer = Client, Lock, Observer
 return M

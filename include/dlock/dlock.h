@@ -451,6 +451,10 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *   DLOCK_CAP_FAIR            waiting exclusive acquires are served in arrival order, each
  *                             release handing the lock to the first in line
  *                             (dlock_options_set_fair): Redis (one server, Cluster, Sentinel)
+ *   DLOCK_CAP_OBSERVE_PUSH    observers (dlock_observe) are told of every release, hand-over
+ *                             and new value by the server, not by polling: Redis (one server,
+ *                             Cluster, Sentinel). Elsewhere new values are polled (500 ms); a
+ *                             new holder of a free name is polled on every backend
  * docs/guarantees.md has the whole matrix.
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u
@@ -458,6 +462,7 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
 #define DLOCK_CAP_SHARED 0x4u
 #define DLOCK_CAP_PERMITS 0x8u
 #define DLOCK_CAP_FAIR 0x10u
+#define DLOCK_CAP_OBSERVE_PUSH 0x20u
 DLOCK_API uint32_t dlock_client_capabilities(const dlock_client *c);
 
 /* ----- lock kinds -------------------------------------------------------------------------
@@ -565,7 +570,8 @@ DLOCK_API dlock_status dlock_leader(dlock_client *c, const char *name, dlock_inf
  * terms never decrease; states that come and go faster than the observer reads may merge into
  * the latest. How late: a release or hand-over is read at once on backends with
  * DLOCK_CAP_NOTIFIES, and so is a new value on Redis (one server, Cluster, Sentinel); other
- * changes (a new leader after an expiry, a new value elsewhere) within the poll interval,
+ * changes (a new leader taking a free name, after an expiry or a resignation nobody waited
+ * for; a new value elsewhere) within the poll interval,
  * 500 ms, plus the read's own bound (timeout_ms). fn runs on the client's loop thread
  * (as on_lost does), never inside dlock_observe. A name held shared or as a semaphore reads as
  * nobody leading. Closing the client ends every observer of it (no call after close returns);

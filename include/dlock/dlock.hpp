@@ -19,6 +19,9 @@
 //   dlock::Lock leadership = client.campaign("services/api", dlock::Options().value(my_address));
 //   std::optional<dlock::Holder> leader = client.leader("services/api");  // from anywhere
 //   // leader->value == my_address, leader->fencing_token == leadership.fencing_token() (the term)
+//   dlock::Observer watching = client.observe("services/api", [](const std::optional<dlock::Holder>& l) {
+//     if (l) route_to(l->value);  // at first, then each change of leader or value; nullopt: nobody
+//   });                           // cancelled when `watching` goes out of scope
 //
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -58,10 +61,11 @@
 // ---------------------------------------------------------------------------------------------
 // Ownership and lifetimes
 // ---------------------------------------------------------------------------------------------
-// Client and Lock are move-only owners of a dlock_client / dlock_lock. A moved-from object is
-// empty; using an empty one throws DLOCK_EINVAL (the queries return 0/false/""). A Lock may
-// outlive its Client: the client's close releases what it still holds, and the Lock then only
-// frees its handle (its release() throws DLOCK_NOT_HELD).
+// Client, Lock and Observer are move-only owners of a dlock_client / dlock_lock /
+// dlock_observer. A moved-from object is empty; using an empty one throws DLOCK_EINVAL (the
+// queries return 0/false/""). A Lock may outlive its Client: the client's close releases what
+// it still holds, and the Lock then only frees its handle (its release() throws DLOCK_NOT_HELD).
+// So may an Observer: the close ends its observation.
 //
 // Options is a plain copyable value; nothing is sent or checked until acquire, so invalid
 // values are reported there as DLOCK_EINVAL with the C library's message.
@@ -136,6 +140,25 @@
 // Holder (value, owner, term as fencing_token, lease left), or std::nullopt when nobody leads;
 // DLOCK_EINVAL when the name is held shared or is a semaphore. A lost leadership is reported as
 // a lost Lock: on_lost, valid() false, DLOCK_NOT_HELD from set_value, extend and release.
+//
+// Client::observe(name, handler) tells handler who leads `name` (dlock_observe): first as it
+// stands, then at each change of leader or of the leader's value, std::nullopt meaning nobody
+// leads. Never an older state after a newer one, terms never decrease, and states that come and
+// go faster than the observer reads may merge into the latest. A release or hand-over is seen
+// at once on backends with DLOCK_CAP_NOTIFIES, and so is a new value on Redis; other changes (a
+// new leader after an expiry, a new value elsewhere) within the poll interval, 500 ms, plus the
+// read's own bound. It returns a dlock::Observer, a move-only RAII handle: its destructor,
+// cancel() or a move-assignment over it stops the observation (dlock_observer_cancel), and once
+// that returns the handler is neither running nor going to run (a call running on the
+// background thread is waited for). The handler runs on the client's background thread, like
+// on_lost: keep it short, and do not call Client's destructor from it. It may cancel or destroy
+// its own Observer (that call then returns at once, and the handler's own heap copy lives until
+// the handler returns), as long as no other thread uses that Observer object meanwhile (an
+// Observer, like a Lock, is for one thread at a time). The handler is copied to the heap, so
+// the caller's function object may go right after observe. Exceptions it throws are caught and
+// dropped (none may cross the C ABI): the next change calls it again. An Observer may outlive
+// its Client: the client's close ends the observation (no call after close returns), and the
+// Observer then only frees its handle.
 // ---------------------------------------------------------------------------------------------
 #ifndef DLOCK_DLOCK_HPP_
 #define DLOCK_DLOCK_HPP_
@@ -480,6 +503,103 @@ struct Info {
   bool is_free() const noexcept { return holders.empty(); }
 };
 
+namespace detail {
+
+// Holder k of a dlock_info snapshot (k < dlock_info_holders).
+inline Holder HolderAt(const dlock_info* raw, uint32_t k) {
+  Holder h;
+  const char* owner = dlock_info_owner(raw, k);
+  h.owner = owner != nullptr ? owner : "";
+  int64_t left = dlock_info_remaining_ms(raw, k);
+  if (left >= 0) h.remaining = std::chrono::milliseconds(left);
+  h.fencing_token = dlock_info_fencing_token(raw, k);
+  size_t len = 0;
+  const void* value = dlock_info_value(raw, k, &len);
+  if (value != nullptr) h.value.assign(static_cast<const char*>(value), len);
+  return h;
+}
+
+}  // namespace detail
+
+// ----- observing a leadership ---------------------------------------------------------------
+
+// Told who leads a name (Client::observe): its leader, or std::nullopt when nobody leads. Runs
+// on the client's background thread.
+using LeaderHandler = std::function<void(const std::optional<Holder>& leader)>;
+
+namespace detail {
+
+// The heap copy of an observe handler that one Observer owns; `this` is the C callback's arg.
+struct ObserveHook : std::enable_shared_from_this<ObserveHook> {
+  explicit ObserveHook(LeaderHandler f) : fn(std::move(f)) {}
+
+  static void Invoke(const char* /*name*/, const dlock_info* leader, void* arg) noexcept {
+    auto* self = static_cast<ObserveHook*>(arg);
+    // Hold a reference for the duration of the call: the handler may cancel (or destroy) its
+    // Observer, which drops the Observer's reference, before it returns. No other thread drops
+    // it meanwhile: dlock_observer_cancel waits for a running call.
+    std::shared_ptr<ObserveHook> keep = self->weak_from_this().lock();
+    if (!keep) return;
+    DLOCK_HPP_TRY_ {
+      std::optional<Holder> holder;
+      if (leader != nullptr && dlock_info_holders(leader) > 0) holder = HolderAt(leader, 0);
+      keep->fn(holder);
+    }
+    DLOCK_HPP_CATCH_ALL_ {
+      // Nothing may cross the C ABI; the next change calls the handler again.
+    }
+  }
+
+  LeaderHandler fn;
+};
+
+}  // namespace detail
+
+// An observation of who leads a name (Client::observe), or nothing (default-constructed, moved
+// from, cancelled). Cancels in its destructor. See "Values and leader election" at the top of
+// this file.
+class Observer {
+ public:
+  Observer() noexcept = default;
+  ~Observer() { cancel(); }
+
+  Observer(Observer&& other) noexcept
+      : observer_(std::exchange(other.observer_, nullptr)), hook_(std::move(other.hook_)) {}
+  // Cancels what this Observer observed, then takes other's observation.
+  Observer& operator=(Observer&& other) noexcept {
+    if (this != &other) {
+      cancel();
+      observer_ = std::exchange(other.observer_, nullptr);
+      hook_ = std::move(other.hook_);
+    }
+    return *this;
+  }
+  Observer(const Observer&) = delete;
+  Observer& operator=(const Observer&) = delete;
+
+  // Stops the observation: once it returns the handler is neither running nor going to run
+  // (one running on the client's thread is waited for; called from inside the handler, it
+  // returns at once and that call finishes). The Observer is empty afterwards. Idempotent.
+  void cancel() noexcept {
+    dlock_observer_cancel(std::exchange(observer_, nullptr));
+    hook_.reset();  // only after dlock_observer_cancel: from then on the C side does not call it
+  }
+
+  // True while this object observes (not yet cancelled or moved from); it stays true after the
+  // client's close, which ends the observation (cancel() still frees the handle).
+  explicit operator bool() const noexcept { return observer_ != nullptr; }
+  // The C handle, still owned by this Observer (do not cancel it yourself).
+  dlock_observer* native_handle() const noexcept { return observer_; }
+
+ private:
+  friend class Client;
+  Observer(dlock_observer* observer, std::shared_ptr<detail::ObserveHook> hook) noexcept
+      : observer_(observer), hook_(std::move(hook)) {}
+
+  dlock_observer* observer_ = nullptr;
+  std::shared_ptr<detail::ObserveHook> hook_;  // the handler, shared with a running call
+};
+
 // ----- locks --------------------------------------------------------------------------------
 
 // One held lock (or nothing: default-constructed, moved from, released, or an unsuccessful
@@ -643,6 +763,16 @@ class Client {
     detail::Check(Leader(name, &holder));
     return holder;
   }
+  // Calls handler with who leads `name` (std::nullopt: nobody), first as it stands, then at
+  // each change of leader or value, on the client's background thread, until the returned
+  // Observer is cancelled or destroyed (see "Values and leader election"). The first call
+  // comes later, never from inside observe. Throws DLOCK_EINVAL for a bad name, an empty
+  // handler or an empty Client.
+  [[nodiscard]] Observer observe(const std::string& name, LeaderHandler handler) {
+    Observer observer;
+    detail::Check(Observe(name, std::move(handler), &observer));
+    return observer;
+  }
 #endif
   // The same, setting ec instead of throwing: an empty Lock / Info on failure. acquire sets
   // DLOCK_NOT_ACQUIRED when the wait ran out; try_acquire clears ec then.
@@ -677,6 +807,12 @@ class Client {
     std::optional<Holder> holder;
     if (!detail::Set(ec, Leader(name, &holder))) holder.reset();
     return holder;
+  }
+  // An empty Observer, with ec set, on failure.
+  [[nodiscard]] Observer observe(const std::string& name, LeaderHandler handler, std::error_code& ec) noexcept {
+    Observer observer;
+    detail::Set(ec, Observe(name, std::move(handler), &observer));
+    return observer;
   }
 
   // What the backend promises: DLOCK_CAP_* bits.
@@ -732,17 +868,7 @@ class Client {
     std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
     info->kind = dlock_info_kind(raw);
     info->permits = dlock_info_permits(raw);
-    for (uint32_t k = 0; k < dlock_info_holders(raw); ++k) {
-      Holder h;
-      h.owner = dlock_info_owner(raw, k);
-      int64_t left = dlock_info_remaining_ms(raw, k);
-      if (left >= 0) h.remaining = std::chrono::milliseconds(left);
-      h.fencing_token = dlock_info_fencing_token(raw, k);
-      size_t len = 0;
-      const void* value = dlock_info_value(raw, k, &len);
-      if (value != nullptr) h.value.assign(static_cast<const char*>(value), len);
-      info->holders.push_back(std::move(h));
-    }
+    for (uint32_t k = 0; k < dlock_info_holders(raw); ++k) info->holders.push_back(detail::HolderAt(raw, k));
     return DLOCK_OK;
   }
 
@@ -754,6 +880,19 @@ class Client {
     Info info;
     dlock_status s = ReadInfo(&dlock_leader, name, &info);
     if (s == DLOCK_OK && !info.holders.empty()) *out = std::move(info.holders.front());
+    return s;
+  }
+
+  dlock_status Observe(const std::string& name, LeaderHandler handler, Observer* out) noexcept {
+    dlock_status s = Usable(name);
+    if (s != DLOCK_OK) return s;
+    if (!handler) return detail::Fail(DLOCK_EINVAL, "dlock::Client::observe: the handler is empty");
+    std::shared_ptr<detail::ObserveHook> hook;
+    DLOCK_HPP_TRY_ { hook = std::make_shared<detail::ObserveHook>(std::move(handler)); }
+    DLOCK_HPP_CATCH_ALL_ { return detail::Fail(DLOCK_ENOMEM, "dlock: out of memory"); }
+    dlock_observer* observer = nullptr;
+    s = detail::FromC(dlock_observe(client_, name.c_str(), &detail::ObserveHook::Invoke, hook.get(), &observer));
+    if (s == DLOCK_OK) *out = Observer(observer, std::move(hook));
     return s;
   }
 

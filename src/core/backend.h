@@ -24,6 +24,7 @@ constexpr uint32_t kCapNotifies = 0x2;       // waiters are woken by releases, n
 constexpr uint32_t kCapShared = 0x4;
 constexpr uint32_t kCapPermits = 0x8;
 constexpr uint32_t kCapFair = 0x10;          // waiting exclusive acquires are served in arrival order
+constexpr uint32_t kCapObservePush = 0x20;   // observers hear releases, hand-overs and new values
 
 // One hold asked of a backend. The core validates it, including the kind against the
 // backend's capabilities, before the backend sees it.

@@ -105,7 +105,8 @@ class RedisBackend : public Backend {
   // expire by the server's clock (lua/acquire.lua); a waiting writer keeps new shared holds out
   // with an announcement key that lapses unless it retries.
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair;
+    // Releases, hand-overs and new values are published (release.lua, set_value.lua).
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapObservePush;
   }
   void LeaveLine(const LockRequest& request) override {
     auto leave = [this, op = LeaveLineOp(prefix_, request, sharded_)] {

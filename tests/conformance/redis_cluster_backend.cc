@@ -56,7 +56,7 @@ class RedisClusterBackend : public BackendServer {
 
 BackendFactory RedisClusterBackendFactory() {
   return {"redis_cluster", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
-                DLOCK_CAP_FAIR,
+                DLOCK_CAP_FAIR | DLOCK_CAP_OBSERVE_PUSH,
           [] { return std::make_unique<RedisClusterBackend>(); }};
 }
 

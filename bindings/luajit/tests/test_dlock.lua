@@ -891,6 +891,175 @@ test("two candidates: the second leads once the first resigns, with a greater te
   client:close()
 end)
 
+-- Observer reports are collected in seen (false for "nobody leads"); next_report(client, seen)
+-- dispatches until one is there (at most timeout s, default 5) and takes the oldest.
+local function collector()
+  local seen = {}
+  return seen, function(leader) seen[#seen + 1] = leader or false end
+end
+local function next_report(client, seen, timeout)
+  local deadline = now() + (timeout or 5)
+  while #seen == 0 and now() < deadline do assert(client:dispatch(100)) end
+  assert(#seen > 0, "no report within " .. (timeout or 5) .. " s")
+  return table.remove(seen, 1)
+end
+
+test("observe: nobody, a campaign's term and value, a proclaim, a resign; nothing after cancel", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local name = unique("observe")
+  local seen, fn = collector()
+  local ob
+  ob = assert(client:observe(name, function(leader, o)
+    assert(o == ob, "fn's second argument is its observer")
+    fn(leader)
+  end))
+  assert(getmetatable(ob) == dlock.Observer and ob.name == name and not ob:cancelled())
+  assert(tostring(ob) == string.format("dlock.observer(%q, observing)", name), tostring(ob))
+  assert(#seen == 0, "a report before dispatch")  -- delivered on this thread, when asked
+  assert(next_report(client, seen) == false)  -- first, as it stands: nobody leads
+  local leadership = assert(other:campaign(name, { value = "10.0.0.7:8080", owner = "node-a",
+    lease_ms = 5000 }))
+  local r = next_report(client, seen)
+  assert(r, "nobody leads, after the campaign")
+  assert(r.fencing_token == leadership:fencing_token(), "the term")
+  assert(r.value == "10.0.0.7:8080" and r.owner == "node-a", r.value)
+  assert(r.remaining_ms > 0 and r.remaining_ms <= 5000, r.remaining_ms)
+  assert(leadership:set_value("10.0.0.7:9090\0bin"))  -- proclaim (binary-safe)
+  r = next_report(client, seen, 2)
+  assert(r and r.value == "10.0.0.7:9090\0bin" and r.fencing_token == leadership:fencing_token())
+  assert(leadership:release())  -- resign
+  assert(next_report(client, seen, 2) == false)
+  assert(#seen == 0, "more reports than changes")
+  -- cancelled: no report for a change made afterwards, however long dispatch waits
+  assert(ob:cancel() == true and ob:cancel() == true and ob:cancelled())  -- idempotent
+  assert(tostring(ob):find("cancelled"))
+  local again = assert(other:campaign(name, { value = "after cancel" }))
+  local t0 = now()
+  assert(client:dispatch(1200) == 0)
+  assert(now() - t0 >= 1.1, "dispatch returned before its timeout with nothing delivered")
+  assert(client:poll() == 0 and #seen == 0, "a report after cancel")
+  assert(again:release())
+  other:close()
+  client:close()
+end)
+
+test("observe: several observers, one client; dispatch and poll; fn's errors; close ends them", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local n1, n2 = unique("observe"), unique("observe")
+  local seen1, fn1 = collector()
+  local seen2, fn2 = collector()
+  local seen3, fn3 = collector()
+  local ob1 = assert(client:observe(n1, fn1))
+  local ob2 = assert(client:observe(n2, fn2))
+  local ob3 = assert(client:observe(n1, fn3))  -- a second observer of the same name
+  -- the three first reports: dispatch returns as soon as it has delivered something
+  assert(wait_for(function() client:dispatch(100) return #seen1 + #seen2 + #seen3 == 3 end))
+  assert(seen1[1] == false and seen2[1] == false and seen3[1] == false)
+  seen1[1], seen2[1], seen3[1] = nil, nil, nil
+  local t0 = now()
+  local l1 = assert(other:acquire(n1, { value = "one" }))  -- an acquire leads as well
+  local delivered = client:dispatch(10000)
+  assert(delivered >= 1 and now() - t0 < 5, "dispatch waited for its whole timeout")
+  assert(wait_for(function() client:dispatch(100) return #seen1 == 1 and #seen3 == 1 end))
+  assert(seen1[1].value == "one" and seen3[1].value == "one" and #seen2 == 0)
+  assert(seen1[1] ~= seen3[1], "observers share a report table")
+  -- poll delivers what waits, without waiting; pollfd turns readable when something does
+  local l2 = assert(other:acquire(n2, { value = "two" }))
+  ffi.cdef [[ struct test_pollfd { int fd; short events; short revents; };
+              int poll(struct test_pollfd *fds, unsigned long nfds, int timeout); ]]
+  local pfd = ffi.new("struct test_pollfd[1]")
+  pfd[0].fd, pfd[0].events = assert(client:pollfd()), 1
+  assert(ffi.C.poll(pfd, 1, 5000) == 1, "pollfd did not turn readable")
+  assert(client:poll() == 1 and #seen2 == 1 and seen2[1].value == "two")
+  assert(ffi.C.poll(pfd, 1, 0) == 0, "pollfd still readable after poll delivered everything")
+  -- an error in fn is written to stderr and ignored: later reports still come
+  local calls, written = 0, {}
+  local stderr = io.stderr
+  io.stderr = { write = function(_, ...) for _, v in ipairs({ ... }) do written[#written + 1] = v end end }
+  local ok, err = pcall(function()
+    local ob4 = assert(client:observe(n2, function() calls = calls + 1 error("observer boom") end))
+    assert(wait_for(function() client:dispatch(100) return calls == 1 end))
+    assert(l2:release())
+    assert(wait_for(function() client:dispatch(100) return calls == 2 and #seen2 == 2 end))
+    return ob4
+  end)
+  io.stderr = stderr
+  assert(ok, err)
+  local ob4 = err
+  written = table.concat(written)
+  assert(select(2, written:gsub("dlock: error in observe callback %(ignored%): [^\n]*observer boom\n", "")) == 2,
+    written)
+  assert(seen2[2] == false)
+  -- fn cancels its own observer: nothing more for it
+  local own = {}
+  local ob5
+  ob5 = assert(client:observe(n1, function(leader)
+    own[#own + 1] = leader or false
+    ob5:cancel()
+  end))
+  assert(wait_for(function() client:dispatch(100) return #own == 1 end))
+  assert(own[1].value == "one" and ob5:cancelled())
+  assert(l1:set_value("one, again"))
+  assert(wait_for(function() client:dispatch(100) return #seen1 == 2 and #seen3 == 2 end))
+  assert(seen1[2].value == "one, again" and #own == 1)
+  -- close cancels every observer; the handles stay usable
+  client:close()
+  assert(ob1:cancelled() and ob2:cancelled() and ob3:cancelled() and ob4:cancelled())
+  assert(ob1:cancel() == true)
+  local r, msg, code = client:dispatch(10)
+  assert(r == nil and code == "EINVAL" and msg:find("closed"), tostring(msg))
+  r, msg, code = client:observe(n1, print)
+  assert(r == nil and code == "EINVAL" and msg:find("closed"), tostring(msg))
+  r, msg, code = client:pollfd()
+  assert(r == nil and code == "EINVAL")
+  assert(client:poll() == 0)
+  assert(l1:release())
+  other:close()
+end)
+
+test("observe: a name held shared reads as nobody; bad arguments; a forgotten client's observers", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("observe")
+  local r = assert(client:acquire(name, { shared = true }))
+  local seen, fn = collector()
+  local ob = assert(client:observe(name, fn))
+  assert(next_report(client, seen) == false)
+  assert(r:release())
+  ob:cancel()
+  -- nothing to deliver: dispatch waits out its timeout (0: not at all)
+  local t0 = now()
+  assert(client:dispatch(0) == 0 and client:dispatch(200) == 0)
+  assert(now() - t0 >= 0.15)
+  local o, msg, code = client:observe("", print)
+  assert(o == nil and code == "EINVAL", tostring(msg))
+  o, msg, code = client:observe(string.rep("n", dlock.MAX_NAME_BYTES + 1), print)
+  assert(o == nil and code == "EINVAL", tostring(msg))
+  raises(function() client:observe(5, print) end, "bad argument #1 to 'observe'")
+  raises(function() client:observe(name) end, "bad argument #2 to 'observe' %(function expected")
+  raises(function() client:observe(name .. "\0", print) end, "bad argument #1 to 'observe'")
+  raises(function() client.observe(name, print) end, "client:observe")
+  raises(function() client:dispatch("1") end, "bad argument #1 to 'dispatch'")
+  raises(function() client:dispatch(1.5) end, "bad argument #1 to 'dispatch'")
+  raises(function() client:dispatch(-2) end, "bad argument #1 to 'dispatch'")
+  raises(function() client.dispatch(5) end, "client:dispatch")
+  raises(function() ob.cancel() end, "observer:cancel")
+  -- a client left to the GC with observers: collected with it (their finalizers cancel them,
+  -- without I/O), and the client is closed at the next safe point
+  local before = threads()
+  local function forget_observing()
+    local c = assert(dlock.open(URL))
+    assert(c:observe(name, print))
+    assert(c:observe(unique("observe"), print))
+  end
+  forget_observing()
+  collectgarbage() collectgarbage()
+  client:poll()
+  assert(threads() == before, "the forgotten client's thread is still running")
+  client:close()
+end)
+
 test("limits are the library's; a client shows its URL without the password", function()
   assert(dlock.MAX_NAME_BYTES == 1024 and dlock.MAX_OWNER_BYTES == 256)  -- as documented
   local client = assert(dlock.open(URL))

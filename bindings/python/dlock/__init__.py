@@ -28,7 +28,9 @@ the loop drives a client of its own (dlock_client_open_hooks), with no thread ho
 Values and leaders: value= stores bytes with a hold (Holder.value shows them, lock.set_value
 replaces them); client.campaign(name, value=...) waits until this candidate leads and returns
 the leadership (a Lock whose fencing token is the term), client.leader(name) the current
-leader's Holder or None.
+leader's Holder or None. client.observe(name, callback) calls callback(leader) with who leads
+now, then at each change (an Observer: cancel() it, or use it as `with`); asyncio:
+`async for leader in client.aobserve(name):`.
 fork: a forked child gets its own dlock-events thread and queue; a Client inherited from the
 parent raises ForkedClient on use: open a new Client in the child.
 """
@@ -61,7 +63,7 @@ from ._errors import make as _errors_make
 from ._errors import name_codes as _name_codes
 
 __all__ = [
-    "Client", "Lock", "LockInfo", "Holder", "version", "library_path",
+    "Client", "Lock", "LockInfo", "Holder", "Observer", "AsyncObserver", "version", "library_path",
     # Not "ConnectionError": `from dlock import *` must not shadow the builtin (which catches
     # dlock.ConnectionError too).
     "Error", "NotAcquired", "NotHeld", "AlreadyHeld", "InvalidArgument", "BackendError",
@@ -444,6 +446,7 @@ def _on_async_done(status, arg, handle, message, queue):
 # (_after_fork_in_child, and a pid check for forks that bypass os.fork).
 _QUEUE_DONE = 1
 _QUEUE_LOST = 2
+_QUEUE_LEADER = 3  # an observer's report (dlock_observe_queued)
 
 
 class _Events:
@@ -503,6 +506,7 @@ def _forget_parent():
     _pending.clear()
     _lost_slots.clear()
     _orphans.clear()
+    _observers.clear()     # the parent's observers: their reports go to the parent
     _ops.clear()
     _loop_clients.clear()  # the parent's loop clients: never driven or closed here
     if ev is not None:
@@ -556,7 +560,8 @@ def _drain_forever(ev):
     tag = ctypes.c_uint64()
     status = _lib.c_status()
     handle = _lib.c_lock_p()
-    pop = _c.dlock_queue_pop
+    info = _lib.c_info_p()
+    pop = _c.dlock_queue_pop_leader
     while True:
         readable, _, _ = select.select([fd, wake_r], [], [])
         if wake_r in readable:
@@ -564,7 +569,8 @@ def _drain_forever(ev):
             while _orphans:
                 _give_back(*_orphans.popleft(), queue)
         while True:
-            kind = pop(queue, ctypes.byref(tag), ctypes.byref(status), ctypes.byref(handle))
+            kind = pop(queue, ctypes.byref(tag), ctypes.byref(status), ctypes.byref(handle),
+                       ctypes.byref(info))
             if kind <= 0:
                 break
             if kind == _QUEUE_DONE:
@@ -572,6 +578,8 @@ def _drain_forever(ev):
                 _on_async_done(status.value, tag.value, handle.value, message, queue)
             elif kind == _QUEUE_LOST:
                 _on_lost(tag.value)
+            elif kind == _QUEUE_LEADER:
+                _on_leader(tag.value, info.value)
 
 
 def _deliver(loop, fut, status, value, message, on_unwanted=None):
@@ -616,7 +624,7 @@ class _LoopClient:
     nothing would heartbeat them once the loop is gone."""
 
     __slots__ = ("id", "pid", "loop", "thread", "h", "ptr", "fds", "timer", "closed", "cleaned",
-                 "watch")
+                 "watch", "observers")
 
     def __init__(self, burl, loop):
         self.id = next(_ids)
@@ -630,6 +638,7 @@ class _LoopClient:
         self.closed = False
         self.cleaned = False     # the cleanup hook ran: nothing of it is left on the loop
         self.watch = None
+        self.observers: "Dict[int, _ObserveSlot]" = {}  # its AsyncObservers' slots
         _loop_clients[self.id] = self
         out = ctypes.c_void_p()
         status = _c.dlock_client_open_hooks(burl, ctypes.byref(_HOOKS), self.id, ctypes.byref(out))
@@ -709,6 +718,9 @@ class _LoopClient:
         if self.closed:
             return
         self.closed = True
+        observers, self.observers = list(self.observers.values()), {}
+        for slot in observers:  # their iterations end
+            slot.end(_c.on_loop)
         h, self.h = self.h, None
         if h and self.pid == os.getpid():
             _c.dlock_client_close(h)
@@ -764,6 +776,10 @@ class _LoopClient:
         nothing can drive it any more. Its locks expire on the server."""
         self.closed = True
         self.h = None
+        observers, self.observers = list(self.observers.values()), {}
+        for slot in observers:  # nothing can drive them, nor cancel them: left as they are
+            slot.cancelled, slot.h = True, None
+            _observers.pop(slot.id, None)
         warnings.warn("dlock: an asyncio event loop was closed with a dlock client open on it "
                       "(use asyncio.run, or loop.shutdown_asyncgens() before loop.close(), or "
                       "close the dlock.Client first): its locks are left to expire",
@@ -883,6 +899,121 @@ def _not_on_loop(lock, lc, what):
         "await on that loop, or from another thread while the loop runs")
 
 
+# ----- observing a leadership ------------------------------------------------------------------
+# The sync API's observers are queued (dlock_observe_queued): their reports come through the
+# completion queue, tagged with the observer's id, and the dlock-events thread runs the user's
+# callback (_on_leader), as it runs on_lost; the library's thread never waits for the GIL, and
+# a slow callback holds up no heartbeat. An AsyncObserver's, on its loop's client, call
+# _OBSERVE_CB (dlock_observe; one ctypes object, kept for the process's life) on the event
+# loop's thread, inside a dlock call it made: the report goes straight into its queue.
+
+_observers: "Dict[int, _ObserveSlot]" = {}  # id -> slot, from dlock_observe until cancel
+_END = object()  # an AsyncObserver's queue: the observation ended (its client closed)
+
+
+class _ObserveSlot:
+    """One dlock_observer: its handle, and report(leader), run where the reports are wanted:
+    on the dlock-events thread (the sync API's client), or on the event loop (lc, a
+    _LoopClient). on_end() runs once if the client's close ends it."""
+
+    __slots__ = ("id", "pid", "report", "on_end", "lc", "h", "cancelled", "running", "cond")
+
+    def __init__(self, report, lc=None, on_end=None):
+        self.id = next(_ids)
+        self.pid = os.getpid()
+        self.report = report
+        self.on_end = on_end
+        self.lc = lc
+        self.h = None              # the dlock_observer *, once observing
+        self.cancelled = False
+        self.running = None        # the thread running report now, if any (its ident)
+        self.cond = threading.Condition(threading.Lock())
+
+    def run(self, leader):
+        with self.cond:
+            if self.cancelled:
+                return
+            self.running = threading.get_ident()
+        try:
+            self.report(leader)
+        except BaseException:
+            _report_callback_exception("observe callback")
+        finally:
+            with self.cond:
+                self.running = None
+                self.cond.notify_all()
+
+    def cancel(self, lib=None):
+        """Once it returns, report is neither running nor going to run (unless called from
+        inside report, which then finishes). Idempotent; any thread; lib: _c.on_loop on an
+        event loop's thread. A report still in the completion queue is dropped when it comes
+        out (run() sees cancelled)."""
+        with self.cond:
+            self.cancelled = True
+            h, self.h = self.h, None
+        if h and self.pid == os.getpid():  # in a forked child the handle is the parent's
+            (lib if lib is not None else _c).dlock_observer_cancel(h)  # no report after this
+        _observers.pop(self.id, None)
+        me = threading.get_ident()
+        with self.cond:
+            while self.running is not None and self.running != me:
+                self.cond.wait()
+
+    def end(self, lib=None):
+        """The client closes: cancel, then tell whoever waits for reports."""
+        was = self.cancelled
+        self.cancel(lib)
+        if not was and self.on_end is not None:
+            try:
+                self.on_end()
+            except BaseException:
+                _report_callback_exception("observe's end")
+
+
+def _holder(lib, info, k):
+    """Holder k of a dlock_info (lib: _c, or _c.on_loop to keep the GIL)."""
+    size = ctypes.c_size_t()
+    owner = lib.dlock_info_owner(info, k)
+    left = lib.dlock_info_remaining_ms(info, k)
+    token = lib.dlock_info_fencing_token(info, k)
+    data = lib.dlock_info_value(info, k, ctypes.byref(size))
+    value = ctypes.string_at(data, size.value) if data and size.value else b""
+    return Holder(owner.decode("utf-8", "replace") if owner else None,
+                  None if left < 0 else left, token or None, value)
+
+
+def _on_leader(tag, info):
+    """A DLOCK_QUEUE_LEADER entry, on the dlock-events thread: info (freed here) is the
+    leader's snapshot, or None when nobody leads."""
+    try:
+        try:
+            leader = _holder(_c, info, 0) if info and _c.dlock_info_holders(info) else None
+        finally:
+            if info:
+                _c.dlock_info_free(info)
+        slot = _observers.get(tag)
+        if slot is not None:  # else cancelled meanwhile: a report left in the queue
+            slot.run(leader)
+    except BaseException:
+        _report_callback_exception("an observe report")
+
+
+def _observed(name, info, arg):
+    """_OBSERVE_CB: a report of an AsyncObserver's, on its event loop's thread (inside
+    dlock_loop_fd_ready or dlock_loop_timer_fired)."""
+    try:
+        slot = _observers.get(arg)
+        if slot is None or slot.cancelled:
+            return
+        lib = _c.on_loop  # on the loop's thread, which holds the GIL: keep it
+        slot.run(_holder(lib, info, 0) if info and lib.dlock_info_holders(info) else None)
+    except BaseException:
+        _report_callback_exception("an observe report")
+
+
+_OBSERVE_CB = _lib.OBSERVE_FN(_observed)
+
+
 # ----- inspection ------------------------------------------------------------------------------
 
 # value came later: last, with a default, so Holder(owner, remaining_ms, fencing_token) still
@@ -920,16 +1051,7 @@ permits  the semaphore's number of permits while the name is one; 0 for a lock o
 
 
 def _lock_info(info):
-    holders = []
-    size = ctypes.c_size_t()
-    for k in range(_c.dlock_info_holders(info)):
-        owner = _c.dlock_info_owner(info, k)
-        left = _c.dlock_info_remaining_ms(info, k)
-        token = _c.dlock_info_fencing_token(info, k)
-        data = _c.dlock_info_value(info, k, ctypes.byref(size))
-        value = ctypes.string_at(data, size.value) if data and size.value else b""
-        holders.append(Holder(owner.decode("utf-8", "replace") if owner else None,
-                              None if left < 0 else left, token or None, value))
+    holders = [_holder(_c, info, k) for k in range(_c.dlock_info_holders(info))]
     kind = _c.dlock_info_kind(info)
     return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(_c.dlock_info_permits(info)))
 
@@ -1086,6 +1208,7 @@ class Client:
         self._mu = threading.Condition(threading.Lock())
         self._inflight = 0
         self._closed = False
+        self._observers: "Dict[int, _ObserveSlot]" = {}  # the sync API's observers, until cancel
         burl = url.encode("utf-8")
         if b"\0" in burl:
             raise InvalidArgument("url must not contain NUL bytes")
@@ -1126,13 +1249,14 @@ class Client:
     # -- lifetime
 
     def close(self) -> None:
-        """Releases every lock this client still holds, closes its connections and stops its
-        thread. Waits for calls in progress on other threads. Idempotent. Locks still referenced
-        stay safe to use: their release() then raises NotHeld. In a process forked from the one
+        """Releases every lock this client still holds, cancels its observers (waiting for a
+        callback that runs), closes its connections and stops its thread. Waits for calls in
+        progress on other threads. Idempotent. Locks still referenced stay safe to use: their
+        release() then raises NotHeld. In a process forked from the one
         that opened it, only marks it closed: the connections, thread and locks are the
         parent's, which keeps them."""
         if self._forked():
-            self._closed, self._h, self._loops = True, None, {}
+            self._closed, self._h, self._loops, self._observers = True, None, {}, {}
             return
         with self._mu:
             if self._closed:
@@ -1142,6 +1266,9 @@ class Client:
                 self._mu.wait()
             h, self._h = self._h, None
             loops, self._loops = list(self._loops.values()), {}
+            observers, self._observers = list(self._observers.values()), {}
+        for slot in observers:  # no observe callback runs once close returns
+            slot.end()
         for lc in loops:  # each on its loop's thread (or by it)
             lc.close_from_anywhere()
         if h:
@@ -1277,6 +1404,70 @@ class Client:
     async def aleader(self, name: _Name) -> Optional[Holder]:
         """leader() in a worker thread (as ainspect)."""
         return await asyncio.get_running_loop().run_in_executor(None, self.leader, name)
+
+    def observe(self, name: _Name, callback: Callable[[Optional[Holder]], object]) -> "Observer":
+        """Calls callback(leader) with who leads the election `name` (dlock_observe): first as it
+        stands, then at each change of leader or of the leader's value, leader being a Holder
+        (its value, owner, term as fencing_token, lease left) or None when nobody leads. Never
+        an older state after a newer one, and terms never decrease; states that come and go
+        faster than the observer reads may merge into the latest. A release or hand-over is
+        seen at once where the backend has the "notifies" capability, and so is a new value on
+        Redis; other changes (a new leader after an expiry, a new value elsewhere) within the
+        poll interval, 500 ms, plus one read.
+
+        The callback runs on the "dlock-events" thread, as on_lost does, one report after the
+        other and never inside observe(): keep it short (other callbacks wait for it; the
+        client's heartbeats do not). Exceptions it raises are printed and ignored. It may call
+        the client (leader(), campaign()...) and cancel its own Observer. Returns the Observer:
+        observer.cancel() (or leaving `with client.observe(...):`) stops it, and once that
+        returns the callback is neither running nor going to run; close() stops every one of
+        this client's. Dropping the Observer does not stop it. InvalidArgument for a bad name
+        or a closed client."""
+        bname = _name_arg(name)
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+        slot = _ObserveSlot(callback)
+        self._observe_owned(bname, slot)
+        return Observer(self, name, slot)
+
+    def _observe_owned(self, bname, slot):
+        """dlock_observe on the sync API's client, its reports to slot; or raises."""
+        self._check_process()
+        out = _lib.c_observer_p()
+        _observers[slot.id] = slot  # before: the first report may come right after
+        err = None
+        try:
+            h = self._enter()
+            try:
+                status = _c.dlock_observe_queued(h, bname, _queue_now(), slot.id,
+                                                 ctypes.byref(out))
+                if status != 0:
+                    err = _error(status)
+                else:
+                    slot.h = out.value
+                    with self._mu:  # for close, which waits for _leave
+                        self._observers[slot.id] = slot
+            finally:
+                self._leave()
+        except BaseException:
+            _observers.pop(slot.id, None)
+            raise
+        if err is not None:
+            _observers.pop(slot.id, None)
+            raise err
+
+    def aobserve(self, name: _Name) -> "AsyncObserver":
+        """observe() for asyncio: `async for leader in client.aobserve(name):` gets who leads
+        `name` (a Holder, or None when nobody leads), first as it stands, then at each change,
+        on the event loop. The observation starts at the first iteration, on this loop's own
+        client (no thread hop; with DLOCK_PY_FORCE_THREADS=1, the sync API's client, whose
+        reports hop to the loop with call_soon_threadsafe), and stops when the iteration does:
+        break (which drops the iterator: CPython finalizes it at once; `async with` makes it
+        certain), an exception, the task cancelled (its CancelledError cancels the
+        observation), aclose() or cancel(), or leaving `async with client.aobserve(name) as
+        leaders:`. The iteration ends (StopAsyncIteration) when the client closes or the loop
+        shuts down. A bad name raises InvalidArgument here (NUL) or at the first iteration."""
+        return AsyncObserver(self, name)
 
     def _candidate(self, name: _Name, value: Optional[_Value], lease: Optional[float],
                    heartbeat: Optional[float], retry: Optional[Sequence[float]],
@@ -1416,6 +1607,162 @@ class Client:
         blocking the event loop and releases on the way out. Awaiting the Lock acquires it too:
         `lock = await client.alock(...)`."""
         return self.lock(name, **options)
+
+
+# ----- Observer --------------------------------------------------------------------------------
+
+class Observer:
+    """An observation of who leads an election: what Client.observe returns. cancel() stops it
+    (also leaving `with client.observe(name, callback):`); the client's close() stops it too.
+    Dropping the object does not."""
+
+    __slots__ = ("_client", "_slot", "name")
+
+    def __init__(self, client: Client, name: _Name, slot: _ObserveSlot) -> None:
+        self._client = client
+        self._slot = slot
+        self.name = name
+
+    def cancel(self) -> None:
+        """Stops the observation: once it returns, the callback is neither running nor going
+        to run (a call running on the dlock-events thread is waited for; called from inside
+        the callback, it returns at once and that call finishes). Idempotent; any thread."""
+        slot = self._slot
+        slot.cancel()
+        client = self._client
+        with client._mu:
+            client._observers.pop(slot.id, None)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once cancel() (or the client's close) stopped it."""
+        return self._slot.cancelled
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def __repr__(self) -> str:
+        return f"<dlock.Observer {self.name!r} {'cancelled' if self.cancelled else 'observing'}>"
+
+
+class AsyncObserver:
+    """client.aobserve(name): an async iterator of who leads the election `name`, a Holder or
+    None when nobody leads, first as it stands, then at each change. The observation starts at
+    the first iteration (or `async with`) and stops with the iteration (see Client.aobserve)."""
+
+    __slots__ = ("_client", "_bname", "_slot", "_queue", "_done", "name")
+
+    def __init__(self, client: Client, name: _Name) -> None:
+        self._client = client
+        self._bname = _name_arg(name)
+        self.name = name
+        self._slot: Optional[_ObserveSlot] = None
+        self._queue: "Optional[asyncio.Queue[Any]]" = None
+        self._done = False
+
+    def _start(self) -> None:
+        """dlock_observe, on this loop's client (or the sync API's, with its reports hopping
+        to this loop)."""
+        client = self._client
+        client._check_process()
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Any]" = asyncio.Queue()
+        if _use_async_c:
+            lc = client._loop_client(loop)
+            slot = _ObserveSlot(queue.put_nowait, lc, lambda: queue.put_nowait(_END))
+            out = _lib.c_observer_p()
+            _observers[slot.id] = slot
+            try:
+                status = _c.on_loop.dlock_observe(lc.h, self._bname, _OBSERVE_CB, slot.id,
+                                                  ctypes.byref(out))
+                if status != 0:
+                    raise _error(status)
+            except BaseException:
+                _observers.pop(slot.id, None)
+                raise
+            slot.h = out.value
+            lc.observers[slot.id] = slot
+        else:
+            def hop(item: Any) -> None:  # on the dlock-events thread (or close's)
+                try:
+                    loop.call_soon_threadsafe(queue.put_nowait, item)
+                except RuntimeError:  # the loop is closed: nobody iterates any more
+                    slot.cancel()
+
+            slot = _ObserveSlot(hop, None, lambda: hop(_END))
+            client._observe_owned(self._bname, slot)
+        self._slot, self._queue = slot, queue
+
+    def __aiter__(self) -> "AsyncObserver":
+        return self
+
+    async def __anext__(self) -> Optional[Holder]:
+        if self._done:
+            raise StopAsyncIteration
+        if self._slot is None:
+            self._start()
+        queue = self._queue
+        assert queue is not None
+        try:
+            item = await queue.get()
+        except BaseException:  # the task was cancelled (or the loop is going away)
+            self.cancel()
+            raise
+        if item is _END or self._done:
+            self._done = True
+            raise StopAsyncIteration
+        leader: Optional[Holder] = item
+        return leader
+
+    def cancel(self) -> None:
+        """Stops the observation now; the iteration ends. Idempotent; any thread."""
+        self._done = True
+        slot = self._slot
+        if slot is None or slot.cancelled:
+            return
+        lc = slot.lc
+        if lc is None:
+            slot.cancel()
+            client = self._client
+            with client._mu:
+                client._observers.pop(slot.id, None)
+            return
+        lc.observers.pop(slot.id, None)
+        slot.cancel(_c.on_loop if threading.get_ident() == lc.thread else None)
+
+    async def aclose(self) -> None:
+        """cancel(), as an async generator's aclose() (contextlib.aclosing works)."""
+        self.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the observation stopped (or before it started, once cancelled)."""
+        return self._done or (self._slot is not None and self._slot.cancelled)
+
+    async def __aenter__(self) -> "AsyncObserver":
+        if self._slot is None and not self._done:
+            self._start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def __del__(self) -> None:
+        # Dropped while observing (a `break` out of `async for`, in CPython at once): stop. No
+        # dlock_last_error is touched by dlock_observer_cancel, so any thread will do.
+        try:
+            if self._slot is not None and not self._slot.cancelled:
+                self.cancel()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = ("cancelled" if self.cancelled else "observing" if self._slot is not None
+                 else "not started")
+        return f"<dlock.AsyncObserver {self.name!r} {state}>"
 
 
 # ----- Lock ------------------------------------------------------------------------------------

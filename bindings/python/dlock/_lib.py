@@ -104,9 +104,9 @@ c_options_p = ctypes.c_void_p
 c_queue_p = ctypes.c_void_p
 c_info_p = ctypes.c_void_p
 
-# Callbacks from C. The owned-thread client (the sync API) calls none: its outcomes and lost
-# locks come back through a dlock_queue (tagged with small integers) that a Python thread
-# drains, so the library's own thread (heartbeats) never waits for the GIL. The asyncio side
+# Callbacks from C. The owned-thread client (the sync API) calls none: its outcomes, lost locks
+# and observers' reports come back through a dlock_queue (tagged with small integers) that a
+# Python thread drains, so the library's own thread (heartbeats) never waits for the GIL. The asyncio side
 # drives a client from the event loop through dlock_client_open_hooks: its hooks and its done /
 # on_lost callbacks are the CFUNCTYPEs below, called only on the loop's thread, from inside a
 # dlock call that thread made (so the GIL is that thread's already). The binding makes one
@@ -120,6 +120,8 @@ CLEANUP_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 ACQUIRE_FN = ctypes.CFUNCTYPE(None, c_status, c_lock_p, ctypes.c_void_p)
 DONE_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_void_p)
 LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p)
+c_observer_p = ctypes.c_void_p
+OBSERVE_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, c_info_p, ctypes.c_void_p)
 
 
 class LoopHooks(ctypes.Structure):
@@ -200,3 +202,11 @@ def _declare(lib):
     _fn(lib, "dlock_campaign", c_status,
         [c_client_p, ctypes.c_char_p, c_options_p, ctypes.POINTER(c_lock_p)])
     _fn(lib, "dlock_leader", c_status, [c_client_p, ctypes.c_char_p, ctypes.POINTER(c_info_p)])
+    _fn(lib, "dlock_observe", c_status,
+        [c_client_p, ctypes.c_char_p, OBSERVE_FN, ctypes.c_void_p, ctypes.POINTER(c_observer_p)])
+    _fn(lib, "dlock_observer_cancel", None, [c_observer_p])
+    _fn(lib, "dlock_observe_queued", c_status,
+        [c_client_p, ctypes.c_char_p, c_queue_p, ctypes.c_uint64, ctypes.POINTER(c_observer_p)])
+    _fn(lib, "dlock_queue_pop_leader", ctypes.c_int,
+        [c_queue_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(c_status), ctypes.POINTER(c_lock_p),
+         ctypes.POINTER(c_info_p)])

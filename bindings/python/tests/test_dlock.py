@@ -5,8 +5,10 @@ Run through bindings/test.sh python (starts a throwaway redis-server), or by han
 """
 
 import asyncio
+import contextlib
 import ctypes
 import gc
+import io
 import os
 import select
 import signal
@@ -1319,6 +1321,274 @@ class Election(Base):
                                  (b"b", leadership.fencing_token))
                 await leadership.arelease()
                 self.assertIsNone(await a.aleader(name))
+
+        asyncio.run(asyncio.wait_for(main(), 30))
+
+
+class Reports:
+    """What an observe callback was told, in order: (leader, thread name)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.all = []
+
+    def __call__(self, leader):
+        with self.cond:
+            self.all.append((leader, threading.current_thread().name))
+            self.cond.notify_all()
+
+    def leaders(self):
+        with self.cond:
+            return [leader for leader, _ in self.all]
+
+    def await_last(self, pred, timeout=10.0):
+        with self.cond:
+            return self.cond.wait_for(lambda: self.all and pred(self.all[-1][0]), timeout)
+
+    def __repr__(self):
+        return repr(self.leaders())
+
+
+def leads(term=None, value=None):
+    """A predicate: someone leads (in that term, with that value)."""
+    return lambda leader: (leader is not None and (term is None or leader.fencing_token == term)
+                           and (value is None or leader.value == value))
+
+
+def nobody(leader):
+    return leader is None
+
+
+class Observe(Base):
+    """client.observe (an Observer) and client.aobserve (an AsyncObserver)."""
+
+    def test_the_leader_first_then_each_change_and_nothing_after_cancel(self):
+        name = unique("observe")
+        with dlock.Client(URL) as b, dlock.Client(URL) as watcher:
+            early = Reports()
+            with watcher.observe(name, early) as observer:  # nobody leads: the first report
+                self.assertIsInstance(observer, dlock.Observer)
+                self.assertFalse(observer.cancelled)
+                self.assertTrue(early.await_last(nobody), early)
+            self.assertTrue(observer.cancelled)  # left the `with`
+            self.assertIn("cancelled", repr(observer))
+
+            leadership = self.client.campaign(name, value=b"one", owner="node-a", lease=5)
+            term = leadership.fencing_token
+            reports = Reports()
+            observer = watcher.observe(name.encode(), reports)  # started while node-a leads
+            self.assertTrue(reports.await_last(leads(term)), reports)
+            first, thread = reports.all[0]
+            self.assertEqual((first.value, first.owner, first.fencing_token), (b"one", "node-a", term))
+            self.assertTrue(0 < first.remaining_ms <= 5000, first)
+            self.assertEqual(thread, "dlock-events")  # as on_lost
+            # a new value (proclaim): within the poll interval, 500 ms, and one read
+            leadership.set_value(b"two\x00")
+            self.assertTrue(reports.await_last(leads(term, b"two\x00"), 1.0),
+                            f"the new value took over a second: {reports}")
+            leadership.release()  # resign: nobody leads
+            self.assertTrue(reports.await_last(nobody), reports)
+            again = b.campaign(name, value="three")  # a new leader, in a greater term
+            self.assertGreater(again.fencing_token, term)
+            self.assertTrue(reports.await_last(leads(again.fencing_token, b"three")), reports)
+            terms = [leader.fencing_token for leader in reports.leaders() if leader is not None]
+            self.assertEqual(terms, sorted(terms), reports)
+
+            observer.cancel()
+            self.assertTrue(observer.cancelled)
+            observer.cancel()  # idempotent
+            count = len(reports.all)
+            again.set_value("four")
+            again.release()
+            time.sleep(1.2)  # over two poll intervals
+            self.assertEqual(len(reports.all), count, f"a report after cancel returned: {reports}")
+            self.assertNotIn(observer._slot.id, dlock._observers)
+            self.assertEqual(watcher._observers, {})
+
+    def test_cancel_waits_for_a_running_callback_which_may_cancel_itself_and_raise(self):
+        name = unique("observe")
+        leadership = self.client.campaign(name, value=b"one")
+        running = threading.Event()
+        finished = []
+
+        def slow(leader):
+            running.set()
+            time.sleep(0.3)
+            finished.append(leader)
+
+        observer = self.client.observe(name, slow)
+        self.assertTrue(running.wait(10), "no first report")
+        observer.cancel()  # from another thread while it runs: waits for it
+        self.assertEqual(len(finished), 1, "cancel returned while the callback ran")
+
+        # a callback that cancels its own Observer, then raises: printed and ignored
+        box, ready, done, calls = [], threading.Event(), threading.Event(), []
+
+        def cancels_itself(leader):
+            ready.wait(5)  # until the Observer is in box
+            calls.append(leader)
+            box[0].cancel()  # from inside: returns at once
+            done.set()
+            raise RuntimeError("a buggy callback must not break the library")
+
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            box.append(self.client.observe(name, cancels_itself))
+            ready.set()
+            self.assertTrue(done.wait(10))
+            leadership.set_value(b"two")
+            leadership.release()
+            time.sleep(1.2)
+        self.assertEqual(len(calls), 1)
+        self.assertTrue(box[0].cancelled)
+        self.assertIn("exception in observe callback", stderr.getvalue())
+        self.assertIn("a buggy callback", stderr.getvalue())
+        # the client still works, and observes again
+        again = Reports()
+        with self.client.observe(name, again):
+            self.assertTrue(again.await_last(nobody))
+
+    def test_a_slow_callback_holds_up_no_heartbeat(self):
+        # The callback runs on the dlock-events thread: while it sleeps, the client's own
+        # thread keeps renewing its locks (and reading for its other observers).
+        started = threading.Event()
+
+        def slow(leader):
+            started.set()
+            time.sleep(2.5)  # more than three leases of `steady`
+
+        steady = self.client.acquire(unique("steady"), lease_ms=800, heartbeat_ms=100)
+        with self.client.observe(unique("observe"), slow):
+            self.assertTrue(started.wait(10), "no first report")
+            time.sleep(2.7)
+            self.assertGreater(int(cli("PTTL", f"dlock:{{{steady.name}}}")), 0,
+                               "the lease ran out on the server while the callback slept")
+            self.assertTrue(steady.valid)
+        steady.release()
+
+    def test_the_callback_may_call_the_client_and_close_ends_it(self):
+        name = unique("observe")
+        watcher = dlock.Client(URL)
+        asked = []
+
+        def ask(leader):  # a blocking call of the same client, from the callback
+            asked.append((leader, watcher.leader(name)))
+
+        observer = watcher.observe(name, ask)
+        self.assertTrue(wait_for(lambda: len(asked) == 1))
+        self.assertEqual(asked[0], (None, None))
+        watcher.close()  # ends its observers
+        self.assertTrue(observer.cancelled)
+        self.client.campaign(name).release()
+        time.sleep(1.2)
+        self.assertEqual(len(asked), 1)
+        observer.cancel()  # still fine
+        with self.assertRaises(dlock.InvalidArgument):
+            watcher.observe(name, ask)
+
+    def test_bad_arguments(self):
+        with self.assertRaises(dlock.InvalidArgument):
+            self.client.observe("", print)
+        with self.assertRaises(dlock.InvalidArgument):
+            self.client.observe("a\0b", print)
+        with self.assertRaises(TypeError):
+            self.client.observe(5, print)
+        with self.assertRaises(TypeError):
+            self.client.observe("x", None)
+        with self.assertRaises(dlock.InvalidArgument):
+            self.client.aobserve("a\0b")  # at once
+
+        async def empty_name():
+            async for _ in self.client.aobserve(""):  # the library's check: at the start
+                pass
+
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            asyncio.run(asyncio.wait_for(empty_name(), 10))
+        self.assertIn("name", str(cm.exception))
+        self.assertEqual(dlock._observers, {})
+        self.assertEqual(self.client._observers, {})
+
+    # -- asyncio
+
+    def mine(self, before):
+        """The observer slots made since `before` (a set of ids) that are still observing."""
+        return set(dlock._observers) - before
+
+    def test_asyncio_leader_then_nobody_and_break_cancels(self):
+        name = unique("observe-async")
+
+        async def main():
+            async with dlock.Client(URL) as a, dlock.Client(URL) as watcher:
+                leadership = await a.acampaign(name, value=b"a")
+                before = set(dlock._observers)
+                seen = []
+                async for leader in watcher.aobserve(name):
+                    seen.append(leader)
+                    if len(seen) == 1:
+                        self.assertEqual(len(self.mine(before)), 1)
+                        self.assertEqual((leader.value, leader.fencing_token),
+                                         (b"a", leadership.fencing_token))
+                        await leadership.aset_value(b"a, proclaimed")
+                        t0 = time.monotonic()
+                    elif len(seen) == 2:
+                        self.assertLess(time.monotonic() - t0, 1.0, "the new value took over a second")
+                        self.assertEqual(leader.value, b"a, proclaimed")
+                        await leadership.arelease()  # resign
+                    else:
+                        self.assertIsNone(leader)
+                        break  # drops the iterator: the observer is cancelled
+                self.assertEqual(len(seen), 3)
+                self.assertEqual(self.mine(before), set(), "break left the observer running")
+                self.assertFalse(any(lc.observers for lc in watcher._loops.values()))
+                self.assertEqual(watcher._observers, {})
+
+        asyncio.run(asyncio.wait_for(main(), 30))
+
+    def test_asyncio_cancelled_task_closed_client_and_async_with(self):
+        name = unique("observe-async")
+
+        async def main():
+            async with dlock.Client(URL) as a:
+                watcher = dlock.Client(URL)
+                before = set(dlock._observers)
+                got = []
+
+                async def consume():
+                    async for leader in watcher.aobserve(name):
+                        got.append(leader)
+
+                task = asyncio.ensure_future(consume())
+                for _ in range(1000):
+                    if got:
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertEqual(got, [None])
+                self.assertEqual(len(self.mine(before)), 1)
+                task.cancel()  # cancels the observation too
+                with self.assertRaises(asyncio.CancelledError):
+                    await task
+                self.assertEqual(self.mine(before), set())
+
+                # async with: cancelled on the way out, whatever holds the iterator
+                async with watcher.aobserve(name) as leaders:
+                    self.assertIsInstance(leaders, dlock.AsyncObserver)
+                    self.assertIsNone(await leaders.__anext__())
+                    self.assertEqual(len(self.mine(before)), 1)
+                self.assertTrue(leaders.cancelled)
+                self.assertEqual(self.mine(before), set())
+                with self.assertRaises(StopAsyncIteration):
+                    await leaders.__anext__()
+
+                # the client's close ends the iteration
+                leaders = watcher.aobserve(name)
+                leadership = await a.acampaign(name, value=b"a")
+                self.assertEqual((await leaders.__anext__()).value, b"a")
+                await watcher.aclose()
+                with self.assertRaises(StopAsyncIteration):
+                    await asyncio.wait_for(leaders.__anext__(), 10)
+                self.assertTrue(leaders.cancelled)
+                self.assertEqual(self.mine(before), set())
+                await leadership.arelease()
 
         asyncio.run(asyncio.wait_for(main(), 30))
 

@@ -7,14 +7,15 @@ dlock's own types agree with them. Not a unittest module (no test_ prefix).
 """
 
 import asyncio
+import queue
 import sys
 from typing import FrozenSet, List, Optional, Tuple, Type, Union
 
 import dlock
-from dlock import (MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_VALUE_BYTES, AlreadyHeld, AuthError, BackendError,
-                   Cancelled, Client, Error, ForkedClient, Holder, InternalError,
-                   InvalidArgument, Lock, LockInfo, LockLost, NotAcquired, NotHeld, OutOfMemory,
-                   library_path, version)
+from dlock import (MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_VALUE_BYTES, AlreadyHeld, AsyncObserver,
+                   AuthError, BackendError, Cancelled, Client, Error, ForkedClient, Holder,
+                   InternalError, InvalidArgument, Lock, LockInfo, LockLost, NotAcquired, NotHeld,
+                   Observer, OutOfMemory, library_path, version)
 
 # Every status class, each a dlock.Error (dlock.ConnectionError is not in __all__).
 ERRORS: Tuple[Type[Error], ...] = (
@@ -126,6 +127,16 @@ def sync_part(client: Client, prefix: str) -> None:
     leadership.release()
     assert client.leader(prefix + "leader") is None
 
+    # observing who leads: a callback on the dlock-events thread, until cancel()
+    reports: "queue.Queue[Optional[Holder]]" = queue.Queue()
+    observer: Observer = client.observe(prefix + "leader", reports.put)
+    with observer:
+        first: Optional[Holder] = reports.get(timeout=5)
+        assert first is None
+    cancelled: bool = observer.cancelled
+    assert cancelled
+    observer.cancel()
+
 
 async def async_part(client: Client, prefix: str) -> None:
     lk = client.alock(prefix + "async", lease=5, on_lost=on_lost)
@@ -152,7 +163,18 @@ async def async_part(client: Client, prefix: str) -> None:
     await leadership.aset_value("b")
     leader: Optional[Holder] = await client.aleader(prefix + "async-leader")
     assert leader is not None and leader.value == b"b"
+    observed: AsyncObserver = client.aobserve(prefix + "async-leader")
+    async for now in observed:
+        seen: Optional[Holder] = now
+        assert seen is not None and seen.value == b"b"
+        break
+    await observed.aclose()
     await leadership.arelease()
+    async with client.aobserve(prefix + "async-leader") as leaders:
+        async for nobody in leaders:
+            assert nobody is None
+            break
+    assert leaders.cancelled
 
 
 async def async_client(url: str, prefix: str) -> None:

@@ -22,4 +22,5 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     lock.set_value(5)  # error: arg-type
     client.campaign("jobs", shared=True)  # error: call-arg
     leader: dlock.Holder = client.leader("jobs")  # error: assignment
+    client.observe("jobs", 5)  # error: arg-type
     print(token, held, leader, dlock.MAX_NAME_BYTES + "")  # error: operator

@@ -23,10 +23,18 @@ function M.init()
   M.init_refusal = ok and "dlock.open succeeded in the master process" or tostring(err)
 end
 
+-- What the observer started in init_worker last heard: the leader's value, "nobody", or
+-- "nothing yet".
+local current = "nothing yet"
+
 function M.init_worker()
   local url = assert(os.getenv("REDIS_URL"), "env REDIS_URL; missing from nginx.conf")
   clients.yield = assert(dlock.open(url))
   clients.block = assert(dlock.open(url, { blocking = true }))
+  -- An observer for the worker's life, kept by its client: /observe_init campaigns for it.
+  assert(clients.yield:observe("init-observed-" .. ngx.worker.pid(), function(leader)
+    current = leader and leader.value or "nobody"
+  end))
 end
 
 local function args()
@@ -204,6 +212,81 @@ function M.elect()
   ngx.say("ok=", tostring(ok), " proclaimed=", proclaimed, " greater=",
     tostring(term ~= nil and term > first:fencing_token()), " after_resign=", tostring(saw),
     " leader=", tostring(value), " now=", tostring(c:leader(a.name)))
+end
+
+-- Yields until pred() is true, at most 5 s; whether it became true.
+local function until_true(pred)
+  ngx.update_time()
+  local deadline = ngx.now() + 5
+  while not pred() do
+    ngx.update_time()
+    if ngx.now() > deadline then return false end
+    ngx.sleep(0.005)
+  end
+  return true
+end
+
+local function shown(leader)
+  if leader == nil then return "timeout" end
+  if leader == false then return "nobody" end
+  return "value:" .. leader.value
+end
+
+-- Observing in a worker (with the mode's client; the campaigns use the yielding one): fn runs
+-- in a timer light thread and may yield, one report at a time, in order: first nobody, then the
+-- campaign's term and value, the proclaim, the resignation; after cancel, nothing more (the
+-- request waits 1.2 s after a new campaign).
+function M.observe()
+  local a, c = args()
+  local name = a.name
+  local seen, phases = {}, {}
+  local ob = assert(c:observe(name, function(leader)
+    ngx.sleep(0.001)  -- fn may yield: the next report waits for it
+    seen[#seen + 1] = leader or false
+    phases[ngx.get_phase()] = true
+  end))
+  local function next_report()
+    if not until_true(function() return #seen > 0 end) then return nil end
+    return table.remove(seen, 1)
+  end
+  local out = {}
+  out[#out + 1] = "first=" .. shown(next_report())
+  local leadership = assert(clients.yield:campaign(name, { value = "v1" }))
+  local r = next_report()
+  out[#out + 1] = "campaign=" .. (r and r.fencing_token == leadership:fencing_token() and shown(r)
+    or shown(r) .. ",term:" .. tostring(r and r.fencing_token))
+  assert(leadership:set_value("v2"))
+  r = next_report()
+  out[#out + 1] = "proclaim=" .. (r and r.fencing_token == leadership:fencing_token() and shown(r)
+    or shown(r) .. ",term:" .. tostring(r and r.fencing_token))
+  assert(leadership:release())
+  out[#out + 1] = "resign=" .. shown(next_report())
+  out[#out + 1] = "extra=" .. #seen
+  assert(ob:cancel() and ob:cancel())
+  local again = assert(clients.yield:campaign(name, { value = "v3" }))
+  ngx.sleep(1.2)
+  out[#out + 1] = "after_cancel=" .. #seen
+  assert(again:release())
+  local ph = {}
+  for k in pairs(phases) do ph[#ph + 1] = k end
+  out[#out + 1] = "phase=" .. table.concat(ph, ",")
+  ngx.say(table.concat(out, " "))
+end
+
+-- The observer init_worker started: it follows a campaign made here.
+function M.observe_init()
+  local name = "init-observed-" .. ngx.worker.pid()
+  local out = {}
+  local function step(label, want)
+    local ok = until_true(function() return current == want end)
+    out[#out + 1] = label .. "=" .. (ok and want or ("'" .. current .. "'"))
+  end
+  step("first", "nobody")
+  local leadership = assert(clients.yield:campaign(name, { value = "leader-from-request" }))
+  step("campaign", "leader-from-request")
+  assert(leadership:release())
+  step("resign", "nobody")
+  ngx.say(table.concat(out, " "))
 end
 
 -- A lock left to the GC: released late, without blocking.

@@ -93,6 +93,8 @@ http {
     location = /gc { content_by_lua_block { require("app").gc() } }
     location = /killed { content_by_lua_block { require("app").killed() } }
     location = /elect { content_by_lua_block { require("app").elect() } }
+    location = /observe { content_by_lua_block { require("app").observe() } }
+    location = /observe_init { content_by_lua_block { require("app").observe_init() } }
   }
 }
 CONF

@@ -203,6 +203,23 @@ else
   fail "campaign in nginx: '$out'"
 fi
 
+for mode in yield block; do
+  name="observe-$mode-$$-$RANDOM"
+  out=$(get "/observe?name=$name&mode=$mode")
+  if [[ $out == "first=nobody campaign=value:v1 proclaim=value:v2 resign=nobody extra=0 after_cancel=0 phase=timer" ]]; then
+    ok "client:observe in a worker ($mode client): nobody, the campaign's term and value, the proclaim, the resignation, in order, fn yielding in a timer light thread; nothing after cancel"
+  else
+    fail "observe in nginx ($mode client): '$out'"
+  fi
+done
+
+out=$(get /observe_init)
+if [[ $out == "first=nobody campaign=leader-from-request resign=nobody" ]]; then
+  ok "an observer started in init_worker_by_lua follows the election for the worker's life"
+else
+  fail "observer from init_worker: '$out'"
+fi
+
 if grep -E '\[(error|crit|alert|emerg)\]' "$dir/error.log" >"$dir/errors" 2>/dev/null; then
   fail "nginx's error log has errors: $(head -3 "$dir/errors")"
 else
