@@ -3,12 +3,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace dlock::http {
@@ -46,8 +47,13 @@ CURLM* NewMultiCloexec() {
   if (multi == nullptr || before.empty()) return multi;
   for (int fd : OpenFds()) {
     if (std::binary_search(before.begin(), before.end(), fd)) continue;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    // A socket, as /proc names it ("socket:[inode]"). Read by path, not by fstat on the fd: the
+    // fd may be another thread's, made just now (ThreadSanitizer counts an fstat of it as a race
+    // with its creation), and only curl's socket pair is ours to mark.
+    char target[32] = {0};
+    const std::string path = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+    if (n <= 0 || std::string_view(target, static_cast<size_t>(n)).rfind("socket:[", 0) != 0) continue;
     const int flags = fcntl(fd, F_GETFD);
     if (flags >= 0 && (flags & FD_CLOEXEC) == 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
   }
