@@ -543,6 +543,27 @@ dlock_status dlock_extend_async(dlock_lock* l, uint64_t lease_ms, dlock_done_fn 
   });
 }
 
+namespace {
+dlock_status StartSetValue(dlock_lock* l, const void* data, size_t len, dlock::StatusCallback done) {
+  dlock::Status s = dlock::CheckValue(data, len);
+  if (!s.ok()) return Report(s);
+  if (l->client->IsClosed()) return Report(ClosedClient(*l->state));
+  l->client->SetValueAsync(l->state, std::string(static_cast<const char*>(data), len), std::move(done));
+  return Report(dlock::Status::Ok());
+}
+}  // namespace
+
+dlock_status dlock_lock_set_value_async(dlock_lock* l, const void* data, size_t len, dlock_done_fn done,
+                                        void* arg) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    return StartSetValue(l, data, len, [done, arg](const dlock::Status& s) {
+      last_error = s.message();
+      if (done != nullptr) done(static_cast<dlock_status>(s.code()), arg);
+    });
+  });
+}
+
 dlock_status dlock_queue_new(dlock_queue** out) {
   return Guard([&] {
     if (out == nullptr) return Invalid("out is NULL");
@@ -653,6 +674,15 @@ dlock_status dlock_extend_queued(dlock_lock* l, uint64_t lease_ms, dlock_queue* 
     if (l == nullptr) return Invalid("lock is NULL");
     if (q == nullptr) return Invalid("queue is NULL");
     return StartExtend(l, lease_ms, PushDone(q->impl, tag));
+  });
+}
+
+dlock_status dlock_lock_set_value_queued(dlock_lock* l, const void* data, size_t len, dlock_queue* q,
+                                         uint64_t tag) {
+  return Guard([&] {
+    if (l == nullptr) return Invalid("lock is NULL");
+    if (q == nullptr) return Invalid("queue is NULL");
+    return StartSetValue(l, data, len, PushDone(q->impl, tag));
   });
 }
 

@@ -536,6 +536,14 @@ DLOCK_API dlock_status dlock_options_set_value(dlock_options *o, const void *dat
  * thread (on the client's loop thread it holds the loop for one round trip, as dlock_release
  * does). Like dlock_extend, not at the same time as dlock_release of the same lock. */
 DLOCK_API dlock_status dlock_lock_set_value(dlock_lock *l, const void *data, size_t len);
+/* dlock_lock_set_value, asynchronously (see "event-loop integration"): done (may be NULL) runs
+ * on the client's loop thread; or its outcome queued under tag (see "completion queues"). The
+ * returned status covers argument errors (and a closed client: DLOCK_NOT_HELD), as for
+ * dlock_extend_async. */
+DLOCK_API dlock_status dlock_lock_set_value_async(dlock_lock *l, const void *data, size_t len,
+                                                  dlock_done_fn done, void *arg);
+DLOCK_API dlock_status dlock_lock_set_value_queued(dlock_lock *l, const void *data, size_t len,
+                                                   dlock_queue *q, uint64_t tag);
 /* Holder k's value: *len bytes (followed by a NUL that *len does not count, so that a text
  * value reads as a C string), valid until dlock_info_free; "" with *len 0 when it has none;
  * NULL with *len 0 when k is out of range. len may be NULL. */

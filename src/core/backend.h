@@ -213,6 +213,8 @@ class Backend {
   // Replaces the value stored with a held lock ("" removes it), checked against its owner on
   // the server: Ok, NotHeld (nothing written), or an error. Blocking; any thread.
   virtual Status SetValue(const LockState& lock, const std::string& value) = 0;
+  // SetValue, async.
+  virtual void SetValueAsync(std::shared_ptr<LockState> lock, std::string value, StatusCallback done) = 0;
   // Who holds name now; a free name is Ok with no holders. Blocking; any thread.
   virtual Status Inspect(const std::string& name, LockInfo* out) = 0;
   // Inspect, async (observers read with it).

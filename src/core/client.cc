@@ -538,14 +538,32 @@ Status Client::SetValue(const std::shared_ptr<LockState>& lock, const std::strin
   if (lock->Phase() != LockPhase::kHeld || IsClosed()) return NotHeldStatus(*lock);
   // Set before the write: a release racing with it must remove what it may store.
   if (!value.empty()) lock->has_value.store(true);
-  Status s = backend_->SetValue(*lock, value);
-  if (s.code() == Code::kNotHeld) {
-    // Found by the caller's own call: reported by its NOT_HELD, not by on_lost (as extend).
-    lock->SetLostReason("the server no longer had this owner's lock");
-    lock->Transition(LockPhase::kLost);
-    return NotHeldStatus(*lock);
-  }
-  return s;
+  return SettleSetValue(*lock, backend_->SetValue(*lock, value));
+}
+
+Status Client::SettleSetValue(LockState& lock, const Status& s) const {
+  if (s.code() != Code::kNotHeld) return s;
+  // Found by the caller's own call: reported by its NOT_HELD, not by on_lost (as extend).
+  lock.SetLostReason("the server no longer had this owner's lock");
+  lock.Transition(LockPhase::kLost);
+  return NotHeldStatus(lock);
+}
+
+void Client::SetValueAsync(std::shared_ptr<LockState> lock, std::string value, StatusCallback done) {
+  bool posted = StartOnLoop([self = shared_from_this(), lock, value = std::move(value), done]() mutable {
+    Status s = value.size() > kMaxValueBytes ? CheckValue(value.data(), value.size())
+               : lock->Phase() != LockPhase::kHeld ? self->NotHeldStatus(*lock)
+                                                   : Status::Ok();
+    if (!s.ok()) {
+      self->Complete([done = std::move(done), s] { done(s); });
+      return;
+    }
+    if (!value.empty()) lock->has_value.store(true);
+    self->backend_->SetValueAsync(lock, std::move(value), [self, lock, done = std::move(done)](const Status& answer) mutable {
+      self->Complete([done = std::move(done), r = self->SettleSetValue(*lock, answer)] { done(r); });
+    });
+  });
+  if (!posted) done(NotHeldStatus(*lock));  // closed: nothing runs the loop any more
 }
 
 void Client::ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) {

@@ -49,6 +49,7 @@ class Client : public std::enable_shared_from_this<Client> {
   Status Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms);
   // Replaces the value stored with a held lock ("" removes it); any thread.
   Status SetValue(const std::shared_ptr<LockState>& lock, const std::string& value);
+  void SetValueAsync(std::shared_ptr<LockState> lock, std::string value, StatusCallback done);
 
   // Async calls: any thread; done runs on the loop thread, exactly once, never inside the call.
   // A non-ok return means nothing was started.
@@ -121,6 +122,8 @@ class Client : public std::enable_shared_from_this<Client> {
   static Status Finish(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client> client,
                        std::shared_ptr<Client>* out);
   Status NotHeldStatus(const LockState& lock) const;
+  // A set_value's answer, as the caller sees it (NotHeld marks the lock lost).
+  Status SettleSetValue(LockState& lock, const Status& s) const;
   Status ReleaseHeld(const std::shared_ptr<LockState>& lock);
   void Forget(const std::shared_ptr<LockState>& lock);
 

@@ -92,6 +92,10 @@ class EtcdBackend : public Backend {
     return status;
   }
 
+  void SetValueAsync(std::shared_ptr<LockState> lock, std::string value, StatusCallback done) override {
+    protocol_.SetValue(&async_, std::move(lock), value, CallDeadline(), std::move(done));
+  }
+
   void InspectAsync(const std::string& name, InspectCallback done) override {
     protocol_.Inspect(&async_, name, CallDeadline(), std::move(done));
   }

@@ -90,6 +90,11 @@ class RedisBackend : public Backend {
     return Run(channel_.get(), SetValueOp(prefix_, HoldRef::Of(lock), value, sharded_), &none);
   }
 
+  void SetValueAsync(std::shared_ptr<LockState> lock, std::string value, StatusCallback done) override {
+    RunAsync<NoResult>(channel_.get(), SetValueOp(prefix_, HoldRef::Of(*lock), value, sharded_),
+                       [done = std::move(done)](const Status& s, NoResult) { done(s); });
+  }
+
   Status Inspect(const std::string& name, LockInfo* out) override {
     return Run(channel_.get(), InspectOp(prefix_, name), out);
   }

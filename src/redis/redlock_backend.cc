@@ -342,6 +342,16 @@ class RedlockBackend : public Backend {
                        "the value's write");
   }
 
+  void SetValueAsync(std::shared_ptr<LockState> lock, std::string value, StatusCallback done) override {
+    const std::string name = lock->name;
+    AskAsync<NoResult>(
+        AllMasters(), [this, lock, value](size_t) { return SetValueOp(prefix_, HoldRef::Of(*lock), value); },
+        EveryAnswer<NoResult>{},
+        [this, name, done = std::move(done)](Votes<NoResult> votes) {
+          done(JudgeExtend(name, votes, "the value's write"));
+        });
+  }
+
   Status Inspect(const std::string& name, LockInfo* out) override {
     // Every master's view counts here (two that answered may disagree), so it waits for all.
     return JudgeInspect(name, Ask<LockInfo>(AllMasters(), [&](size_t) { return InspectOp(prefix_, name); },

@@ -50,6 +50,9 @@ class BlockingClient : public StyledClient {
   dlock_status Extend(dlock_lock* l, uint64_t lease_ms) override {
     return Noted(dlock_extend(l, lease_ms));
   }
+  dlock_status SetValue(dlock_lock* l, const std::string& v) override {
+    return Noted(dlock_lock_set_value(l, v.data(), v.size()));
+  }
   dlock_status Release(dlock_lock* l) override { return Noted(dlock_release(l)); }
   void ReportLosses(dlock_options* o) override {
     EXPECT_EQ(dlock_options_set_on_lost(o, &LostRecorder::Fn, &lost_), DLOCK_OK);
@@ -98,6 +101,10 @@ class AsyncClient : public StyledClient {
   dlock_status Extend(dlock_lock* l, uint64_t lease_ms) override {
     Call& call = calls_.emplace_back();
     return Finish(call, dlock_extend_async(l, lease_ms, &Done, &call), nullptr);
+  }
+  dlock_status SetValue(dlock_lock* l, const std::string& v) override {
+    Call& call = calls_.emplace_back();
+    return Finish(call, dlock_lock_set_value_async(l, v.data(), v.size(), &Done, &call), nullptr);
   }
   dlock_status Release(dlock_lock* l) override {
     Call& call = calls_.emplace_back();
@@ -177,6 +184,10 @@ class QueuedClient : public StyledClient {
   dlock_status Extend(dlock_lock* l, uint64_t lease_ms) override {
     const uint64_t tag = next_tag_++;
     return Finish(dlock_extend_queued(l, lease_ms, queue_.get(), tag), tag, nullptr);
+  }
+  dlock_status SetValue(dlock_lock* l, const std::string& v) override {
+    const uint64_t tag = next_tag_++;
+    return Finish(dlock_lock_set_value_queued(l, v.data(), v.size(), queue_.get(), tag), tag, nullptr);
   }
   dlock_status Release(dlock_lock* l) override {
     const uint64_t tag = next_tag_++;

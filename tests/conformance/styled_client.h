@@ -46,6 +46,7 @@ class StyledClient {
   // call's own refusal, or the outcome it reported.
   virtual dlock_status Acquire(const char* name, const dlock_options* o, dlock_lock** out) = 0;
   virtual dlock_status Extend(dlock_lock* l, uint64_t lease_ms) = 0;
+  virtual dlock_status SetValue(dlock_lock* l, const std::string& value) = 0;
   virtual dlock_status Release(dlock_lock* l) = 0;
 
   // Makes locks acquired with o report their loss the way this style does.

@@ -223,5 +223,32 @@ TEST_P(Values, AFairHandOverCarriesTheWaitersOwnValue) {
 
 INSTANTIATE_TEST_SUITE_P(Conformance, Values, ::testing::ValuesIn(AllBackends()), BackendTestName);
 
+// dlock_lock_set_value in every style: blocking, _async, _queued, and on the hooks loop.
+class StyledValues : public StyleTest {};
+
+TEST_P(StyledValues, ReplacedByItsHolderAndRefusedOnceDeposed) {
+  auto c = Open();
+  Client look(url());
+  const std::string name = Name("styled");
+  Options o;
+  o.value("first").heartbeat(0);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(c->Acquire(name.c_str(), o.get(), &l), DLOCK_OK) << c->last_error();
+  ASSERT_EQ(c->SetValue(l, "second"), DLOCK_OK) << c->last_error();
+  Snapshot snap = Inspect(look.get(), name);
+  ASSERT_EQ(snap.holders.size(), 1u) << snap;
+  EXPECT_EQ(snap.holders[0].value, "second");
+  EXPECT_EQ(c->SetValue(l, std::string(DLOCK_MAX_VALUE_BYTES + 1, 'x')), DLOCK_EINVAL);
+  ASSERT_TRUE(server().DeleteLock(name));
+  EXPECT_EQ(c->SetValue(l, "third"), DLOCK_NOT_HELD);
+  EXPECT_NE(c->last_error().find(name), std::string::npos) << c->last_error();
+  EXPECT_TRUE(Inspect(look.get(), name).free()) << "a deposed holder's value was written";
+  EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, StyledValues,
+                         ::testing::Combine(::testing::ValuesIn(AllBackends()), AllStyles()),
+                         StyleTestName);
+
 }  // namespace
 }  // namespace dlock_test
