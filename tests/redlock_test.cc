@@ -336,7 +336,10 @@ TEST(RedlockTest, AMasterPausedDoesNotStallAcquisitionsOnTheOtherTwo) {
   std::cout << "longest gap without an acquisition: " << calm / 1000 << " ms in the "
             << (stopped_us - calm_us) / 1000 << " ms before the pause, " << paused / 1000
             << " ms while master 0 was paused for " << (resumed_us - stopped_us) / 1000 << " ms\n";
-  EXPECT_LT(paused, calm + 1000000) << "acquisitions stalled for " << paused / 1000
+  // Before the fix a pause stalled them for the whole 5 s timeout. 2 s of slack over the calm
+  // gap: on 2 cores beside a build and a benchmark, a 1.2 s gap was seen once (3.5 s before a
+  // pause too, in another run), from the load alone.
+  EXPECT_LT(paused, calm + 2000000) << "acquisitions stalled for " << paused / 1000
                                     << " ms with one master of three paused (goal: under 200 ms)";
   EXPECT_EQ(run.count, run.accepted) << "an update was lost";
   EXPECT_LE(run.refused, run.lost) << "a holder was fenced off without being told its lock was lost";
