@@ -76,7 +76,7 @@ function lib() {
   let addon = null;
   if (found.addon !== null) {
     try {
-      found.addon.init(n.libraryPath, BigInt(n.koffi.address(q)), addonDone);
+      found.addon.init(n.libraryPath, BigInt(n.koffi.address(q)), addonDone, flushRegistrations, regState);
       addon = found.addon;
     } catch (e) {
       if (process.env.DLOCK_NODE_ADDON === '1') {
@@ -111,9 +111,10 @@ function lib() {
   return C;
 }
 
-// The addon's outcomes (acquire, release, extend), inside the uv callback that read them.
-function addonDone(id, status, lockPtr, message) {
-  complete(id, status, lockPtr, message || '');
+// The addon's outcomes (acquire, release, extend), inside the uv callback that read them; an
+// acquire's lock comes with its fencing token and attempts.
+function addonDone(id, status, lockPtr, message, token, attempts) {
+  complete(id, status, lockPtr, message || '', token, attempts);
 }
 
 // ----- errors -----------------------------------------------------------------------------------
@@ -289,12 +290,57 @@ function settle(promise, cb) {
 }
 
 // ----- completions from the library -----------------------------------------------------------
-// One dlock_queue for the process. Every queued call gets an integer tag; these maps turn tags
+// One dlock_queue for the process. Every queued call gets an integer tag; these tables turn tags
 // back into JS. A DONE entry settles ops[tag]; a LOST entry tells lostRefs[tag]'s Lock.
 
-let nextId = 1;
-const ops = new Map();       // tag -> (status, lockPtr, message) => void: pending operations
-const lostRefs = new Map();  // tag -> { ref: WeakRef(Lock) | null, early: message | null }: may still be lost
+// Values by tag, the tag made when the value is added: a Map of numbers without a Map's cost
+// (two or three of them are added and deleted per lock cycle, and a Map of ever-growing keys
+// keeps rebuilding its table). A tag is a slot index in its low bits and a sequence number
+// above them: never 0, never reused before 2^30 more tags (the library may hand back a tag
+// the table is done with: a loss report of a lock released meanwhile), and exact as a double.
+const TAG_SLOTS = 2 ** 22;
+const TAG_SEQ_MAX = 2 ** 30;
+class TagTable {
+  #tags = [];
+  #values = [];
+  #free = [];
+  #seq = 0;
+  #size = 0;
+
+  add(value) {
+    let slot = this.#free.pop();
+    if (slot === undefined) {
+      slot = this.#tags.length;
+      if (slot >= TAG_SLOTS) throw rangeError(`more than ${TAG_SLOTS} operations pending`);
+    }
+    this.#seq = this.#seq >= TAG_SEQ_MAX ? 1 : this.#seq + 1;
+    const tag = this.#seq * TAG_SLOTS + slot;
+    this.#tags[slot] = tag;
+    this.#values[slot] = value;
+    this.#size++;
+    return tag;
+  }
+
+  get(tag) {
+    const slot = tag % TAG_SLOTS;
+    return this.#tags[slot] === tag ? this.#values[slot] : undefined;
+  }
+
+  delete(tag) {
+    const slot = tag % TAG_SLOTS;
+    if (this.#tags[slot] !== tag) return false;
+    this.#tags[slot] = 0;
+    this.#values[slot] = undefined;
+    this.#free.push(slot);
+    this.#size--;
+    return true;
+  }
+
+  get size() { return this.#size; }
+}
+
+const ops = new TagTable();       // tag -> (status, lockPtr, message, token, attempts) => void: pending operations
+const lostRefs = new TagTable();  // tag -> { ref: WeakRef(Lock) | null, early: message | null }: may still be lost
 
 // Pending operations keep the process alive (the queue's pipe is unref'd).
 let active = 0;
@@ -320,7 +366,7 @@ function drain() {
   }
 }
 
-function complete(id, status, lockPtr, message) {
+function complete(id, status, lockPtr, message, token, attempts) {
   const op = ops.get(id);
   if (op === undefined) {  // nobody waits for it any more: give back what we were handed
     if (lockPtr) {
@@ -332,7 +378,7 @@ function complete(id, status, lockPtr, message) {
   ops.delete(id);
   unhold();
   try {
-    op(status, lockPtr, message);
+    op(status, lockPtr, message, token, attempts);
   } catch (e) {
     process.nextTick(() => { throw e; });
   }
@@ -357,6 +403,17 @@ function lostNow(id, message) {
 // every call that may wait, the async API (pipelined on the library's own thread) takes over.
 const POOL_MAX = 2;
 let poolBusy = 0;
+
+// Locks made on the addon path inside one of its uv callbacks wait here to be registered with
+// lockRegistry until that callback ends: the addon calls flushRegistrations then, when
+// regState[0] says some are waiting. A lock released before (taken and given back within one
+// turn of the loop, as a short critical section is) never costs a registration, which is most
+// of what a FinalizationRegistry costs. Meanwhile this array holds it: it cannot be collected
+// before it is registered. regState: [locks waiting here, 1 while the addon is in a uv callback
+// (written by the addon)].
+const pendingRegistrations = [];
+const regState = new Int32Array(2);
+let flushRegistrations = null;  // set in class Lock (it reads the locks' private fields)
 
 // Forgotten handles: a Lock garbage-collected while held is released; a forgotten Client closed.
 const lockRegistry = new FinalizationRegistry((st) => {
@@ -536,13 +593,25 @@ class Client {
     return this.#acquire(name, cname, o);
   }
 
-  async #acquire(name, cname, o) {
+  // The addon's common case (an open client, no aborted signal) without an async function's
+  // frame and the extra turns of a promise that resolves to a promise; the rest below.
+  #acquire(name, cname, o) {
+    if (A !== null && this.#h !== null && !this.#closed && !o.signal?.aborted) {
+      try {
+        return this.#acquireAddon(this.#h, name, cname, o);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
+    return this.#acquireSlow(name, cname, o);
+  }
+
+  async #acquireSlow(name, cname, o) {
     if (o.signal?.aborted) {
       throw new CancelledError(`acquire of lock '${short(name)}' was aborted`, { cause: o.signal.reason });
     }
     const h = this.#h !== null && !this.#closed ? this.#h : await this.#handle();
     if (A !== null) return this.#acquireAddon(h, name, cname, o);
-    const id = nextId++;
     const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
     if (!opts) throw errorFor(S.ENOMEM, 'dlock_options_new: out of memory');
@@ -554,14 +623,15 @@ class Client {
     if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
     if (s === 0 && o.permits !== undefined) s = C.options_set_permits(opts, o.permits);
     if (s === 0 && o.fair !== undefined) s = C.options_set_fair(opts, o.fair ? 1 : 0);
+    const lost = { ref: null, early: null };
+    const id = lostRefs.add(lost);  // the tag of its loss report
     if (s === 0) s = C.options_set_on_lost_queued(opts, queue, id);
     if (s !== 0) {
       const e = lockError(s, C.last_error(), 'acquire', name);
+      lostRefs.delete(id);
       C.options_free(opts);
       throw e;
     }
-    const lost = { ref: null, early: null };
-    lostRefs.set(id, lost);
     try {
       // One try (no waiting): a blocking call on libuv's pool is the shortest path (no hop
       // through the library's thread). Anything that may wait uses the async API.
@@ -582,7 +652,7 @@ class Client {
         }
         if (status === 0) {
           giveErrbuf(buf);
-          return new Lock(this, out[0], name, id, lost);
+          return new Lock(this, out[0], name, id, lost, BigInt(C.lock_fencing_token(out[0])), C.lock_attempts(out[0]));
         }
         if (status !== -1) throw lockError(status, errbufMessage(buf), 'acquire', name);
         // koffi could not make the call (nothing was sent): the async way below
@@ -597,19 +667,15 @@ class Client {
     }
   }
 
-  #acquireAsync(h, name, cname, o, opts, id, lost) {
+  #acquireAsync(h, name, cname, o, opts, lostTag, lost) {
     return new Promise((resolve, reject) => {
-      const s = C.acquire_queued(h, cname, opts, queue, id);
-      if (s !== 0) {
-        reject(lockError(s, C.last_error(), 'acquire', name));
-        return;
-      }
       const signal = o.signal;
       let unwatch = null;
-      ops.set(id, (status, lockPtr, message) => {
+      const id = ops.add((status, lockPtr, message) => {
         if (unwatch !== null) unwatch();
         if (status === 0) {
-          resolve(new Lock(this, lockPtr, name, id, lost));
+          resolve(new Lock(this, lockPtr, name, lostTag, lost, BigInt(C.lock_fencing_token(lockPtr)),
+            C.lock_attempts(lockPtr)));
         } else if (status === S.ECANCELLED && signal?.aborted) {
           reject(new CancelledError(`acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
             { cause: signal.reason }));
@@ -617,6 +683,12 @@ class Client {
           reject(lockError(status, message, 'acquire', name));
         }
       });
+      const s = C.acquire_queued(h, cname, opts, queue, id);
+      if (s !== 0) {
+        ops.delete(id);
+        reject(lockError(s, C.last_error(), 'acquire', name));
+        return;
+      }
       hold();
       if (signal !== undefined) {
         const cancel = () => { if (this.#h !== null) C.acquire_cancel_queued(this.#h, queue, id); };
@@ -628,43 +700,57 @@ class Client {
   }
 
   // The addon's acquire: dlock_acquire_async on this thread's loop, its outcome in the uv
-  // callback that read it; losses through the queue, under the same id.
+  // callback that read it; losses through the queue, under their own tag.
   #acquireAddon(h, name, cname, o) {
-    const id = nextId++;
     const lost = { ref: null, early: null };
-    const r = o.retryMs;
-    const s = A.acquire(h, cname, id, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
-      o.kind, o.permits, o.fair);
-    if (s !== 0) return Promise.reject(lockError(s, A.lastError(), 'acquire', name));
-    lostRefs.set(id, lost);
-    hold();
-    this.#waiting.add(id);
-    return new Promise((resolve, reject) => {
-      const signal = o.signal;
-      let unwatch = null;
-      ops.set(id, (status, lockPtr, message) => {
-        this.#waiting.delete(id);
-        if (unwatch !== null) unwatch();
-        if (status === 0) {
-          resolve(new Lock(this, lockPtr, name, id, lost));
-          return;
-        }
-        lostRefs.delete(id);
-        if (status === S.ECANCELLED && signal?.aborted) {
-          reject(new CancelledError(`acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
-            { cause: signal.reason }));
-        } else if (status === S.ECANCELLED && this.#closed) {  // cancelled by close() (above)
-          reject(lockError(status, 'the client was closed', 'acquire', name));
-        } else {
-          reject(lockError(status, message, 'acquire', name));
-        }
-      });
-      if (signal !== undefined) {
-        const cancel = () => { if (this.#h !== null) A.cancel(this.#h, id); };
-        if (signal.aborted) cancel();
-        else unwatch = watchAbort(signal, cancel);
+    const lostTag = lostRefs.add(lost);
+    const signal = o.signal;
+    // Only an acquire that may wait has a place in a line that close() should give up first.
+    const waits = o.waitMs !== 0;
+    let unwatch = null;
+    let resolve;
+    let reject;
+    const promise = new Promise((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    const id = ops.add((status, lockPtr, message, token, attempts) => {
+      if (waits) this.#waiting.delete(id);
+      if (unwatch !== null) unwatch();
+      if (status === 0) {
+        resolve(new Lock(this, lockPtr, name, lostTag, lost, token, attempts));
+        return;
+      }
+      lostRefs.delete(lostTag);
+      if (status === S.ECANCELLED && signal?.aborted) {
+        reject(new CancelledError(`acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
+          { cause: signal.reason }));
+      } else if (status === S.ECANCELLED && this.#closed) {  // cancelled by close() (above)
+        reject(lockError(status, 'the client was closed', 'acquire', name));
+      } else {
+        reject(lockError(status, message, 'acquire', name));
       }
     });
+    const r = o.retryMs;
+    let s;
+    try {
+      s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+        o.kind, o.permits, o.fair);
+    } finally {
+      if (s !== 0) {
+        ops.delete(id);
+        lostRefs.delete(lostTag);
+      }
+    }
+    if (s !== 0) return Promise.reject(lockError(s, A.lastError(), 'acquire', name));
+    hold();
+    if (waits) this.#waiting.add(id);
+    if (signal !== undefined) {
+      const cancel = () => { if (this.#h !== null) A.cancel(this.#h, id); };
+      if (signal.aborted) cancel();
+      else unwatch = watchAbort(signal, cancel);
+    }
+    return promise;
   }
 
   #leave(rec) {
@@ -885,20 +971,23 @@ function lockInfo(info) {
  */
 class Lock extends EventEmitter {
   #st;           // { h: pointer or null, id }: shared with the finalizer
+  #client;
+  #reg = 0;      // lockRegistry: 0 not registered, 1 waiting in pendingRegistrations, 2 registered
   #busy = null;  // a blocking extend running on the pool: nothing else may use h meanwhile
   #ac = null;    // behind lock.signal, made when first asked for
   #lostError = null;
 
-  constructor(client, ptr, name, id, lost) {
+  // id: the tag of its loss reports (lostRefs); token, attempts: the library's, for ptr.
+  constructor(client, ptr, name, id, lost, token, attempts) {
     super();
     this.#st = { h: ptr, id };
-    Object.defineProperty(this, 'client', { value: client, enumerable: false });
+    this.#client = client;
     /** The name as given to acquire. */
     this.name = name;
     /** Fencing token (bigint): greater than every token issued before for this name. */
-    this.fencingToken = A !== null ? A.token(ptr) : BigInt(C.lock_fencing_token(ptr));
+    this.fencingToken = token;
     /** How many tries the acquire took (1 = first try). */
-    this.attempts = A !== null ? A.attempts(ptr) : C.lock_attempts(ptr);
+    this.attempts = attempts;
     /** Set once the lock was found lost ('lost' emitted, signal aborted). */
     this.lost = false;
     lost.ref = new WeakRef(this);
@@ -909,8 +998,41 @@ class Lock extends EventEmitter {
       const message = lost.early;
       setImmediate(() => this[kLost](message));
     }
-    lockRegistry.register(this, this.#st, this);
+    if (A !== null && regState[1] === 1) {  // registered when the addon's uv callback ends
+      this.#reg = 1;
+      pendingRegistrations.push(this);
+      regState[0]++;
+    } else {
+      this.#reg = 2;
+      lockRegistry.register(this, this.#st, this);
+    }
   }
+
+  static {
+    flushRegistrations = () => {
+      for (const lock of pendingRegistrations) {
+        if (lock.#reg === 1) {
+          lock.#reg = 2;
+          lockRegistry.register(lock, lock.#st, lock);
+        }
+      }
+      pendingRegistrations.length = 0;
+      regState[0] = 0;
+    };
+  }
+
+  // Released: the finalizer has nothing to do for it any more.
+  #unregister() {
+    if (this.#reg === 2) {
+      lockRegistry.unregister(this);
+    } else if (this.#reg === 1 && --regState[0] === 0) {
+      pendingRegistrations.length = 0;  // all released: nothing there to register
+    }
+    this.#reg = 0;
+  }
+
+  /** The Client that acquired it. */
+  get client() { return this.#client; }
 
   /** True while the local deadline holds and the lock was not found lost. */
   get valid() {
@@ -988,14 +1110,14 @@ class Lock extends EventEmitter {
     if (h === null) throw this.#releasedError();
     if (A !== null) {
       await new Promise((resolve, reject) => {
-        const id = nextId++;
+        const id = ops.add((status, _, message) => (status === 0 ? resolve()
+          : reject(lockError(status, message, 'extend', this.name))));
         const s = A.extend(h, leaseMs, id);
         if (s !== 0) {
+          ops.delete(id);
           reject(lockError(s, A.lastError(), 'extend', this.name));
           return;
         }
-        ops.set(id, (status, _, message) => (status === 0 ? resolve()
-          : reject(lockError(status, message, 'extend', this.name))));
         hold();
       });
       return;
@@ -1022,14 +1144,14 @@ class Lock extends EventEmitter {
       if (this.#st.h === null) throw this.#releasedError();
     }
     await new Promise((resolve, reject) => {
-      const id = nextId++;
+      const id = ops.add((status, _, message) => (status === 0 ? resolve()
+        : reject(lockError(status, message, 'extend', this.name))));
       const s = C.extend_queued(this.#st.h, leaseMs, queue, id);
       if (s !== 0) {
+        ops.delete(id);
         reject(lockError(s, C.last_error(), 'extend', this.name));  // argument errors, or NOT_HELD on a closed client
         return;
       }
-      ops.set(id, (status, _, message) => (status === 0 ? resolve()
-        : reject(lockError(status, message, 'extend', this.name))));
       hold();
     });
   }
@@ -1044,28 +1166,53 @@ class Lock extends EventEmitter {
     return this.#release();
   }
 
-  async #release() {
+  // The addon's release: the promise of its outcome, with no async function around it.
+  #release() {
+    const st = this.#st;
+    if (A === null || this.#busy !== null) return this.#releaseSlow();
+    const h = st.h;
+    if (h === null) return Promise.reject(this.#releasedError());
+    st.h = null;
+    this.#unregister();
+    return new Promise((resolve, reject) => {
+      const id = ops.add((status, _, message) => {
+        lostRefs.delete(st.id);  // released: on_lost is neither running nor going to run
+        if (status === 0) resolve();
+        else reject(lockError(status, message, 'release', this.name));
+      });
+      const s = A.release(h, id);  // frees h whatever happens
+      if (s !== 0) {
+        ops.delete(id);
+        lostRefs.delete(st.id);
+        reject(lockError(s, A.lastError(), 'release', this.name));
+        return;
+      }
+      hold();
+    });
+  }
+
+  async #releaseSlow() {
     const st = this.#st;
     if (st.h === null) throw this.#releasedError();
     while (this.#busy !== null) await this.#busy;  // a blocking extend still uses h
     const h = st.h;
     if (h === null) throw this.#releasedError();
     st.h = null;
-    lockRegistry.unregister(this);
+    this.#unregister();
     if (A !== null) {
       await new Promise((resolve, reject) => {
-        const id = nextId++;
-        const s = A.release(h, id);  // frees h whatever happens
-        if (s !== 0) {
-          lostRefs.delete(st.id);
-          reject(lockError(s, A.lastError(), 'release', this.name));
-          return;
-        }
-        ops.set(id, (status, _, message) => {
+        const id = ops.add((status, _, message) => {
           lostRefs.delete(st.id);  // released: on_lost is neither running nor going to run
           if (status === 0) resolve();
           else reject(lockError(status, message, 'release', this.name));
         });
+        const s = A.release(h, id);  // frees h whatever happens
+        if (s !== 0) {
+          ops.delete(id);
+          lostRefs.delete(st.id);
+          reject(lockError(s, A.lastError(), 'release', this.name));
+          return;
+        }
         hold();
       });
       return;
@@ -1090,18 +1237,18 @@ class Lock extends EventEmitter {
       // koffi could not queue the call (h was not used): fall through
     }
     await new Promise((resolve, reject) => {
-      const id = nextId++;
-      const s = C.release_queued(h, queue, id);  // frees h whatever happens
-      if (s !== 0) {
-        lostRefs.delete(st.id);
-        reject(lockError(s, C.last_error(), 'release', this.name));
-        return;
-      }
-      ops.set(id, (status, _, message) => {
+      const id = ops.add((status, _, message) => {
         lostRefs.delete(st.id);
         if (status === 0) resolve();
         else reject(lockError(status, message, 'release', this.name));
       });
+      const s = C.release_queued(h, queue, id);  // frees h whatever happens
+      if (s !== 0) {
+        ops.delete(id);
+        lostRefs.delete(st.id);
+        reject(lockError(s, C.last_error(), 'release', this.name));
+        return;
+      }
       hold();
     });
   }

@@ -107,7 +107,7 @@ class HostReactor::TurnEnd : public TurnEndHandle {
     reactor_->turn_ends_.push_back(this);
     // Scheduled outside any call from the host (the caller's own code on the loop thread):
     // the host's next turn runs it.
-    if (reactor_->depth_ == 0) reactor_->Wake();
+    if (reactor_->depth_ == 0) reactor_->AskTurn();
   }
 
  private:
@@ -177,6 +177,7 @@ void HostReactor::Shutdown() {
   }
   turn_ends_.clear();
   wake_pending_ = false;
+  turn_asked_ = false;
   if (host_timer_set_) host_->SetTimer(this, -1);
   host_timer_set_ = false;
   std::unique_ptr<HostLoop> host;
@@ -203,7 +204,9 @@ void HostReactor::Wake() {
   // Shut down: callers see to it that this cannot race with the close (Post checks the loop's
   // stopped_ under its lock, timers hold timers_mu_).
   if (wake_fd_ < 0) return;
-  // Inside a call from the host, on its thread: at that call's end, no system call.
+  // Inside a call from the host, on its thread: at that call's end, no system call. (Outside
+  // one, the eventfd even on the loop's thread: Post calls this under its lock, where no hook
+  // of the host's should run. The hot path, a write's flush, is a turn end: AskTurn.)
   if (InLoopThread() && depth_ > 0) {
     wake_pending_ = true;
     return;
@@ -244,6 +247,7 @@ void HostReactor::TimerFired() {
   if (host_ == nullptr) return;
   Turn turn(this);
   host_timer_set_ = false;
+  turn_asked_ = false;
   // What is due now; a timer armed by one of these callbacks waits for the next turn.
   const TimePoint now = Now();
   std::unique_lock<std::mutex> lock(timers_mu_);
@@ -259,7 +263,17 @@ void HostReactor::TimerFired() {
   }
 }
 
+void HostReactor::AskTurn() {
+  if (host_ == nullptr || turn_asked_) return;
+  turn_asked_ = true;
+  host_timer_set_ = true;
+  host_timer_due_ = TimePoint::min();  // no timer's: the next UpdateHostTimer replaces it
+  host_->SetTimer(this, 0);
+}
+
 void HostReactor::EndTurn() {
+  // This turn's end does what a turn asked for would: UpdateHostTimer, next, replaces it.
+  turn_asked_ = false;
   while (!turn_ends_.empty() || wake_pending_) {
     while (!turn_ends_.empty()) {
       TurnEnd* turn_end = turn_ends_.front();
@@ -275,7 +289,7 @@ void HostReactor::EndTurn() {
 }
 
 void HostReactor::UpdateHostTimer() {
-  if (host_ == nullptr) return;
+  if (host_ == nullptr || turn_asked_) return;  // a turn comes first, and updates it after
   TimePoint due;
   {
     std::lock_guard<std::mutex> lock(timers_mu_);

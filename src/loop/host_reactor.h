@@ -72,6 +72,10 @@ class HostReactor : public Reactor, public std::enable_shared_from_this<HostReac
 
   HostReactor() = default;
   void EndTurn();
+  // Loop thread, outside any call from the host: asks the host for a turn (its timer at 0 ms)
+  // whose end runs the turn ends. No system call and no wake-up, unlike the eventfd; with
+  // libuv 1.45+ the turn is the same loop iteration's timer phase.
+  void AskTurn();
   bool InLoopThread() const { return std::this_thread::get_id() == thread_; }
   void UpdateHostTimer();  // loop thread
   static void OnWakeFd(void* self, bool readable, bool writable);
@@ -82,6 +86,7 @@ class HostReactor : public Reactor, public std::enable_shared_from_this<HostReac
   std::thread::id thread_;
   int depth_ = 0;             // calls from the host under way (loop thread only)
   bool wake_pending_ = false; // a Wake() made inside one of them (loop thread only)
+  bool turn_asked_ = false;   // AskTurn() set the host's timer to 0 ms (loop thread only)
   int wake_fd_ = -1;          // eventfd: Wake() from other threads
   std::atomic<bool> wake_fd_armed_{false};
   std::unique_ptr<FdHandle> wake_watch_;

@@ -29,7 +29,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 1
+#define ADDON_ABI 2
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -81,7 +81,10 @@ DLOCK_CALLS(DECLARE)
 typedef struct addon_state {
   napi_env env;
   uv_loop_t *loop;
-  napi_ref on_done;         /* JS (id, status, lock | null, message) */
+  napi_ref on_done;         /* JS (id, status, lock | null, message, token, attempts) */
+  napi_ref flush;           /* JS (): registers the locks made in this uv callback */
+  napi_ref reg_array;       /* index.js's regState (an Int32Array), kept alive here */
+  int32_t *reg_state;       /* its elements: [locks waiting for flush, 1 in a uv callback] */
   napi_ref resource;        /* the async resource of the callback scopes */
   napi_async_context actx;
   dlock_queue *queue;       /* index.js's queue, for loss reports */
@@ -140,6 +143,23 @@ static void *external_of(napi_env env, napi_value v) {
   return p;
 }
 
+/* A lock's handle in JS: its address as a number (exact: user-space addresses are below 2^53).
+ * Not an external: Node-API makes a global handle for each external, a cost per acquire that
+ * a number does not have. index.js hands them back only to the calls below. */
+static napi_value lock_value(napi_env env, dlock_lock *lock) {
+  napi_value out;
+  napi_create_double(env, (double)(uintptr_t)lock, &out);
+  return out;
+}
+
+static dlock_lock *lock_of(napi_env env, napi_value v) {
+  double d;
+  if (napi_get_value_double(env, v, &d) != napi_ok || !(d > 0) || d >= 9007199254740992.0) {
+    return NULL;
+  }
+  return (dlock_lock *)(uintptr_t)d;
+}
+
 /* A number or bigint argument as uint64 / int64; 0 when it is neither (index.js checked). */
 static int get_i64(napi_env env, napi_value v, int64_t *out) {
   napi_valuetype t;
@@ -174,13 +194,21 @@ static int is_set(napi_env env, napi_value v) {
   return t != napi_undefined && t != napi_null;
 }
 
-/* A string or NUL-terminated Buffer argument: a malloc'd copy (string) or the buffer's bytes. */
-static char *get_cstr(napi_env env, napi_value v, int *owned) {
+/* A string or NUL-terminated Buffer argument: a copy into buf (size bytes) when it fits, else a
+ * malloc'd copy (*owned = 1), or the buffer's bytes. buf may be NULL. */
+static char *get_cstr_buf(napi_env env, napi_value v, char *buf, size_t size, int *owned) {
   napi_valuetype t;
   napi_typeof(env, v, &t);
   *owned = 0;
   if (t == napi_string) {
     size_t len = 0;
+    if (buf != NULL) {
+      /* One pass when it fits. A copy that was cut short stopped less than one character (at
+       * most 4 bytes) before the end of buf's size - 1 bytes of room: one that stopped earlier
+       * is the whole string. */
+      if (napi_get_value_string_utf8(env, v, buf, size, &len) != napi_ok) return NULL;
+      if (len + 4 < size) return buf;
+    }
     if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) return NULL;
     char *s = malloc(len + 1);
     if (s == NULL) return NULL;
@@ -197,6 +225,10 @@ static char *get_cstr(napi_env env, napi_value v, int *owned) {
     return (char *)data; /* index.js made it NUL-terminated */
   }
   return NULL;
+}
+
+static char *get_cstr(napi_env env, napi_value v, int *owned) {
+  return get_cstr_buf(env, v, NULL, 0, owned);
 }
 
 /* Hands an exception that JS left pending to process 'uncaughtException', as Node does. */
@@ -221,17 +253,31 @@ static void enter_js(addon_state *st) {
   st->in_uv = 2;
 }
 
-static void uv_enter(addon_state *st) { st->in_uv = 1; }
+static void uv_enter(addon_state *st) {
+  st->in_uv = 1;
+  st->reg_state[1] = 1;
+}
 
 static void uv_leave(addon_state *st) {
   if (st->in_uv == 2) {
-    napi_close_callback_scope(st->env, st->cscope); /* runs nextTicks and promise jobs */
-    report_exception(st->env);
-    napi_close_handle_scope(st->env, st->hscope);
+    napi_env env = st->env;
+    napi_close_callback_scope(env, st->cscope); /* runs nextTicks and promise jobs */
+    report_exception(env);
+    if (st->reg_state[0] > 0) { /* locks made in this callback and still held: register them */
+      napi_value fn, recv;
+      napi_get_undefined(env, &recv);
+      napi_get_reference_value(env, st->flush, &fn);
+      napi_call_function(env, recv, fn, 0, NULL, NULL);
+      report_exception(env);
+    }
+    napi_close_handle_scope(env, st->hscope);
   }
   st->in_uv = 0;
+  st->reg_state[1] = 0;
 }
 
+/* onDone(id, status, lock, message, token, attempts): lock (a number, see lock_value), its
+ * fencing token (a bigint) and attempts for an acquire that succeeded; message for a failure. */
 static void call_done(uintptr_t id, dlock_status s, dlock_lock *lock) {
   addon_state *st = g;
   if (st == NULL) return;
@@ -239,23 +285,29 @@ static void call_done(uintptr_t id, dlock_status s, dlock_lock *lock) {
   enter_js(st);
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
-  napi_value argv[4], fn, recv;
+  napi_value argv[6], fn, recv;
+  size_t argc = 3;
   napi_create_double(env, (double)id, &argv[0]);
   napi_create_int32(env, (int32_t)s, &argv[1]);
   if (lock != NULL) {
-    napi_create_external(env, lock, NULL, NULL, &argv[2]);
+    argv[2] = lock_value(env, lock);
   } else {
     napi_get_null(env, &argv[2]);
   }
   if (s != DLOCK_OK) {
     const char *m = p_dlock_last_error(); /* set for done's duration */
     napi_create_string_utf8(env, m ? m : "", NAPI_AUTO_LENGTH, &argv[3]);
-  } else {
-    napi_get_undefined(env, &argv[3]);
+    argc = 4;
+  }
+  if (lock != NULL) {
+    if (argc == 3) napi_get_undefined(env, &argv[3]);
+    napi_create_bigint_uint64(env, p_dlock_lock_fencing_token(lock), &argv[4]);
+    napi_create_uint32(env, p_dlock_lock_attempts(lock), &argv[5]);
+    argc = 6;
   }
   napi_get_undefined(env, &recv);
   napi_get_reference_value(env, st->on_done, &fn);
-  napi_call_function(env, recv, fn, 4, argv, NULL);
+  napi_call_function(env, recv, fn, argc, argv, NULL);
   report_exception(env);
   napi_close_handle_scope(env, scope);
 }
@@ -356,9 +408,10 @@ static const dlock_loop_hooks hooks = {hook_watch_fd, hook_set_timer, hook_clean
     return NULL;                                                             \
   }
 
-/* init(libraryPath, queueAddress: bigint, onDone) -> the library's version. */
+/* init(libraryPath, queueAddress: bigint, onDone, flushRegistrations, regState: Int32Array(2))
+ * -> the library's version. */
 static napi_value js_init(napi_env env, napi_callback_info info) {
-  ARGS(3);
+  ARGS(5);
   if (g != NULL) {
     napi_throw_error(env, "ERR_DLOCK_ADDON",
                      g->env == env ? "dlock.node: init() was called already"
@@ -394,6 +447,19 @@ static napi_value js_init(napi_env env, napi_callback_info info) {
   napi_valuetype t;
   napi_typeof(env, argv[2], &t);
   if (t != napi_function) return throw_type(env, "onDone must be a function");
+  napi_typeof(env, argv[3], &t);
+  if (t != napi_function) return throw_type(env, "flushRegistrations must be a function");
+  bool is_typed = false;
+  napi_is_typedarray(env, argv[4], &is_typed);
+  napi_typedarray_type reg_type;
+  size_t reg_length = 0;
+  void *reg_data = NULL;
+  if (is_typed) {
+    napi_get_typedarray_info(env, argv[4], &reg_type, &reg_length, &reg_data, NULL, NULL);
+  }
+  if (!is_typed || reg_type != napi_int32_array || reg_length < 2 || reg_data == NULL) {
+    return throw_type(env, "regState must be an Int32Array of 2");
+  }
 
   addon_state *st = calloc(1, sizeof *st);
   if (st == NULL) {
@@ -404,6 +470,9 @@ static napi_value js_init(napi_env env, napi_callback_info info) {
   st->queue = (dlock_queue *)(uintptr_t)qaddr;
   CHECK(napi_get_uv_event_loop(env, &st->loop));
   CHECK(napi_create_reference(env, argv[2], 1, &st->on_done));
+  CHECK(napi_create_reference(env, argv[3], 1, &st->flush));
+  CHECK(napi_create_reference(env, argv[4], 1, &st->reg_array));
+  st->reg_state = reg_data; /* an ArrayBuffer's memory does not move */
   napi_value resource, name;
   CHECK(napi_create_object(env, &resource));
   CHECK(napi_create_reference(env, resource, 1, &st->resource));
@@ -471,53 +540,116 @@ static napi_value js_capabilities(napi_env env, napi_callback_info info) {
   return make_int(env, c ? p_dlock_client_capabilities(c) : 0);
 }
 
-/* acquire(client, name, id, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner, kind,
- *         permits, fair) -> status: 0 = started (onDone(id, ...) follows), else nothing was
- * (lastError() says why). Losses go to index.js's queue under id. */
+/* The options of the last acquire, kept for the next one that asks the same (a loop of acquires
+ * of one options object asks the same every time): the library copies what an acquire uses, so
+ * one dlock_options serves them all, and only the loss report's tag changes. Its owner label is
+ * not kept: an acquire that names one makes its own options. */
+typedef struct options_key {
+  int64_t wait_ms;
+  uint64_t lease_ms, heartbeat_ms, retry_min, retry_max;
+  int64_t kind, permits;
+  int fair;
+  unsigned set; /* which of lease, heartbeat, retry, kind, permits, fair were given */
+} options_key;
+
+static dlock_options *cached_options;
+static options_key cached_key;
+
+enum { SET_LEASE = 1, SET_HEARTBEAT = 2, SET_RETRY = 4, SET_KIND = 8, SET_PERMITS = 16, SET_FAIR = 32 };
+
+static dlock_status options_for(const options_key *k, dlock_options **out) {
+  dlock_options *o = p_dlock_options_new();
+  if (o == NULL) return DLOCK_ENOMEM;
+  dlock_status s = p_dlock_options_set_wait_ms(o, k->wait_ms);
+  if (s == DLOCK_OK && (k->set & SET_LEASE)) s = p_dlock_options_set_lease_ms(o, k->lease_ms);
+  if (s == DLOCK_OK && (k->set & SET_HEARTBEAT)) {
+    s = p_dlock_options_set_heartbeat_ms(o, k->heartbeat_ms);
+  }
+  if (s == DLOCK_OK && (k->set & SET_RETRY)) {
+    s = p_dlock_options_set_retry_ms(o, k->retry_min, k->retry_max);
+  }
+  if (s == DLOCK_OK && (k->set & SET_KIND)) s = p_dlock_options_set_kind(o, (dlock_kind)k->kind);
+  if (s == DLOCK_OK && (k->set & SET_PERMITS)) {
+    s = p_dlock_options_set_permits(o, (uint32_t)k->permits);
+  }
+  if (s == DLOCK_OK && (k->set & SET_FAIR)) s = p_dlock_options_set_fair(o, k->fair);
+  if (s != DLOCK_OK) {
+    p_dlock_options_free(o);
+    return s;
+  }
+  *out = o;
+  return DLOCK_OK;
+}
+
+/* acquire(client, name, id, lostTag, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner,
+ *         kind, permits, fair) -> status: 0 = started (onDone(id, ...) follows), else nothing
+ * was (lastError() says why). Losses go to index.js's queue under lostTag. */
 static napi_value js_acquire(napi_env env, napi_callback_info info) {
-  ARGS(12);
+  ARGS(13);
   NEED_STATE();
   dlock_client *c = external_of(env, argv[0]);
   if (c == NULL) return throw_type(env, "client must be a client");
+  char name_buf[512];
   int name_owned;
-  char *name = get_cstr(env, argv[1], &name_owned);
+  char *name = get_cstr_buf(env, argv[1], name_buf, sizeof name_buf, &name_owned);
   if (name == NULL) return throw_type(env, "name must be a string or Buffer");
-  int64_t id = 0, i64;
+  int64_t id = 0, lost_tag = 0, i64;
   uint64_t u64, u64b;
   get_i64(env, argv[2], &id);
-  dlock_options *o = p_dlock_options_new();
-  dlock_status s = o ? DLOCK_OK : DLOCK_ENOMEM;
-  if (s == DLOCK_OK && get_i64(env, argv[3], &i64)) s = p_dlock_options_set_wait_ms(o, i64);
-  if (s == DLOCK_OK && is_set(env, argv[4]) && get_u64(env, argv[4], &u64)) {
-    s = p_dlock_options_set_lease_ms(o, u64);
+  get_i64(env, argv[3], &lost_tag);
+  options_key k;
+  memset(&k, 0, sizeof k); /* compared with memcmp: no stray bytes */
+  k.wait_ms = -1;
+  if (get_i64(env, argv[4], &i64)) k.wait_ms = i64;
+  if (is_set(env, argv[5]) && get_u64(env, argv[5], &u64)) {
+    k.lease_ms = u64;
+    k.set |= SET_LEASE;
   }
-  if (s == DLOCK_OK && is_set(env, argv[5]) && get_u64(env, argv[5], &u64)) {
-    s = p_dlock_options_set_heartbeat_ms(o, u64);
+  if (is_set(env, argv[6]) && get_u64(env, argv[6], &u64)) {
+    k.heartbeat_ms = u64;
+    k.set |= SET_HEARTBEAT;
   }
-  if (s == DLOCK_OK && is_set(env, argv[6]) && get_u64(env, argv[6], &u64) &&
-      get_u64(env, argv[7], &u64b)) {
-    s = p_dlock_options_set_retry_ms(o, u64, u64b);
+  if (is_set(env, argv[7]) && get_u64(env, argv[7], &u64) && get_u64(env, argv[8], &u64b)) {
+    k.retry_min = u64;
+    k.retry_max = u64b;
+    k.set |= SET_RETRY;
   }
-  if (s == DLOCK_OK && is_set(env, argv[8])) {
-    int owner_owned;
-    char *owner = get_cstr(env, argv[8], &owner_owned);
-    s = p_dlock_options_set_owner(o, owner);
-    if (owner_owned) free(owner);
+  if (is_set(env, argv[10]) && get_i64(env, argv[10], &i64)) {
+    k.kind = i64;
+    k.set |= SET_KIND;
   }
-  if (s == DLOCK_OK && is_set(env, argv[9]) && get_i64(env, argv[9], &i64)) {
-    s = p_dlock_options_set_kind(o, (dlock_kind)i64);
+  if (is_set(env, argv[11]) && get_i64(env, argv[11], &i64)) {
+    k.permits = i64;
+    k.set |= SET_PERMITS;
   }
-  if (s == DLOCK_OK && is_set(env, argv[10]) && get_i64(env, argv[10], &i64)) {
-    s = p_dlock_options_set_permits(o, (uint32_t)i64);
-  }
-  if (s == DLOCK_OK && is_set(env, argv[11])) {
+  if (is_set(env, argv[12])) {
     bool fair = true;
-    napi_get_value_bool(env, argv[11], &fair);
-    s = p_dlock_options_set_fair(o, fair ? 1 : 0);
+    napi_get_value_bool(env, argv[12], &fair);
+    k.fair = fair ? 1 : 0;
+    k.set |= SET_FAIR;
   }
-  if (s == DLOCK_OK) s = p_dlock_options_set_on_lost_queued(o, g->queue, (uint64_t)id);
+  dlock_options *o = NULL;
+  dlock_status s = DLOCK_OK;
+  int own_options = is_set(env, argv[9]); /* an owner label: options of its own */
+  if (!own_options && cached_options != NULL && memcmp(&k, &cached_key, sizeof k) == 0) {
+    o = cached_options;
+  } else {
+    s = options_for(&k, &o);
+    if (s == DLOCK_OK && own_options) {
+      int owner_owned;
+      char *owner = get_cstr(env, argv[9], &owner_owned);
+      s = p_dlock_options_set_owner(o, owner);
+      if (owner_owned) free(owner);
+    }
+    if (s == DLOCK_OK && !own_options) { /* the cache's from now on */
+      if (cached_options != NULL) p_dlock_options_free(cached_options);
+      cached_options = o;
+      cached_key = k;
+    }
+  }
+  if (s == DLOCK_OK) s = p_dlock_options_set_on_lost_queued(o, g->queue, (uint64_t)lost_tag);
   if (s == DLOCK_OK) s = p_dlock_acquire_async(c, name, o, on_acquired, (void *)(uintptr_t)id);
-  p_dlock_options_free(o); /* the acquire keeps its own copy */
+  if (o != NULL && o != cached_options) p_dlock_options_free(o); /* the acquire keeps its own copy */
   if (name_owned) free(name);
   return make_int(env, s);
 }
@@ -537,7 +669,7 @@ static napi_value js_cancel(napi_env env, napi_callback_info info) {
 static napi_value js_release(napi_env env, napi_callback_info info) {
   ARGS(2);
   NEED_STATE();
-  dlock_lock *l = external_of(env, argv[0]);
+  dlock_lock *l = lock_of(env, argv[0]);
   if (l == NULL) return throw_type(env, "lock must be a lock");
   int64_t id = 0;
   get_i64(env, argv[1], &id);
@@ -548,7 +680,7 @@ static napi_value js_release(napi_env env, napi_callback_info info) {
 static napi_value js_extend(napi_env env, napi_callback_info info) {
   ARGS(3);
   NEED_STATE();
-  dlock_lock *l = external_of(env, argv[0]);
+  dlock_lock *l = lock_of(env, argv[0]);
   if (l == NULL) return throw_type(env, "lock must be a lock");
   uint64_t lease = 0;
   int64_t id = 0;
@@ -559,25 +691,25 @@ static napi_value js_extend(napi_env env, napi_callback_info info) {
 
 static napi_value js_token(napi_env env, napi_callback_info info) {
   ARGS(1);
-  return make_u64(env, p_dlock_lock_fencing_token(external_of(env, argv[0])));
+  return make_u64(env, p_dlock_lock_fencing_token(lock_of(env, argv[0])));
 }
 
 static napi_value js_attempts(napi_env env, napi_callback_info info) {
   ARGS(1);
-  return make_int(env, p_dlock_lock_attempts(external_of(env, argv[0])));
+  return make_int(env, p_dlock_lock_attempts(lock_of(env, argv[0])));
 }
 
 static napi_value js_valid(napi_env env, napi_callback_info info) {
   ARGS(1);
   napi_value out;
-  napi_get_boolean(env, p_dlock_lock_is_valid(external_of(env, argv[0])) == 1, &out);
+  napi_get_boolean(env, p_dlock_lock_is_valid(lock_of(env, argv[0])) == 1, &out);
   return out;
 }
 
 /* Milliseconds left: Infinity for no expiry. */
 static napi_value js_remaining(napi_env env, napi_callback_info info) {
   ARGS(1);
-  int64_t v = p_dlock_lock_remaining_ms(external_of(env, argv[0]));
+  int64_t v = p_dlock_lock_remaining_ms(lock_of(env, argv[0]));
   napi_value out;
   napi_create_double(env, v == INT64_MAX ? 1.0 / 0.0 : (double)v, &out);
   return out;
