@@ -1,13 +1,34 @@
-/* Small helpers the C benchmarks share: a monotonic clock in seconds, a sleep that survives
- * signals, this process's resident memory, and the median of a sample. */
+/* Small helpers the C benchmarks share: a fatal error, a monotonic clock in seconds, a sleep that
+ * survives signals, this process's resident memory, and the median of a sample. */
 #ifndef DLOCK_BENCH_BENCH_UTIL_H_
 #define DLOCK_BENCH_BENCH_UTIL_H_
 
+#include <dlock/dlock.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+/* What die() prints first: the program's name, or its role (a program sets it in main). */
+static const char *bench_who = "bench";
+
+/* Prints "bench_who: message" and exits 1: a benchmark that cannot measure stops. */
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn, unused));
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", bench_who);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(1);
+}
+
+static inline void check(dlock_status s, const char *what) {
+  if (s != DLOCK_OK) die("%s: %s: %s", what, dlock_status_str(s), dlock_last_error());
+}
 
 static inline double now_s(void) {
   struct timespec ts;

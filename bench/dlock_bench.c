@@ -63,20 +63,6 @@ static const char *g_url; /* the dlock client's URL when not redis://127.0.0.1:P
 
 /* ----- small helpers ------------------------------------------------------------------------ */
 
-static void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "dlock_bench: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  exit(1);
-}
-
-static void check(dlock_status s, const char *what) {
-  if (s != DLOCK_OK) die("%s: %s: %s", what, dlock_status_str(s), dlock_last_error());
-}
-
 /* A client of the server on g_port through scheme ("redis", "redis-cluster"). */
 static dlock_client *open_scheme(const char *scheme) {
   char url[64];
@@ -762,6 +748,7 @@ static int bench_cycles(long cycles) {
 }
 
 int main(int argc, char **argv) {
+  bench_who = "dlock_bench";
   if (argc >= 3) g_port = atoi(argv[2]);
   if (argc == 5 && strcmp(argv[1], "uncontended") == 0) {
     return bench_uncontended(atof(argv[3]), atoi(argv[4]));

@@ -54,22 +54,6 @@
 
 extern char **environ;
 
-static const char *g_mode = "election_bench";
-
-static void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "election_bench %s: ", g_mode);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  exit(1);
-}
-
-static void check(dlock_status s, const char *what) {
-  if (s != DLOCK_OK) die("%s: %s: %s", what, dlock_status_str(s), dlock_last_error());
-}
-
 static dlock_client *open_client(const char *url) {
   dlock_client *c = NULL;
   check(dlock_client_open(url, &c), "dlock_client_open");
@@ -704,7 +688,9 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) usage();
-  g_mode = argv[1];
+  static char who[96];
+  snprintf(who, sizeof who, "election_bench %s", argv[1]);
+  bench_who = who;
   ssize_t n = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
   if (n <= 0) die("readlink /proc/self/exe: %s", strerror(errno));
   g_self[n] = '\0';

@@ -53,23 +53,6 @@
 
 /* ----- small helpers ------------------------------------------------------------------------ */
 
-static const char *g_role = "etcd_bench";
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "%s: ", g_role);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  exit(1);
-}
-
-static void check(dlock_status s, const char *what) {
-  if (s != DLOCK_OK) die("%s: %s: %s", what, dlock_status_str(s), dlock_last_error());
-}
-
 static double process_cpu_s(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -700,7 +683,7 @@ static int bench_handoff(const char *url, int handoffs, double delay_ms, int blo
   pid_t pid = fork();
   if (pid < 0) die("fork: %s", strerror(errno));
   if (pid == 0) {
-    g_role = "etcd_bench handoff (child)";
+    bench_who = "etcd_bench handoff (child)";
     close(to_child[1]), close(to_parent[0]);
     party *p = calloc(1, sizeof *p);
     if (p == NULL) die("out of memory");
@@ -716,7 +699,7 @@ static int bench_handoff(const char *url, int handoffs, double delay_ms, int blo
     party_close(p);
     _exit(0);
   }
-  g_role = "etcd_bench handoff";
+  bench_who = "etcd_bench handoff";
   close(to_child[0]), close(to_parent[1]);
   party *p = calloc(1, sizeof *p);
   if (p == NULL) die("out of memory");
@@ -922,6 +905,7 @@ static int bench_cycles(const char *url, const char *side, long n) {
 static void print_total_cpu(void) { printf("bench_cpu_s=%.3f\n", total_cpu_s()); }
 
 int main(int argc, char **argv) {
+  bench_who = "etcd_bench";
   signal(SIGPIPE, SIG_IGN);
   atexit(print_total_cpu); /* the child leaves by _exit: only the parent prints */
   curl_global_init(CURL_GLOBAL_DEFAULT);
