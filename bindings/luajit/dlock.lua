@@ -24,7 +24,8 @@
 -- "EAUTH", ...); wrong argument types and out-of-range numbers raise a Lua error ("bad
 -- argument"), like the standard library does.
 --
--- Two ways to wait. Outside nginx, acquire, extend and release are the library's blocking calls.
+-- Two ways to wait. Outside nginx, acquire, extend, release and set_value are the library's
+-- blocking calls.
 -- Under ngx_lua (OpenResty, or nginx with the lua module), a client opened in a worker
 -- (init_worker_by_lua*, never in the master) routes them through the library's _queued calls:
 -- the request's light thread waits on an ngx.semaphore and yields, so the worker keeps serving
@@ -111,6 +112,8 @@ dlock_status dlock_extend_queued(dlock_lock *l, uint64_t lease_ms, dlock_queue *
 dlock_status dlock_options_set_on_lost_queued(dlock_options *o, dlock_queue *q, uint64_t tag);
 dlock_status dlock_options_set_value(dlock_options *o, const void *data, size_t len);
 dlock_status dlock_lock_set_value(dlock_lock *l, const void *data, size_t len);
+dlock_status dlock_lock_set_value_queued(dlock_lock *l, const void *data, size_t len, dlock_queue *q,
+                                         uint64_t tag);
 const void *dlock_info_value(const dlock_info *i, uint32_t k, size_t *len);
 dlock_status dlock_campaign(dlock_client *c, const char *name, const dlock_options *o,
                             dlock_lock **out);
@@ -1288,7 +1291,7 @@ end
 
 function Lock:released() return self._h == nil end
 
--- Waits (yielding) for the outcome of lock's queued extend or release, op: true, or nil,
+-- Waits (yielding) for the outcome of lock's queued extend, set_value or release, op: true, or nil,
 -- message, code. Gives up past the library's own bound (see ngx_grace) with "EIO".
 local function lock_op_outcome(lock, w, op)
   local grace = lock._client._bound + M.ngx_grace
@@ -1328,18 +1331,27 @@ end
 -- Replaces the value stored with the hold (a string of any bytes; "" removes it) if this owner
 -- still holds it: true, or nil, message, code ("NOT_HELD" when it was lost, taken over or
 -- released: nothing is written then; "EINVAL" for more than MAX_VALUE_BYTES). The lease is left
--- as it is. A blocking call, under nginx too (the library has no queued form of it): one round
--- trip.
+-- as it is. One round trip. Under nginx it yields while it waits (and raises in phases that
+-- cannot yield, like extend).
 function Lock:set_value(value)
   if getmetatable(self) ~= Lock then raise("dlock: call it as lock:set_value(value)") end
   if type(value) ~= "string" then argerror(1, "set_value", "string expected, got " .. type(value)) end
   local client = self._client
   if client._pid then check_process(client) end
+  if client._yield then yielding_phase("lock:set_value") end
   local h = self._h
   if h == nil then return nil, "lock '" .. self.name .. "' was already released", "NOT_HELD" end
-  local s = C.dlock_lock_set_value(h, value, #value)
+  if not client._yield then
+    local s = C.dlock_lock_set_value(h, value, #value)
+    if s ~= 0 then return fail(s) end
+    return true
+  end
+  local w = W
+  local tag, op = new_op(w, "set_value", self.name, true)
+  local s = C.dlock_lock_set_value_queued(h, value, #value, w.q, tag)  -- copies the value
   if s ~= 0 then return fail(s) end
-  return true
+  started(w, tag, op)
+  return lock_op_outcome(self, w, op)
 end
 
 -- Releases the lock: true, or nil, message, code ("NOT_HELD" when it had been lost or was

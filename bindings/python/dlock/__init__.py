@@ -22,8 +22,9 @@ Threads: a Client may be shared by any number of threads; a Lock is one holder (
 it holds raises AlreadyHeld): give each thread or task its own client.lock(name). on_lost
 callbacks run on the "dlock-events" thread.
 asyncio: `async with client.lock(...)`, `await lock.aacquire()`, `await lock.arelease()`,
-`await lock.aextend()`, `await client.aacquire(...)` never block the event loop, and run on it:
-the loop drives a client of its own (dlock_client_open_hooks), with no thread hop (README.md).
+`await lock.aextend()`, `await lock.aset_value(v)`, `await client.aacquire(...)` never block the
+event loop, and run on it: the loop drives a client of its own (dlock_client_open_hooks), with no
+thread hop (README.md); `await client.ainspect()` / `aleader()` use a worker thread.
 `async with lock.guard():` also cancels the block if the lock is lost (it leaves with LockLost).
 Values and leaders: value= stores bytes with a hold (Holder.value shows them, lock.set_value
 replaces them); client.campaign(name, value=...) waits until this candidate leads and returns
@@ -1388,7 +1389,8 @@ class Client:
             _c.dlock_info_free(out)
 
     async def ainspect(self, name: _Name) -> LockInfo:
-        """inspect() in a worker thread."""
+        """inspect() in a worker thread (the loop's default executor): the library has no
+        asynchronous inspect, so this one call does not run on the loop's own client."""
         return await asyncio.get_running_loop().run_in_executor(None, self.inspect, name)
 
     # -- leader election
@@ -2112,21 +2114,46 @@ class Lock:
             _check(_c.dlock_lock_set_value(self._h, data, len(data)))
 
     async def aset_value(self, value: _Value) -> None:
-        """set_value() for asyncio. The library has no asynchronous form of it: a hold taken
-        with the blocking API (or on another event loop, or with DLOCK_PY_FORCE_THREADS=1) is
-        written from a worker thread, as ainspect() reads; a hold taken on this loop's client
-        is written on the loop's own thread, holding the loop for that one round trip (from a
-        worker, its reply could only come through this loop while the worker held the lock
-        object: the loop's own use of it would wait for that worker, and the worker for the
-        loop)."""
+        """set_value() without blocking the event loop, as aextend(): a hold taken on this
+        loop's client is written by it (dlock_lock_set_value_async; the outcome comes back on
+        the loop's thread, no thread hop), a hold of the blocking API through its client's
+        completion queue (dlock_lock_set_value_queued). A hold of another event loop's client
+        (and every hold with DLOCK_PY_FORCE_THREADS=1) is written from a worker thread."""
         data = _value_arg(value)
         self._client._check_process()
         loop = asyncio.get_running_loop()
         lc = self._lc
-        if lc is not None and lc.loop is loop and not lc.closed:
-            self.set_value(data)
-            return
-        await loop.run_in_executor(None, self.set_value, data)
+        if not _use_async_c or (lc is not None and lc.loop is not loop and not lc.closed):
+            return await loop.run_in_executor(None, self.set_value, data)
+        fut = loop.create_future()
+        op_id = next(_ids)
+        with self._mu:
+            if not self._h:
+                raise self._not_held_error()
+            lc = self._lc
+            if lc is None:  # acquired with the sync API: its client's queue
+                _pending[op_id] = (lambda status, handle, message:
+                                   _deliver(loop, fut, status, None, message))
+                status = _c.dlock_lock_set_value_queued(self._h, data, len(data), _queue_now(),
+                                                        op_id)
+                if status != 0:  # argument errors (a closed client: NotHeld); nothing queued
+                    _pending.pop(op_id, None)
+                    raise _error(status)
+            else:
+                def completed(status, handle, message):  # on the loop's thread
+                    if not fut.done():
+                        if status != 0:
+                            fut.set_exception(_error(status, message))
+                        else:
+                            fut.set_result(None)
+
+                _ops[op_id] = completed
+                status = _c.on_loop.dlock_lock_set_value_async(self._h, data, len(data), _DONE_CB,
+                                                               op_id)
+                if status != 0:
+                    _ops.pop(op_id, None)
+                    raise _error(status)
+        await fut
 
     def _release_async_quietly(self):
         """Releases without waiting and without raising (for holds nobody wants)."""

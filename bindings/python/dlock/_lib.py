@@ -197,6 +197,10 @@ def _declare(lib):
     # values stored with a hold, and leader election
     _fn(lib, "dlock_options_set_value", c_status, [c_options_p, ctypes.c_void_p, ctypes.c_size_t])
     _fn(lib, "dlock_lock_set_value", c_status, [c_lock_p, ctypes.c_void_p, ctypes.c_size_t])
+    _fn(lib, "dlock_lock_set_value_async", c_status,
+        [c_lock_p, ctypes.c_void_p, ctypes.c_size_t, DONE_FN, ctypes.c_void_p])
+    _fn(lib, "dlock_lock_set_value_queued", c_status,
+        [c_lock_p, ctypes.c_void_p, ctypes.c_size_t, c_queue_p, ctypes.c_uint64])
     _fn(lib, "dlock_info_value", ctypes.c_void_p,
         [c_info_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_size_t)])
     _fn(lib, "dlock_campaign", c_status,

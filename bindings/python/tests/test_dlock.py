@@ -5,6 +5,7 @@ Run through bindings/test.sh python (starts a throwaway redis-server), or by han
 """
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
 import gc
@@ -1201,6 +1202,164 @@ class Values(Base):
 
         asyncio.run(asyncio.wait_for(main(), 20))
         sync_hold.release()
+
+
+class _CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A loop's default executor that says what was handed to it (run_in_executor(None, ...))."""
+
+    def __init__(self):
+        super().__init__(max_workers=2)
+        self.submitted = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted.append(getattr(fn, "__name__", repr(fn)))
+        return super().submit(fn, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def completion_threads():
+    """Records, for each async completion the binding registers meanwhile, which table it went
+    through ("loop": _ops, run by the hooks client's done callback; "queue": _pending, run by
+    the dlock-events thread) and the thread it ran on: [(table, threading.get_ident())]."""
+    seen = []
+
+    class Recording(dict):
+        def __init__(self, table, items):
+            super().__init__(items)
+            self.table = table
+
+        def __setitem__(self, key, fn):
+            table = self.table
+
+            def recorded(*args):
+                seen.append((table, threading.get_ident()))
+                return fn(*args)
+
+            super().__setitem__(key, recorded)
+
+    old_ops, old_pending = dlock._ops, dlock._pending
+    dlock._ops, dlock._pending = Recording("loop", old_ops), Recording("queue", old_pending)
+    try:
+        yield seen
+    finally:
+        ops, pending = dict(dlock._ops), dict(dlock._pending)
+        old_ops.clear()
+        old_ops.update(ops)
+        old_pending.clear()
+        old_pending.update(pending)
+        dlock._ops, dlock._pending = old_ops, old_pending
+
+
+def events_thread():
+    """The dlock-events thread's ident (it drains the blocking API's completion queue)."""
+    return next(t.ident for t in threading.enumerate() if t.name == "dlock-events")
+
+
+class AsyncValues(Base):
+    """aset_value: on the loop's own client (dlock_lock_set_value_async) for a hold taken there,
+    completing on the loop's thread with no thread hop; through the completion queue for a
+    hold of the blocking API; from a worker thread for another loop's hold and with
+    DLOCK_PY_FORCE_THREADS=1 (the thread path)."""
+
+    def value_of(self, name):
+        holders = self.client.inspect(name).holders  # the blocking API's client: no loop
+        return holders[0].value if holders else None
+
+    def test_a_hold_of_this_loop(self):
+        name = unique("avalue-loop")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            pool = _CountingExecutor()
+            loop.set_default_executor(pool)
+            me = threading.get_ident()
+            async with dlock.Client(URL) as client:
+                lock = await client.aacquire(name, value=b"first", lease=5)
+                threads = threading.active_count()
+                with completion_threads() as seen:
+                    await lock.aset_value(b"second")
+                    self.assertEqual(self.value_of(name), b"second")
+                    await lock.aset_value("")  # removes it
+                    self.assertEqual(self.value_of(name), b"")
+                    with self.assertRaises(dlock.InvalidArgument):  # refused before any I/O
+                        await lock.aset_value(b"x" * (dlock.MAX_VALUE_BYTES + 1))
+                    with self.assertRaises(TypeError):
+                        await lock.aset_value(None)
+                    self.assertEqual(self.value_of(name), b"")
+                    cli("DEL", f"dlock:{{{name}}}")  # deposed behind its back
+                    with self.assertRaises(dlock.NotHeld) as cm:
+                        await lock.aset_value(b"deposed")
+                    self.assertEqual(cm.exception.code, "DLOCK_NOT_HELD")
+                    self.assertEqual(self.value_of(name), None)  # nothing written
+                with self.assertRaises(dlock.NotHeld):
+                    await lock.arelease()
+                with self.assertRaises(dlock.NotHeld):  # this object holds nothing now
+                    await lock.aset_value(b"released")
+                if dlock._use_async_c:
+                    # each completion ran on this, the loop's, thread: no thread hop, no worker
+                    self.assertEqual(seen, [("loop", me)] * 3)
+                    self.assertEqual(pool.submitted, [])
+                    self.assertEqual(threading.active_count(), threads)
+                    self.assertIsNone(client._h)  # the blocking API's client was never opened
+                else:  # the thread path: the blocking call on the loop's executor, each time
+                    self.assertEqual(seen, [])  # (but TypeError's, raised before it)
+                    self.assertEqual(pool.submitted.count("set_value"), 5)
+                self.assertFalse(dlock._ops)
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+
+    def test_a_hold_of_the_blocking_api(self):
+        name = unique("avalue-sync")
+        lock = self.client.acquire(name, value=b"sync", lease=5)
+
+        async def main():
+            pool = _CountingExecutor()
+            asyncio.get_running_loop().set_default_executor(pool)
+            with completion_threads() as seen:
+                await lock.aset_value(b"from asyncio")
+                self.assertEqual(self.value_of(name), b"from asyncio")
+                cli("DEL", f"dlock:{{{name}}}")
+                with self.assertRaises(dlock.NotHeld):
+                    await lock.aset_value(b"deposed")
+            self.assertEqual(self.value_of(name), None)
+            if dlock._use_async_c:  # through the completion queue, as aextend()
+                self.assertEqual(seen, [("queue", events_thread())] * 2)
+                self.assertEqual(pool.submitted, [])
+            else:
+                self.assertEqual(seen, [])
+                self.assertEqual(pool.submitted, ["set_value"] * 2)
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+        with self.assertRaises(dlock.NotHeld):
+            lock.release()
+
+    def test_a_hold_of_another_loop(self):
+        name = unique("avalue-other")
+        other = asyncio.new_event_loop()
+        runner = threading.Thread(target=other.run_forever, name="other-loop")
+        runner.start()
+
+        def on_other(coro):
+            return asyncio.run_coroutine_threadsafe(coro, other).result(10)
+
+        try:
+            lock = on_other(self.client.aacquire(name, value=b"other", lease=5))
+
+            async def main():
+                pool = _CountingExecutor()
+                asyncio.get_running_loop().set_default_executor(pool)
+                await lock.aset_value(b"from this loop")  # a worker thread, while `other` runs
+                self.assertEqual(pool.submitted, ["set_value"])
+
+            asyncio.run(asyncio.wait_for(main(), 20))
+            self.assertEqual(self.value_of(name), b"from this loop")
+            on_other(lock.arelease())
+        finally:
+            on_other(other.shutdown_asyncgens())
+            other.call_soon_threadsafe(other.stop)
+            runner.join(10)
+            other.close()
+        self.assertEqual(self.value_of(name), None)
 
 
 class Election(Base):

@@ -154,7 +154,7 @@ function M.run()
 end
 
 -- Acquires here; the log phase (which cannot yield) releases it without waiting, and its
--- acquire is refused.
+-- acquire and set_value are refused.
 function M.logphase()
   local a, c = args()
   local lock, err, code = c:acquire(a.name, { lease_ms = 10000 })
@@ -166,13 +166,16 @@ end
 function M.logphase_log()
   local lock = ngx.ctx.lock
   if not lock then return end
+  local ok, err = pcall(lock.set_value, lock, "in the log phase")
+  phase.set_value = ok and "set in the log phase" or tostring(err)
   phase.release = tostring(lock:release())
   local ok, err = pcall(clients.yield.acquire, clients.yield, lock.name .. "-other")
   phase.acquire = ok and "acquired in the log phase" or tostring(err)
 end
 
 function M.logphase_status()
-  ngx.say("release=", tostring(phase.release), "\nacquire=", tostring(phase.acquire))
+  ngx.say("release=", tostring(phase.release), "\nacquire=", tostring(phase.acquire),
+    "\nset_value=", tostring(phase.set_value))
 end
 
 -- A light thread killed while it waits: the lock its acquire wins later is given back (by the
@@ -188,8 +191,8 @@ function M.killed()
 end
 
 -- Leader election in a worker: a campaign that waits yields (a light thread campaigns while the
--- leader holds), set_value and leader are blocking calls; the second candidate leads only once
--- the first resigned, with a greater term.
+-- leader holds), and so does set_value (leader is a blocking call); the second candidate leads
+-- only once the first resigned, with a greater term.
 function M.elect()
   local a, c = args()
   local first, err, code = c:campaign(a.name, { value = "first" })
@@ -212,6 +215,33 @@ function M.elect()
   ngx.say("ok=", tostring(ok), " proclaimed=", proclaimed, " greater=",
     tostring(term ~= nil and term > first:fencing_token()), " after_resign=", tostring(saw),
     " leader=", tostring(value), " now=", tostring(c:leader(a.name)))
+end
+
+-- lock:set_value in a worker: with the yielding client it yields (the light thread calling it
+-- has not finished when ngx.thread.spawn returns), with the blocking one it does not; leader
+-- shows the new value; a deposed holder's (its lease left to run out) is NOT_HELD and writes
+-- nothing.
+function M.setvalue()
+  local a, c = args()
+  local lock, err, code = c:acquire(a.name, { lease_ms = 10000, value = "v0" })
+  if not lock then return failed(code, err) end
+  local finished = false
+  local t = ngx.thread.spawn(function()
+    local ok, e, k = lock:set_value("v1")
+    finished = true
+    return ok, e, k
+  end)
+  local yielded = not finished
+  local _, ok, e, k = ngx.thread.wait(t)
+  local value = assert(c:leader(a.name)).value
+  assert(lock:release())
+  local short = assert(c:acquire(a.name, { lease_ms = 100, heartbeat_ms = 0, value = "short" }))
+  ngx.sleep(0.3)
+  local dok, _, dcode = short:set_value("late")
+  ngx.say("yielded=", tostring(yielded), " set=", tostring(ok), ",", tostring(k or e),
+    " value=", tostring(value), " deposed=", tostring(dok), ",", tostring(dcode),
+    " after=", tostring(c:leader(a.name)))
+  short:release()
 end
 
 -- Yields until pred() is true, at most 5 s; whether it became true.

@@ -93,6 +93,7 @@ http {
     location = /gc { content_by_lua_block { require("app").gc() } }
     location = /killed { content_by_lua_block { require("app").killed() } }
     location = /elect { content_by_lua_block { require("app").elect() } }
+    location = /setvalue { content_by_lua_block { require("app").setvalue() } }
     location = /observe { content_by_lua_block { require("app").observe() } }
     location = /observe_init { content_by_lua_block { require("app").observe_init() } }
   }

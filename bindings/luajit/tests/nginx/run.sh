@@ -170,8 +170,9 @@ name="logphase-$$-$RANDOM"
 get "/logphase?name=$name" >/dev/null
 if wait_until 5 key_is "dlock:{$name}" 0; then
   status=$(get /logphase_status)
-  if [[ $status == *release=true* && $status == *"cannot wait in nginx's 'log' phase"* ]]; then
-    ok "log_by_lua: release starts without waiting; acquire is refused there"
+  if [[ $status == *release=true* && $status == *acquire=*"client:acquire cannot wait in nginx's 'log' phase"* &&
+    $status == *set_value=*"lock:set_value cannot wait in nginx's 'log' phase"* ]]; then
+    ok "log_by_lua: release starts without waiting; acquire and set_value are refused there"
   else
     fail "log phase: $status"
   fi
@@ -202,6 +203,18 @@ if [[ $out == "ok=true proclaimed=first, proclaimed greater=true after_resign=tr
 else
   fail "campaign in nginx: '$out'"
 fi
+
+for mode in yield block; do
+  yielded=true
+  [[ $mode == block ]] && yielded=false
+  name="setvalue-$mode-$$-$RANDOM"
+  out=$(get "/setvalue?name=$name&mode=$mode")
+  if [[ $out == "yielded=$yielded set=true,nil value=v1 deposed=nil,NOT_HELD after=nil" ]]; then
+    ok "lock:set_value in a worker ($mode client): yielded=$yielded; leader shows the new value; a deposed holder's is NOT_HELD and writes nothing"
+  else
+    fail "set_value in nginx ($mode client): '$out'"
+  fi
+done
 
 for mode in yield block; do
   name="observe-$mode-$$-$RANDOM"
