@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "backends/registry.h"
 #include "core/client.h"
@@ -22,6 +24,13 @@ struct dlock_client {
 struct dlock_lock {
   std::shared_ptr<dlock::Client> client;  // keeps the client's core alive for late releases
   std::shared_ptr<dlock::LockState> state;
+  mutable std::string lost_cause;  // dlock_lock_lost_cause's answer, kept until the next call
+};
+
+struct dlock_metrics {
+  std::vector<dlock::MetricFamily> families;
+  std::vector<dlock::MetricSample> samples;
+  std::vector<size_t> family_of;  // sample -> families index
 };
 
 struct dlock_options {
@@ -292,7 +301,7 @@ dlock_status BlockingAcquire(AcquireFn acquire, dlock_client* c, const char* nam
     std::shared_ptr<dlock::LockState> state;
     s = (c->impl.get()->*acquire)(name, *options, &state);
     if (!s.ok()) return Report(s);
-    *out = new dlock_lock{c->impl, std::move(state)};
+    *out = new dlock_lock{c->impl, std::move(state), {}};
     return Report(s);
   });
 }
@@ -506,7 +515,7 @@ dlock_status dlock_acquire_async(dlock_client* c, const char* name, const dlock_
                                     const std::shared_ptr<dlock::Client>& client,
                                     std::shared_ptr<dlock::LockState> state) {
                           dlock_lock* lock =
-                              state != nullptr ? new dlock_lock{client, std::move(state)} : nullptr;
+                              state != nullptr ? new dlock_lock{client, std::move(state), {}} : nullptr;
                           last_error = result.message();  // readable from inside done
                           done(static_cast<dlock_status>(result.code()), lock, arg);
                         });
@@ -620,7 +629,7 @@ int dlock_queue_pop_leader(dlock_queue* q, uint64_t* tag, dlock_status* status, 
     if (lock != nullptr) {
       *lock = entry.lock == nullptr
                   ? nullptr
-                  : new dlock_lock{std::move(entry.client), std::move(entry.lock)};
+                  : new dlock_lock{std::move(entry.client), std::move(entry.lock), {}};
     } else {
       dlock::CompletionQueue::GiveBack(entry);  // nobody takes it
     }
@@ -790,6 +799,95 @@ const void* dlock_info_value(const dlock_info* i, uint32_t k, size_t* len) {
   const dlock::HolderInfo* h = Holder(i, k);
   if (len != nullptr) *len = h == nullptr ? 0 : h->value.size();
   return h == nullptr ? nullptr : h->value.c_str();
+}
+
+dlock_status dlock_client_metrics_text(dlock_client* c, char* buf, size_t len, size_t* needed) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (needed == nullptr) return Invalid("needed is NULL");
+    if (buf == nullptr && len != 0) return Invalid("buf is NULL but len is not 0");
+    const std::string text = c->impl->MetricsText();
+    *needed = text.size();
+    if (buf == nullptr) return DLOCK_OK;
+    if (len <= text.size()) {
+      if (len > 0) buf[0] = '\0';
+      last_error = "the metrics text needs " + std::to_string(text.size() + 1) +
+                   " bytes with its NUL; the buffer has " + std::to_string(len);
+      return DLOCK_EINVAL;
+    }
+    std::memcpy(buf, text.c_str(), text.size() + 1);
+    return DLOCK_OK;
+  });
+}
+
+dlock_status dlock_client_metrics(dlock_client* c, dlock_metrics** out) {
+  return Guard([&] {
+    if (out == nullptr) return Invalid("out is NULL");
+    *out = nullptr;
+    if (c == nullptr) return Invalid("client is NULL");
+    auto m = std::make_unique<dlock_metrics>();
+    c->impl->CollectMetrics(&m->families, &m->samples);
+    size_t f = 0;
+    for (const dlock::MetricSample& s : m->samples) {
+      while (f < m->families.size() && m->families[f].name != s.family) ++f;
+      m->family_of.push_back(f < m->families.size() ? f : 0);
+    }
+    *out = m.release();
+    return DLOCK_OK;
+  });
+}
+
+void dlock_metrics_free(dlock_metrics* m) { delete m; }
+
+size_t dlock_metrics_count(const dlock_metrics* m) { return m == nullptr ? 0 : m->samples.size(); }
+
+namespace {
+const dlock::MetricFamily* FamilyOf(const dlock_metrics* m, size_t k) {
+  return m == nullptr || k >= m->samples.size() ? nullptr : &m->families[m->family_of[k]];
+}
+const dlock::MetricSample* SampleOf(const dlock_metrics* m, size_t k) {
+  return m == nullptr || k >= m->samples.size() ? nullptr : &m->samples[k];
+}
+}  // namespace
+
+const char* dlock_metrics_family(const dlock_metrics* m, size_t k) {
+  const dlock::MetricFamily* f = FamilyOf(m, k);
+  return f == nullptr ? nullptr : f->name.c_str();
+}
+
+const char* dlock_metrics_type(const dlock_metrics* m, size_t k) {
+  const dlock::MetricFamily* f = FamilyOf(m, k);
+  return f == nullptr ? nullptr : f->type.c_str();
+}
+
+const char* dlock_metrics_help(const dlock_metrics* m, size_t k) {
+  const dlock::MetricFamily* f = FamilyOf(m, k);
+  return f == nullptr ? nullptr : f->help.c_str();
+}
+
+const char* dlock_metrics_name(const dlock_metrics* m, size_t k) {
+  const dlock::MetricSample* s = SampleOf(m, k);
+  return s == nullptr ? nullptr : s->name.c_str();
+}
+
+const char* dlock_metrics_labels(const dlock_metrics* m, size_t k) {
+  const dlock::MetricSample* s = SampleOf(m, k);
+  return s == nullptr ? nullptr : s->labels.c_str();
+}
+
+double dlock_metrics_value(const dlock_metrics* m, size_t k) {
+  const dlock::MetricSample* s = SampleOf(m, k);
+  return s == nullptr ? 0 : s->value;
+}
+
+const char* dlock_lock_lost_cause(const dlock_lock* l) {
+  if (l == nullptr) return nullptr;
+  try {
+    l->lost_cause = l->state->LostCause();
+  } catch (...) {
+    l->lost_cause.clear();
+  }
+  return l->lost_cause.empty() ? nullptr : l->lost_cause.c_str();
 }
 
 uint64_t dlock_limit_value(dlock_limit which) {

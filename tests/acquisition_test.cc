@@ -106,6 +106,66 @@ TEST(AcquisitionTest, AFairWaiterWatchesFirstAndConfirmsAHandOverWithoutCounting
   EXPECT_FALSE(step.leave_line) << "the server took it out of the line";
 }
 
+// Metrics: a confirmed hand-over is counted as one, not as an attempt; the waiting gauge
+// counts the acquisition from Start to its end; one wait is observed, with its length.
+TEST(AcquisitionTest, ItsMetricsCountAttemptsHandOversAndTheWait) {
+  const TimePoint t0 = Now();
+  const AcquireOptions a_options = WaitingOptions(-1);
+  Metrics m;
+  auto count = [&](const std::string& key) {
+    std::vector<MetricFamily> families;
+    std::vector<MetricSample> samples;
+    m.Collect(0, &families, &samples);
+    for (const MetricSample& s : samples) {
+      if ((s.labels.empty() ? s.name : s.name + "{" + s.labels + "}") == key) return s.value;
+    }
+    ADD_FAILURE() << "no sample " << key;
+    return -1.0;
+  };
+  {
+    Acquisition a(Request(true), a_options, /*notifies=*/true, t0, &m);
+    a.Start();
+    EXPECT_EQ(count("dlock_acquires_waiting"), 1);
+    a.NextAttempt(t0);
+    (void)a.HandedOver();
+    (void)a.Answered(Status::Ok(), Refused(), t0 + Millis(1));
+    a.NextAttempt(t0 + Millis(1));
+    EXPECT_EQ(a.Answered(Status::Ok(), Won(), t0 + Millis(2)).kind, Kind::kAcquired);
+  }
+  EXPECT_EQ(count("dlock_acquire_attempts_total{kind=\"exclusive\"}"), 1);
+  EXPECT_EQ(count("dlock_acquires_total{kind=\"exclusive\",outcome=\"acquired\"}"), 1);
+  EXPECT_EQ(count("dlock_handovers_total"), 1);
+  EXPECT_EQ(count("dlock_acquires_waiting"), 0);
+  EXPECT_EQ(count("dlock_acquire_wait_seconds_count"), 1);
+  EXPECT_EQ(count("dlock_acquire_attempt_seconds_count"), 2);
+  // Dropped unfinished (its driver gone): no longer waiting; a cancel is its own outcome.
+  {
+    Acquisition a(Request(false), a_options, /*notifies=*/true, t0, &m);
+    a.Start();
+  }
+  EXPECT_EQ(count("dlock_acquires_waiting"), 0);
+  Acquisition b(Request(false), a_options, /*notifies=*/true, t0, &m);
+  b.Start();
+  (void)b.Cancel(Status::Cancelled("cancelled"));
+  EXPECT_EQ(count("dlock_acquires_total{kind=\"exclusive\",outcome=\"cancelled\"}"), 1);
+  EXPECT_EQ(count("dlock_acquire_wait_seconds_count"), 1) << "a cancel's wait is not observed";
+}
+
+// Histogram buckets are upper bounds, inclusive (Prometheus' le), and cumulative.
+TEST(AcquisitionTest, HistogramBucketsAreInclusiveUpperBounds) {
+  Histogram h;
+  h.Observe(std::chrono::microseconds(1000));  // exactly 1 ms: le="0.001"
+  h.Observe(std::chrono::microseconds(1001));
+  h.Observe(std::chrono::seconds(100));        // past the last bound: +Inf only
+  const Histogram::Snapshot s = h.Read();
+  EXPECT_EQ(s.cumulative[0], 0u);  // le 0.0005
+  EXPECT_EQ(s.cumulative[1], 1u);  // le 0.001
+  EXPECT_EQ(s.cumulative[2], 2u);  // le 0.0025
+  EXPECT_EQ(s.cumulative[Histogram::kBounds.size() - 1], 2u);
+  EXPECT_EQ(s.cumulative.back(), 3u);
+  EXPECT_NEAR(s.sum_seconds, 100.002001, 1e-9);
+}
+
 TEST(AcquisitionTest, AWaitThatRunsOutLeavesTheLineAndStopsWatching) {
   const TimePoint t0 = Now();
   const AcquireOptions a_options = WaitingOptions(100);

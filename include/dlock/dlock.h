@@ -598,6 +598,65 @@ DLOCK_API void dlock_observer_cancel(dlock_observer *ob);
 DLOCK_API dlock_status dlock_observe_queued(dlock_client *c, const char *name, struct dlock_queue *q,
                                             uint64_t tag, dlock_observer **out);
 
+/* ----- metrics and loss causes ---------------------------------------------------------------
+ *
+ * Every client counts what its calls and heartbeats did, always (each event costs an atomic
+ * add). No lock name is a label: names are unbounded, and a label's values must not be. The
+ * families (counters end in _total, times are in seconds):
+ *   dlock_acquire_attempts_total{kind}      attempts sent (a confirmed fair hand-over is not one)
+ *   dlock_acquires_total{kind,outcome}      acquisitions ended: acquired, not_acquired (the wait
+ *                                           ran out), error, cancelled
+ *   dlock_handovers_total                   acquisitions a fair hand-over ended
+ *   dlock_releases_total{outcome}           the caller's releases: ok, not_held, error
+ *   dlock_extends_total{outcome}            the caller's extends: ok, not_held, error
+ *   dlock_renewals_sent_total               lease renewals sent by the heartbeats
+ *   dlock_renewals_total{outcome}           renewals answered: succeeded, failed (an error,
+ *                                           retried until the local deadline), refused
+ *   dlock_losses_total{cause}               locks lost while held, by cause (below)
+ *   dlock_locks_held, dlock_acquires_waiting  gauges: held now, acquisitions under way now
+ *   dlock_acquire_wait_seconds              histogram: start to end of acquisitions that ended
+ *                                           acquired or not_acquired
+ *   dlock_acquire_attempt_seconds           histogram: each attempt's round trip
+ *   dlock_hold_seconds                      histogram: acquired to released or lost
+ *   dlock_renewal_seconds                   histogram: each answered renewal's round trip
+ * kind is exclusive, shared or semaphore. Counters start at 0 with the client and never go
+ * down. Any thread; takes a few microseconds (one short lock to count the locks held). */
+
+/* The client's metrics in the Prometheus text exposition format (version 0.0.4: HELP and TYPE
+ * lines, then samples), as a scrape handler serves them. *needed gets the text's length (its
+ * NUL not counted). With buf NULL and len 0 it only sets *needed (DLOCK_OK). The text and its
+ * NUL are written when len > *needed; otherwise DLOCK_EINVAL, and buf gets "" (len > 0). The
+ * text may grow between calls: call again with a larger buffer. */
+DLOCK_API dlock_status dlock_client_metrics_text(dlock_client *c, char *buf, size_t len,
+                                                 size_t *needed);
+
+/* The same samples, for programs that feed another metrics system: a snapshot to free with
+ * dlock_metrics_free. Sample k (0 <= k < dlock_metrics_count) has its family's name, type
+ * ("counter", "gauge" or "histogram") and help; its own name (the family's, or for a histogram
+ * with _bucket, _sum or _count); its labels as the text writes them between braces
+ * (kind="shared",outcome="acquired"; "" for none); and its value. The strings live as long as
+ * the snapshot. Out-of-range k gives NULL strings and 0. */
+typedef struct dlock_metrics dlock_metrics;
+DLOCK_API dlock_status dlock_client_metrics(dlock_client *c, dlock_metrics **out);
+DLOCK_API void         dlock_metrics_free(dlock_metrics *m);
+DLOCK_API size_t       dlock_metrics_count(const dlock_metrics *m);
+DLOCK_API const char  *dlock_metrics_family(const dlock_metrics *m, size_t k);
+DLOCK_API const char  *dlock_metrics_type(const dlock_metrics *m, size_t k);
+DLOCK_API const char  *dlock_metrics_help(const dlock_metrics *m, size_t k);
+DLOCK_API const char  *dlock_metrics_name(const dlock_metrics *m, size_t k);
+DLOCK_API const char  *dlock_metrics_labels(const dlock_metrics *m, size_t k);
+DLOCK_API double       dlock_metrics_value(const dlock_metrics *m, size_t k);
+
+/* Why l is no longer valid: NULL while it is held and valid, else "CAUSE: details", where
+ * CAUSE is a stable code (the cause label of dlock_losses_total):
+ *   refused   the server no longer had this owner's lock (a renewal, extend, release or
+ *             set_value found it expired, deleted or taken over);
+ *   expired   renewals failed until the local deadline passed (the details end with the last
+ *             error), or the deadline passed before a renewal answered.
+ * (max_hold and broken are reserved for job rules.) Valid until the next call on l or its
+ * release; not at the same time as another call on l. */
+DLOCK_API const char *dlock_lock_lost_cause(const dlock_lock *l);
+
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 
 typedef enum dlock_limit {

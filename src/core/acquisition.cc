@@ -10,16 +10,25 @@ namespace dlock {
 using Kind = Acquisition::Step::Kind;
 
 Acquisition::Acquisition(LockRequest request, const AcquireOptions& options, bool notifies,
-                         TimePoint start)
+                         TimePoint start, Metrics* metrics)
     : request_(std::move(request)),
       options_(options),
       notifies_(notifies),
       in_line_(!request_.waiter_id.empty()),
       start_(start),
       wait_until_(WaitUntil(start, options.wait_ms)),
-      backoff_ms_(options.retry_min_ms) {}
+      backoff_ms_(options.retry_min_ms),
+      metrics_(metrics),
+      kind_index_(Metrics::KindIndex(request_.kind, request_.permits)) {}
+
+// Dropped unfinished (its driver went away): it no longer waits.
+Acquisition::~Acquisition() {
+  if (started_ && !finished_ && metrics_ != nullptr) metrics_->WaiterEnded();
+}
 
 Acquisition::Step Acquisition::Start() {
+  started_ = true;
+  if (metrics_ != nullptr) metrics_->WaiterStarted();
   Step step = Step::Of(Kind::kAttempt);
   if (in_line_) {
     // A fair waiter watches before it asks, so that the release that hands it the lock, told
@@ -34,7 +43,12 @@ const LockRequest& Acquisition::NextAttempt(TimePoint sent) {
   in_flight_ = true;
   released_meanwhile_ = false;
   live_when_sent_ = live_;
-  if (!std::exchange(grant_heard_, false)) ++attempts_;  // a confirmation is not a try
+  confirming_ = std::exchange(grant_heard_, false);
+  if (!confirming_) {  // a confirmation is not a try
+    ++attempts_;
+    if (metrics_ != nullptr) metrics_->AttemptSent(kind_index_);
+  }
+  sent_ = sent;
   request_.queue_ms = WriterQueueMs(options_, sent, wait_until_);
   return request_;
 }
@@ -75,6 +89,14 @@ Acquisition::Step Acquisition::Cancel(const Status& why) {
 
 Acquisition::Step Acquisition::Finish(Kind kind, Status status) {
   finished_ = true;
+  if (metrics_ != nullptr) {
+    const AcquireOutcome outcome = kind == Kind::kAcquired              ? AcquireOutcome::kAcquired
+                                   : kind == Kind::kGaveUp             ? AcquireOutcome::kNotAcquired
+                                   : status.code() == Code::kCancelled ? AcquireOutcome::kCancelled
+                                                                       : AcquireOutcome::kError;
+    metrics_->AcquireEnded(kind_index_, outcome, Now() - start_, kind == Kind::kAcquired && confirming_);
+    if (started_) metrics_->WaiterEnded();
+  }
   Step step = Step::Of(kind);
   step.unwatch = std::exchange(watching_, false);
   step.status = std::move(status);
@@ -89,6 +111,7 @@ Acquisition::Step Acquisition::Answered(const Status& s, const AcquireAttempt& a
   in_flight_ = false;
   if (finished_) return {};  // cancelled meanwhile: its driver gives back what it may have won
   if (!s.ok()) return Finish(Kind::kFinished, s);
+  if (metrics_ != nullptr) metrics_->AttemptAnswered(now - sent_);
   if (answer.acquired) return Finish(Kind::kAcquired);
   // Refused, then a grant was heard: confirm it. Past the wait, leaving the line hands it on.
   if (grant_heard_ && now < wait_until_) return Step::Of(Kind::kAttempt);

@@ -18,6 +18,7 @@
 
 #include "core/backend.h"
 #include "core/clock.h"
+#include "core/metrics.h"
 #include "core/options.h"
 #include "core/status.h"
 
@@ -59,8 +60,14 @@ class Acquisition {
 
   // request: made by Client::MakeRequest (a waiter id when it waits in line). options: kept by
   // reference, so they must outlive this. notifies: the backend tells watchers of releases.
-  Acquisition(LockRequest request, const AcquireOptions& options, bool notifies, TimePoint start);
-  Acquisition(LockRequest, const AcquireOptions&&, bool, TimePoint) = delete;  // would dangle
+  // metrics: the client's, which outlive this; counts attempts, their round trips and how
+  // the acquisition ended (may be null).
+  Acquisition(LockRequest request, const AcquireOptions& options, bool notifies, TimePoint start,
+              Metrics* metrics = nullptr);
+  Acquisition(LockRequest, const AcquireOptions&&, bool, TimePoint, Metrics* = nullptr) = delete;  // would dangle
+  ~Acquisition();
+  Acquisition(const Acquisition&) = delete;
+  Acquisition& operator=(const Acquisition&) = delete;
 
   Step Start();
   // The request of the attempt a kAttempt step asks for, sent at `sent`.
@@ -98,7 +105,12 @@ class Acquisition {
   bool in_flight_ = false;
   bool released_meanwhile_ = false;  // a release heard while an attempt was out
   bool grant_heard_ = false;         // a hand-over heard: the next attempt confirms it
+  bool confirming_ = false;          // the attempt out confirms a hand-over
+  bool started_ = false;
   bool finished_ = false;
+  Metrics* const metrics_;
+  const int kind_index_;
+  TimePoint sent_{};  // the attempt out
 };
 
 }  // namespace dlock

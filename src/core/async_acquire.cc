@@ -14,7 +14,8 @@ AsyncAcquire::AsyncAcquire(Client* client, LockRequest request, AcquireOptions o
       options_(std::move(options)),
       key_(key),
       done_(std::move(done)),
-      acquisition_(std::move(request), options_, client->backend()->NotifiesReleases(), Now()),
+      acquisition_(std::move(request), options_, client->backend()->NotifiesReleases(), Now(),
+                   client->metrics()),
       timer_(client->loop(), [this] { Execute(acquisition_.TimerFired()); }) {}
 
 AsyncAcquire::~AsyncAcquire() = default;

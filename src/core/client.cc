@@ -38,7 +38,7 @@ Status Client::Finish(const Url& url, OpenBackendFn open_backend, std::shared_pt
     return s;
   }
   client->heartbeats_ = std::make_unique<Heartbeats>(client->loop_.get(), client->backend_.get(),
-                                                     &client->callbacks_);
+                                                     &client->callbacks_, &client->metrics_);
   *out = std::move(client);
   return Status::Ok();
 }
@@ -334,7 +334,7 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
   Status s = MakeRequest(name, options, &request);
   if (!s.ok()) return s;
 
-  Acquisition acquisition(std::move(request), options, backend_->NotifiesReleases(), Now());
+  Acquisition acquisition(std::move(request), options, backend_->NotifiesReleases(), Now(), &metrics_);
   WakeSignal signal(acquisition.request().waiter_id);
   WakeSignal::Heard seen;
   AcquireAttempt answer;
@@ -440,18 +440,38 @@ void Client::Forget(const std::shared_ptr<LockState>& lock) {
 }
 
 Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s) {
-  if (s.ok() || s.code() == Code::kNotHeld) {
-    if (!s.ok()) lock->SetLostReason("the server no longer had this owner's lock");
-    bool moved = lock->Transition(s.ok() ? LockPhase::kReleased : LockPhase::kLost);
+  if (s.ok()) {
+    const bool moved = lock->Transition(LockPhase::kReleased);
     Forget(lock);
-    return moved && s.ok() ? s : NotHeldStatus(*lock);
+    metrics_.Released(moved ? CallOutcome::kOk : CallOutcome::kNotHeld, Now() - lock->acquired_at);
+    return moved ? s : NotHeldStatus(*lock);
+  }
+  if (s.code() == Code::kNotHeld) {
+    lock->Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
+    Forget(lock);
+    metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
+    return NotHeldStatus(*lock);
   }
   // The server could not be asked: the lock stays ours until its lease runs out, and the
   // caller's handle is gone, so stop renewing it.
   lock->SetLostReason("release failed: " + s.message());
   lock->Transition(LockPhase::kReleased);
   Forget(lock);
+  metrics_.Released(CallOutcome::kError, Clock::duration());
   return s;
+}
+
+uint64_t Client::HeldCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t held = 0;
+  for (const auto& [name, state] : held_) held += state->Phase() == LockPhase::kHeld ? 1 : 0;
+  return held;
+}
+
+std::string Client::MetricsText() const { return metrics_.Text(HeldCount()); }
+
+void Client::CollectMetrics(std::vector<MetricFamily>* families, std::vector<MetricSample>* samples) const {
+  metrics_.Collect(HeldCount(), families, samples);
 }
 
 Status Client::Release(const std::shared_ptr<LockState>& lock) {
@@ -464,6 +484,7 @@ Status Client::Release(const std::shared_ptr<LockState>& lock) {
 
 Status Client::ReleaseHeld(const std::shared_ptr<LockState>& lock) {
   LockPhase phase = lock->Phase();
+  if (phase != LockPhase::kHeld) metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
   if (phase == LockPhase::kClosed || phase == LockPhase::kReleased) return NotHeldStatus(*lock);
   if (phase == LockPhase::kLost) {
     Forget(lock);
@@ -484,6 +505,7 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_d
   bool posted = StartOnLoop([self = shared_from_this(), lock, done]() mutable {
     LockPhase phase = lock->Phase();
     if (phase != LockPhase::kHeld) {
+      self->metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
       if (phase == LockPhase::kLost) {
         self->Forget(lock);
         self->backend_->ReleaseAsync(lock, [](const Status&) {});  // best effort, as above
@@ -541,11 +563,10 @@ Status Client::SetValue(const std::shared_ptr<LockState>& lock, const std::strin
   return SettleSetValue(*lock, backend_->SetValue(*lock, value));
 }
 
-Status Client::SettleSetValue(LockState& lock, const Status& s) const {
+Status Client::SettleSetValue(LockState& lock, const Status& s) {
   if (s.code() != Code::kNotHeld) return s;
   // Found by the caller's own call: reported by its NOT_HELD, not by on_lost (as extend).
-  lock.SetLostReason("the server no longer had this owner's lock");
-  lock.Transition(LockPhase::kLost);
+  lock.Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
   return NotHeldStatus(lock);
 }
 

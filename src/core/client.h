@@ -20,6 +20,7 @@
 #include "core/url.h"
 #include "loop/event_loop.h"
 #include "core/heartbeats.h"
+#include "core/metrics.h"
 #include "core/observer.h"
 
 struct event_base;
@@ -76,6 +77,11 @@ class Client : public std::enable_shared_from_this<Client> {
   Status Observe(const std::string& name, Observer::Report report, std::shared_ptr<Observer>* out);
   void ForgetObserver(Observer* observer);
 
+  // This client's metrics (dlock_client_metrics_text): the Prometheus text, or its samples.
+  std::string MetricsText() const;
+  void CollectMetrics(std::vector<MetricFamily>* families, std::vector<MetricSample>* samples) const;
+  Metrics* metrics() { return &metrics_; }
+
   // For AsyncAcquire and the backends.
   EventLoop* loop() { return loop_.get(); }
   Backend* backend() { return backend_.get(); }
@@ -123,8 +129,9 @@ class Client : public std::enable_shared_from_this<Client> {
                        std::shared_ptr<Client>* out);
   Status NotHeldStatus(const LockState& lock) const;
   // A set_value's answer, as the caller sees it (NotHeld marks the lock lost).
-  Status SettleSetValue(LockState& lock, const Status& s) const;
+  Status SettleSetValue(LockState& lock, const Status& s);
   Status ReleaseHeld(const std::shared_ptr<LockState>& lock);
+  uint64_t HeldCount() const;
   void Forget(const std::shared_ptr<LockState>& lock);
 
   // The backend's request for one hold: a fresh owner token, the kind checked against what
@@ -139,6 +146,7 @@ class Client : public std::enable_shared_from_this<Client> {
   // How long close waits for async answers in flight.
   static constexpr Millis kCloseDrainLimit{3000};
 
+  Metrics metrics_;  // before what counts into it, so that it outlives them
   std::unique_ptr<EventLoop> loop_;
   int starting_ = 0;  // StartOnLoop calls running inline (loop thread only)
   std::unique_ptr<Backend> backend_;

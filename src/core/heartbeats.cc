@@ -23,8 +23,8 @@ Millis RetryDelay(uint64_t heartbeat_ms) {
 
 }  // namespace
 
-Heartbeats::Heartbeats(EventLoop* loop, Backend* backend, CallbackDepth* callbacks)
-    : loop_(loop), backend_(backend), callbacks_(callbacks), timer_(loop, [this] { Tick(); }) {}
+Heartbeats::Heartbeats(EventLoop* loop, Backend* backend, CallbackDepth* callbacks, Metrics* metrics)
+    : loop_(loop), backend_(backend), callbacks_(callbacks), metrics_(metrics), timer_(loop, [this] { Tick(); }) {}
 
 Heartbeats::~Heartbeats() = default;
 
@@ -131,6 +131,7 @@ void Heartbeats::Tick() {
     if (!entry->in_flight && lock.heartbeat_ms.load() != 0) {
       entry->in_flight = true;
       batch.push_back(RenewRequest{entry->lock, lock.lease_ms.load(), now});
+      metrics_->RenewalSent();
     }
     // Until the renewal answers, the deadline is what to watch for.
     if (deadline != kNoDeadline) {
@@ -138,7 +139,7 @@ void Heartbeats::Tick() {
       queue_.emplace(entry->due, &lock);
     }
   }
-  for (auto& [lock, reason] : lost) ReportLost(lock, reason);
+  for (auto& [lock, reason] : lost) ReportLost(lock, LossCause::kExpired, reason);
   if (stopped_) return;  // an on_lost callback closed the client
   if (!batch.empty()) {
     backend_->RenewBatch(std::move(batch), this);
@@ -159,6 +160,10 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
     return;
   }
   TimePoint now = Now();
+  metrics_->RenewalAnswered(status.ok()                       ? RenewalOutcome::kSucceeded
+                            : status.code() == Code::kNotHeld ? RenewalOutcome::kRefused
+                                                              : RenewalOutcome::kFailed,
+                            now - request.sent);
   if (status.ok()) {
     // One command in flight per lock: this answer is the server's latest word on the lease.
     entry.last_error.clear();
@@ -174,7 +179,8 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
       entries_.erase(it);
       return;
     }
-    ReportLost(entry.lock, "the server no longer has this owner's lock (expired, deleted or taken over)");
+    ReportLost(entry.lock, LossCause::kRefused,
+               "the server no longer has this owner's lock (expired, deleted or taken over)");
     return;
   }
   entry.last_error = status.message();
@@ -202,6 +208,7 @@ void Heartbeats::Extend(std::shared_ptr<LockState> lock, uint64_t lease_ms, Stat
 void Heartbeats::SendExtend(Entry* entry, PendingExtend extend) {
   std::shared_ptr<LockState> lock = entry->lock;
   if (lock->Phase() != LockPhase::kHeld) {
+    metrics_->Extended(CallOutcome::kNotHeld);
     extend.done(Status::NotHeld("lock '" + lock->name + "' is no longer held"));
     AfterAnswer(lock.get());
     return;
@@ -229,10 +236,12 @@ void Heartbeats::OnExtended(const std::shared_ptr<LockState>& lock, uint64_t lea
   }
   auto it = entries_.find(lock.get());
   if (it != entries_.end()) it->second.in_flight = false;
+  metrics_->Extended(status.ok() && lock->Phase() == LockPhase::kHeld ? CallOutcome::kOk
+                     : status.ok() || status.code() == Code::kNotHeld ? CallOutcome::kNotHeld
+                                                                       : CallOutcome::kError);
   if (status.code() == Code::kNotHeld) {
     // Found by the caller's own extend: reported by its NOT_HELD, not by on_lost.
-    lock->SetLostReason("the server no longer had this owner's lock");
-    lock->Transition(LockPhase::kLost);
+    lock->Lose(LossCause::kRefused, "the server no longer had this owner's lock", metrics_);
     done(Status::NotHeld("lock '" + lock->name + "' was lost: the server no longer had this owner's lock"));
     AfterAnswer(lock.get());
     return;
@@ -279,15 +288,14 @@ void Heartbeats::AfterAnswer(LockState* lock) {
   }
 }
 
-void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, const std::string& reason) {
+void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, LossCause cause, const std::string& reason) {
   auto it = entries_.find(lock.get());
   if (it != entries_.end()) {
     Unschedule(&it->second);
     entries_.erase(it);
   }
   std::lock_guard<std::recursive_mutex> callback_guard(lock->callback_mu);
-  lock->SetLostReason(reason);
-  if (!lock->Transition(LockPhase::kLost)) return;  // released meanwhile: nothing to report
+  if (!lock->Lose(cause, reason, metrics_)) return;  // released meanwhile: nothing to report
   if (!lock->on_lost) return;
   CallbackScope scope(callbacks_);
   lock->on_lost(lock->name, lock->fencing_token, reason);

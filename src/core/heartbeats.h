@@ -24,7 +24,8 @@ namespace dlock {
 
 class Heartbeats : public RenewSink {
  public:
-  Heartbeats(EventLoop* loop, Backend* backend, CallbackDepth* callbacks);
+  // metrics: the client's, counted into (outlives this).
+  Heartbeats(EventLoop* loop, Backend* backend, CallbackDepth* callbacks, Metrics* metrics);
   ~Heartbeats() override;
 
   // Any thread. Starts (or, after an extend, restarts) renewing lock. Does not wake the loop
@@ -64,11 +65,12 @@ class Heartbeats : public RenewSink {
   void Tick();
   void ArmTimer();
   void ArmTimerLocked(TimePoint at);
-  void ReportLost(std::shared_ptr<LockState> lock, const std::string& reason);
+  void ReportLost(std::shared_ptr<LockState> lock, LossCause cause, const std::string& reason);
 
   EventLoop* loop_;
   Backend* backend_;
   CallbackDepth* callbacks_;
+  Metrics* metrics_;
   Timer timer_;
   bool stopped_ = false;
   std::unordered_map<LockState*, Entry> entries_;

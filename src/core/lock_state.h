@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/clock.h"
+#include "core/metrics.h"
 #include "core/options.h"
 
 namespace dlock {
@@ -114,10 +115,38 @@ struct LockState {
     std::lock_guard<std::mutex> lock(reason_mu_);
     return lost_reason_;
   }
+  // Moves kHeld to kLost for `cause`, and counts it (metrics may be null); true for the one
+  // caller that made the move. The reason is kept either way: a release racing with the loss
+  // still learns it.
+  bool Lose(LossCause cause, std::string reason, Metrics* metrics) {
+    {
+      std::lock_guard<std::mutex> lock(reason_mu_);
+      lost_reason_ = std::move(reason);
+      if (Phase() == LockPhase::kHeld) lost_cause_ = cause;
+    }
+    if (!Transition(LockPhase::kLost)) return false;
+    if (metrics != nullptr) metrics->Lost(cause, Now() - acquired_at);
+    return true;
+  }
+  // "CAUSE: reason" once lost (dlock_lock_lost_cause), "" while held and valid, and "expired:
+  // ..." once the local deadline passed before the heartbeats found out.
+  std::string LostCause() const {
+    if (Phase() == LockPhase::kHeld) {
+      return IsValid() ? std::string()
+                       : std::string(LossCauseCode(LossCause::kExpired)) +
+                             ": the local deadline passed before a renewal answered";
+    }
+    if (Phase() != LockPhase::kLost) return std::string();
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    return std::string(LossCauseCode(lost_cause_)) + ": " + lost_reason_;
+  }
+
+  const TimePoint acquired_at = Now();  // for the hold-time histogram
 
  private:
   mutable std::mutex reason_mu_;
   std::string lost_reason_;
+  LossCause lost_cause_ = LossCause::kRefused;  // under reason_mu_
 };
 
 }  // namespace dlock

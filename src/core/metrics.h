@@ -1,0 +1,106 @@
+// A client's metrics (dlock_client_metrics_text): counters, histograms and gauges of what its
+// acquisitions, releases, extends, renewals and losses did, cheap enough to stay on always:
+// each event is one relaxed atomic add (two or three for a histogram), no lock, no allocation.
+// No lock name is ever a label (names are unbounded); labels are bounded sets: the lock kind,
+// an outcome, a loss cause.
+#ifndef DLOCK_CORE_METRICS_H_
+#define DLOCK_CORE_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/options.h"
+
+namespace dlock {
+
+// Why a lock was lost: the stable code that starts dlock_lock_lost_cause and labels the loss
+// counter. (The jobs issue adds max_hold and broken.)
+enum class LossCause : int {
+  kRefused = 0,  // the server refused a renewal or extend: the owner no longer matches
+  kExpired = 1,  // renewals failed until the local deadline passed
+  kCount
+};
+const char* LossCauseCode(LossCause cause);
+
+// Seconds, with buckets from 0.5 ms to 60 s: lock latencies on a LAN up to long waits.
+class Histogram {
+ public:
+  static constexpr std::array<double, 16> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                     0.05,   0.1,   0.25,   0.5,   1,     2.5,
+                                                     5,      10,    30,     60};
+  void Observe(Clock::duration elapsed);
+  struct Snapshot {
+    std::array<uint64_t, kBounds.size() + 1> cumulative{};  // the last one is +Inf: the count
+    double sum_seconds = 0;
+  };
+  Snapshot Read() const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts_{};  // per bucket, not cumulative
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+enum class AcquireOutcome : int { kAcquired = 0, kNotAcquired, kError, kCancelled, kCount };
+enum class CallOutcome : int { kOk = 0, kNotHeld, kError, kCount };
+enum class RenewalOutcome : int { kSucceeded = 0, kFailed, kRefused, kCount };
+
+// One sample of the Prometheus text: name (with _total, _bucket, _sum, _count), its labels as
+// the text writes them (`kind="shared",outcome="acquired"`; "" for none) and its value.
+struct MetricSample {
+  std::string family;  // the family it belongs to (HELP and TYPE are the family's)
+  std::string name;
+  std::string labels;
+  double value = 0;
+};
+struct MetricFamily {
+  std::string name, type, help;
+};
+
+class Metrics {
+ public:
+  static constexpr int kKinds = 3;  // exclusive, shared, semaphore
+
+  // Index of a request's kind in the per-kind arrays.
+  static int KindIndex(LockKind kind, uint32_t permits);
+
+  void AttemptSent(int kind) { Add(attempts_[kind]); }
+  void AttemptAnswered(Clock::duration round_trip) { attempt_seconds_.Observe(round_trip); }
+  // An acquisition ended: its outcome, how long it waited (start to end) and whether a fair
+  // hand-over gave it the lock.
+  void AcquireEnded(int kind, AcquireOutcome outcome, Clock::duration waited, bool handed_over);
+  void Released(CallOutcome outcome, Clock::duration held);
+  void Extended(CallOutcome outcome) { Add(extends_[static_cast<int>(outcome)]); }
+  void RenewalSent() { Add(renewals_sent_); }
+  void RenewalAnswered(RenewalOutcome outcome, Clock::duration round_trip);
+  void Lost(LossCause cause, Clock::duration held);
+  void WaiterStarted() { waiting_.fetch_add(1, std::memory_order_relaxed); }
+  void WaiterEnded() { waiting_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // Every sample, families in a fixed order; held: the client's locks held now.
+  void Collect(uint64_t held, std::vector<MetricFamily>* families, std::vector<MetricSample>* samples) const;
+  // The Prometheus text exposition format (0.0.4) of Collect's samples.
+  std::string Text(uint64_t held) const;
+
+ private:
+  static void Add(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+
+  std::array<std::atomic<uint64_t>, kKinds> attempts_{};
+  std::array<std::array<std::atomic<uint64_t>, static_cast<int>(AcquireOutcome::kCount)>, kKinds> acquires_{};
+  std::array<std::atomic<uint64_t>, static_cast<int>(CallOutcome::kCount)> releases_{};
+  std::array<std::atomic<uint64_t>, static_cast<int>(CallOutcome::kCount)> extends_{};
+  std::atomic<uint64_t> renewals_sent_{0};
+  std::array<std::atomic<uint64_t>, static_cast<int>(RenewalOutcome::kCount)> renewals_{};
+  std::array<std::atomic<uint64_t>, static_cast<int>(LossCause::kCount)> losses_{};
+  std::atomic<uint64_t> handovers_{0};
+  std::atomic<int64_t> waiting_{0};
+  Histogram wait_seconds_, attempt_seconds_, hold_seconds_, renewal_seconds_;
+};
+
+}  // namespace dlock
+
+#endif  // DLOCK_CORE_METRICS_H_

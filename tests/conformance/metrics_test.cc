@@ -1,0 +1,264 @@
+// Metrics and loss causes on every backend (dlock_client_metrics_text, dlock_client_metrics,
+// dlock_lock_lost_cause): each counter moves by exactly what a scripted scenario did (an
+// uncontended cycle, a wait that runs out, a contended wait of a known length, a loss made by
+// deleting the key, renewals failing while the server is paused), the histograms count each
+// event once with its time, and the text form says what the samples say.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "conformance/conformance.h"
+#include "support/child_process.h"
+
+namespace dlock_test {
+namespace {
+
+using namespace std::chrono_literals;
+using Samples = std::map<std::string, double>;  // "name{labels}" -> value
+
+std::string Key(const std::string& name, const std::string& labels) {
+  return labels.empty() ? name : name + "{" + labels + "}";
+}
+
+Samples Read(dlock_client* c) {
+  Samples out;
+  dlock_metrics* m = nullptr;
+  EXPECT_EQ(dlock_client_metrics(c, &m), DLOCK_OK) << dlock_last_error();
+  for (size_t k = 0; k < dlock_metrics_count(m); ++k) {
+    out[Key(dlock_metrics_name(m, k), dlock_metrics_labels(m, k))] = dlock_metrics_value(m, k);
+  }
+  dlock_metrics_free(m);
+  return out;
+}
+
+// The text form, parsed back: every sample line "key value".
+Samples ReadText(dlock_client* c) {
+  size_t needed = 0;
+  EXPECT_EQ(dlock_client_metrics_text(c, nullptr, 0, &needed), DLOCK_OK) << dlock_last_error();
+  std::string buf(needed + 64, '\0');  // room for what may be counted meanwhile
+  EXPECT_EQ(dlock_client_metrics_text(c, buf.data(), buf.size(), &needed), DLOCK_OK) << dlock_last_error();
+  buf.resize(needed);
+  Samples out;
+  std::istringstream lines(buf);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    out[line.substr(0, space)] = std::strtod(line.c_str() + space + 1, nullptr);
+  }
+  return out;
+}
+
+// What moved between two reads, left out: histogram buckets and sums (their _count says how
+// many events; the times are checked on their own).
+Samples Moved(const Samples& before, const Samples& after) {
+  Samples moved;
+  for (const auto& [key, value] : after) {
+    if (key.find("_bucket{") != std::string::npos || key.find("_sum") != std::string::npos) continue;
+    auto it = before.find(key);
+    const double was = it == before.end() ? 0 : it->second;
+    if (value != was) moved[key] = value - was;
+  }
+  return moved;
+}
+
+std::string Show(const Samples& s) {
+  std::string out;
+  for (const auto& [key, value] : s) out += key + " " + std::to_string(value) + "\n";
+  return out;
+}
+
+double Get(const Samples& s, const std::string& key) {
+  auto it = s.find(key);
+  EXPECT_NE(it, s.end()) << "no sample " << key;
+  return it == s.end() ? -1 : it->second;
+}
+
+class Metrics : public StyleTest {};
+
+TEST_P(Metrics, EachCounterMovesByWhatTheCallsDid) {
+  auto c = Open();
+  const std::string name = Name("metrics");
+  const Samples fresh = Read(c->get());
+  EXPECT_EQ(Get(fresh, "dlock_acquires_total{kind=\"exclusive\",outcome=\"acquired\"}"), 0);
+  EXPECT_EQ(fresh, ReadText(c->get())) << "the text says something else than the samples";
+
+  // An uncontended cycle: one attempt, one acquisition, one release, one hold.
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(c->Acquire(name.c_str(), nullptr, &l), DLOCK_OK) << c->last_error();
+  EXPECT_EQ(dlock_lock_lost_cause(l), nullptr);
+  const Samples holding = Read(c->get());
+  EXPECT_EQ(Moved(fresh, holding),
+            (Samples{{"dlock_acquire_attempts_total{kind=\"exclusive\"}", 1},
+                     {"dlock_acquires_total{kind=\"exclusive\",outcome=\"acquired\"}", 1},
+                     {"dlock_locks_held", 1},
+                     {"dlock_acquire_wait_seconds_count", 1},
+                     {"dlock_acquire_attempt_seconds_count", 1}}))
+      << Show(holding);
+  ASSERT_EQ(c->Release(l), DLOCK_OK) << c->last_error();
+  const Samples released = Read(c->get());
+  EXPECT_EQ(Moved(holding, released), (Samples{{"dlock_releases_total{outcome=\"ok\"}", 1},
+                                               {"dlock_locks_held", -1},
+                                               {"dlock_hold_seconds_count", 1}}))
+      << Show(released);
+
+  // A wait that runs out: not_acquired, and its wait counted with its length.
+  {
+    HeldElsewhere other(url(), name);
+    Options o;
+    o.wait(200).retry(20, 50);
+    const auto start = Clock::now();
+    ASSERT_EQ(c->Acquire(name.c_str(), o.get(), &l), DLOCK_NOT_ACQUIRED);
+    const double took = MsSince(start) / 1000.0;
+    const Samples refused = Read(c->get());
+    const Samples moved = Moved(released, refused);
+    EXPECT_EQ(moved.count("dlock_acquires_total{kind=\"exclusive\",outcome=\"not_acquired\"}"), 1u) << Show(moved);
+    EXPECT_EQ(moved.at("dlock_acquire_wait_seconds_count"), 1) << Show(moved);
+    EXPECT_GE(moved.at("dlock_acquire_attempts_total{kind=\"exclusive\"}"), 2) << Show(moved);
+    EXPECT_EQ(moved.count("dlock_locks_held"), 0u) << Show(moved);
+    const double waited = Get(refused, "dlock_acquire_wait_seconds_sum") - Get(released, "dlock_acquire_wait_seconds_sum");
+    EXPECT_GE(waited, 0.2);
+    EXPECT_LE(waited, took + 0.001);
+  }
+}
+
+// A waiter that the holder's release serves: counted as waiting while it waits, then acquired,
+// its wait at least as long as the holder made it wait.
+TEST_P(Metrics, AContendedWaitIsCountedWithItsLength) {
+  auto c = Open();
+  const std::string name = Name("metrics-wait");
+  HeldElsewhere other(url(), name);
+  const Samples before = Read(c->get());
+  std::thread holder([&] {
+    ASSERT_TRUE(WaitFor([&] { return Get(Read(c->get()), "dlock_acquires_waiting") == 1; }, 20s))
+        << "the waiter was never counted as waiting";
+    std::this_thread::sleep_for(300ms);
+    other.Release();
+  });
+  Options o;
+  o.wait(-1).retry(20000, 30000);  // served by the release, where the backend notifies
+  if ((dlock_client_capabilities(c->get()) & DLOCK_CAP_NOTIFIES) == 0) o.retry(20, 50);
+  dlock_lock* l = nullptr;
+  const auto start = Clock::now();
+  const dlock_status s = c->Acquire(name.c_str(), o.get(), &l);
+  const double took = MsSince(start) / 1000.0;
+  holder.join();
+  ASSERT_EQ(s, DLOCK_OK) << c->last_error();
+  const Samples after = Read(c->get());
+  const Samples moved = Moved(before, after);
+  EXPECT_EQ(moved.at("dlock_acquires_total{kind=\"exclusive\",outcome=\"acquired\"}"), 1) << Show(moved);
+  EXPECT_EQ(moved.count("dlock_acquires_waiting"), 0u) << Show(moved);
+  EXPECT_EQ(Get(after, "dlock_acquires_waiting"), 0);
+  const double waited = Get(after, "dlock_acquire_wait_seconds_sum") - Get(before, "dlock_acquire_wait_seconds_sum");
+  EXPECT_GE(waited, 0.3);
+  EXPECT_LE(waited, took + 0.001);
+  // Where the backend hands the lock over (fair waiting), the hand-over says so.
+  if (moved.count("dlock_handovers_total") != 0) {
+    EXPECT_EQ(moved.at("dlock_handovers_total"), 1) << Show(moved);
+  }
+  EXPECT_EQ(c->Release(l), DLOCK_OK) << c->last_error();
+}
+
+// A lock whose key was deleted is lost, refused: the heartbeat's renewal is refused, the loss is
+// counted by its cause, dlock_lock_lost_cause says it, and the release is not_held.
+TEST_P(Metrics, ALossIsCountedAndToldWithItsCause) {
+  auto c = Open();
+  const std::string name = Name("metrics-loss");
+  Options o;
+  o.lease(3000).heartbeat(300);
+  c->ReportLosses(o.mutable_get());
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(c->Acquire(name.c_str(), o.get(), &l), DLOCK_OK) << c->last_error();
+  const Samples before = Read(c->get());
+  ASSERT_TRUE(server().DeleteLock(name));
+  ASSERT_EQ(c->AwaitLoss(10s).count, 1) << "the deletion was never noticed";
+  const char* cause = dlock_lock_lost_cause(l);
+  ASSERT_NE(cause, nullptr);
+  EXPECT_EQ(std::string(cause).rfind("refused: ", 0), 0u) << cause;
+  const Samples after = Read(c->get());
+  const Samples moved = Moved(before, after);
+  EXPECT_EQ(moved.at("dlock_losses_total{cause=\"refused\"}"), 1) << Show(moved);
+  EXPECT_GE(moved.at("dlock_renewals_total{outcome=\"refused\"}"), 1) << Show(moved);
+  EXPECT_EQ(moved.at("dlock_locks_held"), -1) << Show(moved);
+  EXPECT_EQ(moved.at("dlock_hold_seconds_count"), 1) << Show(moved);
+  EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
+  EXPECT_EQ(Moved(after, Read(c->get())).at("dlock_releases_total{outcome=\"not_held\"}"), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, Metrics,
+                         ::testing::Combine(::testing::ValuesIn(AllBackends()), AllStyles()),
+                         StyleTestName);
+
+// url with one more query parameter.
+std::string WithParam(const std::string& url, const std::string& param) {
+  return url + (url.find('?') == std::string::npos ? "?" : "&") + param;
+}
+
+class BackendMetrics : public BackendTest {};
+
+// While the server holds its answers back, renewals time out (failed) until the local deadline
+// passes: the lock is lost, expired, and the cause names the last error.
+TEST_P(BackendMetrics, RenewalsFailingUntilTheDeadlineAreCountedAndTheLossIsExpired) {
+  Client c(WithParam(url(), "timeout_ms=250"));
+  const std::string name = Name("metrics-paused");
+  Options o;
+  o.lease(2000).heartbeat(400);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const Samples before = Read(c.get());
+  ASSERT_TRUE(server().HoldAnswers());
+  const bool lost = WaitFor([&] { return dlock_lock_is_valid(l) == 0 && dlock_lock_lost_cause(l) != nullptr &&
+                                         Get(Read(c.get()), "dlock_losses_total{cause=\"expired\"}") == 1; },
+                            15s);
+  server().ReleaseAnswers();
+  ASSERT_TRUE(lost) << "the lock was not lost while the server held its answers";
+  const std::string cause = dlock_lock_lost_cause(l);
+  EXPECT_EQ(cause.rfind("expired: ", 0), 0u) << cause;
+  const Samples moved = Moved(before, Read(c.get()));
+  EXPECT_GE(moved.at("dlock_renewals_total{outcome=\"failed\"}"), 1) << Show(moved);
+  EXPECT_GE(moved.at("dlock_renewals_sent_total"), moved.at("dlock_renewals_total{outcome=\"failed\"}")) << Show(moved);
+  EXPECT_EQ(moved.count("dlock_losses_total{cause=\"refused\"}"), 0u) << Show(moved);
+  (void)dlock_release(l);
+}
+
+// The text passes Prometheus' own check (promtool check metrics: the format, and its lint:
+// HELP on every family, _total on counters, base units), after every kind of event.
+TEST_P(BackendMetrics, TheTextPassesPromtoolsCheck) {
+  Client c(url());
+  const std::string name = Name("metrics-promtool");
+  {
+    Hold held(c.get(), name, nullptr);
+    ASSERT_TRUE(held.held()) << held.error();
+    EXPECT_EQ(TryToTake(c.get(), name, 50).status, DLOCK_NOT_ACQUIRED);
+  }
+  size_t needed = 0;
+  ASSERT_EQ(dlock_client_metrics_text(c.get(), nullptr, 0, &needed), DLOCK_OK) << dlock_last_error();
+  std::string text(needed + 256, '\0');
+  ASSERT_EQ(dlock_client_metrics_text(c.get(), text.data(), text.size(), &needed), DLOCK_OK) << dlock_last_error();
+  text.resize(needed);
+  // Too small a buffer: refused, with nothing half-written.
+  char small[16] = "unchanged";
+  EXPECT_EQ(dlock_client_metrics_text(c.get(), small, sizeof small, &needed), DLOCK_EINVAL);
+  EXPECT_STREQ(small, "");
+  EXPECT_NE(std::string(dlock_last_error()).find("bytes"), std::string::npos) << dlock_last_error();
+
+  std::string why;
+  const std::string dir = MakeTempDir("promtool", &why);
+  ASSERT_FALSE(dir.empty()) << why;
+  const std::string in = dir + "/metrics.txt", out = dir + "/promtool.out";
+  {
+    std::ofstream f(in);
+    f << text;
+  }
+  const int rc = std::system(("promtool check metrics < " + in + " > " + out + " 2>&1").c_str());
+  EXPECT_EQ(rc, 0) << "promtool check metrics: " << ReadTail(out, 4096) << "\non:\n" << text;
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, BackendMetrics, ::testing::ValuesIn(AllBackends()), BackendTestName);
+
+}  // namespace
+}  // namespace dlock_test
