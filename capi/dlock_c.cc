@@ -27,6 +27,10 @@ struct dlock_lock {
   mutable std::string lost_cause;  // dlock_lock_lost_cause's answer, kept until the next call
 };
 
+struct dlock_event {
+  const dlock::Event* impl;
+};
+
 struct dlock_metrics {
   std::vector<dlock::MetricFamily> families;
   std::vector<dlock::MetricSample> samples;
@@ -55,6 +59,8 @@ static_assert(DLOCK_MAX_OWNER_BYTES == dlock::kMaxOwnerBytes);
 static_assert(DLOCK_MAX_VALUE_BYTES == dlock::kMaxValueBytes);
 static_assert(DLOCK_EXCLUSIVE == static_cast<int>(dlock::LockKind::kExclusive));
 static_assert(DLOCK_SHARED == static_cast<int>(dlock::LockKind::kShared));
+static_assert(DLOCK_EVENT_LOST == static_cast<int>(dlock::Event::Type::kLost));
+static_assert(DLOCK_EVENT_RENEWAL_FAILED == static_cast<int>(dlock::Event::Type::kRenewalFailed));
 
 namespace {
 
@@ -879,6 +885,43 @@ double dlock_metrics_value(const dlock_metrics* m, size_t k) {
   const dlock::MetricSample* s = SampleOf(m, k);
   return s == nullptr ? 0 : s->value;
 }
+
+dlock_status dlock_client_set_event_hook(dlock_client* c, dlock_event_fn fn, void* arg) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (fn == nullptr) return Invalid("fn is NULL");
+    const bool set = c->impl->SetEventHook([fn, arg](const dlock::Event& e) {
+      const dlock_event event{&e};
+      fn(&event, arg);
+    });
+    return set ? DLOCK_OK : Invalid("this client has an event hook already (one per client)");
+  });
+}
+
+dlock_event_type dlock_event_type_of(const dlock_event* e) {
+  return e == nullptr ? DLOCK_EVENT_ACQUIRING : static_cast<dlock_event_type>(e->impl->type);
+}
+
+const char* dlock_event_type_name(dlock_event_type t) {
+  switch (t) {
+    case DLOCK_EVENT_ACQUIRING: return "acquiring";
+    case DLOCK_EVENT_ACQUIRED: return "acquired";
+    case DLOCK_EVENT_NOT_ACQUIRED: return "not_acquired";
+    case DLOCK_EVENT_RELEASED: return "released";
+    case DLOCK_EVENT_RENEWAL_FAILED: return "renewal_failed";
+    case DLOCK_EVENT_LOST: return "lost";
+  }
+  return "unknown";
+}
+
+const char* dlock_event_lock_name(const dlock_event* e) { return e == nullptr ? "" : e->impl->name.c_str(); }
+uint32_t dlock_event_attempts(const dlock_event* e) { return e == nullptr ? 0 : e->impl->attempts; }
+int64_t dlock_event_elapsed_ms(const dlock_event* e) { return e == nullptr ? 0 : e->impl->elapsed_ms; }
+uint64_t dlock_event_fencing_token(const dlock_event* e) { return e == nullptr ? 0 : e->impl->fencing_token; }
+dlock_status dlock_event_status(const dlock_event* e) {
+  return e == nullptr ? DLOCK_OK : static_cast<dlock_status>(e->impl->status);
+}
+const char* dlock_event_detail(const dlock_event* e) { return e == nullptr ? "" : e->impl->detail.c_str(); }
 
 const char* dlock_lock_lost_cause(const dlock_lock* l) {
   if (l == nullptr) return nullptr;

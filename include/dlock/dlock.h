@@ -657,6 +657,40 @@ DLOCK_API double       dlock_metrics_value(const dlock_metrics *m, size_t k);
  * release; not at the same time as another call on l. */
 DLOCK_API const char *dlock_lock_lost_cause(const dlock_lock *l);
 
+/* ----- events, for logs and traces ------------------------------------------------------------
+ *
+ * A client can tell one hook what happens to its locks as it happens: an acquire started, ended
+ * (acquired, or not: the wait ran out, an error, a cancel), a release answered, a renewal that
+ * failed (it is retried until the local deadline), a lock lost. The hook runs on the thread that
+ * did the work: the caller's for blocking calls, the client's loop thread for heartbeats,
+ * losses and the _async and _queued calls. It must return quickly and must not block: it
+ * delays that work (and on the loop thread, every lock of the client). In it, call only the
+ * dlock_event_* accessors; the event and its strings are valid only during the call. */
+typedef enum dlock_event_type {
+  DLOCK_EVENT_ACQUIRING = 0,       /* an acquire started */
+  DLOCK_EVENT_ACQUIRED = 1,        /* attempts, elapsed (waited) and fencing token */
+  DLOCK_EVENT_NOT_ACQUIRED = 2,    /* attempts, elapsed, status (DLOCK_NOT_ACQUIRED when the
+                                      wait ran out, DLOCK_ECANCELLED, or the error) and detail */
+  DLOCK_EVENT_RELEASED = 3,        /* the caller's release answered: status, elapsed (held),
+                                      token; detail when not DLOCK_OK */
+  DLOCK_EVENT_RENEWAL_FAILED = 4,  /* status, detail (the error), elapsed (its round trip), token */
+  DLOCK_EVENT_LOST = 5             /* elapsed (held), token, detail (dlock_lock_lost_cause's text) */
+} dlock_event_type;
+typedef struct dlock_event dlock_event;
+typedef void (*dlock_event_fn)(const dlock_event *e, void *arg);
+/* Sets c's hook (fn NULL is DLOCK_EINVAL); once per client, best right after opening it: a
+ * second call is DLOCK_EINVAL. Any thread. The hook sees what happens after this call. */
+DLOCK_API dlock_status dlock_client_set_event_hook(dlock_client *c, dlock_event_fn fn, void *arg);
+DLOCK_API dlock_event_type dlock_event_type_of(const dlock_event *e);
+/* "acquiring", "acquired", "not_acquired", "released", "renewal_failed", "lost"; static. */
+DLOCK_API const char  *dlock_event_type_name(dlock_event_type t);
+DLOCK_API const char  *dlock_event_lock_name(const dlock_event *e);
+DLOCK_API uint32_t     dlock_event_attempts(const dlock_event *e);
+DLOCK_API int64_t      dlock_event_elapsed_ms(const dlock_event *e);
+DLOCK_API uint64_t     dlock_event_fencing_token(const dlock_event *e);  /* 0 when none */
+DLOCK_API dlock_status dlock_event_status(const dlock_event *e);
+DLOCK_API const char  *dlock_event_detail(const dlock_event *e);         /* "" when none */
+
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 
 typedef enum dlock_limit {

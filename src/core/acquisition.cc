@@ -28,7 +28,10 @@ Acquisition::~Acquisition() {
 
 Acquisition::Step Acquisition::Start() {
   started_ = true;
-  if (metrics_ != nullptr) metrics_->WaiterStarted();
+  if (metrics_ != nullptr) {
+    metrics_->WaiterStarted();
+    metrics_->Emit([&] { return Event{Event::Type::kAcquiring, request_.name}; });
+  }
   Step step = Step::Of(Kind::kAttempt);
   if (in_line_) {
     // A fair waiter watches before it asks, so that the release that hands it the lock, told
@@ -94,8 +97,20 @@ Acquisition::Step Acquisition::Finish(Kind kind, Status status) {
                                    : kind == Kind::kGaveUp             ? AcquireOutcome::kNotAcquired
                                    : status.code() == Code::kCancelled ? AcquireOutcome::kCancelled
                                                                        : AcquireOutcome::kError;
-    metrics_->AcquireEnded(kind_index_, outcome, Now() - start_, kind == Kind::kAcquired && confirming_);
+    const Clock::duration waited = Now() - start_;
+    metrics_->AcquireEnded(kind_index_, outcome, waited, kind == Kind::kAcquired && confirming_);
     if (started_) metrics_->WaiterEnded();
+    metrics_->Emit([&] {
+      Event e{kind == Kind::kAcquired ? Event::Type::kAcquired : Event::Type::kNotAcquired, request_.name};
+      e.attempts = attempts_;
+      e.elapsed_ms = ElapsedMs(waited);
+      e.fencing_token = kind == Kind::kAcquired ? won_token_ : 0;
+      e.status = kind == Kind::kAcquired ? 0
+                 : kind == Kind::kGaveUp ? static_cast<int>(Code::kNotAcquired)
+                                         : static_cast<int>(status.code());
+      e.detail = kind == Kind::kFinished ? status.message() : std::string();
+      return e;
+    });
   }
   Step step = Step::Of(kind);
   step.unwatch = std::exchange(watching_, false);
@@ -112,7 +127,10 @@ Acquisition::Step Acquisition::Answered(const Status& s, const AcquireAttempt& a
   if (finished_) return {};  // cancelled meanwhile: its driver gives back what it may have won
   if (!s.ok()) return Finish(Kind::kFinished, s);
   if (metrics_ != nullptr) metrics_->AttemptAnswered(now - sent_);
-  if (answer.acquired) return Finish(Kind::kAcquired);
+  if (answer.acquired) {
+    won_token_ = answer.fencing_token;
+    return Finish(Kind::kAcquired);
+  }
   // Refused, then a grant was heard: confirm it. Past the wait, leaving the line hands it on.
   if (grant_heard_ && now < wait_until_) return Step::Of(Kind::kAttempt);
   grant_heard_ = false;

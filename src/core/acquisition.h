@@ -111,6 +111,7 @@ class Acquisition {
   Metrics* const metrics_;
   const int kind_index_;
   TimePoint sent_{};  // the attempt out
+  uint64_t won_token_ = 0;  // the winning answer's, for the acquired event
 };
 
 }  // namespace dlock

@@ -440,25 +440,46 @@ void Client::Forget(const std::shared_ptr<LockState>& lock) {
 }
 
 Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s) {
+  const Clock::duration held = Now() - lock->acquired_at;
+  Status result = s;
   if (s.ok()) {
     const bool moved = lock->Transition(LockPhase::kReleased);
     Forget(lock);
-    metrics_.Released(moved ? CallOutcome::kOk : CallOutcome::kNotHeld, Now() - lock->acquired_at);
-    return moved ? s : NotHeldStatus(*lock);
-  }
-  if (s.code() == Code::kNotHeld) {
+    metrics_.Released(moved ? CallOutcome::kOk : CallOutcome::kNotHeld, held);
+    if (!moved) result = NotHeldStatus(*lock);
+  } else if (s.code() == Code::kNotHeld) {
     lock->Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
     Forget(lock);
     metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
-    return NotHeldStatus(*lock);
+    result = NotHeldStatus(*lock);
+  } else {
+    // The server could not be asked: the lock stays ours until its lease runs out, and the
+    // caller's handle is gone, so stop renewing it.
+    lock->SetLostReason("release failed: " + s.message());
+    lock->Transition(LockPhase::kReleased);
+    Forget(lock);
+    metrics_.Released(CallOutcome::kError, Clock::duration());
   }
-  // The server could not be asked: the lock stays ours until its lease runs out, and the
-  // caller's handle is gone, so stop renewing it.
-  lock->SetLostReason("release failed: " + s.message());
-  lock->Transition(LockPhase::kReleased);
-  Forget(lock);
-  metrics_.Released(CallOutcome::kError, Clock::duration());
-  return s;
+  metrics_.Emit([&] {
+    Event e{Event::Type::kReleased, lock->name};
+    e.elapsed_ms = ElapsedMs(held);
+    e.fencing_token = lock->fencing_token;
+    e.status = static_cast<int>(result.code());
+    e.detail = result.ok() ? std::string() : result.message();
+    return e;
+  });
+  return result;
+}
+
+void Client::CountReleaseOfUnheld(const LockState& lock) {
+  metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
+  metrics_.Emit([&] {
+    Event e{Event::Type::kReleased, lock.name};
+    e.fencing_token = lock.fencing_token;
+    e.status = static_cast<int>(Code::kNotHeld);
+    e.detail = NotHeldStatus(lock).message();
+    return e;
+  });
 }
 
 uint64_t Client::HeldCount() const {
@@ -484,7 +505,7 @@ Status Client::Release(const std::shared_ptr<LockState>& lock) {
 
 Status Client::ReleaseHeld(const std::shared_ptr<LockState>& lock) {
   LockPhase phase = lock->Phase();
-  if (phase != LockPhase::kHeld) metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
+  if (phase != LockPhase::kHeld) CountReleaseOfUnheld(*lock);
   if (phase == LockPhase::kClosed || phase == LockPhase::kReleased) return NotHeldStatus(*lock);
   if (phase == LockPhase::kLost) {
     Forget(lock);
@@ -505,7 +526,7 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_d
   bool posted = StartOnLoop([self = shared_from_this(), lock, done]() mutable {
     LockPhase phase = lock->Phase();
     if (phase != LockPhase::kHeld) {
-      self->metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
+      self->CountReleaseOfUnheld(*lock);
       if (phase == LockPhase::kLost) {
         self->Forget(lock);
         self->backend_->ReleaseAsync(lock, [](const Status&) {});  // best effort, as above

@@ -81,6 +81,8 @@ class Client : public std::enable_shared_from_this<Client> {
   std::string MetricsText() const;
   void CollectMetrics(std::vector<MetricFamily>* families, std::vector<MetricSample>* samples) const;
   Metrics* metrics() { return &metrics_; }
+  // dlock_client_set_event_hook: once per client; false when one is set already.
+  bool SetEventHook(EventHook hook) { return metrics_.SetHook(std::move(hook)); }
 
   // For AsyncAcquire and the backends.
   EventLoop* loop() { return loop_.get(); }
@@ -132,6 +134,8 @@ class Client : public std::enable_shared_from_this<Client> {
   Status SettleSetValue(LockState& lock, const Status& s);
   Status ReleaseHeld(const std::shared_ptr<LockState>& lock);
   uint64_t HeldCount() const;
+  // A release of a lock no longer held (lost, released, closed): counted and told as not_held.
+  void CountReleaseOfUnheld(const LockState& lock);
   void Forget(const std::shared_ptr<LockState>& lock);
 
   // The backend's request for one hold: a fresh owner token, the kind checked against what

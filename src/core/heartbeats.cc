@@ -184,6 +184,14 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
     return;
   }
   entry.last_error = status.message();
+  metrics_->Emit([&] {
+    Event e{Event::Type::kRenewalFailed, lock.name};
+    e.elapsed_ms = ElapsedMs(now - request.sent);
+    e.fencing_token = lock.fencing_token;
+    e.status = static_cast<int>(status.code());
+    e.detail = status.message();
+    return e;
+  });
   int64_t deadline = lock.deadline_ns.load();
   TimePoint retry = now + RetryDelay(lock.heartbeat_ms.load());
   if (deadline != kNoDeadline && retry > FromNanos(deadline)) retry = FromNanos(deadline);

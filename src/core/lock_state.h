@@ -125,7 +125,18 @@ struct LockState {
       if (Phase() == LockPhase::kHeld) lost_cause_ = cause;
     }
     if (!Transition(LockPhase::kLost)) return false;
-    if (metrics != nullptr) metrics->Lost(cause, Now() - acquired_at);
+    if (metrics != nullptr) {
+      const Clock::duration held = Now() - acquired_at;
+      metrics->Lost(cause, held);
+      metrics->Emit([&] {
+        Event e{Event::Type::kLost, name};
+        e.elapsed_ms = ElapsedMs(held);
+        e.fencing_token = fencing_token;
+        e.status = 2;  // DLOCK_NOT_HELD: what its next release or extend says
+        e.detail = LostCause();
+        return e;
+      });
+    }
     return true;
   }
   // "CAUSE: reason" once lost (dlock_lock_lost_cause), "" while held and valid, and "expired:

@@ -86,6 +86,14 @@ Histogram::Snapshot Histogram::Read() const {
   return s;
 }
 
+bool Metrics::SetHook(EventHook hook) {
+  std::lock_guard<std::mutex> lock(hook_mu_);
+  if (hook_owner_ != nullptr) return false;
+  hook_owner_ = std::make_unique<EventHook>(std::move(hook));
+  hook_.store(hook_owner_.get(), std::memory_order_release);
+  return true;
+}
+
 int Metrics::KindIndex(LockKind kind, uint32_t permits) {
   if (permits > 0) return 2;
   return kind == LockKind::kShared ? 1 : 0;

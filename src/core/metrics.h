@@ -10,6 +10,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +47,20 @@ class Histogram {
   std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts_{};  // per bucket, not cumulative
   std::atomic<uint64_t> sum_ns_{0};
 };
+
+// What the event hook (dlock_client_set_event_hook) is told; valid during the call.
+struct Event {
+  enum class Type : int { kAcquiring = 0, kAcquired, kNotAcquired, kReleased, kRenewalFailed, kLost };
+  Event(Type type_in, const std::string& name_in) : type(type_in), name(name_in) {}
+  Type type;
+  const std::string& name;
+  uint32_t attempts = 0;
+  int64_t elapsed_ms = 0;  // waited (acquire events), held (released, lost), round trip (renewal)
+  uint64_t fencing_token = 0;
+  int status = 0;          // a dlock_status
+  std::string detail;      // the error, or the loss cause ("refused: ...")
+};
+using EventHook = std::function<void(const Event&)>;
 
 enum class AcquireOutcome : int { kAcquired = 0, kNotAcquired, kError, kCancelled, kCount };
 enum class CallOutcome : int { kOk = 0, kNotHeld, kError, kCount };
@@ -81,6 +98,15 @@ class Metrics {
   void WaiterStarted() { waiting_.fetch_add(1, std::memory_order_relaxed); }
   void WaiterEnded() { waiting_.fetch_sub(1, std::memory_order_relaxed); }
 
+  // The event hook: set once (false when one is set already); any thread.
+  bool SetHook(EventHook hook);
+  // Calls the hook, if any, with what make() returns (built only when a hook is set).
+  template <typename Make>
+  void Emit(Make&& make) const {
+    const EventHook* hook = hook_.load(std::memory_order_acquire);
+    if (hook != nullptr) (*hook)(make());
+  }
+
   // Every sample, families in a fixed order; held: the client's locks held now.
   void Collect(uint64_t held, std::vector<MetricFamily>* families, std::vector<MetricSample>* samples) const;
   // The Prometheus text exposition format (0.0.4) of Collect's samples.
@@ -99,7 +125,12 @@ class Metrics {
   std::atomic<uint64_t> handovers_{0};
   std::atomic<int64_t> waiting_{0};
   Histogram wait_seconds_, attempt_seconds_, hold_seconds_, renewal_seconds_;
+  std::mutex hook_mu_;
+  std::unique_ptr<EventHook> hook_owner_;  // under hook_mu_; never replaced once set
+  std::atomic<const EventHook*> hook_{nullptr};
 };
+
+inline int64_t ElapsedMs(Clock::duration d) { return std::chrono::duration_cast<Millis>(d).count(); }
 
 }  // namespace dlock
 

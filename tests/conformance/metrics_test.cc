@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -188,6 +189,91 @@ TEST_P(Metrics, ALossIsCountedAndToldWithItsCause) {
   EXPECT_EQ(Moved(after, Read(c->get())).at("dlock_releases_total{outcome=\"not_held\"}"), 1);
 }
 
+// What an event hook was told, in order.
+class Events {
+ public:
+  struct Seen {
+    std::string type, name, detail;
+    uint32_t attempts;
+    int64_t elapsed_ms;
+    uint64_t token;
+    dlock_status status;
+  };
+  static void Fn(const dlock_event* e, void* arg) {
+    auto* self = static_cast<Events*>(arg);
+    Seen seen{dlock_event_type_name(dlock_event_type_of(e)), dlock_event_lock_name(e), dlock_event_detail(e),
+              dlock_event_attempts(e), dlock_event_elapsed_ms(e), dlock_event_fencing_token(e),
+              dlock_event_status(e)};
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->seen_.push_back(seen);
+  }
+  // The events so far, of lock `name`, and forgets them.
+  std::vector<Seen> Take(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Seen> out;
+    for (const Seen& s : seen_) {
+      if (s.name == name) out.push_back(s);
+    }
+    seen_.clear();
+    return out;
+  }
+  static std::string Types(const std::vector<Seen>& all) {
+    std::string out;
+    for (const Seen& s : all) out += (out.empty() ? "" : " ") + s.type;
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Seen> seen_;
+};
+
+// The event hook is told each step with what a log line or a trace span needs.
+TEST_P(Metrics, TheEventHookIsToldEachStep) {
+  auto c = Open();
+  Events events;
+  ASSERT_EQ(dlock_client_set_event_hook(c->get(), Events::Fn, &events), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_client_set_event_hook(c->get(), Events::Fn, &events), DLOCK_EINVAL) << "a second hook";
+  const std::string name = Name("events");
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(c->Acquire(name.c_str(), nullptr, &l), DLOCK_OK) << c->last_error();
+  const uint64_t token = dlock_lock_fencing_token(l);
+  ASSERT_EQ(c->Release(l), DLOCK_OK) << c->last_error();
+  std::vector<Events::Seen> seen = events.Take(name);
+  ASSERT_EQ(Events::Types(seen), "acquiring acquired released");
+  EXPECT_EQ(seen[1].attempts, 1u);
+  EXPECT_EQ(seen[1].token, token);
+  EXPECT_EQ(seen[1].status, DLOCK_OK);
+  EXPECT_EQ(seen[2].token, token);
+  EXPECT_EQ(seen[2].status, DLOCK_OK);
+  EXPECT_GE(seen[2].elapsed_ms, 0);
+
+  {
+    HeldElsewhere other(url(), name);
+    Options o;
+    o.wait(100).retry(20, 40);
+    ASSERT_EQ(c->Acquire(name.c_str(), o.get(), &l), DLOCK_NOT_ACQUIRED);
+    seen = events.Take(name);
+    ASSERT_EQ(Events::Types(seen), "acquiring not_acquired");
+    EXPECT_EQ(seen[1].status, DLOCK_NOT_ACQUIRED);
+    EXPECT_GE(seen[1].attempts, 2u);
+    EXPECT_GE(seen[1].elapsed_ms, 100);
+  }
+
+  Options o;
+  o.lease(3000).heartbeat(300);
+  c->ReportLosses(o.mutable_get());
+  ASSERT_EQ(c->Acquire(name.c_str(), o.get(), &l), DLOCK_OK) << c->last_error();
+  ASSERT_TRUE(server().DeleteLock(name));
+  ASSERT_EQ(c->AwaitLoss(10s).count, 1) << "the deletion was never noticed";
+  EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
+  seen = events.Take(name);
+  ASSERT_EQ(Events::Types(seen), "acquiring acquired lost released");
+  EXPECT_EQ(seen[2].detail.rfind("refused: ", 0), 0u) << seen[2].detail;
+  EXPECT_EQ(seen[2].token, seen[1].token);
+  EXPECT_EQ(seen[3].status, DLOCK_NOT_HELD);
+}
+
 INSTANTIATE_TEST_SUITE_P(Conformance, Metrics,
                          ::testing::Combine(::testing::ValuesIn(AllBackends()), AllStyles()),
                          StyleTestName);
@@ -203,6 +289,8 @@ class BackendMetrics : public BackendTest {};
 // passes: the lock is lost, expired, and the cause names the last error.
 TEST_P(BackendMetrics, RenewalsFailingUntilTheDeadlineAreCountedAndTheLossIsExpired) {
   Client c(WithParam(url(), "timeout_ms=250"));
+  Events events;
+  ASSERT_EQ(dlock_client_set_event_hook(c.get(), Events::Fn, &events), DLOCK_OK) << dlock_last_error();
   const std::string name = Name("metrics-paused");
   Options o;
   o.lease(2000).heartbeat(400);
@@ -222,6 +310,19 @@ TEST_P(BackendMetrics, RenewalsFailingUntilTheDeadlineAreCountedAndTheLossIsExpi
   EXPECT_GE(moved.at("dlock_renewals_sent_total"), moved.at("dlock_renewals_total{outcome=\"failed\"}")) << Show(moved);
   EXPECT_EQ(moved.count("dlock_losses_total{cause=\"refused\"}"), 0u) << Show(moved);
   (void)dlock_release(l);
+  // The hook heard each failed renewal, with its error, then the loss.
+  const std::vector<Events::Seen> seen = events.Take(name);
+  const std::string types = Events::Types(seen);
+  EXPECT_EQ(types.rfind("acquiring acquired renewal_failed", 0), 0u) << types;
+  EXPECT_NE(types.find("renewal_failed lost"), std::string::npos) << types;
+  for (const Events::Seen& e : seen) {
+    if (e.type == "renewal_failed") {
+      EXPECT_FALSE(e.detail.empty());
+    }
+    if (e.type == "lost") {
+      EXPECT_EQ(e.detail.rfind("expired: ", 0), 0u) << e.detail;
+    }
+  }
 }
 
 // The text passes Prometheus' own check (promtool check metrics: the format, and its lint:
