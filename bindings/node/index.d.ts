@@ -15,6 +15,13 @@ export type DlockErrorCode = `ERR_DLOCK_${DlockStatusName}`;
 export type LockKind = 'exclusive' | 'shared';
 
 /**
+ * A value stored with a hold: a string (stored as UTF-8) or bytes (a Buffer or any Uint8Array,
+ * NUL included), at most MAX_VALUE_BYTES (4096) bytes. Everyone who can reach the server sees it
+ * (inspect(), leader()): keep no secret in it.
+ */
+export type HoldValue = string | Uint8Array;
+
+/**
  * A failure reported by libdlock; message is the library's own (dlock_last_error()) for that
  * call. Its subclasses name the common statuses. TypeError / RangeError are thrown for wrong
  * argument types and ranges, as Node's own APIs do.
@@ -86,6 +93,20 @@ export interface AcquireOptions {
   fair?: boolean;
   /** Aborting cancels a pending acquire: it rejects with a CancelledError whose cause is the signal's reason. */
   signal?: AbortSignal;
+  /** Stored with the hold, shown by inspect() and leader(); lock.setValue() replaces it. null: none (the default). */
+  value?: HoldValue | null;
+}
+
+/**
+ * A campaign's options: an acquire's, but a leadership is exclusive and its campaign waits until
+ * it leads (no waitMs, kind, shared or permits: a TypeError).
+ */
+export type CampaignOptions = Omit<AcquireOptions, 'waitMs' | 'kind' | 'shared' | 'permits'>;
+
+/** observe()'s options. */
+export interface ObserveOptions {
+  /** Aborting stops the observer: its iterations reject with a CancelledError whose cause is the signal's reason. */
+  signal?: AbortSignal;
 }
 
 export type Callback<T> = (err: Error | null, value?: T) => void;
@@ -98,6 +119,20 @@ export interface Holder {
   remainingMs: number | null;
   /** The token of its acquisition; null when the backend does not know it. */
   fencingToken: bigint | null;
+  /** The value stored with its hold (a copy); null when it has none. value.toString() reads text. */
+  value: Buffer | null;
+}
+
+/** Who leads an election: Client.leader()'s answer and Observer's reports (null when nobody leads). */
+export interface Leader {
+  /** Its label (the owner option); null when it set none. */
+  owner: string | null;
+  /** What it proclaims (the value option, lock.setValue()); null when none. value.toString() reads text. */
+  value: Buffer | null;
+  /** Its term: the fencing token of its leadership, greater than every earlier term of the name (0n only for a hold dlock did not make). */
+  term: bigint;
+  /** Its remaining lease as the server sees it, in ms; null for no expiry. */
+  remainingMs: number | null;
 }
 
 /** Who holds a lock: Client.inspect()'s answer. */
@@ -122,6 +157,8 @@ export interface Capabilities {
   permits: boolean;
   /** Fair waiting (the fair option) is offered. */
   fair: boolean;
+  /** Observers hear of every release, hand-over and new value from the server, not by polling. */
+  observePush: boolean;
 }
 
 /**
@@ -162,6 +199,27 @@ export class Client {
 
   /** What the client's backend offers. */
   capabilities(): Promise<Capabilities>;
+
+  /**
+   * Stands for leader of the election name and waits, without limit, until this candidate leads:
+   * the leadership is a held Lock whose fencingToken is the term. lock.setValue() proclaims,
+   * lock.release() resigns; options.signal withdraws the candidacy (CancelledError).
+   */
+  campaign(name: string | Uint8Array, options?: CampaignOptions): Promise<Lock>;
+  campaign(name: string | Uint8Array, callback: Callback<Lock>): void;
+  campaign(name: string | Uint8Array, options: CampaignOptions | undefined, callback: Callback<Lock>): void;
+
+  /** The current leader of the election name, or null when nobody leads: a snapshot, like inspect(). */
+  leader(name: string | Uint8Array): Promise<Leader | null>;
+  leader(name: string | Uint8Array, callback: Callback<Leader | null>): void;
+
+  /**
+   * Who leads the election name, first as it stands, then at each change (of leader, or of its
+   * value), null when nobody leads: `for await (const leader of client.observe(name, { signal }))`
+   * or `.on('change', ...)`. Keeps the process alive until it stops (cancel(), unref(), the
+   * signal, the end of a `for await` loop over it, the client's close()).
+   */
+  observe(name: string | Uint8Array, options?: ObserveOptions): Observer;
 
   /**
    * Releases what it holds, cancels pending acquires, closes connections. Idempotent. (Clients
@@ -210,12 +268,64 @@ export class Lock extends EventEmitter {
   /** New lease from now (0 = no expiry). Rejects with LockLostError if it was lost. */
   extend(leaseMs: number | bigint): Promise<void>;
   extend(leaseMs: number | bigint, callback: Callback<void>): void;
+  /**
+   * Replaces the value stored with the hold (null or empty removes it): a leader's proclaim.
+   * Rejects with LockLostError, writing nothing, when the hold was lost or taken over.
+   */
+  setValue(value: HoldValue | null): Promise<void>;
+  setValue(value: HoldValue | null, callback: Callback<void>): void;
   /** Rejects with LockLostError if it had been lost or was already released. */
   release(): Promise<void>;
   release(callback: Callback<void>): void;
   /** The fencing token as a decimal string (JSON.stringify({ token: lock }) gives {"token":"42"}). */
   toJSON(): string;
   /** release() unless released already: `await using lock = await client.acquire(name)`. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface Observer {
+  on(event: 'change', listener: (leader: Leader | null) => void): this;
+  on(event: 'error', listener: (error: DlockError) => void): this;
+  on(event: 'close', listener: () => void): this;
+  once(event: 'change', listener: (leader: Leader | null) => void): this;
+  once(event: 'error', listener: (error: DlockError) => void): this;
+  once(event: 'close', listener: () => void): this;
+  addListener(event: 'change', listener: (leader: Leader | null) => void): this;
+  addListener(event: 'error', listener: (error: DlockError) => void): this;
+  addListener(event: 'close', listener: () => void): this;
+  off(event: 'change', listener: (leader: Leader | null) => void): this;
+  off(event: 'error', listener: (error: DlockError) => void): this;
+  off(event: 'close', listener: () => void): this;
+  removeListener(event: 'change', listener: (leader: Leader | null) => void): this;
+  removeListener(event: 'error', listener: (error: DlockError) => void): this;
+  removeListener(event: 'close', listener: () => void): this;
+}
+
+/**
+ * Who leads an election, as it changes: client.observe(name). Emits 'change' (a Leader, or null
+ * when nobody leads) at each report, 'error' if it could not start (a bad name, a client that
+ * could not connect), and 'close' once it stopped; and is an async iterable of the same reports,
+ * each iteration starting with the latest. Leaving a `for await` loop over it cancels it.
+ */
+export class Observer extends EventEmitter implements AsyncIterable<Leader | null> {
+  private constructor();
+  readonly client: Client;
+  /** The name as given to observe(). */
+  readonly name: string | Uint8Array;
+  /** The latest report: a Leader, null when nobody leads, undefined before the first. */
+  readonly leader: Leader | null | undefined;
+  /** True once it stopped (cancel(), its signal, a loop over it ended, the client's close()). */
+  readonly closed: boolean;
+  /** Stops observing: no report after it returns; iterations end. Idempotent. */
+  cancel(): void;
+  /** Lets the process exit while it observes. */
+  unref(): this;
+  /** Keeps the process alive while it observes (the default). */
+  ref(): this;
+  [Symbol.asyncIterator](): AsyncIterator<Leader | null, undefined>;
+  /** cancel(): `using observer = client.observe(name)`. */
+  [Symbol.dispose](): void;
+  /** cancel(): `await using observer = client.observe(name)`. */
   [Symbol.asyncDispose](): Promise<void>;
 }
 
@@ -270,3 +380,5 @@ export const codes: Readonly<Record<'OK' | Exclude<DlockStatusName, 'UNKNOWN'>, 
 export const MAX_NAME_BYTES: number;
 /** The longest owner label, in bytes (DLOCK_MAX_OWNER_BYTES: 256). */
 export const MAX_OWNER_BYTES: number;
+/** The longest value stored with a hold, in bytes (DLOCK_MAX_VALUE_BYTES: 4096). */
+export const MAX_VALUE_BYTES: number;

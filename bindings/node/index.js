@@ -18,6 +18,10 @@
 // which hand it back in a buffer (dlock_last_error() belongs to the pool's thread), and popping
 // the queue sets dlock_last_error() on the JS thread. Clients still open when the process exits
 // are closed then, which releases their locks.
+//
+// Leader observers (client.observe) report on the JS thread: the addon's straight from
+// dlock_observe on this thread's loop, the koffi path's through the same queue
+// (dlock_observe_queued), popped with dlock_queue_pop_leader while any is running.
 
 const { EventEmitter, getEventListeners } = require('node:events');
 const net = require('node:net');
@@ -34,11 +38,12 @@ const INT64_MAX = 9223372036854775807n;
 // same, which the tests check): constants, so they need no library.
 const MAX_NAME_BYTES = 1024;
 const MAX_OWNER_BYTES = 256;
+const MAX_VALUE_BYTES = 4096;  // DLOCK_MAX_VALUE_BYTES: the longest value stored with a hold
 // dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 // gives them (the library has numbers only).
 const KINDS = ['exclusive', 'shared'];
 const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared'], [0x8, 'permits'],
-  [0x10, 'fair']];
+  [0x10, 'fair'], [0x20, 'observePush']];
 
 // ----- the library, on first use ---------------------------------------------------------------
 
@@ -76,7 +81,9 @@ function lib() {
   let addon = null;
   if (found.addon !== null) {
     try {
-      found.addon.init(n.libraryPath, BigInt(n.koffi.address(q)), addonDone, flushRegistrations, regState);
+      if (!n.hasValues) throw new Error('the library lacks values and leader election (dlock_observe, ...)');
+      found.addon.init(n.libraryPath, BigInt(n.koffi.address(q)), addonDone, flushRegistrations, regState,
+        addonLeader);
       addon = found.addon;
     } catch (e) {
       if (process.env.DLOCK_NODE_ADDON === '1') {
@@ -117,6 +124,25 @@ function addonDone(id, status, lockPtr, message, token, attempts) {
   complete(id, status, lockPtr, message || '', token, attempts);
 }
 
+// The addon's observer reports (dlock_observe on this thread's loop): row is [owner,
+// remainingMs, term, value] or null when nobody leads. Told once the library's call returned
+// (a microtask, run as the uv callback ends), so that listeners run outside it: they may close
+// the client.
+function addonLeader(id, row) {
+  const ob = observers.get(id);
+  if (ob === undefined) return;
+  const leader = row === null ? null : leaderOf(row[0], row[1], row[2], row[3]);
+  queueMicrotask(() => report(ob, leader));
+}
+
+// Values and leader election need a library that has them (lib/native.js's hasValues).
+function needValues(what) {
+  if (!native.hasValues) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} has no values ` +
+      'or leader election (dlock_options_set_value, dlock_observe, ...); install a newer one');
+  }
+}
+
 // ----- errors -----------------------------------------------------------------------------------
 
 function short(name) {
@@ -136,6 +162,11 @@ function lockError(status, message, op, name, options) {
 
 function closedError() {
   return new InvalidArgumentError('client is closed');
+}
+
+// The operation an acquire's error names: a campaign is an acquire too.
+function opName(o) {
+  return o.campaign === true ? 'campaign' : 'acquire';
 }
 
 // Error buffers for the blocking calls that run on libuv's pool (dlock_*_errbuf): the library
@@ -205,17 +236,33 @@ function checkName(name) {
   throw typeError('ERR_INVALID_ARG_TYPE', `lock name must be a string or Buffer, got ${describe(name)}`);
 }
 
-const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'kind', 'shared',
-  'permits', 'fair', 'signal']);
+// A value stored with a hold: a string (stored as UTF-8) or bytes (a Buffer or any Uint8Array),
+// as the Uint8Array handed to the library; null for none. Its length is the library's to check
+// (InvalidArgumentError naming the limit, MAX_VALUE_BYTES).
+function checkValue(what, v) {
+  if (typeof v === 'string') return Buffer.from(v, 'utf8');
+  if (v instanceof Uint8Array) return v;
+  if (v === null) return null;
+  throw typeError('ERR_INVALID_ARG_TYPE', `${what} must be a string, Buffer or Uint8Array, got ${describe(v)}`);
+}
 
-function checkOptions(opts) {
+const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'kind', 'shared',
+  'permits', 'fair', 'signal', 'value']);
+// A campaign is an exclusive acquire that waits without limit: no kind, permits or waitMs.
+const CAMPAIGN_KEYS = new Set(['leaseMs', 'heartbeatMs', 'retryMs', 'owner', 'fair', 'signal', 'value']);
+
+function checkOptions(opts, keys = OPTION_KEYS) {
   if (opts === undefined || opts === null) return {};
   if (typeof opts !== 'object' || Array.isArray(opts)) {
     throw typeError('ERR_INVALID_ARG_TYPE', `options must be an object, got ${describe(opts)}`);
   }
   for (const k of Object.keys(opts)) {
-    if (!OPTION_KEYS.has(k)) {
-      throw typeError('ERR_INVALID_ARG_VALUE', `unknown option '${k}' (known: ${[...OPTION_KEYS].join(', ')})`);
+    if (!keys.has(k)) {
+      if (keys === CAMPAIGN_KEYS && OPTION_KEYS.has(k)) {
+        throw typeError('ERR_INVALID_ARG_VALUE', `campaign takes no option '${k}': a leadership is exclusive ` +
+          'and its campaign waits until it leads (for a bounded wait: acquire(name, { value, waitMs }))');
+      }
+      throw typeError('ERR_INVALID_ARG_VALUE', `unknown option '${k}' (known: ${[...keys].join(', ')})`);
     }
   }
   const o = {};
@@ -275,6 +322,7 @@ function checkOptions(opts) {
     }
     o.signal = opts.signal;
   }
+  if (opts.value !== undefined && opts.value !== null) o.value = checkValue('options.value', opts.value);
   return o;
 }
 
@@ -341,6 +389,8 @@ class TagTable {
 
 const ops = new TagTable();       // tag -> (status, lockPtr, message, token, attempts) => void: pending operations
 const lostRefs = new TagTable();  // tag -> { ref: WeakRef(Lock) | null, early: message | null }: may still be lost
+const observers = new TagTable(); // tag -> Observer: observing (reports come under its tag)
+let queuedObservers = 0;          // koffi path: observers whose reports come through the queue
 
 // Pending operations keep the process alive (the queue's pipe is unref'd).
 let active = 0;
@@ -350,20 +400,44 @@ function unhold() { if (--active === 0 && keeper !== null) keeper.unref(); }
 
 const QUEUE_DONE = 1;
 const QUEUE_LOST = 2;
+const QUEUE_LEADER = 3;
 const popTag = [0];
 const popStatus = [0];
 const popLock = [null];
+const popLeader = [null];
 
 function drain() {
   for (;;) {
-    const kind = C.queue_pop(queue, popTag, popStatus, popLock);
+    // With observers of the koffi path running, their reports are in the queue too (the longer
+    // pop takes them); with none, plain pops drop any a cancelled observer left behind.
+    const kind = queuedObservers === 0 ? C.queue_pop(queue, popTag, popStatus, popLock)
+      : C.queue_pop_leader(queue, popTag, popStatus, popLock, popLeader);
     if (kind <= 0) return;
     const tag = popTag[0];
+    if (kind === QUEUE_LEADER) {
+      leaderNow(tag, popLeader[0]);
+      continue;
+    }
     const status = popStatus[0];
     const message = status === 0 ? '' : C.last_error();
     if (kind === QUEUE_DONE) complete(tag, status, popLock[0], message);
     else if (kind === QUEUE_LOST) lostNow(tag, message);
   }
+}
+
+// A queued observer's report (koffi path): info is the library's snapshot (freed here), or null
+// when nobody leads.
+function leaderNow(tag, info) {
+  let leader = null;
+  if (info) {
+    try {
+      if (C.info_holders(info) > 0) leader = leaderOf(...holderRow(info, 0));
+    } finally {
+      C.info_free(info);
+    }
+  }
+  const ob = observers.get(tag);
+  if (ob !== undefined) report(ob, leader);
 }
 
 function complete(id, status, lockPtr, message, token, attempts) {
@@ -385,6 +459,12 @@ function complete(id, status, lockPtr, message, token, attempts) {
 }
 
 const kLost = Symbol('lost');
+// The Observer's own calls, for Client and the reports: not for users.
+const kMake = Symbol('make');
+const kStarted = Symbol('started');
+const kReport = Symbol('report');
+const kEnd = Symbol('end');
+const kForget = Symbol('forget');
 
 function lostNow(id, message) {
   const entry = lostRefs.get(id);
@@ -479,6 +559,7 @@ class Client {
   #url;
   #drained = null;   // close() waits for the busy ones
   #waiting = new Set();  // addon path: ids of this client's pending acquires
+  #observers = new Set();  // its Observers that have not ended: close() ends them
 
   /**
    * Opens a client for the backend named by url; connecting happens in the background (see
@@ -608,10 +689,11 @@ class Client {
 
   async #acquireSlow(name, cname, o) {
     if (o.signal?.aborted) {
-      throw new CancelledError(`acquire of lock '${short(name)}' was aborted`, { cause: o.signal.reason });
+      throw new CancelledError(`${opName(o)} of lock '${short(name)}' was aborted`, { cause: o.signal.reason });
     }
     const h = this.#h !== null && !this.#closed ? this.#h : await this.#handle();
     if (A !== null) return this.#acquireAddon(h, name, cname, o);
+    if (o.value !== undefined) needValues(opName(o));
     const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
     if (!opts) throw errorFor(S.ENOMEM, 'dlock_options_new: out of memory');
@@ -623,11 +705,12 @@ class Client {
     if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
     if (s === 0 && o.permits !== undefined) s = C.options_set_permits(opts, o.permits);
     if (s === 0 && o.fair !== undefined) s = C.options_set_fair(opts, o.fair ? 1 : 0);
+    if (s === 0 && o.value !== undefined) s = C.options_set_value(opts, o.value, o.value.length);
     const lost = { ref: null, early: null };
     const id = lostRefs.add(lost);  // the tag of its loss report
     if (s === 0) s = C.options_set_on_lost_queued(opts, queue, id);
     if (s !== 0) {
-      const e = lockError(s, C.last_error(), 'acquire', name);
+      const e = lockError(s, C.last_error(), opName(o), name);
       lostRefs.delete(id);
       C.options_free(opts);
       throw e;
@@ -654,7 +737,7 @@ class Client {
           giveErrbuf(buf);
           return new Lock(this, out[0], name, id, lost, BigInt(C.lock_fencing_token(out[0])), C.lock_attempts(out[0]));
         }
-        if (status !== -1) throw lockError(status, errbufMessage(buf), 'acquire', name);
+        if (status !== -1) throw lockError(status, errbufMessage(buf), opName(o), name);
         // koffi could not make the call (nothing was sent): the async way below
         if (this.#closed) throw closedError();
       }
@@ -677,16 +760,16 @@ class Client {
           resolve(new Lock(this, lockPtr, name, lostTag, lost, BigInt(C.lock_fencing_token(lockPtr)),
             C.lock_attempts(lockPtr)));
         } else if (status === S.ECANCELLED && signal?.aborted) {
-          reject(new CancelledError(`acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
+          reject(new CancelledError(`${opName(o)} of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
             { cause: signal.reason }));
         } else {
-          reject(lockError(status, message, 'acquire', name));
+          reject(lockError(status, message, opName(o), name));
         }
       });
       const s = C.acquire_queued(h, cname, opts, queue, id);
       if (s !== 0) {
         ops.delete(id);
-        reject(lockError(s, C.last_error(), 'acquire', name));
+        reject(lockError(s, C.last_error(), opName(o), name));
         return;
       }
       hold();
@@ -723,26 +806,30 @@ class Client {
       }
       lostRefs.delete(lostTag);
       if (status === S.ECANCELLED && signal?.aborted) {
-        reject(new CancelledError(`acquire of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
+        reject(new CancelledError(`${opName(o)} of lock '${short(name)}' was aborted (${message || 'cancelled'})`,
           { cause: signal.reason }));
       } else if (status === S.ECANCELLED && this.#closed) {  // cancelled by close() (above)
-        reject(lockError(status, 'the client was closed', 'acquire', name));
+        reject(lockError(status, 'the client was closed', opName(o), name));
       } else {
-        reject(lockError(status, message, 'acquire', name));
+        reject(lockError(status, message, opName(o), name));
       }
     });
     const r = o.retryMs;
     let s;
     try {
-      s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
-        o.kind, o.permits, o.fair);
+      // A value is a 14th argument, passed only when there is one.
+      s = o.value === undefined
+        ? A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+          o.kind, o.permits, o.fair)
+        : A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+          o.kind, o.permits, o.fair, o.value);
     } finally {
       if (s !== 0) {
         ops.delete(id);
         lostRefs.delete(lostTag);
       }
     }
-    if (s !== 0) return Promise.reject(lockError(s, A.lastError(), 'acquire', name));
+    if (s !== 0) return Promise.reject(lockError(s, A.lastError(), opName(o), name));
     hold();
     if (waits) this.#waiting.add(id);
     if (signal !== undefined) {
@@ -759,15 +846,28 @@ class Client {
 
   /**
    * Who holds the lock called name now: a promise of { kind, holders, permits }, holders being
-   * [{ owner, remainingMs, fencingToken }] (empty when free), permits the semaphore's size (0 for
-   * a lock or a free name); or with a callback (err, info).
+   * [{ owner, remainingMs, fencingToken, value }] (empty when free), permits the semaphore's size
+   * (0 for a lock or a free name); or with a callback (err, info).
    * A snapshot read from the server (on libuv's pool), stale as soon as it arrives: never decide
    * from it whether to take the lock. Owner tokens are never shown, only the owner labels.
    */
   inspect(name, callback) {
+    return this.#readCall(name, callback, false);
+  }
+
+  /**
+   * The current leader of the election name (see campaign()): a promise of { owner, value, term,
+   * remainingMs }, or null when nobody leads; or with a callback (err, leader). A snapshot, like
+   * inspect()'s. InvalidArgumentError when the name is held shared or is a semaphore.
+   */
+  leader(name, callback) {
+    return this.#readCall(name, callback, true);
+  }
+
+  #readCall(name, callback, leader) {
     if (callback !== undefined) {
       checkCallback(callback);
-      settle(this.#inspect(name, checkName(name)), callback);
+      settle(this.#read(name, checkName(name), leader), callback);
       return undefined;
     }
     let cname;
@@ -776,51 +876,178 @@ class Client {
     } catch (e) {
       return Promise.reject(e);
     }
-    return this.#inspect(name, cname);
+    return this.#read(name, cname, leader);
   }
 
-  async #inspect(name, cname) {
+  // inspect() (leader false) or leader() (true): one blocking read on libuv's pool.
+  async #read(name, cname, leader) {
+    const op = leader ? 'leader' : 'inspect';
+    if (leader) needValues(op);
     await this.#handle();
     const h = this.#h;
     if (h === null) throw closedError();
     const rec = this.#rec;
+    let kind;
+    let permits;
+    let rows;
     if (A !== null) {
       // A blocking call on libuv's pool, which the library serves on this thread's loop.
       rec.busy++;  // close() waits for it
       let r;
       try {
-        r = await new Promise((resolve) => A.inspect(h, cname, (st, v) => resolve([st, v])));
+        r = await new Promise((resolve) => A.inspect(h, cname, (st, v) => resolve([st, v]), leader));
       } finally {
         this.#leave(rec);
       }
-      if (r[0] !== 0) throw lockError(r[0], r[1], 'inspect', name);
-      const [kind, permits, ...held] = r[1];
-      const holders = held.map(([owner, left, token]) => ({
-        owner: owner || null, remainingMs: left < 0 ? null : left, fencingToken: token === 0n ? null : token,
-      }));
-      return { kind: KINDS[kind] ?? kind, holders, permits };
+      if (r[0] !== 0) throw lockError(r[0], r[1], op, name);
+      [kind, permits, ...rows] = r[1];
+    } else {
+      // The library's dlock_leader has no _errbuf form: its message would stay on the pool's
+      // thread. It is dlock_inspect and a check of what it found, made here in its words.
+      rec.busy++;  // close() waits for it
+      poolBusy++;
+      const out = [null];
+      const buf = takeErrbuf();
+      let status;
+      try {
+        status = await new Promise((resolve, reject) => {
+          C.inspect_errbuf.async(h, cname, out, buf, buf.length,
+                                 (err, st) => (err ? reject(err) : resolve(st)));
+        });
+      } finally {
+        poolBusy--;
+        this.#leave(rec);
+      }
+      if (status !== 0) throw lockError(status, errbufMessage(buf), op, name);
+      giveErrbuf(buf);
+      const info = out[0];
+      try {
+        kind = C.info_kind(info);
+        permits = C.info_permits(info);
+        rows = [];
+        const n = C.info_holders(info);
+        for (let k = 0; k < n; k++) rows.push(holderRow(info, k));
+      } finally {
+        C.info_free(info);
+      }
+      if (leader && rows.length > 0 && (kind !== 0 || permits !== 0)) {
+        throw new InvalidArgumentError(`'${typeof name === 'string' ? name : short(name)}' is ` +
+          `${permits !== 0 ? 'a semaphore' : 'held shared'}, not an election`);
+      }
     }
-    rec.busy++;  // close() waits for it
-    poolBusy++;
-    const out = [null];
-    const buf = takeErrbuf();
-    let status;
+    if (leader) return rows.length > 0 ? leaderOf(...rows[0]) : null;
+    const holders = rows.map(([owner, left, token, value]) => ({
+      owner: owner || null, remainingMs: left < 0 ? null : left, fencingToken: token === 0n ? null : token, value,
+    }));
+    return { kind: KINDS[kind] ?? kind, holders, permits };
+  }
+
+  /**
+   * Stands for leader of the election name and waits, without limit, until this candidate leads:
+   * a promise of the leadership, a held Lock whose fencingToken is the term (greater than every
+   * earlier term of the name). options: acquire()'s but waitMs, kind, shared and permits: { value,
+   * leaseMs, heartbeatMs, retryMs, owner, fair, signal }; value (a string or bytes) is what it
+   * proclaims, lock.setValue() replaces it, lock.release() resigns. options.signal withdraws the
+   * candidacy (CancelledError). Or with a callback (err, lock).
+   */
+  campaign(name, options, callback) {
+    if (typeof options === 'function' && callback === undefined) {
+      callback = options;
+      options = undefined;
+    }
+    if (callback !== undefined) {
+      checkCallback(callback);
+      const cname = checkName(name);
+      const o = checkOptions(options, CAMPAIGN_KEYS);
+      o.campaign = true;
+      needValues('campaign');
+      settle(this.#acquire(name, cname, o), callback);
+      return undefined;
+    }
+    let cname;
+    let o;
     try {
-      status = await new Promise((resolve, reject) => {
-        C.inspect_errbuf.async(h, cname, out, buf, buf.length,
-                               (err, st) => (err ? reject(err) : resolve(st)));
-      });
-    } finally {
-      poolBusy--;
-      this.#leave(rec);
+      cname = checkName(name);
+      o = checkOptions(options, CAMPAIGN_KEYS);
+      o.campaign = true;
+      needValues('campaign');
+    } catch (e) {
+      return Promise.reject(e);
     }
-    if (status !== 0) throw lockError(status, errbufMessage(buf), 'inspect', name);
-    giveErrbuf(buf);
-    try {
-      return lockInfo(out[0]);
-    } finally {
-      C.info_free(out[0]);
+    return this.#acquire(name, cname, o);
+  }
+
+  /**
+   * Observes the election name: an Observer (an EventEmitter and an async iterable) told who
+   * leads, first as it stands, then at each change of leader or of the leader's value, as a
+   * leader ({ owner, value, term, remainingMs }) or null when nobody leads.
+   * `for await (const leader of client.observe(name, { signal }))`, or
+   * `client.observe(name).on('change', (leader) => ...)`. It keeps the process alive until
+   * observer.cancel() (or unref()), the signal aborts, a `for await` loop over it ends, or the
+   * client closes.
+   */
+  observe(name, options) {
+    const cname = checkName(name);
+    if (options !== undefined && options !== null &&
+        (typeof options !== 'object' || Array.isArray(options))) {
+      throw typeError('ERR_INVALID_ARG_TYPE', `options must be an object, got ${describe(options)}`);
     }
+    let signal;
+    for (const k of Object.keys(options ?? {})) {
+      if (k !== 'signal') throw typeError('ERR_INVALID_ARG_VALUE', `unknown option '${k}' (known: signal)`);
+      signal = options.signal;
+      if (signal !== undefined && !(signal instanceof AbortSignal)) {
+        throw typeError('ERR_INVALID_ARG_TYPE', 'options.signal must be an AbortSignal');
+      }
+    }
+    needValues('observe');
+    const ob = new Observer(kMake, this, name, signal);
+    if (ob.closed) return ob;  // the signal had aborted
+    if (this.#closed) {  // as every call on a closed client: its 'error' event or its iterations say so
+      ob[kEnd](closedError());
+      return ob;
+    }
+    this.#observers.add(ob);
+    const start = () => {
+      if (ob.closed) return;
+      if (this.#closed || this.#h === null) {
+        ob[kEnd](null);  // closed meanwhile: ends as close() ends it
+        return;
+      }
+      const id = observers.add(ob);
+      let handle;
+      let s;
+      if (A !== null) {
+        const r = A.observe(this.#h, cname, id);
+        if (typeof r === 'number') s = r;
+        else handle = r;
+      } else {
+        const out = [null];
+        s = C.observe_queued(this.#h, cname, queue, id, out);
+        if (s === 0) {
+          handle = out[0];
+          queuedObservers++;
+        }
+      }
+      if (s !== undefined && s !== 0) {
+        observers.delete(id);
+        // Its events come after the caller's synchronous code (listeners, loops) as always.
+        ob[kEnd](lockError(s, A !== null ? A.lastError() : C.last_error(), 'observe', name));
+        return;
+      }
+      ob[kStarted](id, handle);
+    };
+    if (this.#h !== null && !this.#closed) {
+      start();
+    } else {
+      this.#ready.then(start, (e) => ob[kEnd](e));
+    }
+    return ob;
+  }
+
+  // An observer that ended: close() no longer has it to end.
+  [kForget](ob) {
+    this.#observers.delete(ob);
   }
 
   /**
@@ -872,6 +1099,8 @@ class Client {
   close(callback) {
     if (!this.#closing) {
       this.#closed = true;
+      for (const ob of this.#observers) ob[kEnd](null);  // their iterations end; no report after
+      this.#observers.clear();
       this.#closing = (async () => {
         try {
           await this.#ready;
@@ -946,21 +1175,34 @@ function urlShown(url) {
   return buf.toString('utf8', 0, n);
 }
 
-// A dlock_info as { kind, holders: [{ owner, remainingMs, fencingToken }], permits }.
-function lockInfo(info) {
-  const holders = [];
-  const n = C.info_holders(info);
-  for (let k = 0; k < n; k++) {
-    const left = Number(C.info_remaining_ms(info, k));
-    const token = BigInt(C.info_fencing_token(info, k));
-    holders.push({
-      owner: C.info_owner(info, k) || null,
-      remainingMs: left < 0 ? null : left,
-      fencingToken: token === 0n ? null : token,
-    });
+// Holder k of a dlock_info (koffi path) as [owner, remainingMs, fencingToken, value], the
+// addon's form: value a Buffer (a copy), or null when the hold has none.
+const valueLen = [0];
+function holderRow(info, k) {
+  let value = null;
+  if (native.hasValues) {
+    const p = C.info_value(info, k, valueLen);
+    const n = Number(valueLen[0]);
+    if (p && n > 0) value = Buffer.from(new Uint8Array(native.koffi.view(p, n)));
   }
-  const kind = C.info_kind(info);
-  return { kind: KINDS[kind] ?? kind, holders, permits: C.info_permits(info) };
+  return [C.info_owner(info, k) || '', Number(C.info_remaining_ms(info, k)), BigInt(C.info_fencing_token(info, k)),
+    value];
+}
+
+// A leader, from a holder row's parts: its term is the fencing token of its hold (0n only for a
+// hold dlock did not make).
+function leaderOf(owner, left, term, value) {
+  return { owner: owner || null, value, term, remainingMs: left < 0 ? null : left };
+}
+
+// Hands a report to its observer; what a listener throws becomes an uncaught exception without
+// stopping the reports of others.
+function report(ob, leader) {
+  try {
+    ob[kReport](leader);
+  } catch (e) {
+    process.nextTick(() => { throw e; });
+  }
 }
 
 // ----- Lock -----------------------------------------------------------------------------------
@@ -1156,6 +1398,46 @@ class Lock extends EventEmitter {
     });
   }
 
+  /**
+   * Replaces the value stored with the hold (a string, stored as UTF-8, or bytes; null or empty
+   * removes it): a leader's proclaim. The server checks the owner: a hold that was lost or taken
+   * over rejects with LockLostError and writes nothing. The lease is left as it is.
+   */
+  setValue(value, callback) {
+    if (callback !== undefined) {
+      checkCallback(callback);
+      settle(this.#setValue(checkValue('value', value)), callback);
+      return undefined;
+    }
+    let v;
+    try {
+      v = checkValue('value', value);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.#setValue(v);
+  }
+
+  async #setValue(v) {
+    needValues('setValue');
+    while (this.#busy !== null) await this.#busy;  // a blocking extend still uses h
+    const h = this.#st.h;
+    if (h === null) throw this.#releasedError();
+    await new Promise((resolve, reject) => {
+      const id = ops.add((status, _, message) => (status === 0 ? resolve()
+        : reject(lockError(status, message, 'setValue', this.name))));
+      // The async forms: the library copies the bytes before it returns.
+      const s = A !== null ? A.setValue(h, v, id)
+        : C.lock_set_value_queued(h, v, v === null ? 0 : v.length, queue, id);
+      if (s !== 0) {
+        ops.delete(id);
+        reject(lockError(s, A !== null ? A.lastError() : C.last_error(), 'setValue', this.name));
+        return;
+      }
+      hold();
+    });
+  }
+
   /** Releases the lock. Rejects with LockLostError if it had been lost or was already released. */
   release(callback) {
     if (callback !== undefined) {
@@ -1274,6 +1556,183 @@ if (typeof Symbol.asyncDispose === 'symbol') {
   };
 }
 
+// ----- Observer -------------------------------------------------------------------------------
+
+// One iteration over an Observer: the reports it has not taken yet, and the next() calls waiting.
+function iterPush(it, leader) {
+  const w = it.waiters.shift();
+  if (w !== undefined) w.resolve({ value: leader, done: false });
+  else it.queue.push(leader);
+}
+
+/**
+ * Who leads an election, as it changes (client.observe(name, { signal })): an EventEmitter that
+ * emits 'change' (leader or null) at each report, and an async iterable of the same reports,
+ * each iteration starting with the latest. 'close' once it stopped (cancel(), the signal, the
+ * end of a `for await` loop over it, the client's close()); 'error' if it could not start.
+ */
+class Observer extends EventEmitter {
+  #client;
+  #id = 0;             // its tag in observers, once observing
+  #h = null;           // the library's observer: an external (addon) or a pointer (koffi)
+  #state = undefined;  // the latest report: a leader, null (nobody leads), undefined (none yet)
+  #ended = false;
+  #error = null;       // what ended it, for iterations: a start failure, or CancelledError (the signal)
+  #iterators = new Set();
+  #iterated = 0;
+  #refd = true;
+  #unwatch = null;
+
+  constructor(token, client, name, signal) {
+    if (token !== kMake) throw new TypeError('Illegal constructor: use client.observe(name)');
+    super();
+    this.#client = client;
+    /** The election's name, as given to observe(). */
+    this.name = name;
+    hold();  // observing keeps the process alive (unref() lets it go)
+    if (signal !== undefined) {
+      const abort = () => this[kEnd](new CancelledError(`observe of lock '${short(name)}' was aborted`,
+        { cause: signal.reason }), true);
+      if (signal.aborted) abort();
+      else this.#unwatch = watchAbort(signal, abort);
+    }
+  }
+
+  /** The Client that observes. */
+  get client() { return this.#client; }
+
+  /** The latest report: a leader, null when nobody leads, undefined before the first. */
+  get leader() { return this.#state; }
+
+  /** True once it stopped: cancel(), its signal, the end of a loop over it, the client's close(). */
+  get closed() { return this.#ended; }
+
+  /** Stops observing: no report after it returns; iterations end. Idempotent. */
+  cancel() {
+    this[kEnd](null);
+  }
+
+  /** Lets the process exit while it observes (as a timer's unref()); returns this. */
+  unref() {
+    if (this.#refd) {
+      this.#refd = false;
+      if (!this.#ended) unhold();
+    }
+    return this;
+  }
+
+  /** Keeps the process alive while it observes again (the default); returns this. */
+  ref() {
+    if (!this.#refd) {
+      this.#refd = true;
+      if (!this.#ended) hold();
+    }
+    return this;
+  }
+
+  [kStarted](id, handle) {
+    this.#id = id;
+    this.#h = handle;
+  }
+
+  [kReport](leader) {
+    if (this.#ended) return;
+    this.#state = leader;
+    for (const it of this.#iterators) iterPush(it, leader);
+    this.emit('change', leader);
+  }
+
+  // Ends it: err null (cancel, close), a start failure, or the signal's CancelledError (aborted).
+  [kEnd](err, aborted = false) {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#error = err;
+    if (this.#unwatch !== null) this.#unwatch();
+    this.#unwatch = null;
+    if (this.#id !== 0) observers.delete(this.#id);
+    const h = this.#h;
+    this.#h = null;
+    if (h !== null) {
+      if (A !== null) {
+        A.unobserve(h);
+      } else {
+        C.observer_cancel(h);  // reports it left in the queue are dropped by the drain
+        queuedObservers--;
+      }
+    }
+    if (this.#refd) unhold();
+    this.#client[kForget](this);
+    for (const it of this.#iterators) {
+      for (const w of it.waiters.splice(0)) {
+        if (err !== null && !it.failed) {
+          it.failed = true;
+          w.reject(err);
+        } else {
+          w.resolve({ value: undefined, done: true });
+        }
+      }
+    }
+    this.#iterators.clear();
+    // As fs.FSWatcher's close(): the events come after the caller's code.
+    process.nextTick(() => {
+      if (err !== null && !aborted && (this.#iterated === 0 || this.listenerCount('error') > 0)) {
+        this.emit('error', err);
+      }
+      this.emit('close');
+    });
+  }
+
+  /**
+   * The reports as an async iterator: the latest first (when there is one yet), then each one
+   * after it. Leaving a `for await` loop over it (break, return, a throw) cancels the observer.
+   * An aborted signal makes it reject with CancelledError; cancel() and close() end it.
+   */
+  [Symbol.asyncIterator]() {
+    const it = { queue: [], waiters: [], failed: false, done: false };
+    this.#iterated++;
+    if (this.#state !== undefined) it.queue.push(this.#state);
+    if (!this.#ended) this.#iterators.add(it);
+    const next = () => {
+      if (it.queue.length > 0) return Promise.resolve({ value: it.queue.shift(), done: false });
+      if (it.done || this.#ended) {
+        it.done = true;
+        if (this.#error !== null && !it.failed) {
+          it.failed = true;
+          return Promise.reject(this.#error);
+        }
+        return Promise.resolve({ value: undefined, done: true });
+      }
+      return new Promise((resolve, reject) => it.waiters.push({ resolve, reject }));
+    };
+    const stop = () => {
+      it.done = true;
+      it.queue.length = 0;
+      this.#iterators.delete(it);
+      this.cancel();
+    };
+    return {
+      next,
+      return(value) {
+        stop();
+        return Promise.resolve({ value, done: true });
+      },
+      [Symbol.asyncIterator]() { return this; },
+    };
+  }
+
+  toString() {
+    return `Observer('${short(this.name)}', ${this.#ended ? 'closed' : 'observing'})`;
+  }
+}
+
+// `using observer = client.observe(name)` (or `await using`) cancels it at the end of the block.
+if (typeof Symbol.dispose === 'symbol') {
+  Observer.prototype[Symbol.dispose] = function dispose() { this.cancel(); };
+}
+if (typeof Symbol.asyncDispose === 'symbol') {
+  Observer.prototype[Symbol.asyncDispose] = async function asyncDispose() { this.cancel(); };
+}
+
 const { Mutex, Semaphore } = makeMutex({ Client, checkName, checkOptions, typeError, rangeError, describe, runHolding });
 
 /** The library's version, "MAJOR.MINOR.PATCH" (loads the library). */
@@ -1292,6 +1751,7 @@ function library() {
 module.exports = {
   Client,
   Lock,
+  Observer,
   Mutex,
   Semaphore,
   DlockError,
@@ -1305,6 +1765,7 @@ module.exports = {
   codes: S,
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,
+  MAX_VALUE_BYTES,
 };
 // Kept from dlock 0.1 for CommonJS: the loaded library's path (loads it). library().path is the
 // same in both module systems (an ES module's named export cannot load anything on first read).
@@ -1316,7 +1777,8 @@ Object.defineProperty(module.exports, 'native', { get: () => library().native, e
 Object.defineProperty(module.exports, '_internals', {
   enumerable: false,
   value: {
-    ops, lostRefs, lockError, activeCount: () => active, poolBusy: () => poolBusy,
+    ops, lostRefs, observers, lockError, activeCount: () => active, poolBusy: () => poolBusy,
+    queuedObservers: () => queuedObservers,
     openClients: () => openClients.size, loaded: () => C !== null, addon: () => A,
     statusError: (s) => errorFor(s),
   },

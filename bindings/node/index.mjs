@@ -7,6 +7,7 @@ import dlock from './index.js';
 export const {
   Client,
   Lock,
+  Observer,
   Mutex,
   Semaphore,
   DlockError,
@@ -20,5 +21,6 @@ export const {
   codes,
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,
+  MAX_VALUE_BYTES,
 } = dlock;
 export default dlock;

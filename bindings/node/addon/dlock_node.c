@@ -1,7 +1,9 @@
 /* dlock.node: the Node binding's native path (issue 34). A dlock client driven by Node's own
  * libuv loop on the JS thread, through dlock_client_open_hooks: a uv_poll_t per socket and one
- * uv_timer_t per client. Acquire, release and extend are the library's _async calls; their
- * outcomes reach JS inside the uv callback that read the answer, with no thread in between.
+ * uv_timer_t per client. Acquire, release, extend and setValue are the library's _async calls;
+ * their outcomes reach JS inside the uv callback that read the answer, with no thread in between,
+ * and so do observers' reports (dlock_observe: its callback runs on this loop). inspect and
+ * leader are blocking reads on libuv's pool, which the library serves on this loop.
  *
  * libdlock is not linked: index.js passes the path of the very library lib/native.js loaded
  * (DLOCK_LIBRARY, the bundled copy, or the system's), and init() dlopen()s that path, which
@@ -29,7 +31,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 2
+#define ADDON_ABI 3
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -70,7 +72,15 @@
   X(int64_t, dlock_info_remaining_ms, (const dlock_info *, uint32_t))                            \
   X(uint64_t, dlock_info_fencing_token, (const dlock_info *, uint32_t))                          \
   X(dlock_kind, dlock_info_kind, (const dlock_info *))                                           \
-  X(uint32_t, dlock_info_permits, (const dlock_info *))
+  X(uint32_t, dlock_info_permits, (const dlock_info *))                                          \
+  X(dlock_status, dlock_options_set_value, (dlock_options *, const void *, size_t))              \
+  X(dlock_status, dlock_lock_set_value_async,                                                    \
+    (dlock_lock *, const void *, size_t, dlock_done_fn, void *))                                 \
+  X(const void *, dlock_info_value, (const dlock_info *, uint32_t, size_t *))                    \
+  X(dlock_status, dlock_leader, (dlock_client *, const char *, dlock_info **))                   \
+  X(dlock_status, dlock_observe,                                                                 \
+    (dlock_client *, const char *, dlock_observe_fn, void *, dlock_observer **))                 \
+  X(void, dlock_observer_cancel, (dlock_observer *))
 
 #define DECLARE(ret, name, args) static ret(*p_##name) args;
 DLOCK_CALLS(DECLARE)
@@ -82,6 +92,7 @@ typedef struct addon_state {
   napi_env env;
   uv_loop_t *loop;
   napi_ref on_done;         /* JS (id, status, lock | null, message, token, attempts) */
+  napi_ref on_leader;       /* JS (id, [owner, remainingMs, term, value] | null): observers */
   napi_ref flush;           /* JS (): registers the locks made in this uv callback */
   napi_ref reg_array;       /* index.js's regState (an Int32Array), kept alive here */
   int32_t *reg_state;       /* its elements: [locks waiting for flush, 1 in a uv callback] */
@@ -231,6 +242,44 @@ static char *get_cstr(napi_env env, napi_value v, int *owned) {
   return get_cstr_buf(env, v, NULL, 0, owned);
 }
 
+/* A value stored with a hold: a Uint8Array's bytes (Buffers are Uint8Arrays; index.js made a
+ * string UTF-8 bytes). 0 when v is none. A length 0 gets a non-NULL pointer too. */
+static int get_bytes(napi_env env, napi_value v, const void **data, size_t *len) {
+  bool is_typed = false;
+  if (napi_is_typedarray(env, v, &is_typed) != napi_ok || !is_typed) return 0;
+  napi_typedarray_type type;
+  void *p = NULL;
+  size_t n = 0;
+  if (napi_get_typedarray_info(env, v, &type, &n, &p, NULL, NULL) != napi_ok ||
+      type != napi_uint8_array) {
+    return 0;
+  }
+  *data = p != NULL ? p : "";
+  *len = n;
+  return 1;
+}
+
+/* Holder k of info as [owner, remainingMs, fencingToken, value]: value a Buffer (a copy), or null
+ * when the hold has none. */
+static napi_value holder_row(napi_env env, const dlock_info *info, uint32_t k) {
+  napi_value h, owner, value;
+  const char *o = p_dlock_info_owner(info, k);
+  size_t len = 0;
+  const void *data = p_dlock_info_value(info, k, &len);
+  napi_create_array_with_length(env, 4, &h);
+  napi_create_string_utf8(env, o ? o : "", NAPI_AUTO_LENGTH, &owner);
+  if (data != NULL && len > 0) {
+    napi_create_buffer_copy(env, len, data, NULL, &value);
+  } else {
+    napi_get_null(env, &value);
+  }
+  napi_set_element(env, h, 0, owner);
+  napi_set_element(env, h, 1, make_int(env, p_dlock_info_remaining_ms(info, k)));
+  napi_set_element(env, h, 2, make_u64(env, p_dlock_info_fencing_token(info, k)));
+  napi_set_element(env, h, 3, value);
+  return h;
+}
+
 /* Hands an exception that JS left pending to process 'uncaughtException', as Node does. */
 static void report_exception(napi_env env) {
   bool pending = false;
@@ -317,6 +366,30 @@ static void on_acquired(dlock_status s, dlock_lock *lock, void *arg) {
 }
 
 static void on_done(dlock_status s, void *arg) { call_done((uintptr_t)arg, s, NULL); }
+
+/* An observer's report (dlock_observe), on this thread: onLeader(id, [owner, remainingMs, term,
+ * value] | null). */
+static void on_observed(const char *name, const dlock_info *leader, void *arg) {
+  (void)name;
+  addon_state *st = g;
+  if (st == NULL) return;
+  napi_env env = st->env;
+  enter_js(st);
+  napi_handle_scope scope;
+  napi_open_handle_scope(env, &scope);
+  napi_value argv[2], fn, recv;
+  napi_create_double(env, (double)(uintptr_t)arg, &argv[0]);
+  if (leader != NULL) {
+    argv[1] = holder_row(env, leader, 0);
+  } else {
+    napi_get_null(env, &argv[1]);
+  }
+  napi_get_undefined(env, &recv);
+  napi_get_reference_value(env, st->on_leader, &fn);
+  napi_call_function(env, recv, fn, 2, argv, NULL);
+  report_exception(env);
+  napi_close_handle_scope(env, scope);
+}
 
 /* ----- the hooks (dlock/adapters/libuv.h, with unref'd handles) ------------------------- */
 
@@ -408,10 +481,10 @@ static const dlock_loop_hooks hooks = {hook_watch_fd, hook_set_timer, hook_clean
     return NULL;                                                             \
   }
 
-/* init(libraryPath, queueAddress: bigint, onDone, flushRegistrations, regState: Int32Array(2))
- * -> the library's version. */
+/* init(libraryPath, queueAddress: bigint, onDone, flushRegistrations, regState: Int32Array(2),
+ *      onLeader) -> the library's version. */
 static napi_value js_init(napi_env env, napi_callback_info info) {
-  ARGS(5);
+  ARGS(6);
   if (g != NULL) {
     napi_throw_error(env, "ERR_DLOCK_ADDON",
                      g->env == env ? "dlock.node: init() was called already"
@@ -449,6 +522,8 @@ static napi_value js_init(napi_env env, napi_callback_info info) {
   if (t != napi_function) return throw_type(env, "onDone must be a function");
   napi_typeof(env, argv[3], &t);
   if (t != napi_function) return throw_type(env, "flushRegistrations must be a function");
+  napi_typeof(env, argv[5], &t);
+  if (t != napi_function) return throw_type(env, "onLeader must be a function");
   bool is_typed = false;
   napi_is_typedarray(env, argv[4], &is_typed);
   napi_typedarray_type reg_type;
@@ -471,6 +546,7 @@ static napi_value js_init(napi_env env, napi_callback_info info) {
   CHECK(napi_get_uv_event_loop(env, &st->loop));
   CHECK(napi_create_reference(env, argv[2], 1, &st->on_done));
   CHECK(napi_create_reference(env, argv[3], 1, &st->flush));
+  CHECK(napi_create_reference(env, argv[5], 1, &st->on_leader));
   CHECK(napi_create_reference(env, argv[4], 1, &st->reg_array));
   st->reg_state = reg_data; /* an ArrayBuffer's memory does not move */
   napi_value resource, name;
@@ -582,10 +658,10 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
 }
 
 /* acquire(client, name, id, lostTag, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner,
- *         kind, permits, fair) -> status: 0 = started (onDone(id, ...) follows), else nothing
- * was (lastError() says why). Losses go to index.js's queue under lostTag. */
+ *         kind, permits, fair[, value]) -> status: 0 = started (onDone(id, ...) follows), else
+ * nothing was (lastError() says why). Losses go to index.js's queue under lostTag. */
 static napi_value js_acquire(napi_env env, napi_callback_info info) {
-  ARGS(13);
+  ARGS(14);
   NEED_STATE();
   dlock_client *c = external_of(env, argv[0]);
   if (c == NULL) return throw_type(env, "client must be a client");
@@ -630,17 +706,22 @@ static napi_value js_acquire(napi_env env, napi_callback_info info) {
   }
   dlock_options *o = NULL;
   dlock_status s = DLOCK_OK;
-  int own_options = is_set(env, argv[9]); /* an owner label: options of its own */
+  /* An owner label or a value: options of their own. */
+  const void *value = NULL;
+  size_t value_len = 0;
+  int has_value = argc > 13 && get_bytes(env, argv[13], &value, &value_len);
+  int own_options = has_value || is_set(env, argv[9]);
   if (!own_options && cached_options != NULL && memcmp(&k, &cached_key, sizeof k) == 0) {
     o = cached_options;
   } else {
     s = options_for(&k, &o);
-    if (s == DLOCK_OK && own_options) {
+    if (s == DLOCK_OK && is_set(env, argv[9])) {
       int owner_owned;
       char *owner = get_cstr(env, argv[9], &owner_owned);
       s = p_dlock_options_set_owner(o, owner);
       if (owner_owned) free(owner);
     }
+    if (s == DLOCK_OK && has_value) s = p_dlock_options_set_value(o, value, value_len);
     if (s == DLOCK_OK && !own_options) { /* the cache's from now on */
       if (cached_options != NULL) p_dlock_options_free(cached_options);
       cached_options = o;
@@ -689,6 +770,59 @@ static napi_value js_extend(napi_env env, napi_callback_info info) {
   return make_int(env, p_dlock_extend_async(l, lease, on_done, (void *)(uintptr_t)id));
 }
 
+/* setValue(lock, value: Uint8Array | null, id) -> status (null: the value is removed). */
+static napi_value js_set_value(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  NEED_STATE();
+  dlock_lock *l = lock_of(env, argv[0]);
+  if (l == NULL) return throw_type(env, "lock must be a lock");
+  const void *data = "";
+  size_t len = 0;
+  if (is_set(env, argv[1]) && !get_bytes(env, argv[1], &data, &len)) {
+    return throw_type(env, "value must be a Uint8Array");
+  }
+  int64_t id = 0;
+  get_i64(env, argv[2], &id);
+  return make_int(env,
+                  p_dlock_lock_set_value_async(l, data, len, on_done, (void *)(uintptr_t)id));
+}
+
+/* observe(client, name, id) -> observer (an external) | status (a number; lastError() says
+ * why). Reports: onLeader(id, ...) on this thread, never inside observe(); none once
+ * unobserve() returned or the client closed. */
+static napi_value js_observe(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  NEED_STATE();
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  char name_buf[512];
+  int owned;
+  char *name = get_cstr_buf(env, argv[1], name_buf, sizeof name_buf, &owned);
+  if (name == NULL) return throw_type(env, "name must be a string or Buffer");
+  int64_t id = 0;
+  get_i64(env, argv[2], &id);
+  dlock_observer *ob = NULL;
+  dlock_status s = p_dlock_observe(c, name, on_observed, (void *)(uintptr_t)id, &ob);
+  if (owned) free(name);
+  if (s != DLOCK_OK) return make_int(env, s);
+  napi_value out;
+  if (napi_create_external(env, ob, NULL, NULL, &out) != napi_ok) {
+    p_dlock_observer_cancel(ob);
+    return make_int(env, DLOCK_ENOMEM);
+  }
+  return out;
+}
+
+/* unobserve(observer): no report after it returns (once only: it frees the observer). */
+static napi_value js_unobserve(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  NEED_STATE();
+  dlock_observer *ob = external_of(env, argv[0]);
+  if (ob == NULL) return throw_type(env, "observer must be an observer");
+  p_dlock_observer_cancel(ob);
+  return NULL;
+}
+
 static napi_value js_token(napi_env env, napi_callback_info info) {
   ARGS(1);
   return make_u64(env, p_dlock_lock_fencing_token(lock_of(env, argv[0])));
@@ -723,6 +857,7 @@ typedef struct inspect_work {
   napi_ref cb;
   dlock_client *client;
   char *name;
+  int leader; /* dlock_leader, not dlock_inspect */
   dlock_info *info;
   dlock_status status;
   char err[2048];
@@ -732,10 +867,19 @@ static void inspect_execute(napi_env env, void *data) {
   (void)env;
   inspect_work *w = data;
   w->err[0] = '\0';
-  w->status = p_dlock_inspect_errbuf(w->client, w->name, &w->info, w->err, sizeof w->err);
+  if (!w->leader) {
+    w->status = p_dlock_inspect_errbuf(w->client, w->name, &w->info, w->err, sizeof w->err);
+    return;
+  }
+  /* No _errbuf form: the message is this (pool) thread's dlock_last_error(), read here. */
+  w->status = p_dlock_leader(w->client, w->name, &w->info);
+  if (w->status != DLOCK_OK) {
+    const char *m = p_dlock_last_error();
+    snprintf(w->err, sizeof w->err, "%s", m ? m : "");
+  }
 }
 
-/* cb(status, message) or cb(0, [kind, permits, [owner, remainingMs, token], ...]) */
+/* cb(status, message) or cb(0, [kind, permits, [owner, remainingMs, token, value], ...]) */
 static void inspect_complete(napi_env env, napi_status status, void *data) {
   inspect_work *w = data;
   napi_value argv[2], fn, recv;
@@ -749,14 +893,7 @@ static void inspect_complete(napi_env env, napi_status status, void *data) {
     napi_set_element(env, argv[1], 0, make_int(env, p_dlock_info_kind(w->info)));
     napi_set_element(env, argv[1], 1, make_int(env, p_dlock_info_permits(w->info)));
     for (uint32_t k = 0; k < n; k++) {
-      napi_value h, owner;
-      const char *o = p_dlock_info_owner(w->info, k);
-      napi_create_array_with_length(env, 3, &h);
-      napi_create_string_utf8(env, o ? o : "", NAPI_AUTO_LENGTH, &owner);
-      napi_set_element(env, h, 0, owner);
-      napi_set_element(env, h, 1, make_int(env, p_dlock_info_remaining_ms(w->info, k)));
-      napi_set_element(env, h, 2, make_u64(env, p_dlock_info_fencing_token(w->info, k)));
-      napi_set_element(env, argv[1], 2 + k, h);
+      napi_set_element(env, argv[1], 2 + k, holder_row(env, w->info, k));
     }
     p_dlock_info_free(w->info);
   }
@@ -770,9 +907,10 @@ static void inspect_complete(napi_env env, napi_status status, void *data) {
   free(w);
 }
 
-/* inspect(client, name, cb): cb(status, message | info) from the loop, later. */
+/* inspect(client, name, cb[, leader]): cb(status, message | info) from the loop, later; leader
+ * true: dlock_leader's answer (one holder or none) instead of dlock_inspect's. */
 static napi_value js_inspect(napi_env env, napi_callback_info info) {
-  ARGS(3);
+  ARGS(4);
   NEED_STATE();
   dlock_client *c = external_of(env, argv[0]);
   if (c == NULL) return throw_type(env, "client must be a client");
@@ -788,6 +926,11 @@ static napi_value js_inspect(napi_env env, napi_callback_info info) {
   }
   w->name = name;
   w->client = c;
+  if (is_set(env, argv[3])) {
+    bool leader = false;
+    napi_get_value_bool(env, argv[3], &leader);
+    w->leader = leader;
+  }
   napi_value resource_name;
   CHECK(napi_create_string_utf8(env, "DLOCK_INSPECT", NAPI_AUTO_LENGTH, &resource_name));
   CHECK(napi_create_reference(env, argv[2], 1, &w->cb));
@@ -809,6 +952,7 @@ static napi_value module_init(napi_env env, napi_value exports) {
       {"acquire", js_acquire},   {"cancel", js_cancel},        {"release", js_release},
       {"extend", js_extend},     {"token", js_token},          {"attempts", js_attempts},
       {"valid", js_valid},       {"remaining", js_remaining},  {"inspect", js_inspect},
+      {"setValue", js_set_value}, {"observe", js_observe},     {"unobserve", js_unobserve},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     napi_value f;

@@ -129,6 +129,23 @@ try {
   hasQueue = false;
 }
 
+// Values stored with a hold and leader election (dlock 0.1 with issue 35): a library without
+// them still serves locks; value, setValue, campaign's value, leader() and observe() then say
+// what it lacks (hasValues false).
+let hasValues = true;
+try {
+  Object.assign(C, {
+    options_set_value: f('int dlock_options_set_value(void *o, const void *data, size_t len)'),
+    lock_set_value_queued: f('int dlock_lock_set_value_queued(void *l, const void *data, size_t len, void *q, uint64_t tag)'),
+    info_value: f('const void *dlock_info_value(void *i, uint32_t k, _Out_ size_t *len)'),
+    observe_queued: f('int dlock_observe_queued(void *c, const char *name, void *q, uint64_t tag, _Out_ void **out)'),
+    observer_cancel: f('void dlock_observer_cancel(void *ob)'),
+    queue_pop_leader: f('int dlock_queue_pop_leader(void *q, _Out_ uint64_t *tag, _Out_ int *status, _Out_ void **lock, _Out_ void **leader)'),
+  });
+} catch (e) {
+  hasValues = false;
+}
+
 // The blocking calls the binding runs on libuv's pool, in the forms that copy the failure's
 // message into a buffer of the caller's (dlock_last_error() is the pool thread's, out of reach
 // of the JS thread). buf is a Buffer, written only when the call fails.
@@ -151,4 +168,4 @@ if (!/^0\./.test(version)) {
   throw e;
 }
 
-module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf };
+module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues };

@@ -19,7 +19,7 @@ test('every CommonJS export is a named ES export, the same object', () => {
   assert.equal(dlock, cjs);
   for (const name of ['Client', 'Lock', 'Mutex', 'Semaphore', 'DlockError', 'NotAcquiredError', 'LockLostError',
     'InvalidArgumentError', 'BackendError', 'CancelledError', 'version', 'library', 'codes', 'MAX_NAME_BYTES',
-    'MAX_OWNER_BYTES']) {
+    'MAX_OWNER_BYTES', 'Observer', 'MAX_VALUE_BYTES']) {
     assert.ok(name in esm, `${name} is not exported`);
   }
   // the exports map's other entries

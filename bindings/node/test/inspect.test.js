@@ -37,7 +37,7 @@ test('inspect: no owner, no expiry, a Buffer name, the callback form', async () 
   const info = await new Promise((resolve, reject) => {
     client.inspect(name, (err, i) => (err ? reject(err) : resolve(i)));
   });
-  assert.deepEqual(info.holders, [{ owner: null, remainingMs: null, fencingToken: lock.fencingToken }]);
+  assert.deepEqual(info.holders, [{ owner: null, remainingMs: null, fencingToken: lock.fencingToken, value: null }]);
   await lock.release();
   assert.deepEqual((await client.inspect(unique('never'))).holders, []);
 });
@@ -59,8 +59,9 @@ test('inspect: bad names and a closed client', async () => {
 
 test('capabilities: what the Redis backend promises', async () => {
   const caps = await client.capabilities();
-  assert.deepEqual(Object.keys(caps).sort(), ['fair', 'fencingStrict', 'notifies', 'permits', 'shared']);
+  assert.deepEqual(Object.keys(caps).sort(), ['fair', 'fencingStrict', 'notifies', 'observePush', 'permits', 'shared']);
   assert.equal(caps.fair, true);
+  assert.equal(caps.observePush, true);
   assert.equal(caps.fencingStrict, true);
   assert.equal(caps.notifies, true);
 });

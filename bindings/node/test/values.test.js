@@ -56,4 +56,5 @@ test('the limits are the library\'s own', () => {
   const { C } = require('../lib/native');
   assert.equal(dlock.MAX_NAME_BYTES, Number(C.limit_value(0)));
   assert.equal(dlock.MAX_OWNER_BYTES, Number(C.limit_value(1)));
+  assert.equal(dlock.MAX_VALUE_BYTES, Number(C.limit_value(3)));
 });

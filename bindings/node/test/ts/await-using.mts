@@ -4,8 +4,8 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import dlock, {
-  Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, codes, library, version,
-  type AcquireOptions, type Releaser,
+  Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, Observer, codes, library, version,
+  MAX_VALUE_BYTES, type AcquireOptions, type CampaignOptions, type HoldValue, type Leader, type Releaser,
 } from 'libdlock';
 
 const url = process.env.REDIS_URL!;
@@ -52,6 +52,33 @@ let outer: Client;
   await release();
   const semaphore: Semaphore = client.semaphore(`${name}-sem`, 2);
   assert.equal(await semaphore.runExclusive(async (lock) => lock.name), `${name}-sem`);
+
+  // leader election: campaign, proclaim, observe, resign
+  const election = `${name}-elect`;
+  {
+    using observer: Observer = client.observe(election, { signal: AbortSignal.timeout(60000) });
+    const seen: (Leader | null)[] = [];
+    const value: HoldValue = 'host-a:8080';
+    const options: CampaignOptions = { value, owner: 'a', leaseMs: 5000 };
+    await using leadership = await client.campaign(election, options);
+    for await (const leader of observer) {  // nobody (maybe), then this candidate
+      seen.push(leader);
+      if (leader !== null && leader.term === leadership.fencingToken) break;
+    }
+    await leadership.setValue(new Uint8Array([0, 1, 2]));
+    const now: Leader | null = await client.leader(election);
+    assert.ok(now !== null && now.value !== null && now.value.equals(Buffer.from([0, 1, 2])));
+    const term: bigint = now.term;
+    assert.equal(term, leadership.fencingToken);
+    assert.ok(seen.length >= 1 && observer.closed);  // leaving the loop cancelled it
+    const holder = (await client.inspect(election)).holders[0];
+    assert.equal(holder.value?.length, 3);
+  }
+  assert.equal(await client.leader(election), null);  // resigned at the end of its block
+  assert.equal(MAX_VALUE_BYTES, 4096);
+  const lock = await client.acquire(`${name}-value`, { value: Buffer.from('v') });
+  await lock.setValue(null);
+  await lock.release();
 }
 assert.equal(outer.closed, true);  // closed at the end of its block
 assert.equal(codes.NOT_HELD, 2);
@@ -77,5 +104,21 @@ export function refused(c: Client, l: Lock): void {
   void c.mutex('x').tryAcquire().then((r: Releaser) => r);
   // @ts-expect-error: a NotAcquiredError's code is exactly its own
   const code: 'ERR_DLOCK_NOT_HELD' = new NotAcquiredError('x').code;
+  // @ts-expect-error: a campaign waits until it leads: no waitMs
+  void c.campaign('x', { waitMs: 5 });
+  // @ts-expect-error: a leadership is exclusive
+  void c.campaign('x', { shared: true });
+  // @ts-expect-error: a value is a string or bytes
+  void c.acquire('x', { value: 5 });
+  // @ts-expect-error: setValue takes a value
+  void l.setValue();
+  // @ts-expect-error: leader() may resolve with null (nobody leads)
+  void c.leader('x').then((x: Leader) => x);
+  // @ts-expect-error: a term is a bigint
+  void c.leader('x').then((x) => { const t: number = x!.term; return t; });
+  // @ts-expect-error: a report may be null (nobody leads)
+  c.observe('x').on('change', (x: Leader) => x);
+  // @ts-expect-error: observe's only option is signal
+  void c.observe('x', { waitMs: 5 });
   void n, j, code, CancelledError;
 }
