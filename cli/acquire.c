@@ -14,6 +14,17 @@
 bool g_lost_reported = false;
 char g_lost_reason[512] = "";
 
+void lost_cause_text(const dlock_lock *lock, char *buf, size_t len) {
+  const char *cause = dlock_lock_lost_cause(lock);
+  snprintf(buf, len, "%s", cause ? cause : "");
+}
+
+const char *release_refusal(void) {
+  static char text[600];
+  snprintf(text, sizeof text, "refused: %s", dlock_last_error());
+  return text;
+}
+
 static int g_signal_pipe[2] = {-1, -1};
 static const int kCaught[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD};
 
@@ -73,7 +84,11 @@ bool is_stop_signal(int sig) {
 
 int open_client(const cli_options *o, const char *command, dlock_client **out) {
   dlock_status s = dlock_client_open(o->url, out);
-  if (s == DLOCK_OK) return 0;
+  if (s == DLOCK_OK) {
+    /* -v --json: the library's events as JSON lines on stderr (output.c). */
+    if (o->verbosity == VERBOSE && o->json) (void)dlock_client_set_event_hook(*out, print_event_json, NULL);
+    return 0;
+  }
   /* The library's message names the server or the URL part that was wrong (redacted). */
   say_error(command, "%s", dlock_last_error());
   return exit_code_for(s);

@@ -30,6 +30,7 @@ static const option_spec kOptions[] = {
     {"kill-grace", 0, CLI_OPT_ON_LOST, true},
     {"stopped-grace", 0, CLI_OPT_EXEC, true},
     {"status-file", 0, CLI_OPT_EXEC, true},
+    {"metrics-textfile", 0, CLI_OPT_EXEC, true},
     {"json", 0, CLI_OPT_JSON, false},
     {"quiet", 'q', CLI_OPT_VERBOSITY, false},
     {"verbose", 'v', CLI_OPT_VERBOSITY, false},
@@ -168,6 +169,12 @@ static int apply(const char *command, const option_spec *s, const char *value, c
       return -1;
     }
     o->status_file = value;
+  } else if (strcmp(n, "metrics-textfile") == 0) {
+    if (!*value) {
+      say_error(command, "--metrics-textfile needs a path");
+      return -1;
+    }
+    o->metrics_textfile = value;
   } else if (strcmp(n, "lease") == 0) {
     if ((why = parse_duration(value, false, &o->lease_ms)) != 0) return bad_duration(command, n, value, why);
   } else if (strcmp(n, "wait") == 0) {

@@ -57,6 +57,7 @@ typedef struct cli_options {
   int64_t stopped_grace_ms; /* exec --stopped-grace: how long a stopped CMD may keep the lock
                                without a terminal (default 10 s) */
   const char *status_file;  /* exec --status-file PATH: dlock's own outcome, one line */
+  const char *metrics_textfile; /* exec --metrics-textfile PATH: the run's metrics, at the end */
   verbosity verbosity;
   bool json;
   bool help, version;
@@ -124,6 +125,21 @@ void text_string(FILE *f, const char *s, bool quote_always);
  * `, value '...'` or `, value of N bytes (binary)`. */
 void json_value(FILE *f, const void *data, size_t len);
 void text_value(FILE *f, const void *data, size_t len);
+/* A library event (dlock_client_set_event_hook) as one JSON line on stderr: {"event", "name",
+ * "attempts", "elapsed_ms", "fencing_token", "status", "detail", "unix_ms"}. Any thread. */
+void print_event_json(const dlock_event *e, void *arg);
+/* What one exec or elect run did, for --metrics-textfile (status_file.c). Times: monotonic ms,
+ * 0 = never. */
+typedef struct run_record {
+  const char *name;
+  int64_t started_ms, acquired_ms, ended_ms;
+  uint64_t fencing_token;
+  char outcome[32]; /* the last --status-file word */
+} run_record;
+extern run_record g_run;
+/* Writes o->metrics_textfile (if set) for g_run ending with exit code `code`. 0, or -1 after
+ * saying why. */
+int write_metrics_textfile(const cli_options *o, int code);
 /* The exit code for a failed library call (not for DLOCK_NOT_ACQUIRED's 75 at acquire). */
 int exit_code_for(dlock_status s);
 
@@ -154,6 +170,11 @@ void signals_restore_defaults(void);
 void drain_queue(dlock_queue *q);
 extern bool g_lost_reported;
 extern char g_lost_reason[512];
+/* Why lock was lost, "CAUSE: details" (dlock_lock_lost_cause), into buf; "" while it is held
+ * and valid. Read it before the release, which frees the lock. */
+void lost_cause_text(const dlock_lock *lock, char *buf, size_t len);
+/* A release's DLOCK_NOT_HELD, with its cause: "refused: " and the release's message. */
+const char *release_refusal(void);
 
 /* fds.c */
 /* Notes the descriptors dlock inherited (main calls it first): CMD gets those, and 0, 1 and 2,

@@ -62,10 +62,12 @@ int cmd_hold(cli_options *o, int argc, char **argv) {
       }
       drain_queue(q);
     }
+    char cause[512]; /* the release frees the lock: its loss cause is read first */
+    lost_cause_text(lock, cause, sizeof cause);
     const dlock_status s = dlock_release(lock);
     if (g_lost_reported || s == DLOCK_NOT_HELD) {
       say_error("hold", "lock '%s' was lost while held: %s", name,
-                g_lost_reported ? g_lost_reason : dlock_last_error());
+                cause[0] ? cause : g_lost_reported ? g_lost_reason : release_refusal());
       code = EXIT_LOST;
     } else if (s != DLOCK_OK) {
       say_error("hold", "releasing lock '%s' failed, it stays held until its lease runs out: %s",

@@ -347,7 +347,11 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     guard_update(j, o, lock);
     if (!lost && !stopped_out && (g_lost_reported || !dlock_lock_is_valid(lock))) {
       lost = true;
-      const char *reason = g_lost_reported ? g_lost_reason : "its lease ran out before a renewal got through";
+      /* "CAUSE: details" (dlock_lock_lost_cause: refused, expired). */
+      const char *cause = dlock_lock_lost_cause(lock);
+      const char *reason = cause         ? cause
+                           : g_lost_reported ? g_lost_reason
+                                             : "its lease ran out before a renewal got through";
       if (o->on_lost == ON_LOST_IGNORE) {
         say_error(o->command, "lock '%s' was lost while CMD ran (--on-lost=ignore: CMD keeps running): %s", name, reason);
       } else {
@@ -454,6 +458,8 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     write_status(o, lost ? "lost" : "stopped");
     return EXIT_LOST;
   }
+  char cause_before[512]; /* the release frees the lock: its loss cause is read first */
+  lost_cause_text(lock, cause_before, sizeof cause_before);
   const dlock_status s = dlock_release(lock);
   if (stopped_out) {
     write_status(o, "stopped");
@@ -464,7 +470,8 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     return EXIT_LOST;
   }
   if (s == DLOCK_NOT_HELD) {
-    say_error(o->command, "lock '%s' was lost before CMD finished: %s", name, dlock_last_error());
+    say_error(o->command, "lock '%s' was lost before CMD finished: %s", name,
+              cause_before[0] ? cause_before : release_refusal());
     write_status(o, "lost");
     return EXIT_LOST;
   }
@@ -512,6 +519,8 @@ static int run_under_lock(cli_options *o, const char *command, unsigned groups, 
   }
   const char *name = words[0];
   free(words);
+  g_run.name = name;
+  g_run.started_ms = monotonic_ms();
   if (code != 0) write_failure_status(o, code);
   if (code != 0 || o->help) return code;
 
@@ -539,6 +548,8 @@ static int run_under_lock(cli_options *o, const char *command, unsigned groups, 
     write_failure_status(o, code);
     dlock_release(lock);
   } else {
+    g_run.acquired_ms = monotonic_ms();
+    g_run.fencing_token = dlock_lock_fencing_token(lock);
     write_status(o, "acquired %" PRIu64, dlock_lock_fencing_token(lock));
     if ((code = start_job(o, lock, path, cmd, env, &j)) != 0) {
       write_failure_status(o, code);
@@ -546,6 +557,7 @@ static int run_under_lock(cli_options *o, const char *command, unsigned groups, 
     } else {
       signals_catch_tstp(); /* from now on, a TSTP to dlock stops CMD's group */
       code = supervise(o, name, lock, q, &j);
+      g_run.ended_ms = monotonic_ms();
       end_job(&j);
     }
   }
@@ -556,9 +568,16 @@ static int run_under_lock(cli_options *o, const char *command, unsigned groups, 
   return code;
 }
 
-int cmd_exec(cli_options *o, int argc, char **argv) { return run_under_lock(o, "exec", ~0u, argc, argv); }
+/* run_under_lock, then --metrics-textfile (a run that failed to start writes one too). */
+static int run_and_record(cli_options *o, const char *command, unsigned groups, int argc, char **argv) {
+  const int code = run_under_lock(o, command, groups, argc, argv);
+  if (o->help) return code;
+  return write_metrics_textfile(o, code) == 0 || code != 0 ? code : EXIT_OSERR;
+}
+
+int cmd_exec(cli_options *o, int argc, char **argv) { return run_and_record(o, "exec", ~0u, argc, argv); }
 
 int cmd_elect(cli_options *o, int argc, char **argv) {
   o->wait_ms = -1;  /* a campaign waits until it leads */
-  return run_under_lock(o, "elect", ~(unsigned)(CLI_OPT_KIND | CLI_OPT_WAIT), argc, argv);
+  return run_and_record(o, "elect", ~(unsigned)(CLI_OPT_KIND | CLI_OPT_WAIT), argc, argv);
 }

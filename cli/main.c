@@ -51,7 +51,10 @@ static const char kExecOptions[] =
           "  --status-file PATH  write dlock's outcome there, one line: acquired TOKEN while\n"
           "                  CMD runs, then cmd-exited N, cmd-signalled N, lost, stopped,\n"
           "                  not-acquired, not-found, not-executable, interrupted N,\n"
-          "                  backend-error, os-error or usage\n";
+          "                  backend-error, os-error or usage\n"
+          "  --metrics-textfile PATH  when dlock ends, write the run's metrics there (node_exporter's\n"
+          "                  textfile format, atomically): outcome (the --status-file word),\n"
+          "                  success, exit code, wait and hold seconds, fencing token, end time\n";
 
 static const char kCommonOptions[] =
     "  --url URL       the backend; default $DLOCK_URL, else redis://127.0.0.1:6379\n"

@@ -1,7 +1,10 @@
 /* Messages (one line each, on stderr), JSON and quoting for names and owner labels, which may
  * hold any byte but NUL. A URL is shown only through dlock_url_redact: never its password. */
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -32,12 +35,71 @@ void say_note(const cli_options *o, const char *command, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* Wall-clock milliseconds, for a log line's time (nothing is decided by it). */
+static long long unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* line (built in memory) on stderr with one write: lines from the library's thread and from
+ * this one never mix. */
+static void put_line(char *line, size_t len) {
+  if (line == NULL) return;
+  fwrite(line, 1, len, stderr);
+  fflush(stderr);
+  free(line);
+}
+
 void say_verbose(const cli_options *o, const char *command, const char *fmt, ...) {
   if (o->verbosity != VERBOSE) return;
   va_list ap;
   va_start(ap, fmt);
-  say(command, fmt, ap);
+  if (!o->json) {
+    say(command, fmt, ap);
+    va_end(ap);
+    return;
+  }
+  /* -v --json: {"event": "note", "command", "message", "unix_ms"}, a line like the events'. */
+  char *message = NULL;
+  if (vasprintf(&message, fmt, ap) < 0) message = NULL;
   va_end(ap);
+  char *line = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&line, &len);
+  if (f == NULL) {
+    free(message);
+    return;
+  }
+  fputs("{\"event\":\"note\",\"command\":", f);
+  json_string(f, command ? command : "");
+  fputs(",\"message\":", f);
+  json_string(f, message ? message : "");
+  fprintf(f, ",\"unix_ms\":%lld}\n", unix_ms());
+  fclose(f);
+  free(message);
+  put_line(line, len);
+}
+
+void print_event_json(const dlock_event *e, void *arg) {
+  (void)arg;
+  char *line = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&line, &len);
+  if (f == NULL) return;
+  fputs("{\"event\":", f);
+  json_string(f, dlock_event_type_name(dlock_event_type_of(e)));
+  fputs(",\"name\":", f);
+  json_string(f, dlock_event_lock_name(e));
+  fprintf(f, ",\"attempts\":%u,\"elapsed_ms\":%lld,\"fencing_token\":%llu,\"status\":",
+          dlock_event_attempts(e), (long long)dlock_event_elapsed_ms(e),
+          (unsigned long long)dlock_event_fencing_token(e));
+  json_string(f, dlock_status_str(dlock_event_status(e)));
+  fputs(",\"detail\":", f);
+  json_string(f, dlock_event_detail(e));
+  fprintf(f, ",\"unix_ms\":%lld}\n", unix_ms());
+  fclose(f);
+  put_line(line, len);
 }
 
 const char *shown_url(const char *url) {

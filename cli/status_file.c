@@ -1,31 +1,27 @@
 /* exec --status-file PATH: dlock's own outcome, one line, written atomically (a temporary file
  * renamed over PATH): "waiting" before the acquire, "acquired TOKEN" while CMD runs, then one of
  * "cmd-exited N", "cmd-signalled N", "lost", "stopped", "not-acquired", "interrupted N",
- * "not-found", "not-executable", "backend-error", "os-error", "usage". */
+ * "not-found", "not-executable", "backend-error", "os-error", "usage". And exec
+ * --metrics-textfile PATH: the run's metrics when it ends, in node_exporter's textfile format
+ * (Prometheus text), written the same way. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
 
-/* Written to PATH.tmp.PID, then renamed over PATH, so that a reader sees the old line or the
- * new one. */
-int write_status(const cli_options *o, const char *fmt, ...) {
-  if (!o->status_file) return 0;
-  char line[128];
-  va_list ap;
-  va_start(ap, fmt);
-  int len = vsnprintf(line, sizeof line - 1, fmt, ap);
-  va_end(ap);
-  if (len < 0) len = 0;
-  if ((size_t)len > sizeof line - 2) len = (int)sizeof line - 2;
-  line[len++] = '\n';
+run_record g_run;
+
+/* Written to PATH.tmp.PID, then renamed over PATH, so that a reader sees the old content or
+ * the new. option names the option in messages. */
+static int write_atomically(const char *path, const char *data, size_t len, const char *option) {
   char *tmp = NULL;
-  if (asprintf(&tmp, "%s.tmp.%ld", o->status_file, (long)getpid()) < 0) {
-    say_error("exec", "cannot write --status-file %s: out of memory", o->status_file);
+  if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0) {
+    say_error("exec", "cannot write %s %s: out of memory", option, path);
     return -1;
   }
   int error = 0;
@@ -33,17 +29,103 @@ int write_status(const cli_options *o, const char *fmt, ...) {
   if (fd < 0) {
     error = errno;
   } else {
-    if (write(fd, line, (size_t)len) != len) error = errno ? errno : EIO;
+    if (write(fd, data, len) != (ssize_t)len) error = errno ? errno : EIO;
     if (close(fd) != 0 && !error) error = errno;
-    if (!error && rename(tmp, o->status_file) != 0) error = errno;
+    if (!error && rename(tmp, path) != 0) error = errno;
     if (error) unlink(tmp);
   }
   free(tmp);
   if (error) {
-    say_error("exec", "cannot write --status-file %s: %s", o->status_file, strerror(error));
+    say_error("exec", "cannot write %s %s: %s", option, path, strerror(error));
     return -1;
   }
   return 0;
+}
+
+int write_status(const cli_options *o, const char *fmt, ...) {
+  char line[128];
+  va_list ap;
+  va_start(ap, fmt);
+  int len = vsnprintf(line, sizeof line - 1, fmt, ap);
+  va_end(ap);
+  if (len < 0) len = 0;
+  if ((size_t)len > sizeof line - 2) len = (int)sizeof line - 2;
+  /* The word, for --metrics-textfile's outcome. */
+  snprintf(g_run.outcome, sizeof g_run.outcome, "%.*s", (int)strcspn(line, " "), line);
+  if (!o->status_file) return 0;
+  line[len++] = '\n';
+  return write_atomically(o->status_file, line, (size_t)len, "--status-file");
+}
+
+/* s as a Prometheus label value: backslash, quote and newline escaped, bytes that are not
+ * UTF-8 replaced (json_string's rule: its escapes are a subset of what we need). */
+static void label_value(FILE *f, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; ++p) {
+    if (*p == '\\' || *p == '"') {
+      fputc('\\', f);
+      fputc(*p, f);
+    } else if (*p == '\n') {
+      fputs("\\n", f);
+    } else if (*p < 0x20 || *p == 0x7f) {
+      fputc('?', f);  /* a control byte has no place in a label */
+    } else {
+      fputc(*p, f);
+    }
+  }
+}
+
+static void metric(FILE *f, const char *name, const char *type, const char *help, const char *lock,
+                   const char *extra_label, const char *extra_value, double value) {
+  fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s{name=\"", name, help, name, type, name);
+  label_value(f, lock);
+  fputc('"', f);
+  if (extra_label) {
+    fprintf(f, ",%s=\"", extra_label);
+    label_value(f, extra_value);
+    fputc('"', f);
+  }
+  /* Whole numbers (a fencing token: up to 2^53 - 1, exact) in full; times to the ms. */
+  fprintf(f, value == (double)(int64_t)value ? "} %.0f\n" : "} %.3f\n", value);
+}
+
+int write_metrics_textfile(const cli_options *o, int code) {
+  if (!o->metrics_textfile || !g_run.name) return 0;
+  const int64_t end = g_run.ended_ms ? g_run.ended_ms : monotonic_ms();
+  const double waited = ((g_run.acquired_ms ? g_run.acquired_ms : end) - g_run.started_ms) / 1000.0;
+  const double held = g_run.acquired_ms ? (end - g_run.acquired_ms) / 1000.0 : 0;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (f == NULL) {
+    say_error("exec", "cannot write --metrics-textfile %s: out of memory", o->metrics_textfile);
+    return -1;
+  }
+  const char *lock = g_run.name;
+  const bool success = strcmp(g_run.outcome, "cmd-exited") == 0 && code == 0;
+  metric(f, "dlock_exec_success", "gauge", "1 when the last run took the lock, held it to the end and CMD exited 0.",
+         lock, NULL, NULL, success ? 1 : 0);
+  metric(f, "dlock_exec_outcome", "gauge",
+         "The last run's outcome, as --status-file words it (cmd-exited, lost, not-acquired, ...).",
+         lock, "outcome", g_run.outcome[0] ? g_run.outcome : "unknown", 1);
+  metric(f, "dlock_exec_exit_code", "gauge", "dlock's exit status for the last run.", lock, NULL, NULL, code);
+  metric(f, "dlock_exec_wait_seconds", "gauge", "How long the last run waited for the lock.", lock, NULL, NULL,
+         waited);
+  metric(f, "dlock_exec_hold_seconds", "gauge", "How long the last run held the lock (0 when it did not).",
+         lock, NULL, NULL, held);
+  metric(f, "dlock_exec_fencing_token", "gauge", "The last run's fencing token (0 when it did not acquire).",
+         lock, NULL, NULL, (double)g_run.fencing_token);
+  metric(f, "dlock_exec_end_timestamp_seconds", "gauge", "When the last run ended, in seconds since the epoch.",
+         lock, NULL, NULL, (double)now.tv_sec + now.tv_nsec / 1e9);
+  if (fclose(f) != 0 || text == NULL) {
+    free(text);
+    say_error("exec", "cannot write --metrics-textfile %s: out of memory", o->metrics_textfile);
+    return -1;
+  }
+  const int r = write_atomically(o->metrics_textfile, text, len, "--metrics-textfile");
+  free(text);
+  return r;
 }
 
 void write_failure_status(const cli_options *o, int code) {

@@ -191,7 +191,9 @@ TEST_F(CliTest, ALossTheServerReportsStopsCmdWithinAHeartbeat) {
   // Heartbeats every second (lease/3 or less): the loss is seen within one or two. Generous
   // for sanitizers on busy cores; measured about 0.4 s.
   EXPECT_LT(took, 5000) << dlock->output();
-  EXPECT_NE(dlock->output().find("lost"), std::string::npos) << dlock->output();
+  // The message names the cause (dlock_lock_lost_cause): the server refused the renewal.
+  EXPECT_NE(dlock->output().find("lock 'doomed' was lost while CMD ran; stopping CMD: refused: "), std::string::npos)
+      << dlock->output();
 }
 
 TEST_F(CliTest, FailingRenewalsStopCmdBeforeTheLeaseCanRunOut) {
@@ -634,6 +636,73 @@ TEST_F(CliTest, StatusFileSaysWhatHappened) {
   for (const auto& e : std::filesystem::directory_iterator(dir_)) {
     EXPECT_EQ(e.path().filename().string().rfind("status.", 0), std::string::npos) << "left behind: " << e.path();
   }
+}
+
+// --metrics-textfile: node_exporter's textfile format, written atomically when dlock ends, for
+// the run that ran CMD and for one that never took the lock; it passes promtool's check.
+TEST_F(CliTest, MetricsTextfileSaysWhatTheRunDid) {
+  const std::string prom = Path("job.prom"), token_file = Path("token");
+  Outcome ran = Run({"exec", "--metrics-textfile", prom, "nightly \"job\"", "--", "sh", "-c",
+                     "echo $DLOCK_FENCING_TOKEN > " + token_file + "; sleep 0.2; exit 3"});
+  ASSERT_EQ(ran.code, 3) << ran.output;
+  const std::string text = ReadFile(prom);
+  const std::string label = "{name=\"nightly \\\"job\\\"\"";
+  const std::string token = ReadFile(token_file).substr(0, ReadFile(token_file).size() - 1);
+  for (const std::string& line :
+       {"dlock_exec_success" + label + "} 0", "dlock_exec_outcome" + label + ",outcome=\"cmd-exited\"} 1",
+        "dlock_exec_exit_code" + label + "} 3", "dlock_exec_fencing_token" + label + "} " + token}) {
+    EXPECT_NE(text.find(line + "\n"), std::string::npos) << line << " not in:\n" << text;
+  }
+  const size_t held_at = text.find("dlock_exec_hold_seconds" + label + "} ");
+  ASSERT_NE(held_at, std::string::npos) << text;
+  EXPECT_GE(std::stod(text.substr(text.find("} ", held_at) + 2)), 0.2) << text;
+  const int rc = std::system(("promtool check metrics < " + prom + " > " + Path("promtool.out") + " 2>&1").c_str());
+  EXPECT_EQ(rc, 0) << ReadFile(Path("promtool.out")) << text;
+
+  Client holder(redis_.url());
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), "busy", nullptr, &held), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(Run({"exec", "--metrics-textfile", prom, "--wait", "100ms", "busy", "--", "true"}).code, 75);
+  EXPECT_EQ(dlock_release(held), DLOCK_OK);
+  const std::string refused = ReadFile(prom);
+  for (const char* line : {"dlock_exec_success{name=\"busy\"} 0", "dlock_exec_outcome{name=\"busy\",outcome=\"not-acquired\"} 1",
+                           "dlock_exec_exit_code{name=\"busy\"} 75", "dlock_exec_fencing_token{name=\"busy\"} 0",
+                           "dlock_exec_hold_seconds{name=\"busy\"} 0"}) {
+    EXPECT_NE(refused.find(std::string(line) + "\n"), std::string::npos) << line << " not in:\n" << refused;
+  }
+  EXPECT_EQ(Run({"exec", "--metrics-textfile", prom, "job", "--", "true"}).code, 0);
+  EXPECT_NE(ReadFile(prom).find("dlock_exec_success{name=\"job\"} 1\n"), std::string::npos) << ReadFile(prom);
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().rfind("job.prom.", 0), std::string::npos) << "left behind: " << e.path();
+  }
+}
+
+// -v --json: every line on stderr is one JSON object: the library's events (acquiring,
+// acquired with the token CMD got, released) and dlock's own notes.
+TEST_F(CliTest, VerboseJsonPrintsEventsAsJsonLines) {
+  const std::string token_file = Path("token");
+  ChildProcess p(Args({"-v", "--json", "exec", "report", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN > " + token_file}),
+                 ChildOptions::Env(Env()));
+  ASSERT_EQ(p.Wait(60s), 0) << p.output();
+  const uint64_t token = std::stoull(ReadFile(token_file));
+  std::istringstream lines(p.output());
+  std::string line, events;
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << line << "\nin:\n" << p.output();
+    ASSERT_TRUE(j.contains("event") && j.contains("unix_ms")) << line;
+    if (j["event"] == "note") continue;
+    events += (events.empty() ? "" : " ") + j["event"].get<std::string>();
+    EXPECT_EQ(j["name"], "report") << line;
+    if (j["event"] == "acquired" || j["event"] == "released") {
+      EXPECT_EQ(j["fencing_token"].get<uint64_t>(), token) << line;
+      EXPECT_EQ(j["status"], "DLOCK_OK") << line;
+    }
+  }
+  EXPECT_EQ(events, "acquiring acquired released") << p.output();
+  // Plain -v keeps its human lines.
+  Outcome plain = Run({"-v", "exec", "report", "--", "true"});
+  EXPECT_NE(plain.output.find("dlock exec: acquired lock 'report'"), std::string::npos) << plain.output;
 }
 
 TEST_F(CliTest, CtrlZStopsCmdAndDlockAndContinuingDlockContinuesCmd) {
