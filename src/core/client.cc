@@ -421,9 +421,10 @@ Status Client::NotHeldStatus(const LockState& lock) const {
     case LockPhase::kReleased:
       return Status::NotHeld("lock '" + lock.name + "' was already released");
     default: {
-      std::string reason = lock.LostReason();
-      return Status::NotHeld("lock '" + lock.name + "' was lost" +
-                             (reason.empty() ? std::string() : ": " + reason));
+      // "CAUSE: details" (dlock_lock_lost_cause), so that a caller whose release freed the lock
+      // can still tell the cause from the message.
+      std::string cause = lock.LostCause();
+      return Status::NotHeld("lock '" + lock.name + "' was lost" + (cause.empty() ? std::string() : ": " + cause));
     }
   }
 }

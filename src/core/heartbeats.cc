@@ -306,7 +306,7 @@ void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, LossCause cause, co
   if (!lock->Lose(cause, reason, metrics_)) return;  // released meanwhile: nothing to report
   if (!lock->on_lost) return;
   CallbackScope scope(callbacks_);
-  lock->on_lost(lock->name, lock->fencing_token, reason);
+  lock->on_lost(lock->name, lock->fencing_token, lock->LostCause());  // "CAUSE: reason"
 }
 
 void Heartbeats::StopOnLoop() {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 namespace dlock {
 
@@ -14,13 +15,17 @@ constexpr const char* kRenewalOutcomes[] = {"succeeded", "failed", "refused"};
 
 uint64_t Load(const std::atomic<uint64_t>& counter) { return counter.load(std::memory_order_relaxed); }
 
-// The shortest text that reads back as v: integers without a fraction, the rest with %.17g.
+// The shortest text that reads back as v: integers without a fraction, the rest with the
+// fewest %g digits that round-trip (0.0005, not 0.00050000000000000001).
 std::string Number(double v) {
   char buf[32];
   if (v == static_cast<double>(static_cast<int64_t>(v)) && v < 9.0e15 && v > -9.0e15) {
     std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+  }
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
   }
   return buf;
 }
