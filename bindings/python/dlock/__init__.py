@@ -34,6 +34,10 @@ now, then at each change (an Observer: cancel() it, or use it as `with`); asynci
 `async for leader in client.aobserve(name):`.
 fork: a forked child gets its own dlock-events thread and queue; a Client inherited from the
 parent raises ForkedClient on use: open a new Client in the child.
+Metrics: client.metrics() (a Metrics of MetricFamily, no metrics library needed) and
+client.metrics_text() (Prometheus text) say what the client counted (docs/metrics.md);
+dlock.prometheus.register(client) exports them through prometheus_client. lock.lost_cause (and
+a NotHeld's or LockLost's cause) says why a hold was lost.
 """
 
 import asyncio
@@ -52,8 +56,8 @@ import traceback
 import warnings
 import weakref
 from types import TracebackType
-from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, FrozenSet, Generator, List, Literal, NamedTuple,
-                    Optional, Sequence, Tuple, Type, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, FrozenSet, Generator, Iterator, List,
+                    Literal, NamedTuple, Optional, Sequence, Tuple, Type, Union)
 
 from . import _lib
 from ._errors import (AlreadyHeld, AuthError, BackendError, Cancelled, Error, ForkedClient,
@@ -65,6 +69,7 @@ from ._errors import name_codes as _name_codes
 
 __all__ = [
     "Client", "Lock", "LockInfo", "Holder", "Observer", "AsyncObserver", "version", "library_path",
+    "Metrics", "MetricFamily", "MetricSample",
     # Not "ConnectionError": `from dlock import *` must not shadow the builtin (which catches
     # dlock.ConnectionError too).
     "Error", "NotAcquired", "NotHeld", "AlreadyHeld", "InvalidArgument", "BackendError",
@@ -370,6 +375,24 @@ def _check(status):
         raise _error(status)
 
 
+def _lost_cause_of(h):
+    """dlock_lock_lost_cause of the lock handle h: "CAUSE: details", or None while valid."""
+    cause = _c.dlock_lock_lost_cause(h)
+    return cause.decode("utf-8", "replace") if cause else None
+
+
+def _cause_code(cause):
+    """The stable code that starts a lost cause ("refused: ..." -> "refused"), or None."""
+    return cause.split(":", 1)[0] if cause else None
+
+
+def _with_cause(err, cause):
+    """err, a NotHeld of a lost hold, with the stable code of its cause (err.cause)."""
+    if isinstance(err, NotHeld) and err.cause is None and cause:
+        err.cause = _cause_code(cause)
+    return err
+
+
 # ----- outcomes from the library ------------------------------------------------------------------
 # The library gets small integer tags, never Python objects; these dicts map the tags back.
 
@@ -625,10 +648,11 @@ class _LoopClient:
     nothing would heartbeat them once the loop is gone."""
 
     __slots__ = ("id", "pid", "loop", "thread", "h", "ptr", "fds", "timer", "closed", "cleaned",
-                 "watch", "observers")
+                 "watch", "observers", "totals")
 
-    def __init__(self, burl, loop):
+    def __init__(self, burl, loop, totals):
         self.id = next(_ids)
+        self.totals: _MetricsTotals = totals  # its Client's: what it counted goes there at close
         self.pid = os.getpid()
         self.loop = loop
         self.thread = threading.get_ident()
@@ -722,9 +746,19 @@ class _LoopClient:
         observers, self.observers = list(self.observers.values()), {}
         for slot in observers:  # their iterations end
             slot.end(_c.on_loop)
-        h, self.h = self.h, None
-        if h and self.pid == os.getpid():
+        h = self._take_handle()
+        if h:
             _c.dlock_client_close(h)
+
+    def _take_handle(self):
+        """Takes h out of this object (None in a forked child: the parent's), its counts kept
+        in its Client's totals."""
+        with self.totals.mu:
+            h, self.h = self.h, None
+            if not h or self.pid != os.getpid():
+                return None
+            self.totals.retire(h)
+        return h
 
     async def aclose(self):
         """close(), then lets the loop turn until the cleanup hook has run (at most ~5 s)."""
@@ -776,7 +810,7 @@ class _LoopClient:
         """The loop closed with this client open (loop.close() with no shutdown_asyncgens):
         nothing can drive it any more. Its locks expire on the server."""
         self.closed = True
-        self.h = None
+        self._take_handle()  # left open: nothing may run on it now
         observers, self.observers = list(self.observers.values()), {}
         for slot in observers:  # nothing can drive them, nor cancel them: left as they are
             slot.cancelled, slot.h = True, None
@@ -1057,6 +1091,261 @@ def _lock_info(info):
     return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(_c.dlock_info_permits(info)))
 
 
+# ----- metrics ---------------------------------------------------------------------------------
+# One Client is one or more C clients: the blocking API's (Client._h) and one per event loop its
+# async API ran on (_LoopClient). Each counts its own calls (dlock_client_metrics); a Client's
+# metrics are their sum, plus what those already closed had counted (_MetricsTotals: an event
+# loop's client closes when its loop shuts down), so that the counters of one Client never go
+# down while it lives, not even after close().
+
+class MetricSample(NamedTuple):
+    name: str
+    labels: Dict[str, str]
+    value: float
+
+
+MetricSample.__doc__ = """One sample of a MetricFamily.
+
+name    the sample's own name: the family's, or for a histogram the family's with _bucket,
+        _sum or _count
+labels  its labels, e.g. {"kind": "exclusive", "outcome": "acquired"} ({} for none; a
+        histogram's buckets have "le")
+value   its value (float)
+"""
+
+
+class MetricFamily(NamedTuple):
+    name: str
+    type: str
+    help: str
+    samples: List[MetricSample]
+
+
+MetricFamily.__doc__ = """One metric family of Client.metrics(), as the Prometheus text's HELP and
+TYPE lines name it.
+
+name     e.g. "dlock_acquires_total" (counters end in _total, times are in seconds)
+type     "counter", "gauge" or "histogram"
+help     what it counts
+samples  its MetricSample list, in the text's order
+"""
+
+
+class Metrics:
+    """Client.metrics(): a snapshot of the client's counters, gauges and histograms, the
+    numbers of its Prometheus text (docs/metrics.md), with no metrics library needed.
+
+        m = client.metrics()
+        m.value("dlock_acquires_total", kind="exclusive", outcome="acquired")   # 3.0
+        m.value("dlock_acquires_total", outcome="acquired")   # the sum over every kind
+        m["dlock_hold_seconds"].type                          # "histogram"
+        for family in m:                                      # MetricFamily, in order
+            for sample in family.samples:                     # MetricSample(name, labels, value)
+                ...
+
+    families  the MetricFamily list (iterating a Metrics iterates it; len() counts it)
+    """
+
+    __slots__ = ("families",)
+
+    def __init__(self, families: List[MetricFamily]) -> None:
+        self.families = families
+
+    def __iter__(self) -> Iterator[MetricFamily]:
+        return iter(self.families)
+
+    def __len__(self) -> int:
+        return len(self.families)
+
+    def __contains__(self, name: object) -> bool:
+        return any(f.name == name for f in self.families)
+
+    def __getitem__(self, name: str) -> MetricFamily:
+        """The family called `name` (e.g. "dlock_acquires_total"); KeyError if none is."""
+        for f in self.families:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def value(self, name: str, /, **labels: str) -> float:
+        """The value of the sample called `name` with these labels: e.g.
+        value("dlock_acquires_total", kind="exclusive", outcome="acquired"). Labels left out
+        are summed over (value("dlock_acquires_total", outcome="acquired") counts every kind);
+        a histogram's samples are called with _bucket (le="0.005"), _sum or _count. KeyError
+        when no sample has that name and those labels (a typo never reads as 0)."""
+        total, found = 0.0, False
+        for f in self.families:
+            for s in f.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    total += s.value
+                    found = True
+        if not found:
+            shown = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            raise KeyError(f"no sample {name}{{{shown}}}" if labels else f"no sample {name}")
+        return total
+
+    def __repr__(self) -> str:
+        return f"<dlock.Metrics {len(self.families)} families>"
+
+
+# A snapshot of one C client: its families [(name, type, help)] and its samples
+# [(family, name, labels as the text writes them, value)], in the library's order.
+_Snapshot = Tuple[List[Tuple[str, str, str]], List[Tuple[str, str, str, float]]]
+
+
+def _read_metrics(h: Any) -> _Snapshot:
+    """dlock_client_metrics of the C client h (any thread: through _c, which releases the GIL)."""
+    out = _lib.c_metrics_p()
+    status = _c.dlock_client_metrics(h, ctypes.byref(out))
+    if status != 0:
+        raise _error(status)
+    m = out.value
+    families: List[Tuple[str, str, str]] = []
+    samples: List[Tuple[str, str, str, float]] = []
+    try:
+        last = None
+        for k in range(_c.dlock_metrics_count(m)):
+            family = _c.dlock_metrics_family(m, k).decode()
+            if family != last:
+                families.append((family, _c.dlock_metrics_type(m, k).decode(),
+                                 _c.dlock_metrics_help(m, k).decode()))
+                last = family
+            samples.append((family, _c.dlock_metrics_name(m, k).decode(),
+                            _c.dlock_metrics_labels(m, k).decode(),
+                            float(_c.dlock_metrics_value(m, k))))
+    finally:
+        _c.dlock_metrics_free(m)
+    return families, samples
+
+
+def _read_metrics_text(h: Any) -> str:
+    """dlock_client_metrics_text of the C client h: the library's own text."""
+    needed = ctypes.c_size_t()
+    _check(_c.dlock_client_metrics_text(h, None, 0, ctypes.byref(needed)))
+    for _ in range(8):  # the text may grow between the calls (a new label value): ask again
+        size = needed.value + 256
+        buf = ctypes.create_string_buffer(size)
+        status = _c.dlock_client_metrics_text(h, buf, size, ctypes.byref(needed))
+        if status == 0:
+            return buf.value.decode()
+        if status != InvalidArgument.status or needed.value < size:
+            raise _error(status)
+    raise _error(InvalidArgument.status, "dlock_client_metrics_text: the text kept growing")
+
+
+class _MetricsTotals:
+    """What a Client's closed C clients counted (their counters and histograms; a closed client
+    holds no lock and waits for none, so its gauges add 0). mu is also held while the Client's
+    metrics are read, and while a C client's handle is taken to be closed: a read sees each
+    count once, either in a live client or here."""
+
+    __slots__ = ("mu", "families", "values")
+
+    def __init__(self) -> None:
+        self.mu = threading.Lock()
+        self.families: List[Tuple[str, str, str]] = []
+        self.values: Dict[Tuple[str, str, str], float] = {}  # (family, name, labels) -> value
+
+    def retire(self, h: Any) -> None:
+        """Adds the counts of h, about to be closed (under mu). Never raises: a close goes on."""
+        try:
+            families, samples = _read_metrics(h)
+        except Exception:
+            return
+        types = {name: typ for name, typ, _ in families}
+        if not self.families:
+            self.families = families
+        for family, name, labels, value in samples:
+            key = (family, name, labels)
+            add = 0.0 if types.get(family) == "gauge" else value
+            self.values[key] = self.values.get(key, 0.0) + add
+
+
+def _merge(snapshots: List[_Snapshot], totals: _MetricsTotals):
+    """The sum of the snapshots and the totals: (families, {family: [(name, labels, value)]})."""
+    families: Dict[str, Tuple[str, str, str]] = {}
+    values: Dict[Tuple[str, str, str], float] = {}
+    for fams, samples in snapshots:
+        for f in fams:
+            families.setdefault(f[0], f)
+        for family, name, labels, value in samples:
+            key = (family, name, labels)
+            values[key] = values.get(key, 0.0) + value
+    for f in totals.families:
+        families.setdefault(f[0], f)
+    for key, value in totals.values.items():
+        values[key] = values.get(key, 0.0) + value
+    grouped: Dict[str, List[Tuple[str, str, float]]] = {name: [] for name in families}
+    for (family, name, labels), value in values.items():
+        grouped.setdefault(family, []).append((name, labels, value))
+    return list(families.values()), grouped
+
+
+_label_cache: Dict[str, Tuple[Tuple[str, str], ...]] = {}  # the library's few label strings
+_LABEL_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+
+
+def _parse_labels(text: str) -> Dict[str, str]:
+    """'kind="shared",outcome="acquired"' (the text's form, with its escapes) as a dict."""
+    pairs = _label_cache.get(text)
+    if pairs is None:
+        parsed = []
+        i, n = 0, len(text)
+        while i < n:
+            eq = text.index("=", i)
+            key = text[i:eq].strip()
+            i = eq + 2  # past ="
+            chars = []
+            while text[i] != '"':
+                if text[i] == "\\":
+                    i += 1
+                    chars.append(_LABEL_ESCAPES.get(text[i], "\\" + text[i]))
+                else:
+                    chars.append(text[i])
+                i += 1
+            parsed.append((key, "".join(chars)))
+            i += 1  # past the closing quote
+            if i < n and text[i] == ",":
+                i += 1
+        pairs = tuple(parsed)
+        if len(_label_cache) < 4096:
+            _label_cache[text] = pairs
+    return dict(pairs)
+
+
+def _number(v: float) -> str:
+    """A value as the library writes it: integers without a fraction, the rest with the fewest
+    %g digits that read back as the same double."""
+    if math.isfinite(v) and v == int(v) and -9.0e15 < v < 9.0e15:
+        return str(int(v))
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    for digits in range(1, 18):
+        text = "%.*g" % (digits, v)
+        if float(text) == v:
+            return text
+    return text
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _render_text(families: List[Tuple[str, str, str]],
+                 grouped: Dict[str, List[Tuple[str, str, float]]]) -> str:
+    """The Prometheus text (0.0.4) of merged samples, written as the library writes its own."""
+    out = []
+    for name, typ, help_text in families:
+        out.append(f"# HELP {name} {_escape_help(help_text)}\n")
+        out.append(f"# TYPE {name} {typ}\n")
+        for sample, labels, value in grouped.get(name, ()):
+            out.append(f"{sample}{{{labels}}} {_number(value)}\n" if labels
+                       else f"{sample} {_number(value)}\n")
+    return "".join(out)
+
+
 class _Spec:
     """A Lock's checked options: everything each acquire passes to the library but the wait."""
 
@@ -1210,6 +1499,7 @@ class Client:
         self._inflight = 0
         self._closed = False
         self._observers: "Dict[int, _ObserveSlot]" = {}  # the sync API's observers, until cancel
+        self._totals = _MetricsTotals()  # what its closed C clients counted
         burl = url.encode("utf-8")
         if b"\0" in burl:
             raise InvalidArgument("url must not contain NUL bytes")
@@ -1221,7 +1511,8 @@ class Client:
         self._loops: "Dict[Any, _LoopClient]" = {}
         loop = _running_loop()
         if loop is not None and _use_async_c:
-            self._loops[loop] = _LoopClient(burl, loop)  # connects now: errors show here
+            # connects now: errors show here
+            self._loops[loop] = _LoopClient(burl, loop, self._totals)
         else:
             self._h = self._open_owned()
 
@@ -1244,7 +1535,7 @@ class Client:
                 del self._loops[other]
             lc = self._loops.get(loop)
             if lc is None:
-                lc = self._loops[loop] = _LoopClient(self._burl, loop)
+                lc = self._loops[loop] = _LoopClient(self._burl, loop, self._totals)
             return lc
 
     # -- lifetime
@@ -1265,7 +1556,10 @@ class Client:
             self._closed = True
             while self._inflight:
                 self._mu.wait()
-            h, self._h = self._h, None
+            with self._totals.mu:
+                h, self._h = self._h, None
+                if h:
+                    self._totals.retire(h)
             loops, self._loops = list(self._loops.values()), {}
             observers, self._observers = list(self._observers.values()), {}
         for slot in observers:  # no observe callback runs once close returns
@@ -1392,6 +1686,52 @@ class Client:
         """inspect() in a worker thread (the loop's default executor): the library has no
         asynchronous inspect, so this one call does not run on the loop's own client."""
         return await asyncio.get_running_loop().run_in_executor(None, self.inspect, name)
+
+    # -- metrics
+
+    def _loops_now(self):
+        """Its _LoopClients (self._mu: taken before, never under, self._totals.mu)."""
+        with self._mu:
+            return list(self._loops.values())
+
+    def _metrics_sources(self, loops):
+        """Under self._totals.mu: the C clients whose counts make this Client's, now (a C client
+        closing takes its handle out under that lock, its counts put in self._totals)."""
+        handles = [self._h] if self._h else []
+        return handles + [lc.h for lc in loops if lc.h and lc.pid == self._pid]
+
+    def metrics(self) -> Metrics:
+        """What this client counted since it opened (docs/metrics.md): a Metrics of
+        MetricFamily(name, type, help, samples), the numbers of metrics_text(), with no metrics
+        library. metrics().value("dlock_acquires_total", kind="exclusive", outcome="acquired")
+        reads one. The counts of every call through this Client, the asyncio calls' (made on
+        each event loop's own client) included; after close(), the final counts. Counters never
+        go down while the Client lives. Any thread, and on an event loop (no round trip: a few
+        microseconds per C client)."""
+        self._check_process()
+        loops = self._loops_now()
+        with self._totals.mu:
+            snapshots = [_read_metrics(h) for h in self._metrics_sources(loops)]
+            families, grouped = _merge(snapshots, self._totals)
+        return Metrics([MetricFamily(name, typ, help_text,
+                                     [MetricSample(sample, _parse_labels(labels), value)
+                                      for sample, labels, value in grouped.get(name, ())])
+                        for name, typ, help_text in families])
+
+    def metrics_text(self) -> str:
+        """metrics() in the Prometheus text exposition format (0.0.4), as a scrape handler
+        serves it (Content-Type: text/plain; version=0.0.4): HELP and TYPE lines, then the
+        samples, e.g. dlock_acquires_total{kind="exclusive",outcome="acquired"} 3. The library's
+        own text (dlock_client_metrics_text) while one C client counts; the same format, summed,
+        when asyncio calls made others. Any thread."""
+        self._check_process()
+        loops = self._loops_now()
+        with self._totals.mu:
+            handles = self._metrics_sources(loops)
+            if len(handles) == 1 and not self._totals.families:
+                return _read_metrics_text(handles[0])
+            families, grouped = _merge([_read_metrics(h) for h in handles], self._totals)
+        return _render_text(families, grouped)
 
     # -- leader election
 
@@ -1542,7 +1882,8 @@ class Client:
         retry         (min, max) seconds of the fallback retry while waiting (default (0.05, 1))
         owner         a label stored with the lock for people and tools
         on_lost       callback(lock), run once on the "dlock-events" thread (on the event loop
-                      for an asyncio acquire) if the lock is found lost while held
+                      for an asyncio acquire) if the lock is found lost while held;
+                      lock.lost_cause says why ("refused: ..." or "expired: ...")
         kind          "exclusive" (default) or "shared"; shared=True is kind="shared" (and
                       shared=False kind="exclusive"); permits: a semaphore of that many holders
                       (0 = off). A shared semaphore, or shared= contradicting kind=, is
@@ -1772,18 +2113,20 @@ class AsyncObserver:
 class _Guard:
     """Lock.guard(): `async with` that cancels its task when the lock is lost."""
 
-    __slots__ = ("_lock", "_task", "_active", "_cancelled")
+    __slots__ = ("_lock", "_task", "_active", "_cancelled", "_cause")
 
     def __init__(self, lock: "Lock") -> None:
         self._lock = lock
         self._task: "Optional[asyncio.Task[Any]]" = None
         self._active = False     # from acquiring until the block is left
         self._cancelled = False  # the loss cancelled the task
+        self._cause: Optional[str] = None  # lock.lost_cause when the loss was reported
 
     def _on_lost(self, lock):
         """On the loop, before the user's on_lost: cancels the task while it runs the block."""
         if not self._active or self._cancelled:
             return
+        self._cause = lock.lost_cause
         message = f"dlock: lock {lock.name!r} was lost"
         try:
             cancelled = self._task.cancel(message)
@@ -1803,9 +2146,11 @@ class _Guard:
             return False  # the block's own exception goes on
         if exc_type is not None and others > 0:
             return False  # cancelled from elsewhere too: that goes on
+        cause = self._cause or self._lock._lost_cause
+        why = cause or "expired, deleted or taken over on the server"
         raise LockLost(f"lock {self._lock.name!r} was lost while the block of `async with "
-                       "lock.guard()` ran (expired, deleted or taken over on the server), "
-                       "and the block was cancelled") from exc
+                       f"lock.guard()` ran ({why}), and the block was cancelled",
+                       cause=_cause_code(cause)) from exc
 
     async def __aenter__(self) -> "Lock":
         if self._task is not None:
@@ -1854,6 +2199,7 @@ class Lock:
     extend(lease=None)  a new lease from now, in seconds (default: the lock's own lease)
     set_value(value)    replaces the value stored with the hold (b"" removes it)
     valid, remaining, remaining_ms, attempts, name, released
+    lost_cause     None while valid, else why the hold was lost: "refused: ..." or "expired: ..."
     aacquire(), arelease(), aextend(), aset_value(), `async with lock:`   the same for asyncio
     `async with lock.guard():`   also cancels the block if the lock is lost (then: LockLost)
 
@@ -1864,7 +2210,7 @@ class Lock:
     """
 
     __slots__ = ("_client", "_spec", "_wait_ms", "_bname", "_h", "_mu", "_slot", "_busy",
-                 "_token", "_attempts", "_lc", "name", "__weakref__")
+                 "_token", "_attempts", "_lc", "_lost_cause", "name", "__weakref__")
 
     name: _Name  # the name as given to client.lock()
 
@@ -1880,6 +2226,7 @@ class Lock:
         self._busy = False       # an acquire is under way
         self._token = None
         self._attempts = 0
+        self._lost_cause: Optional[str] = None  # the last hold's, read as it was let go
         self.name = name
 
     # -- state
@@ -1934,6 +2281,23 @@ class Lock:
         """True while this object holds nothing (not acquired yet, or released)."""
         return self._h is None
 
+    @property
+    def lost_cause(self) -> Optional[str]:
+        """Why this object's hold was lost (dlock_lock_lost_cause): None while it holds the lock
+        and its local deadline holds, else "CAUSE: details", CAUSE being a stable code:
+        "refused" (the server no longer had this owner's lock: a renewal, extend or set_value
+        found it expired, deleted or taken over) or "expired" (renewals failed until the local
+        deadline passed; the details end with the last error). In an on_lost callback it says
+        why. Kept after release() until the next acquire; None when this object never held
+        the lock, or its last hold was released while valid, or was released by the client's
+        close. A loss that release() itself finds (the lock gone when the release reached the
+        server) is known only as release()'s NotHeld."""
+        self._client._check_process()
+        with self._mu:
+            if self._h:
+                return _lost_cause_of(self._h)
+            return self._lost_cause
+
     # -- acquire
 
     def _begin(self):
@@ -1957,6 +2321,7 @@ class Lock:
             self._h, self._slot, self._lc = h, slot, lc
             self._token, self._attempts = token, attempts
             self._busy = False
+            self._lost_cause = None
         if slot is not None:
             slot.attach(self)
 
@@ -2031,14 +2396,16 @@ class Lock:
 
     # -- release and extend
 
-    def _take(self):
+    def _take(self, keep_cause=True):
         """Takes the handle, its slot and its _LoopClient (None: the sync API's client) out of
-        this Lock: (None, None, None) if it holds nothing."""
+        this Lock: (None, None, None) if it holds nothing. keep_cause: reads why the hold was
+        lost first, for lost_cause (not from a finalizer: no dlock call there)."""
         self._client._check_process()
         with self._mu:
             h, self._h = self._h, None
             if not h:
                 return None, None, None
+            self._lost_cause = _lost_cause_of(h) if keep_cause else None
             slot, self._slot = self._slot, None
             lc, self._lc = self._lc, None
             self._token = None
@@ -2062,7 +2429,7 @@ class Lock:
         if not h:
             raise self._not_held_error()
         status = _c.dlock_release(h)
-        err = _error(status) if status != 0 else None
+        err = _with_cause(_error(status), self._lost_cause) if status != 0 else None
         if slot is not None:  # release is done: on_lost is neither running nor going to run
             slot.drop()
         if err is not None:
@@ -2093,7 +2460,9 @@ class Lock:
                         "Use await lock.aextend()")
                 if not lc.blocking_ok():
                     raise _not_on_loop(self, lc, "extend")
-            _check(_c.dlock_extend(self._h, ms))
+            status = _c.dlock_extend(self._h, ms)
+            if status != 0:
+                raise _with_cause(_error(status), _lost_cause_of(self._h))
 
     def set_value(self, value: _Value) -> None:
         """Replaces the value stored with this hold (bytes, or str as UTF-8; b"" removes it),
@@ -2111,7 +2480,9 @@ class Lock:
         with self._mu:
             if not self._h:
                 raise self._not_held_error()
-            _check(_c.dlock_lock_set_value(self._h, data, len(data)))
+            status = _c.dlock_lock_set_value(self._h, data, len(data))
+            if status != 0:
+                raise _with_cause(_error(status), _lost_cause_of(self._h))
 
     async def aset_value(self, value: _Value) -> None:
         """set_value() without blocking the event loop, as aextend(): a hold taken on this
@@ -2153,7 +2524,7 @@ class Lock:
                 if status != 0:
                     _ops.pop(op_id, None)
                     raise _error(status)
-        await fut
+        await self._settle(fut, False)
 
     def _release_async_quietly(self):
         """Releases without waiting and without raising (for holds nobody wants)."""
@@ -2325,6 +2696,15 @@ class Lock:
                 self._end()
             raise
 
+    async def _settle(self, fut, released):
+        """Awaits the future of an async release, extend or set_value; a NotHeld it raises gets
+        the hold's loss cause (released: read as the hold was let go)."""
+        try:
+            await fut
+        except NotHeld as e:
+            _with_cause(e, self._lost_cause if released else self.lost_cause)
+            raise
+
     async def arelease(self) -> None:
         """release() without blocking the event loop."""
         loop = asyncio.get_running_loop()
@@ -2352,7 +2732,7 @@ class Lock:
                 if slot is not None:
                     slot.drop()
                 raise _error(status)
-            await fut
+            await self._settle(fut, True)
             return
 
         def completed_here(status, handle, message):  # on the loop's thread
@@ -2371,7 +2751,7 @@ class Lock:
             if slot is not None:
                 slot.drop()
             raise _error(status)
-        await fut
+        await self._settle(fut, True)
 
     async def aextend(self, lease: Optional[float] = None, *,
                       lease_ms: Optional[int] = None) -> None:
@@ -2408,7 +2788,7 @@ class Lock:
                 if status != 0:
                     _ops.pop(op_id, None)
                     raise _error(status)
-        await fut
+        await self._settle(fut, False)
 
     # -- context managers: acquire on entry, release on exit, every time
 
@@ -2469,7 +2849,7 @@ class Lock:
                     self._h = self._slot = None
                     return
                 warnings.warn(f"unreleased {self!r}", ResourceWarning, source=self)
-                h, slot, lc = self._take()
+                h, slot, lc = self._take(keep_cause=False)
                 if h and lc is not None:  # its loop gives it back (no dlock call here)
                     try:
                         lc.loop.call_soon_threadsafe(_give_back_hooked, h, slot)

@@ -6,6 +6,7 @@ is loaded. A status this binding has no class for (one a newer library added) is
 carrying the library's name for it."""
 
 import builtins
+import re
 from typing import Callable, Dict, Optional, Type
 
 
@@ -46,8 +47,29 @@ class NotAcquired(Error, builtins.TimeoutError):
 
 class NotHeld(Error, RuntimeError):  # threading.Lock.release() of an unheld lock: RuntimeError
     """Release/extend of a lock that expired, was taken over, or was already released
-    (DLOCK_NOT_HELD)."""
+    (DLOCK_NOT_HELD).
+
+    cause  why the hold was lost, as a stable code: "refused" (the server no longer had this
+           owner's lock: expired, deleted or taken over) or "expired" (renewals failed until
+           the local deadline); None when this object held nothing, or the cause is not known
+           (see Lock.lost_cause for the details)
+    """
     status = 2
+    cause: Optional[str] = None
+
+    def __init__(self, message: str = "", status: Optional[int] = None,
+                 code: Optional[str] = None, cause: Optional[str] = None) -> None:
+        super().__init__(message, status, code)
+        if cause is None:
+            # The library's message says "lock 'NAME' was lost: CAUSE: details": what a release
+            # that freed the lock leaves to read.
+            found = _LOST_CAUSE.search(message)
+            cause = found.group(1) if found else None
+        if cause is not None:
+            self.cause = cause
+
+
+_LOST_CAUSE = re.compile(r"' was lost: (refused|expired|max_hold|broken): ")
 
 
 class InvalidArgument(Error, ValueError):
@@ -95,7 +117,8 @@ class InternalError(Error):
 class LockLost(NotHeld):
     """The lock was found lost while a block guarded by `async with lock.guard():` ran, and the
     guard cancelled the block: the CancelledError it caused becomes this, so that the caller can
-    tell a lost lock from any other cancellation. A NotHeld (status DLOCK_NOT_HELD)."""
+    tell a lost lock from any other cancellation. A NotHeld (status DLOCK_NOT_HELD); its cause
+    says why ("refused" or "expired"), and its message the details."""
 
 
 class ForkedClient(Error, RuntimeError):

@@ -103,6 +103,7 @@ c_options_p = ctypes.c_void_p
 
 c_queue_p = ctypes.c_void_p
 c_info_p = ctypes.c_void_p
+c_metrics_p = ctypes.c_void_p
 
 # Callbacks from C. The owned-thread client (the sync API) calls none: its outcomes, lost locks
 # and observers' reports come back through a dlock_queue (tagged with small integers) that a
@@ -214,3 +215,16 @@ def _declare(lib):
     _fn(lib, "dlock_queue_pop_leader", ctypes.c_int,
         [c_queue_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(c_status), ctypes.POINTER(c_lock_p),
          ctypes.POINTER(c_info_p)])
+    # metrics and loss causes
+    _fn(lib, "dlock_client_metrics_text", c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)])
+    _fn(lib, "dlock_client_metrics", c_status, [c_client_p, ctypes.POINTER(c_metrics_p)])
+    _fn(lib, "dlock_metrics_free", None, [c_metrics_p])
+    _fn(lib, "dlock_metrics_count", ctypes.c_size_t, [c_metrics_p])
+    _fn(lib, "dlock_metrics_family", ctypes.c_char_p, [c_metrics_p, ctypes.c_size_t])
+    _fn(lib, "dlock_metrics_type", ctypes.c_char_p, [c_metrics_p, ctypes.c_size_t])
+    _fn(lib, "dlock_metrics_help", ctypes.c_char_p, [c_metrics_p, ctypes.c_size_t])
+    _fn(lib, "dlock_metrics_name", ctypes.c_char_p, [c_metrics_p, ctypes.c_size_t])
+    _fn(lib, "dlock_metrics_labels", ctypes.c_char_p, [c_metrics_p, ctypes.c_size_t])
+    _fn(lib, "dlock_metrics_value", ctypes.c_double, [c_metrics_p, ctypes.c_size_t])
+    _fn(lib, "dlock_lock_lost_cause", ctypes.c_char_p, [c_lock_p])

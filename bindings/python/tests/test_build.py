@@ -46,7 +46,8 @@ class Backend(unittest.TestCase):
         info = f"libdlock-{version}.dist-info"
         self.assertIn("Name: libdlock\n", files[f"{info}/METADATA"].decode())
         self.assertEqual(sorted(n for n in files if n.startswith("dlock/")),
-                         ["dlock/__init__.py", "dlock/_errors.py", "dlock/_lib.py", "dlock/py.typed"])
+                         ["dlock/__init__.py", "dlock/_errors.py", "dlock/_lib.py",
+                          "dlock/prometheus.py", "dlock/py.typed"])
         self.assertIn(f"Version: {version}\n", files[f"{info}/METADATA"].decode())
         self.assertIn("Tag: py3-none-any\n", files[f"{info}/WHEEL"].decode())
         rows = list(csv.reader(io.StringIO(files[f"{info}/RECORD"].decode())))

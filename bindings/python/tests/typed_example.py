@@ -9,13 +9,14 @@ dlock's own types agree with them. Not a unittest module (no test_ prefix).
 import asyncio
 import queue
 import sys
-from typing import FrozenSet, List, Optional, Tuple, Type, Union
+from typing import Dict, FrozenSet, List, Optional, Tuple, Type, Union
 
 import dlock
+import dlock.prometheus
 from dlock import (MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_VALUE_BYTES, AlreadyHeld, AsyncObserver,
                    AuthError, BackendError, Cancelled, Client, Error, ForkedClient, Holder,
-                   InternalError, InvalidArgument, Lock, LockInfo, LockLost, NotAcquired, NotHeld,
-                   Observer, OutOfMemory, library_path, version)
+                   InternalError, InvalidArgument, Lock, LockInfo, LockLost, MetricFamily, Metrics,
+                   MetricSample, NotAcquired, NotHeld, Observer, OutOfMemory, library_path, version)
 
 # Every status class, each a dlock.Error (dlock.ConnectionError is not in __all__).
 ERRORS: Tuple[Type[Error], ...] = (
@@ -25,7 +26,8 @@ ERRORS: Tuple[Type[Error], ...] = (
 
 
 def on_lost(lock: Lock) -> None:
-    print("lost", lock.name, file=sys.stderr)
+    cause: Optional[str] = lock.lost_cause  # "refused: ..." or "expired: ..."
+    print("lost", lock.name, cause, file=sys.stderr)
 
 
 def describe(info: LockInfo) -> str:
@@ -91,7 +93,8 @@ def sync_part(client: Client, prefix: str) -> None:
     try:
         busy.release()
     except NotHeld as e:
-        print("not held:", e.code)
+        why: Optional[str] = e.cause  # None: released already, not lost
+        print("not held:", e.code, why, busy.lost_cause)
 
     # kinds and permits, where the backend offers them.
     if "shared" in caps:
@@ -136,6 +139,43 @@ def sync_part(client: Client, prefix: str) -> None:
     cancelled: bool = observer.cancelled
     assert cancelled
     observer.cancel()
+    metrics_part(client)
+
+
+def metrics_part(client: Client) -> None:
+    # what the client counted, with no metrics library
+    metrics: Metrics = client.metrics()
+    acquired: float = metrics.value("dlock_acquires_total", kind="exclusive", outcome="acquired")
+    anyhow: float = metrics.value("dlock_acquires_total", outcome="acquired")
+    assert acquired > 0 and anyhow >= acquired and "dlock_locks_held" in metrics
+    families: List[MetricFamily] = metrics.families
+    hold: MetricFamily = metrics["dlock_hold_seconds"]
+    for family in metrics:
+        name: str = family.name
+        kind: str = family.type
+        help_text: str = family.help
+        samples: List[MetricSample] = family.samples
+        for s in samples:
+            sample_name: str = s.name
+            labels: Dict[str, str] = s.labels
+            value: float = s.value
+            assert name and kind and help_text and sample_name and value >= 0 and labels is not None
+    text: str = client.metrics_text()
+    print("metrics:", len(families), len(metrics), hold.type, acquired, text.count("\n"))
+    # prometheus_client's collector, where prometheus_client is installed (add, remove and
+    # clients need none)
+    own = dlock.prometheus.Collector()
+    own.add(client, label="typed")
+    assert own.clients() == [(client, "typed")]
+    own.remove(client)
+    try:
+        collector: dlock.prometheus.Collector = dlock.prometheus.register(client, label="typed")
+    except ImportError as e:
+        print("no prometheus_client:", e)
+        return
+    registered: List[Tuple[Client, Optional[str]]] = collector.clients()
+    assert registered == [(client, "typed")]
+    dlock.prometheus.unregister(client)
 
 
 async def async_part(client: Client, prefix: str) -> None:

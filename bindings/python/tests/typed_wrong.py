@@ -6,6 +6,7 @@ installed package), these would pass silently or fail differently. Never run.
 """
 
 import dlock
+import dlock.prometheus
 
 
 def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
@@ -23,4 +24,7 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     client.campaign("jobs", shared=True)  # error: call-arg
     leader: dlock.Holder = client.leader("jobs")  # error: assignment
     client.observe("jobs", 5)  # error: arg-type
-    print(token, held, leader, dlock.MAX_NAME_BYTES + "")  # error: operator
+    cause: int = lock.lost_cause  # error: assignment
+    client.metrics().value("dlock_acquires_total", kind=1)  # error: arg-type
+    dlock.prometheus.register(client, label=5)  # error: arg-type
+    print(token, held, leader, cause, dlock.MAX_NAME_BYTES + "")  # error: operator
