@@ -83,6 +83,8 @@ dlock_status dlock_release(dlock_lock *l);
 dlock_status dlock_extend(dlock_lock *l, uint64_t lease_ms);
 uint64_t dlock_lock_fencing_token(const dlock_lock *l);
 int dlock_lock_is_valid(const dlock_lock *l);
+const char *dlock_lock_lost_cause(const dlock_lock *l);
+dlock_status dlock_client_metrics_text(dlock_client *c, char *buf, size_t len, size_t *needed);
 int64_t dlock_lock_remaining_ms(const dlock_lock *l);
 uint32_t dlock_lock_attempts(const dlock_lock *l);
 const char *dlock_lock_name(const dlock_lock *l);
@@ -776,6 +778,25 @@ local function read_info(self, read, name, fname)
   return { kind = KINDS[kind] or kind, holders = holders, permits = permits }
 end
 
+-- This client's metrics in the Prometheus text format (docs/metrics.md): counters of
+-- acquires, releases, renewals and losses by cause, wait and hold histograms. No round trip.
+-- The string, or nil, message, code once closed.
+function Client:metrics_text()
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:metrics_text()") end
+  local h = self._h
+  if h == nil then return nil, "client is closed", "EINVAL" end
+  local needed = ffi.new("size_t[1]")
+  for _ = 1, 4 do  -- the text may grow between the two calls
+    local s = C.dlock_client_metrics_text(h, nil, 0, needed)
+    if s ~= 0 then return fail(s) end
+    local len = tonumber(needed[0]) + 256
+    local buf = ffi.new("char[?]", len)
+    s = C.dlock_client_metrics_text(h, buf, len, needed)
+    if s == 0 then return ffi.string(buf, needed[0]) end
+  end
+  return nil, "the metrics text kept growing", "EINTERNAL"
+end
+
 function Client:inspect(name)
   if getmetatable(self) ~= Client then raise("dlock: call it as client:inspect(name)") end
   return read_info(self, C.dlock_inspect, name, "inspect")
@@ -1290,6 +1311,16 @@ function Lock:attempts()
 end
 
 function Lock:released() return self._h == nil end
+
+-- Why the lock is no longer valid: nil while it is held and valid (or once released), else
+-- "CAUSE: details" with CAUSE "refused" (the server no longer had this owner's lock) or
+-- "expired" (renewals failed until the local deadline). Read it before release.
+function Lock:lost_cause()
+  local h = self._h
+  if h == nil then return nil end
+  local cause = C.dlock_lock_lost_cause(h)
+  return cause ~= nil and ffi.string(cause) or nil
+end
 
 -- Waits (yielding) for the outcome of lock's queued extend, set_value or release, op: true, or nil,
 -- message, code. Gives up past the library's own bound (see ngx_grace) with "EIO".

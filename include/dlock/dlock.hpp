@@ -660,6 +660,12 @@ class Lock {
   }
   // How many attempts acquire took (1 = first try); 0 when empty.
   uint32_t attempts() const noexcept { return lock_ ? dlock_lock_attempts(lock_) : 0; }
+  // Why the lock is no longer valid: "" while it is held and valid (or empty), else "CAUSE:
+  // details" with CAUSE refused or expired (docs/metrics.md). Read it before release().
+  std::string lost_cause() const {
+    const char* c = lock_ ? dlock_lock_lost_cause(lock_) : nullptr;
+    return c ? c : "";
+  }
   // The lock's name; "" when empty.
   std::string name() const {
     const char* n = lock_ ? dlock_lock_name(lock_) : nullptr;
@@ -741,6 +747,19 @@ class Client {
     dlock_status s = Acquire(name, options, &lock);
     if (s != DLOCK_NOT_ACQUIRED) detail::Check(s);
     return lock;
+  }
+  // This client's metrics in the Prometheus text format (docs/metrics.md). No round trip.
+  std::string metrics_text() const {
+    size_t needed = 0;
+    for (int tries = 0; tries < 4; ++tries) {
+      if (dlock_client_metrics_text(client_, nullptr, 0, &needed) != DLOCK_OK) return "";
+      std::string text(needed + 256, '\0');  // room for what is counted meanwhile
+      if (dlock_client_metrics_text(client_, text.data(), text.size(), &needed) == DLOCK_OK) {
+        text.resize(needed);
+        return text;
+      }
+    }
+    return "";
   }
   // Who holds `name` now (one bounded call). Throws Error on failure.
   Info inspect(const std::string& name) const {

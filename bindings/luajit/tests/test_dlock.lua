@@ -779,8 +779,16 @@ test("values: a deposed holder's set_value is NOT_HELD and changes nothing", fun
   local h = assert(other:inspect(name)).holders[1]
   assert(h.value == "new leader" and h.fencing_token == successor:fencing_token())
   assert(not deposed:valid())
+  local cause = deposed:lost_cause()
+  assert(cause and cause:find("^refused: "), tostring(cause))  -- the stable code first
+  assert(successor:lost_cause() == nil)                          -- held and valid
   ok, msg, code = deposed:release()
   assert(ok == nil and code == "NOT_HELD")
+  assert(deposed:lost_cause() == nil)                            -- released: nothing to say
+  -- The client counted the refusal and the release that found it (its Prometheus text).
+  local text = assert(client:metrics_text())
+  assert(text:find('dlock_losses_total{cause="refused"} 1\n', 1, true), text)
+  assert(text:find('dlock_releases_total{outcome="not_held"} 1\n', 1, true), text)
   assert(successor:release())
   -- with nobody after it: refused all the same, and nothing appears
   local lock = assert(client:acquire(name, { value = "v", heartbeat_ms = 0 }))
