@@ -33,6 +33,25 @@ TEST(UrlTest, ParsesFullRedisUrl) {
   EXPECT_EQ(c.Describe(), "redis db.example.com:6380");
 }
 
+// metrics_groups= is common to every scheme: 0..1000, anything else names the parameter.
+TEST(UrlTest, MetricsGroupsIsCheckedOnEveryScheme) {
+  redis::RedisConfig c;
+  EXPECT_TRUE(ParseRedis("redis://localhost?metrics_groups=20", &c).ok());
+  for (const char* bad : {"redis://localhost?metrics_groups=1001", "redis://localhost?metrics_groups=-1",
+                          "redis://localhost?metrics_groups=x"}) {
+    Status s = ParseRedis(bad, &c);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("metrics_groups"), std::string::npos) << s.message();
+  }
+  Url url;
+  ASSERT_TRUE(ParseUrl("etcd://h:1?metrics_groups=7", &url).ok());
+  uint32_t groups = 0;
+  ASSERT_TRUE(ParseMetricsGroups(url, &groups).ok());
+  EXPECT_EQ(groups, 7u);
+  Status unknown = ParseRedis("redis://localhost?metric_groups=2", &c);
+  EXPECT_NE(unknown.message().find("metrics_groups"), std::string::npos) << "the known list names it: " << unknown.message();
+}
+
 TEST(UrlTest, DefaultsAndPasswordOnly) {
   redis::RedisConfig c;
   ASSERT_TRUE(ParseRedis("redis://:pw@localhost", &c).ok());

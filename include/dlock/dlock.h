@@ -68,7 +68,8 @@
  *   strongly consistent.
  *   Common params: prefix= (key prefix, default "dlock:"), connect_timeout_ms= (default 2000:
  *   the whole connect and handshake), timeout_ms= (default 3000: a whole command, sent to last
- *   byte of the reply). Unknown parameters are an error. Bounds, with C = connect_timeout_ms,
+ *   byte of the reply), metrics_groups= (default 0: per-group metrics series, see "metrics and
+ *   loss causes"). Unknown parameters are an error. Bounds, with C = connect_timeout_ms,
  *   T = timeout_ms, W = wait_ms: open, release, extend and a one-try acquire take at most
  *   C + T (DynamoDB: T); an acquire that waits W + C + T (DynamoDB: W + T).
  *
@@ -620,7 +621,10 @@ DLOCK_API dlock_status dlock_observe_queued(dlock_client *c, const char *name, s
  *   dlock_hold_seconds                      histogram: acquired to released or lost
  *   dlock_renewal_seconds                   histogram: each answered renewal's round trip
  * kind is exclusive, shared or semaphore. Counters start at 0 with the client and never go
- * down. Any thread; takes a few microseconds (one short lock to count the locks held). */
+ * down. With the URL parameter metrics_groups=N, dlock_group_acquires_total{group,outcome},
+ * dlock_group_losses_total{group,cause}, dlock_group_acquire_wait_seconds{group} and
+ * dlock_group_hold_seconds{group} count per group of names (a name up to its first '/'): the
+ * first N groups seen have series of their own, later ones share group="other". Any thread; takes a few microseconds (one short lock to count the locks held). */
 
 /* The client's metrics in the Prometheus text exposition format (version 0.0.4: HELP and TYPE
  * lines, then samples), as a scrape handler serves them. *needed gets the text's length (its
@@ -649,10 +653,11 @@ DLOCK_API double       dlock_metrics_value(const dlock_metrics *m, size_t k);
 
 /* Why l is no longer valid: NULL while it is held and valid, else "CAUSE: details", where
  * CAUSE is a stable code (the cause label of dlock_losses_total):
- *   refused   the server no longer had this owner's lock (a renewal, extend, release or
- *             set_value found it expired, deleted or taken over);
- *   expired   renewals failed until the local deadline passed (the details end with the last
- *             error), or the deadline passed before a renewal answered.
+ *   refused   the server no longer had this owner's lock while its lease still held here (a
+ *             renewal, extend, release or set_value found it deleted or taken over);
+ *   expired   the lease ran out first: renewals failed until the local deadline passed (the
+ *             details end with the last error), or the deadline passed before a renewal
+ *             answered, or there were no renewals and the server then no longer had it.
  * (max_hold and broken are reserved for job rules.) Valid until the next call on l or its
  * release; not at the same time as another call on l. */
 DLOCK_API const char *dlock_lock_lost_cause(const dlock_lock *l);

@@ -98,7 +98,7 @@ Acquisition::Step Acquisition::Finish(Kind kind, Status status) {
                                    : status.code() == Code::kCancelled ? AcquireOutcome::kCancelled
                                                                        : AcquireOutcome::kError;
     const Clock::duration waited = Now() - start_;
-    metrics_->AcquireEnded(kind_index_, outcome, waited, kind == Kind::kAcquired && confirming_);
+    metrics_->AcquireEnded(kind_index_, outcome, waited, kind == Kind::kAcquired && confirming_, request_.name);
     if (started_) metrics_->WaiterEnded();
     metrics_->Emit([&] {
       Event e{kind == Kind::kAcquired ? Event::Type::kAcquired : Event::Type::kNotAcquired, request_.name};

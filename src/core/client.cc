@@ -39,6 +39,9 @@ Status Client::Finish(const Url& url, OpenBackendFn open_backend, std::shared_pt
   }
   client->heartbeats_ = std::make_unique<Heartbeats>(client->loop_.get(), client->backend_.get(),
                                                      &client->callbacks_, &client->metrics_);
+  uint32_t groups = 0;
+  (void)ParseMetricsGroups(url, &groups);  // checked by the backend's ParseCommonParams
+  client->metrics_.EnableGroups(groups);
   *out = std::move(client);
   return Status::Ok();
 }
@@ -446,12 +449,12 @@ Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Statu
   if (s.ok()) {
     const bool moved = lock->Transition(LockPhase::kReleased);
     Forget(lock);
-    metrics_.Released(moved ? CallOutcome::kOk : CallOutcome::kNotHeld, held);
+    metrics_.Released(moved ? CallOutcome::kOk : CallOutcome::kNotHeld, held, lock->name);
     if (!moved) result = NotHeldStatus(*lock);
   } else if (s.code() == Code::kNotHeld) {
     lock->Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
     Forget(lock);
-    metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
+    metrics_.Released(CallOutcome::kNotHeld, Clock::duration(), lock->name);
     result = NotHeldStatus(*lock);
   } else {
     // The server could not be asked: the lock stays ours until its lease runs out, and the
@@ -459,7 +462,7 @@ Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Statu
     lock->SetLostReason("release failed: " + s.message());
     lock->Transition(LockPhase::kReleased);
     Forget(lock);
-    metrics_.Released(CallOutcome::kError, Clock::duration());
+    metrics_.Released(CallOutcome::kError, Clock::duration(), lock->name);
   }
   metrics_.Emit([&] {
     Event e{Event::Type::kReleased, lock->name};
@@ -473,7 +476,7 @@ Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Statu
 }
 
 void Client::CountReleaseOfUnheld(const LockState& lock) {
-  metrics_.Released(CallOutcome::kNotHeld, Clock::duration());
+  metrics_.Released(CallOutcome::kNotHeld, Clock::duration(), lock.name);
   metrics_.Emit([&] {
     Event e{Event::Type::kReleased, lock.name};
     e.fencing_token = lock.fencing_token;
@@ -557,7 +560,10 @@ Status Client::CheckExtend(const LockState& lock, uint64_t lease_ms) const {
 Status Client::Extend(const std::shared_ptr<LockState>& lock, uint64_t lease_ms) {
   Status s = CheckExtend(*lock, lease_ms);
   if (!s.ok()) return s;
-  if (lock->Phase() != LockPhase::kHeld) return NotHeldStatus(*lock);
+  if (lock->Phase() != LockPhase::kHeld) {
+    metrics_.Extended(CallOutcome::kNotHeld);
+    return NotHeldStatus(*lock);
+  }
   if (loop_->InLoopThread()) {
     return Status::InvalidArgument(
         "dlock_extend cannot run on the client's loop thread (it waits for that loop); use "
@@ -612,7 +618,10 @@ void Client::SetValueAsync(std::shared_ptr<LockState> lock, std::string value, S
 void Client::ExtendAsync(std::shared_ptr<LockState> lock, uint64_t lease_ms, StatusCallback done) {
   bool posted = StartOnLoop([self = shared_from_this(), lock, lease_ms, done]() mutable {
     Status s = self->CheckExtend(*lock, lease_ms);
-    if (s.ok() && lock->Phase() != LockPhase::kHeld) s = self->NotHeldStatus(*lock);
+    if (s.ok() && lock->Phase() != LockPhase::kHeld) {
+      self->metrics_.Extended(CallOutcome::kNotHeld);
+      s = self->NotHeldStatus(*lock);
+    }
     if (!s.ok()) {
       self->Complete([done = std::move(done), s] { done(s); });
       return;

@@ -119,6 +119,13 @@ struct LockState {
   // caller that made the move. The reason is kept either way: a release racing with the loss
   // still learns it.
   bool Lose(LossCause cause, std::string reason, Metrics* metrics) {
+    // Refused after the local deadline had passed: the lease ran out first (no heartbeats, or
+    // none got through), which is what the caller should hear.
+    if (cause == LossCause::kRefused && !IsValid() && Phase() == LockPhase::kHeld &&
+        deadline_ns.load() != kNoDeadline) {
+      cause = LossCause::kExpired;
+      reason = "its lease ran out before it was renewed (" + reason + ")";
+    }
     {
       std::lock_guard<std::mutex> lock(reason_mu_);
       lost_reason_ = std::move(reason);
@@ -127,7 +134,7 @@ struct LockState {
     if (!Transition(LockPhase::kLost)) return false;
     if (metrics != nullptr) {
       const Clock::duration held = Now() - acquired_at;
-      metrics->Lost(cause, held);
+      metrics->Lost(cause, held, name);
       metrics->Emit([&] {
         Event e{Event::Type::kLost, name};
         e.elapsed_ms = ElapsedMs(held);

@@ -30,6 +30,39 @@ std::string Number(double v) {
   return buf;
 }
 
+// text as a Prometheus label value, quotes included: backslash, quote and newline escaped;
+// control bytes and bytes that are not UTF-8 become '?' (a label value must be UTF-8).
+std::string LabelValue(std::string_view text) {
+  std::string out = "\"";
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    bool valid = n > 0 && i + n <= text.size() && (n == 1 || c >= 0xc2);
+    for (size_t k = 1; valid && k < n; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+    if (!valid) {
+      out += '?';
+      ++i;
+      continue;
+    }
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += '?';
+    } else {
+      out.append(text.substr(i, n));
+    }
+    i += n;
+  }
+  return out + "\"";
+}
+
+
+}  // namespace
+
+// Builds the families and samples (Collect, CollectGroups).
 class Collector {
  public:
   Collector(std::vector<MetricFamily>* families, std::vector<MetricSample>* samples)
@@ -44,14 +77,20 @@ class Collector {
   }
   void Histogram(const char* name, const char* help, const dlock::Histogram& h) {
     Family(name, "histogram", help);
+    HistogramSamples(h, "");
+  }
+  // One histogram's samples; labels ("" or `group="x"`) go before le.
+  void HistogramSamples(const dlock::Histogram& h, const std::string& labels) {
     const dlock::Histogram::Snapshot s = h.Read();
+    const std::string before = labels.empty() ? "" : labels + ",";
     for (size_t i = 0; i < dlock::Histogram::kBounds.size(); ++i) {
-      Sample("_bucket", "le=\"" + Number(dlock::Histogram::kBounds[i]) + "\"", static_cast<double>(s.cumulative[i]));
+      Sample("_bucket", before + "le=\"" + Number(dlock::Histogram::kBounds[i]) + "\"",
+             static_cast<double>(s.cumulative[i]));
     }
     const uint64_t count = s.cumulative.back();
-    Sample("_bucket", "le=\"+Inf\"", static_cast<double>(count));
-    Sample("_sum", "", s.sum_seconds);
-    Sample("_count", "", static_cast<double>(count));
+    Sample("_bucket", before + "le=\"+Inf\"", static_cast<double>(count));
+    Sample("_sum", labels, s.sum_seconds);
+    Sample("_count", labels, static_cast<double>(count));
   }
 
  private:
@@ -59,8 +98,6 @@ class Collector {
   std::vector<MetricSample>* samples_;
   std::string family_;
 };
-
-}  // namespace
 
 const char* LossCauseCode(LossCause cause) {
   switch (cause) {
@@ -104,17 +141,38 @@ int Metrics::KindIndex(LockKind kind, uint32_t permits) {
   return kind == LockKind::kShared ? 1 : 0;
 }
 
-void Metrics::AcquireEnded(int kind, AcquireOutcome outcome, Clock::duration waited, bool handed_over) {
-  Add(acquires_[kind][static_cast<int>(outcome)]);
-  if (outcome == AcquireOutcome::kAcquired || outcome == AcquireOutcome::kNotAcquired) {
-    wait_seconds_.Observe(waited);
+Metrics::Group* Metrics::GroupOf(const std::string& name) {
+  if (max_groups_ == 0) return nullptr;
+  const std::string_view group = std::string_view(name).substr(0, name.find('/'));
+  std::lock_guard<std::mutex> lock(groups_mu_);
+  for (auto& [key, counters] : groups_) {
+    if (key == group) return counters.get();
   }
-  if (handed_over) Add(handovers_);
+  if (groups_.size() < max_groups_) {
+    groups_.emplace_back(std::string(group), std::make_unique<Group>());
+    return groups_.back().second.get();
+  }
+  if (other_ == nullptr) other_ = std::make_unique<Group>();
+  return other_.get();
 }
 
-void Metrics::Released(CallOutcome outcome, Clock::duration held) {
+void Metrics::AcquireEnded(int kind, AcquireOutcome outcome, Clock::duration waited, bool handed_over,
+                           const std::string& name) {
+  Add(acquires_[kind][static_cast<int>(outcome)]);
+  const bool waits = outcome == AcquireOutcome::kAcquired || outcome == AcquireOutcome::kNotAcquired;
+  if (waits) wait_seconds_.Observe(waited);
+  if (handed_over) Add(handovers_);
+  if (Group* g = GroupOf(name)) {
+    Add(g->acquires[static_cast<int>(outcome)]);
+    if (waits) g->wait_seconds.Observe(waited);
+  }
+}
+
+void Metrics::Released(CallOutcome outcome, Clock::duration held, const std::string& name) {
   Add(releases_[static_cast<int>(outcome)]);
-  if (outcome == CallOutcome::kOk) hold_seconds_.Observe(held);
+  if (outcome != CallOutcome::kOk) return;
+  hold_seconds_.Observe(held);
+  if (Group* g = GroupOf(name)) g->hold_seconds.Observe(held);
 }
 
 void Metrics::RenewalAnswered(RenewalOutcome outcome, Clock::duration round_trip) {
@@ -122,9 +180,13 @@ void Metrics::RenewalAnswered(RenewalOutcome outcome, Clock::duration round_trip
   if (outcome != RenewalOutcome::kFailed) renewal_seconds_.Observe(round_trip);
 }
 
-void Metrics::Lost(LossCause cause, Clock::duration held) {
+void Metrics::Lost(LossCause cause, Clock::duration held, const std::string& name) {
   Add(losses_[static_cast<int>(cause)]);
   hold_seconds_.Observe(held);
+  if (Group* g = GroupOf(name)) {
+    Add(g->losses[static_cast<int>(cause)]);
+    g->hold_seconds.Observe(held);
+  }
 }
 
 void Metrics::Collect(uint64_t held, std::vector<MetricFamily>* families,
@@ -181,6 +243,34 @@ void Metrics::Collect(uint64_t held, std::vector<MetricFamily>* families,
   c.Histogram("dlock_hold_seconds", "Time locks were held, from acquired to released or lost.", hold_seconds_);
   c.Histogram("dlock_renewal_seconds", "Round trip of each lease renewal answered by the server.",
               renewal_seconds_);
+  if (max_groups_ != 0) CollectGroups(c);
+}
+
+void Metrics::CollectGroups(Collector& c) const {
+  std::vector<std::pair<std::string, const Group*>> groups;
+  {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    for (const auto& [name, counters] : groups_) groups.emplace_back("group=" + LabelValue(name), counters.get());
+    if (other_ != nullptr) groups.emplace_back("group=\"other\"", other_.get());
+  }
+  c.Family("dlock_group_acquires_total", "counter",
+           "Acquisitions ended, by group (a lock name up to its first '/') and outcome.");
+  for (const auto& [label, g] : groups) {
+    for (int o = 0; o < static_cast<int>(AcquireOutcome::kCount); ++o) {
+      c.Sample("", label + ",outcome=\"" + kAcquireOutcomes[o] + "\"", static_cast<double>(Load(g->acquires[o])));
+    }
+  }
+  c.Family("dlock_group_losses_total", "counter", "Locks lost while held, by group and cause.");
+  for (const auto& [label, g] : groups) {
+    for (int o = 0; o < static_cast<int>(LossCause::kCount); ++o) {
+      c.Sample("", label + ",cause=\"" + LossCauseCode(static_cast<LossCause>(o)) + "\"",
+               static_cast<double>(Load(g->losses[o])));
+    }
+  }
+  c.Family("dlock_group_acquire_wait_seconds", "histogram", "dlock_acquire_wait_seconds, by group.");
+  for (const auto& [label, g] : groups) c.HistogramSamples(g->wait_seconds, label);
+  c.Family("dlock_group_hold_seconds", "histogram", "dlock_hold_seconds, by group.");
+  for (const auto& [label, g] : groups) c.HistogramSamples(g->hold_seconds, label);
 }
 
 std::string Metrics::Text(uint64_t held) const {

@@ -66,6 +66,8 @@ enum class AcquireOutcome : int { kAcquired = 0, kNotAcquired, kError, kCancelle
 enum class CallOutcome : int { kOk = 0, kNotHeld, kError, kCount };
 enum class RenewalOutcome : int { kSucceeded = 0, kFailed, kRefused, kCount };
 
+class Collector;  // metrics.cc
+
 // One sample of the Prometheus text: name (with _total, _bucket, _sum, _count), its labels as
 // the text writes them (`kind="shared",outcome="acquired"`; "" for none) and its value.
 struct MetricSample {
@@ -89,12 +91,19 @@ class Metrics {
   void AttemptAnswered(Clock::duration round_trip) { attempt_seconds_.Observe(round_trip); }
   // An acquisition ended: its outcome, how long it waited (start to end) and whether a fair
   // hand-over gave it the lock.
-  void AcquireEnded(int kind, AcquireOutcome outcome, Clock::duration waited, bool handed_over);
-  void Released(CallOutcome outcome, Clock::duration held);
+  void AcquireEnded(int kind, AcquireOutcome outcome, Clock::duration waited, bool handed_over,
+                    const std::string& name);
+  void Released(CallOutcome outcome, Clock::duration held, const std::string& name);
   void Extended(CallOutcome outcome) { Add(extends_[static_cast<int>(outcome)]); }
   void RenewalSent() { Add(renewals_sent_); }
   void RenewalAnswered(RenewalOutcome outcome, Clock::duration round_trip);
-  void Lost(LossCause cause, Clock::duration held);
+  void Lost(LossCause cause, Clock::duration held, const std::string& name);
+
+  // Per-group families (URL parameter metrics_groups=N): a lock's group is its name up to its
+  // first '/' (the whole name without one); the first max_groups groups seen get their own
+  // series, later ones share group="other". Call before any lock is taken; 0 = off.
+  void EnableGroups(uint32_t max_groups) { max_groups_ = max_groups; }
+  static constexpr uint32_t kMaxGroupsLimit = 1000;
   void WaiterStarted() { waiting_.fetch_add(1, std::memory_order_relaxed); }
   void WaiterEnded() { waiting_.fetch_sub(1, std::memory_order_relaxed); }
 
@@ -114,6 +123,7 @@ class Metrics {
 
  private:
   static void Add(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+  void CollectGroups(Collector& c) const;
 
   std::array<std::atomic<uint64_t>, kKinds> attempts_{};
   std::array<std::array<std::atomic<uint64_t>, static_cast<int>(AcquireOutcome::kCount)>, kKinds> acquires_{};
@@ -125,6 +135,18 @@ class Metrics {
   std::atomic<uint64_t> handovers_{0};
   std::atomic<int64_t> waiting_{0};
   Histogram wait_seconds_, attempt_seconds_, hold_seconds_, renewal_seconds_;
+
+  struct Group {
+    std::array<std::atomic<uint64_t>, static_cast<int>(AcquireOutcome::kCount)> acquires{};
+    std::array<std::atomic<uint64_t>, static_cast<int>(LossCause::kCount)> losses{};
+    Histogram wait_seconds, hold_seconds;
+  };
+  // name's group's counters; nullptr when groups are off.
+  Group* GroupOf(const std::string& name);
+  uint32_t max_groups_ = 0;
+  mutable std::mutex groups_mu_;
+  std::vector<std::pair<std::string, std::unique_ptr<Group>>> groups_;  // in order seen; under groups_mu_
+  std::unique_ptr<Group> other_;  // under groups_mu_
   std::mutex hook_mu_;
   std::unique_ptr<EventHook> hook_owner_;  // under hook_mu_; never replaced once set
   std::atomic<const EventHook*> hook_{nullptr};

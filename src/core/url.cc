@@ -238,6 +238,18 @@ Status UrlError(const Url& url, Status s) {
   return shows_secret ? Status(s.code(), kUnclearUrlMessage) : s;
 }
 
+Status ParseMetricsGroups(const Url& url, uint32_t* out) {
+  *out = 0;
+  for (const auto& [key, value] : url.query) {
+    if (key != "metrics_groups") continue;
+    int64_t v = 0;
+    Status s = ParseInt(value, 0, 1000, "URL parameter metrics_groups", &v);
+    if (!s.ok()) return s;
+    *out = static_cast<uint32_t>(v);
+  }
+  return Status::Ok();
+}
+
 Status ParseCommonParams(const Url& url, const std::vector<std::string>& backend_params,
                          CommonParams* out,
                          std::vector<std::pair<std::string, std::string>>* backend_values) {
@@ -264,11 +276,14 @@ Status ParseCommonParams(const Url& url, const std::vector<std::string>& backend
       Status s = ParseInt(value, 1, 3600000, "URL parameter timeout_ms", &v);
       if (!s.ok()) return s;
       out->timeout_ms = static_cast<int>(v);
+    } else if (key == "metrics_groups") {
+      Status s = ParseInt(value, 0, 1000, "URL parameter metrics_groups", &v);  // the client reads it
+      if (!s.ok()) return s;
     } else if (std::find(backend_params.begin(), backend_params.end(), key) !=
                backend_params.end()) {
       backend_values->emplace_back(key, value);
     } else {
-      std::string known = "prefix, connect_timeout_ms, timeout_ms";
+      std::string known = "prefix, connect_timeout_ms, timeout_ms, metrics_groups";
       for (const auto& p : backend_params) known += ", " + p;
       const std::string which = after_secret.empty() || IsSecretUrlParam(key)
                                     ? "'" + key + "'"

@@ -63,6 +63,10 @@ struct CommonParams {
   int timeout_ms = 3000;
 };
 
+// URL parameter metrics_groups=N (0..1000, default 0): how many groups of lock names get
+// series of their own in the client's metrics (Metrics::EnableGroups). Common to every scheme.
+Status ParseMetricsGroups(const Url& url, uint32_t* out);
+
 // Reads the common parameters from url.query into out; a parameter that is neither common nor
 // in backend_params is an error naming it (unless it follows a secret parameter, of whose
 // value it may be a piece). Backend parameters are returned in backend_values.

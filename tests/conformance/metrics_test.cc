@@ -3,6 +3,7 @@
 // uncontended cycle, a wait that runs out, a contended wait of a known length, a loss made by
 // deleting the key, renewals failing while the server is paused), the histograms count each
 // event once with its time, and the text form says what the samples say.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -327,14 +328,30 @@ TEST_P(BackendMetrics, RenewalsFailingUntilTheDeadlineAreCountedAndTheLossIsExpi
 
 // The text passes Prometheus' own check (promtool check metrics: the format, and its lint:
 // HELP on every family, _total on counters, base units), after every kind of event.
+// With metrics_groups=3, the groups of lock names (up to the first '/') seen first get series of
+// their own (a quote in one escaped), the rest share group="other".
 TEST_P(BackendMetrics, TheTextPassesPromtoolsCheck) {
-  Client c(url());
-  const std::string name = Name("metrics-promtool");
+  Client c(WithParam(url(), "metrics_groups=3"));
+  std::string name = Name("metrics-promtool");
+  std::replace(name.begin(), name.end(), '/', '-');  // one group: the whole name
   {
     Hold held(c.get(), name, nullptr);
     ASSERT_TRUE(held.held()) << held.error();
     EXPECT_EQ(TryToTake(c.get(), name, 50).status, DLOCK_NOT_ACQUIRED);
   }
+  const std::string billing = "billing-" + name, quoted = "a \"quoted\" group";
+  for (const std::string& n : {billing + "/a", billing + "/b", quoted + "/c", std::string("misc-") + name}) {
+    Hold held(c.get(), n, nullptr);
+    ASSERT_TRUE(held.held()) << held.error();
+  }
+  const Samples groups = Read(c.get());
+  EXPECT_EQ(Get(groups, "dlock_group_acquires_total{group=\"" + name + "\",outcome=\"acquired\"}"), 1);
+  EXPECT_EQ(Get(groups, "dlock_group_acquires_total{group=\"" + name + "\",outcome=\"not_acquired\"}"), 1);
+  EXPECT_EQ(Get(groups, "dlock_group_acquires_total{group=\"" + billing + "\",outcome=\"acquired\"}"), 2);
+  EXPECT_EQ(Get(groups, "dlock_group_acquires_total{group=\"other\",outcome=\"acquired\"}"), 1) << Show(groups);
+  EXPECT_EQ(Get(groups, "dlock_group_hold_seconds_count{group=\"" + billing + "\"}"), 2);
+  EXPECT_EQ(Get(groups, "dlock_group_acquires_total{group=\"a \\\"quoted\\\" group\",outcome=\"acquired\"}"), 1)
+      << Show(groups);
   size_t needed = 0;
   ASSERT_EQ(dlock_client_metrics_text(c.get(), nullptr, 0, &needed), DLOCK_OK) << dlock_last_error();
   std::string text(needed + 256, '\0');
