@@ -45,7 +45,20 @@ export class NotAcquiredError extends DlockError {
 export class LockLostError extends DlockError {
   constructor(message?: string, options?: ErrorOptions);
   code: 'ERR_DLOCK_NOT_HELD';
+  /**
+   * Why it was lost, when it was (the stable code of lock.lostCause): 'refused' (the server no
+   * longer had this owner's lock: expired, deleted or taken over) or 'expired' (renewals failed
+   * until the local deadline). undefined for a lock released already or by its client's close().
+   * The message keeps the library's words.
+   */
+  cause?: LossCause;
 }
+
+/**
+ * The stable code of why a lock was lost (the cause label of dlock_losses_total). 'max_hold' and
+ * 'broken' are reserved for job rules.
+ */
+export type LossCause = 'refused' | 'expired' | 'max_hold' | 'broken';
 /** The library refused an argument, URL or option value. code: 'ERR_DLOCK_EINVAL'. */
 export class InvalidArgumentError extends DlockError {
   constructor(message?: string, options?: ErrorOptions);
@@ -161,13 +174,78 @@ export interface Capabilities {
   observePush: boolean;
 }
 
+/** One sample of Client.metrics() (docs/metrics.md lists the families). */
+export interface MetricSample {
+  /** Its family's name, e.g. 'dlock_acquires_total' (counters end in _total; times are in seconds). */
+  family: string;
+  type: 'counter' | 'gauge' | 'histogram';
+  /** What its family counts (the text's HELP line). */
+  help: string;
+  /** Its own name: the family's, or for a histogram with _bucket, _sum or _count. */
+  name: string;
+  /** Its labels, e.g. { kind: 'exclusive', outcome: 'acquired' } ({} for none; a bucket has le). */
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** What happens to a client's locks, as it happens: client.on('event', (e) => ...) (addon path only). */
+export type DlockEventType = 'acquiring' | 'acquired' | 'not_acquired' | 'released' | 'renewal_failed' | 'lost';
+
+export interface DlockEvent {
+  type: DlockEventType;
+  /** The lock's name (a name given as bytes is read as UTF-8). */
+  name: string;
+  /** The tries an acquire took (acquired, not_acquired); 0 otherwise. */
+  attempts: number;
+  /** acquired, not_acquired: time waited; released, lost: time held; renewal_failed: its round trip. */
+  elapsedMs: number;
+  /** The hold's token (acquired, released, renewal_failed, lost); null when there is none. */
+  fencingToken: bigint | null;
+  /** The dlock_status (0: OK; codes has the numbers): not_acquired's, released's, renewal_failed's, lost's (2). */
+  status: number;
+  /** err.code's form of status ('ERR_DLOCK_NOT_ACQUIRED', ...); null when status is 0. */
+  code: DlockErrorCode | null;
+  /** The error's message (not_acquired, released, renewal_failed) or lost's cause ("refused: ..."); '' when none. */
+  detail: string;
+  /** lost: its stable code ('refused', 'expired'); null for the others. */
+  cause: LossCause | null;
+}
+
+/** The part of a prom-client Registry that registerMetrics() uses. */
+export interface MetricsRegistry {
+  registerMetric(metric: any): void;
+  removeSingleMetric(name: string): void;
+  getSingleMetric?(name: string): unknown;
+}
+
+export interface RegisterMetricsOptions {
+  /** Const labels on every sample of this client, e.g. { client: 'orders' }: a second client of one registry needs its own. */
+  labels?: Record<string, string | number>;
+}
+
 /**
  * What using() and runExclusive() run: signal (lock.signal) aborts, with a LockLostError as its
  * reason, when the lock is lost.
  */
 export type HoldingFn<T> = (lock: Lock, signal: AbortSignal) => T | Promise<T>;
 
-export class Client {
+export interface Client {
+  /**
+   * What happens to its locks (acquiring, acquired, not_acquired, released, renewal_failed,
+   * lost), on the JS thread. Addon path only (library().native === 'addon'): adding a listener
+   * on the koffi path throws (code 'ERR_DLOCK_NO_EVENTS'). A client nobody listens to pays nothing.
+   */
+  on(event: 'event', listener: (event: DlockEvent) => void): this;
+  once(event: 'event', listener: (event: DlockEvent) => void): this;
+  addListener(event: 'event', listener: (event: DlockEvent) => void): this;
+  prependListener(event: 'event', listener: (event: DlockEvent) => void): this;
+  prependOnceListener(event: 'event', listener: (event: DlockEvent) => void): this;
+  off(event: 'event', listener: (event: DlockEvent) => void): this;
+  removeListener(event: 'event', listener: (event: DlockEvent) => void): this;
+  emit(event: 'event', e: DlockEvent): boolean;
+}
+
+export class Client extends EventEmitter {
   /** Opens a client; connecting happens in the background (see ready()). Loads libdlock.so on first use. */
   constructor(url: string);
   /** Opens a client and waits until it is connected. */
@@ -199,6 +277,15 @@ export class Client {
 
   /** What the client's backend offers. */
   capabilities(): Promise<Capabilities>;
+
+  /**
+   * Its metrics in the Prometheus text format (0.0.4), as a scrape handler serves them:
+   * synchronous, no round trip. InvalidArgumentError before it is connected. After close(): its
+   * last counts when they had been read before, else InvalidArgumentError.
+   */
+  metricsText(): string;
+  /** The same metrics as samples, for another metrics system (no library needed). */
+  metrics(): MetricSample[];
 
   /**
    * Stands for leader of the election name and waits, without limit, until this candidate leads:
@@ -264,6 +351,12 @@ export class Lock extends EventEmitter {
   readonly remainingMs: number;
   /** True once release() was called. */
   readonly released: boolean;
+  /**
+   * Why it is no longer valid: null while held and valid, else "CAUSE: details" with CAUSE a
+   * LossCause ('refused: the server no longer has this owner's lock ...'). After release(): the
+   * cause it had been lost by, or null.
+   */
+  readonly lostCause: string | null;
 
   /** New lease from now (0 = no expiry). Rejects with LockLostError if it was lost. */
   extend(leaseMs: number | bigint): Promise<void>;
@@ -372,8 +465,19 @@ export class Semaphore extends Mutex {
 
 /** libdlock's version, "MAJOR.MINOR.PATCH" (loads the library). */
 export function version(): string;
-/** Which libdlock.so was loaded, and its version (loads the library). */
-export function library(): { path: string; version: string };
+/**
+ * Which libdlock.so was loaded, its version, and the binding's path to it: native 'addon'
+ * (dlock.node: clients on this thread's libuv loop; client events) or 'koffi'; addon: the
+ * dlock.node loaded or null; reason: why the koffi path, or null (loads the library).
+ */
+export function library(): { path: string; version: string; native: 'addon' | 'koffi'; addon: string | null; reason: string | null };
+/**
+ * Makes a prom-client registry's metrics() include client's families (read at each scrape):
+ * registry defaults to prom-client's global register (prom-client is loaded only then). Two
+ * clients of one registry must have different options.labels, or the second is refused.
+ * Returns a function that takes client's samples out again (its families too, with the last).
+ */
+export function registerMetrics(client: Client, registry?: MetricsRegistry | null, options?: RegisterMetricsOptions): () => void;
 /** Status numbers by name: codes.NOT_HELD === 2. */
 export const codes: Readonly<Record<'OK' | Exclude<DlockStatusName, 'UNKNOWN'>, number>>;
 /** The longest lock name, in bytes (DLOCK_MAX_NAME_BYTES: 1024). */

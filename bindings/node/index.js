@@ -22,11 +22,18 @@
 // Leader observers (client.observe) report on the JS thread: the addon's straight from
 // dlock_observe on this thread's loop, the koffi path's through the same queue
 // (dlock_observe_queued), popped with dlock_queue_pop_leader while any is running.
+//
+// Metrics (client.metricsText(), metrics(); registerMetrics in lib/metrics.js) and loss causes
+// (lock.lostCause) are synchronous reads on either path. Client events (client.on('event'))
+// are the addon's only: the library's hook runs where the work was done, which on the koffi path
+// is the library's thread or libuv's pool, and JS must not be called from there. The hook is set
+// when the first 'event' listener is added: a client nobody listens to pays nothing per lock.
 
 const { EventEmitter, getEventListeners } = require('node:events');
 const net = require('node:net');
 const errors = require('./lib/errors');
 const { makeMutex } = require('./lib/mutex');
+const metricsLib = require('./lib/metrics');
 
 const {
   codes: S, statusName, errorFor,
@@ -83,7 +90,7 @@ function lib() {
     try {
       if (!n.hasValues) throw new Error('the library lacks values and leader election (dlock_observe, ...)');
       found.addon.init(n.libraryPath, BigInt(n.koffi.address(q)), addonDone, flushRegistrations, regState,
-        addonLeader);
+        addonLeader, addonEvent);
       addon = found.addon;
     } catch (e) {
       if (process.env.DLOCK_NODE_ADDON === '1') {
@@ -133,6 +140,37 @@ function addonLeader(id, row) {
   if (ob === undefined) return;
   const leader = row === null ? null : leaderOf(row[0], row[1], row[2], row[3]);
   queueMicrotask(() => report(ob, leader));
+}
+
+// A client's event (dlock_client_set_event_hook), on this thread once the library's call
+// returned (the addon hands them over at the end of the uv callback that made them, or on the
+// loop's next turn for those a JS call made): emitted as client 'event'.
+function addonEvent(id, type, name, attempts, elapsedMs, token, status, detail) {
+  const client = eventClients.get(id)?.deref();
+  if (client === undefined) return;
+  client[kEvent]({
+    type, name, attempts, elapsedMs, fencingToken: token === 0n ? null : token, status,
+    code: status === 0 ? null : `ERR_DLOCK_${statusName(status)}`, detail, cause: type === 'lost' ? causeCode(detail) : null,
+  });
+}
+
+// A loss's cause in the library's messages: "lock 'x' was lost: CAUSE: details" (NOT_HELD
+// errors), "lock 'x' (fencing token N) was lost: CAUSE: details" (loss reports).
+const LOST_CAUSE = /' (?:\(fencing token \d+\) )?was lost: (refused|expired|max_hold|broken): (.*)$/s;
+
+// The stable code that starts a loss cause ("refused: ..." -> 'refused'), or null.
+function causeCode(cause) {
+  if (typeof cause !== 'string' || cause === '') return null;
+  const i = cause.indexOf(':');
+  return i < 0 ? cause : cause.slice(0, i);
+}
+
+// Metrics, loss causes and events need a library that has them (lib/native.js's hasMetrics).
+function needMetrics(what) {
+  if (!native.hasMetrics) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} has no metrics ` +
+      '(dlock_client_metrics, dlock_lock_lost_cause, ...); install a newer one');
+  }
 }
 
 // Values and leader election need a library that has them (lib/native.js's hasValues).
@@ -465,6 +503,14 @@ const kStarted = Symbol('started');
 const kReport = Symbol('report');
 const kEnd = Symbol('end');
 const kForget = Symbol('forget');
+// The Client's own calls, for the event plumbing.
+const kEvent = Symbol('event');
+const kWantEvents = Symbol('wantEvents');
+const { kSamples } = metricsLib;
+
+// Clients whose events are on (addon path), by the id their hook was given: held weakly.
+const eventClients = new Map();
+let nextEventId = 0;
 
 function lostNow(id, message) {
   const entry = lostRefs.get(id);
@@ -550,7 +596,7 @@ function watchAbort(signal, cancel) {
 
 // ----- Client ---------------------------------------------------------------------------------
 
-class Client {
+class Client extends EventEmitter {
   #h = null;
   #rec = null;       // { h, busy } in openClients; busy: blocking calls on the pool that use h
   #ready;
@@ -560,12 +606,16 @@ class Client {
   #drained = null;   // close() waits for the busy ones
   #waiting = new Set();  // addon path: ids of this client's pending acquires
   #observers = new Set();  // its Observers that have not ended: close() ends them
+  #metricsRead = false;  // metrics were asked for (or registered): close() keeps the last ones
+  #final = null;         // those last samples, once closed
+  #events = false;       // 'event' listened for: the hook is set (once opened)
 
   /**
    * Opens a client for the backend named by url; connecting happens in the background (see
    * ready()). Loads libdlock.so on first use: throws (code ERR_DLOCK_LIBRARY) when it cannot.
    */
   constructor(url) {
+    super();
     if (typeof url !== 'string') {
       throw typeError('ERR_INVALID_ARG_TYPE', `url must be a string, got ${describe(url)}`);
     }
@@ -634,9 +684,131 @@ class Client {
       this.#rec = { h: r, busy: 0 };
       openClients.add(this.#rec);
       clientRegistry.register(this, this.#rec, this);
+      if (this.#events) this.#setHook();
     } finally {
       unhold();
     }
+  }
+
+  // ----- events
+
+  // An 'event' listener is being added: sets the hook (once; at open when not open yet). The
+  // hook runs on the library's threads on the koffi path, where JS must not be called.
+  [kWantEvents]() {
+    if (this.#events) return;
+    if (A === null) {
+      const e = new Error("client 'event' listeners need the addon path (dlock.native === 'addon'); " +
+        `this process takes the koffi path (${addonReason}), whose hook would run on the library's threads`);
+      e.code = 'ERR_DLOCK_NO_EVENTS';
+      throw e;
+    }
+    needMetrics("client 'event'");
+    this.#events = true;
+    if (this.#h !== null && !this.#closed) this.#setHook();
+  }
+
+  #setHook() {
+    for (const [id, ref] of eventClients) {
+      if (ref.deref() === undefined) eventClients.delete(id);
+    }
+    const id = ++nextEventId;
+    eventClients.set(id, new WeakRef(this));
+    const s = A.events(this.#h, id);
+    if (s !== 0) {
+      eventClients.delete(id);
+      throw errorFor(s, `cannot set the event hook: ${A.lastError()}`);
+    }
+  }
+
+  [kEvent](e) {
+    try {
+      this.emit('event', e);
+    } catch (err) {
+      process.nextTick(() => { throw err; });  // as a listener's throw in any emitter: uncaught
+    }
+  }
+
+  // ----- metrics
+
+  /**
+   * The client's metrics in the Prometheus text exposition format (0.0.4), as a scrape handler
+   * serves it (Content-Type: text/plain; version=0.0.4). docs/metrics.md lists the families.
+   * Synchronous (a few microseconds, no round trip). After close(): its last counts.
+   */
+  metricsText() {
+    const h = this.#metricsHandle('metricsText');
+    if (h === null) {
+      if (this.#final === null) throw closedError();  // closed before its metrics were read, or closing
+      return metricsLib.renderText(this.#final);
+    }
+    if (A !== null) {
+      const r = A.metricsText(h);
+      if (typeof r === 'number') throw errorFor(r, `metricsText: ${A.lastError()}`);
+      return r;
+    }
+    const needed = [0];
+    let s = C.client_metrics_text(h, null, 0, needed);
+    for (let tries = 0; s === 0 && tries < 8; tries++) {
+      const buf = Buffer.allocUnsafe(Number(needed[0]) + 256);  // room for a label value appearing meanwhile
+      s = C.client_metrics_text(h, buf, buf.length, needed);
+      if (s === 0) return buf.toString('utf8', 0, Number(needed[0]));
+      if (s === S.EINVAL && Number(needed[0]) >= buf.length) s = 0;  // it grew past the room: again
+    }
+    throw errorFor(s === 0 ? S.EINTERNAL : s, `metricsText: ${C.last_error()}`);
+  }
+
+  /**
+   * The same metrics as samples, for code that feeds another metrics system: [{ family, type
+   * ('counter' | 'gauge' | 'histogram'), help, name (the family's, or a histogram's _bucket,
+   * _sum, _count), labels ({ kind: 'exclusive', outcome: 'acquired' }, a bucket's le), value }].
+   */
+  metrics() {
+    const h = this.#metricsHandle('metrics');
+    if (h !== null) return this.#readSamples(h);
+    if (this.#final === null) throw closedError();  // closed before its metrics were read, or closing
+    return this.#final.map((x) => ({ ...x, labels: { ...x.labels } }));
+  }
+
+  // For registerMetrics' scrapes: its samples, or null while closing or once closed with none
+  // kept. Throws before it is open.
+  [kSamples]() {
+    const h = this.#metricsHandle('metrics');
+    return h !== null ? this.#readSamples(h) : this.#final;
+  }
+
+  #readSamples(h) {
+    let rows;
+    if (A !== null) {
+      rows = A.metrics(h);
+      if (typeof rows === 'number') throw errorFor(rows, `metrics: ${A.lastError()}`);
+    } else {
+      const out = [null];
+      const s = C.client_metrics(h, out);
+      if (s !== 0) throw errorFor(s, `metrics: ${C.last_error()}`);
+      const m = out[0];
+      rows = [];
+      try {
+        const n = Number(C.metrics_count(m));
+        for (let k = 0; k < n; k++) {
+          rows.push([C.metrics_family(m, k), C.metrics_type(m, k), C.metrics_help(m, k), C.metrics_name(m, k),
+            C.metrics_labels(m, k), C.metrics_value(m, k)]);
+        }
+      } finally {
+        C.metrics_free(m);
+      }
+    }
+    return metricsLib.samplesOf(rows);
+  }
+
+  // The handle to read metrics from, or null once closed (its last samples then, if kept).
+  #metricsHandle(what) {
+    needMetrics(what);
+    this.#metricsRead = true;
+    if (this.#closed) return null;
+    if (this.#h === null) {
+      throw new InvalidArgumentError(`${what}: the client is not connected yet (await client.ready() first)`);
+    }
+    return this.#h;
   }
 
   async #handle() {
@@ -1113,6 +1285,12 @@ class Client {
         const rec = this.#rec;
         clientRegistry.unregister(this);
         if (rec.busy > 0) await new Promise((resolve) => { this.#drained = resolve; });
+        if (this.#metricsRead) {
+          // Its metrics were asked for: its last counts are what it reports from now on.
+          try {
+            this.#final = metricsLib.closedSamples(this.#readSamples(h));
+          } catch { /* closing anyway */ }
+        }
         openClients.delete(rec);  // (until here, an exit closes it)
         if (A !== null) {
           // Cancel the waiting acquires first and let the loop turn, so that their places in a
@@ -1148,6 +1326,21 @@ class Client {
 // `await using client = ...` closes it at the end of the block.
 if (typeof Symbol.asyncDispose === 'symbol') {
   Client.prototype[Symbol.asyncDispose] = function asyncDispose() { return this.close(); };
+}
+
+// Adding an 'event' listener sets the client's hook (not before: a client nobody listens to
+// pays nothing per lock). Every way of adding one goes through these; events.on() and
+// events.once() too.
+for (const method of ['on', 'addListener', 'once', 'prependListener', 'prependOnceListener']) {
+  const base = EventEmitter.prototype[method];
+  Object.defineProperty(Client.prototype, method, {
+    value: function addListener(event, listener) {
+      if (event === 'event') this[kWantEvents]();
+      return base.call(this, event, listener);
+    },
+    writable: true,
+    configurable: true,
+  });
 }
 
 // Runs fn(lock, lock.signal) and then release(), for using() and Mutex.runExclusive(): fn's
@@ -1294,6 +1487,46 @@ class Lock extends EventEmitter {
   get released() { return this.#st.h === null; }
 
   /**
+   * Why the lock is no longer valid: null while it is held and valid, else "CAUSE: details",
+   * CAUSE a stable code (the cause label of dlock_losses_total): 'refused' (the server no longer
+   * had this owner's lock: expired, deleted or taken over) or 'expired' (renewals failed until
+   * the local deadline passed). After release(): the cause it had been lost by, or null.
+   */
+  get lostCause() {
+    const h = this.#st.h;
+    // A blocking extend on the pool uses h (koffi path): the cause known so far.
+    // Once known, the cause is kept in #st (added then: nothing more per lock before).
+    if (h === null || this.#busy !== null || !native.hasMetrics) return this.#st.cause ?? null;
+    const cause = A !== null ? A.lostCause(h) : C.lock_lost_cause(h);
+    if (cause !== null) this.#st.cause = cause;
+    return cause;
+  }
+
+  // The error of a call on this lock that failed (op: 'extend', 'setValue', 'release'; message
+  // read once), with the cause of a loss.
+  #failure(status, message, op) {
+    return lockError(status, message, op, this.name, this.#lostOptions(status, message));
+  }
+
+  // The options of a LockLostError for a call on this lock that found it not held, or of its
+  // loss report: its cause (err.cause: 'refused', 'expired'), when the lock was lost. The
+  // library's message says it ("lock 'x' was lost: refused: ..."), a release's too, whose handle
+  // is gone by then; else the handle says it, while there is one.
+  #lostOptions(status, message) {
+    if (status !== S.NOT_HELD || !native.hasMetrics) return undefined;
+    const said = LOST_CAUSE.exec(message ?? '');
+    let cause;
+    if (said !== null) {
+      cause = `${said[1]}: ${said[2]}`;
+      if (this.#st.h === null) this.#st.cause ??= cause;  // released: kept for lostCause
+    } else {
+      cause = this.lostCause;
+    }
+    const code = causeCode(cause);
+    return code === null ? undefined : { cause: code };
+  }
+
+  /**
    * An AbortSignal that aborts, with a LockLostError as its reason, when the lock is found lost:
    * hand it to fetch(), a database driver, or anything else that takes one.
    */
@@ -1308,7 +1541,8 @@ class Lock extends EventEmitter {
   [kLost](message) {
     if (this.lost || this.#st.h === null) return;
     this.lost = true;
-    const err = new LockLostError(message || `lock '${short(this.name)}' was lost`);
+    const options = this.#lostOptions(S.NOT_HELD, message);
+    const err = new LockLostError(message || `lock '${short(this.name)}' was lost`, options);
     this.#lostError = err;
     const listened = this.listenerCount('lost') > 0 ||
       (this.#ac !== null && getEventListeners(this.#ac.signal, 'abort').length > 0);
@@ -1353,11 +1587,11 @@ class Lock extends EventEmitter {
     if (A !== null) {
       await new Promise((resolve, reject) => {
         const id = ops.add((status, _, message) => (status === 0 ? resolve()
-          : reject(lockError(status, message, 'extend', this.name))));
+          : reject(this.#failure(status, message, 'extend'))));
         const s = A.extend(h, leaseMs, id);
         if (s !== 0) {
           ops.delete(id);
-          reject(lockError(s, A.lastError(), 'extend', this.name));
+          reject(this.#failure(s, A.lastError(), 'extend'));
           return;
         }
         hold();
@@ -1381,17 +1615,17 @@ class Lock extends EventEmitter {
         giveErrbuf(buf);
         return;
       }
-      if (status !== -1) throw lockError(status, errbufMessage(buf), 'extend', this.name);
+      if (status !== -1) throw this.#failure(status, errbufMessage(buf), 'extend');
       // koffi could not make the call: the async way below
       if (this.#st.h === null) throw this.#releasedError();
     }
     await new Promise((resolve, reject) => {
       const id = ops.add((status, _, message) => (status === 0 ? resolve()
-        : reject(lockError(status, message, 'extend', this.name))));
+        : reject(this.#failure(status, message, 'extend'))));
       const s = C.extend_queued(this.#st.h, leaseMs, queue, id);
       if (s !== 0) {
         ops.delete(id);
-        reject(lockError(s, C.last_error(), 'extend', this.name));  // argument errors, or NOT_HELD on a closed client
+        reject(this.#failure(s, C.last_error(), 'extend'));  // argument errors, or NOT_HELD on a closed client
         return;
       }
       hold();
@@ -1425,13 +1659,13 @@ class Lock extends EventEmitter {
     if (h === null) throw this.#releasedError();
     await new Promise((resolve, reject) => {
       const id = ops.add((status, _, message) => (status === 0 ? resolve()
-        : reject(lockError(status, message, 'setValue', this.name))));
+        : reject(this.#failure(status, message, 'setValue'))));
       // The async forms: the library copies the bytes before it returns.
       const s = A !== null ? A.setValue(h, v, id)
         : C.lock_set_value_queued(h, v, v === null ? 0 : v.length, queue, id);
       if (s !== 0) {
         ops.delete(id);
-        reject(lockError(s, A !== null ? A.lastError() : C.last_error(), 'setValue', this.name));
+        reject(this.#failure(s, A !== null ? A.lastError() : C.last_error(), 'setValue'));
         return;
       }
       hold();
@@ -1460,13 +1694,13 @@ class Lock extends EventEmitter {
       const id = ops.add((status, _, message) => {
         lostRefs.delete(st.id);  // released: on_lost is neither running nor going to run
         if (status === 0) resolve();
-        else reject(lockError(status, message, 'release', this.name));
+        else reject(this.#failure(status, message, 'release'));
       });
       const s = A.release(h, id);  // frees h whatever happens
       if (s !== 0) {
         ops.delete(id);
         lostRefs.delete(st.id);
-        reject(lockError(s, A.lastError(), 'release', this.name));
+        reject(this.#failure(s, A.lastError(), 'release'));
         return;
       }
       hold();
@@ -1486,13 +1720,13 @@ class Lock extends EventEmitter {
         const id = ops.add((status, _, message) => {
           lostRefs.delete(st.id);  // released: on_lost is neither running nor going to run
           if (status === 0) resolve();
-          else reject(lockError(status, message, 'release', this.name));
+          else reject(this.#failure(status, message, 'release'));
         });
         const s = A.release(h, id);  // frees h whatever happens
         if (s !== 0) {
           ops.delete(id);
           lostRefs.delete(st.id);
-          reject(lockError(s, A.lastError(), 'release', this.name));
+          reject(this.#failure(s, A.lastError(), 'release'));
           return;
         }
         hold();
@@ -1515,20 +1749,20 @@ class Lock extends EventEmitter {
         giveErrbuf(buf);
         return;
       }
-      if (status !== -1) throw lockError(status, errbufMessage(buf), 'release', this.name);
+      if (status !== -1) throw this.#failure(status, errbufMessage(buf), 'release');
       // koffi could not queue the call (h was not used): fall through
     }
     await new Promise((resolve, reject) => {
       const id = ops.add((status, _, message) => {
         lostRefs.delete(st.id);
         if (status === 0) resolve();
-        else reject(lockError(status, message, 'release', this.name));
+        else reject(this.#failure(status, message, 'release'));
       });
       const s = C.release_queued(h, queue, id);  // frees h whatever happens
       if (s !== 0) {
         ops.delete(id);
         lostRefs.delete(st.id);
-        reject(lockError(s, C.last_error(), 'release', this.name));
+        reject(this.#failure(s, C.last_error(), 'release'));
         return;
       }
       hold();
@@ -1735,6 +1969,13 @@ if (typeof Symbol.asyncDispose === 'symbol') {
 
 const { Mutex, Semaphore } = makeMutex({ Client, checkName, checkOptions, typeError, rangeError, describe, runHolding });
 
+/**
+ * Makes a prom-client registry's metrics() include client's families (lib/metrics.js):
+ * registerMetrics(client, registry = prom-client's default register, { labels }). Returns
+ * unregister().
+ */
+const registerMetrics = metricsLib.makeRegisterMetrics({ Client, typeError, describe, needMetrics });
+
 /** The library's version, "MAJOR.MINOR.PATCH" (loads the library). */
 function version() { return lib().version(); }
 
@@ -1762,6 +2003,7 @@ module.exports = {
   CancelledError,
   version,
   library,
+  registerMetrics,
   codes: S,
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,

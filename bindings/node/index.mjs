@@ -18,6 +18,7 @@ export const {
   CancelledError,
   version,
   library,
+  registerMetrics,
   codes,
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,

@@ -61,6 +61,8 @@ const [url, expectLibrary] = process.argv.slice(2);
   await lock.release();
   const token = await waited;
   assert.ok(token > lock.fencingToken);
+  // what the client counted: its one acquire, as Prometheus text
+  assert.match(a.metricsText(), /^dlock_acquires_total\{kind="exclusive",outcome="acquired"\} 1$/m);
   const lib = library();
   assert.equal(fs.realpathSync(lib.path), fs.realpathSync(expectLibrary), `loaded ${lib.path}`);
   console.log(`cjs: ok, ${lib.path} (libdlock ${lib.version}, ${lib.native} path), tokens ${lock.fencingToken} < ${token}`);

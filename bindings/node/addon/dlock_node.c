@@ -17,7 +17,13 @@
  * Calls into JS: the uv callbacks open a handle scope and a callback scope (lazily, at the
  * first outcome of that turn) around dlock_loop_fd_ready / dlock_loop_timer_fired, so every
  * outcome of one turn runs in one scope and promise jobs and process.nextTick run once, when it
- * closes (the behaviour of napi_make_callback, batched). */
+ * closes (the behaviour of napi_make_callback, batched).
+ *
+ * Client events (dlock_client_set_event_hook, set by events() when JS first listens): the hook
+ * runs while the library is mid-call, where JS must not run, so it copies each event into a
+ * list, handed to JS (onEvent) at the end of the uv callback that made it, after the library
+ * returned and before that turn's promise jobs; events made in a call JS made (an acquire's
+ * "acquiring") or on another thread wait for ev_async, the loop's next turn. In order, always. */
 #define NAPI_VERSION 8
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -31,7 +37,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 3
+#define ADDON_ABI 4
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -82,11 +88,62 @@
     (dlock_client *, const char *, dlock_observe_fn, void *, dlock_observer **))                 \
   X(void, dlock_observer_cancel, (dlock_observer *))
 
+/* Metrics, loss causes and the event hook (issue 36): optional, so that an older library still
+ * serves locks (index.js asks lib/native.js whether the library has them before calling the
+ * functions below that use them). */
+#define DLOCK_OPTIONAL_CALLS(X)                                                                 \
+  X(dlock_status, dlock_client_metrics_text, (dlock_client *, char *, size_t, size_t *))         \
+  X(dlock_status, dlock_client_metrics, (dlock_client *, dlock_metrics **))                      \
+  X(void, dlock_metrics_free, (dlock_metrics *))                                                 \
+  X(size_t, dlock_metrics_count, (const dlock_metrics *))                                        \
+  X(const char *, dlock_metrics_family, (const dlock_metrics *, size_t))                         \
+  X(const char *, dlock_metrics_type, (const dlock_metrics *, size_t))                           \
+  X(const char *, dlock_metrics_help, (const dlock_metrics *, size_t))                           \
+  X(const char *, dlock_metrics_name, (const dlock_metrics *, size_t))                           \
+  X(const char *, dlock_metrics_labels, (const dlock_metrics *, size_t))                         \
+  X(double, dlock_metrics_value, (const dlock_metrics *, size_t))                                \
+  X(const char *, dlock_lock_lost_cause, (const dlock_lock *))                                   \
+  X(dlock_status, dlock_client_set_event_hook, (dlock_client *, dlock_event_fn, void *))         \
+  X(dlock_event_type, dlock_event_type_of, (const dlock_event *))                                \
+  X(const char *, dlock_event_type_name, (dlock_event_type))                                     \
+  X(const char *, dlock_event_lock_name, (const dlock_event *))                                  \
+  X(uint32_t, dlock_event_attempts, (const dlock_event *))                                       \
+  X(int64_t, dlock_event_elapsed_ms, (const dlock_event *))                                      \
+  X(uint64_t, dlock_event_fencing_token, (const dlock_event *))                                  \
+  X(dlock_status, dlock_event_status, (const dlock_event *))                                     \
+  X(const char *, dlock_event_detail, (const dlock_event *))
+
 #define DECLARE(ret, name, args) static ret(*p_##name) args;
 DLOCK_CALLS(DECLARE)
+DLOCK_OPTIONAL_CALLS(DECLARE)
 #undef DECLARE
 
+/* Each pointer has its function's type as dlock.h declares it. */
+#if defined(__GNUC__)
+#define SAME_TYPE(ret, name, args)                                                         \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&name), __typeof__(p_##name)), \
+                 #name " is not declared as in dlock.h");
+DLOCK_CALLS(SAME_TYPE)
+DLOCK_OPTIONAL_CALLS(SAME_TYPE)
+#undef SAME_TYPE
+#endif
+
 /* ----- state ------------------------------------------------------------------------------ */
+
+/* An event of a client's hook, copied for JS: the hook runs while the library is mid-call, where
+ * JS must not run (a listener may close the client), so events wait here and are handed to JS
+ * at the end of the uv callback that made them, or from ev_async when JS's own call did. */
+typedef struct ev_item {
+  struct ev_item *next;
+  uint32_t client;   /* index.js's id of the Client */
+  const char *type;  /* dlock_event_type_name's (static) */
+  uint32_t attempts;
+  int64_t elapsed_ms;
+  uint64_t token;
+  int32_t status;
+  char *detail;      /* in the same allocation, after name */
+  char name[];
+} ev_item;
 
 typedef struct addon_state {
   napi_env env;
@@ -103,7 +160,20 @@ typedef struct addon_state {
   int in_uv;
   napi_handle_scope hscope;
   napi_callback_scope cscope;
+  /* Events (only once a client asked for them): under ev_mu, as a hook might run on another
+   * thread; handed to JS by on_event (JS (clientId, type, name, attempts, elapsedMs, token,
+   * status, detail)). */
+  napi_ref on_event;
+  int ev_ready;             /* ev_mu and ev_async made */
+  uv_mutex_t ev_mu;
+  uv_async_t ev_async;
+  uv_thread_t js_thread;
+  ev_item *ev_head, **ev_tail;
+  size_t ev_count;
+  int ev_at_leave;          /* in a uv callback of ours, before its end hands events to JS */
 } addon_state;
+
+enum { EV_MAX = 65536 }; /* events waiting for JS at most; more are dropped (a JS thread stuck) */
 
 static addon_state *g; /* the main thread's environment; NULL until init() */
 
@@ -305,9 +375,15 @@ static void enter_js(addon_state *st) {
 static void uv_enter(addon_state *st) {
   st->in_uv = 1;
   st->reg_state[1] = 1;
+  st->ev_at_leave = 1;
 }
 
+static void ev_deliver(addon_state *st);
+
 static void uv_leave(addon_state *st) {
+  /* From here on, JS may run: an event made now waits for ev_async. */
+  st->ev_at_leave = 0;
+  if (st->ev_ready) ev_deliver(st); /* before the promise jobs: a listener hears 'acquired' first */
   if (st->in_uv == 2) {
     napi_env env = st->env;
     napi_close_callback_scope(env, st->cscope); /* runs nextTicks and promise jobs */
@@ -389,6 +465,89 @@ static void on_observed(const char *name, const dlock_info *leader, void *arg) {
   napi_call_function(env, recv, fn, 2, argv, NULL);
   report_exception(env);
   napi_close_handle_scope(env, scope);
+}
+
+/* ----- events (dlock_client_set_event_hook) ------------------------------------------------ */
+
+/* The hook: copies the event for JS. It runs where the library did the work: on this loop's
+ * thread (a hooks client's calls, heartbeats and losses), inside one of our uv callbacks (handed
+ * to JS as it ends, after the library returned) or inside a call JS made (handed over by
+ * ev_async, on the next turn of the loop); on any other thread, by ev_async too. */
+static void on_event(const dlock_event *e, void *arg) {
+  addon_state *st = g;
+  if (st == NULL || !st->ev_ready) return;
+  const char *name = p_dlock_event_lock_name(e);
+  const char *detail = p_dlock_event_detail(e);
+  if (name == NULL) name = "";
+  if (detail == NULL) detail = "";
+  size_t name_len = strlen(name), detail_len = strlen(detail);
+  ev_item *it = malloc(sizeof *it + name_len + 1 + detail_len + 1);
+  if (it == NULL) return;
+  it->next = NULL;
+  it->client = (uint32_t)(uintptr_t)arg;
+  it->type = p_dlock_event_type_name(p_dlock_event_type_of(e));
+  it->attempts = p_dlock_event_attempts(e);
+  it->elapsed_ms = p_dlock_event_elapsed_ms(e);
+  it->token = p_dlock_event_fencing_token(e);
+  it->status = (int32_t)p_dlock_event_status(e);
+  memcpy(it->name, name, name_len + 1);
+  it->detail = it->name + name_len + 1;
+  memcpy(it->detail, detail, detail_len + 1);
+  uv_mutex_lock(&st->ev_mu);
+  if (st->ev_count >= EV_MAX) {
+    uv_mutex_unlock(&st->ev_mu);
+    free(it);
+    return;
+  }
+  *st->ev_tail = it;
+  st->ev_tail = &it->next;
+  st->ev_count++;
+  uv_mutex_unlock(&st->ev_mu);
+  uv_thread_t self = uv_thread_self();
+  if (!uv_thread_equal(&self, &st->js_thread) || !st->ev_at_leave) uv_async_send(&st->ev_async);
+}
+
+/* Hands the events waiting to JS, in order, one call each (in a uv callback of ours). What the
+ * listeners make meanwhile comes by ev_async. */
+static void ev_deliver(addon_state *st) {
+  uv_mutex_lock(&st->ev_mu);
+  ev_item *list = st->ev_head;
+  st->ev_head = NULL;
+  st->ev_tail = &st->ev_head;
+  st->ev_count = 0;
+  uv_mutex_unlock(&st->ev_mu);
+  if (list == NULL) return;
+  enter_js(st);
+  napi_env env = st->env;
+  napi_value fn, recv;
+  napi_get_undefined(env, &recv);
+  napi_get_reference_value(env, st->on_event, &fn);
+  while (list != NULL) {
+    ev_item *it = list;
+    list = it->next;
+    napi_handle_scope scope;
+    napi_open_handle_scope(env, &scope);
+    napi_value argv[8];
+    napi_create_uint32(env, it->client, &argv[0]);
+    napi_create_string_utf8(env, it->type ? it->type : "", NAPI_AUTO_LENGTH, &argv[1]);
+    napi_create_string_utf8(env, it->name, NAPI_AUTO_LENGTH, &argv[2]);
+    napi_create_uint32(env, it->attempts, &argv[3]);
+    napi_create_int64(env, it->elapsed_ms, &argv[4]);
+    napi_create_bigint_uint64(env, it->token, &argv[5]);
+    napi_create_int32(env, it->status, &argv[6]);
+    napi_create_string_utf8(env, it->detail, NAPI_AUTO_LENGTH, &argv[7]);
+    free(it);
+    napi_call_function(env, recv, fn, 8, argv, NULL);
+    report_exception(env);
+    napi_close_handle_scope(env, scope);
+  }
+}
+
+static void on_ev_async(uv_async_t *async) {
+  addon_state *st = g;
+  if (st == NULL) return;
+  uv_enter(st);
+  uv_leave(st); /* delivers */
 }
 
 /* ----- the hooks (dlock/adapters/libuv.h, with unref'd handles) ------------------------- */
@@ -482,9 +641,9 @@ static const dlock_loop_hooks hooks = {hook_watch_fd, hook_set_timer, hook_clean
   }
 
 /* init(libraryPath, queueAddress: bigint, onDone, flushRegistrations, regState: Int32Array(2),
- *      onLeader) -> the library's version. */
+ *      onLeader, onEvent) -> the library's version. */
 static napi_value js_init(napi_env env, napi_callback_info info) {
-  ARGS(6);
+  ARGS(7);
   if (g != NULL) {
     napi_throw_error(env, "ERR_DLOCK_ADDON",
                      g->env == env ? "dlock.node: init() was called already"
@@ -512,6 +671,9 @@ static napi_value js_init(napi_env env, napi_callback_info info) {
   }
   DLOCK_CALLS(RESOLVE)
 #undef RESOLVE
+#define RESOLVE_OPTIONAL(ret, name, args) p_##name = (ret(*) args)dlsym(lib, #name);
+  DLOCK_OPTIONAL_CALLS(RESOLVE_OPTIONAL)
+#undef RESOLVE_OPTIONAL
   uint64_t qaddr;
   bool lossless;
   if (napi_get_value_bigint_uint64(env, argv[1], &qaddr, &lossless) != napi_ok || qaddr == 0) {
@@ -524,6 +686,8 @@ static napi_value js_init(napi_env env, napi_callback_info info) {
   if (t != napi_function) return throw_type(env, "flushRegistrations must be a function");
   napi_typeof(env, argv[5], &t);
   if (t != napi_function) return throw_type(env, "onLeader must be a function");
+  napi_typeof(env, argv[6], &t);
+  if (t != napi_function) return throw_type(env, "onEvent must be a function");
   bool is_typed = false;
   napi_is_typedarray(env, argv[4], &is_typed);
   napi_typedarray_type reg_type;
@@ -547,6 +711,7 @@ static napi_value js_init(napi_env env, napi_callback_info info) {
   CHECK(napi_create_reference(env, argv[2], 1, &st->on_done));
   CHECK(napi_create_reference(env, argv[3], 1, &st->flush));
   CHECK(napi_create_reference(env, argv[5], 1, &st->on_leader));
+  CHECK(napi_create_reference(env, argv[6], 1, &st->on_event));
   CHECK(napi_create_reference(env, argv[4], 1, &st->reg_array));
   st->reg_state = reg_data; /* an ArrayBuffer's memory does not move */
   napi_value resource, name;
@@ -849,6 +1014,117 @@ static napi_value js_remaining(napi_env env, napi_callback_info info) {
   return out;
 }
 
+/* ----- metrics, loss causes and events ----------------------------------------------------- */
+
+#define NEED_CALL(name)                                                                  \
+  if (p_##name == NULL) {                                                                \
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks " #name);    \
+    return NULL;                                                                         \
+  }
+
+/* metricsText(client) -> the Prometheus text | status (a number; lastError() says why). */
+static napi_value js_metrics_text(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  NEED_STATE();
+  NEED_CALL(dlock_client_metrics_text);
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  size_t needed = 0;
+  dlock_status s = p_dlock_client_metrics_text(c, NULL, 0, &needed);
+  for (int tries = 0; s == DLOCK_OK && tries < 8; tries++) {
+    size_t len = needed + 256; /* room for a label value that appears meanwhile */
+    char *buf = malloc(len);
+    if (buf == NULL) return make_int(env, DLOCK_ENOMEM);
+    s = p_dlock_client_metrics_text(c, buf, len, &needed);
+    if (s == DLOCK_OK) {
+      napi_value out;
+      napi_status ns = napi_create_string_utf8(env, buf, needed, &out);
+      free(buf);
+      CHECK(ns);
+      return out;
+    }
+    free(buf);
+    if (s == DLOCK_EINVAL && needed >= len) s = DLOCK_OK; /* it grew past the room: again */
+  }
+  return make_int(env, s == DLOCK_OK ? DLOCK_EINTERNAL : s);
+}
+
+/* metrics(client) -> [[family, type, help, name, labels, value], ...] | status. */
+static napi_value js_metrics(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  NEED_STATE();
+  NEED_CALL(dlock_client_metrics);
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  dlock_metrics *m = NULL;
+  dlock_status s = p_dlock_client_metrics(c, &m);
+  if (s != DLOCK_OK) return make_int(env, s);
+  size_t n = p_dlock_metrics_count(m);
+  napi_value out;
+  if (napi_create_array_with_length(env, n, &out) != napi_ok) {
+    p_dlock_metrics_free(m);
+    return make_int(env, DLOCK_ENOMEM);
+  }
+  for (size_t k = 0; k < n; k++) {
+    const char *parts[5] = {p_dlock_metrics_family(m, k), p_dlock_metrics_type(m, k),
+                            p_dlock_metrics_help(m, k), p_dlock_metrics_name(m, k),
+                            p_dlock_metrics_labels(m, k)};
+    napi_value row, v;
+    napi_create_array_with_length(env, 6, &row);
+    for (uint32_t i = 0; i < 5; i++) {
+      napi_create_string_utf8(env, parts[i] ? parts[i] : "", NAPI_AUTO_LENGTH, &v);
+      napi_set_element(env, row, i, v);
+    }
+    napi_create_double(env, p_dlock_metrics_value(m, k), &v);
+    napi_set_element(env, row, 5, v);
+    napi_set_element(env, out, (uint32_t)k, row);
+  }
+  p_dlock_metrics_free(m);
+  return out;
+}
+
+/* lostCause(lock) -> "CAUSE: details" | null (held and valid). */
+static napi_value js_lost_cause(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  NEED_STATE();
+  NEED_CALL(dlock_lock_lost_cause);
+  dlock_lock *l = lock_of(env, argv[0]);
+  if (l == NULL) return throw_type(env, "lock must be a lock");
+  const char *cause = p_dlock_lock_lost_cause(l);
+  napi_value out;
+  if (cause == NULL) {
+    napi_get_null(env, &out);
+  } else {
+    CHECK(napi_create_string_utf8(env, cause, NAPI_AUTO_LENGTH, &out));
+  }
+  return out;
+}
+
+/* events(client, clientId) -> status: from now on, the client's events go to onEvent(clientId,
+ * ...) on this thread (dlock_client_set_event_hook: once per client). */
+static napi_value js_events(napi_env env, napi_callback_info info) {
+  ARGS(2);
+  NEED_STATE();
+  NEED_CALL(dlock_client_set_event_hook);
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  uint32_t id = 0;
+  napi_get_value_uint32(env, argv[1], &id);
+  if (!g->ev_ready) {
+    if (uv_mutex_init(&g->ev_mu) != 0) return make_int(env, DLOCK_ENOMEM);
+    if (uv_async_init(g->loop, &g->ev_async, on_ev_async) != 0) {
+      uv_mutex_destroy(&g->ev_mu);
+      return make_int(env, DLOCK_ENOMEM);
+    }
+    uv_unref((uv_handle_t *)&g->ev_async); /* waiting events keep no process alive */
+    g->js_thread = uv_thread_self();
+    g->ev_head = NULL;
+    g->ev_tail = &g->ev_head;
+    g->ev_ready = 1;
+  }
+  return make_int(env, p_dlock_client_set_event_hook(c, on_event, (void *)(uintptr_t)id));
+}
+
 /* ----- inspect: a blocking call, on libuv's pool (the library runs it for another thread
  * while this loop turns) ------------------------------------------------------------------- */
 
@@ -953,6 +1229,8 @@ static napi_value module_init(napi_env env, napi_value exports) {
       {"extend", js_extend},     {"token", js_token},          {"attempts", js_attempts},
       {"valid", js_valid},       {"remaining", js_remaining},  {"inspect", js_inspect},
       {"setValue", js_set_value}, {"observe", js_observe},     {"unobserve", js_unobserve},
+      {"metricsText", js_metrics_text}, {"metrics", js_metrics}, {"lostCause", js_lost_cause},
+      {"events", js_events},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     napi_value f;

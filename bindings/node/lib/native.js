@@ -161,6 +161,28 @@ try {
 } catch (e) {
   hasErrbuf = false;
 }
+// Metrics and loss causes (dlock 0.1 with issue 36): a library without them still serves locks;
+// metricsText(), metrics(), lostCause and registerMetrics() then say what it lacks (hasMetrics
+// false). The event hook (dlock_client_set_event_hook) is not declared here: its hook runs on the
+// library's threads, which JS must not be called from; only the addon sets it.
+let hasMetrics = true;
+try {
+  Object.assign(C, {
+    client_metrics_text: f('int dlock_client_metrics_text(void *c, _Out_ uint8_t *buf, size_t len, _Out_ size_t *needed)'),
+    client_metrics: f('int dlock_client_metrics(void *c, _Out_ void **out)'),
+    metrics_free: f('void dlock_metrics_free(void *m)'),
+    metrics_count: f('size_t dlock_metrics_count(void *m)'),
+    metrics_family: f('const char *dlock_metrics_family(void *m, size_t k)'),
+    metrics_type: f('const char *dlock_metrics_type(void *m, size_t k)'),
+    metrics_help: f('const char *dlock_metrics_help(void *m, size_t k)'),
+    metrics_name: f('const char *dlock_metrics_name(void *m, size_t k)'),
+    metrics_labels: f('const char *dlock_metrics_labels(void *m, size_t k)'),
+    metrics_value: f('double dlock_metrics_value(void *m, size_t k)'),
+    lock_lost_cause: f('const char *dlock_lock_lost_cause(void *l)'),
+  });
+} catch (e) {
+  hasMetrics = false;
+}
 const version = C.version();
 if (!/^0\./.test(version)) {
   const e = new Error(`libdlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
@@ -168,4 +190,4 @@ if (!/^0\./.test(version)) {
   throw e;
 }
 
-module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues };
+module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics };

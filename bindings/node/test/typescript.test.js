@@ -26,6 +26,7 @@ test('await using compiles with the declarations and runs', async () => {
     // The output runs outside the package, as in an app: 'libdlock' from its node_modules.
     fs.mkdirSync(path.join(out, 'node_modules'));
     fs.symlinkSync(PKG, path.join(out, 'node_modules', 'libdlock'));
+    fs.symlinkSync(path.join(PKG, 'node_modules', 'prom-client'), path.join(out, 'node_modules', 'prom-client'));
     const tsc = path.join(PKG, 'node_modules', 'typescript', 'bin', 'tsc');
     await run(process.execPath, [tsc, '-p', path.join(__dirname, 'ts', 'tsconfig.json'), '--outDir', out]);
     const esm = await run(process.execPath, [path.join(out, 'await-using.mjs')], { cwd: out });

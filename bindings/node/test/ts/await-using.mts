@@ -3,9 +3,11 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
+import promClient from 'prom-client';
 import dlock, {
   Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, Observer, codes, library, version,
-  MAX_VALUE_BYTES, type AcquireOptions, type CampaignOptions, type HoldValue, type Leader, type Releaser,
+  MAX_VALUE_BYTES, registerMetrics, type AcquireOptions, type CampaignOptions, type HoldValue, type Leader, type Releaser,
+  type DlockEvent, type LossCause, type MetricSample,
 } from 'libdlock';
 
 const url = process.env.REDIS_URL!;
@@ -40,6 +42,32 @@ let outer: Client;
     clearTimeout(keepAlive);
   })().catch((e: unknown) => e);
   assert.ok(err instanceof LockLostError, String(err));
+  const cause: LossCause | undefined = err.cause;
+  assert.equal(cause, 'refused');
+
+  // metrics: text, samples, prom-client; events on the addon path
+  const events: DlockEvent[] = [];
+  if (library().native === 'addon') client.on('event', (e: DlockEvent) => { events.push(e); });
+  const registry = new promClient.Registry();
+  const unregister: () => void = registerMetrics(client, registry, { labels: { client: 'ts' } });
+  {
+    await using lock = await client.acquire(`${name}-metrics`);
+    const why: string | null = lock.lostCause;
+    assert.equal(why, null);
+  }
+  const samples: MetricSample[] = client.metrics();
+  assert.ok(samples.some((s) => s.type === 'histogram' && s.labels.le === '+Inf'));
+  assert.match(client.metricsText(), /^# TYPE dlock_acquires_total counter$/m);
+  assert.match(await registry.metrics(), /^dlock_acquires_total\{client="ts",kind="exclusive",outcome="acquired"\} [1-9]/m);
+  unregister();
+  if (library().native === 'addon') {
+    const keepAlive = setTimeout(() => {}, 10000);
+    while (!events.some((e) => e.type === 'released')) await new Promise((r) => setTimeout(r, 10));
+    clearTimeout(keepAlive);
+    const acquired = events.find((e) => e.type === 'acquired')!;
+    const t: bigint | null = acquired.fencingToken;
+    assert.equal(typeof t, 'bigint');
+  }
 
   const t: bigint = await client.using(name, async (lock: Lock, signal: AbortSignal) => {
     assert.equal(signal, lock.signal);
@@ -120,5 +148,14 @@ export function refused(c: Client, l: Lock): void {
   c.observe('x').on('change', (x: Leader) => x);
   // @ts-expect-error: observe's only option is signal
   void c.observe('x', { waitMs: 5 });
+  // @ts-expect-error: a lock that is held has no loss cause: null
+  const why: string = l.lostCause;
+  // @ts-expect-error: an event's token is null when it has none
+  c.on('event', (e) => { const t: bigint = e.fencingToken; return t; });
+  // @ts-expect-error: const labels are strings or numbers
+  registerMetrics(c, null, { labels: { client: true } });
+  // @ts-expect-error: metricsText() is synchronous
+  void c.metricsText().then(() => 0);
+  void why;
   void n, j, code, CancelledError;
 }
