@@ -143,7 +143,7 @@ dlock_status StartExtend(dlock_lock* l, uint64_t lease_ms, dlock::StatusCallback
 // Delivers to a queue: the completion callbacks of the _queued forms.
 dlock::StatusCallback PushDone(std::shared_ptr<dlock::CompletionQueue> queue, uint64_t tag) {
   return [queue = std::move(queue), tag](const dlock::Status& s) {
-    queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr, nullptr});
+    queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr, nullptr, nullptr});
   };
 }
 
@@ -340,6 +340,62 @@ dlock_status dlock_campaign(dlock_client* c, const char* name, const dlock_optio
 
 dlock_status dlock_leader(dlock_client* c, const char* name, dlock_info** out) {
   return ReadInfo(&dlock::Client::Leader, c, name, out);
+}
+
+namespace {
+// The async and queued inspect and leader: the checks, then Client::InspectAsync.
+dlock_status StartInspect(dlock_client* c, const char* name, bool leader, bool has_target,
+                          dlock::InspectCallback done) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (!has_target) return Invalid(leader ? "leader: done/queue is NULL" : "inspect: done/queue is NULL");
+    dlock::Status s = dlock::CheckLockName(name);
+    if (!s.ok()) return Report(s);
+    return Report(c->impl->InspectAsync(name, leader, std::move(done)));
+  });
+}
+
+dlock_status InspectAsync(dlock_client* c, const char* name, bool leader, dlock_info_fn done, void* arg) {
+  return StartInspect(c, name, leader, done != nullptr, [done, arg](const dlock::Status& s, dlock::LockInfo info) {
+    dlock_info* out = nullptr;
+    if (s.ok()) {
+      try {
+        out = new dlock_info{std::move(info)};
+      } catch (...) {
+        last_error = "out of memory";
+        done(DLOCK_ENOMEM, nullptr, arg);
+        return;
+      }
+    }
+    last_error = s.message();  // for dlock_last_error() inside done
+    done(static_cast<dlock_status>(s.code()), out, arg);
+  });
+}
+
+dlock_status InspectQueued(dlock_client* c, const char* name, bool leader, dlock_queue* q, uint64_t tag) {
+  std::shared_ptr<dlock::CompletionQueue> queue = q != nullptr ? q->impl : nullptr;
+  return StartInspect(c, name, leader, q != nullptr, [queue, tag](const dlock::Status& s, dlock::LockInfo info) {
+    dlock::CompletionQueue::Entry entry;
+    entry.kind = dlock::CompletionQueue::Kind::kDone;
+    entry.tag = tag;
+    entry.status = s;
+    if (s.ok()) entry.info = std::make_shared<dlock::LockInfo>(std::move(info));
+    queue->Push(std::move(entry));
+  });
+}
+}  // namespace
+
+dlock_status dlock_inspect_async(dlock_client* c, const char* name, dlock_info_fn done, void* arg) {
+  return InspectAsync(c, name, false, done, arg);
+}
+dlock_status dlock_leader_async(dlock_client* c, const char* name, dlock_info_fn done, void* arg) {
+  return InspectAsync(c, name, true, done, arg);
+}
+dlock_status dlock_inspect_queued(dlock_client* c, const char* name, dlock_queue* q, uint64_t tag) {
+  return InspectQueued(c, name, false, q, tag);
+}
+dlock_status dlock_leader_queued(dlock_client* c, const char* name, dlock_queue* q, uint64_t tag) {
+  return InspectQueued(c, name, true, q, tag);
 }
 
 namespace {
@@ -643,6 +699,8 @@ int dlock_queue_pop_leader(dlock_queue* q, uint64_t* tag, dlock_status* status, 
       auto info = std::make_unique<dlock_info>();
       info->impl.holders.push_back(*entry.leader);
       *leader = info.release();
+    } else if (leader != nullptr && entry.info != nullptr) {
+      *leader = new dlock_info{std::move(*entry.info)};
     }
     return Report(entry.status);
   });
@@ -660,7 +718,7 @@ dlock_status dlock_acquire_queued(dlock_client* c, const char* name, const dlock
                                      const std::shared_ptr<dlock::Client>& client,
                                      std::shared_ptr<dlock::LockState> state) {
                           queue->Push({dlock::CompletionQueue::Kind::kDone, tag, result,
-                                       state != nullptr ? client : nullptr, std::move(state), nullptr});
+                                       state != nullptr ? client : nullptr, std::move(state), nullptr, nullptr});
                         });
   });
 }
@@ -713,7 +771,7 @@ dlock_status dlock_options_set_on_lost_queued(dlock_options* o, dlock_queue* q, 
                               ") was lost";
         if (!reason.empty()) message += ": " + reason;
         queue->Push({dlock::CompletionQueue::Kind::kLost, tag,
-                     dlock::Status::NotHeld(std::move(message)), nullptr, nullptr, nullptr});
+                     dlock::Status::NotHeld(std::move(message)), nullptr, nullptr, nullptr, nullptr});
       };
     }
     return Report(dlock::Status::Ok());

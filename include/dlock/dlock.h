@@ -382,7 +382,9 @@ DLOCK_API int dlock_queue_pop(dlock_queue *q, uint64_t *tag, dlock_status *statu
 struct dlock_info;
 /* dlock_queue_pop, and for a DLOCK_QUEUE_LEADER entry *leader is the observer's snapshot (one
  * holder: owner, value, term, lease left), to free with dlock_info_free, or NULL when nobody
- * leads (and for every other kind of entry). leader may be NULL (dlock_queue_pop drops it). */
+ * leads; for the DLOCK_QUEUE_DONE entry of a successful dlock_inspect_queued or
+ * dlock_leader_queued, its snapshot; NULL for every other entry. leader may be NULL
+ * (dlock_queue_pop drops it). */
 DLOCK_API int dlock_queue_pop_leader(dlock_queue *q, uint64_t *tag, dlock_status *status,
                                      dlock_lock **lock, struct dlock_info **leader);
 /* dlock_acquire_async, with its outcome queued under tag. */
@@ -517,6 +519,16 @@ DLOCK_API uint64_t dlock_info_fencing_token(const dlock_info *i, uint32_t k);
 DLOCK_API dlock_kind dlock_info_kind(const dlock_info *i);
 /* The semaphore's number of permits while the name is one; 0 for a lock, a free name or NULL. */
 DLOCK_API uint32_t dlock_info_permits(const dlock_info *i);
+/* dlock_inspect, asynchronously (see "event-loop integration"): done runs once on the client's
+ * loop thread, never inside the call, with the snapshot (the callee's to free with
+ * dlock_info_free) or NULL and the error. A closed client is DLOCK_EINVAL, done not called. */
+typedef void (*dlock_info_fn)(dlock_status s, dlock_info *info, void *arg);
+DLOCK_API dlock_status dlock_inspect_async(dlock_client *c, const char *name, dlock_info_fn done,
+                                           void *arg);
+/* dlock_inspect, its outcome queued under tag as a DLOCK_QUEUE_DONE entry whose snapshot
+ * dlock_queue_pop_leader hands out in *leader (NULL on error). */
+DLOCK_API dlock_status dlock_inspect_queued(dlock_client *c, const char *name, struct dlock_queue *q,
+                                            uint64_t tag);
 
 /* ----- values stored with a hold ------------------------------------------------------------
  *
@@ -571,6 +583,11 @@ DLOCK_API dlock_status dlock_campaign(dlock_client *c, const char *name, const d
  * and lease left) or none when nobody leads. DLOCK_EINVAL when the name is held shared or is
  * a semaphore. Bounded like dlock_inspect. */
 DLOCK_API dlock_status dlock_leader(dlock_client *c, const char *name, dlock_info **out);
+/* dlock_leader, asynchronously and queued, as dlock_inspect_async and dlock_inspect_queued. */
+DLOCK_API dlock_status dlock_leader_async(dlock_client *c, const char *name, dlock_info_fn done,
+                                          void *arg);
+DLOCK_API dlock_status dlock_leader_queued(dlock_client *c, const char *name, struct dlock_queue *q,
+                                           uint64_t tag);
 
 /* Observing a leadership: fn is told who leads name, first as it stands when dlock_observe is
  * called, then at each change of leader or of the leader's value, including "nobody leads"

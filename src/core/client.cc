@@ -211,15 +211,28 @@ Status Client::Campaign(const std::string& name, const AcquireOptions& options,
   return Acquire(name, candidate, out);
 }
 
-Status Client::Leader(const std::string& name, LockInfo* out) {
-  Status s = Inspect(name, out);
+Status Client::AsLeader(const std::string& name, Status s, LockInfo* info) {
   if (!s.ok()) return s;
-  if (!out->holders.empty() && (out->kind != LockKind::kExclusive || out->permits != 0)) {
-    const std::string sort = out->permits != 0 ? "a semaphore" : "held shared";
-    *out = LockInfo();
+  if (!info->holders.empty() && (info->kind != LockKind::kExclusive || info->permits != 0)) {
+    const std::string sort = info->permits != 0 ? "a semaphore" : "held shared";
+    *info = LockInfo();
     return Status::InvalidArgument("'" + name + "' is " + sort + ", not an election");
   }
   return s;
+}
+
+Status Client::Leader(const std::string& name, LockInfo* out) { return AsLeader(name, Inspect(name, out), out); }
+
+Status Client::InspectAsync(const std::string& name, bool leader, InspectCallback done) {
+  if (IsClosed()) return Status::InvalidArgument("client is closed");
+  bool posted = StartOnLoop([self = shared_from_this(), name, leader, done = std::move(done)]() mutable {
+    self->backend_->InspectAsync(name, [self, name, leader, done = std::move(done)](const Status& s, LockInfo info) mutable {
+      Status result = leader ? AsLeader(name, s, &info) : s;
+      self->Complete([done = std::move(done), result, info = std::move(info)]() mutable { done(result, std::move(info)); });
+    });
+  });
+  if (!posted) return Status::InvalidArgument("client is closed");
+  return Status::Ok();
 }
 
 Status Client::Observe(const std::string& name, Observer::Report report, std::shared_ptr<Observer>* out) {

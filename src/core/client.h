@@ -72,6 +72,9 @@ class Client : public std::enable_shared_from_this<Client> {
   // leader, or no holder (dlock_leader). Blocking.
   Status Campaign(const std::string& name, const AcquireOptions& options, std::shared_ptr<LockState>* out);
   Status Leader(const std::string& name, LockInfo* out);
+  // Inspect (leader: Leader) asynchronously: done runs on the loop thread, exactly once, never
+  // inside the call. A non-ok return means nothing was started.
+  Status InspectAsync(const std::string& name, bool leader, InspectCallback done);
   // Starts an observer of name's leader (dlock_observe); any thread. Its reports run on the
   // loop thread until it is cancelled or the client closes.
   Status Observe(const std::string& name, Observer::Report report, std::shared_ptr<Observer>* out);
@@ -130,6 +133,9 @@ class Client : public std::enable_shared_from_this<Client> {
   static Status Finish(const Url& url, OpenBackendFn open_backend, std::shared_ptr<Client> client,
                        std::shared_ptr<Client>* out);
   Status NotHeldStatus(const LockState& lock) const;
+  // An inspection's answer as dlock_leader gives it: EINVAL (and no holders) unless the name is
+  // free or held exclusive.
+  static Status AsLeader(const std::string& name, Status s, LockInfo* info);
   // A set_value's answer, as the caller sees it (NotHeld marks the lock lost).
   Status SettleSetValue(LockState& lock, const Status& s);
   Status ReleaseHeld(const std::shared_ptr<LockState>& lock);

@@ -16,6 +16,7 @@ namespace dlock {
 
 class Client;
 struct HolderInfo;
+struct LockInfo;
 struct LockState;
 
 class CompletionQueue {
@@ -28,6 +29,7 @@ class CompletionQueue {
     std::shared_ptr<Client> client;  // with lock: an acquired lock, now the popper's
     std::shared_ptr<LockState> lock;
     std::shared_ptr<HolderInfo> leader;  // kLeader: who leads (null: nobody)
+    std::shared_ptr<LockInfo> info;      // kDone of an inspect (dlock_inspect_queued)
   };
 
   static Status Create(std::shared_ptr<CompletionQueue>* out);

@@ -2,6 +2,7 @@
 // a libevent event_base (dlock_client_open_evbase, style "async") or the test's own poll(2)
 // loop through the hook table (dlock_client_open_hooks, style "hooks"); and on a client with
 // its own thread (callbacks on that thread).
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "conformance/conformance.h"
 #include "event_loop_util.h"
 #include "poll_loop.h"
+#include "queue_util.h"
 
 namespace dlock_test {
 namespace {
@@ -284,6 +286,100 @@ TEST_P(OnCallersLoop, AnObserverReportsOnTheLoopAndLeavesNothingOnIt) {
   ASSERT_EQ(dlock_campaign(other.get(), name.c_str(), nullptr, &l), DLOCK_OK) << dlock_last_error();
   (void)loop().RunUntil([] { return false; }, 1200ms);  // more than two polls
   EXPECT_EQ(told.calls, at_cancel) << "a report after cancel";
+  EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  dlock_client_close(c);
+  EXPECT_TRUE(loop().Drain(10s)) << "the closed client left something on the loop";
+}
+
+// dlock_inspect_async and dlock_leader_async answer on the loop's thread, never inside the call;
+// the _queued forms hand the same snapshot to the caller's thread through a queue.
+TEST_P(OnCallersLoop, InspectAndLeaderAnswerOnTheLoopAndThroughAQueue) {
+  const std::string name = Name("inspected");
+  dlock_client* c = OpenClient();
+  ASSERT_NE(c, nullptr);
+  Client other(url());
+  Options o;
+  o.owner("the-leader").value("10.0.0.7:80");
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_campaign(other.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const uint64_t term = dlock_lock_fencing_token(l);
+  struct Answer {
+    int calls = 0;
+    dlock_status status = DLOCK_EINTERNAL;
+    std::string owner, value;
+    uint64_t token = 0;
+    uint32_t holders = 99;
+    std::thread::id thread;
+    static void Fn(dlock_status s, dlock_info* info, void* arg) {
+      auto* a = static_cast<Answer*>(arg);
+      ++a->calls;
+      a->status = s;
+      a->thread = std::this_thread::get_id();
+      if (info != nullptr) {
+        a->holders = dlock_info_holders(info);
+        if (a->holders > 0) {
+          a->owner = dlock_info_owner(info, 0);
+          size_t len = 0;
+          const void* v = dlock_info_value(info, 0, &len);
+          a->value.assign(static_cast<const char*>(v), len);
+          a->token = dlock_info_fencing_token(info, 0);
+        }
+        dlock_info_free(info);
+      }
+    }
+  };
+  Answer inspected, led, free_name, shared_leader;
+  ASSERT_EQ(dlock_inspect_async(c, name.c_str(), Answer::Fn, &inspected), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_leader_async(c, name.c_str(), Answer::Fn, &led), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_leader_async(c, Name("nobody").c_str(), Answer::Fn, &free_name), DLOCK_OK);
+  EXPECT_EQ(inspected.calls + led.calls + free_name.calls, 0) << "answered inside the call";
+  ASSERT_TRUE(loop().RunUntil([&] { return inspected.calls && led.calls && free_name.calls; }, 10s));
+  for (const Answer* a : {&inspected, &led}) {
+    EXPECT_EQ(a->status, DLOCK_OK);
+    EXPECT_EQ(a->holders, 1u);
+    EXPECT_EQ(a->owner, "the-leader");
+    EXPECT_EQ(a->value, "10.0.0.7:80");
+    EXPECT_EQ(a->token, term);
+    EXPECT_EQ(a->thread, std::this_thread::get_id()) << "answered off the loop's thread";
+  }
+  EXPECT_EQ(free_name.status, DLOCK_OK);
+  EXPECT_EQ(free_name.holders, 0u) << "nobody leads a free name";
+  if ((dlock_client_capabilities(c) & DLOCK_CAP_SHARED) != 0) {
+    const std::string shared = Name("shared");
+    Options s;
+    s.shared();
+    Hold reader(other.get(), shared, s.get());
+    ASSERT_TRUE(reader.held()) << reader.error();
+    ASSERT_EQ(dlock_leader_async(c, shared.c_str(), Answer::Fn, &shared_leader), DLOCK_OK);
+    ASSERT_TRUE(loop().RunUntil([&] { return shared_leader.calls == 1; }, 10s));
+    EXPECT_EQ(shared_leader.status, DLOCK_EINVAL) << "a shared name is no election";
+  }
+  EXPECT_EQ(dlock_inspect_async(c, name.c_str(), nullptr, nullptr), DLOCK_EINVAL);
+  EXPECT_EQ(dlock_inspect_async(c, "", Answer::Fn, &inspected), DLOCK_EINVAL);
+
+  Queue q;
+  ASSERT_EQ(dlock_inspect_queued(c, name.c_str(), q.get(), 41), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_leader_queued(c, name.c_str(), q.get(), 42), DLOCK_OK) << dlock_last_error();
+  std::vector<uint64_t> tags;
+  ASSERT_TRUE(loop().RunUntil(
+      [&] {
+        uint64_t tag = 0;
+        dlock_status st = DLOCK_EINTERNAL;
+        dlock_info* info = nullptr;
+        while (dlock_queue_pop_leader(q.get(), &tag, &st, nullptr, &info) == DLOCK_QUEUE_DONE) {
+          EXPECT_EQ(st, DLOCK_OK);
+          EXPECT_NE(info, nullptr);
+          if (info != nullptr) {
+            EXPECT_EQ(dlock_info_fencing_token(info, 0), term);
+            dlock_info_free(info);
+          }
+          tags.push_back(tag);
+        }
+        return tags.size() == 2;
+      },
+      10s));
+  std::sort(tags.begin(), tags.end());  // two reads in flight: either may answer first (etcd)
+  EXPECT_EQ(tags, (std::vector<uint64_t>{41, 42}));
   EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
   dlock_client_close(c);
   EXPECT_TRUE(loop().Drain(10s)) << "the closed client left something on the loop";
