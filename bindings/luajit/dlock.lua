@@ -125,6 +125,8 @@ void dlock_queue_free(dlock_queue *q);
 int dlock_queue_fd(const dlock_queue *q);
 int dlock_queue_pop_leader(dlock_queue *q, uint64_t *tag, dlock_status *status, dlock_lock **lock,
                            dlock_info **leader);
+dlock_status dlock_inspect_queued(dlock_client *c, const char *name, dlock_queue *q, uint64_t tag);
+dlock_status dlock_leader_queued(dlock_client *c, const char *name, dlock_queue *q, uint64_t tag);
 dlock_status dlock_observe_queued(dlock_client *c, const char *name, dlock_queue *q, uint64_t tag,
                                   dlock_observer **out);
 void dlock_observer_cancel(dlock_observer *ob);
@@ -336,6 +338,19 @@ local function take_report(info)
   return leader
 end
 
+-- An inspection's snapshot as { kind, holders, permits } (read_info's answer); frees it.
+local function info_table(info)
+  local ok, t = pcall(function()
+    local holders = {}
+    for k = 0, C.dlock_info_holders(info) - 1 do holders[#holders + 1] = holder_table(info, k) end
+    local kind = C.dlock_info_kind(info)
+    return { kind = KINDS[kind] or kind, holders = holders, permits = tonumber(C.dlock_info_permits(info)) }
+  end)
+  C.dlock_info_free(info)
+  if not ok then error(t, 0) end
+  return t
+end
+
 -- ----- clients ---------------------------------------------------------------------------------
 
 local Client = {}
@@ -494,14 +509,21 @@ local function drain()
     n = n + 1
     local tag, status, l = tonumber(tag_p[0]), tonumber(status_p[0]), lock_p[0]
     if l == nil then l = nil end  -- a NULL pointer becomes nil
-    local leader = take_report(leader_p[0])  -- NULL (nil) but for an observer's report
+    -- NULL (nil) but for an observer's report, or a queued inspect's snapshot (DONE)
+    local snapshot = leader_p[0]
+    local leader = nil
+    if kind == 1 then
+      if snapshot ~= nil then snapshot = info_table(snapshot) else snapshot = nil end
+    else
+      leader = take_report(snapshot)
+    end
     local msg = status ~= 0 and ffi.string(C.dlock_last_error()) or nil
     if kind == 1 then  -- DLOCK_QUEUE_DONE
       local op = w.ops[tag]
       if op then
         w.ops[tag] = nil
         w.pending = w.pending - 1
-        op.done, op.status, op.msg, op.lock = true, status, msg, l
+        op.done, op.status, op.msg, op.lock, op.info = true, status, msg, l, snapshot
         if op.abandoned then
           give_back(op)
         elseif op.sema then
@@ -761,21 +783,32 @@ end
 -- take the lock. Owner tokens are never shown, only the labels.
 -- dlock_inspect or dlock_leader (read) of name: { kind, holders, permits } as below, or nil,
 -- message, code.
-local function read_info(self, read, name, fname)
+-- Under nginx (a yielding client) it is the _queued form, and the request's light thread yields
+-- while it waits, like acquire; it raises in phases that cannot yield.
+local function read_info(self, read, read_queued, name, fname)
   check_string(name, 1, fname, "string")
   if self._pid then check_process(self) end
+  if self._yield then yielding_phase("client:" .. fname) end
   local h = self._h
   if h == nil then return nil, "client is closed", "EINVAL" end
+  if self._yield then
+    local w = W
+    local tag, op = new_op(w, fname, name, true)
+    local s = read_queued(h, name, w.q, tag)
+    if s ~= 0 then return fail(s) end
+    started(w, tag, op)
+    local grace = self._bound + M.ngx_grace
+    if not wait_op(w, op, grace) then
+      op.abandoned = true
+      return nil, fname .. " of '" .. name .. "': no answer within " .. grace .. " s", "EIO"
+    end
+    if op.status ~= 0 then return op_failed(op) end
+    return op.info
+  end
   local out = ffi.new("dlock_info *[1]")
   local s = read(h, name, out)
   if s ~= 0 then return fail(s) end
-  local info = ffi.gc(out[0], C.dlock_info_free)
-  local holders = {}
-  for k = 0, C.dlock_info_holders(info) - 1 do holders[#holders + 1] = holder_table(info, k) end
-  local kind = C.dlock_info_kind(info)
-  local permits = tonumber(C.dlock_info_permits(info))
-  C.dlock_info_free(ffi.gc(info, nil))
-  return { kind = KINDS[kind] or kind, holders = holders, permits = permits }
+  return info_table(out[0])
 end
 
 -- This client's metrics in the Prometheus text format (docs/metrics.md): counters of
@@ -799,7 +832,7 @@ end
 
 function Client:inspect(name)
   if getmetatable(self) ~= Client then raise("dlock: call it as client:inspect(name)") end
-  return read_info(self, C.dlock_inspect, name, "inspect")
+  return read_info(self, C.dlock_inspect, C.dlock_inspect_queued, name, "inspect")
 end
 
 -- The current leader of the election name (see client:campaign): its holder table { owner,
@@ -808,7 +841,7 @@ end
 -- A snapshot, like inspect.
 function Client:leader(name)
   if getmetatable(self) ~= Client then raise("dlock: call it as client:leader(name)") end
-  local info, msg, code = read_info(self, C.dlock_leader, name, "leader")
+  local info, msg, code = read_info(self, C.dlock_leader, C.dlock_leader_queued, name, "leader")
   if not info then return nil, msg, code end
   return info.holders[1]
 end

@@ -244,6 +244,30 @@ function M.setvalue()
   short:release()
 end
 
+-- client:inspect and client:leader in a worker: with the yielding client they yield (the light
+-- thread calling them has not finished when ngx.thread.spawn returns), with the blocking one
+-- they do not; both show the holder with its value and term; the leader of a shared name is
+-- EINVAL.
+function M.inspect()
+  local a, c = args()
+  local lock, err, code = c:acquire(a.name, { lease_ms = 10000, value = "v0", owner = "me" })
+  if not lock then return failed(code, err) end
+  local finished = 0
+  local t1 = ngx.thread.spawn(function() local r = c:inspect(a.name) finished = finished + 1 return r end)
+  local t2 = ngx.thread.spawn(function() local r = c:leader(a.name) finished = finished + 1 return r end)
+  local yielded = finished == 0
+  local _, info = ngx.thread.wait(t1)
+  local _, leader = ngx.thread.wait(t2)
+  local h = info.holders[1]
+  assert(lock:release())
+  local shared = assert(c:acquire(a.name, { kind = "shared" }))
+  local none, _, lcode = c:leader(a.name)
+  shared:release()
+  ngx.say("yielded=", tostring(yielded), " holders=", #info.holders, " owner=", tostring(h.owner),
+    " value=", tostring(h.value), " same_term=", tostring(leader.fencing_token == lock:fencing_token()),
+    " leader_value=", tostring(leader.value), " shared_leader=", tostring(none), ",", tostring(lcode))
+end
+
 -- Yields until pred() is true, at most 5 s; whether it became true.
 local function until_true(pred)
   ngx.update_time()

@@ -94,6 +94,7 @@ http {
     location = /killed { content_by_lua_block { require("app").killed() } }
     location = /elect { content_by_lua_block { require("app").elect() } }
     location = /setvalue { content_by_lua_block { require("app").setvalue() } }
+    location = /inspect { content_by_lua_block { require("app").inspect() } }
     location = /observe { content_by_lua_block { require("app").observe() } }
     location = /observe_init { content_by_lua_block { require("app").observe_init() } }
   }

@@ -217,6 +217,18 @@ for mode in yield block; do
 done
 
 for mode in yield block; do
+  yielded=true
+  [[ $mode == block ]] && yielded=false
+  name="inspect-$mode-$$-$RANDOM"
+  out=$(get "/inspect?name=$name&mode=$mode")
+  if [[ $out == "yielded=$yielded holders=1 owner=me value=v0 same_term=true leader_value=v0 shared_leader=nil,EINVAL" ]]; then
+    ok "client:inspect and client:leader in a worker ($mode client): yielded=$yielded; the holder, its value and term; no leader of a shared name"
+  else
+    fail "inspect in nginx ($mode client): '$out'"
+  fi
+done
+
+for mode in yield block; do
   name="observe-$mode-$$-$RANDOM"
   out=$(get "/observe?name=$name&mode=$mode")
   if [[ $out == "first=nobody campaign=value:v1 proclaim=value:v2 resign=nobody extra=0 after_cancel=0 phase=timer" ]]; then
