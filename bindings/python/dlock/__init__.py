@@ -38,12 +38,17 @@ Metrics: client.metrics() (a Metrics of MetricFamily, no metrics library needed)
 client.metrics_text() (Prometheus text) say what the client counted (docs/metrics.md);
 dlock.prometheus.register(client) exports them through prometheus_client. lock.lost_cause (and
 a NotHeld's or LockLost's cause) says why a hold was lost.
+Events: client.on_event(fn) calls fn(event) (an Event: acquiring, acquired, not_acquired,
+released, renewal_failed, lost) as it happens, on the thread that did the work (keep fn quick);
+dlock.log_events(client) logs them through logging.getLogger("dlock").
 """
 
 import asyncio
+import atexit
 import collections
 import ctypes
 import itertools
+import logging
 import math
 import numbers
 import operator
@@ -57,19 +62,21 @@ import warnings
 import weakref
 from types import TracebackType
 from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, FrozenSet, Generator, Iterator, List,
-                    Literal, NamedTuple, Optional, Sequence, Tuple, Type, Union)
+                    Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar, Union)
 
 from . import _lib
 from ._errors import (AlreadyHeld, AuthError, BackendError, Cancelled, Error, ForkedClient,
                       InternalError, InvalidArgument, LockLost, NotAcquired, NotHeld, OutOfMemory)
 # dlock.ConnectionError, deliberately left out of __all__ (see there)
 from ._errors import ConnectionError as ConnectionError  # noqa: F401, A004
+from ._errors import _LOST_CAUSE
 from ._errors import make as _errors_make
 from ._errors import name_codes as _name_codes
 
 __all__ = [
     "Client", "Lock", "LockInfo", "Holder", "Observer", "AsyncObserver", "version", "library_path",
     "Metrics", "MetricFamily", "MetricSample",
+    "Event", "log_events",
     # Not "ConnectionError": `from dlock import *` must not shadow the builtin (which catches
     # dlock.ConnectionError too).
     "Error", "NotAcquired", "NotHeld", "AlreadyHeld", "InvalidArgument", "BackendError",
@@ -650,7 +657,7 @@ class _LoopClient:
     __slots__ = ("id", "pid", "loop", "thread", "h", "ptr", "fds", "timer", "closed", "cleaned",
                  "watch", "observers", "totals")
 
-    def __init__(self, burl, loop, totals):
+    def __init__(self, burl, loop, totals, event_id=None):
         self.id = next(_ids)
         self.totals: _MetricsTotals = totals  # its Client's: what it counted goes there at close
         self.pid = os.getpid()
@@ -673,6 +680,8 @@ class _LoopClient:
             self._forget()  # a failed open unwatched what it asked for, and calls no cleanup
             raise err
         self.h = out.value
+        if event_id is not None:  # its Client has event handlers: before any lock of it
+            _hook_events(_c.on_loop, self.h, event_id)
         # asyncio.run's end (and IsolatedAsyncioTestCase's) calls loop.shutdown_asyncgens()
         # while the loop still runs: that closes this client there, and lets its teardown finish.
         self.watch = _until_shutdown(self)
@@ -1346,6 +1355,121 @@ def _render_text(families: List[Tuple[str, str, str]],
     return "".join(out)
 
 
+# ----- events ----------------------------------------------------------------------------------
+# dlock_client_set_event_hook, once per C client: a Client's handlers (on_event) are told what
+# happens to its locks on every C client it has (the blocking API's, one per event loop). The hook
+# is set on a C client when its Client gets its first handler, or when the C client opens after
+# that; C gets the Client's event id (a small integer), and _EVENT_CB (one ctypes object, kept for
+# the process's life) looks its handlers up here. It runs where the library runs the hook: the
+# calling thread for blocking calls, the event loop's for a loop's client, and the library's own
+# thread for the blocking API's heartbeats, losses and queued calls (which takes the GIL there:
+# the one thing that makes that thread wait for Python).
+
+class Event(NamedTuple):
+    type: str
+    name: str
+    attempts: int
+    elapsed: float
+    fencing_token: Optional[int]
+    status: int
+    code: Optional[str]
+    detail: str
+    cause: Optional[str]
+
+
+Event.__doc__ = """What happened to one of a Client's locks (dlock_client_set_event_hook): what
+Client.on_event handlers are given, as it happens.
+
+type           "acquiring" (an acquire started), "acquired", "not_acquired" (the wait ran out,
+               it was cancelled, or an error), "released" (a release answered),
+               "renewal_failed" (a heartbeat's renewal failed; retried until the local
+               deadline) or "lost" (the lock was found lost while held)
+name           the lock's name (str: UTF-8, undecodable bytes replaced)
+attempts       tries the acquire took (acquired, not_acquired); 0 for the others
+elapsed        seconds (float): waited (acquired, not_acquired), held (released, lost), the
+               failed renewal's round trip (renewal_failed); 0.0 for acquiring
+fencing_token  the hold's token (acquired, released, renewal_failed, lost); None when none
+status         the dlock_status number: 0 for OK, NotAcquired.status (1) when a wait ran out,
+               NotHeld.status (2) for a lost lock or a release that found it gone, ...
+code           its name as dlock.Error.code spells it ("DLOCK_NOT_ACQUIRED", ...); None for 0
+detail         the error's message, or for "lost" the loss cause's text (lock.lost_cause:
+               "refused: ..." or "expired: ..."); "" when none
+cause          "refused" or "expired" (NotHeld.cause) for "lost", and for a "released" that
+               found the lock lost; None otherwise
+"""
+
+_EventFn = Callable[[Event], object]
+_R = TypeVar("_R")  # what a handler returns (ignored)
+_event_handlers: Dict[int, Tuple[_EventFn, ...]] = {}  # a Client's event id -> its handlers
+_event_type_names: Dict[int, str] = {}  # dlock_event_type -> its name (dlock_event_type_name)
+_status_codes: Dict[int, str] = {}      # dlock_status -> dlock_status_str
+
+
+def _read_event(lib, e) -> Event:
+    """The dlock_event e as an Event (lib keeps the GIL: the hook holds it already)."""
+    t = lib.dlock_event_type_of(e)
+    type_name = _event_type_names.get(t)
+    if type_name is None:
+        type_name = _event_type_names[t] = lib.dlock_event_type_name(t).decode()
+    status = int(lib.dlock_event_status(e))
+    code = None
+    if status:
+        code = _status_codes.get(status)
+        if code is None:
+            code = _status_codes[status] = lib.dlock_status_str(status).decode()
+    detail = (lib.dlock_event_detail(e) or b"").decode("utf-8", "replace")
+    cause = None
+    if type_name == "lost":
+        cause = _cause_code(detail) or None
+    elif status == NotHeld.status:
+        found = _LOST_CAUSE.search(detail)  # "lock 'NAME' was lost: CAUSE: details"
+        cause = found.group(1) if found else None
+    return Event(type_name, (lib.dlock_event_lock_name(e) or b"").decode("utf-8", "replace"),
+                 int(lib.dlock_event_attempts(e)), lib.dlock_event_elapsed_ms(e) / 1000,
+                 int(lib.dlock_event_fencing_token(e)) or None, status, code, detail, cause)
+
+
+def _event_hook(e, arg):
+    """_EVENT_CB: one event of the C client whose Client has the event id arg."""
+    try:
+        handlers = _event_handlers.get(arg)
+        if not handlers:
+            return
+        event = _read_event(_c.on_loop, e)  # during the call only: copied out here
+    except BaseException:
+        _report_callback_exception("the event hook")
+        return
+    for fn in handlers:
+        try:
+            fn(event)
+        except BaseException:
+            _report_callback_exception("an on_event handler")
+
+
+_EVENT_CB = _lib.EVENT_FN(_event_hook)
+
+
+def _hook_events(lib, h, event_id):
+    """Sets the event hook of the C client h (once per C client) for the handlers of event_id."""
+    lib.dlock_client_set_event_hook(h, _EVENT_CB, event_id)
+
+
+# The library's own thread (the blocking API's client) must never call into an interpreter that
+# is shutting down: at exit (atexit runs before finalization, with every thread still able to
+# take the GIL), a Client with event handlers closes its C clients, unless a call of its is in
+# progress on another thread (a daemon thread waiting to acquire: closing would wait for it).
+_event_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+_event_exit_registered = False
+
+
+def _close_event_clients_at_exit():
+    for client in list(_event_clients):
+        try:
+            client._close(at_exit=True)
+        except Exception:  # noqa: BLE001 (exiting: nothing to tell)
+            pass
+
+
 class _Spec:
     """A Lock's checked options: everything each acquire passes to the library but the wait."""
 
@@ -1500,6 +1624,7 @@ class Client:
         self._closed = False
         self._observers: "Dict[int, _ObserveSlot]" = {}  # the sync API's observers, until cancel
         self._totals = _MetricsTotals()  # what its closed C clients counted
+        self._event_id: Optional[int] = None  # its key in _event_handlers, once it has handlers
         burl = url.encode("utf-8")
         if b"\0" in burl:
             raise InvalidArgument("url must not contain NUL bytes")
@@ -1520,6 +1645,8 @@ class Client:
         _events()  # this process's queue and dlock-events thread, before any lock needs them
         handle = ctypes.c_void_p()
         _check(_c.dlock_client_open(self._burl, ctypes.byref(handle)))
+        if self._event_id is not None:  # (under self._mu, as on_event)
+            _hook_events(_c, handle.value, self._event_id)
         return handle.value
 
     def _loop_client(self, loop) -> "_LoopClient":
@@ -1535,7 +1662,8 @@ class Client:
                 del self._loops[other]
             lc = self._loops.get(loop)
             if lc is None:
-                lc = self._loops[loop] = _LoopClient(self._burl, loop, self._totals)
+                lc = self._loops[loop] = _LoopClient(self._burl, loop, self._totals,
+                                                     self._event_id)
             return lc
 
     # -- lifetime
@@ -1547,11 +1675,16 @@ class Client:
         release() then raises NotHeld. In a process forked from the one
         that opened it, only marks it closed: the connections, thread and locks are the
         parent's, which keeps them."""
+        self._close()
+
+    def _close(self, at_exit=False):
+        """close(); at_exit: only if the blocking API's client is open, and not if a call is in
+        progress (it would wait for it), for _close_event_clients_at_exit."""
         if self._forked():
             self._closed, self._h, self._loops, self._observers = True, None, {}, {}
             return
         with self._mu:
-            if self._closed:
+            if self._closed or (at_exit and (self._h is None or self._inflight)):
                 return
             self._closed = True
             while self._inflight:
@@ -1732,6 +1865,72 @@ class Client:
                 return _read_metrics_text(handles[0])
             families, grouped = _merge([_read_metrics(h) for h in handles], self._totals)
         return _render_text(families, grouped)
+
+    # -- events
+
+    def on_event(self, fn: Callable[[Event], _R]) -> Callable[[Event], _R]:
+        """Calls fn(event) with what happens to this client's locks as it happens, for logs and
+        traces: an Event(type, name, attempts, elapsed, fencing_token, status, code, detail,
+        cause), type being "acquiring", "acquired", "not_acquired", "released",
+        "renewal_failed" or "lost" (dlock_client_set_event_hook; docs/metrics.md "Events").
+        Every call through this Client is reported, the asyncio ones (each event loop's own C
+        client) included, from now on. Returns fn, so it also decorates (@client.on_event).
+        Several handlers run in the order added; off_event(fn) removes one.
+        dlock.log_events(client) is a handler that logs through the logging module.
+
+        fn runs where the library does the work, inside it, so that a slow fn delays locks:
+          - blocking calls (acquire, release, `with lock:`, extend, set_value, campaign): the
+            calling thread, before the call returns;
+          - asyncio calls, and the heartbeats and losses of locks acquired with them: the event
+            loop's thread, inside its I/O callbacks (it holds up that loop);
+          - the heartbeats and losses of locks acquired with the blocking API, and asyncio calls
+            on such locks (arelease, aextend, aset_value): the library's own thread (one that
+            Python did not start: threading.current_thread() is a dummy), which takes the GIL
+            for it and holds up every heartbeat of this client meanwhile;
+          - with DLOCK_PY_FORCE_THREADS=1, the worker threads that run the asyncio calls.
+        So fn must not block: hand slow work to a queue (logging's QueueHandler, say). It gets
+        a copy of the event, and must not call dlock itself (no Client or Lock method: the
+        library is inside a call of its own). Exceptions it raises are printed and ignored, like
+        on_lost's. A Client with handlers is closed at interpreter exit (atexit), unless a call
+        of its is in progress on another thread: the library's thread must not call into an
+        interpreter that is shutting down. Any thread; ForkedClient in a forked child."""
+        global _event_exit_registered
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, not {type(fn).__name__}")
+        self._check_process()
+        with self._mu:
+            if self._event_id is None:
+                event_id = next(_ids)
+                _event_handlers[event_id] = ()
+                weakref.finalize(self, _event_handlers.pop, event_id, None).atexit = False
+                self._event_id = event_id
+                # the C clients it has now; those it opens later are hooked as they open
+                with self._totals.mu:  # a loop's client takes its handle out under it to close
+                    if self._h:
+                        _hook_events(_c, self._h, event_id)
+                    for lc in self._loops.values():
+                        if lc.h and lc.pid == self._pid:
+                            _hook_events(_c, lc.h, event_id)
+                if not self._closed:
+                    _event_clients.add(self)
+                    if not _event_exit_registered:
+                        _event_exit_registered = True
+                        atexit.register(_close_event_clients_at_exit)
+            _event_handlers[self._event_id] += (fn,)
+        return fn
+
+    def off_event(self, fn: Callable[[Event], object]) -> None:
+        """Removes fn, added by on_event (the first one equal to it, if added more than once;
+        nothing if it is not there). Once this returns, fn is not called again, but for a call
+        under way on another thread."""
+        with self._mu:
+            event_id = self._event_id
+            if event_id is None:
+                return
+            handlers = list(_event_handlers.get(event_id, ()))
+            if fn in handlers:
+                handlers.remove(fn)
+                _event_handlers[event_id] = tuple(handlers)
 
     # -- leader election
 
@@ -2870,3 +3069,81 @@ class Lock:
         if self._h is None:
             return f"<dlock.Lock {self.name!r} {'acquiring' if self._busy else 'not held'}>"
         return f"<dlock.Lock {self.name!r} token={self._token} {'held' if self.valid else 'lost'}>"
+
+
+# ----- logging -----------------------------------------------------------------------------------
+
+_EVENT_LEVELS = {"acquiring": logging.DEBUG, "acquired": logging.DEBUG,
+                 "released": logging.DEBUG, "not_acquired": logging.INFO,
+                 "renewal_failed": logging.WARNING, "lost": logging.ERROR}
+
+
+def _event_text(e: Event) -> Tuple[str, Tuple[object, ...]]:
+    """A log message for e, as a format and its arguments (logging formats it when emitted)."""
+    why = (f"{e.code}: {e.detail}" if e.detail else str(e.code)) if e.status else ""
+    tries = f"{e.attempts} attempt{'' if e.attempts == 1 else 's'}"
+    if e.type == "acquiring":
+        return "dlock: acquiring %r", (e.name,)
+    if e.type == "acquired":
+        return ("dlock: acquired %r, fencing token %s (%s, waited %.3f s)",
+                (e.name, e.fencing_token, tries, e.elapsed))
+    if e.type == "not_acquired":
+        return ("dlock: did not acquire %r (%s, waited %.3f s): %s",
+                (e.name, tries, e.elapsed, why))
+    if e.type == "released":
+        if e.status:
+            return "dlock: release of %r (fencing token %s) failed: %s", (e.name, e.fencing_token, why)
+        return ("dlock: released %r, fencing token %s (held %.3f s)",
+                (e.name, e.fencing_token, e.elapsed))
+    if e.type == "renewal_failed":
+        return ("dlock: renewal of %r (fencing token %s) failed after %.3f s, retried until the "
+                "lease runs out: %s", (e.name, e.fencing_token, e.elapsed, why))
+    if e.type == "lost":
+        return ("dlock: lost %r, fencing token %s (held %.3f s): %s",
+                (e.name, e.fencing_token, e.elapsed, e.detail))
+    return "dlock: %s %r: %s", (e.type, e.name, why or e.detail)
+
+
+def log_events(client: Client, logger: Optional[logging.Logger] = None, *,
+               levels: Optional[Mapping[str, int]] = None) -> Callable[[Event], None]:
+    """Logs client's events (Client.on_event) through `logger` (default
+    logging.getLogger("dlock")), one record per event, e.g. "dlock: acquired 'jobs/nightly',
+    fencing token 42 (1 attempt, waited 0.003 s)". Levels: DEBUG for acquiring, acquired and
+    released, INFO for not_acquired, WARNING for renewal_failed, ERROR for lost; an acquire that
+    ended in an error, or a release that did not answer OK, at WARNING at least. `levels`
+    ({"acquired": logging.INFO, ...}) changes some. Each record carries the event in its
+    attributes (for structured formatters and filters): dlock_event (the type), dlock_lock (the
+    name), dlock_attempts, dlock_elapsed, dlock_fencing_token, dlock_status, dlock_code,
+    dlock_detail, dlock_cause. Returns the handler: client.off_event(handler) stops it.
+
+    It logs on the thread the event ran on (see Client.on_event), so the logger's handlers
+    must be quick: put a slow one (a network, a remote service) behind a
+    logging.handlers.QueueHandler."""
+    if logger is None:
+        logger = logging.getLogger("dlock")
+    table = dict(_EVENT_LEVELS)
+    if levels is not None:
+        for key, value in levels.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"levels[{key!r}] must be a logging level (int), "
+                                f"not {type(value).__name__}")
+            table[key] = value
+    quiet = (0, NotAcquired.status, Cancelled.status)  # outcomes, not errors
+    log = logger.log
+    enabled = logger.isEnabledFor
+
+    def log_event(event: Event) -> None:
+        level = table.get(event.type, logging.INFO)
+        if (level < logging.WARNING and event.status not in quiet
+                and event.type in ("not_acquired", "released")):
+            level = logging.WARNING
+        if not enabled(level):
+            return
+        msg, args = _event_text(event)
+        log(level, msg, *args, extra={
+            "dlock_event": event.type, "dlock_lock": event.name,
+            "dlock_attempts": event.attempts, "dlock_elapsed": event.elapsed,
+            "dlock_fencing_token": event.fencing_token, "dlock_status": event.status,
+            "dlock_code": event.code, "dlock_detail": event.detail, "dlock_cause": event.cause})
+
+    return client.on_event(log_event)

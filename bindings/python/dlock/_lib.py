@@ -105,9 +105,10 @@ c_queue_p = ctypes.c_void_p
 c_info_p = ctypes.c_void_p
 c_metrics_p = ctypes.c_void_p
 
-# Callbacks from C. The owned-thread client (the sync API) calls none: its outcomes, lost locks
-# and observers' reports come back through a dlock_queue (tagged with small integers) that a
-# Python thread drains, so the library's own thread (heartbeats) never waits for the GIL. The asyncio side
+# Callbacks from C. The owned-thread client (the sync API) calls none but EVENT_FN: its outcomes,
+# lost locks and observers' reports come back through a dlock_queue (tagged with small integers)
+# that a Python thread drains, so the library's own thread (heartbeats) never waits for the GIL;
+# only a Client with an event handler (on_event) has that thread call Python. The asyncio side
 # drives a client from the event loop through dlock_client_open_hooks: its hooks and its done /
 # on_lost callbacks are the CFUNCTYPEs below, called only on the loop's thread, from inside a
 # dlock call that thread made (so the GIL is that thread's already). The binding makes one
@@ -123,6 +124,10 @@ DONE_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_void_p)
 LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p)
 c_observer_p = ctypes.c_void_p
 OBSERVE_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, c_info_p, ctypes.c_void_p)
+# dlock_event_fn: runs on the thread that did the work (the caller's, the library's own, or an
+# asyncio loop's), which takes the GIL for it.
+c_event_p = ctypes.c_void_p
+EVENT_FN = ctypes.CFUNCTYPE(None, c_event_p, ctypes.c_void_p)
 
 
 class LoopHooks(ctypes.Structure):
@@ -228,3 +233,13 @@ def _declare(lib):
     _fn(lib, "dlock_metrics_labels", ctypes.c_char_p, [c_metrics_p, ctypes.c_size_t])
     _fn(lib, "dlock_metrics_value", ctypes.c_double, [c_metrics_p, ctypes.c_size_t])
     _fn(lib, "dlock_lock_lost_cause", ctypes.c_char_p, [c_lock_p])
+    # events, for logs and traces
+    _fn(lib, "dlock_client_set_event_hook", c_status, [c_client_p, EVENT_FN, ctypes.c_void_p])
+    _fn(lib, "dlock_event_type_of", ctypes.c_int, [c_event_p])
+    _fn(lib, "dlock_event_type_name", ctypes.c_char_p, [ctypes.c_int])
+    _fn(lib, "dlock_event_lock_name", ctypes.c_char_p, [c_event_p])
+    _fn(lib, "dlock_event_attempts", ctypes.c_uint32, [c_event_p])
+    _fn(lib, "dlock_event_elapsed_ms", ctypes.c_int64, [c_event_p])
+    _fn(lib, "dlock_event_fencing_token", ctypes.c_uint64, [c_event_p])
+    _fn(lib, "dlock_event_status", c_status, [c_event_p])
+    _fn(lib, "dlock_event_detail", ctypes.c_char_p, [c_event_p])

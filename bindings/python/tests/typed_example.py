@@ -7,16 +7,18 @@ dlock's own types agree with them. Not a unittest module (no test_ prefix).
 """
 
 import asyncio
+import logging
 import queue
 import sys
-from typing import Dict, FrozenSet, List, Optional, Tuple, Type, Union
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Type, Union
 
 import dlock
 import dlock.prometheus
 from dlock import (MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_VALUE_BYTES, AlreadyHeld, AsyncObserver,
-                   AuthError, BackendError, Cancelled, Client, Error, ForkedClient, Holder,
+                   AuthError, BackendError, Cancelled, Client, Error, Event, ForkedClient, Holder,
                    InternalError, InvalidArgument, Lock, LockInfo, LockLost, MetricFamily, Metrics,
-                   MetricSample, NotAcquired, NotHeld, Observer, OutOfMemory, library_path, version)
+                   MetricSample, NotAcquired, NotHeld, Observer, OutOfMemory, library_path,
+                   log_events, version)
 
 # Every status class, each a dlock.Error (dlock.ConnectionError is not in __all__).
 ERRORS: Tuple[Type[Error], ...] = (
@@ -140,6 +142,39 @@ def sync_part(client: Client, prefix: str) -> None:
     assert cancelled
     observer.cancel()
     metrics_part(client)
+    events_part(client, prefix)
+
+
+def events_part(client: Client, prefix: str) -> None:
+    # what happens to the client's locks, as it happens (on the thread that did the work)
+    seen: List[Event] = []
+
+    @client.on_event
+    def on_event(event: Event) -> None:
+        kind: str = event.type
+        name: str = event.name
+        attempts: int = event.attempts
+        elapsed: float = event.elapsed
+        token: Optional[int] = event.fencing_token
+        status: int = event.status
+        code: Optional[str] = event.code
+        detail: str = event.detail
+        cause: Optional[str] = event.cause
+        assert kind and name and attempts >= 0 and elapsed >= 0 and status >= 0
+        assert token is None or token > 0
+        assert code is None or code.startswith("DLOCK_")
+        assert detail is not None and cause in (None, "refused", "expired")
+        seen.append(event)
+
+    logged: Callable[[Event], None] = log_events(client, logging.getLogger("dlock"),
+                                                 levels={"acquired": logging.INFO})
+    log_events(client)
+    with client.lock(prefix + "events"):
+        pass
+    client.off_event(on_event)
+    client.off_event(logged)
+    assert [e.type for e in seen] == ["acquiring", "acquired", "released"], seen
+    print("events:", [(e.type, e.fencing_token) for e in seen])
 
 
 def metrics_part(client: Client) -> None:

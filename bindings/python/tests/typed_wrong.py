@@ -27,4 +27,6 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     cause: int = lock.lost_cause  # error: assignment
     client.metrics().value("dlock_acquires_total", kind=1)  # error: arg-type
     dlock.prometheus.register(client, label=5)  # error: arg-type
+    client.on_event(lock.set_value)  # error: arg-type
+    dlock.log_events(client, levels={"lost": "ERROR"})  # error: dict-item
     print(token, held, leader, cause, dlock.MAX_NAME_BYTES + "")  # error: operator
