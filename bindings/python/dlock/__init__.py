@@ -22,9 +22,9 @@ Threads: a Client may be shared by any number of threads; a Lock is one holder (
 it holds raises AlreadyHeld): give each thread or task its own client.lock(name). on_lost
 callbacks run on the "dlock-events" thread.
 asyncio: `async with client.lock(...)`, `await lock.aacquire()`, `await lock.arelease()`,
-`await lock.aextend()`, `await lock.aset_value(v)`, `await client.aacquire(...)` never block the
-event loop, and run on it: the loop drives a client of its own (dlock_client_open_hooks), with no
-thread hop (README.md); `await client.ainspect()` / `aleader()` use a worker thread.
+`await lock.aextend()`, `await lock.aset_value(v)`, `await client.aacquire(...)`,
+`await client.ainspect()` and `aleader()` never block the event loop, and run on it: the loop
+drives a client of its own (dlock_client_open_hooks), with no thread hop (README.md).
 `async with lock.guard():` also cancels the block if the lock is lost (it leaves with LockLost).
 Values and leaders: value= stores bytes with a hold (Holder.value shows them, lock.set_value
 replaces them); client.campaign(name, value=...) waits until this candidate leads and returns
@@ -47,6 +47,7 @@ import asyncio
 import atexit
 import collections
 import ctypes
+import functools
 import itertools
 import logging
 import math
@@ -898,6 +899,22 @@ def _done(status, arg):
         _report_callback_exception("an async completion")
 
 
+def _done_info(status, info, arg):
+    """dlock_inspect_async / dlock_leader_async's done, on the loop's thread: the op reads the
+    snapshot (NULL unless status is 0), which is freed after it."""
+    try:
+        try:
+            op = _ops.pop(arg, None)
+            if op is not None:
+                message = _c.on_loop.dlock_last_error().decode("utf-8", "replace") if status else None
+                op(status, info, message)
+        finally:
+            if info:
+                _c.on_loop.dlock_info_free(info)
+    except BaseException:
+        _report_callback_exception("an async completion")
+
+
 def _lost(name, token, arg):
     try:
         _on_lost(arg)
@@ -911,6 +928,7 @@ _CLEANUP_CB = _lib.CLEANUP_FN(_hook_cleanup)
 _HOOKS = _lib.LoopHooks(_WATCH_CB, _TIMER_CB, _CLEANUP_CB)
 _ACQUIRE_CB = _lib.ACQUIRE_FN(_done_acquire)
 _DONE_CB = _lib.DONE_FN(_done)
+_INFO_CB = _lib.INFO_FN(_done_info)
 _LOST_CB = _lib.LOST_FN(_lost)
 
 
@@ -1094,10 +1112,12 @@ permits  the semaphore's number of permits while the name is one; 0 for a lock o
 """
 
 
-def _lock_info(info):
-    holders = [_holder(_c, info, k) for k in range(_c.dlock_info_holders(info))]
-    kind = _c.dlock_info_kind(info)
-    return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(_c.dlock_info_permits(info)))
+def _lock_info(info, lib=None):
+    """A dlock_info as a LockInfo (lib: _c, or _c.on_loop to keep the GIL)."""
+    lib = lib if lib is not None else _c
+    holders = [_holder(lib, info, k) for k in range(lib.dlock_info_holders(info))]
+    kind = lib.dlock_info_kind(info)
+    return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(lib.dlock_info_permits(info)))
 
 
 # ----- metrics ---------------------------------------------------------------------------------
@@ -1816,9 +1836,37 @@ class Client:
             _c.dlock_info_free(out)
 
     async def ainspect(self, name: _Name) -> LockInfo:
-        """inspect() in a worker thread (the loop's default executor): the library has no
-        asynchronous inspect, so this one call does not run on the loop's own client."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.inspect, name)
+        """inspect() without blocking the event loop: read by this loop's own client
+        (dlock_inspect_async), the answer on the loop's thread, no thread hop (with
+        DLOCK_PY_FORCE_THREADS=1, inspect() in a worker thread)."""
+        return await self._aread_info(name, leader=False)
+
+    async def _aread_info(self, name, leader):
+        """ainspect / aleader's LockInfo."""
+        loop = asyncio.get_running_loop()
+        if not _use_async_c:
+            read = _c.dlock_leader if leader else _c.dlock_inspect
+            return await loop.run_in_executor(None, functools.partial(self._read_info, read, name))
+        bname = _name_arg(name)
+        lc = self._loop_client(loop)
+        fut = loop.create_future()
+        op_id = next(_ids)
+
+        def completed(status, info, message):  # on the loop's thread
+            if fut.done():
+                return
+            if status != 0:
+                fut.set_exception(_error(status, message))
+            else:
+                fut.set_result(_lock_info(info, _c.on_loop))
+
+        _ops[op_id] = completed
+        read = _c.on_loop.dlock_leader_async if leader else _c.on_loop.dlock_inspect_async
+        status = read(lc.h, bname, _INFO_CB, op_id)
+        if status != 0:  # argument errors, a closed client: nothing started
+            _ops.pop(op_id, None)
+            raise _error(status)
+        return await fut
 
     # -- metrics
 
@@ -1943,8 +1991,10 @@ class Client:
         return holders[0] if holders else None
 
     async def aleader(self, name: _Name) -> Optional[Holder]:
-        """leader() in a worker thread (as ainspect)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.leader, name)
+        """leader() without blocking the event loop, on this loop's own client
+        (dlock_leader_async), as ainspect()."""
+        holders = (await self._aread_info(name, leader=True)).holders
+        return holders[0] if holders else None
 
     def observe(self, name: _Name, callback: Callable[[Optional[Holder]], object]) -> "Observer":
         """Calls callback(leader) with who leads the election `name` (dlock_observe): first as it

@@ -121,6 +121,7 @@ SET_TIMER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, c_loop_p, ctypes.c_int64)
 CLEANUP_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 ACQUIRE_FN = ctypes.CFUNCTYPE(None, c_status, c_lock_p, ctypes.c_void_p)
 DONE_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_void_p)
+INFO_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_void_p, ctypes.c_void_p)  # dlock_info_fn
 LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p)
 c_observer_p = ctypes.c_void_p
 OBSERVE_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, c_info_p, ctypes.c_void_p)
@@ -212,6 +213,8 @@ def _declare(lib):
     _fn(lib, "dlock_campaign", c_status,
         [c_client_p, ctypes.c_char_p, c_options_p, ctypes.POINTER(c_lock_p)])
     _fn(lib, "dlock_leader", c_status, [c_client_p, ctypes.c_char_p, ctypes.POINTER(c_info_p)])
+    _fn(lib, "dlock_inspect_async", c_status, [c_client_p, ctypes.c_char_p, INFO_FN, ctypes.c_void_p])
+    _fn(lib, "dlock_leader_async", c_status, [c_client_p, ctypes.c_char_p, INFO_FN, ctypes.c_void_p])
     _fn(lib, "dlock_observe", c_status,
         [c_client_p, ctypes.c_char_p, OBSERVE_FN, ctypes.c_void_p, ctypes.POINTER(c_observer_p)])
     _fn(lib, "dlock_observer_cancel", None, [c_observer_p])

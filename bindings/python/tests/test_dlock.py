@@ -1255,6 +1255,50 @@ def events_thread():
     return next(t.ident for t in threading.enumerate() if t.name == "dlock-events")
 
 
+class AsyncReads(Base):
+    """ainspect and aleader: on the loop's own client (dlock_inspect_async, dlock_leader_async),
+    answered on the loop's thread with no thread hop; a worker thread with
+    DLOCK_PY_FORCE_THREADS=1."""
+
+    def test_they_answer_on_the_loops_thread(self):
+        name, shared = unique("aread"), unique("aread-shared")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            pool = _CountingExecutor()
+            loop.set_default_executor(pool)
+            me = threading.get_ident()
+            async with dlock.Client(URL) as client:
+                lock = await client.acampaign(name, value=b"10.0.0.7:80", owner="me")
+                reader = await client.aacquire(shared, shared=True)
+                with completion_threads() as seen:
+                    info = await client.ainspect(name)
+                    leader = await client.aleader(name)
+                    nobody = await client.aleader(unique("aread-free"))
+                    with self.assertRaises(dlock.InvalidArgument):  # no election
+                        await client.aleader(shared)
+                self.assertEqual(info.kind, "exclusive")
+                self.assertEqual([(h.owner, h.value, h.fencing_token) for h in info.holders],
+                                 [("me", b"10.0.0.7:80", lock.fencing_token)])
+                self.assertEqual(leader.fencing_token, lock.fencing_token)
+                self.assertEqual(leader.value, b"10.0.0.7:80")
+                self.assertIsNone(nobody)
+                with self.assertRaises(dlock.InvalidArgument):
+                    await client.ainspect("")
+                if dlock._use_async_c:
+                    self.assertEqual(seen, [("loop", me)] * 4)
+                    self.assertEqual(pool.submitted, [])
+                    self.assertIsNone(client._h)  # the blocking API's client was never opened
+                else:  # every read on the executor, the refused ones too
+                    self.assertEqual(seen, [])
+                    self.assertEqual(len(pool.submitted), 5)
+                await reader.arelease()
+                await lock.arelease()
+                self.assertFalse(dlock._ops)
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+
+
 class AsyncValues(Base):
     """aset_value: on the loop's own client (dlock_lock_set_value_async) for a hold taken there,
     completing on the loop's thread with no thread hop; through the completion queue for a
