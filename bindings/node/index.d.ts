@@ -478,6 +478,53 @@ export function library(): { path: string; version: string; native: 'addon' | 'k
  * Returns a function that takes client's samples out again (its families too, with the last).
  */
 export function registerMetrics(client: Client, registry?: MetricsRegistry | null, options?: RegisterMetricsOptions): () => void;
+/**
+ * The part of an OpenTelemetry TracerProvider that DlockInstrumentation uses: @opentelemetry/api's
+ * TracerProvider (the SDK's, trace.getTracerProvider()) is one. (Declared here so that these
+ * types need no @opentelemetry/api.)
+ */
+export interface TracerProviderLike {
+  getTracer(name: string, version?: string, options?: any): unknown;
+}
+
+/** DlockInstrumentation's config (getConfig(), setConfig()). */
+export interface DlockInstrumentationConfig {
+  /** Enabled once made (default true), as OpenTelemetry's instrumentations are. */
+  enabled?: boolean;
+  /** No spans for an acquire made outside any span (default false). */
+  requireParentSpan?: boolean;
+}
+
+/**
+ * OpenTelemetry spans for acquires ('dlock.acquire', a child of the active span) and holds
+ * ('dlock.hold', until the release or the loss): an instrumentation as registerInstrumentations()
+ * and the NodeSDK take them (@opentelemetry/instrumentation's Instrumentation interface). Needs
+ * @opentelemetry/api in the application, loaded when first enabled; without it, enabling warns
+ * and makes no spans. Traces to the global TracerProvider unless given another. The last one
+ * enabled makes the spans.
+ */
+export class DlockInstrumentation {
+  constructor(config?: DlockInstrumentationConfig & { tracerProvider?: TracerProviderLike });
+  /** 'libdlock': the instrumentation scope's (the tracer's) name. */
+  readonly instrumentationName: string;
+  /** This package's version. */
+  readonly instrumentationVersion: string;
+  /** Starts making spans (loads @opentelemetry/api the first time). Idempotent. */
+  enable(): void;
+  /** Stops making spans; holds whose span was started still end it. */
+  disable(): void;
+  /** Whether it makes spans now. */
+  isEnabled(): boolean;
+  /** Traces to this provider from now on. */
+  setTracerProvider(tracerProvider: TracerProviderLike): void;
+  /** Does nothing: dlock's metrics are client.metrics() and registerMetrics(). */
+  setMeterProvider(meterProvider: unknown): void;
+  /** Does nothing: dlock logs nothing. */
+  setLoggerProvider(loggerProvider: unknown): void;
+  setConfig(config: DlockInstrumentationConfig): void;
+  getConfig(): DlockInstrumentationConfig;
+}
+
 /** Status numbers by name: codes.NOT_HELD === 2. */
 export const codes: Readonly<Record<'OK' | Exclude<DlockStatusName, 'UNKNOWN'>, number>>;
 /** The longest lock name, in bytes (DLOCK_MAX_NAME_BYTES: 1024). */

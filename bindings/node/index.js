@@ -28,12 +28,17 @@
 // are the addon's only: the library's hook runs where the work was done, which on the koffi path
 // is the library's thread or libuv's pool, and JS must not be called from there. The hook is set
 // when the first 'event' listener is added: a client nobody listens to pays nothing per lock.
+//
+// OpenTelemetry spans (lib/tracing.js's DlockInstrumentation) are made here, around the calls,
+// where the caller's context is known: with no instrumentation enabled an acquire pays one null
+// check, and @opentelemetry/api is never loaded.
 
 const { EventEmitter, getEventListeners } = require('node:events');
 const net = require('node:net');
 const errors = require('./lib/errors');
 const { makeMutex } = require('./lib/mutex');
 const metricsLib = require('./lib/metrics');
+const tracing = require('./lib/tracing');
 
 const {
   codes: S, statusName, errorFor,
@@ -540,10 +545,14 @@ let poolBusy = 0;
 const pendingRegistrations = [];
 const regState = new Int32Array(2);
 let flushRegistrations = null;  // set in class Lock (it reads the locks' private fields)
+// Tracing (lib/tracing.js): a Lock's 'dlock.hold' span record, set and read; set in class Lock.
+let setHold = null;
+let holdOf = null;
 
 // Forgotten handles: a Lock garbage-collected while held is released; a forgotten Client closed.
 const lockRegistry = new FinalizationRegistry((st) => {
   lostRefs.delete(st.id);
+  if (st.hold !== null) tracing.endHold(st.hold, 'collected');
   if (st.h !== null) {
     const h = st.h;
     st.h = null;
@@ -609,6 +618,8 @@ class Client extends EventEmitter {
   #metricsRead = false;  // metrics were asked for (or registered): close() keeps the last ones
   #final = null;         // those last samples, once closed
   #events = false;       // 'event' listened for: the hook is set (once opened)
+  #scheme;               // the URL's scheme, for spans (never the URL: it may hold a password)
+  #holds = null;         // tracing: the open 'dlock.hold' spans of its locks (close() ends them)
 
   /**
    * Opens a client for the backend named by url; connecting happens in the background (see
@@ -622,6 +633,8 @@ class Client extends EventEmitter {
     if (url.includes('\0')) throw typeError('ERR_INVALID_ARG_VALUE', 'url must not contain NUL characters');
     lib();
     this.#url = urlShown(url);
+    const colon = url.indexOf('://');
+    this.#scheme = colon > 0 ? url.slice(0, colon).toLowerCase() : null;
     this.#ready = this.#open(url);
     this.#ready.catch(() => {});  // reported by ready() and by every call that needs the client
   }
@@ -846,9 +859,16 @@ class Client extends EventEmitter {
     return this.#acquire(name, cname, o);
   }
 
+  // Every acquire and campaign: in a 'dlock.acquire' span when an instrumentation is enabled.
+  #acquire(name, cname, o) {
+    if (tracing.state.active === null) return this.#acquireNow(name, cname, o);
+    this.#holds ??= new Set();
+    return tracing.traceAcquire(name, o, this.#scheme, this.#holds, () => this.#acquireNow(name, cname, o), setHold);
+  }
+
   // The addon's common case (an open client, no aborted signal) without an async function's
   // frame and the extra turns of a promise that resolves to a promise; the rest below.
-  #acquire(name, cname, o) {
+  #acquireNow(name, cname, o) {
     if (A !== null && this.#h !== null && !this.#closed && !o.signal?.aborted) {
       try {
         return this.#acquireAddon(this.#h, name, cname, o);
@@ -1310,7 +1330,10 @@ class Client extends EventEmitter {
         } finally {
           unhold();
         }
-      })();
+      })().finally(() => {
+        // Its locks were released with it: their spans end.
+        if (this.#holds !== null) for (const rec of this.#holds) tracing.endHold(rec, 'closed');
+      });
     }
     if (callback !== undefined) {
       checkCallback(callback);
@@ -1348,10 +1371,14 @@ for (const method of ['on', 'addListener', 'once', 'prependListener', 'prependOn
 // error (LockLostError when it was lost while fn ran: never silent). The signal is always made
 // (an AbortController, about 2 us): guessing from fn.length would hand `(lock, signal = x)`,
 // `(...args)` and wrapped functions no signal.
+//
+// With a 'dlock.hold' span (tracing), fn runs with it active: spans fn starts are its children.
 async function runHolding(lock, release, fn) {
   let result;
   try {
-    result = await fn(lock, lock.signal);
+    const rec = holdOf(lock);
+    result = await (rec === null || rec.ended ? fn(lock, lock.signal)
+      : tracing.withinHold(rec, () => fn(lock, lock.signal)));
   } catch (e) {
     if (!lock.released) await release().catch(() => {});
     throw e;
@@ -1415,7 +1442,7 @@ class Lock extends EventEmitter {
   // id: the tag of its loss reports (lostRefs); token, attempts: the library's, for ptr.
   constructor(client, ptr, name, id, lost, token, attempts) {
     super();
-    this.#st = { h: ptr, id };
+    this.#st = { h: ptr, id, hold: null };  // hold: its span's record, when traced
     this.#client = client;
     /** The name as given to acquire. */
     this.name = name;
@@ -1454,6 +1481,8 @@ class Lock extends EventEmitter {
       pendingRegistrations.length = 0;
       regState[0] = 0;
     };
+    setHold = (lock, rec) => { lock.#st.hold = rec; };
+    holdOf = (lock) => lock.#st.hold;
   }
 
   // Released: the finalizer has nothing to do for it any more.
@@ -1544,6 +1573,7 @@ class Lock extends EventEmitter {
     const options = this.#lostOptions(S.NOT_HELD, message);
     const err = new LockLostError(message || `lock '${short(this.name)}' was lost`, options);
     this.#lostError = err;
+    if (this.#st.hold !== null) tracing.endHold(this.#st.hold, 'lost', err);
     const listened = this.listenerCount('lost') > 0 ||
       (this.#ac !== null && getEventListeners(this.#ac.signal, 'abort').length > 0);
     if (!listened) {
@@ -1676,10 +1706,18 @@ class Lock extends EventEmitter {
   release(callback) {
     if (callback !== undefined) {
       checkCallback(callback);
-      settle(this.#release(), callback);
+      settle(this.#st.hold === null ? this.#release() : this.#releaseTraced(), callback);
       return undefined;
     }
-    return this.#release();
+    return this.#st.hold === null ? this.#release() : this.#releaseTraced();
+  }
+
+  // A release that ends the hold's span with its outcome.
+  #releaseTraced() {
+    const rec = this.#st.hold;
+    const p = this.#release();
+    tracing.afterRelease(rec, p);
+    return p;
   }
 
   // The addon's release: the promise of its outcome, with no async function around it.
@@ -2004,6 +2042,7 @@ module.exports = {
   version,
   library,
   registerMetrics,
+  DlockInstrumentation: tracing.DlockInstrumentation,
   codes: S,
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,

@@ -19,6 +19,7 @@ export const {
   version,
   library,
   registerMetrics,
+  DlockInstrumentation,
   codes,
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,

@@ -3,14 +3,15 @@
 # DLOCK_LIBRARY and DLOCK_TEST_WORK, and runs it from this directory).
 #
 # Needs node (>= 18) and the packages of package-lock.json in node_modules: koffi, typescript
-# and @types/node for the TypeScript test, prom-client for the metrics test (`npm ci` here; run
-# when missing). Uses
+# and @types/node for the TypeScript test, prom-client for the metrics test, @opentelemetry/api
+# for the tracing test (`npm ci` here; run when missing). Uses
 # node's built-in test runner; fails unless some tests ran and none failed. Then the npm tarball
 # as a user gets it: pack.sh bundles $DLOCK_LIBRARY into it, test-install.sh installs it in a
 # fresh directory (koffi from the npm cache or registry) and locks from CommonJS and ESM.
 set -euo pipefail
 if [[ ! -e node_modules/koffi/package.json || ! -e node_modules/typescript/package.json ||
-  ! -e node_modules/@types/node/package.json || ! -e node_modules/prom-client/package.json ]]; then
+  ! -e node_modules/@types/node/package.json || ! -e node_modules/prom-client/package.json ||
+  ! -e node_modules/@opentelemetry/api/package.json ]]; then
   echo "node binding: node_modules is incomplete; running npm ci in $PWD" >&2
   npm ci --no-audit --no-fund
 fi

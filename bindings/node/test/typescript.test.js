@@ -27,6 +27,8 @@ test('await using compiles with the declarations and runs', async () => {
     fs.mkdirSync(path.join(out, 'node_modules'));
     fs.symlinkSync(PKG, path.join(out, 'node_modules', 'libdlock'));
     fs.symlinkSync(path.join(PKG, 'node_modules', 'prom-client'), path.join(out, 'node_modules', 'prom-client'));
+    fs.mkdirSync(path.join(out, 'node_modules', '@opentelemetry'));
+    fs.symlinkSync(path.join(PKG, 'node_modules', '@opentelemetry', 'api'), path.join(out, 'node_modules', '@opentelemetry', 'api'));
     const tsc = path.join(PKG, 'node_modules', 'typescript', 'bin', 'tsc');
     await run(process.execPath, [tsc, '-p', path.join(__dirname, 'ts', 'tsconfig.json'), '--outDir', out]);
     const esm = await run(process.execPath, [path.join(out, 'await-using.mjs')], { cwd: out });

@@ -4,11 +4,25 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import promClient from 'prom-client';
+import { trace, type MeterProvider, type TracerProvider } from '@opentelemetry/api';
 import dlock, {
   Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, Observer, codes, library, version,
   MAX_VALUE_BYTES, registerMetrics, type AcquireOptions, type CampaignOptions, type HoldValue, type Leader, type Releaser,
-  type DlockEvent, type LossCause, type MetricSample,
+  type DlockEvent, type LossCause, type MetricSample, DlockInstrumentation, type DlockInstrumentationConfig,
 } from 'libdlock';
+
+// @opentelemetry/instrumentation's Instrumentation interface, which registerInstrumentations()
+// and the NodeSDK take (that package is not here: its shape, as it declares it).
+interface OtelInstrumentation {
+  instrumentationName: string;
+  instrumentationVersion: string;
+  disable(): void;
+  enable(): void;
+  setTracerProvider(tracerProvider: TracerProvider): void;
+  setMeterProvider(meterProvider: MeterProvider): void;
+  setConfig(config: { enabled?: boolean }): void;
+  getConfig(): { enabled?: boolean };
+}
 
 const url = process.env.REDIS_URL!;
 const port = process.env.REDIS_PORT!;
@@ -112,6 +126,13 @@ assert.equal(outer.closed, true);  // closed at the end of its block
 assert.equal(codes.NOT_HELD, 2);
 assert.equal(typeof library().path, 'string');
 assert.equal(dlock.Client, Client);
+{
+  const instrumentation: OtelInstrumentation = new DlockInstrumentation({ enabled: false, tracerProvider: trace.getTracerProvider() });
+  instrumentation.setTracerProvider(trace.getTracerProvider());
+  const config: DlockInstrumentationConfig = instrumentation.getConfig();
+  assert.equal(config.enabled, false);
+  assert.equal(instrumentation.instrumentationName, 'libdlock');
+}
 console.log(`await using: ok (libdlock ${version()})`);
 
 // Calls the declarations must refuse: tsc fails when one of them compiles. Never run.
@@ -154,6 +175,10 @@ export function refused(c: Client, l: Lock): void {
   c.on('event', (e) => { const t: bigint = e.fencingToken; return t; });
   // @ts-expect-error: const labels are strings or numbers
   registerMetrics(c, null, { labels: { client: true } });
+  // @ts-expect-error: enabled is a boolean
+  void new DlockInstrumentation({ enabled: 'yes' });
+  // @ts-expect-error: a tracer provider has getTracer()
+  void new DlockInstrumentation({ tracerProvider: {} });
   // @ts-expect-error: metricsText() is synchronous
   void c.metricsText().then(() => 0);
   void why;
