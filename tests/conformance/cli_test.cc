@@ -123,9 +123,11 @@ TEST_P(Cli, ElectRunsOneLeaderAtATimeWithRisingTerms) {
   const bool notifies = (GetParam().capabilities & DLOCK_CAP_NOTIFIES) != 0;
   const int rounds_per_shell = notifies ? 67 : 10;  // 200 elections in all, or 30
   const std::string name = Name("elect");
-  const auto dir = std::filesystem::temp_directory_path() / ("dlock-cli-elect-" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  // A private directory: a fixed path would be shared with the same test of another build
+  // running on the machine, whose leaders would then look like a second leader of this one.
+  std::string why;
+  const std::filesystem::path dir = MakeTempDir("cli-elect", &why);
+  ASSERT_FALSE(dir.empty()) << why;
   const std::string mark = (dir / "leading").string(), terms = (dir / "terms").string(),
                     overlaps = (dir / "overlaps").string();
   // CMD: take the mark (mkdir fails if another leader holds it), note the term, give it back.
