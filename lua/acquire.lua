@@ -46,12 +46,41 @@ end
 
 -- Tokens stay below 2^53: Lua numbers (doubles) hold every integer only that far, and the
 -- scripts compare tokens as numbers. A counter at the limit (or set past it by hand, or by a
--- broken Redlock master) is refused, never passed: the INCR is undone.
+-- broken Redlock master) is refused, never passed: the counter is left as it was.
 local LIMIT = 9007199254740992  -- 2^53
-local function past_limit()
-  redis.call('DECR', KEYS[2])
-  return redis.error_reply('dlock: the fencing counter ' .. KEYS[2] .. ' is at or past 2^53 - 1 ' ..
-                           '(9007199254740991), the greatest token dlock issues: refused')
+
+-- Server time in microseconds, as a decimal string, from TIME's reply.
+local function micros(now)
+  local us = now[2]
+  if #us < 6 then us = string.rep('0', 6 - #us) .. us end  -- cheaper than string.format
+  return now[1] .. us
+end
+
+-- The next fencing token, written to the counter and returned as a decimal string: max(counter
+-- + 1, now_us). It rises across releases and expiries through the counter, and across a
+-- restart that lost the counter through the clock. Tokens follow the clock, so the counter is
+-- nearly always below it: one SET ... GET both moves it to the clock and reads what it held
+-- (INCR and SET took two calls), and only a counter that is not below the clock is read as a
+-- number. KEEPTTL: like INCR, it keeps whatever expiry the counter has (none, normally).
+-- Returns nil and an error reply, with the counter as it was, when the counter is not an integer
+-- (what INCR would refuse), not a string, or at 2^53 - 1 or past it.
+local function next_token(now_us)
+  local before = redis.pcall('SET', KEYS[2], now_us, 'KEEPTTL', 'GET')
+  if not before or (#before == #now_us and before < now_us and string.find(before, '^[1-9]%d*$')) then
+    return now_us
+  end
+  if type(before) == 'table' then return nil, before end  -- another type: nothing was written
+  local counter = (before == '0' or string.find(before, '^%-?[1-9]%d*$')) and tonumber(before)
+  if not counter or counter + 1 >= LIMIT then
+    redis.call('SET', KEYS[2], before, 'KEEPTTL')
+    if not counter then return nil, redis.error_reply('ERR value is not an integer or out of range') end
+    return nil, redis.error_reply('dlock: the fencing counter ' .. KEYS[2] .. ' is at or past 2^53 - 1 ' ..
+                                  '(9007199254740991), the greatest token dlock issues: refused')
+  end
+  if counter + 1 <= tonumber(now_us) then return now_us end
+  local token = string.format('%.0f', counter + 1)  -- no exponent; exact below 2^53
+  redis.call('SET', KEYS[2], token, 'KEEPTTL')
+  return token
 end
 
 -- The common case first, in as few calls as it can take (the uncontended cycle's cost is mostly
@@ -72,7 +101,7 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
       if id ~= '' then
         -- Take a place in line (kept on a retry), or renew it: it lasts `queue` ms from now.
         local now = redis.call('TIME')
-        redis.call('ZADD', KEYS[6], 'NX', now[1] .. string.format('%06d', tonumber(now[2])), id)
+        redis.call('ZADD', KEYS[6], 'NX', micros(now), id)
         local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
         redis.call('HSET', KEYS[7], id, string.format('%.0f', now_ms) .. ' ' .. queue .. ' ' .. lease .. ' ' .. owner)
         if value ~= '' then redis.call('HSET', KEYS[7], id .. ' v', value) end
@@ -82,25 +111,14 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
     end
     return {0, redis.call('PTTL', KEYS[1])}
   end
-  -- Won, or already ours. The token is max(counter + 1, server time in microseconds): it rises
-  -- across releases and expiries through the counter, and across a restart that lost the
-  -- counter through the clock. One already ours gets a fresh token too: the one it was given
-  -- first never reached it (else it would not ask), and the counter may have moved since
-  -- (lost, set back), so reading it back could hand out a token that does not rise.
-  local now = redis.call('TIME')
-  local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
-  -- pcall: a write that fails after SET must not leave the key set by a failed acquire.
-  local token = redis.pcall('INCR', KEYS[2])
-  if type(token) == 'table' or token >= LIMIT then
+  -- Won, or already ours: the next token (next_token). One already ours gets a fresh token
+  -- too: the one it was given first never reached it (else it would not ask), and the counter
+  -- may have moved since (lost, set back), so reading it back could hand out a token that does
+  -- not rise. A counter that issues none must not leave the key set by a failed acquire.
+  local token, refused = next_token(micros(redis.call('TIME')))
+  if not token then
     if not ours then redis.call('DEL', KEYS[1]) end
-    if type(token) == 'table' then return token end
-    return past_limit()
-  end
-  if tonumber(now_us) > token then
-    redis.call('SET', KEYS[2], now_us)
-    token = now_us
-  else
-    token = redis.call('GET', KEYS[2])  -- as the server wrote it (a Lua number may round)
+    return refused
   end
   -- Only an acquire that waits can have announced itself (a single try sends queue '0').
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
@@ -169,18 +187,8 @@ if sort == 'shared' then
   if writer ~= -2 then return {0, writer} end
 end
 
--- The token is max(counter + 1, server time in microseconds): it rises across releases and
--- expiries through the counter, and across a restart that lost the counter through the clock.
-local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
-local token
-local counter = redis.call('INCR', KEYS[2])
-if counter >= LIMIT then return past_limit() end
-if tonumber(now_us) > counter then
-  redis.call('SET', KEYS[2], now_us)
-  token = now_us
-else
-  token = redis.call('GET', KEYS[2])  -- as the server wrote it (a Lua number may round)
-end
+local token, refused = next_token(micros(now))
+if not token then return refused end
 if sort == 'exclusive' then
   if lease == '0' then
     redis.call('SET', KEYS[1], owner)

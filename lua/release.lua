@@ -1,23 +1,27 @@
 -- Release a hold by this owner and wake the lock's waiters: an exclusive hold is handed straight
 -- to the first live fair waiter in line, if any, and only that one is told; otherwise every
 -- waiter is woken.
--- KEYS: for the exclusive hold, the holder and the line, and to hand over, the fence counter,
--- the line data and the writer announcement too (holder, line, fence, line data, writer); for a
--- shared or semaphore hold, holds and hold data (see acquire.lua). A key named but missing
--- makes Redis Cluster refuse a script while its slot migrates (TRYAGAIN): a shared hold names
--- only the keys it has, and hands nothing over.
+-- KEYS: for the exclusive hold, the holder and the line, the fence counter, the line data and
+-- the writer announcement (holder, line, fence, line data, writer: a hand-over needs the last
+-- three); for a shared or semaphore hold, holds and hold data (see acquire.lua). A key named but
+-- missing makes Redis Cluster refuse a script while its slot migrates (TRYAGAIN): a call names
+-- only the keys it may use, and a shared hold hands nothing over.
 -- ARGV[1] owner value; ARGV[2] release channel <prefix>{NAME}:released; ARGV[3] "1" to publish
 -- on the sharded channel (Redis Cluster: SPUBLISH reaches the slot's nodes only, where PUBLISH
 -- goes to every node of the cluster); ARGV[4] 'exclusive' or 'hold' (shared or semaphore);
 -- ARGV[5] (exclusive, with all five keys) a fair waiter's id that leaves the line: it stopped
 -- waiting, and what was handed to it meanwhile is released ('' or absent: none); ARGV[6] '1'
 -- when the hold has a value to remove. The value key <prefix>{NAME}:value (acquire.lua) is
--- named last: always by an exclusive release (KEYS[6]: a hand-over stores the next holder's
--- value there), by a shared or semaphore release when its hold has a value (KEYS[3]).
+-- named last, and only when a value may be involved: by a release whose hold has a value
+-- (KEYS[6] for the exclusive hold, KEYS[3] for a shared or semaphore one), by a waiter leaving
+-- the line (KEYS[6]: what was handed to it is released, and may be handed on), and by an
+-- exclusive release called again because the waiter it hands the lock to stored a value,
+-- which goes there.
 -- Publishes 'released' to wake every waiter, or 'grant:ID:TOKEN' to the waiter ID it handed the
--- lock to. Returns 1 when released, 0 when this owner no longer held it, {3} when a line
--- waits and it was given the holder and the line alone (call again with all five keys; nothing
--- was written).
+-- lock to. Returns 1 when released, 0 when this owner no longer held it, {3} (nothing was
+-- written; call again with all five keys and the value key) when a line waits and it was given
+-- the holder and the line alone, or when the waiter it would hand the lock to stored a value
+-- and the value key was not named.
 -- pcall: a key overwritten with another type is simply not ours.
 local owner, channel = ARGV[1], ARGV[2]
 local has_value = ARGV[6] == '1'
@@ -31,7 +35,8 @@ end
 
 if ARGV[4] == 'exclusive' then
   local leaving = ARGV[5] or ''
-  local vkey = KEYS[6]
+  local vkey = KEYS[6]  -- nil when no value is involved
+  -- A waiter leaving the line names every key, the value key too: no {3} follows this write.
   if leaving ~= '' and redis.call('ZREM', KEYS[2], leaving) == 1 then redis.call('HDEL', KEYS[4], leaving, leaving .. ' v') end
   if redis.pcall('GET', KEYS[1]) ~= owner then
     return 0
@@ -46,51 +51,75 @@ if ARGV[4] == 'exclusive' then
   if #line > 0 then
     local now = redis.call('TIME')
     local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    -- Read first, written after: the places to drop, and the live one.
+    local gone, next_id, t, lease, next_owner = {}
     for _, id in ipairs(line) do
       local entry = redis.call('HGET', KEYS[4], id)
-      local next_value = redis.call('HGET', KEYS[4], id .. ' v')
-      redis.call('ZREM', KEYS[2], id)
-      redis.call('HDEL', KEYS[4], id, id .. ' v')
-      local t, span, lease, next_owner
-      if entry then t, span, lease, next_owner = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$') end
-      if t and tonumber(t) + tonumber(span) > now_ms and
-         (lease == '0' or tonumber(t) + tonumber(lease) > now_ms) then
-        local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
-        local token = redis.call('INCR', KEYS[3])
-        if token >= 9007199254740992 then
-          -- Past 2^53 - 1 no token is issued (acquire.lua): nothing is handed over. The lock
-          -- is freed and every waiter woken; their own attempts meet the refusal.
-          redis.call('DECR', KEYS[3])
-          break
-        end
-        if tonumber(now_us) > token then
-          redis.call('SET', KEYS[3], now_us)
-          token = now_us
-        else
-          token = redis.call('GET', KEYS[3])
-        end
-        local until_ms = string.format('%.0f', tonumber(t) + tonumber(lease))
-        if lease == '0' then
-          redis.call('SET', KEYS[1], next_owner)
-        else
-          redis.call('SET', KEYS[1], next_owner, 'PXAT', until_ms)
-        end
-        -- The next holder's own value, expiring with it.
-        if vkey then
-          if has_value then redis.call('DEL', vkey) end
-          if next_value then
-            redis.call('HSET', vkey, next_owner, next_value)
-            if lease ~= '0' then redis.call('PEXPIREAT', vkey, until_ms) end
-          end
-        end
-        if redis.call('GET', KEYS[5]) == next_owner then redis.call('DEL', KEYS[5]) end
-        publish('grant:' .. id .. ':' .. token)
-        return 1
+      local et, es, el, eo
+      if entry then et, es, el, eo = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$') end
+      if et and tonumber(et) + tonumber(es) > now_ms and (el == '0' or tonumber(et) + tonumber(el) > now_ms) then
+        next_id, t, lease, next_owner = id, et, el, eo
+        break
       end
+      gone[#gone + 1] = id
+    end
+    local next_value = next_id and redis.call('HGET', KEYS[4], next_id .. ' v')
+    -- Its value is stored with the lock it is handed: that needs the value key.
+    if next_value and not vkey then return {3} end
+    if next_id then gone[#gone + 1] = next_id end
+    local fields = {}
+    for _, id in ipairs(gone) do
+      fields[#fields + 1] = id
+      fields[#fields + 1] = id .. ' v'
+    end
+    if #gone > 0 then
+      redis.call('ZREM', KEYS[2], unpack(gone))
+      redis.call('HDEL', KEYS[4], unpack(fields))
+    end
+    -- Its token, as acquire.lua's next_token issues one (KEYS[3] is the counter here): it
+    -- takes the clock's value, or counter + 1 when the counter is not below the clock. Past
+    -- 2^53 - 1 no token is issued: nothing is handed over. The lock is freed and every waiter
+    -- woken; their own attempts meet the refusal.
+    local token
+    if next_id then
+      local us = now[2]
+      if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+      token = now[1] .. us
+      local before = redis.pcall('SET', KEYS[3], token, 'KEEPTTL', 'GET')
+      if before and not (#before == #token and before < token and string.find(before, '^[1-9]%d*$')) then
+        if type(before) == 'table' then return before end  -- another type: nothing was written
+        local counter = (before == '0' or string.find(before, '^%-?[1-9]%d*$')) and tonumber(before)
+        if not counter or counter + 1 >= 9007199254740992 then
+          redis.call('SET', KEYS[3], before, 'KEEPTTL')
+          token = nil
+        elseif counter + 1 > tonumber(token) then
+          token = string.format('%.0f', counter + 1)
+          redis.call('SET', KEYS[3], token, 'KEEPTTL')
+        end
+      end
+    end
+    if token then
+      local until_ms = string.format('%.0f', tonumber(t) + tonumber(lease))
+      if lease == '0' then
+        redis.call('SET', KEYS[1], next_owner)
+      else
+        redis.call('SET', KEYS[1], next_owner, 'PXAT', until_ms)
+      end
+      -- The next holder's own value, expiring with it.
+      if vkey then
+        if has_value then redis.call('DEL', vkey) end
+        if next_value then
+          redis.call('HSET', vkey, next_owner, next_value)
+          if lease ~= '0' then redis.call('PEXPIREAT', vkey, until_ms) end
+        end
+      end
+      if redis.call('GET', KEYS[5]) == next_owner then redis.call('DEL', KEYS[5]) end
+      publish('grant:' .. next_id .. ':' .. token)
+      return 1
     end
   end
   redis.call('DEL', KEYS[1])
-  if has_value then redis.call('DEL', vkey) end
+  if has_value and vkey then redis.call('DEL', vkey) end
 else
   local vkey = has_value and KEYS[3] or nil
   local expiry = redis.pcall('ZSCORE', KEYS[1], owner)

@@ -161,5 +161,51 @@ TEST(RegressionTest, LockHandlesOutliveAClosedEvbaseClientAndItsBase) {
   EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{uaf}"}), "0");
 }
 
+// Review finding (issue 34): every exclusive release named the value key, held value or not. It
+// now names it only when its hold has a value; when the fair waiter it hands the lock to stored
+// one, the script asks for the key ({3}) and the call is made again with it. The waiter gets the
+// lock with its own value, in every style of release.
+TEST(RegressionTest, AHoldWithoutAValueHandsItsLockToAWaiterWithOne) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.running());
+  for (const bool async : {false, true}) {
+    SCOPED_TRACE(async ? "dlock_release_async" : "dlock_release");
+    const std::string name = async ? "handover-async" : "handover";
+    const std::string holder_key = "dlock:{" + name + "}";
+    Client holder(redis.url()), waiter(redis.url());
+    dlock_lock* first = nullptr;
+    ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), nullptr, &first), DLOCK_OK) << dlock_last_error();
+    dlock_lock* second = nullptr;
+    dlock_status second_status = DLOCK_EINTERNAL;
+    std::thread t([&] {
+      Options o;
+      o.value("second's").wait(30000).retry(20000, 30000);  // served by the hand-over, not a retry
+      second_status = dlock_acquire(waiter.get(), name.c_str(), o.get(), &second);
+    });
+    EXPECT_TRUE(WaitFor([&] { return redis.Cli({"ZCARD", holder_key + ":line"}) == "1"; }, 20000ms))
+        << "the waiter never took its place in line";
+    if (async) {
+      Done d;
+      ASSERT_EQ(dlock_release_async(first, &Done::Fn, &d), DLOCK_OK);
+      ASSERT_TRUE(WaitFor([&] { return d.calls.load() == 1; }, 5000ms));
+      EXPECT_EQ(d.status.load(), DLOCK_OK);
+    } else {
+      EXPECT_EQ(dlock_release(first), DLOCK_OK) << dlock_last_error();
+    }
+    t.join();
+    ASSERT_EQ(second_status, DLOCK_OK) << dlock_last_error();
+    dlock_info* info = nullptr;
+    ASSERT_EQ(dlock_inspect(holder.get(), name.c_str(), &info), DLOCK_OK) << dlock_last_error();
+    ASSERT_EQ(dlock_info_holders(info), 1u);
+    EXPECT_EQ(dlock_info_fencing_token(info, 0), dlock_lock_fencing_token(second));
+    size_t len = 0;
+    const void* value = dlock_info_value(info, 0, &len);
+    EXPECT_EQ(std::string(value != nullptr ? static_cast<const char*>(value) : "", len), "second's");
+    dlock_info_free(info);
+    EXPECT_EQ(dlock_release(second), DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(redis.Cli({"EXISTS", holder_key, holder_key + ":value", holder_key + ":line"}), "0");
+  }
+}
+
 }  // namespace
 }  // namespace dlock_test

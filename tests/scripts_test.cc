@@ -150,3 +150,180 @@ TEST(ScriptsTest, TheClientRefusesATokenPastTwoToThe53) {
 }  // namespace token_limit
 }  // namespace
 }  // namespace dlock::redis
+
+// How a token is issued (acquire.lua's next_token, and release.lua's hand-over): the counter
+// takes the clock's value, or counter + 1 when it is not below the clock, and what INCR would
+// refuse is refused with the counter as it was.
+namespace dlock::redis {
+namespace {
+namespace next_token {
+
+using token_limit::Eval;
+
+std::vector<std::string> SingleTry(const std::string& name) {
+  const LockKeys k("dlock:", name);
+  return {k.holder, k.fence, k.holds};
+}
+uint64_t NowMicros() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+TEST(ScriptsTest, ATokenIsTheClockWhenTheCounterIsBelowIt) {
+  dlock_test::RedisServer redis;
+  for (const std::string counter : {"", "7", "-5", "0", "1000000000000000"}) {
+    SCOPED_TRACE("counter '" + counter + "'");
+    redis.Cli({"DEL", "dlock:{n}", "dlock:{n}:fence"});
+    if (!counter.empty()) {
+      ASSERT_EQ(redis.Cli({"SET", "dlock:{n}:fence", counter}), "OK");
+    }
+    const uint64_t before = NowMicros();
+    const std::string reply = Eval(redis, ScriptId::kAcquire, SingleTry("n"), {"o1", "10000", "exclusive", "0"});
+    ASSERT_EQ(reply.rfind("1\n", 0), 0u) << reply;
+    const std::string token = reply.substr(2);
+    EXPECT_EQ(token.size(), 16u) << token;
+    EXPECT_GE(std::stoull(token) + 1000000, before) << token;  // the server's clock, give or take
+    EXPECT_EQ(redis.Cli({"GET", "dlock:{n}:fence"}), token);
+    // The next one rises, by the clock.
+    ASSERT_EQ(redis.Cli({"DEL", "dlock:{n}"}), "1");
+    const std::string next = Eval(redis, ScriptId::kAcquire, SingleTry("n"), {"o2", "10000", "exclusive", "0"});
+    ASSERT_EQ(next.rfind("1\n", 0), 0u) << next;
+    EXPECT_GT(std::stoull(next.substr(2)), std::stoull(token));
+  }
+}
+
+TEST(ScriptsTest, ATokenIsTheCounterPlusOneWhenTheCounterIsAheadOfTheClock) {
+  dlock_test::RedisServer redis;
+  // Ahead: a clock set back, or a counter from a server with a faster one; a counter with an
+  // expiry keeps it (INCR would).
+  for (const std::string counter : {"5000000000000000", "9007199254740990"}) {
+    SCOPED_TRACE("counter " + counter);
+    redis.Cli({"DEL", "dlock:{n}"});
+    ASSERT_EQ(redis.Cli({"SET", "dlock:{n}:fence", counter, "PX", "600000"}), "OK");
+    const std::string want = std::to_string(std::stoull(counter) + 1);
+    EXPECT_EQ(Eval(redis, ScriptId::kAcquire, SingleTry("n"), {"o1", "10000", "exclusive", "0"}), "1\n" + want);
+    EXPECT_EQ(redis.Cli({"GET", "dlock:{n}:fence"}), want);
+    EXPECT_NE(redis.Cli({"PTTL", "dlock:{n}:fence"}), "-1") << "the counter's expiry went";
+    // The same through the slow path (a shared hold).
+    const LockKeys k("dlock:", "s");
+    ASSERT_EQ(redis.Cli({"SET", k.fence, counter}), "OK");
+    EXPECT_EQ(Eval(redis, ScriptId::kAcquire, {k.holder, k.fence, k.holds, k.hold_data, k.writer, k.value},
+                   {"o1", "10000", "shared", "0", "", "", "1"}),
+              "1\n" + want);
+    ASSERT_EQ(redis.Cli({"DEL", k.holds, k.hold_data}), "2");
+  }
+}
+
+TEST(ScriptsTest, ACounterThatIsNotAnIntegerIsRefusedAndLeftAsItWas) {
+  dlock_test::RedisServer redis;
+  // What INCR refuses: not a number, leading zeros or spaces, not a string at all. "0000..." is
+  // as long as the clock's value and sorts below it.
+  for (const std::string counter : {"abc", "0000000000000001", " 1764000000000000", "1.5", "+7"}) {
+    SCOPED_TRACE("counter '" + counter + "'");
+    ASSERT_EQ(redis.Cli({"SET", "dlock:{n}:fence", counter}), "OK");
+    const std::string reply = Eval(redis, ScriptId::kAcquire, SingleTry("n"), {"o1", "10000", "exclusive", "0"});
+    EXPECT_EQ(reply.rfind("ERR: ", 0), 0u) << reply;
+    EXPECT_EQ(redis.Cli({"GET", "dlock:{n}:fence"}), counter) << "the counter moved";
+    EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{n}"}), "0") << "a refused acquire left the key set";
+  }
+  ASSERT_EQ(redis.Cli({"DEL", "dlock:{n}:fence"}), "1");
+  ASSERT_EQ(redis.Cli({"HSET", "dlock:{n}:fence", "a", "b"}), "1");
+  const std::string reply = Eval(redis, ScriptId::kAcquire, SingleTry("n"), {"o1", "10000", "exclusive", "0"});
+  EXPECT_NE(reply.find("WRONGTYPE"), std::string::npos) << reply;
+  EXPECT_EQ(redis.Cli({"HGET", "dlock:{n}:fence", "a"}), "b");
+  EXPECT_EQ(redis.Cli({"EXISTS", "dlock:{n}"}), "0");
+}
+
+// A fair hand-over (release.lua) issues its token the same way.
+TEST(ScriptsTest, AHandOverIssuesTheNextTokenTheSameWay) {
+  dlock_test::RedisServer redis;
+  const LockKeys k("dlock:", "n");
+  const std::string now_ms = std::to_string(NowMicros() / 1000);
+  for (const std::string counter : {"", "5000000000000000"}) {
+    SCOPED_TRACE("counter '" + counter + "'");
+    ASSERT_EQ(redis.Cli({"SET", k.holder, "holder", "PX", "10000"}), "OK");
+    if (!counter.empty()) {
+      ASSERT_EQ(redis.Cli({"SET", k.fence, counter}), "OK");
+    }
+    ASSERT_EQ(redis.Cli({"ZADD", k.line, "1", "w1"}), "1");
+    ASSERT_EQ(redis.Cli({"HSET", k.line_data, "w1", now_ms + " 10000 10000 waiter"}), "1");
+    EXPECT_EQ(Eval(redis, ScriptId::kRelease, {k.holder, k.line, k.fence, k.line_data, k.writer},
+                   {"holder", k.channel, "0", "exclusive"}),
+              "1");
+    EXPECT_EQ(redis.Cli({"GET", k.holder}), "waiter");
+    const std::string token = redis.Cli({"GET", k.fence});
+    if (counter.empty()) {
+      EXPECT_EQ(token.size(), 16u) << token;
+    } else {
+      EXPECT_EQ(token, "5000000000000001");
+    }
+    EXPECT_EQ(redis.Cli({"EXISTS", k.line, k.line_data}), "0");
+  }
+}
+
+// An exclusive release names the value key only when its hold has one. When the waiter it
+// would hand the lock to stored a value (which goes there), it asks to be called again with it
+// ({3}) before it writes anything; lock_ops.cc's ReleaseOp widens the call.
+TEST(ScriptsTest, AHandOverOfAValueAsksForTheValueKey) {
+  dlock_test::RedisServer redis;
+  const LockKeys k("dlock:", "n");
+  const std::string now_ms = std::to_string(NowMicros() / 1000);
+  ASSERT_EQ(redis.Cli({"SET", k.holder, "holder", "PX", "10000"}), "OK");
+  // The first place has run out (dropped on the way); the second is live and has a value.
+  ASSERT_EQ(redis.Cli({"ZADD", k.line, "1", "w0", "2", "w1"}), "2");
+  ASSERT_EQ(redis.Cli({"HSET", k.line_data, "w0", "1000 10 10000 gone", "w1", now_ms + " 10000 10000 waiter",
+                       "w1 v", "its value"}),
+            "3");
+  const std::vector<std::string> five{k.holder, k.line, k.fence, k.line_data, k.writer};
+  const std::vector<std::string> args{"holder", k.channel, "0", "exclusive"};
+  EXPECT_EQ(Eval(redis, ScriptId::kRelease, five, args), "3");
+  EXPECT_EQ(redis.Cli({"GET", k.holder}), "holder") << "written before asking";
+  EXPECT_EQ(redis.Cli({"ZCARD", k.line}), "2") << "written before asking";
+  EXPECT_EQ(redis.Cli({"EXISTS", k.fence, k.value}), "0") << "written before asking";
+  std::vector<std::string> six = five;
+  six.push_back(k.value);
+  EXPECT_EQ(Eval(redis, ScriptId::kRelease, six, args), "1");
+  EXPECT_EQ(redis.Cli({"GET", k.holder}), "waiter");
+  EXPECT_EQ(redis.Cli({"HGET", k.value, "waiter"}), "its value");
+  EXPECT_NE(redis.Cli({"PTTL", k.value}), "-1");
+  EXPECT_EQ(redis.Cli({"EXISTS", k.line, k.line_data}), "0");
+  // Without a value in line, five keys do: no {3}, and no value key appears.
+  ASSERT_EQ(redis.Cli({"DEL", k.value}), "1");
+  ASSERT_EQ(redis.Cli({"ZADD", k.line, "1", "w2"}), "1");
+  ASSERT_EQ(redis.Cli({"HSET", k.line_data, "w2", now_ms + " 10000 10000 third"}), "1");
+  EXPECT_EQ(Eval(redis, ScriptId::kRelease, five, {"waiter", k.channel, "0", "exclusive"}), "1");
+  EXPECT_EQ(redis.Cli({"GET", k.holder}), "third");
+  EXPECT_EQ(redis.Cli({"EXISTS", k.value}), "0");
+}
+
+TEST(ScriptsTest, AnExclusiveReleaseNamesTheValueKeyOnlyWithAValue) {
+  const std::string value_key = LockKeys("dlock:", "n").value;
+  HoldRef hold{"n", "owner", true, false};
+  Op<NoResult> plain = ReleaseOp("dlock:", hold);
+  EXPECT_EQ(plain.call.keys.size(), 5u);
+  EXPECT_EQ(plain.call.args.size(), 4u);
+  ASSERT_NE(plain.widen, nullptr);
+  ScriptCall widened = plain.widen(plain.call);
+  ASSERT_EQ(widened.keys.size(), 6u);
+  EXPECT_EQ(widened.keys.back(), value_key);
+  EXPECT_EQ(widened.args, plain.call.args);
+  hold.has_value = true;
+  Op<NoResult> valued = ReleaseOp("dlock:", hold);
+  ASSERT_EQ(valued.call.keys.size(), 6u);
+  EXPECT_EQ(valued.call.keys.back(), value_key);
+  EXPECT_EQ(valued.call.args.back(), "1");
+  // A waiter leaving the line names every key: what was handed to it may be handed on.
+  LockRequest request;
+  request.name = "n";
+  request.owner_value = "owner";
+  request.waiter_id = "w1";
+  Op<NoResult> leave = LeaveLineOp("dlock:", request);
+  ASSERT_EQ(leave.call.keys.size(), 6u);
+  EXPECT_EQ(leave.call.keys.back(), value_key);
+  EXPECT_EQ(leave.call.args, (std::vector<std::string>{"owner", "dlock:{n}:released", "0", "exclusive", "w1", "0"}));
+}
+
+}  // namespace next_token
+}  // namespace
+}  // namespace dlock::redis

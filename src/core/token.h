@@ -9,7 +9,9 @@
 
 namespace dlock {
 
-// A fresh 128-bit owner token from OpenSSL's CSPRNG, as 32 lowercase hex characters.
+// A fresh 128-bit owner token from OpenSSL's CSPRNG, as 32 lowercase hex characters. Served
+// from a per-thread buffer of RAND_bytes output, each byte once; a forked child never reuses
+// what its parent's buffer held (token.cc).
 Status NewOwnerToken(std::string* out);
 
 // A fair waiter's public id for an owner value: 16 hex characters of its SHA-256. Backends may

@@ -38,22 +38,28 @@ const char* HoldSort(const HoldRef& hold) { return hold.exclusive ? "exclusive" 
 std::vector<std::string> HoldKeys(const std::string& prefix, const HoldRef& hold) {
   std::string holder = LockKeys::Holder(prefix, hold.name);
   std::vector<std::string> keys;
+  keys.reserve(3);
   if (hold.exclusive) {
-    keys.push_back(holder);
+    keys.emplace_back();  // the holder, moved in last
   } else {
     keys.push_back(holder + LockKeys::kHolds);
     keys.push_back(holder + LockKeys::kHoldData);
   }
   if (hold.has_value) keys.push_back(holder + LockKeys::kValue);
+  if (hold.exclusive) keys[0] = std::move(holder);
   return keys;
 }
 
 // acquire.lua's keys, holder first; a single exclusive try names the first three only, and the
 // value key when it stores a value. Every other call names the value key (last): it may find
 // expired holds whose values are to go.
-std::vector<std::string> AcquireKeys(const std::string& holder, bool in_line,
-                                     bool single_exclusive_try, bool with_value) {
-  std::vector<std::string> keys{holder, holder + LockKeys::kFence, holder + LockKeys::kHolds};
+std::vector<std::string> AcquireKeys(std::string holder, bool in_line, bool single_exclusive_try,
+                                     bool with_value) {
+  std::vector<std::string> keys;
+  keys.reserve(8);
+  keys.emplace_back();  // the holder, moved in last
+  keys.push_back(holder + LockKeys::kFence);
+  keys.push_back(holder + LockKeys::kHolds);
   if (!single_exclusive_try) {
     keys.push_back(holder + LockKeys::kHoldData);
     keys.push_back(holder + LockKeys::kWriter);
@@ -63,6 +69,7 @@ std::vector<std::string> AcquireKeys(const std::string& holder, bool in_line,
     keys.push_back(holder + LockKeys::kLineData);
   }
   if (!single_exclusive_try || with_value) keys.push_back(holder + LockKeys::kValue);
+  keys[0] = std::move(holder);
   return keys;
 }
 // acquire.lua's ARGV[5..7] when the value key is named: the waiter's id, the value, "1".
@@ -73,37 +80,62 @@ void NameValueKey(std::vector<std::string>* args, const std::string& waiter_id,
   args->push_back(value);
   args->push_back("1");
 }
-ScriptCall WidenAcquire(const ScriptCall& call) {
-  ScriptCall all = call;
-  all.keys = AcquireKeys(call.keys[0], false, false, true);
-  if (all.args.size() < 7) NameValueKey(&all.args, "", "");
-  return all;
+ScriptCall WidenAcquire(ScriptCall call) {
+  // A single exclusive try names the holder, the counter and the holds (AcquireKeys): the rest
+  // follow, the value key last.
+  call.keys.reserve(6);
+  call.keys.resize(3);
+  const std::string& holder = call.keys[0];  // stays put: the vector has room
+  call.keys.push_back(holder + LockKeys::kHoldData);
+  call.keys.push_back(holder + LockKeys::kWriter);
+  call.keys.push_back(holder + LockKeys::kValue);
+  if (call.args.size() < 7) NameValueKey(&call.args, "", "");
+  return call;
 }
 
-// release.lua's keys for an exclusive hold: the holder and the line, and to hand the lock
-// over, the counter, the line's data, the writer announcement and the value key.
-std::vector<std::string> ReleaseKeys(const std::string& holder) {
-  return {holder, holder + LockKeys::kLine, holder + LockKeys::kFence,
-          holder + LockKeys::kLineData, holder + LockKeys::kWriter, holder + LockKeys::kValue};
+// release.lua's keys for an exclusive hold: the holder and the line, and to hand the lock over,
+// the counter, the line's data and the writer announcement; the value key last when a value
+// is involved (the hold has one, a waiter leaves the line, or the waiter handed the lock has
+// one: the script then asks for it, {3}).
+std::vector<std::string> ReleaseKeys(std::string holder, bool with_value) {
+  std::vector<std::string> keys;
+  keys.reserve(6);
+  keys.emplace_back();  // the holder, moved in last
+  keys.push_back(holder + LockKeys::kLine);
+  keys.push_back(holder + LockKeys::kFence);
+  keys.push_back(holder + LockKeys::kLineData);
+  keys.push_back(holder + LockKeys::kWriter);
+  if (with_value) keys.push_back(holder + LockKeys::kValue);
+  keys[0] = std::move(holder);
+  return keys;
+}
+ScriptCall WidenRelease(ScriptCall call) {
+  // ReleaseKeys without the value key: it follows, last.
+  call.keys.push_back(call.keys[0] + LockKeys::kValue);
+  return call;
 }
 
 }  // namespace
 
 Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& request,
                              int wait_replicas) {
-  const std::string holder = LockKeys::Holder(prefix, request.name);
   // A waiter in the fair line whose wait has run out also sends queue_ms 0, but its id needs the
   // line's keys (without them the script fails half-way, its SET already made).
   const bool single_exclusive_try = request.kind == LockKind::kExclusive && request.permits == 0 &&
                                     request.queue_ms == 0 && request.waiter_id.empty();
+  const bool names_value = !single_exclusive_try || !request.value.empty();
   // A single try at the exclusive hold needs the holder, the counter, and the holds only to
   // see that there are none.
-  std::vector<std::string> keys = AcquireKeys(holder, !request.waiter_id.empty(),
-                                              single_exclusive_try, !request.value.empty());
-  std::vector<std::string> args{request.owner_value, std::to_string(request.lease_ms),
-                                ScriptSort(request.kind, request.permits),
-                                std::to_string(request.queue_ms)};
-  if (keys.back() == holder + LockKeys::kValue) {
+  std::vector<std::string> keys = AcquireKeys(LockKeys::Holder(prefix, request.name),
+                                              !request.waiter_id.empty(), single_exclusive_try,
+                                              !request.value.empty());
+  std::vector<std::string> args;
+  args.reserve(names_value ? 7 : 5);
+  args.push_back(request.owner_value);
+  args.push_back(std::to_string(request.lease_ms));
+  args.push_back(ScriptSort(request.kind, request.permits));
+  args.push_back(std::to_string(request.queue_ms));
+  if (names_value) {
     NameValueKey(&args, request.waiter_id, request.value);
   } else if (!request.waiter_id.empty()) {
     args.push_back(request.waiter_id);
@@ -115,9 +147,13 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
 }
 
 Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool sharded) {
-  const std::string holder = LockKeys::Holder(prefix, hold.name);
-  std::vector<std::string> args{hold.owner_value, holder + LockKeys::kChannel,
-                                sharded ? "1" : "0", HoldSort(hold)};
+  std::string holder = LockKeys::Holder(prefix, hold.name);
+  std::vector<std::string> args;
+  args.reserve(6);
+  args.push_back(hold.owner_value);
+  args.push_back(holder + LockKeys::kChannel);
+  args.push_back(sharded ? "1" : "0");
+  args.push_back(HoldSort(hold));
   if (hold.has_value) {
     args.push_back("");  // ARGV[5]: no waiter leaves the line (LeaveLineOp sets it)
     args.push_back("1");
@@ -125,16 +161,21 @@ Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool shar
   if (!hold.exclusive) {
     return {{ScriptId::kRelease, HoldKeys(prefix, hold), std::move(args)}, hold.name, ReadOwned};
   }
-  // Every key at once, the hand-over's too: a contended fair release then costs one round trip,
+  // Every key a hand-over needs at once: a contended fair release then costs one round trip,
   // not two (the script answering {3} for the rest). Measured: hand-overs +12 % with 4 waiters
-  // and +4 % with 32, uncontended cycles -1 % (bench/README.md).
-  return {{ScriptId::kRelease, ReleaseKeys(holder), std::move(args)},
+  // and +4 % with 32, uncontended cycles -1 % (bench/README.md). The value key only when the
+  // hold has a value: a hand-over to a waiter that stored one asks for it ({3}, WidenRelease).
+  return {{ScriptId::kRelease, ReleaseKeys(std::move(holder), hold.has_value), std::move(args)},
           hold.name,
-          ReadOwned};
+          ReadOwned,
+          hold.has_value ? nullptr : WidenRelease};
 }
 
 Op<NoResult> LeaveLineOp(const std::string& prefix, const LockRequest& request, bool sharded) {
-  Op<NoResult> op = ReleaseOp(prefix, HoldRef::Of(request), sharded);  // every key: it may hand over
+  // Every key, the value key too: it may release what was handed to it, and hand it on.
+  HoldRef hold = HoldRef::Of(request);
+  hold.has_value = true;
+  Op<NoResult> op = ReleaseOp(prefix, hold, sharded);
   op.call.args.resize(4);
   op.call.args.push_back(request.waiter_id);
   op.call.args.push_back(request.value.empty() ? "0" : "1");

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -33,12 +34,16 @@ struct Op {
   ScriptCall call;
   std::string name;  // the lock's, for messages
   ReadFn read;
-  // Each key a script names costs the server about half a microsecond, on every call: the
-  // common case names only the keys it needs, and a script that finds the uncommon one
-  // (holds to look at, a line to hand over to) answers AsksForAllKeys before it writes
-  // anything; the call is then made again, as widen makes it from the first (null: never).
-  using WidenFn = ScriptCall (*)(const ScriptCall& call);
+  // Each key a script names costs the client a string, and the server a little on every call
+  // (about 0.05 µs, measured on Redis 7.0); in Redis Cluster a key named but missing makes the
+  // script refuse while its slot migrates. The common case names only the keys it needs, and a
+  // script that finds the uncommon one (holds to look at, a value to hand over) answers
+  // AsksForAllKeys before it writes anything; the call is then made again, as widen makes it
+  // from the first (null: never).
+  using WidenFn = ScriptCall (*)(ScriptCall call);
   WidenFn widen = nullptr;
+  // The call with every key it may need, at once (answers ignored: no {3} can be followed).
+  ScriptCall TakeAllKeys() && { return widen != nullptr ? widen(std::move(call)) : std::move(call); }
 };
 
 // A script's {3}: "call me again with all the keys".
@@ -106,11 +111,13 @@ void RunAsync(Channel* channel, Op<R> op, Done&& done) {
     channel->EvalAsync(op.call, std::move(finish));
     return;
   }
-  channel->EvalAsync(op.call, [channel, call = op.call, widen = op.widen,
-                               finish = std::move(finish)](redisReply* reply,
-                                                           const Status& error) mutable {
+  // Kept for the widened call, shared rather than copied (its keys and arguments).
+  auto call = std::make_shared<const ScriptCall>(std::move(op.call));
+  channel->EvalAsync(*call, [channel, call, widen = op.widen,
+                             finish = std::move(finish)](redisReply* reply,
+                                                         const Status& error) mutable {
     if (!error.ok() || !AsksForAllKeys(reply)) return finish(reply, error);
-    channel->EvalAsync(widen(call), std::move(finish));
+    channel->EvalAsync(widen(*call), std::move(finish));
   });
 }
 

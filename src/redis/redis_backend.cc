@@ -50,7 +50,7 @@ class RedisBackend : public Backend {
     calls.reserve(locks.size());
     for (const auto& l : locks) {
       auto op = ReleaseOp(prefix_, HoldRef::Of(*l), sharded_);
-      calls.push_back(op.widen != nullptr ? op.widen(op.call) : std::move(op.call));  // one round
+      calls.push_back(std::move(op).TakeAllKeys());  // one round
     }
     channel_->EvalAll(calls);
   }

@@ -266,7 +266,7 @@ class RedlockBackend : public Backend {
     calls.reserve(locks.size());
     for (const auto& l : locks) {
       auto op = ReleaseOp(prefix_, HoldRef::Of(*l));
-      calls.push_back(op.widen != nullptr ? op.widen(op.call) : std::move(op.call));
+      calls.push_back(std::move(op).TakeAllKeys());
     }
     for (auto& master : masters_) master->EvalAll(calls);
   }

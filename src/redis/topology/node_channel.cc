@@ -149,7 +149,7 @@ void NodeChannel::EvalAll(const std::vector<ScriptCall>& calls) {
       if (!st.ok()) return st;
     }
     for (size_t i = answered; i < calls.size(); ++i) {
-      conn.Append(EvalShaArgv(GetScript(calls[i].script), calls[i].keys, calls[i].args));
+      conn.AppendScriptCall(GetScript(calls[i].script), false, calls[i].keys, calls[i].args);
     }
     for (; answered < calls.size(); ++answered) {
       ReplyPtr reply;
@@ -208,7 +208,7 @@ Status NodeChannel::CheckAcknowledged(const redisReply* script_reply, const redi
 Status NodeChannel::EvalPipelined(const ScriptCall& call, bool asking, ReplyPtr* reply) {
   return WithConnection(true, [&](SyncConnection& conn, TimePoint deadline) {
     if (asking) conn.Append({"ASKING"});
-    conn.Append(EvalBodyArgv(GetScript(call.script), call.keys, call.args));
+    conn.AppendScriptCall(GetScript(call.script), true, call.keys, call.args);
     if (call.wait_replicas > 0) conn.Append(WaitArgv(call));
     Status s;
     if (asking) {

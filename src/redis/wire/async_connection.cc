@@ -1,6 +1,10 @@
 #include "redis/wire/async_connection.h"
 
+#include <algorithm>
+#include <new>
+
 #include "redis/wire/reply.h"
+#include "redis/wire/resp.h"
 #include "redis/wire/sync_connection.h"
 
 namespace dlock::redis {
@@ -59,6 +63,12 @@ void AsyncConnection::FailLater(Callback cb, const Status& error) {
   if (!loop_->Post(fail)) fail();  // nothing runs later: the loop is gone
 }
 
+uint64_t AsyncConnection::Push(Callback cb, const Script* script, size_t command_size) {
+  pending_.push_back(Pending{std::move(cb), Now(), script, commands_sent_ + 1, command_size});
+  if (!timeout_timer_.pending()) ArmTimeout();
+  return ++commands_sent_;
+}
+
 uint64_t AsyncConnection::Command(const std::vector<std::string>& argv, Callback cb) {
   std::string error;
   if (!EnsureConnected(&error)) {  // fail later, never inside the call
@@ -71,29 +81,70 @@ uint64_t AsyncConnection::Command(const std::vector<std::string>& argv, Callback
     Drop("out of memory writing to " + server_);
     return 0;
   }
-  pending_.push_back(Pending{std::move(cb), Now()});
-  if (!timeout_timer_.pending()) ArmTimeout();
-  return ++commands_sent_;
+  return Push(std::move(cb), nullptr, 0);
+}
+
+uint64_t AsyncConnection::SendFormatted(std::string_view command, Callback cb) {
+  std::string error;
+  if (!EnsureConnected(&error)) {
+    Lost();
+    FailLater(std::move(cb), Status::IoError(error));
+    return 0;
+  }
+  if (!stream_.WriteFormatted(command)) {
+    FailLater(std::move(cb), Status::IoError("out of memory writing to " + server_));
+    Drop("out of memory writing to " + server_);
+    return 0;
+  }
+  return Push(std::move(cb), nullptr, 0);
 }
 
 void AsyncConnection::Eval(const Script& script, const std::vector<std::string>& keys,
                            const std::vector<std::string>& args, Callback cb) {
-  auto argv = EvalShaArgv(script, keys, args);
-  auto number = std::make_shared<uint64_t>(0);  // known once sent; cb never runs before that
-  *number = Command(argv, [this, &script, argv, number, cb = std::move(cb)](redisReply* reply,
-                                                                            const Status& error) {
-    if (!IsNoScript(reply)) {
-      cb(reply, error);
-      return;
+  std::string error;
+  if (!EnsureConnected(&error)) {
+    Lost();
+    FailLater(std::move(cb), Status::IoError(error));
+    return;
+  }
+  // Formatted straight into sent_, where it stays until answered (the NOSCRIPT retry's copy),
+  // and written from there.
+  TrimSent();
+  const size_t start = sent_.size();
+  bool written = false;
+  try {
+    resp::AppendScriptCall(&sent_, script, false, keys, args);
+    written = stream_.WriteFormatted(std::string_view(sent_).substr(start));
+  } catch (const std::bad_alloc&) {
+  }
+  if (!written) {
+    sent_.resize(start);
+    FailLater(std::move(cb), Status::IoError("out of memory writing to " + server_));
+    Drop("out of memory writing to " + server_);
+    return;
+  }
+  Push(std::move(cb), &script, sent_.size() - start);
+}
+
+std::string_view AsyncConnection::TakeSent(size_t size) {
+  std::string_view command = std::string_view(sent_).substr(sent_start_, size);
+  sent_start_ += size;
+  return command;
+}
+
+void AsyncConnection::TrimSent() {
+  constexpr size_t kKeep = 64 * 1024;  // more than this is given back once it is all answered
+  if (sent_start_ == sent_.size()) {
+    if (sent_.capacity() > kKeep) {
+      std::string().swap(sent_);
+    } else {
+      sent_.clear();
     }
-    // The server lost its script cache (SCRIPT FLUSH, restart): load it once for all the
-    // commands that meet this, then retry, in order on this connection.
-    if (script_loaded_at_[script.sha1] < *number) {
-      script_loaded_at_[script.sha1] =
-          Command({"SCRIPT", "LOAD", script.body}, [](redisReply*, const Status&) {});
-    }
-    Command(argv, cb);
-  });
+    sent_start_ = 0;
+  } else if (sent_start_ > kKeep && sent_start_ > sent_.size() / 2) {
+    sent_.erase(0, sent_start_);  // a pipeline that never drains: what was answered goes
+    sent_start_ = 0;
+  }
 }
 
 void AsyncConnection::OnStreamReply(redisReply* reply) {
@@ -103,8 +154,22 @@ void AsyncConnection::OnStreamReply(redisReply* reply) {
     Lost();
     return;
   }
-  Pending done = std::move(pending_.front());
-  pending_.pop_front();  // the timer, when it fires, looks at the new oldest
+  Pending done = pending_.pop_front();  // the timer, when it fires, looks at the new oldest
+  if (done.command_size != 0) {
+    const std::string_view command = TakeSent(done.command_size);
+    if (IsNoScript(reply)) {
+      // The server lost its script cache (SCRIPT FLUSH, restart): load it once for all the
+      // commands that meet this, then send this one again, in order on this connection (a
+      // second NOSCRIPT reaches the caller).
+      const std::string again(command);
+      uint64_t& loaded_at = script_loaded_at_[done.script->sha1];
+      if (loaded_at < done.number) {
+        loaded_at = Command({"SCRIPT", "LOAD", done.script->body}, [](redisReply*, const Status&) {});
+      }
+      SendFormatted(again, std::move(done.cb));
+      return;
+    }
+  }
   if (done.cb) done.cb(reply, Status::Ok());
 }
 
@@ -115,11 +180,37 @@ void AsyncConnection::OnStreamLost(const Status& why) {
 }
 
 void AsyncConnection::FailPending(const Status& error) {
-  std::deque<Pending> failed;
+  PendingQueue failed;
   failed.swap(pending_);
-  for (Pending& p : failed) {
+  sent_.clear();
+  sent_start_ = 0;
+  while (!failed.empty()) {
+    Pending p = failed.pop_front();
     if (p.cb) p.cb(nullptr, error);
   }
+}
+
+void AsyncConnection::PendingQueue::push_back(Pending p) {
+  if (size_ == slots_.size()) {
+    std::vector<Pending> grown(std::max<size_t>(16, 2 * slots_.size()));
+    for (size_t i = 0; i < size_; ++i) grown[i] = std::move(slots_[(head_ + i) & (slots_.size() - 1)]);
+    slots_.swap(grown);
+    head_ = 0;
+  }
+  slots_[(head_ + size_) & (slots_.size() - 1)] = std::move(p);
+  ++size_;
+}
+
+AsyncConnection::Pending AsyncConnection::PendingQueue::pop_front() {
+  constexpr size_t kKeep = 1024;  // slots kept once drained; a bigger ring is given back
+  Pending p = std::move(slots_[head_]);
+  slots_[head_].cb = nullptr;
+  head_ = (head_ + 1) & (slots_.size() - 1);
+  if (--size_ == 0) {
+    head_ = 0;
+    if (slots_.size() > kKeep) std::vector<Pending>().swap(slots_);
+  }
+  return p;
 }
 
 void AsyncConnection::ArmTimeout() {

@@ -9,9 +9,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include <deque>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -50,10 +50,44 @@ class AsyncConnection : private StreamConnection::Handler {
   void set_on_lost(std::function<void()> on_lost) { on_lost_ = std::move(on_lost); }
 
  private:
+  // One command sent and not answered. No allocation of its own: the ring below keeps the
+  // slots, and an EVALSHA's bytes (kept to send again after a NOSCRIPT) are in sent_.
   struct Pending {
     Callback cb;  // null for the connection's own setup commands
     TimePoint sent;
+    const Script* script = nullptr;  // an EVALSHA of this script, retried once on NOSCRIPT
+    uint64_t number = 0;             // the command's number on commands_sent_'s count
+    size_t command_size = 0;         // an EVALSHA's bytes, at the front of what sent_ keeps
   };
+  // Sent, not answered, oldest first: a ring of slots that stay allocated while it is in use
+  // (a deque allocates and frees a block every few commands). Its storage is given back when it
+  // drains after a burst (a heartbeat round of thousands).
+  class PendingQueue {
+   public:
+    bool empty() const { return size_ == 0; }
+    size_t size() const { return size_; }
+    Pending& front() { return slots_[head_]; }
+    void push_back(Pending p);
+    Pending pop_front();
+    void swap(PendingQueue& other) noexcept {
+      slots_.swap(other.slots_);
+      std::swap(head_, other.head_);
+      std::swap(size_, other.size_);
+    }
+
+   private:
+    std::vector<Pending> slots_;  // a power of two of them, or none
+    size_t head_ = 0;
+    size_t size_ = 0;
+  };
+  // Queues cb for the command just written; returns the command's number.
+  uint64_t Push(Callback cb, const Script* script, size_t command_size);
+  // Sends a command already in RESP (the NOSCRIPT retry), like Command.
+  uint64_t SendFormatted(std::string_view command, Callback cb);
+  // The front EVALSHA's bytes, taken off sent_: valid until sent_ changes (the next Eval).
+  std::string_view TakeSent(size_t size);
+  // Gives back what sent_ holds of answered commands, before an Eval appends to it.
+  void TrimSent();
   void OnStreamConnected() override {}
   void OnStreamReply(redisReply* reply) override;
   void OnStreamLost(const Status& why) override;
@@ -70,7 +104,11 @@ class AsyncConnection : private StreamConnection::Handler {
   std::string server_;
   StreamConnection stream_;
   std::string shutdown_reason_;  // set once shut down
-  std::deque<Pending> pending_;  // sent, not answered, oldest first
+  PendingQueue pending_;
+  // The bytes of every pending EVALSHA, oldest first from sent_start_ (the NOSCRIPT retry
+  // sends them again): one buffer, not a copy per command.
+  std::string sent_;
+  size_t sent_start_ = 0;
   // NOSCRIPT handling: commands are numbered as sent; a script needs loading again only for a
   // NOSCRIPT to a command sent after its last SCRIPT LOAD (else one is already on its way).
   uint64_t commands_sent_ = 0;

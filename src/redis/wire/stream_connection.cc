@@ -5,8 +5,10 @@
 #include <sys/un.h>
 
 #include <cstring>
+#include <new>
 
 #include "redis/wire/reply.h"
+#include "redis/wire/resp.h"
 
 namespace dlock::redis {
 
@@ -87,19 +89,17 @@ bool StreamConnection::Open(std::string* why) {
 
 bool StreamConnection::Write(const std::vector<std::string>& argv) {
   if (!stream_.open()) return false;
-  std::vector<const char*> ptrs;
-  std::vector<size_t> lens;
-  for (const auto& a : argv) {
-    ptrs.push_back(a.data());
-    lens.push_back(a.size());
+  try {
+    scratch_.clear();
+    resp::AppendCommand(&scratch_, argv);
+  } catch (const std::bad_alloc&) {
+    return false;
   }
-  char* formatted = nullptr;
-  int len = redisFormatCommandArgv(&formatted, static_cast<int>(ptrs.size()), ptrs.data(),
-                                   lens.data());
-  bool written = len > 0 && formatted != nullptr &&
-                 stream_.Write(formatted, static_cast<size_t>(len));
-  if (formatted != nullptr) redisFreeCommand(formatted);
-  return written;
+  return stream_.Write(scratch_.data(), scratch_.size());
+}
+
+bool StreamConnection::WriteFormatted(std::string_view command) {
+  return stream_.open() && stream_.Write(command.data(), command.size());
 }
 
 void StreamConnection::Close() {

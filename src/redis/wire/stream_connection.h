@@ -1,6 +1,6 @@
 // One connection to one Redis server on the loop thread, over a loop Stream (loop/stream.h): TCP,
-// a unix socket, or TLS (when the config has a tls_context). hiredis formats the commands and
-// parses the replies; the I/O is ours because Debian's hiredis (0.14) has no TLS and its async
+// a unix socket, or TLS (when the config has a tls_context). Commands are formatted by resp.h,
+// replies parsed by hiredis's reader; the I/O is ours because Debian's hiredis (0.14) has no TLS and its async
 // layer knows neither SSUBSCRIBE nor smessage.
 //
 // It only connects, writes and reads: deadlines, handshakes (AUTH) and what the replies mean
@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -51,6 +52,8 @@ class StreamConnection : private Stream::Handler {
   // Formats argv and queues it; false only out of memory (the stream is then unusable: the
   // caller should treat it as lost).
   bool Write(const std::vector<std::string>& argv);
+  // Queues a command already in RESP (resp.h); false only out of memory, as Write.
+  bool WriteFormatted(std::string_view command);
   // Closes now, no callback. Open() may follow.
   void Close();
 
@@ -76,6 +79,7 @@ class StreamConnection : private Stream::Handler {
   Stream stream_;
   redisReader* reader_ = nullptr;
   bool answered_ = false;  // a reply arrived on this connection
+  std::string scratch_;    // Write's formatted command, its capacity kept
 };
 
 }  // namespace dlock::redis

@@ -12,22 +12,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "core/server_text.h"
+#include "redis/wire/resp.h"
 
 namespace dlock::redis {
 namespace {
-
-void ToArgv(const std::vector<std::string>& argv, std::vector<const char*>* ptrs,
-            std::vector<size_t>* lens) {
-  ptrs->clear();
-  lens->clear();
-  for (const auto& a : argv) {
-    ptrs->push_back(a.data());
-    lens->push_back(a.size());
-  }
-}
 
 int MillisLeft(TimePoint deadline) {
   auto left = std::chrono::duration_cast<Millis>(deadline - Now()).count();
@@ -306,17 +298,21 @@ Status SyncConnection::Flush(TimePoint deadline) {
 }
 
 void SyncConnection::Append(const std::vector<std::string>& argv) {
-  std::vector<const char*> ptrs;
-  std::vector<size_t> lens;
-  ToArgv(argv, &ptrs, &lens);
-  char* cmd = nullptr;
-  int len = redisFormatCommandArgv(&cmd, static_cast<int>(ptrs.size()), ptrs.data(), lens.data());
-  if (len < 0 || cmd == nullptr) {
+  try {
+    resp::AppendCommand(&pending_, argv);
+  } catch (const std::bad_alloc&) {
     broken_ = true;  // out of memory: the next read reports it
-    return;
   }
-  pending_.append(cmd, static_cast<size_t>(len));
-  redisFreeCommand(cmd);
+}
+
+void SyncConnection::AppendScriptCall(const Script& script, bool body,
+                                      const std::vector<std::string>& keys,
+                                      const std::vector<std::string>& args) {
+  try {
+    resp::AppendScriptCall(&pending_, script, body, keys, args);
+  } catch (const std::bad_alloc&) {
+    broken_ = true;  // out of memory: the next read reports it
+  }
 }
 
 Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
@@ -360,14 +356,20 @@ Status SyncConnection::ReadReply(TimePoint deadline, ReplyPtr* reply) {
 
 Status SyncConnection::Command(const std::vector<std::string>& argv, TimePoint deadline,
                                ReplyPtr* reply) {
+  Status s = ReadyForCommand();
+  if (!s.ok()) return s;
+  Append(argv);
+  return ReadReply(deadline, reply);
+}
+
+Status SyncConnection::ReadyForCommand() {
   if (broken_) return Status::IoError("connection to " + server_ + " is broken");
   // Between round trips nothing may be left over: bytes here are a reply nobody asked for,
   // and the next one would be read as this command's.
   if (reader_->pos < reader_->len) {
     return Fail(Status::IoError(server_ + " sent bytes nobody asked for"));
   }
-  Append(argv);
-  return ReadReply(deadline, reply);
+  return Status::Ok();
 }
 
 Status SyncConnection::LoadScript(const Script& script, TimePoint deadline) {
@@ -385,12 +387,18 @@ Status SyncConnection::LoadScript(const Script& script, TimePoint deadline) {
 Status SyncConnection::Eval(const Script& script, const std::vector<std::string>& keys,
                             const std::vector<std::string>& args, TimePoint deadline,
                             ReplyPtr* reply) {
-  const auto argv = EvalShaArgv(script, keys, args);
-  Status s = Command(argv, deadline, reply);
+  // EVALSHA formatted straight into the send buffer (no argv), again after a NOSCRIPT.
+  auto send = [&] {
+    Status s = ReadyForCommand();
+    if (!s.ok()) return s;
+    AppendScriptCall(script, false, keys, args);
+    return ReadReply(deadline, reply);
+  };
+  Status s = send();
   if (!s.ok() || !IsNoScript(reply->get())) return s;
   s = LoadScript(script, deadline);
   if (!s.ok()) return s;
-  return Command(argv, deadline, reply);
+  return send();
 }
 
 }  // namespace dlock::redis

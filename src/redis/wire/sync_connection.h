@@ -5,7 +5,7 @@
 // The socket I/O is our own (connect with poll, then a blocking socket whose timeouts follow the
 // deadline) so that every call has a deadline for the whole exchange: hiredis's blocking
 // context only bounds each read(), so a server trickling one byte at a time could hold a
-// caller forever. hiredis still formats commands and parses replies. With TLS (the config's
+// caller forever. Commands are formatted by resp.h; hiredis's reader parses the replies. With TLS (the config's
 // tls_context) the same socket carries OpenSSL's records: handshake, reads and writes follow
 // the same deadlines.
 #ifndef DLOCK_REDIS_WIRE_SYNC_CONNECTION_H_
@@ -44,6 +44,10 @@ class SyncConnection {
               const std::vector<std::string>& args, TimePoint deadline, ReplyPtr* reply);
   // Pipelining: queue commands, then read their replies in order (the first read sends).
   void Append(const std::vector<std::string>& argv);
+  // The same for a script call: EVALSHA (or EVAL with the body, for `body`), formatted straight
+  // from the keys and arguments.
+  void AppendScriptCall(const Script& script, bool body, const std::vector<std::string>& keys,
+                        const std::vector<std::string>& args);
   Status ReadReply(TimePoint deadline, ReplyPtr* reply);
   // Loads the script into the server's cache.
   Status LoadScript(const Script& script, TimePoint deadline);
@@ -64,6 +68,8 @@ class SyncConnection {
   std::string ProtocolHint() const;
   Status Flush(TimePoint deadline);
   Status Fail(Status s);
+  // Broken, or bytes nobody asked for wait unread: no command may be sent.
+  Status ReadyForCommand();
   Status TimedOut(const char* doing);
   // Sets the socket's send/receive timeouts for what is left until deadline; false when
   // nothing is left.
