@@ -61,25 +61,25 @@ end
 -- restart that lost the counter through the clock. Tokens follow the clock, so the counter is
 -- nearly always below it: one SET ... GET both moves it to the clock and reads what it held
 -- (INCR and SET took two calls), and only a counter that is not below the clock is read as a
--- number. KEEPTTL: like INCR, it keeps whatever expiry the counter has (none, normally).
--- Returns nil and an error reply, with the counter as it was, when the counter is not an integer
--- (what INCR would refuse), not a string, or at 2^53 - 1 or past it.
+-- number. A plain SET also drops any expiry the counter was given by hand: it must never expire.
+-- Returns nil and an error reply when the counter is not a decimal integer, not a string, or at
+-- 2^53 - 1 or past it; a string is written back as it was (SET ... GET wrote it first).
 local function next_token(now_us)
-  local before = redis.pcall('SET', KEYS[2], now_us, 'KEEPTTL', 'GET')
+  local before = redis.pcall('SET', KEYS[2], now_us, 'GET')
   if not before or (#before == #now_us and before < now_us and string.find(before, '^[1-9]%d*$')) then
     return now_us
   end
   if type(before) == 'table' then return nil, before end  -- another type: nothing was written
   local counter = (before == '0' or string.find(before, '^%-?[1-9]%d*$')) and tonumber(before)
   if not counter or counter + 1 >= LIMIT then
-    redis.call('SET', KEYS[2], before, 'KEEPTTL')
+    redis.call('SET', KEYS[2], before)
     if not counter then return nil, redis.error_reply('ERR value is not an integer or out of range') end
     return nil, redis.error_reply('dlock: the fencing counter ' .. KEYS[2] .. ' is at or past 2^53 - 1 ' ..
                                   '(9007199254740991), the greatest token dlock issues: refused')
   end
   if counter + 1 <= tonumber(now_us) then return now_us end
   local token = string.format('%.0f', counter + 1)  -- no exponent; exact below 2^53
-  redis.call('SET', KEYS[2], token, 'KEEPTTL')
+  redis.call('SET', KEYS[2], token)
   return token
 end
 

@@ -66,6 +66,29 @@ if ARGV[4] == 'exclusive' then
     local next_value = next_id and redis.call('HGET', KEYS[4], next_id .. ' v')
     -- Its value is stored with the lock it is handed: that needs the value key.
     if next_value and not vkey then return {3} end
+    -- Its token, issued before the line is written to, as acquire.lua's next_token issues one
+    -- (KEYS[3] is the counter here): it takes the clock's value, or counter + 1 when the
+    -- counter is not below the clock. Past
+    -- 2^53 - 1 no token is issued: nothing is handed over. The lock is freed and every waiter
+    -- woken; their own attempts meet the refusal.
+    local token
+    if next_id then
+      local us = now[2]
+      if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+      token = now[1] .. us
+      local before = redis.pcall('SET', KEYS[3], token, 'GET')
+      if before and not (#before == #token and before < token and string.find(before, '^[1-9]%d*$')) then
+        if type(before) == 'table' then return before end  -- another type: the line is as it was
+        local counter = (before == '0' or string.find(before, '^%-?[1-9]%d*$')) and tonumber(before)
+        if not counter or counter + 1 >= 9007199254740992 then
+          redis.call('SET', KEYS[3], before)
+          token = nil
+        elseif counter + 1 > tonumber(token) then
+          token = string.format('%.0f', counter + 1)
+          redis.call('SET', KEYS[3], token)
+        end
+      end
+    end
     if next_id then gone[#gone + 1] = next_id end
     local fields = {}
     for _, id in ipairs(gone) do
@@ -75,28 +98,6 @@ if ARGV[4] == 'exclusive' then
     if #gone > 0 then
       redis.call('ZREM', KEYS[2], unpack(gone))
       redis.call('HDEL', KEYS[4], unpack(fields))
-    end
-    -- Its token, as acquire.lua's next_token issues one (KEYS[3] is the counter here): it
-    -- takes the clock's value, or counter + 1 when the counter is not below the clock. Past
-    -- 2^53 - 1 no token is issued: nothing is handed over. The lock is freed and every waiter
-    -- woken; their own attempts meet the refusal.
-    local token
-    if next_id then
-      local us = now[2]
-      if #us < 6 then us = string.rep('0', 6 - #us) .. us end
-      token = now[1] .. us
-      local before = redis.pcall('SET', KEYS[3], token, 'KEEPTTL', 'GET')
-      if before and not (#before == #token and before < token and string.find(before, '^[1-9]%d*$')) then
-        if type(before) == 'table' then return before end  -- another type: nothing was written
-        local counter = (before == '0' or string.find(before, '^%-?[1-9]%d*$')) and tonumber(before)
-        if not counter or counter + 1 >= 9007199254740992 then
-          redis.call('SET', KEYS[3], before, 'KEEPTTL')
-          token = nil
-        elseif counter + 1 > tonumber(token) then
-          token = string.format('%.0f', counter + 1)
-          redis.call('SET', KEYS[3], token, 'KEEPTTL')
-        end
-      end
     end
     if token then
       local until_ms = string.format('%.0f', tonumber(t) + tonumber(lease))

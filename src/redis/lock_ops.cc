@@ -83,9 +83,8 @@ void NameValueKey(std::vector<std::string>* args, const std::string& waiter_id,
 ScriptCall WidenAcquire(ScriptCall call) {
   // A single exclusive try names the holder, the counter and the holds (AcquireKeys): the rest
   // follow, the value key last.
-  call.keys.reserve(6);
   call.keys.resize(3);
-  const std::string& holder = call.keys[0];  // stays put: the vector has room
+  const std::string holder = call.keys[0];
   call.keys.push_back(holder + LockKeys::kHoldData);
   call.keys.push_back(holder + LockKeys::kWriter);
   call.keys.push_back(holder + LockKeys::kValue);

@@ -18,7 +18,8 @@ AsyncConnection::AsyncConnection(EventLoop* loop, const RedisConfig& config)
 
 AsyncConnection::~AsyncConnection() {
   on_lost_ = nullptr;
-  Drop("connection closed");
+  shutdown_reason_ = "connection closed";  // a failed callback's new command must not reconnect
+  Drop(shutdown_reason_);
 }
 
 void AsyncConnection::Lost() {
@@ -49,6 +50,11 @@ bool AsyncConnection::EnsureConnected(std::string* error) {
       *error = "out of memory writing to " + server_;
       return false;
     }
+    if (!pending_.MakeRoom()) {
+      stream_.Close();
+      *error = "out of memory writing to " + server_;
+      return false;
+    }
     pending_.push_back(Pending{nullptr, now});
     ++commands_sent_;
   }
@@ -64,6 +70,11 @@ void AsyncConnection::FailLater(Callback cb, const Status& error) {
 }
 
 uint64_t AsyncConnection::Push(Callback cb, const Script* script, size_t command_size) {
+  if (!pending_.MakeRoom()) {  // the command went out unanswerable: the replies would not match
+    FailLater(std::move(cb), Status::IoError("out of memory writing to " + server_));
+    Drop("out of memory writing to " + server_);
+    return 0;
+  }
   pending_.push_back(Pending{std::move(cb), Now(), script, commands_sent_ + 1, command_size});
   if (!timeout_timer_.pending()) ArmTimeout();
   return ++commands_sent_;
@@ -190,13 +201,20 @@ void AsyncConnection::FailPending(const Status& error) {
   }
 }
 
-void AsyncConnection::PendingQueue::push_back(Pending p) {
-  if (size_ == slots_.size()) {
+bool AsyncConnection::PendingQueue::MakeRoom() noexcept {
+  if (size_ < slots_.size()) return true;
+  try {
     std::vector<Pending> grown(std::max<size_t>(16, 2 * slots_.size()));
     for (size_t i = 0; i < size_; ++i) grown[i] = std::move(slots_[(head_ + i) & (slots_.size() - 1)]);
     slots_.swap(grown);
     head_ = 0;
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
   }
+}
+
+void AsyncConnection::PendingQueue::push_back(Pending p) {
   slots_[(head_ + size_) & (slots_.size() - 1)] = std::move(p);
   ++size_;
 }

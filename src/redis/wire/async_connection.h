@@ -67,7 +67,9 @@ class AsyncConnection : private StreamConnection::Handler {
     bool empty() const { return size_ == 0; }
     size_t size() const { return size_; }
     Pending& front() { return slots_[head_]; }
-    void push_back(Pending p);
+    // Room for one more, so that push_back cannot fail; false when out of memory.
+    bool MakeRoom() noexcept;
+    void push_back(Pending p);  // after MakeRoom
     Pending pop_front();
     void swap(PendingQueue& other) noexcept {
       slots_.swap(other.slots_);

@@ -5,6 +5,7 @@
 #ifndef DLOCK_REDIS_WIRE_RESP_H_
 #define DLOCK_REDIS_WIRE_RESP_H_
 
+#include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <string>
@@ -29,6 +30,13 @@ inline size_t Digits(size_t n) {
 inline size_t HeaderSize(size_t n) { return 1 + Digits(n) + 2; }
 inline size_t BulkSize(size_t len) { return HeaderSize(len) + len + 2; }
 
+// Room for `more` bytes, growing geometrically: reserve(size + n) alone may grow to exactly that
+// (libc++ does), and a pipeline of many commands would then copy the buffer once per command.
+inline void Reserve(std::string* out, size_t more) {
+  const size_t need = out->size() + more;
+  if (need > out->capacity()) out->reserve(std::max(need, 2 * out->capacity()));
+}
+
 inline void AppendHeader(std::string* out, char prefix, size_t n) {
   char buf[24];
   buf[0] = prefix;
@@ -48,7 +56,7 @@ inline void AppendBulk(std::string* out, std::string_view s) {
 inline void AppendCommand(std::string* out, const std::vector<std::string>& argv) {
   size_t size = HeaderSize(argv.size());
   for (const auto& a : argv) size += BulkSize(a.size());
-  out->reserve(out->size() + size);
+  Reserve(out, size);
   AppendHeader(out, '*', argv.size());
   for (const auto& a : argv) AppendBulk(out, a);
 }
@@ -67,7 +75,7 @@ inline void AppendScriptCall(std::string* out, const Script& script, bool body,
   size_t size = HeaderSize(argc) + BulkSize(verb.size()) + BulkSize(first.size()) + BulkSize(numkeys_len);
   for (const auto& k : keys) size += BulkSize(k.size());
   for (const auto& a : args) size += BulkSize(a.size());
-  out->reserve(out->size() + size);
+  Reserve(out, size);
   AppendHeader(out, '*', argc);
   AppendBulk(out, verb);
   AppendBulk(out, first);
