@@ -28,7 +28,8 @@ struct dlock_lock {
 };
 
 struct dlock_event {
-  const dlock::Event* impl;
+  const dlock::Event* impl;                 // what the accessors read
+  std::unique_ptr<dlock::EventCopy> owned;  // a popped event's own copy; null for a hook's
 };
 
 struct dlock_metrics {
@@ -143,7 +144,8 @@ dlock_status StartExtend(dlock_lock* l, uint64_t lease_ms, dlock::StatusCallback
 // Delivers to a queue: the completion callbacks of the _queued forms.
 dlock::StatusCallback PushDone(std::shared_ptr<dlock::CompletionQueue> queue, uint64_t tag) {
   return [queue = std::move(queue), tag](const dlock::Status& s) {
-    queue->Push({dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr, nullptr, nullptr});
+    queue->Push(
+        {dlock::CompletionQueue::Kind::kDone, tag, s, nullptr, nullptr, nullptr, nullptr, nullptr});
   };
 }
 
@@ -672,12 +674,18 @@ int dlock_queue_fd_dup(const dlock_queue* q) {
 }
 
 int dlock_queue_pop(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_lock** lock) {
-  return dlock_queue_pop_leader(q, tag, status, lock, nullptr);
+  return dlock_queue_pop_event(q, tag, status, lock, nullptr, nullptr);
 }
 
 int dlock_queue_pop_leader(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_lock** lock,
                            dlock_info** leader) {
+  return dlock_queue_pop_event(q, tag, status, lock, leader, nullptr);
+}
+
+int dlock_queue_pop_event(dlock_queue* q, uint64_t* tag, dlock_status* status, dlock_lock** lock,
+                          dlock_info** leader, dlock_event** event) {
   if (leader != nullptr) *leader = nullptr;
+  if (event != nullptr) *event = nullptr;
   if (q == nullptr) {
     last_error = "queue is NULL";
     return -1;
@@ -702,6 +710,12 @@ int dlock_queue_pop_leader(dlock_queue* q, uint64_t* tag, dlock_status* status, 
     } else if (leader != nullptr && entry.info != nullptr) {
       *leader = new dlock_info{std::move(*entry.info)};
     }
+    if (event != nullptr && entry.event != nullptr) {  // else the copy is dropped with the entry
+      auto out = std::make_unique<dlock_event>();
+      out->impl = &entry.event->event;
+      out->owned = std::move(entry.event);
+      *event = out.release();
+    }
     return Report(entry.status);
   });
   if (status != nullptr) *status = result;
@@ -718,7 +732,8 @@ dlock_status dlock_acquire_queued(dlock_client* c, const char* name, const dlock
                                      const std::shared_ptr<dlock::Client>& client,
                                      std::shared_ptr<dlock::LockState> state) {
                           queue->Push({dlock::CompletionQueue::Kind::kDone, tag, result,
-                                       state != nullptr ? client : nullptr, std::move(state), nullptr, nullptr});
+                                       state != nullptr ? client : nullptr, std::move(state), nullptr,
+                                       nullptr, nullptr});
                         });
   });
 }
@@ -771,7 +786,8 @@ dlock_status dlock_options_set_on_lost_queued(dlock_options* o, dlock_queue* q, 
                               ") was lost";
         if (!reason.empty()) message += ": " + reason;
         queue->Push({dlock::CompletionQueue::Kind::kLost, tag,
-                     dlock::Status::NotHeld(std::move(message)), nullptr, nullptr, nullptr, nullptr});
+                     dlock::Status::NotHeld(std::move(message)), nullptr, nullptr, nullptr, nullptr,
+                     nullptr});
       };
     }
     return Report(dlock::Status::Ok());
@@ -949,11 +965,27 @@ dlock_status dlock_client_set_event_hook(dlock_client* c, dlock_event_fn fn, voi
     if (c == nullptr) return Invalid("client is NULL");
     if (fn == nullptr) return Invalid("fn is NULL");
     const bool set = c->impl->SetEventHook([fn, arg](const dlock::Event& e) {
-      const dlock_event event{&e};
+      const dlock_event event{&e, nullptr};
       fn(&event, arg);
     });
-    return set ? DLOCK_OK : Invalid("this client has an event hook already (one per client)");
+    return set ? DLOCK_OK : Invalid("this client has an event hook or queue already (one per client)");
   });
+}
+
+dlock_status dlock_client_set_event_queue(dlock_client* c, dlock_queue* q, uint64_t tag) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (q == nullptr) return Invalid("queue is NULL");
+    const bool set = c->impl->SetEventHook([queue = q->impl, tag](const dlock::Event& e) {
+      (void)queue->PushEvent(tag, e);  // never throws, never waits
+    });
+    return set ? DLOCK_OK : Invalid("this client has an event hook or queue already (one per client)");
+  });
+}
+
+void dlock_event_free(dlock_event* e) {
+  if (e == nullptr || e->owned == nullptr) return;  // not a popped copy (a hook's): not the caller's
+  delete e;
 }
 
 dlock_event_type dlock_event_type_of(const dlock_event* e) {

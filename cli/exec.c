@@ -347,7 +347,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     guard_update(j, o, lock);
     if (!lost && !stopped_out && (g_lost_reported || !dlock_lock_is_valid(lock))) {
       lost = true;
-      /* "CAUSE: details" (dlock_lock_lost_cause: refused, expired). */
+      /* "CAUSE: details" (dlock_lock_lost_cause: deleted, taken_over, refused, expired). */
       const char *cause = dlock_lock_lost_cause(lock);
       const char *reason = cause         ? cause
                            : g_lost_reported ? g_lost_reason

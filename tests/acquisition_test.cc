@@ -115,7 +115,7 @@ TEST(AcquisitionTest, ItsMetricsCountAttemptsHandOversAndTheWait) {
   auto count = [&](const std::string& key) {
     std::vector<MetricFamily> families;
     std::vector<MetricSample> samples;
-    m.Collect(0, &families, &samples);
+    m.Collect(ClientGauges{}, &families, &samples);
     for (const MetricSample& s : samples) {
       if ((s.labels.empty() ? s.name : s.name + "{" + s.labels + "}") == key) return s.value;
     }

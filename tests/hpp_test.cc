@@ -343,12 +343,12 @@ TEST_F(HppTest, OnLostIsCalledWhenTheKeyIsDeleted) {
   EXPECT_EQ(token, lock.fencing_token());
   EXPECT_FALSE(lock.valid());
   EXPECT_EQ(lock.remaining(), 0ms);
-  EXPECT_EQ(lock.lost_cause().rfind("refused: ", 0), 0u) << lock.lost_cause();
+  EXPECT_EQ(lock.lost_cause().rfind("deleted: ", 0), 0u) << lock.lost_cause();
   EXPECT_EQ(CodeOf([&] { lock.release(); }), DLOCK_NOT_HELD);
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(calls.load(), 1);
-  // The client counted it: one loss, refused, in its Prometheus text.
-  EXPECT_NE(client.metrics_text().find("dlock_losses_total{cause=\"refused\"} 1\n"), std::string::npos)
+  // The client counted it: one loss, deleted, in its Prometheus text.
+  EXPECT_NE(client.metrics_text().find("dlock_losses_total{cause=\"deleted\"} 1\n"), std::string::npos)
       << client.metrics_text();
 }
 

@@ -1346,8 +1346,12 @@ end
 function Lock:released() return self._h == nil end
 
 -- Why the lock is no longer valid: nil while it is held and valid (or once released), else
--- "CAUSE: details" with CAUSE "refused" (the server no longer had this owner's lock) or
--- "expired" (renewals failed until the local deadline). Read it before release.
+-- "CAUSE: details". When the server no longer had this owner's lock (a renewal, extend, release
+-- or set_value was refused), the library looks at the name once more: CAUSE "deleted" (nobody
+-- holds it: deleted, or its lease ran out on the server; or a shared or semaphore hold vanished
+-- while others stand), "taken_over" (another owner holds it: "another owner holds it now
+-- (fencing token N, label 'x')") or "refused" (that look failed, or still listed this hold).
+-- "expired": renewals failed until the local deadline passed first. Read it before release.
 function Lock:lost_cause()
   local h = self._h
   if h == nil then return nil end

@@ -46,8 +46,10 @@ export class LockLostError extends DlockError {
   constructor(message?: string, options?: ErrorOptions);
   code: 'ERR_DLOCK_NOT_HELD';
   /**
-   * Why it was lost, when it was (the stable code of lock.lostCause): 'refused' (the server no
-   * longer had this owner's lock: expired, deleted or taken over) or 'expired' (renewals failed
+   * Why it was lost, when it was (the stable code of lock.lostCause): 'deleted' (the server no
+   * longer had this owner's lock, and nobody holds it: deleted, or its lease ran out there),
+   * 'taken_over' (another owner holds it now), 'refused' (the server no longer had this owner's
+   * lock, and looking again failed or still listed this hold) or 'expired' (renewals failed
    * until the local deadline). undefined for a lock released already or by its client's close().
    * The message keeps the library's words.
    */
@@ -58,7 +60,7 @@ export class LockLostError extends DlockError {
  * The stable code of why a lock was lost (the cause label of dlock_losses_total). 'max_hold' and
  * 'broken' are reserved for job rules.
  */
-export type LossCause = 'refused' | 'expired' | 'max_hold' | 'broken';
+export type LossCause = 'deleted' | 'taken_over' | 'refused' | 'expired' | 'max_hold' | 'broken';
 /** The library refused an argument, URL or option value. code: 'ERR_DLOCK_EINVAL'. */
 export class InvalidArgumentError extends DlockError {
   constructor(message?: string, options?: ErrorOptions);
@@ -188,7 +190,7 @@ export interface MetricSample {
   value: number;
 }
 
-/** What happens to a client's locks, as it happens: client.on('event', (e) => ...) (addon path only). */
+/** What happens to a client's locks, as it happens: client.on('event', (e) => ...), on either path. */
 export type DlockEventType = 'acquiring' | 'acquired' | 'not_acquired' | 'released' | 'renewal_failed' | 'lost';
 
 export interface DlockEvent {
@@ -205,9 +207,9 @@ export interface DlockEvent {
   status: number;
   /** err.code's form of status ('ERR_DLOCK_NOT_ACQUIRED', ...); null when status is 0. */
   code: DlockErrorCode | null;
-  /** The error's message (not_acquired, released, renewal_failed) or lost's cause ("refused: ..."); '' when none. */
+  /** The error's message (not_acquired, released, renewal_failed) or lost's cause ("deleted: ..."); '' when none. */
   detail: string;
-  /** lost: its stable code ('refused', 'expired'); null for the others. */
+  /** lost: its stable code ('deleted', 'taken_over', 'refused', 'expired'); null for the others. */
   cause: LossCause | null;
 }
 
@@ -232,8 +234,9 @@ export type HoldingFn<T> = (lock: Lock, signal: AbortSignal) => T | Promise<T>;
 export interface Client {
   /**
    * What happens to its locks (acquiring, acquired, not_acquired, released, renewal_failed,
-   * lost), on the JS thread. Addon path only (library().native === 'addon'): adding a listener
-   * on the koffi path throws (code 'ERR_DLOCK_NO_EVENTS'). A client nobody listens to pays nothing.
+   * lost), on the JS thread, on either path (the koffi path's come through the library's event
+   * queue; with a libdlock too old to have one, adding a listener there throws, code
+   * 'ERR_DLOCK_NO_EVENTS'). A client nobody listens to pays nothing.
    */
   on(event: 'event', listener: (event: DlockEvent) => void): this;
   once(event: 'event', listener: (event: DlockEvent) => void): this;
@@ -353,7 +356,7 @@ export class Lock extends EventEmitter {
   readonly released: boolean;
   /**
    * Why it is no longer valid: null while held and valid, else "CAUSE: details" with CAUSE a
-   * LossCause ('refused: the server no longer has this owner's lock ...'). After release(): the
+   * LossCause ('taken_over: another owner holds it now (fencing token 8)'). After release(): the
    * cause it had been lost by, or null.
    */
   readonly lostCause: string | null;

@@ -24,9 +24,12 @@
 // (dlock_observe_queued), popped with dlock_queue_pop_leader while any is running.
 //
 // Metrics (client.metricsText(), metrics(); registerMetrics in lib/metrics.js) and loss causes
-// (lock.lostCause) are synchronous reads on either path. Client events (client.on('event'))
-// are the addon's only: the library's hook runs where the work was done, which on the koffi path
-// is the library's thread or libuv's pool, and JS must not be called from there. The hook is set
+// (lock.lostCause) are synchronous reads on either path. Client events (client.on('event')): the
+// library's hook runs where the work was done, so the addon copies them for this thread, and the
+// koffi path (whose work is done on the library's thread or libuv's pool, where JS must not be
+// called) has them queued (dlock_client_set_event_queue) in the same queue, popped with
+// dlock_queue_pop_event once any client listens; a pool call's events are drained before its
+// promise settles, as the addon tells them before the caller resumes. The hook or queue is set
 // when the first 'event' listener is added: a client nobody listens to pays nothing per lock.
 //
 // OpenTelemetry spans (lib/tracing.js's DlockInstrumentation) are made here, around the calls,
@@ -153,17 +156,54 @@ function addonLeader(id, row) {
 function addonEvent(id, type, name, attempts, elapsedMs, token, status, detail) {
   const client = eventClients.get(id)?.deref();
   if (client === undefined) return;
+  emitEvent(client, type, name, attempts, elapsedMs, token, status, detail);
+}
+
+function emitEvent(client, type, name, attempts, elapsedMs, token, status, detail) {
   client[kEvent]({
     type, name, attempts, elapsedMs, fencingToken: token === 0n ? null : token, status,
     code: status === 0 ? null : `ERR_DLOCK_${statusName(status)}`, detail, cause: type === 'lost' ? causeCode(detail) : null,
   });
 }
 
+// A queued event (koffi path: dlock_client_set_event_queue): ev is the library's copy, read
+// and freed here; the same object as the addon's.
+const eventTypeNames = [];
+function queuedEventNow(id, ev) {
+  if (!ev) return;
+  const client = eventClients.get(id)?.deref();
+  if (client === undefined) {
+    C.event_free(ev);
+    return;
+  }
+  let type, name, attempts, elapsedMs, token, status, detail;
+  try {
+    const t = C.event_type_of(ev);
+    type = eventTypeNames[t] ??= C.event_type_name(t);
+    name = C.event_lock_name(ev);
+    attempts = C.event_attempts(ev);
+    elapsedMs = Number(C.event_elapsed_ms(ev));
+    token = BigInt(C.event_fencing_token(ev));
+    status = C.event_status(ev);
+    detail = C.event_detail(ev);
+  } finally {
+    C.event_free(ev);
+  }
+  emitEvent(client, type, name, attempts, elapsedMs, token, status, detail);
+}
+
+// After a call on libuv's pool, before its promise settles: the events it made are in the queue
+// already (the library queued them before the call returned), and are told first, as the addon
+// tells its events before the caller resumes.
+function drainEvents() {
+  if (queuedEvents) drain();
+}
+
 // A loss's cause in the library's messages: "lock 'x' was lost: CAUSE: details" (NOT_HELD
 // errors), "lock 'x' (fencing token N) was lost: CAUSE: details" (loss reports).
-const LOST_CAUSE = /' (?:\(fencing token \d+\) )?was lost: (refused|expired|max_hold|broken): (.*)$/s;
+const LOST_CAUSE = /' (?:\(fencing token \d+\) )?was lost: (deleted|taken_over|refused|expired|max_hold|broken): (.*)$/s;
 
-// The stable code that starts a loss cause ("refused: ..." -> 'refused'), or null.
+// The stable code that starts a loss cause ("taken_over: ..." -> 'taken_over'), or null.
 function causeCode(cause) {
   if (typeof cause !== 'string' || cause === '') return null;
   const i = cause.indexOf(':');
@@ -444,19 +484,30 @@ function unhold() { if (--active === 0 && keeper !== null) keeper.unref(); }
 const QUEUE_DONE = 1;
 const QUEUE_LOST = 2;
 const QUEUE_LEADER = 3;
+const QUEUE_EVENT = 4;
 const popTag = [0];
 const popStatus = [0];
 const popLock = [null];
 const popLeader = [null];
+const popEvent = [null];
+let queuedEvents = false;  // koffi path: some client's events come through the queue
 
+// Pops until the queue is empty. Reentrant: each entry's outputs are read before anything runs.
 function drain() {
   for (;;) {
-    // With observers of the koffi path running, their reports are in the queue too (the longer
-    // pop takes them); with none, plain pops drop any a cancelled observer left behind.
-    const kind = queuedObservers === 0 ? C.queue_pop(queue, popTag, popStatus, popLock)
-      : C.queue_pop_leader(queue, popTag, popStatus, popLock, popLeader);
+    // With clients' events on the koffi path, they are in the queue too (the longest pop takes
+    // them, and observers' reports); with observers of the koffi path running, their reports
+    // are (the longer pop takes them); with neither, plain pops drop any a cancelled observer
+    // left behind.
+    const kind = queuedEvents ? C.queue_pop_event(queue, popTag, popStatus, popLock, popLeader, popEvent)
+      : queuedObservers === 0 ? C.queue_pop(queue, popTag, popStatus, popLock)
+        : C.queue_pop_leader(queue, popTag, popStatus, popLock, popLeader);
     if (kind <= 0) return;
     const tag = popTag[0];
+    if (kind === QUEUE_EVENT) {
+      queuedEventNow(tag, popEvent[0]);
+      continue;
+    }
     if (kind === QUEUE_LEADER) {
       leaderNow(tag, popLeader[0]);
       continue;
@@ -513,7 +564,8 @@ const kEvent = Symbol('event');
 const kWantEvents = Symbol('wantEvents');
 const { kSamples } = metricsLib;
 
-// Clients whose events are on (addon path), by the id their hook was given: held weakly.
+// Clients whose events are on, by the id their hook (addon path) or queue tag (koffi path) was
+// given: held weakly.
 const eventClients = new Map();
 let nextEventId = 0;
 
@@ -676,6 +728,7 @@ class Client extends EventEmitter {
       this.#rec = { h: out[0], busy: 0 };
       openClients.add(this.#rec);
       clientRegistry.register(this, this.#rec, this);
+      if (this.#events) this.#setHook();
     } finally {
       unhold();
     }
@@ -705,13 +758,14 @@ class Client extends EventEmitter {
 
   // ----- events
 
-  // An 'event' listener is being added: sets the hook (once; at open when not open yet). The
-  // hook runs on the library's threads on the koffi path, where JS must not be called.
+  // An 'event' listener is being added: sets the hook (addon path) or the event queue (koffi
+  // path), once; at open when not open yet.
   [kWantEvents]() {
     if (this.#events) return;
-    if (A === null) {
-      const e = new Error("client 'event' listeners need the addon path (dlock.native === 'addon'); " +
-        `this process takes the koffi path (${addonReason}), whose hook would run on the library's threads`);
+    if (A === null && !native.hasQueuedEvents) {
+      const e = new Error(`client 'event' listeners on the koffi path (${addonReason}) need a libdlock with ` +
+        `queued events (dlock_client_set_event_queue); libdlock ${native.version} at ${native.libraryPath} ` +
+        'has none: install a newer one, or take the addon path (dlock.native === \'addon\')');
       e.code = 'ERR_DLOCK_NO_EVENTS';
       throw e;
     }
@@ -726,11 +780,12 @@ class Client extends EventEmitter {
     }
     const id = ++nextEventId;
     eventClients.set(id, new WeakRef(this));
-    const s = A.events(this.#h, id);
+    const s = A !== null ? A.events(this.#h, id) : C.client_set_event_queue(this.#h, queue, id);
     if (s !== 0) {
       eventClients.delete(id);
-      throw errorFor(s, `cannot set the event hook: ${A.lastError()}`);
+      throw errorFor(s, `cannot set the event hook: ${A !== null ? A.lastError() : C.last_error()}`);
     }
+    if (A === null) queuedEvents = true;  // from now on the drain pops events too
   }
 
   [kEvent](e) {
@@ -919,7 +974,10 @@ class Client extends EventEmitter {
         let status;
         try {
           status = await new Promise((resolve) => {
-            C.acquire_errbuf.async(h, cname, opts, out, buf, buf.length, (err, st) => resolve(err ? -1 : st));
+            C.acquire_errbuf.async(h, cname, opts, out, buf, buf.length, (err, st) => {
+              resolve(err ? -1 : st);  // settled first: its code runs after this callback, events first
+              drainEvents();
+            });
           });
         } finally {
           poolBusy--;
@@ -1326,7 +1384,10 @@ class Client extends EventEmitter {
         }
         hold();
         try {
-          await new Promise((resolve) => C.client_close.async(h, () => resolve()));
+          await new Promise((resolve) => C.client_close.async(h, () => {
+            resolve();
+            drainEvents();  // what the close made (its cancelled acquires' events), told before close() settles
+          }));
         } finally {
           unhold();
         }
@@ -1517,9 +1578,13 @@ class Lock extends EventEmitter {
 
   /**
    * Why the lock is no longer valid: null while it is held and valid, else "CAUSE: details",
-   * CAUSE a stable code (the cause label of dlock_losses_total): 'refused' (the server no longer
-   * had this owner's lock: expired, deleted or taken over) or 'expired' (renewals failed until
-   * the local deadline passed). After release(): the cause it had been lost by, or null.
+   * CAUSE a stable code (the cause label of dlock_losses_total). When the server no longer had
+   * this owner's lock (a renewal, extend, release or setValue was refused), the library looks at
+   * the name once more: 'deleted' (nobody holds it: deleted, or its lease ran out on the server;
+   * or a shared or semaphore hold vanished while others stand), 'taken_over' (another owner
+   * holds it; the details name its fencing token and label) or 'refused' (that look failed, or
+   * still listed this hold). 'expired': renewals failed until the local deadline passed first.
+   * After release(): the cause it had been lost by, or null.
    */
   get lostCause() {
     const h = this.#st.h;
@@ -1538,9 +1603,9 @@ class Lock extends EventEmitter {
   }
 
   // The options of a LockLostError for a call on this lock that found it not held, or of its
-  // loss report: its cause (err.cause: 'refused', 'expired'), when the lock was lost. The
-  // library's message says it ("lock 'x' was lost: refused: ..."), a release's too, whose handle
-  // is gone by then; else the handle says it, while there is one.
+  // loss report: its cause (err.cause: 'deleted', 'taken_over', 'refused', 'expired'), when the
+  // lock was lost. The library's message says it ("lock 'x' was lost: deleted: ..."), a
+  // release's too, whose handle is gone by then; else the handle says it, while there is one.
   #lostOptions(status, message) {
     if (status !== S.NOT_HELD || !native.hasMetrics) return undefined;
     const said = LOST_CAUSE.exec(message ?? '');
@@ -1632,7 +1697,10 @@ class Lock extends EventEmitter {
       poolBusy++;
       const buf = takeErrbuf();
       this.#busy = new Promise((resolve) => {
-        C.extend_errbuf.async(h, leaseMs, buf, buf.length, (err, st) => resolve(err ? -1 : st));
+        C.extend_errbuf.async(h, leaseMs, buf, buf.length, (err, st) => {
+          resolve(err ? -1 : st);  // settled first: its code runs after this callback, events first
+          drainEvents();
+        });
       });
       let status;
       try {
@@ -1777,7 +1845,10 @@ class Lock extends EventEmitter {
       let status;
       try {
         status = await new Promise((resolve) => {
-          C.release_errbuf.async(h, buf, buf.length, (err, s) => resolve(err ? -1 : s));
+          C.release_errbuf.async(h, buf, buf.length, (err, s) => {
+            resolve(err ? -1 : s);  // settled first: its code runs after this callback, events first
+            drainEvents();
+          });
         });
       } finally {
         poolBusy--;

@@ -71,7 +71,8 @@
  *   byte of the reply), metrics_groups= (default 0: per-group metrics series, see "metrics and
  *   loss causes"). Unknown parameters are an error. Bounds, with C = connect_timeout_ms,
  *   T = timeout_ms, W = wait_ms: open, release, extend and a one-try acquire take at most
- *   C + T (DynamoDB: T); an acquire that waits W + C + T (DynamoDB: W + T).
+ *   C + T (DynamoDB: T); an acquire that waits W + C + T (DynamoDB: W + T). A release, extend
+ *   or set_value the server refuses takes one more T, to say why (dlock_lock_lost_cause).
  *
  * Redis keys for lock NAME: <prefix>{NAME} holds the owner, <prefix>{NAME}:fence the fencing
  * counter (never expires); releases are published on <prefix>{NAME}:released. *
@@ -358,6 +359,8 @@ typedef struct dlock_queue dlock_queue;
 #define DLOCK_QUEUE_DONE 1  /* a _queued call finished: its status (and lock, for acquires) */
 #define DLOCK_QUEUE_LOST 2  /* a lock whose options named this queue was lost (DLOCK_NOT_HELD) */
 #define DLOCK_QUEUE_LEADER 3 /* an observer's report (dlock_observe_queued): who leads now */
+#define DLOCK_QUEUE_EVENT 4  /* an event of a client whose events go to this queue
+                                (dlock_client_set_event_queue); read it with dlock_queue_pop_event */
 
 DLOCK_API dlock_status dlock_queue_new(dlock_queue **out);
 /* Frees the queue. Outcomes still to come are dropped, and a lock such an outcome carries is
@@ -372,11 +375,14 @@ DLOCK_API int dlock_queue_fd(const dlock_queue *q);
  * it stays valid after dlock_queue_free. Returns -1 when q is NULL or the duplicate cannot be
  * made (EMFILE), with dlock_last_error() set. */
 DLOCK_API int dlock_queue_fd_dup(const dlock_queue *q);
-/* Takes the oldest entry: returns DLOCK_QUEUE_DONE or DLOCK_QUEUE_LOST and writes *tag,
- * *status and *lock (a held lock for a successful acquire, now the caller's; else NULL), and
- * sets this thread's dlock_last_error() to the entry's message. Returns DLOCK_QUEUE_EMPTY when
- * there is none, -1 when q is NULL. Any out pointer may be NULL (a lock nobody takes is
- * released in the background). Never blocks. */
+/* Takes the oldest entry: returns its kind (DLOCK_QUEUE_DONE, DLOCK_QUEUE_LOST, ...) and writes
+ * *tag, *status and *lock (a held lock for a successful acquire, now the caller's; else NULL),
+ * and sets this thread's dlock_last_error() to the entry's message. Returns DLOCK_QUEUE_EMPTY
+ * when there is none, -1 when q is NULL. Any out pointer may be NULL (a lock nobody takes is
+ * released in the background). Never blocks. A queue that observers or a client's events
+ * (dlock_client_set_event_queue) also use hands out DLOCK_QUEUE_LEADER and DLOCK_QUEUE_EVENT
+ * entries here too, their snapshot or event dropped (*status DLOCK_OK, *lock NULL): skip the
+ * kinds you do not know, or pop with dlock_queue_pop_leader or dlock_queue_pop_event. */
 DLOCK_API int dlock_queue_pop(dlock_queue *q, uint64_t *tag, dlock_status *status,
                               dlock_lock **lock);
 struct dlock_info;
@@ -384,7 +390,8 @@ struct dlock_info;
  * holder: owner, value, term, lease left), to free with dlock_info_free, or NULL when nobody
  * leads; for the DLOCK_QUEUE_DONE entry of a successful dlock_inspect_queued or
  * dlock_leader_queued, its snapshot; NULL for every other entry. leader may be NULL
- * (dlock_queue_pop drops it). */
+ * (dlock_queue_pop drops it). A DLOCK_QUEUE_EVENT entry's event is dropped (see
+ * dlock_queue_pop_event). */
 DLOCK_API int dlock_queue_pop_leader(dlock_queue *q, uint64_t *tag, dlock_status *status,
                                      dlock_lock **lock, struct dlock_info **leader);
 /* dlock_acquire_async, with its outcome queued under tag. */
@@ -632,6 +639,7 @@ DLOCK_API dlock_status dlock_observe_queued(dlock_client *c, const char *name, s
  *                                           retried until the local deadline), refused
  *   dlock_losses_total{cause}               locks lost while held, by cause (below)
  *   dlock_locks_held, dlock_acquires_waiting  gauges: held now, acquisitions under way now
+ *   dlock_connections                       gauge: connections to the backend's servers open now
  *   dlock_acquire_wait_seconds              histogram: start to end of acquisitions that ended
  *                                           acquired or not_acquired
  *   dlock_acquire_attempt_seconds           histogram: each attempt's round trip
@@ -669,12 +677,16 @@ DLOCK_API const char  *dlock_metrics_labels(const dlock_metrics *m, size_t k);
 DLOCK_API double       dlock_metrics_value(const dlock_metrics *m, size_t k);
 
 /* Why l is no longer valid: NULL while it is held and valid, else "CAUSE: details", where
- * CAUSE is a stable code (the cause label of dlock_losses_total):
- *   refused   the server no longer had this owner's lock while its lease still held here (a
- *             renewal, extend, release or set_value found it deleted or taken over);
- *   expired   the lease ran out first: renewals failed until the local deadline passed (the
- *             details end with the last error), or the deadline passed before a renewal
- *             answered, or there were no renewals and the server then no longer had it.
+ * CAUSE is a stable code (the cause label of dlock_losses_total). When the server refuses this
+ * owner (a renewal, extend, release or set_value) while the lease still holds here, dlock looks
+ * at the name once more (one inspect round trip, within timeout_ms) to say which:
+ *   deleted     nobody holds it (deleted by hand, or its lease ran out on the server), or a
+ *               shared or semaphore hold vanished while others stand;
+ *   taken_over  another owner holds it (the details name its fencing token, and its label);
+ *   refused     that look failed (the details say why), or still lists this hold;
+ *   expired     the lease ran out first: renewals failed until the local deadline passed (the
+ *               details end with the last error), or the deadline passed before a renewal
+ *               answered, or there were no renewals and the server then no longer had it.
  * (max_hold and broken are reserved for job rules.) Valid until the next call on l or its
  * release; not at the same time as another call on l. */
 DLOCK_API const char *dlock_lock_lost_cause(const dlock_lock *l);
@@ -712,6 +724,31 @@ DLOCK_API int64_t      dlock_event_elapsed_ms(const dlock_event *e);
 DLOCK_API uint64_t     dlock_event_fencing_token(const dlock_event *e);  /* 0 when none */
 DLOCK_API dlock_status dlock_event_status(const dlock_event *e);
 DLOCK_API const char  *dlock_event_detail(const dlock_event *e);         /* "" when none */
+
+/* The queued form of the hook, for runtimes that cannot take a call on the library's threads
+ * (Node's koffi, LuaJIT) and for consumers that must not hold up the work: instead of calling a
+ * hook, c queues each event as a DLOCK_QUEUE_EVENT entry with tag in q (see "completion
+ * queues"), in the order they happened, and never waits for the consumer. Either this or
+ * dlock_client_set_event_hook, once per client, best right after opening it: a second call of
+ * either is DLOCK_EINVAL. NULL c or q is DLOCK_EINVAL. Any thread. The client keeps q alive
+ * (dlock_queue_free then only lets go of the handle: later events are dropped). Each event
+ * costs the thread that made it a copy of the event (an allocation holding its name and
+ * detail) and a short lock of the queue; the fd is written only when the queue was empty. At
+ * most 65,536 event entries wait in one queue: beyond that, new events are dropped until the
+ * consumer pops (other entries are never dropped). */
+DLOCK_API dlock_status dlock_client_set_event_queue(dlock_client *c, dlock_queue *q, uint64_t tag);
+/* dlock_queue_pop_leader, and for a DLOCK_QUEUE_EVENT entry *event is the event (*status
+ * DLOCK_OK, *lock and *leader NULL, dlock_last_error() ""): the caller's, read with the
+ * dlock_event_* accessors (its strings live as long as it does, from any thread) and freed with
+ * dlock_event_free; NULL for every other entry. leader and event may be NULL (the snapshot or
+ * event is dropped). Never blocks. Events still in a queue when it is freed are dropped with
+ * it. */
+DLOCK_API int dlock_queue_pop_event(dlock_queue *q, uint64_t *tag, dlock_status *status,
+                                    dlock_lock **lock, struct dlock_info **leader,
+                                    dlock_event **event);
+/* Frees an event dlock_queue_pop_event handed out. NULL is ok (as is an event a hook was given:
+ * that is not the caller's, and nothing happens). Any thread. */
+DLOCK_API void dlock_event_free(dlock_event *e);
 
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 

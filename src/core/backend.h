@@ -240,6 +240,9 @@ class Backend {
   // Loop thread: drop connections and fail what is in flight; nothing reconnects afterwards.
   // Called once, at close.
   virtual void ShutdownOnLoop() = 0;
+  // Any thread: connections to the backend's servers open now (the dlock_connections gauge;
+  // core/connection_count.h); -1 when the backend does not count them (the gauge is left out).
+  virtual int64_t OpenConnections() const { return -1; }
 };
 
 }  // namespace dlock

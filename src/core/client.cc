@@ -465,7 +465,10 @@ Status Client::SettleRelease(const std::shared_ptr<LockState>& lock, const Statu
     metrics_.Released(moved ? CallOutcome::kOk : CallOutcome::kNotHeld, held, lock->name);
     if (!moved) result = NotHeldStatus(*lock);
   } else if (s.code() == Code::kNotHeld) {
-    lock->Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
+    // Lost already, with the cause a look found (LoseExplained): this only makes sure.
+    if (lock->Phase() == LockPhase::kHeld) {
+      lock->Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
+    }
     Forget(lock);
     metrics_.Released(CallOutcome::kNotHeld, Clock::duration(), lock->name);
     result = NotHeldStatus(*lock);
@@ -506,10 +509,17 @@ uint64_t Client::HeldCount() const {
   return held;
 }
 
-std::string Client::MetricsText() const { return metrics_.Text(HeldCount()); }
+ClientGauges Client::Gauges() const {
+  ClientGauges gauges;
+  gauges.locks_held = HeldCount();
+  gauges.connections = backend_->OpenConnections();
+  return gauges;
+}
+
+std::string Client::MetricsText() const { return metrics_.Text(Gauges()); }
 
 void Client::CollectMetrics(std::vector<MetricFamily>* families, std::vector<MetricSample>* samples) const {
-  metrics_.Collect(HeldCount(), families, samples);
+  metrics_.Collect(Gauges(), families, samples);
 }
 
 Status Client::Release(const std::shared_ptr<LockState>& lock) {
@@ -531,7 +541,30 @@ Status Client::ReleaseHeld(const std::shared_ptr<LockState>& lock) {
     return NotHeldStatus(*lock);
   }
   lock->releasing.store(true);  // a renewal refused from now on is this release's doing
-  return SettleRelease(lock, backend_->Release(*lock));
+  const Status answer = backend_->Release(*lock);
+  if (answer.code() == Code::kNotHeld) LoseExplained(lock);
+  return SettleRelease(lock, answer);
+}
+
+void Client::LoseExplained(const std::shared_ptr<LockState>& lock) {
+  LockInfo info;
+  const Status looked = backend_->Inspect(lock->name, &info);
+  std::string reason;
+  const LossCause cause = ClassifyRefusal(*lock, looked, info, &reason);
+  lock->Lose(cause, std::move(reason), &metrics_);
+}
+
+void Client::LoseExplainedOnLoop(const std::shared_ptr<LockState>& lock, const Status& answer,
+                                 std::function<void()> then) {
+  if (answer.code() != Code::kNotHeld) {
+    then();
+    return;
+  }
+  heartbeats_->ExplainRefusal(lock, [self = shared_from_this(), lock, then = std::move(then)](
+                                        LossCause cause, std::string reason) {
+    lock->Lose(cause, std::move(reason), &self->metrics_);
+    then();
+  });
 }
 
 void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_done) {
@@ -552,8 +585,10 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_d
       return;
     }
     lock->releasing.store(true);  // as in Release
-    self->backend_->ReleaseAsync(lock, [self, lock, done = std::move(done)](const Status& answer) mutable {
-      self->Complete([done = std::move(done), s = self->SettleRelease(lock, answer)] { done(s); });
+    self->backend_->ReleaseAsync(lock, [self, lock, done = std::move(done)](const Status& answer) {
+      self->LoseExplainedOnLoop(lock, answer, [self, lock, done, answer] {
+        self->Complete([done, s = self->SettleRelease(lock, answer)] { done(s); });
+      });
     });
   });
   if (!posted) done(NotHeldStatus(*lock));  // closed: nothing runs the loop any more
@@ -601,13 +636,18 @@ Status Client::SetValue(const std::shared_ptr<LockState>& lock, const std::strin
   if (lock->Phase() != LockPhase::kHeld || IsClosed()) return NotHeldStatus(*lock);
   // Set before the write: a release racing with it must remove what it may store.
   if (!value.empty()) lock->has_value.store(true);
-  return SettleSetValue(*lock, backend_->SetValue(*lock, value));
+  const Status answer = backend_->SetValue(*lock, value);
+  if (answer.code() == Code::kNotHeld) LoseExplained(lock);
+  return SettleSetValue(*lock, answer);
 }
 
 Status Client::SettleSetValue(LockState& lock, const Status& s) {
   if (s.code() != Code::kNotHeld) return s;
   // Found by the caller's own call: reported by its NOT_HELD, not by on_lost (as extend).
-  lock.Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
+  // Lost already, with the cause a look found (LoseExplained): this only makes sure.
+  if (lock.Phase() == LockPhase::kHeld) {
+    lock.Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
+  }
   return NotHeldStatus(lock);
 }
 
@@ -621,8 +661,10 @@ void Client::SetValueAsync(std::shared_ptr<LockState> lock, std::string value, S
       return;
     }
     if (!value.empty()) lock->has_value.store(true);
-    self->backend_->SetValueAsync(lock, std::move(value), [self, lock, done = std::move(done)](const Status& answer) mutable {
-      self->Complete([done = std::move(done), r = self->SettleSetValue(*lock, answer)] { done(r); });
+    self->backend_->SetValueAsync(lock, std::move(value), [self, lock, done = std::move(done)](const Status& answer) {
+      self->LoseExplainedOnLoop(lock, answer, [self, lock, done, answer] {
+        self->Complete([done, r = self->SettleSetValue(*lock, answer)] { done(r); });
+      });
     });
   });
   if (!posted) done(NotHeldStatus(*lock));  // closed: nothing runs the loop any more

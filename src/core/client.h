@@ -5,6 +5,7 @@
 #ifndef DLOCK_CORE_CLIENT_H_
 #define DLOCK_CORE_CLIENT_H_
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -140,6 +141,8 @@ class Client : public std::enable_shared_from_this<Client> {
   Status SettleSetValue(LockState& lock, const Status& s);
   Status ReleaseHeld(const std::shared_ptr<LockState>& lock);
   uint64_t HeldCount() const;
+  // The gauges a scrape reads now: locks held, the backend's open connections.
+  ClientGauges Gauges() const;
   // A release of a lock no longer held (lost, released, closed): counted and told as not_held.
   void CountReleaseOfUnheld(const LockState& lock);
   void Forget(const std::shared_ptr<LockState>& lock);
@@ -150,6 +153,12 @@ class Client : public std::enable_shared_from_this<Client> {
                      LockRequest* out) const;
   // Settles a release/extend answer into the lock's phase; returns what the caller sees.
   Status SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s);
+  // A release or set_value the server refused: the lock is lost, with the cause one look at
+  // the name finds (ClassifyRefusal). The caller's thread (a blocking Inspect), or on the loop
+  // after an answer (then runs once the look answered, or at once when answer is not NOT_HELD).
+  void LoseExplained(const std::shared_ptr<LockState>& lock);
+  void LoseExplainedOnLoop(const std::shared_ptr<LockState>& lock, const Status& answer,
+                           std::function<void()> then);
   Status CheckExtend(const LockState& lock, uint64_t lease_ms) const;
   void Teardown();
   void DeferTeardownOnBase(std::shared_ptr<Client> self, TimePoint until);

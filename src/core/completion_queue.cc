@@ -40,21 +40,43 @@ CompletionQueue::~CompletionQueue() {
   close(write_fd_);
 }
 
+void CompletionQueue::Signal() {
+  if (!signalled_) {
+    signalled_ = true;
+    const char byte = 1;
+    // Cannot block (O_NONBLOCK) and cannot fill: one byte between empty Pops.
+    (void)!write(write_fd_, &byte, 1);
+  }
+}
+
 void CompletionQueue::Push(Entry entry) {
   {
     std::lock_guard<std::mutex> guard(mu_);
     if (!shut_) {
       entries_.push_back(std::move(entry));
-      if (!signalled_) {
-        signalled_ = true;
-        const char byte = 1;
-        // Cannot block (O_NONBLOCK) and cannot fill: one byte between empty Pops.
-        (void)!write(write_fd_, &byte, 1);
-      }
+      Signal();
       return;
     }
   }
   GiveBack(entry);
+}
+
+bool CompletionQueue::PushEvent(uint64_t tag, const Event& e) noexcept {
+  try {
+    // Copied before the lock is taken; dropped (after it is let go) when it cannot be queued.
+    Entry entry;
+    entry.kind = Kind::kEvent;
+    entry.tag = tag;
+    entry.event = std::make_unique<EventCopy>(e);
+    std::lock_guard<std::mutex> guard(mu_);
+    if (shut_ || events_ >= kMaxEvents) return false;
+    entries_.push_back(std::move(entry));
+    ++events_;
+    Signal();
+    return true;
+  } catch (...) {  // out of memory: an event is for logs, and the hook's caller must go on
+    return false;
+  }
 }
 
 bool CompletionQueue::Pop(Entry* out) {
@@ -68,6 +90,7 @@ bool CompletionQueue::Pop(Entry* out) {
   }
   *out = std::move(entries_.front());
   entries_.pop_front();
+  if (out->kind == Kind::kEvent) --events_;
   return true;
 }
 
@@ -77,6 +100,7 @@ void CompletionQueue::Shutdown() {
     std::lock_guard<std::mutex> guard(mu_);
     shut_ = true;
     left.swap(entries_);
+    events_ = 0;
   }
   for (Entry& entry : left) GiveBack(entry);
 }

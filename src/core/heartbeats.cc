@@ -1,6 +1,8 @@
 #include "core/heartbeats.h"
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/token.h"
@@ -179,8 +181,13 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
       entries_.erase(it);
       return;
     }
-    ReportLost(entry.lock, LossCause::kRefused,
-               "the server no longer has this owner's lock (expired, deleted or taken over)");
+    // No more renewals: the look at the name decides what the loss report says.
+    std::shared_ptr<LockState> lost = entry.lock;
+    Unschedule(&entry);
+    entries_.erase(it);
+    ExplainRefusal(lost, [this, lost](LossCause cause, std::string reason) {
+      if (!stopped_) ReportLost(lost, cause, reason);
+    });
     return;
   }
   entry.last_error = status.message();
@@ -248,10 +255,16 @@ void Heartbeats::OnExtended(const std::shared_ptr<LockState>& lock, uint64_t lea
                      : status.ok() || status.code() == Code::kNotHeld ? CallOutcome::kNotHeld
                                                                        : CallOutcome::kError);
   if (status.code() == Code::kNotHeld) {
-    // Found by the caller's own extend: reported by its NOT_HELD, not by on_lost.
-    lock->Lose(LossCause::kRefused, "the server no longer had this owner's lock", metrics_);
-    done(Status::NotHeld("lock '" + lock->name + "' was lost: the server no longer had this owner's lock"));
-    AfterAnswer(lock.get());
+    // Found by the caller's own extend: reported by its NOT_HELD, not by on_lost. The entry
+    // stays in flight (queued extends wait) until the look at the name answers.
+    if (it != entries_.end()) it->second.in_flight = true;
+    ExplainRefusal(lock, [this, lock, done](LossCause cause, std::string reason) {
+      lock->Lose(cause, std::move(reason), metrics_);
+      auto again = entries_.find(lock.get());
+      if (again != entries_.end()) again->second.in_flight = false;
+      done(Status::NotHeld("lock '" + lock->name + "' was lost: " + lock->LostCause()));
+      if (!stopped_) AfterAnswer(lock.get());
+    });
     return;
   }
   if (status.ok() && lock->Phase() != LockPhase::kHeld) {  // lost or released meanwhile
@@ -307,6 +320,47 @@ void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, LossCause cause, co
   if (!lock->on_lost) return;
   CallbackScope scope(callbacks_);
   lock->on_lost(lock->name, lock->fencing_token, lock->LostCause());  // "CAUSE: reason"
+}
+
+LossCause ClassifyRefusal(const LockState& lock, const Status& looked, const LockInfo& info,
+                          std::string* reason) {
+  const std::string refused = "the server no longer had this owner's lock";
+  if (!looked.ok()) {
+    *reason = refused + " (looking again failed: " + looked.message() + ")";
+    return LossCause::kRefused;
+  }
+  if (info.holders.empty()) {
+    *reason = refused + ", and nobody held it (deleted, or its lease ran out on the server)";
+    return LossCause::kDeleted;
+  }
+  for (const HolderInfo& h : info.holders) {
+    if (h.fencing_token != 0 && h.fencing_token == lock.fencing_token) {
+      *reason = refused + ", though it still lists this hold";  // a split view (Redlock)
+      return LossCause::kRefused;
+    }
+  }
+  // Shared and semaphore holds stand beside others: only an exclusive one is taken over.
+  const bool beside_others = lock.kind == LockKind::kShared || lock.permits != 0;
+  if (beside_others && info.permits == lock.permits && info.kind == lock.kind) {
+    *reason = refused + ", while " + std::to_string(info.holders.size()) + " other hold(s) stand";
+    return LossCause::kDeleted;
+  }
+  const HolderInfo& first = info.holders.front();
+  std::string who = "fencing token " + std::to_string(first.fencing_token);
+  if (!first.owner.empty()) who += ", label '" + first.owner + "'";
+  *reason = "another owner holds it now (" + who + ")";
+  return LossCause::kTakenOver;
+}
+
+void Heartbeats::ExplainRefusal(std::shared_ptr<LockState> lock,
+                                std::function<void(LossCause, std::string)> then) {
+  const std::string name = lock->name;
+  backend_->InspectAsync(name, [lock = std::move(lock), then = std::move(then)](const Status& s,
+                                                                                LockInfo info) {
+    std::string reason;
+    const LossCause cause = ClassifyRefusal(*lock, s, info, &reason);
+    then(cause, std::move(reason));
+  });
 }
 
 void Heartbeats::StopOnLoop() {

@@ -9,8 +9,10 @@
 #ifndef DLOCK_CORE_HEARTBEATS_H_
 #define DLOCK_CORE_HEARTBEATS_H_
 
+#include <functional>
 #include <memory>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <mutex>
 #include <utility>
@@ -21,6 +23,12 @@
 #include "loop/event_loop.h"
 
 namespace dlock {
+
+// Why the server refused this owner's lock: `looked` and `info` are a look at the name just
+// after the refusal. Nobody holds it: deleted; another owner holds it (an exclusive lock):
+// taken_over; the look failed: refused. Sets *reason to the details.
+LossCause ClassifyRefusal(const LockState& lock, const Status& looked, const LockInfo& info,
+                          std::string* reason);
 
 class Heartbeats : public RenewSink {
  public:
@@ -39,6 +47,12 @@ class Heartbeats : public RenewSink {
   void StopOnLoop();
 
   void OnRenewed(const RenewRequest& request, const Status& status) override;
+
+  // Loop thread. A refusal says only that the server no longer has this owner's hold; one look
+  // at the name says which loss it was (ClassifyRefusal). Calls `then` on the loop, after one Inspect round
+  // trip (bounded by the backend's timeout).
+  void ExplainRefusal(std::shared_ptr<LockState> lock,
+                      std::function<void(LossCause, std::string)> then);
 
  private:
   struct PendingExtend {

@@ -120,8 +120,8 @@ struct LockState {
   // still learns it.
   bool Lose(LossCause cause, std::string reason, Metrics* metrics) {
     // Refused after the local deadline had passed: the lease ran out first (no heartbeats, or
-    // none got through), which is what the caller should hear.
-    if (cause == LossCause::kRefused && !IsValid() && Phase() == LockPhase::kHeld &&
+    // none got through), which is what the caller should hear, whoever holds the name since.
+    if (cause != LossCause::kExpired && !IsValid() && Phase() == LockPhase::kHeld &&
         deadline_ns.load() != kNoDeadline) {
       cause = LossCause::kExpired;
       reason = "its lease ran out before it was renewed (" + reason + ")";

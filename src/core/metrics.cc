@@ -103,6 +103,8 @@ const char* LossCauseCode(LossCause cause) {
   switch (cause) {
     case LossCause::kRefused: return "refused";
     case LossCause::kExpired: return "expired";
+    case LossCause::kDeleted: return "deleted";
+    case LossCause::kTakenOver: return "taken_over";
     case LossCause::kCount: break;
   }
   return "unknown";
@@ -189,7 +191,7 @@ void Metrics::Lost(LossCause cause, Clock::duration held, const std::string& nam
   }
 }
 
-void Metrics::Collect(uint64_t held, std::vector<MetricFamily>* families,
+void Metrics::Collect(const ClientGauges& gauges, std::vector<MetricFamily>* families,
                       std::vector<MetricSample>* samples) const {
   Collector c(families, samples);
   c.Family("dlock_acquire_attempts_total", "counter",
@@ -226,16 +228,22 @@ void Metrics::Collect(uint64_t held, std::vector<MetricFamily>* families,
     c.Sample("", std::string("outcome=\"") + kRenewalOutcomes[o] + "\"", static_cast<double>(Load(renewals_[o])));
   }
   c.Family("dlock_losses_total", "counter",
-           "Locks lost while held, by cause (refused: the server no longer had the owner's lock; "
-           "expired: renewals failed until the local deadline).");
+           "Locks lost while held, by cause (deleted: the server no longer had the owner's lock and "
+           "nobody held it; taken_over: another owner held it; refused: the server no longer had "
+           "the owner's lock, not looked into further; expired: renewals failed until the local "
+           "deadline).");
   for (int o = 0; o < static_cast<int>(LossCause::kCount); ++o) {
     c.Sample("", std::string("cause=\"") + LossCauseCode(static_cast<LossCause>(o)) + "\"",
              static_cast<double>(Load(losses_[o])));
   }
   c.Family("dlock_locks_held", "gauge", "Locks this client holds now.");
-  c.Sample("", "", static_cast<double>(held));
+  c.Sample("", "", static_cast<double>(gauges.locks_held));
   c.Family("dlock_acquires_waiting", "gauge", "Acquisitions of this client under way now.");
   c.Sample("", "", static_cast<double>(std::max<int64_t>(0, waiting_.load(std::memory_order_relaxed))));
+  if (gauges.connections >= 0) {
+    c.Family("dlock_connections", "gauge", "Connections to the backend's servers this client has open now.");
+    c.Sample("", "", static_cast<double>(gauges.connections));
+  }
   c.Histogram("dlock_acquire_wait_seconds",
               "Time from an acquire's start to its end, acquired or not (errors and cancels left out).",
               wait_seconds_);
@@ -273,10 +281,10 @@ void Metrics::CollectGroups(Collector& c) const {
   for (const auto& [label, g] : groups) c.HistogramSamples(g->hold_seconds, label);
 }
 
-std::string Metrics::Text(uint64_t held) const {
+std::string Metrics::Text(const ClientGauges& gauges) const {
   std::vector<MetricFamily> families;
   std::vector<MetricSample> samples;
-  Collect(held, &families, &samples);
+  Collect(gauges, &families, &samples);
   std::string out;
   out.reserve(8192);
   size_t next = 0;

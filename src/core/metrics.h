@@ -24,8 +24,11 @@ namespace dlock {
 // Why a lock was lost: the stable code that starts dlock_lock_lost_cause and labels the loss
 // counter. (The jobs issue adds max_hold and broken.)
 enum class LossCause : int {
-  kRefused = 0,  // the server refused a renewal or extend: the owner no longer matches
-  kExpired = 1,  // renewals failed until the local deadline passed
+  kRefused = 0,    // the server refused this owner, and why is not known (a release, a set_value,
+                   // or a renewal whose second look failed)
+  kExpired = 1,    // renewals failed until the local deadline passed
+  kDeleted = 2,    // a renewal or extend was refused, and nobody held the name then
+  kTakenOver = 3,  // a renewal or extend was refused, and another owner held the name then
   kCount
 };
 const char* LossCauseCode(LossCause cause);
@@ -80,6 +83,12 @@ struct MetricFamily {
   std::string name, type, help;
 };
 
+// The gauges read from the client at each scrape rather than counted here.
+struct ClientGauges {
+  uint64_t locks_held = 0;
+  int64_t connections = -1;  // Backend::OpenConnections; -1 = not counted: the family is left out
+};
+
 class Metrics {
  public:
   static constexpr int kKinds = 3;  // exclusive, shared, semaphore
@@ -116,10 +125,11 @@ class Metrics {
     if (hook != nullptr) (*hook)(make());
   }
 
-  // Every sample, families in a fixed order; held: the client's locks held now.
-  void Collect(uint64_t held, std::vector<MetricFamily>* families, std::vector<MetricSample>* samples) const;
+  // Every sample, families in a fixed order; gauges: what the client reads now.
+  void Collect(const ClientGauges& gauges, std::vector<MetricFamily>* families,
+               std::vector<MetricSample>* samples) const;
   // The Prometheus text exposition format (0.0.4) of Collect's samples.
-  std::string Text(uint64_t held) const;
+  std::string Text(const ClientGauges& gauges) const;
 
  private:
   static void Add(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "core/connection_count.h"
 #include "dynamodb/credentials.h"
 #include "dynamodb/dynamodb_api.h"
 #include "dynamodb/lock_protocol.h"
@@ -21,9 +23,10 @@ class DynamoDbBackend : public Backend {
   DynamoDbBackend(EventLoop* loop, DynamoConfig config)
       : api_(std::move(config), &credentials_),
         protocol_(&api_),
+        blocking_http_(connections_),
         blocking_(&api_, &blocking_http_),
         async_(&api_, &loop_http_),
-        loop_http_(loop) {
+        loop_http_(loop, connections_) {
     protocol_.SetBackground([this, loop](const std::string& operation, Json body) {
       loop->Post([this, operation, body = std::move(body)] {
         async_.Call(operation, body, Now() + Millis(api_.config().params.timeout_ms), [](ApiResult) {});
@@ -136,11 +139,15 @@ class DynamoDbBackend : public Backend {
 
   size_t PendingAsync() const override { return loop_http_.pending(); }
   void ShutdownOnLoop() override { loop_http_.Shutdown(api_.config().Describe() + ": client closed"); }
+  // The endpoint's connections, blocking and async (the credentials' fetches are not counted).
+  int64_t OpenConnections() const override { return connections_->open(); }
 
  private:
   // A caller's call ends by timeout_ms (docs/urls.md, "How long a call can take").
   TimePoint CallDeadline() const { return Now() + Millis(api_.config().params.timeout_ms); }
 
+  // First: every connection below counts into it, the last of them when loop_http_ goes.
+  const std::shared_ptr<ConnectionCount> connections_ = std::make_shared<ConnectionCount>();
   CredentialsChain credentials_;
   Api api_;
   LockProtocol protocol_;

@@ -1,5 +1,8 @@
 #include "etcd/etcd_backend.h"
 
+#include <memory>
+
+#include "core/connection_count.h"
 #include "etcd/lock_protocol.h"
 #include "etcd/transport.h"
 #include "etcd/watches.h"
@@ -13,9 +16,10 @@ class EtcdBackend : public Backend {
       : loop_(loop),
         config_(std::move(config)),
         protocol_(&config_),
+        blocking_http_(connections_),
         blocking_(&config_, &blocking_http_),
         async_(&config_, &loop_http_),
-        loop_http_(loop),
+        loop_http_(loop, connections_),
         watches_(&config_, loop, loop_http_.client()) {
     protocol_.SetBackground([this](const std::string& path, std::string body) {
       loop_->Post([this, path, body = std::move(body)]() mutable { SendInBackground(path, std::move(body), 8); });
@@ -118,6 +122,8 @@ class EtcdBackend : public Backend {
     // The background writes' next tries run now, and stop (shut down).
     loop_http_.Shutdown(config_.Describe() + ": client closed");
   }
+  // Every endpoint's connections: blocking calls, async calls and watch streams.
+  int64_t OpenConnections() const override { return connections_->open(); }
 
  private:
   // Loop thread: a write the protocol sends in the background (a release again, a give-back),
@@ -136,6 +142,8 @@ class EtcdBackend : public Backend {
   TimePoint CallDeadline() const { return Now() + Millis(config_.params.timeout_ms); }
 
   EventLoop* loop_;
+  // Before the transports: every connection counts into it, the last of them when loop_http_ goes.
+  const std::shared_ptr<ConnectionCount> connections_ = std::make_shared<ConnectionCount>();
   EtcdConfig config_;
   LockProtocol protocol_;
   http::BlockingTransport blocking_http_;

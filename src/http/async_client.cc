@@ -9,8 +9,11 @@ constexpr size_t kMaxIdleAsyncTransfers = 64;
 
 }  // namespace
 
-AsyncClient::AsyncClient(EventLoop* loop)
-    : loop_(loop), driver_(loop, [this] { AfterStep(); }), idle_check_(loop, [this] { CheckIdle(); }) {}
+AsyncClient::AsyncClient(EventLoop* loop, std::shared_ptr<ConnectionCount> connections)
+    : loop_(loop),
+      connections_(std::move(connections)),
+      driver_(loop, [this] { AfterStep(); }),
+      idle_check_(loop, [this] { CheckIdle(); }) {}
 
 AsyncClient::Transfer* AsyncClient::Launch(const Request& request, Bound bound, Done done) {
   std::string error;
@@ -25,7 +28,7 @@ AsyncClient::Transfer* AsyncClient::Launch(const Request& request, Bound bound, 
       easy = std::move(idle_.back());
       idle_.pop_back();
     } else {
-      easy = std::make_unique<EasyTransfer>();
+      easy = std::make_unique<EasyTransfer>(connections_);
     }
     if (easy->handle() == nullptr) error = "curl_easy_init failed";
   }

@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/connection_count.h"
 #include "core/status.h"
 #include "http/easy_transfer.h"
 #include "http/multi_on_loop.h"
@@ -42,7 +43,8 @@ class AsyncClient {
   using OnChunk = std::function<void(long status, std::string_view chunk)>;
   using StreamId = uint64_t;  // 0 is never a stream's
 
-  explicit AsyncClient(EventLoop* loop);
+  // connections: counts the sockets its transfers open (EasyTransfer); null counts nothing.
+  explicit AsyncClient(EventLoop* loop, std::shared_ptr<ConnectionCount> connections = nullptr);
   ~AsyncClient() { Shutdown("client closed"); }
   AsyncClient(const AsyncClient&) = delete;
   AsyncClient& operator=(const AsyncClient&) = delete;
@@ -99,6 +101,8 @@ class AsyncClient {
   void Recycle(std::unique_ptr<EasyTransfer> easy);
 
   EventLoop* loop_;
+  // Before driver_: the multi's cached connections are counted out when it closes, last.
+  const std::shared_ptr<ConnectionCount> connections_;
   MultiOnLoop driver_;
   Timer idle_check_;
   bool shut_down_ = false;

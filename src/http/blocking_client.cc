@@ -17,7 +17,7 @@ Status BlockingClient::Perform(const Request& request, Response* response) {
       idle_.pop_back();
     }
   }
-  if (transfer == nullptr) transfer = std::make_unique<EasyTransfer>();
+  if (transfer == nullptr) transfer = std::make_unique<EasyTransfer>(connections_);
   if (transfer->handle() == nullptr) return Status::Internal("curl_easy_init failed");
   transfer->Prepare(request);
   CURLcode code = transfer->PerformBlocking();

@@ -1,5 +1,7 @@
 #include "http/easy_transfer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "http/cloexec.h"
@@ -20,6 +22,22 @@ bool NothingSent(CURLcode code) {
          code == CURLE_PEER_FAILED_VERIFICATION;
 }
 
+// CURLOPT_OPENSOCKETFUNCTION and CURLOPT_CLOSESOCKETFUNCTION: close-on-exec sockets
+// (cloexec.h), counted in clientp (a ConnectionCount, or null) from socket(2) to close(2). curl
+// closes a connection's socket with the callback and clientp of the handle that opened it, also
+// after that handle is gone (a multi's connection cache closes last): whoever owns the multi
+// keeps the count alive until then (AsyncClient, and this handle for its own multi).
+curl_socket_t OpenCountedSocket(void* clientp, curlsocktype purpose, curl_sockaddr* address) {
+  const curl_socket_t fd = OpenSocketCloexec(nullptr, purpose, address);
+  if (fd != CURL_SOCKET_BAD && clientp != nullptr) static_cast<ConnectionCount*>(clientp)->Opened();
+  return fd;
+}
+
+int CloseCountedSocket(void* clientp, curl_socket_t fd) {
+  if (clientp != nullptr) static_cast<ConnectionCount*>(clientp)->Closed();
+  return close(fd);
+}
+
 }  // namespace
 
 void EnsureCurlGlobalInit() {
@@ -27,7 +45,16 @@ void EnsureCurlGlobalInit() {
   (void)init;
 }
 
-EasyTransfer::EasyTransfer() : curl_(curl_easy_init()) { error_[0] = '\0'; }
+EasyTransfer::EasyTransfer(std::shared_ptr<ConnectionCount> connections)
+    : connections_(std::move(connections)), curl_(curl_easy_init()) {
+  error_[0] = '\0';
+  if (curl_ == nullptr) return;
+  // Connections never leak into child processes (cloexec.h), and each is counted while open.
+  curl_easy_setopt(curl_, CURLOPT_OPENSOCKETFUNCTION, &OpenCountedSocket);
+  curl_easy_setopt(curl_, CURLOPT_OPENSOCKETDATA, connections_.get());
+  curl_easy_setopt(curl_, CURLOPT_CLOSESOCKETFUNCTION, &CloseCountedSocket);
+  curl_easy_setopt(curl_, CURLOPT_CLOSESOCKETDATA, connections_.get());
+}
 
 EasyTransfer::~EasyTransfer() {
   if (own_multi_ != nullptr) curl_multi_cleanup(own_multi_);  // the handle is never in it here
@@ -80,8 +107,6 @@ void EasyTransfer::Prepare(const Request& request, Bound bound) {
   curl_easy_setopt(curl_, CURLOPT_TCP_NODELAY, 1L);
   // The Redis path's floor (tls.cc): nothing older than TLS 1.2, whatever the system allows.
   curl_easy_setopt(curl_, CURLOPT_SSLVERSION, static_cast<long>(CURL_SSLVERSION_TLSv1_2));
-  // Connections never leak into child processes (cloexec.h).
-  curl_easy_setopt(curl_, CURLOPT_OPENSOCKETFUNCTION, &OpenSocketCloexec);
   curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &EasyTransfer::OnData);
   curl_easy_setopt(curl_, CURLOPT_WRITEDATA, this);
   curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, error_);

@@ -5,8 +5,10 @@
 
 #include <curl/curl.h>
 
+#include <memory>
 #include <string>
 
+#include "core/connection_count.h"
 #include "core/status.h"
 #include "http/request.h"
 
@@ -26,7 +28,9 @@ enum class Bound {
 
 class EasyTransfer {
  public:
-  EasyTransfer();
+  // connections: counts the sockets this handle opens to servers, from socket(2) to their
+  // close (a connect under way counts); null counts nothing.
+  explicit EasyTransfer(std::shared_ptr<ConnectionCount> connections = nullptr);
   ~EasyTransfer();
   EasyTransfer(const EasyTransfer&) = delete;
   EasyTransfer& operator=(const EasyTransfer&) = delete;
@@ -49,6 +53,8 @@ class EasyTransfer {
 
  private:
   static size_t OnData(char* data, size_t size, size_t n, void* arg);
+  // Kept for own_multi_'s connections, which close in the destructor.
+  std::shared_ptr<ConnectionCount> connections_;
   CURL* curl_ = nullptr;
   CURLM* own_multi_ = nullptr;  // PerformBlocking's, made on first use
   curl_slist* headers_ = nullptr;

@@ -6,11 +6,13 @@
 #define DLOCK_HTTP_TRANSPORT_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "core/clock.h"
+#include "core/connection_count.h"
 #include "core/status.h"
 #include "http/async_client.h"
 #include "http/blocking_client.h"
@@ -37,6 +39,9 @@ class Transport {
 // Callers' threads. Stateless apart from its pool: one per backend.
 class BlockingTransport final : public Transport {
  public:
+  // connections: the backend's count of open connections (null: none kept).
+  explicit BlockingTransport(std::shared_ptr<ConnectionCount> connections = nullptr)
+      : client_(std::move(connections)) {}
   void Send(const Request& request, Sent sent) override {
     Response response;
     Status s = client_.Perform(request, &response);
@@ -56,7 +61,8 @@ class BlockingTransport final : public Transport {
 // The loop thread only.
 class LoopTransport final : public Transport {
  public:
-  explicit LoopTransport(EventLoop* loop) : loop_(loop), client_(loop), retries_(loop) {}
+  LoopTransport(EventLoop* loop, std::shared_ptr<ConnectionCount> connections = nullptr)
+      : loop_(loop), client_(loop, std::move(connections)), retries_(loop) {}
   ~LoopTransport() override { Shutdown("client closed"); }
   void Send(const Request& request, Sent sent) override { client_.Start(request, std::move(sent)); }
   void After(Millis delay, std::function<void()> fn) override {

@@ -20,7 +20,8 @@ class RedisBackend : public Backend {
         prefix_(config.params.prefix),
         wait_replicas_(config.wait_replicas),
         channel_(std::move(channel)),
-        sharded_(channel_->sharded_pubsub()) {}
+        sharded_(channel_->sharded_pubsub()),
+        connections_(config.connections) {}
 
   Status Check() override { return channel_->Ping(); }
 
@@ -139,6 +140,9 @@ class RedisBackend : public Backend {
 
   size_t PendingAsync() const override { return channel_->PendingAsync(); }
   void ShutdownOnLoop() override { channel_->ShutdownOnLoop(); }
+  // Every node's connections, blocking, async and pub/sub (and Sentinel's sentinels): they all
+  // count into the config's counter.
+  int64_t OpenConnections() const override { return connections_ ? connections_->open() : -1; }
 
  private:
   // Gives back an acquire that may have won, or a release not confirmed (fire and forget).
@@ -157,6 +161,7 @@ class RedisBackend : public Backend {
   const int wait_replicas_;
   std::unique_ptr<Channel> channel_;
   const bool sharded_;
+  const std::shared_ptr<ConnectionCount> connections_;
 };
 
 }  // namespace

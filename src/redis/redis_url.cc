@@ -160,6 +160,7 @@ RedisConfig RedisSentinelConfig::SentinelAt(const HostPort& sentinel) const {
   c.params = node.params;
   c.tls = node.tls;  // tls=1 is for the sentinels and the master alike
   c.tls_context = node.tls_context;
+  c.connections = node.connections;  // a client's sentinel connections count as its own
   return c;
 }
 

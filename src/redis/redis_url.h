@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/connection_count.h"
 #include "core/status.h"
 #include "core/url.h"
 #include "redis/wire/tls.h"
@@ -32,6 +33,9 @@ struct RedisConfig {
   // Made from tls at open (files read once), shared by every connection of the client; null
   // for plain connections.
   std::shared_ptr<const TlsContext> tls_context;
+  // Made at open, shared by every connection of the client (sentinels' too): the
+  // dlock_connections gauge. Null (nothing counted) where no client is (prepare).
+  std::shared_ptr<ConnectionCount> connections;
 
   // "redis 127.0.0.1:6379" or "redis unix:/path": how errors name the server; with
   // tls_verify=0 it adds " (certificate not verified: tls_verify=0)".
@@ -120,7 +124,9 @@ Status OpenFromUrl(const Url& url, Status (*parse)(const Url&, Config*), Make ma
                    std::unique_ptr<Backend>* out) {
   Config config;
   Status s = ConfigFromUrl(url, parse, &config);
-  if (s.ok()) *out = make(config);
+  if (!s.ok()) return s;
+  NodeOf(config).connections = std::make_shared<ConnectionCount>();
+  *out = make(config);
   return s;
 }
 

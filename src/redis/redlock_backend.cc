@@ -195,7 +195,8 @@ class RedlockBackend : public Backend {
         // A call is two round trips at most (a script that asks for all its keys), each bounded
         // by the timeouts; the slack is for a busy loop thread.
         blocking_bound_(Millis(2 * (int64_t{config.node.params.connect_timeout_ms} +
-                                    config.node.params.timeout_ms) + 1000)) {
+                                    config.node.params.timeout_ms) + 1000)),
+        connections_(config.node.connections) {
     for (const HostPort& master : config.masters) {
       masters_.push_back(std::make_unique<NodeChannel>(loop, config.At(master)));
     }
@@ -451,6 +452,7 @@ class RedlockBackend : public Backend {
   void ShutdownOnLoop() override {
     for (auto& master : masters_) master->ShutdownOnLoop();
   }
+  int64_t OpenConnections() const override { return connections_ ? connections_->open() : -1; }
 
  private:
   // An acquire's outcome across the masters.
@@ -779,6 +781,7 @@ class RedlockBackend : public Backend {
   const std::string prefix_;
   const size_t quorum_;
   const Millis blocking_bound_;
+  const std::shared_ptr<ConnectionCount> connections_;  // every master's connections count here
   // Before masters_: the masters' subscribers, which point into these, go first.
   std::mutex watches_mu_;
   std::map<std::pair<std::string, ReleaseWatcher*>, std::unique_ptr<QuorumWatch>> watches_;

@@ -43,6 +43,13 @@ class BackendServer {
   // How many connections listen for lock `name`'s releases, as the server shows it, for tests
   // that must know a watch is live; -1 when the server cannot show it.
   virtual int Listening(const std::string& /*name*/) { return -1; }
+  // How many client connections the server lists now, the one asking left out, for tests that
+  // compare a client's count of its connections (dlock_connections) with the server's; -1 when
+  // the deployment cannot show them in one list (several servers, or not Redis).
+  virtual int ClientConnections() { return -1; }
+  // Closes every client connection from the server's side, as a restart or a proxy would; the
+  // clients find out on their next use. False when the deployment cannot.
+  virtual bool DropClientConnections() { return false; }
   // Holding the server's answers back, for a test that needs a call provably in flight (sent,
   // its answer not yet read) when it acts. After HoldAnswers() no request is answered until
   // ReleaseAnswers(), and then each is, as if it had been slow: the Redis deployments pause
@@ -99,6 +106,20 @@ inline std::vector<std::string> RedisLineCommand(const std::string& name) {
 // (one server, Sentinel) or sharded (Cluster): Listening.
 inline std::vector<std::string> RedisListenersCommand(const std::string& name, bool sharded) {
   return {"PUBSUB", sharded ? "SHARDNUMSUB" : "NUMSUB", dlock::redis::LockKeys::Channel("dlock:", name)};
+}
+// The redis-cli words that list the clients, and the count of other clients in the answer (a
+// line each, the asking one left out): ClientConnections on one Redis server.
+inline std::vector<std::string> RedisClientsCommand() { return {"CLIENT", "LIST"}; }
+inline int RedisOtherClients(const std::string& answer) {
+  if (answer.find("id=") != 0) return -1;  // an error, or nothing listening
+  int lines = 0;
+  for (size_t at = 0; at != std::string::npos; at = answer.find("\nid=", at + 1)) ++lines;
+  return lines - 1;
+}
+// The redis-cli calls that close every client connection but the asking one (CLIENT KILL skips
+// its caller): plain and pub/sub ones. DropClientConnections on one Redis server.
+inline std::vector<std::vector<std::string>> RedisDropClientsCommands() {
+  return {{"CLIENT", "KILL", "TYPE", "normal"}, {"CLIENT", "KILL", "TYPE", "pubsub"}};
 }
 // redis-cli's answer to it as a count; -1 for anything else (a cluster node's MOVED).
 inline int RedisCount(const std::string& answer) {

@@ -37,6 +37,12 @@ class RedisTlsBackend : public BackendServer {
   int Listening(const std::string& name) override {
     return RedisListeners(redis_.Cli(RedisListenersCommand(name, false)));
   }
+  int ClientConnections() override { return RedisOtherClients(redis_.Cli(RedisClientsCommand())); }
+  bool DropClientConnections() override {
+    bool ok = true;
+    for (const auto& command : RedisDropClientsCommands()) ok = RedisCount(redis_.Cli(command)) >= 0 && ok;
+    return ok;
+  }
   void Kill() override { redis_.Kill(); }
   bool Restart() override { return redis_.Restart(); }
   bool HoldAnswers() override { return redis_.Cli(RedisPauseWritesCommand()) == "OK"; }

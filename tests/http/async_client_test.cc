@@ -304,5 +304,40 @@ TEST_F(AsyncClientTest, ShutdownFailsAnOpenStreamAndLaterOnes) {
   EXPECT_EQ(other_.seen().error.message(), "client closed");
 }
 
+// The count of open sockets (the dlock_connections gauge): a request's kept-alive connection
+// and a stream's count while open; Shutdown closes the multi's cache and counts them all out,
+// and so does a connect refused.
+TEST_F(AsyncClientTest, CountsTheSocketsItHasOpen) {
+  auto count = std::make_shared<ConnectionCount>();
+  std::unique_ptr<AsyncClient> client;
+  loop_->RunSync([&] { client = std::make_unique<AsyncClient>(loop_.get(), count); });
+  FakeHttpServer server(Echo);
+  FedServer fed;
+  Request request;
+  request.url = server.url() + "/";
+  loop_->RunSync([&] { client->Start(request, probe_.OnDone()); });
+  ASSERT_TRUE(probe_.WaitForDone());
+  EXPECT_TRUE(probe_.seen().error.ok()) << probe_.seen().error.message();
+  EXPECT_EQ(count->open(), 1);  // kept alive in the multi's cache
+  Request watch;
+  watch.method = "POST";
+  watch.url = fed.url();
+  loop_->RunSync([&] { client->Stream(watch, 0ms, other_.OnChunk(), other_.OnDone()); });
+  fed.feed().Push("a\n");
+  ASSERT_TRUE(other_.WaitForText("a\n"));
+  EXPECT_EQ(count->open(), 2);
+  Probe refused_probe;
+  Request refused;
+  refused.url = "http://127.0.0.1:1/";  // nothing listens on port 1
+  loop_->RunSync([&] { client->Start(refused, refused_probe.OnDone()); });
+  ASSERT_TRUE(refused_probe.WaitForDone());
+  EXPECT_EQ(refused_probe.seen().error.code(), Code::kIoError);
+  EXPECT_EQ(count->open(), 2) << "the refused socket was not counted out";
+  loop_->RunSync([&] { client->Shutdown("client closed"); });
+  EXPECT_EQ(count->open(), 0);
+  loop_->RunSync([&] { client.reset(); });
+  EXPECT_EQ(count->open(), 0);
+}
+
 }  // namespace
 }  // namespace dlock::http

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -76,6 +77,30 @@ TEST(BlockingClientTest, ARefusedConnectionSentNothing) {
   Status s = client.Perform(request, &response);
   EXPECT_EQ(s.code(), Code::kIoError);
   EXPECT_FALSE(response.maybe_sent);
+}
+
+// The count of open sockets (the dlock_connections gauge): one kept-alive connection for
+// requests one after another on a pooled handle, none left by a refused connect, and none once
+// the client (its handles and their connection caches) is gone: each socket counted out once.
+TEST(BlockingClientTest, CountsTheSocketsItHasOpen) {
+  FakeHttpServer server(Echo);
+  auto count = std::make_shared<ConnectionCount>();
+  {
+    BlockingClient client(count);
+    Request request;
+    request.url = server.url() + "/";
+    for (int i = 0; i < 3; ++i) {
+      Response response;
+      ASSERT_TRUE(client.Perform(request, &response).ok());
+      EXPECT_EQ(count->open(), 1) << "request " << i;
+    }
+    Request refused;
+    refused.url = "http://127.0.0.1:1/";  // nothing listens on port 1
+    Response response;
+    EXPECT_EQ(client.Perform(refused, &response).code(), Code::kIoError);
+    EXPECT_EQ(count->open(), 1) << "the refused socket was not counted out";
+  }
+  EXPECT_EQ(count->open(), 0);
 }
 
 }  // namespace

@@ -779,24 +779,36 @@ test("values: a deposed holder's set_value is NOT_HELD and changes nothing", fun
   local h = assert(other:inspect(name)).holders[1]
   assert(h.value == "new leader" and h.fencing_token == successor:fencing_token())
   assert(not deposed:valid())
+  -- the refused set_value looked again: the successor holds it, named by its token
+  assert(msg:find("was lost: taken_over: ", 1, true), msg)
   local cause = deposed:lost_cause()
-  assert(cause and cause:find("^refused: "), tostring(cause))  -- the stable code first
-  assert(successor:lost_cause() == nil)                          -- held and valid
+  assert(cause and cause:find("^taken_over: "), tostring(cause))  -- the stable code first
+  assert(cause:find("another owner holds it now (fencing token " .. successor:fencing_token_string() .. ")", 1, true),
+    cause)
+  assert(successor:lost_cause() == nil)                             -- held and valid
   ok, msg, code = deposed:release()
   assert(ok == nil and code == "NOT_HELD")
-  assert(deposed:lost_cause() == nil)                            -- released: nothing to say
-  -- The client counted the refusal and the release that found it (its Prometheus text).
+  assert(deposed:lost_cause() == nil)                               -- released: nothing to say
+  -- The client counted the loss, under its cause, and the release that found it (its
+  -- Prometheus text): one series per cause.
   local text = assert(client:metrics_text())
-  assert(text:find('dlock_losses_total{cause="refused"} 1\n', 1, true), text)
+  assert(text:find('dlock_losses_total{cause="taken_over"} 1\n', 1, true), text)
+  for _, other_cause in ipairs({ "refused", "expired", "deleted" }) do
+    assert(text:find('dlock_losses_total{cause="' .. other_cause .. '"} 0\n', 1, true), text)
+  end
   assert(text:find('dlock_releases_total{outcome="not_held"} 1\n', 1, true), text)
   assert(successor:release())
-  -- with nobody after it: refused all the same, and nothing appears
+  -- with nobody after it: deleted, and nothing appears
   local lock = assert(client:acquire(name, { value = "v", heartbeat_ms = 0 }))
   cli("DEL", key(name))
   ok, msg, code = lock:set_value("w")
   assert(ok == nil and code == "NOT_HELD", tostring(msg))
+  assert(msg:find("was lost: deleted: ", 1, true), msg)
+  cause = lock:lost_cause()
+  assert(cause and cause:find("^deleted: "), tostring(cause))
   assert(#assert(client:inspect(name)).holders == 0)
   lock:release()
+  assert(assert(client:metrics_text()):find('dlock_losses_total{cause="deleted"} 1\n', 1, true))
   other:close()
   client:close()
 end)

@@ -164,7 +164,8 @@ try {
 // Metrics and loss causes (dlock 0.1 with issue 36): a library without them still serves locks;
 // metricsText(), metrics(), lostCause and registerMetrics() then say what it lacks (hasMetrics
 // false). The event hook (dlock_client_set_event_hook) is not declared here: its hook runs on the
-// library's threads, which JS must not be called from; only the addon sets it.
+// library's threads, which JS must not be called from; only the addon sets it. The koffi path
+// takes events through the queue instead (below).
 let hasMetrics = true;
 try {
   Object.assign(C, {
@@ -183,6 +184,28 @@ try {
 } catch (e) {
   hasMetrics = false;
 }
+// Client events through the completion queue (dlock_client_set_event_queue, DLOCK_QUEUE_EVENT
+// entries read with dlock_queue_pop_event): the koffi path's client.on('event'). A library
+// without them still serves locks; adding an 'event' listener on the koffi path then says what
+// it lacks (hasQueuedEvents false).
+let hasQueuedEvents = true;
+try {
+  Object.assign(C, {
+    client_set_event_queue: f('int dlock_client_set_event_queue(void *c, void *q, uint64_t tag)'),
+    queue_pop_event: f('int dlock_queue_pop_event(void *q, _Out_ uint64_t *tag, _Out_ int *status, _Out_ void **lock, _Out_ void **leader, _Out_ void **event)'),
+    event_free: f('void dlock_event_free(void *e)'),
+    event_type_of: f('int dlock_event_type_of(void *e)'),
+    event_type_name: f('const char *dlock_event_type_name(int t)'),
+    event_lock_name: f('const char *dlock_event_lock_name(void *e)'),
+    event_attempts: f('uint32_t dlock_event_attempts(void *e)'),
+    event_elapsed_ms: f('int64_t dlock_event_elapsed_ms(void *e)'),
+    event_fencing_token: f('uint64_t dlock_event_fencing_token(void *e)'),
+    event_status: f('int dlock_event_status(void *e)'),
+    event_detail: f('const char *dlock_event_detail(void *e)'),
+  });
+} catch (e) {
+  hasQueuedEvents = false;
+}
 const version = C.version();
 if (!/^0\./.test(version)) {
   const e = new Error(`libdlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
@@ -190,4 +213,4 @@ if (!/^0\./.test(version)) {
   throw e;
 }
 
-module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics };
+module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics, hasQueuedEvents };

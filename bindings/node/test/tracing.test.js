@@ -208,7 +208,7 @@ test('a wait that runs out: the dlock.acquire span ends with ERROR, the error\'s
   }
 });
 
-test('a deleted key: the dlock.hold span ends with ERROR and cause \'refused\' when the loss is found', async () => {
+test('a deleted key: the dlock.hold span ends with ERROR and cause \'deleted\' when the loss is found', async () => {
   await traced(async (provider) => {
     const name = unique('trace');
     const lock = await client.acquire(name, { leaseMs: 3000, heartbeatMs: 100 });
@@ -221,7 +221,7 @@ test('a deleted key: the dlock.hold span ends with ERROR and cause \'refused\' w
     assert.equal(hold.status.code, ERROR);
     assert.equal(hold.status.message, lostErr.message);
     assert.equal(hold.attributes['dlock.outcome'], 'lost');
-    assert.equal(hold.attributes['dlock.lost_cause'], 'refused');
+    assert.equal(hold.attributes['dlock.lost_cause'], 'deleted');
     assert.equal(hold.attributes['error.type'], 'ERR_DLOCK_NOT_HELD');
     assert.equal(exceptionOf(hold)['exception.message'], lostErr.message);
     // The release then rejects; the span ended once.
@@ -238,7 +238,7 @@ test('a deleted key: the dlock.hold span ends with ERROR and cause \'refused\' w
     assert.equal(quietHold.ends, 1);
     assert.equal(quietHold.status.code, ERROR);
     assert.equal(quietHold.attributes['dlock.outcome'], 'lost');
-    assert.equal(quietHold.attributes['dlock.lost_cause'], 'refused');
+    assert.equal(quietHold.attributes['dlock.lost_cause'], 'deleted');
   });
 });
 

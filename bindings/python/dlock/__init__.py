@@ -41,6 +41,9 @@ a NotHeld's or LockLost's cause) says why a hold was lost.
 Events: client.on_event(fn) calls fn(event) (an Event: acquiring, acquired, not_acquired,
 released, renewal_failed, lost) as it happens, on the thread that did the work (keep fn quick);
 dlock.log_events(client) logs them through logging.getLogger("dlock").
+
+Traces: dlock.otel.instrument() makes OpenTelemetry spans ('dlock.acquire', 'dlock.hold') around
+acquires and holds where opentelemetry-api is installed (never a dependency).
 """
 
 import asyncio
@@ -390,7 +393,7 @@ def _lost_cause_of(h):
 
 
 def _cause_code(cause):
-    """The stable code that starts a lost cause ("refused: ..." -> "refused"), or None."""
+    """The stable code that starts a lost cause ("deleted: ..." -> "deleted"), or None."""
     return cause.split(":", 1)[0] if cause else None
 
 
@@ -1413,9 +1416,10 @@ status         the dlock_status number: 0 for OK, NotAcquired.status (1) when a 
                NotHeld.status (2) for a lost lock or a release that found it gone, ...
 code           its name as dlock.Error.code spells it ("DLOCK_NOT_ACQUIRED", ...); None for 0
 detail         the error's message, or for "lost" the loss cause's text (lock.lost_cause:
-               "refused: ..." or "expired: ..."); "" when none
-cause          "refused" or "expired" (NotHeld.cause) for "lost", and for a "released" that
-               found the lock lost; None otherwise
+               "deleted: ...", "taken_over: ...", "refused: ..." or "expired: ..."); "" when
+               none
+cause          "deleted", "taken_over", "refused" or "expired" (NotHeld.cause) for "lost", and
+               for a "released" that found the lock lost; None otherwise
 """
 
 _EventFn = Callable[[Event], object]
@@ -2132,7 +2136,8 @@ class Client:
         owner         a label stored with the lock for people and tools
         on_lost       callback(lock), run once on the "dlock-events" thread (on the event loop
                       for an asyncio acquire) if the lock is found lost while held;
-                      lock.lost_cause says why ("refused: ..." or "expired: ...")
+                      lock.lost_cause says why ("deleted: ...", "taken_over: ...",
+                      "refused: ..." or "expired: ...")
         kind          "exclusive" (default) or "shared"; shared=True is kind="shared" (and
                       shared=False kind="exclusive"); permits: a semaphore of that many holders
                       (0 = off). A shared semaphore, or shared= contradicting kind=, is
@@ -2448,7 +2453,8 @@ class Lock:
     extend(lease=None)  a new lease from now, in seconds (default: the lock's own lease)
     set_value(value)    replaces the value stored with the hold (b"" removes it)
     valid, remaining, remaining_ms, attempts, name, released
-    lost_cause     None while valid, else why the hold was lost: "refused: ..." or "expired: ..."
+    lost_cause     None while valid, else why the hold was lost: "deleted: ...",
+                   "taken_over: ...", "refused: ..." or "expired: ..."
     aacquire(), arelease(), aextend(), aset_value(), `async with lock:`   the same for asyncio
     `async with lock.guard():`   also cancels the block if the lock is lost (then: LockLost)
 
@@ -2533,10 +2539,14 @@ class Lock:
     @property
     def lost_cause(self) -> Optional[str]:
         """Why this object's hold was lost (dlock_lock_lost_cause): None while it holds the lock
-        and its local deadline holds, else "CAUSE: details", CAUSE being a stable code:
-        "refused" (the server no longer had this owner's lock: a renewal, extend or set_value
-        found it expired, deleted or taken over) or "expired" (renewals failed until the local
-        deadline passed; the details end with the last error). In an on_lost callback it says
+        and its local deadline holds, else "CAUSE: details", CAUSE being a stable code. When
+        the server no longer had this owner's lock (a renewal, extend, release or set_value was
+        refused), the library looks at the name once more to say which: "deleted" (nobody holds
+        it: deleted by hand, or its lease ran out on the server; or a shared or semaphore hold
+        vanished while others stand), "taken_over" (another owner holds it; the details name
+        its fencing token, and its label) or "refused" (that look failed, or still listed this
+        hold). "expired": renewals failed until the local deadline passed first (the details
+        end with the last error). In an on_lost callback it says
         why. Kept after release() until the next acquire; None when this object never held
         the lock, or its last hold was released while valid, or was released by the client's
         close. A loss that release() itself finds (the lock gone when the release reached the

@@ -49,10 +49,12 @@ class NotHeld(Error, RuntimeError):  # threading.Lock.release() of an unheld loc
     """Release/extend of a lock that expired, was taken over, or was already released
     (DLOCK_NOT_HELD).
 
-    cause  why the hold was lost, as a stable code: "refused" (the server no longer had this
-           owner's lock: expired, deleted or taken over) or "expired" (renewals failed until
-           the local deadline); None when this object held nothing, or the cause is not known
-           (see Lock.lost_cause for the details)
+    cause  why the hold was lost, as a stable code: "deleted" (the server no longer had this
+           owner's lock, and nobody held it: deleted, or its lease ran out on the server),
+           "taken_over" (another owner holds it now), "refused" (the server no longer had this
+           owner's lock, and looking again failed or still listed this hold) or "expired"
+           (renewals failed until the local deadline); None when this object held nothing, or
+           the cause is not known (see Lock.lost_cause for the details)
     """
     status = 2
     cause: Optional[str] = None
@@ -69,7 +71,7 @@ class NotHeld(Error, RuntimeError):  # threading.Lock.release() of an unheld loc
             self.cause = cause
 
 
-_LOST_CAUSE = re.compile(r"' was lost: (refused|expired|max_hold|broken): ")
+_LOST_CAUSE = re.compile(r"' was lost: (deleted|taken_over|refused|expired|max_hold|broken): ")
 
 
 class InvalidArgument(Error, ValueError):
@@ -118,7 +120,7 @@ class LockLost(NotHeld):
     """The lock was found lost while a block guarded by `async with lock.guard():` ran, and the
     guard cancelled the block: the CancelledError it caused becomes this, so that the caller can
     tell a lost lock from any other cancellation. A NotHeld (status DLOCK_NOT_HELD); its cause
-    says why ("refused" or "expired"), and its message the details."""
+    says why ("deleted", "taken_over", "refused" or "expired"), and its message the details."""
 
 
 class ForkedClient(Error, RuntimeError):

@@ -47,7 +47,7 @@ class Backend(unittest.TestCase):
         self.assertIn("Name: libdlock\n", files[f"{info}/METADATA"].decode())
         self.assertEqual(sorted(n for n in files if n.startswith("dlock/")),
                          ["dlock/__init__.py", "dlock/_errors.py", "dlock/_lib.py",
-                          "dlock/prometheus.py", "dlock/py.typed"])
+                          "dlock/otel.py", "dlock/prometheus.py", "dlock/py.typed"])
         self.assertIn(f"Version: {version}\n", files[f"{info}/METADATA"].decode())
         self.assertIn("Tag: py3-none-any\n", files[f"{info}/WHEEL"].decode())
         rows = list(csv.reader(io.StringIO(files[f"{info}/RECORD"].decode())))

@@ -131,7 +131,7 @@ class Events(Base):
         self.assertGreaterEqual(waited.elapsed, 0.15)
         self.assertEqual(one_try.attempts, 1)
 
-    def test_a_deleted_key_is_lost_refused(self):
+    def test_a_deleted_key_is_lost_deleted(self):
         self.client.on_event(self.rec)
         name = unique("lost")
         lock = self.client.acquire(name, lease=2, heartbeat=0.15)
@@ -141,8 +141,8 @@ class Events(Base):
         lost = [e for e in self.rec.events(name) if e.type == "lost"]
         self.assertEqual(len(lost), 1)
         e = lost[0]
-        self.assertEqual(e.cause, "refused")
-        self.assertTrue(e.detail.startswith("refused: "), e.detail)
+        self.assertEqual(e.cause, "deleted")
+        self.assertTrue(e.detail.startswith("deleted: "), e.detail)
         self.assertEqual(e.fencing_token, token)
         self.assertEqual((e.status, e.code), (dlock.NotHeld.status, "DLOCK_NOT_HELD"))
         self.assertGreater(e.elapsed, 0.0)
@@ -154,7 +154,7 @@ class Events(Base):
             lock.release()
         released = self.rec.events(name)[-1]
         self.assertEqual(released.type, "released")
-        self.assertEqual((released.status, released.cause), (dlock.NotHeld.status, "refused"))
+        self.assertEqual((released.status, released.cause), (dlock.NotHeld.status, "deleted"))
         self.assertEqual(released.fencing_token, token)
 
     def test_a_raising_handler_breaks_nothing(self):
@@ -275,7 +275,7 @@ class AsyncioEvents(Base):
         self.assertEqual(events[1].attempts, 1)
         lost = [e for e in self.rec.events(lost_name) if e.type == "lost"]
         self.assertEqual(len(lost), 1)
-        self.assertEqual(lost[0].cause, "refused")
+        self.assertEqual(lost[0].cause, "deleted")
         self.assertEqual(self.rec.types(lost_name)[-1], "released")
         if dlock._use_async_c:
             # the loop's own C client: every event on the loop's thread, its heartbeat's too
@@ -398,8 +398,8 @@ class LogEvents(Base):
             lock.release()
         lost, released = records[1:]
         self.assertEqual((lost.dlock_event, lost.levelno, lost.dlock_cause),
-                         ("lost", logging.ERROR, "refused"))
-        self.assertIn("refused: ", lost.getMessage())
+                         ("lost", logging.ERROR, "deleted"))
+        self.assertIn("deleted: ", lost.getMessage())
         # a release that found the lock gone: at WARNING at least
         self.assertEqual((released.dlock_event, released.levelno, released.dlock_code),
                          ("released", logging.WARNING, "DLOCK_NOT_HELD"))

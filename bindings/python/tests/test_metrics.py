@@ -152,6 +152,9 @@ class Metrics(Base):
                      "dlock_acquire_attempt_seconds", "dlock_hold_seconds",
                      "dlock_renewal_seconds"):
             self.assertIn(name, m)
+        # one series per loss cause, each there from the start
+        self.assertEqual(sorted(s.labels["cause"] for s in m["dlock_losses_total"].samples),
+                         ["deleted", "expired", "refused", "taken_over"])
         types = {f.name: f.type for f in m}
         self.assertEqual(types["dlock_acquires_total"], "counter")
         self.assertEqual(types["dlock_locks_held"], "gauge")
@@ -300,7 +303,7 @@ class Metrics(Base):
 
 
 class LostCause(Base):
-    def test_refused_after_the_key_is_deleted(self):
+    def test_deleted_after_the_key_is_deleted(self):
         name = unique("lost")
         told = []
         event = threading.Event()
@@ -309,7 +312,7 @@ class LostCause(Base):
             told.append(lock.lost_cause)
             event.set()
 
-        before = self.client.metrics().value("dlock_losses_total", cause="refused")
+        before = self.client.metrics()
         # A lease of 2 s renewed every 150 ms: a renewal finds the key gone well within it.
         lock = self.client.lock(name, lease=2, heartbeat=0.15, on_lost=on_lost)
         self.assertIsNone(lock.lost_cause)  # never acquired
@@ -320,15 +323,21 @@ class LostCause(Base):
         cli("DEL", f"dlock:{{{name}}}")  # behind the holder's back
         self.assertTrue(event.wait(5), "on_lost never ran")
         self.assertEqual(len(told), 1)
-        self.assertTrue(told[0].startswith("refused: "), told[0])
-        self.assertTrue(lock.lost_cause.startswith("refused: "), lock.lost_cause)
-        self.assertEqual(self.client.metrics().value("dlock_losses_total", cause="refused"),
-                         before + 1)
+        # the refused renewal looked again: nobody holds the name
+        self.assertTrue(told[0].startswith("deleted: "), told[0])
+        self.assertIn("nobody held it", told[0])
+        self.assertTrue(lock.lost_cause.startswith("deleted: "), lock.lost_cause)
+        after = self.client.metrics()
+        self.assertEqual(after.value("dlock_losses_total", cause="deleted"),
+                         before.value("dlock_losses_total", cause="deleted") + 1)
+        for other in ("refused", "expired", "taken_over"):  # counted once, under its own cause
+            self.assertEqual(after.value("dlock_losses_total", cause=other),
+                             before.value("dlock_losses_total", cause=other), other)
         with self.assertRaises(dlock.NotHeld) as cm:
             lock.release()
-        self.assertEqual(cm.exception.cause, "refused")
+        self.assertEqual(cm.exception.cause, "deleted")
         self.assertIn("lost", str(cm.exception))
-        self.assertTrue(lock.lost_cause.startswith("refused: "))  # kept after the release
+        self.assertTrue(lock.lost_cause.startswith("deleted: "))  # kept after the release
         lock.acquire()  # a new hold: nothing lost
         self.assertIsNone(lock.lost_cause)
         lock.release()
@@ -337,20 +346,51 @@ class LostCause(Base):
             lock.release()
         self.assertIsNone(cm.exception.cause)  # not lost: held nothing
 
-    def test_extend_and_set_value_find_it_refused(self):
+    def test_extend_and_set_value_find_it_deleted(self):
         name = unique("lost")
         lock = self.client.acquire(name, lease=5, heartbeat=0)
         cli("DEL", f"dlock:{{{name}}}")
         with self.assertRaises(dlock.NotHeld) as cm:
             lock.extend(5)
-        self.assertEqual(cm.exception.cause, "refused")
-        self.assertTrue(lock.lost_cause.startswith("refused: "), lock.lost_cause)
+        self.assertEqual(cm.exception.cause, "deleted")
+        self.assertIn("was lost: deleted: ", str(cm.exception))
+        self.assertTrue(lock.lost_cause.startswith("deleted: "), lock.lost_cause)
         with self.assertRaises(dlock.NotHeld) as cm:
             lock.set_value(b"x")
-        self.assertEqual(cm.exception.cause, "refused")
+        self.assertEqual(cm.exception.cause, "deleted")
         with self.assertRaises(dlock.NotHeld) as cm:
             lock.release()
-        self.assertEqual(cm.exception.cause, "refused")
+        self.assertEqual(cm.exception.cause, "deleted")
+        self.assertEqual(self.client.metrics().value("dlock_losses_total", cause="deleted"), 1)
+
+    def test_taken_over_when_another_client_holds_it(self):
+        # Deleted behind the holder's back, then taken by another client: the holder's extend,
+        # set_value and release find it held by that one, whose token (and label) they name.
+        name = unique("taken")
+        other = dlock.Client(URL)
+        self.addCleanup(other.close)
+        lock = self.client.acquire(name, lease=5, heartbeat=0)
+        cli("DEL", f"dlock:{{{name}}}")
+        successor = other.acquire(name, lease=5, heartbeat=0, owner="successor", blocking=False)
+        self.assertIsNotNone(successor)
+        with self.assertRaises(dlock.NotHeld) as cm:
+            lock.extend(5)
+        self.assertEqual(cm.exception.cause, "taken_over")
+        self.assertIn("was lost: taken_over: ", str(cm.exception))
+        self.assertTrue(lock.lost_cause.startswith("taken_over: "), lock.lost_cause)
+        self.assertIn(f"fencing token {successor.fencing_token}, label 'successor'",
+                      lock.lost_cause)
+        with self.assertRaises(dlock.NotHeld) as cm:
+            lock.set_value(b"x")
+        self.assertEqual(cm.exception.cause, "taken_over")
+        with self.assertRaises(dlock.NotHeld) as cm:
+            lock.release()
+        self.assertEqual(cm.exception.cause, "taken_over")
+        m = self.client.metrics()
+        self.assertEqual(m.value("dlock_losses_total", cause="taken_over"), 1)
+        self.assertEqual(m.value("dlock_losses_total", cause="deleted"), 0)
+        self.assertIsNone(successor.lost_cause)  # held and valid
+        successor.release()
 
     def test_expired_when_the_local_deadline_passes(self):
         name = unique("expired")
@@ -376,11 +416,11 @@ class LostCause(Base):
             self.assertIsNone(lock.lost_cause)
             await loop.run_in_executor(None, cli, "DEL", f"dlock:{{{name}}}")
             cause = await asyncio.wait_for(told, 5)
-            self.assertTrue(cause.startswith("refused: "), cause)
+            self.assertTrue(cause.startswith("deleted: "), cause)
             with self.assertRaises(dlock.NotHeld) as cm:
                 await lock.arelease()
-            self.assertEqual(cm.exception.cause, "refused")
-            self.assertTrue(lock.lost_cause.startswith("refused: "))
+            self.assertEqual(cm.exception.cause, "deleted")
+            self.assertTrue(lock.lost_cause.startswith("deleted: "))
 
         asyncio.run(asyncio.wait_for(main(), 20))
 
@@ -394,10 +434,10 @@ class LostCause(Base):
                 async with lock.guard():
                     await loop.run_in_executor(None, cli, "DEL", f"dlock:{{{name}}}")
                     await asyncio.sleep(30)  # only the loss ends it
-            self.assertEqual(cm.exception.cause, "refused")
-            self.assertIn("(refused: ", str(cm.exception))
+            self.assertEqual(cm.exception.cause, "deleted")
+            self.assertIn("(deleted: ", str(cm.exception))
             self.assertIn("the block was cancelled", str(cm.exception))
-            self.assertTrue(lock.lost_cause.startswith("refused: "), lock.lost_cause)
+            self.assertTrue(lock.lost_cause.startswith("deleted: "), lock.lost_cause)
 
         asyncio.run(asyncio.wait_for(main(), 20))
 
@@ -407,6 +447,9 @@ class LostCause(Base):
         self.assertIsNone(dlock.NotHeld("m").cause)
         self.assertIsNone(dlock._error(2, "m").cause)
         self.assertEqual(dlock.LockLost("m", cause="refused").cause, "refused")
+        # the cause is read from the library's NOT_HELD message, each of them
+        for code in ("deleted", "taken_over", "refused", "expired"):
+            self.assertEqual(dlock._error(2, f"lock 'x' was lost: {code}: why").cause, code)
 
 
 def sample_value(exposition, line_start):

@@ -28,7 +28,7 @@ ERRORS: Tuple[Type[Error], ...] = (
 
 
 def on_lost(lock: Lock) -> None:
-    cause: Optional[str] = lock.lost_cause  # "refused: ..." or "expired: ..."
+    cause: Optional[str] = lock.lost_cause  # "deleted: ...", "taken_over: ...", ...
     print("lost", lock.name, cause, file=sys.stderr)
 
 
@@ -163,7 +163,7 @@ def events_part(client: Client, prefix: str) -> None:
         assert kind and name and attempts >= 0 and elapsed >= 0 and status >= 0
         assert token is None or token > 0
         assert code is None or code.startswith("DLOCK_")
-        assert detail is not None and cause in (None, "refused", "expired")
+        assert detail is not None and cause in (None, "deleted", "taken_over", "refused", "expired")
         seen.append(event)
 
     logged: Callable[[Event], None] = log_events(client, logging.getLogger("dlock"),

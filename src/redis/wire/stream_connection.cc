@@ -102,7 +102,13 @@ bool StreamConnection::WriteFormatted(std::string_view command) {
   return stream_.open() && stream_.Write(command.data(), command.size());
 }
 
+void StreamConnection::OnStreamConnected() {
+  counted_ = CountedConnection(config_.connections);
+  handler_->OnStreamConnected();
+}
+
 void StreamConnection::Close() {
+  counted_.Reset();
   stream_.Close();
   if (reader_ != nullptr) redisReaderFree(reader_);
   reader_ = nullptr;

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/connection_count.h"
 #include "core/status.h"
 #include "loop/event_loop.h"
 #include "loop/stream.h"
@@ -65,7 +66,7 @@ class StreamConnection : private Stream::Handler {
 
  private:
   // Stream::Handler
-  void OnStreamConnected() override { handler_->OnStreamConnected(); }
+  void OnStreamConnected() override;
   void OnStreamData(const char* data, size_t len) override;
   void OnStreamFailed(const StreamFailure& failure, bool trying_next) override;
 
@@ -80,6 +81,9 @@ class StreamConnection : private Stream::Handler {
   redisReader* reader_ = nullptr;
   bool answered_ = false;  // a reply arrived on this connection
   std::string scratch_;    // Write's formatted command, its capacity kept
+  // Once up (connected, TLS handshake done) until Close(), which every end of the stream goes
+  // through (Lost, Open, the destructor).
+  CountedConnection counted_;
 };
 
 }  // namespace dlock::redis

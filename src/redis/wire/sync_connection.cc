@@ -217,6 +217,9 @@ Status SyncConnection::Connect(const RedisConfig& config, TimePoint deadline,
     Status s = conn->Handshake(config, deadline, limit);
     if (!s.ok()) return s;
   }
+  // Up, as the async connections count theirs (StreamConnection): counted out by the destructor,
+  // also when the AUTH or SELECT below fails.
+  conn->counted_ = CountedConnection(config.connections);
   auto handshake_failed = [&](const Status& s) {
     if (!conn->timed_out()) return s;
     return Status::IoError("cannot connect to " + server + ": the handshake did not finish within " + limit);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/connection_count.h"
 #include "core/status.h"
 #include "redis/redis_url.h"
 #include "redis/wire/reply.h"
@@ -85,6 +86,7 @@ class SyncConnection {
   bool broken_ = false;
   bool timed_out_ = false;
   bool answered_ = false;  // a reply was read: the server speaks RESP on this transport
+  CountedConnection counted_;  // once up (connected, TLS handshake done) until destroyed
 };
 
 // argv for EVALSHA sha numkeys keys... args...
