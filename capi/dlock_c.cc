@@ -220,6 +220,15 @@ dlock_status dlock_options_set_heartbeat_ms(dlock_options* o, uint64_t ms) {
   });
 }
 
+dlock_status dlock_options_set_max_hold_ms(dlock_options* o, uint64_t ms) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    dlock::Status s = dlock::CheckMaxHold(ms);
+    if (s.ok()) o->impl.max_hold_ms = ms;
+    return Report(s);
+  });
+}
+
 dlock_status dlock_options_set_wait_ms(dlock_options* o, int64_t ms) {
   return Guard([&] {
     if (o == nullptr) return Invalid("options is NULL");

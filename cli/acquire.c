@@ -132,6 +132,7 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   dlock_status s = dlock_options_set_lease_ms(opts, (uint64_t)o->lease_ms);
   if (s == DLOCK_OK) s = dlock_options_set_heartbeat_ms(opts, heartbeat_for(o));
   if (s == DLOCK_OK) s = dlock_options_set_wait_ms(opts, o->wait_ms);
+  if (s == DLOCK_OK && o->max_hold_ms > 0) s = dlock_options_set_max_hold_ms(opts, (uint64_t)o->max_hold_ms);
   if (s == DLOCK_OK && o->shared) s = dlock_options_set_kind(opts, DLOCK_SHARED);
   if (s == DLOCK_OK && o->permits) s = dlock_options_set_permits(opts, o->permits);
   if (s == DLOCK_OK) s = dlock_options_set_owner(opts, o->owner);

@@ -29,6 +29,7 @@ static const option_spec kOptions[] = {
     {"on-lost", 0, CLI_OPT_ON_LOST, true},
     {"kill-grace", 0, CLI_OPT_ON_LOST, true},
     {"stopped-grace", 0, CLI_OPT_EXEC, true},
+    {"max-hold", 0, CLI_OPT_EXEC, true},
     {"status-file", 0, CLI_OPT_EXEC, true},
     {"metrics-textfile", 0, CLI_OPT_EXEC, true},
     {"json", 0, CLI_OPT_JSON, false},
@@ -162,6 +163,12 @@ static int apply(const char *command, const option_spec *s, const char *value, c
   } else if (strcmp(n, "stopped-grace") == 0) {
     if ((why = parse_duration(value, false, &o->stopped_grace_ms)) != 0) {
       return bad_duration(command, n, value, why);
+    }
+  } else if (strcmp(n, "max-hold") == 0) {
+    if ((why = parse_duration(value, false, &o->max_hold_ms)) != 0) return bad_duration(command, n, value, why);
+    if (o->max_hold_ms == 0) {
+      say_error(command, "--max-hold must be longer than 0 (leave it out for no maximum)");
+      return -1;
     }
   } else if (strcmp(n, "status-file") == 0) {
     if (!*value) {
@@ -346,6 +353,10 @@ int finish_options(const char *command, cli_options *o) {
     }
   } else {
     o->kill_grace_ms = o->lease_ms / 4;
+  }
+  if (o->max_hold_ms > 0 && o->lease_ms == 0) {
+    say_error(command, "--max-hold needs a lease: with --lease 0 the lock never expires, so nothing would end it");
+    return -1;
   }
   if (!o->owner) {
     /* A label an operator can trace back with `dlock inspect`: this host and process. */

@@ -54,6 +54,8 @@ typedef struct cli_options {
   const char *value; /* --value: stored with the hold, shown by inspect; NULL = none */
   const char *command; /* the command running (exec, elect), for its messages */
   on_lost_action on_lost;
+  int64_t max_hold_ms;      /* exec --max-hold: CMD is stopped once the lock was held this long,
+                               and its renewals stop (dlock_options_set_max_hold_ms); 0 = none */
   int64_t stopped_grace_ms; /* exec --stopped-grace: how long a stopped CMD may keep the lock
                                without a terminal (default 10 s) */
   const char *status_file;  /* exec --status-file PATH: dlock's own outcome, one line */

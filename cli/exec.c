@@ -329,7 +329,8 @@ static bool follow_stop(const cli_options *o, const char *name, dlock_lock *lock
  * Releases the lock. */
 static int supervise(const cli_options *o, const char *name, dlock_lock *lock, dlock_queue *q, job *j) {
   bool lost = false, about_to_lose = false, term_sent = false, kill_sent = false;
-  bool cmd_stopped = false, stopped_out = false;
+  bool cmd_stopped = false, stopped_out = false, max_hold_reached = false;
+  const int64_t started = monotonic_ms(); /* for --max-hold: the lock was acquired just before */
   int64_t kill_at = -1;    /* monotonic ms of the SIGKILL that follows a SIGTERM */
   int64_t stopped_at = -1; /* when dlock saw CMD stop (without a terminal) */
   int64_t tick = -1;       /* how often the guard's deadline is brought up to date */
@@ -365,6 +366,24 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
         term_sent = true;
         kill_at = now + o->kill_grace_ms;
       }
+    } else if (o->max_hold_ms > 0 && !lost && !max_hold_reached && now - started >= o->max_hold_ms) {
+      /* A job timeout across machines: stopped as for a loss. The library's heartbeats stop too,
+       * so the lock ends with its lease even if this process hangs. */
+      max_hold_reached = true;
+      if (o->on_lost == ON_LOST_IGNORE) {
+        say_error(o->command, "lock '%s' reached --max-hold (%" PRId64 " ms) while CMD ran (--on-lost=ignore: CMD keeps running, the lock ends with its lease)",
+                  name, o->max_hold_ms);
+      } else {
+        say_error(o->command, "lock '%s' reached --max-hold (%" PRId64 " ms) while CMD ran; stopping CMD", name, o->max_hold_ms);
+        if (o->on_lost == ON_LOST_KILL) {
+          if (!kill_sent) signal_group(o, group, SIGKILL, "--max-hold was reached");
+          kill_sent = true;
+        } else if (!term_sent) {
+          signal_group(o, group, SIGTERM, "--max-hold was reached");
+          term_sent = true;
+          kill_at = now + o->kill_grace_ms;
+        }
+      }
     } else if (!lost && !term_sent && !kill_sent && o->lease_ms > 0 && o->on_lost != ON_LOST_IGNORE) {
       const int64_t remaining = dlock_lock_remaining_ms(lock);
       if (remaining <= o->kill_grace_ms) {
@@ -382,6 +401,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
         wake_within(&wake, remaining - o->kill_grace_ms);
       }
     }
+    if (o->max_hold_ms > 0 && !max_hold_reached) wake_within(&wake, o->max_hold_ms - (now - started));
     if (kill_at >= 0 && !kill_sent) {
       if (now >= kill_at) {
         signal_group(o, group, SIGKILL, "the kill grace is over");
@@ -467,6 +487,10 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
   }
   if (about_to_lose) {
     write_status(o, "lost");
+    return EXIT_LOST;
+  }
+  if (max_hold_reached) {
+    write_status(o, "max-hold");
     return EXIT_LOST;
   }
   if (s == DLOCK_NOT_HELD) {

@@ -220,6 +220,41 @@ TEST_F(CliTest, FailingRenewalsStopCmdBeforeTheLeaseCanRunOut) {
       << dlock->output();
 }
 
+// --max-hold is a job timeout across machines: CMD is signalled once the lock was held that
+// long (SIGTERM, then SIGKILL after --kill-grace for a CMD that ignores it), the lock is
+// released, and dlock exits 70 saying why.
+TEST_F(CliTest, MaxHoldStopsCmdAsAJobTimeout) {
+  const std::string log = Path("log"), status = Path("status");
+  pid_t cmd;
+  const auto start = Clock::now();
+  auto dlock = ExecLongCmd({"exec", "--lease", "5s", "--max-hold", "1s", "--kill-grace", "400ms",
+                            "--status-file", status, "timeboxed"},
+                           "echo TERM >> " + log, &cmd);  // ignores SIGTERM
+  ASSERT_GT(cmd, 0);
+  const int code = dlock->Wait(20s);
+  const int64_t took = MsSince(start);
+  EXPECT_EQ(code, 70) << dlock->output();
+  EXPECT_TRUE(Dead(cmd));
+  EXPECT_EQ(ReadFile(log), "TERM\n") << "SIGTERM first, at --max-hold";
+  EXPECT_GE(took, 1000 + 400) << "CMD was killed before --max-hold + --kill-grace";
+  EXPECT_LT(took, 1000 + 400 + 3000) << "CMD outlived --max-hold + --kill-grace (slack 3 s)";
+  EXPECT_NE(dlock->output().find("lock 'timeboxed' reached --max-hold (1000 ms) while CMD ran; stopping CMD"),
+            std::string::npos)
+      << dlock->output();
+  EXPECT_EQ(ReadFile(status), "max-hold\n");
+  EXPECT_FALSE(Held("timeboxed")) << "released once CMD was gone, not left to its lease";
+  // A CMD that finishes in time is not touched.
+  Outcome quick = Run({"exec", "--lease", "5s", "--max-hold", "5s", "timeboxed", "--", "true"});
+  EXPECT_EQ(quick.code, 0) << quick.output;
+  // Bad values name the option.
+  Outcome zero = Run({"exec", "--max-hold", "0", "timeboxed", "--", "true"});
+  EXPECT_EQ(zero.code, 64) << zero.output;
+  EXPECT_NE(zero.output.find("--max-hold"), std::string::npos) << zero.output;
+  Outcome no_lease = Run({"exec", "--lease", "0", "--max-hold", "1s", "timeboxed", "--", "true"});
+  EXPECT_EQ(no_lease.code, 64) << no_lease.output;
+  EXPECT_NE(no_lease.output.find("--max-hold needs a lease"), std::string::npos) << no_lease.output;
+}
+
 TEST_F(CliTest, SigtermToDlockReachesCmdAndTheLockIsReleased) {
   const std::string got_term = Path("term");
   pid_t cmd;

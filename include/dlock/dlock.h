@@ -686,8 +686,10 @@ DLOCK_API double       dlock_metrics_value(const dlock_metrics *m, size_t k);
  *   refused     that look failed (the details say why), or still lists this hold;
  *   expired     the lease ran out first: renewals failed until the local deadline passed (the
  *               details end with the last error), or the deadline passed before a renewal
- *               answered, or there were no renewals and the server then no longer had it.
- * (max_hold and broken are reserved for job rules.) Valid until the next call on l or its
+ *               answered, or there were no renewals and the server then no longer had it;
+ *   max_hold    max_hold_ms passed (dlock_options_set_max_hold_ms): renewals stopped, and the
+ *               lease ran out.
+ * (broken is reserved for job rules.) Valid until the next call on l or its
  * release; not at the same time as another call on l. */
 DLOCK_API const char *dlock_lock_lost_cause(const dlock_lock *l);
 
@@ -749,6 +751,20 @@ DLOCK_API int dlock_queue_pop_event(dlock_queue *q, uint64_t *tag, dlock_status 
 /* Frees an event dlock_queue_pop_event handed out. NULL is ok (as is an event a hook was given:
  * that is not the caller's, and nothing happens). Any thread. */
 DLOCK_API void dlock_event_free(dlock_event *e);
+
+/* ----- job rules ------------------------------------------------------------------------------
+ *
+ * For scheduled jobs and deploy steps (docs/jobs.md). Every backend; the rules are kept by the
+ * holder's heartbeats, on its monotonic clock. */
+
+/* The longest the lock is kept by heartbeats: once max_hold_ms has passed since the acquire
+ * returned, they renew it no more, the lock ends with the lease its last renewal gave (so at
+ * most max_hold_ms + lease_ms after the acquire), and it is reported lost with the cause
+ * "max_hold" (on_lost, DLOCK_QUEUE_LOST, dlock_lock_lost_cause). A job timeout that holds
+ * across machines. An explicit dlock_extend is still the caller's to make. 0 = none (default);
+ * at most ten years. With lease_ms 0 (no expiry) the acquire is DLOCK_EINVAL: nothing would end
+ * the hold. */
+DLOCK_API dlock_status dlock_options_set_max_hold_ms(dlock_options *o, uint64_t ms);
 
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 

@@ -115,22 +115,33 @@ void Heartbeats::Tick() {
     due.push_back(&entry);
   }
   std::vector<RenewRequest> batch;
-  std::vector<std::pair<std::shared_ptr<LockState>, std::string>> lost;
+  struct Loss {
+    std::shared_ptr<LockState> lock;
+    LossCause cause;
+    std::string reason;
+  };
+  std::vector<Loss> lost;
   for (Entry* entry : due) {
     LockState& lock = *entry->lock;
     if (lock.Phase() != LockPhase::kHeld) {  // released (or lost) since: forget it
       entries_.erase(&lock);
       continue;
     }
+    // Past max_hold_ms: no more renewals; the lock ends with the lease it has.
+    const bool past_max_hold = lock.PastMaxHold(now);
     int64_t deadline = lock.deadline_ns.load();
     if (deadline != kNoDeadline && ToNanos(now) >= deadline) {
-      lost.emplace_back(entry->lock,
+      if (past_max_hold) {
+        lost.push_back({entry->lock, LossCause::kMaxHold, lock.MaxHoldReason()});
+      } else {
+        lost.push_back({entry->lock, LossCause::kExpired,
                         "its lease could not be renewed before the local deadline" +
                             (entry->last_error.empty() ? std::string()
-                                                       : " (last error: " + entry->last_error + ")"));
+                                                       : " (last error: " + entry->last_error + ")")});
+      }
       continue;
     }
-    if (!entry->in_flight && lock.heartbeat_ms.load() != 0) {
+    if (!entry->in_flight && lock.heartbeat_ms.load() != 0 && !past_max_hold) {
       entry->in_flight = true;
       batch.push_back(RenewRequest{entry->lock, lock.lease_ms.load(), now});
       metrics_->RenewalSent();
@@ -141,7 +152,7 @@ void Heartbeats::Tick() {
       queue_.emplace(entry->due, &lock);
     }
   }
-  for (auto& [lock, reason] : lost) ReportLost(lock, LossCause::kExpired, reason);
+  for (Loss& loss : lost) ReportLost(loss.lock, loss.cause, loss.reason);
   if (stopped_) return;  // an on_lost callback closed the client
   if (!batch.empty()) {
     backend_->RenewBatch(std::move(batch), this);

@@ -39,6 +39,7 @@ struct LockState {
         kind(options.kind),
         permits(options.permits),
         heartbeat_explicit(options.heartbeat_ms.has_value()),
+        max_hold_ms(options.max_hold_ms),
         on_lost(options.on_lost),
         has_value(!options.value.empty()),
         lease_ms(options.lease_ms),
@@ -54,6 +55,7 @@ struct LockState {
   const LockKind kind;
   const uint32_t permits;  // semaphore size; 0 = not a semaphore
   const bool heartbeat_explicit;
+  const uint64_t max_hold_ms;  // 0 = none
   const LostHandler on_lost;
 
   // Whether the server may keep a value with this hold (set at acquire or since): its
@@ -121,7 +123,7 @@ struct LockState {
   bool Lose(LossCause cause, std::string reason, Metrics* metrics) {
     // Refused after the local deadline had passed: the lease ran out first (no heartbeats, or
     // none got through), which is what the caller should hear, whoever holds the name since.
-    if (cause != LossCause::kExpired && !IsValid() && Phase() == LockPhase::kHeld &&
+    if (cause != LossCause::kExpired && cause != LossCause::kMaxHold && !IsValid() && Phase() == LockPhase::kHeld &&
         deadline_ns.load() != kNoDeadline) {
       cause = LossCause::kExpired;
       reason = "its lease ran out before it was renewed (" + reason + ")";
@@ -150,16 +152,26 @@ struct LockState {
   // ..." once the local deadline passed before the heartbeats found out.
   std::string LostCause() const {
     if (Phase() == LockPhase::kHeld) {
-      return IsValid() ? std::string()
-                       : std::string(LossCauseCode(LossCause::kExpired)) +
-                             ": the local deadline passed before a renewal answered";
+      if (IsValid()) return std::string();
+      if (PastMaxHold(Now())) return std::string(LossCauseCode(LossCause::kMaxHold)) + ": " + MaxHoldReason();
+      return std::string(LossCauseCode(LossCause::kExpired)) +
+             ": the local deadline passed before a renewal answered";
     }
     if (Phase() != LockPhase::kLost) return std::string();
     std::lock_guard<std::mutex> lock(reason_mu_);
     return std::string(LossCauseCode(lost_cause_)) + ": " + lost_reason_;
   }
 
-  const TimePoint acquired_at = Now();  // for the hold-time histogram
+  const TimePoint acquired_at = Now();  // for the hold-time histogram, and max_hold_ms
+
+  // Whether max_hold_ms has passed since the acquire: the heartbeats renew it no more.
+  bool PastMaxHold(TimePoint now) const {
+    return max_hold_ms != 0 && now - acquired_at >= Millis(max_hold_ms);
+  }
+  std::string MaxHoldReason() const {
+    return "maximum hold reached (max_hold_ms " + std::to_string(max_hold_ms) +
+           "): renewals stopped, and the lease ran out";
+  }
 
  private:
   mutable std::mutex reason_mu_;

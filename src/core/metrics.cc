@@ -105,6 +105,7 @@ const char* LossCauseCode(LossCause cause) {
     case LossCause::kExpired: return "expired";
     case LossCause::kDeleted: return "deleted";
     case LossCause::kTakenOver: return "taken_over";
+    case LossCause::kMaxHold: return "max_hold";
     case LossCause::kCount: break;
   }
   return "unknown";
@@ -231,7 +232,7 @@ void Metrics::Collect(const ClientGauges& gauges, std::vector<MetricFamily>* fam
            "Locks lost while held, by cause (deleted: the server no longer had the owner's lock and "
            "nobody held it; taken_over: another owner held it; refused: the server no longer had "
            "the owner's lock, not looked into further; expired: renewals failed until the local "
-           "deadline).");
+           "deadline; max_hold: max_hold_ms passed, renewals stopped and the lease ran out).");
   for (int o = 0; o < static_cast<int>(LossCause::kCount); ++o) {
     c.Sample("", std::string("cause=\"") + LossCauseCode(static_cast<LossCause>(o)) + "\"",
              static_cast<double>(Load(losses_[o])));

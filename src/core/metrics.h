@@ -22,13 +22,14 @@
 namespace dlock {
 
 // Why a lock was lost: the stable code that starts dlock_lock_lost_cause and labels the loss
-// counter. (The jobs issue adds max_hold and broken.)
+// counter. (The jobs issue adds broken.)
 enum class LossCause : int {
   kRefused = 0,    // the server refused this owner, and why is not known (a release, a set_value,
                    // or a renewal whose second look failed)
   kExpired = 1,    // renewals failed until the local deadline passed
   kDeleted = 2,    // a renewal or extend was refused, and nobody held the name then
   kTakenOver = 3,  // a renewal or extend was refused, and another owner held the name then
+  kMaxHold = 4,    // max_hold_ms passed: renewals stopped and the lease ran out
   kCount
 };
 const char* LossCauseCode(LossCause cause);

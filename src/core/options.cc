@@ -47,6 +47,14 @@ Status CheckHeartbeat(uint64_t heartbeat_ms) {
   return Status::Ok();
 }
 
+Status CheckMaxHold(uint64_t max_hold_ms) {
+  if (max_hold_ms > kMaxLeaseMs) {
+    return Status::InvalidArgument("max_hold_ms " + std::to_string(max_hold_ms) +
+                                   " is too long (at most ten years; 0 means no maximum)");
+  }
+  return Status::Ok();
+}
+
 Status CheckLockName(const char* name) {
   if (name == nullptr) return Status::InvalidArgument("lock name is NULL");
   size_t n = strnlen(name, kMaxNameBytes + 1);
@@ -87,6 +95,11 @@ Status AcquireOptions::Validate() const {
   }
   Status s = CheckHeldLease(lease_ms);
   if (!s.ok()) return s;
+  if (max_hold_ms != 0 && lease_ms == 0) {
+    // A hold with no lease never ends by itself: heartbeats that stop would end nothing.
+    return Status::InvalidArgument("max_hold_ms " + std::to_string(max_hold_ms) +
+                                   " needs a lease: lease_ms 0 never expires, so nothing would end the hold");
+  }
   if (kind == LockKind::kShared && permits != 0) {
     return Status::InvalidArgument("a lock is shared or a semaphore of " + std::to_string(permits) +
                                    " permits, not both (set kind exclusive, or permits 0)");

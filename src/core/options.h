@@ -42,6 +42,7 @@ struct AcquireOptions {
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;                      // semaphore of n permits; 0 = not a semaphore
   bool fair = true;                          // waiting exclusive acquires: in arrival order
+  uint64_t max_hold_ms = 0;                  // heartbeats stop renewing after this; 0 = none
   LostHandler on_lost;                       // empty = nobody to tell
 
   // Checks the combination (single values are checked by the setters).
@@ -61,6 +62,7 @@ Status CheckLease(uint64_t lease_ms);
 Status CheckWait(int64_t wait_ms);
 Status CheckRetry(uint64_t min_ms, uint64_t max_ms);
 Status CheckHeartbeat(uint64_t heartbeat_ms);
+Status CheckMaxHold(uint64_t max_hold_ms);
 // A lease a lock can be held with (acquire and extend): 0, or kMinLeaseMs..kMaxLeaseMs.
 Status CheckHeldLease(uint64_t lease_ms);
 Status CheckLockName(const char* name);
