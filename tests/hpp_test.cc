@@ -352,6 +352,53 @@ TEST_F(HppTest, OnLostIsCalledWhenTheKeyIsDeleted) {
       << client.metrics_text();
 }
 
+TEST_F(HppTest, MaxHoldStopsRenewalsAndIsReportedLostWithItsCause) {
+  dlock::Client client(redis_.url());
+  std::promise<uint64_t> lost;
+  auto lost_future = lost.get_future();
+  std::atomic<int> calls{0};
+  const auto start = std::chrono::steady_clock::now();
+  dlock::Lock lock = client.acquire(
+      "max-hold", dlock::Options().lease(800ms).heartbeat(200ms).max_hold(1200ms).on_lost(
+                      [&](const std::string&, uint64_t token) {
+                        if (calls.fetch_add(1) == 0) lost.set_value(token);
+                      }));
+  ASSERT_TRUE(lock);
+  // Renewed past its first lease: still held at ~1 s.
+  std::this_thread::sleep_until(start + 1000ms);
+  EXPECT_TRUE(lock.valid());
+  EXPECT_EQ(lock.lost_cause(), "");
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("max-hold")}), "1");
+  // Then no more renewals: it ends with its lease (at most max_hold + lease after the acquire).
+  ASSERT_EQ(lost_future.wait_for(10s), std::future_status::ready) << "on_lost was not called";
+  EXPECT_EQ(lost_future.get(), lock.fencing_token());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 1200ms);
+  EXPECT_FALSE(lock.valid());
+  EXPECT_EQ(lock.lost_cause().rfind("max_hold: ", 0), 0u) << lock.lost_cause();
+  EXPECT_NE(lock.lost_cause().find("max_hold_ms 1200"), std::string::npos) << lock.lost_cause();
+  EXPECT_NE(client.metrics_text().find("dlock_losses_total{cause=\"max_hold\"} 1\n"), std::string::npos)
+      << client.metrics_text();
+  EXPECT_EQ(CodeOf([&] { lock.release(); }), DLOCK_NOT_HELD);
+  EXPECT_EQ(calls.load(), 1);
+
+  // A max hold needs a lease; a negative one, and one over ten years, are refused too.
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("max-hold", dlock::Options().no_expiry().max_hold(1s)); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("max_hold_ms"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("max-hold", dlock::Options().max_hold(-1ms)); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("max_hold"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("max-hold", dlock::Options().max_hold(std::chrono::hours(24 * 366 * 11))); },
+                   &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("max_hold_ms"), std::string::npos) << message;
+  // 0 is none: the lock is held and renewed as any other.
+  dlock::Lock plain = client.acquire("max-hold-none", dlock::Options().lease(5s).max_hold(0ms));
+  EXPECT_TRUE(plain.valid());
+  plain.release();
+}
+
 TEST_F(HppTest, OnLostHandlerIsOwnedByTheLock) {
   dlock::Client client(redis_.url());
   auto sentinel = std::make_shared<int>(0);

@@ -130,6 +130,7 @@ dlock_status dlock_leader_queued(dlock_client *c, const char *name, dlock_queue 
 dlock_status dlock_observe_queued(dlock_client *c, const char *name, dlock_queue *q, uint64_t tag,
                                   dlock_observer **out);
 void dlock_observer_cancel(dlock_observer *ob);
+dlock_status dlock_options_set_max_hold_ms(dlock_options *o, uint64_t ms);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 -- poll(2) and clock_gettime(2) for client:dispatch, under names of this module's own (a user's
@@ -201,6 +202,10 @@ if not version:match("^0%.") then
 end
 
 local INT64_MAX = 9223372036854775807LL
+
+-- The job rules' max hold (dlock_options_set_max_hold_ms): a library from before it still loads
+-- and serves locks; a max_hold_ms other than 0 then gets nil, message, "EINVAL" saying so.
+local HAS_MAX_HOLD = pcall(function() return C.dlock_options_set_max_hold_ms end)
 
 -- The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
 M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
@@ -1060,6 +1065,8 @@ local function build_options(opts, fname, campaign)
   local wait = DEFAULT_WAIT_MS
   if opts.wait_ms ~= nil then wait = check_ms(opts.wait_ms, 2, fname, "wait_ms", -1, 2^53) end
   local hb = opts.heartbeat_ms and check_ms(opts.heartbeat_ms, 2, fname, "heartbeat_ms", 0, 2^53)
+  local max_hold = opts.max_hold_ms and check_ms(opts.max_hold_ms, 2, fname, "max_hold_ms", 0, 2^53)
+  if max_hold == 0 then max_hold = nil end  -- 0 is none, the default: nothing to set
   local rmin, rmax
   if opts.retry_ms ~= nil then
     if type(opts.retry_ms) ~= "table" then
@@ -1104,9 +1111,13 @@ local function build_options(opts, fname, campaign)
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
       and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits"
-      and k ~= "fair" and k ~= "value" then
+      and k ~= "fair" and k ~= "value" and k ~= "max_hold_ms" then
       argerror(2, fname, "unknown option '" .. tostring(k) .. "'")
     end
+  end
+  if max_hold and not HAS_MAX_HOLD then
+    return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no max hold "
+      .. "(dlock_options_set_max_hold_ms) for max_hold_ms; install a newer one", "EINVAL"
   end
   local o = C.dlock_options_new()
   if o == nil then raise("dlock: out of memory") end
@@ -1114,6 +1125,7 @@ local function build_options(opts, fname, campaign)
   local s = C.dlock_options_set_wait_ms(o, wait)
   if s == 0 and lease then s = C.dlock_options_set_lease_ms(o, lease) end
   if s == 0 and hb then s = C.dlock_options_set_heartbeat_ms(o, hb) end
+  if s == 0 and max_hold then s = C.dlock_options_set_max_hold_ms(o, max_hold) end
   if s == 0 and rmin then s = C.dlock_options_set_retry_ms(o, rmin, rmax) end
   if s == 0 and opts.owner then s = C.dlock_options_set_owner(o, opts.owner) end
   if s == 0 and kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[kind]) end
@@ -1171,7 +1183,10 @@ end
 
 -- Acquires the lock called name (1..MAX_NAME_BYTES bytes; any bytes but NUL), waiting for it
 -- without limit unless opts.wait_ms bounds the wait. opts (all optional): lease_ms (default
---   10000; 0 = no expiry), wait_ms (-1 = no limit, default; N ms; 0 = one try), heartbeat_ms (default lease/3; 0 = none), retry_ms = { min, max } (default
+--   10000; 0 = no expiry), wait_ms (-1 = no limit, default; N ms; 0 = one try), heartbeat_ms (default lease/3; 0 = none),
+--   max_hold_ms (the longest the heartbeats keep the hold, 0 = none, the default: past it
+--   renewals stop, the lock ends with its lease and is lost with the cause "max_hold"; with
+--   lease_ms = 0 the acquire is "EINVAL"), retry_ms = { min, max } (default
 --   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top), kind =
 --   "exclusive" (default) or "shared" (shared = true says the same), permits = n (a semaphore
 --   of n holders; 0 = off): the library refuses kinds the backend does not offer, a shared
@@ -1351,7 +1366,8 @@ function Lock:released() return self._h == nil end
 -- holds it: deleted, or its lease ran out on the server; or a shared or semaphore hold vanished
 -- while others stand), "taken_over" (another owner holds it: "another owner holds it now
 -- (fencing token N, label 'x')") or "refused" (that look failed, or still listed this hold).
--- "expired": renewals failed until the local deadline passed first. Read it before release.
+-- "expired": renewals failed until the local deadline passed first. "max_hold": max_hold_ms
+-- passed, renewals stopped, and the lease ran out. Read it before release.
 function Lock:lost_cause()
   local h = self._h
   if h == nil then return nil end

@@ -49,16 +49,18 @@ export class LockLostError extends DlockError {
    * Why it was lost, when it was (the stable code of lock.lostCause): 'deleted' (the server no
    * longer had this owner's lock, and nobody holds it: deleted, or its lease ran out there),
    * 'taken_over' (another owner holds it now), 'refused' (the server no longer had this owner's
-   * lock, and looking again failed or still listed this hold) or 'expired' (renewals failed
-   * until the local deadline). undefined for a lock released already or by its client's close().
+   * lock, and looking again failed or still listed this hold), 'expired' (renewals failed
+   * until the local deadline) or 'max_hold' (options.maxHoldMs passed: renewals stopped, and the
+   * lease ran out). undefined for a lock released already or by its client's close().
    * The message keeps the library's words.
    */
   cause?: LossCause;
 }
 
 /**
- * The stable code of why a lock was lost (the cause label of dlock_losses_total). 'max_hold' and
- * 'broken' are reserved for job rules.
+ * The stable code of why a lock was lost (the cause label of dlock_losses_total). 'max_hold':
+ * options.maxHoldMs passed, renewals stopped, and the lease ran out; 'broken' is reserved for job
+ * rules.
  */
 export type LossCause = 'deleted' | 'taken_over' | 'refused' | 'expired' | 'max_hold' | 'broken';
 /** The library refused an argument, URL or option value. code: 'ERR_DLOCK_EINVAL'. */
@@ -84,6 +86,16 @@ export interface AcquireOptions {
   waitMs?: number | bigint;
   /** Renewal period in ms (default leaseMs/3; 0 = no heartbeats). Must be below the lease. */
   heartbeatMs?: number | bigint;
+  /**
+   * The longest the heartbeats keep the hold, in ms (a job timeout that holds across machines;
+   * default 0 = none, at most ten years): once it has passed since the acquire returned, renewals
+   * stop, the lock ends with its lease (at most maxHoldMs + leaseMs after the acquire) and is
+   * reported lost with the cause 'max_hold' ('lost' event, lostCause "max_hold: ...",
+   * LockLostError.cause 'max_hold'). An explicit extend() still renews it. With leaseMs 0 the
+   * acquire rejects with an InvalidArgumentError (nothing would end the hold); so does one with
+   * a libdlock that lacks it.
+   */
+  maxHoldMs?: number | bigint;
   /** [min, max] of the jittered fallback retry while waiting (default [50, 1000]). */
   retryMs?: [number | bigint, number | bigint];
   /** A label stored with the lock for people and tools (at most MAX_OWNER_BYTES bytes). */
@@ -209,7 +221,7 @@ export interface DlockEvent {
   code: DlockErrorCode | null;
   /** The error's message (not_acquired, released, renewal_failed) or lost's cause ("deleted: ..."); '' when none. */
   detail: string;
-  /** lost: its stable code ('deleted', 'taken_over', 'refused', 'expired'); null for the others. */
+  /** lost: its stable code ('deleted', 'taken_over', 'refused', 'expired', 'max_hold'); null for the others. */
   cause: LossCause | null;
 }
 

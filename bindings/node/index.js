@@ -218,6 +218,14 @@ function needMetrics(what) {
   }
 }
 
+// A max hold needs a library that has it (lib/native.js's hasMaxHold).
+function needMaxHold(what) {
+  if (!native.hasMaxHold) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} has no max hold ` +
+      '(dlock_options_set_max_hold_ms) for options.maxHoldMs; install a newer one');
+  }
+}
+
 // Values and leader election need a library that has them (lib/native.js's hasValues).
 function needValues(what) {
   if (!native.hasValues) {
@@ -329,10 +337,11 @@ function checkValue(what, v) {
   throw typeError('ERR_INVALID_ARG_TYPE', `${what} must be a string, Buffer or Uint8Array, got ${describe(v)}`);
 }
 
-const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'retryMs', 'owner', 'kind', 'shared',
-  'permits', 'fair', 'signal', 'value']);
+const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'maxHoldMs', 'retryMs', 'owner', 'kind',
+  'shared', 'permits', 'fair', 'signal', 'value']);
 // A campaign is an exclusive acquire that waits without limit: no kind, permits or waitMs.
-const CAMPAIGN_KEYS = new Set(['leaseMs', 'heartbeatMs', 'retryMs', 'owner', 'fair', 'signal', 'value']);
+const CAMPAIGN_KEYS = new Set(['leaseMs', 'heartbeatMs', 'maxHoldMs', 'retryMs', 'owner', 'fair', 'signal',
+  'value']);
 
 function checkOptions(opts, keys = OPTION_KEYS) {
   if (opts === undefined || opts === null) return {};
@@ -354,6 +363,11 @@ function checkOptions(opts, keys = OPTION_KEYS) {
     o.waitMs = opts.waitMs === Infinity ? -1 : checkMs('options.waitMs', opts.waitMs, -1);
   }
   if (opts.heartbeatMs !== undefined) o.heartbeatMs = checkMs('options.heartbeatMs', opts.heartbeatMs, 0);
+  // 0 is none, the default: left out, so that it needs nothing of the library.
+  if (opts.maxHoldMs !== undefined) {
+    const m = checkMs('options.maxHoldMs', opts.maxHoldMs, 0);
+    if (m !== 0 && m !== 0n) o.maxHoldMs = m;
+  }
   if (opts.retryMs !== undefined) {
     if (!Array.isArray(opts.retryMs) || opts.retryMs.length !== 2) {
       throw typeError('ERR_INVALID_ARG_TYPE', 'options.retryMs must be a [minMs, maxMs] array');
@@ -888,8 +902,10 @@ class Client extends EventEmitter {
   /**
    * Acquires the lock called name, waiting without limit unless options.waitMs bounds it (0 =
    * one try) or options.signal aborts it. Returns a promise of a Lock, or with a callback
-   * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, retryMs, owner, kind,
-   * shared, permits, fair, signal }; shared: true is kind: 'shared'.
+   * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, maxHoldMs, retryMs, owner,
+   * kind, shared, permits, fair, signal, value }; shared: true is kind: 'shared'. maxHoldMs: the
+   * longest the heartbeats keep the hold (0 = none); past it the lock ends with its lease and is
+   * lost with cause 'max_hold'.
    */
   acquire(name, options, callback) {
     if (typeof options === 'function' && callback === undefined) {
@@ -941,12 +957,14 @@ class Client extends EventEmitter {
     const h = this.#h !== null && !this.#closed ? this.#h : await this.#handle();
     if (A !== null) return this.#acquireAddon(h, name, cname, o);
     if (o.value !== undefined) needValues(opName(o));
+    if (o.maxHoldMs !== undefined) needMaxHold(opName(o));
     const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
     if (!opts) throw errorFor(S.ENOMEM, 'dlock_options_new: out of memory');
     let s = C.options_set_wait_ms(opts, waitMs);
     if (s === 0 && o.leaseMs !== undefined) s = C.options_set_lease_ms(opts, o.leaseMs);
     if (s === 0 && o.heartbeatMs !== undefined) s = C.options_set_heartbeat_ms(opts, o.heartbeatMs);
+    if (s === 0 && o.maxHoldMs !== undefined) s = C.options_set_max_hold_ms(opts, o.maxHoldMs);
     if (s === 0 && o.retryMs !== undefined) s = C.options_set_retry_ms(opts, o.retryMs[0], o.retryMs[1]);
     if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
     if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
@@ -1035,6 +1053,7 @@ class Client extends EventEmitter {
   // The addon's acquire: dlock_acquire_async on this thread's loop, its outcome in the uv
   // callback that read it; losses through the queue, under their own tag.
   #acquireAddon(h, name, cname, o) {
+    if (o.maxHoldMs !== undefined) needMaxHold(opName(o));
     const lost = { ref: null, early: null };
     const lostTag = lostRefs.add(lost);
     const signal = o.signal;
@@ -1067,12 +1086,17 @@ class Client extends EventEmitter {
     const r = o.retryMs;
     let s;
     try {
-      // A value is a 14th argument, passed only when there is one.
-      s = o.value === undefined
-        ? A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
-          o.kind, o.permits, o.fair)
-        : A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+      // A value is a 14th argument and a max hold a 15th, passed only when there is one.
+      if (o.maxHoldMs !== undefined) {
+        s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+          o.kind, o.permits, o.fair, o.value, o.maxHoldMs);
+      } else if (o.value === undefined) {
+        s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+          o.kind, o.permits, o.fair);
+      } else {
+        s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
           o.kind, o.permits, o.fair, o.value);
+      }
     } finally {
       if (s !== 0) {
         ops.delete(id);
@@ -1196,7 +1220,7 @@ class Client extends EventEmitter {
    * Stands for leader of the election name and waits, without limit, until this candidate leads:
    * a promise of the leadership, a held Lock whose fencingToken is the term (greater than every
    * earlier term of the name). options: acquire()'s but waitMs, kind, shared and permits: { value,
-   * leaseMs, heartbeatMs, retryMs, owner, fair, signal }; value (a string or bytes) is what it
+   * leaseMs, heartbeatMs, maxHoldMs, retryMs, owner, fair, signal }; value (a string or bytes) is what it
    * proclaims, lock.setValue() replaces it, lock.release() resigns. options.signal withdraws the
    * candidacy (CancelledError). Or with a callback (err, lock).
    */
@@ -1584,6 +1608,7 @@ class Lock extends EventEmitter {
    * or a shared or semaphore hold vanished while others stand), 'taken_over' (another owner
    * holds it; the details name its fencing token and label) or 'refused' (that look failed, or
    * still listed this hold). 'expired': renewals failed until the local deadline passed first.
+   * 'max_hold': options.maxHoldMs passed, renewals stopped, and the lease ran out.
    * After release(): the cause it had been lost by, or null.
    */
   get lostCause() {
@@ -1603,7 +1628,7 @@ class Lock extends EventEmitter {
   }
 
   // The options of a LockLostError for a call on this lock that found it not held, or of its
-  // loss report: its cause (err.cause: 'deleted', 'taken_over', 'refused', 'expired'), when the
+  // loss report: its cause (err.cause: 'deleted', 'taken_over', 'refused', 'expired', 'max_hold'), when the
   // lock was lost. The library's message says it ("lock 'x' was lost: deleted: ..."), a
   // release's too, whose handle is gone by then; else the handle says it, while there is one.
   #lostOptions(status, message) {

@@ -103,7 +103,8 @@
 //     options' on_lost handler, on the unlocking thread, unless the handler was already
 //     called for that hold by the heartbeats: once per hold, either way.
 // The options' wait and kind are set by each call (exclusive, or shared for *_shared); the
-// rest (lease, heartbeat, retry, owner, fair, on_lost) apply to every hold.
+// rest (lease, heartbeat, max_hold, retry, owner, fair, on_lost) apply to every hold (max_hold
+// counts from each hold's own acquire).
 //
 // A Mutex is shared by the threads of a process as a std::mutex is: while one thread holds it
 // through this object, the others wait here, without asking the server. Shared holds through
@@ -133,8 +134,8 @@
 // Client::campaign(name, options) waits, without limit, until this candidate leads `name`, and
 // returns the leadership: a Lock whose fencing_token() is the term, greater than every earlier
 // term of the name (hand it to whatever the leader writes, and have that refuse writes below the
-// highest term it has seen). The options are an acquire's: lease, heartbeat, owner, value,
-// on_lost, fair; their wait is ignored (no limit), and a shared kind or permits are
+// highest term it has seen). The options are an acquire's: lease, heartbeat, max_hold, owner,
+// value, on_lost, fair; their wait is ignored (no limit), and a shared kind or permits are
 // DLOCK_EINVAL (a leadership is exclusive). Releasing the Lock resigns: the next candidate leads
 // (in arrival order on backends with DLOCK_CAP_FAIR). Client::leader(name) is the leader's
 // Holder (value, owner, term as fencing_token, lease left), or std::nullopt when nobody leads;
@@ -410,6 +411,13 @@ class Options {
   // Background renewal period (must be less than the lease); 0 = no heartbeats.
   Options& heartbeat(ms d) { heartbeat_ = d; return *this; }
   Options& no_heartbeat() { return heartbeat(ms(0)); }
+  // The longest the heartbeats keep the lock (a job timeout that holds across machines): once
+  // this much has passed since the acquire returned, they renew it no more; the lock ends with
+  // its lease (at most max_hold + lease after the acquire) and is reported lost with the cause
+  // "max_hold" (on_lost, valid() false, lost_cause() "max_hold: ..."). An explicit extend() is
+  // still the caller's to make. 0 = none (the default); at most ten years. With no_expiry()
+  // the acquire is DLOCK_EINVAL: nothing would end the hold.
+  Options& max_hold(ms d) { max_hold_ = d; return *this; }
   // How long acquire waits for a held lock; 0 = one try (the default). Mutex sets it per call.
   Options& wait(ms d) { wait_ = d.count(); return *this; }
   Options& wait_forever() { wait_ = -1; return *this; }
@@ -441,8 +449,8 @@ class Options {
   // hook; the status, its message recorded.
   dlock_status Build(detail::LostHook* hook, detail::OptionsPtr* out) const noexcept {
     out->reset();
-    if (!lease_ && !heartbeat_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !fair_ && !value_ &&
-        !hook) {
+    if (!lease_ && !heartbeat_ && !max_hold_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !fair_ &&
+        !value_ && !hook) {
       return DLOCK_OK;
     }
     detail::OptionsPtr o(dlock_options_new());
@@ -454,6 +462,9 @@ class Options {
     }
     if (s == DLOCK_OK && heartbeat_ && (s = detail::NonNegativeMs(*heartbeat_, "heartbeat", &a)) == DLOCK_OK) {
       s = detail::FromC(dlock_options_set_heartbeat_ms(o.get(), a));
+    }
+    if (s == DLOCK_OK && max_hold_ && (s = detail::NonNegativeMs(*max_hold_, "max_hold", &a)) == DLOCK_OK) {
+      s = detail::FromC(dlock_options_set_max_hold_ms(o.get(), a));
     }
     if (s == DLOCK_OK && wait_) s = detail::FromC(dlock_options_set_wait_ms(o.get(), *wait_));
     if (s == DLOCK_OK && retry_ && (s = detail::NonNegativeMs(retry_->first, "retry min", &a)) == DLOCK_OK &&
@@ -476,6 +487,7 @@ class Options {
 
   std::optional<ms> lease_;
   std::optional<ms> heartbeat_;
+  std::optional<ms> max_hold_;
   std::optional<int64_t> wait_;
   std::optional<std::pair<ms, ms>> retry_;
   std::optional<std::string> owner_;
@@ -661,7 +673,8 @@ class Lock {
   // How many attempts acquire took (1 = first try); 0 when empty.
   uint32_t attempts() const noexcept { return lock_ ? dlock_lock_attempts(lock_) : 0; }
   // Why the lock is no longer valid: "" while it is held and valid (or empty), else "CAUSE:
-  // details" with CAUSE refused or expired (docs/metrics.md). Read it before release().
+  // details" with CAUSE deleted, taken_over, refused, expired or max_hold (docs/metrics.md).
+  // Read it before release().
   std::string lost_cause() const {
     const char* c = lock_ ? dlock_lock_lost_cause(lock_) : nullptr;
     return c ? c : "";

@@ -223,6 +223,50 @@ test("lost notification reaches user code", function()
   client:close()
 end)
 
+test("max_hold_ms: renewed past its first lease, then lost with cause max_hold", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("maxhold")
+  local got = {}
+  -- A lease of 800 ms renewed every 200 ms, kept at most 1200 ms: valid at ~1 s (past the first
+  -- lease), lost by ~2 s (max_hold_ms + lease_ms).
+  local start = now()
+  local lock = assert(client:acquire(name, { lease_ms = 800, heartbeat_ms = 200, max_hold_ms = 1200,
+    on_lost = function(l) got[#got + 1] = l:lost_cause() end }))
+  sleep(1.0)
+  assert(client:poll() == 0 and lock:valid(), "not renewed past its first lease")
+  assert(lock:lost_cause() == nil)
+  assert(cli("EXISTS", key(name)) == "1")
+  assert(wait_for(function() client:poll() return #got > 0 end, 10), "on_lost never ran")
+  assert(now() - start >= 1.19, "lost after " .. (now() - start) .. " s")
+  assert(got[1]:find("^max_hold: maximum hold reached %(max_hold_ms 1200%)"), got[1])
+  assert(not lock:valid())
+  assert(lock:lost_cause():find("^max_hold: "), lock:lost_cause())
+  assert(assert(client:metrics_text()):find('dlock_losses_total{cause="max_hold"} 1\n', 1, true))
+  local ok, msg, code = lock:release()
+  assert(ok == nil and code == "NOT_HELD", msg)
+  -- a max hold needs a lease: EINVAL naming it, and nothing left behind (acquire and campaign)
+  for _, call in ipairs({ "acquire", "campaign" }) do
+    local l
+    l, msg, code = client[call](client, name, { lease_ms = 0, max_hold_ms = 1000 })
+    assert(l == nil and code == "EINVAL" and msg:find("max_hold_ms 1000", 1, true), call .. ": " .. tostring(msg))
+  end
+  ok, msg, code = client:run(name, { lease_ms = 0, max_hold_ms = 1000 }, function() error("ran") end)
+  assert(ok == nil and code == "EINVAL" and msg:find("max_hold_ms", 1, true), msg)
+  -- above ten years: the library's EINVAL; wrong types and negatives raise; 0 is none
+  local l
+  l, msg, code = client:acquire(name, { max_hold_ms = 10 * 366 * 24 * 3600 * 1000 + 1 })
+  assert(l == nil and code == "EINVAL" and msg:find("max_hold_ms %d+ is too long"), msg)
+  raises(function() client:acquire(name, { max_hold_ms = "5" }) end, "max_hold_ms must be a number")
+  raises(function() client:acquire(name, { max_hold_ms = -1 }) end, "max_hold_ms %-1 is out of range")
+  raises(function() client:acquire(name, { max_hold_ms = 1.5 }) end, "max_hold_ms must be an integer")
+  assert(cli("EXISTS", key(name)) == "0")
+  local plain = assert(client:acquire(name, { lease_ms = 5000, max_hold_ms = 0 }))
+  assert(plain:valid() and plain:release())
+  plain = assert(client:acquire(name, { lease_ms = 5000, max_hold_ms = ffi.new("uint64_t", 60000) }))
+  assert(plain:valid() and plain:release())
+  client:close()
+end)
+
 test("every error kind is mapped", function()
   local expect = { [1] = "NOT_ACQUIRED", [2] = "NOT_HELD", [3] = "EINVAL", [4] = "EIO",
     [5] = "EBACKEND", [6] = "EAUTH", [7] = "ECANCELLED", [8] = "ENOMEM", [9] = "EINTERNAL" }

@@ -37,7 +37,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 4
+#define ADDON_ABI 5
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -88,9 +88,9 @@
     (dlock_client *, const char *, dlock_observe_fn, void *, dlock_observer **))                 \
   X(void, dlock_observer_cancel, (dlock_observer *))
 
-/* Metrics, loss causes and the event hook (issue 36): optional, so that an older library still
- * serves locks (index.js asks lib/native.js whether the library has them before calling the
- * functions below that use them). */
+/* Metrics, loss causes and the event hook (issue 36), and the job rules' max hold: optional, so
+ * that an older library still serves locks (index.js asks lib/native.js whether the library has
+ * them before calling the functions below that use them). */
 #define DLOCK_OPTIONAL_CALLS(X)                                                                 \
   X(dlock_status, dlock_client_metrics_text, (dlock_client *, char *, size_t, size_t *))         \
   X(dlock_status, dlock_client_metrics, (dlock_client *, dlock_metrics **))                      \
@@ -111,7 +111,8 @@
   X(int64_t, dlock_event_elapsed_ms, (const dlock_event *))                                      \
   X(uint64_t, dlock_event_fencing_token, (const dlock_event *))                                  \
   X(dlock_status, dlock_event_status, (const dlock_event *))                                     \
-  X(const char *, dlock_event_detail, (const dlock_event *))
+  X(const char *, dlock_event_detail, (const dlock_event *))                                    \
+  X(dlock_status, dlock_options_set_max_hold_ms, (dlock_options *, uint64_t))
 
 #define DECLARE(ret, name, args) static ret(*p_##name) args;
 DLOCK_CALLS(DECLARE)
@@ -787,16 +788,24 @@ static napi_value js_capabilities(napi_env env, napi_callback_info info) {
  * not kept: an acquire that names one makes its own options. */
 typedef struct options_key {
   int64_t wait_ms;
-  uint64_t lease_ms, heartbeat_ms, retry_min, retry_max;
+  uint64_t lease_ms, heartbeat_ms, retry_min, retry_max, max_hold_ms;
   int64_t kind, permits;
   int fair;
-  unsigned set; /* which of lease, heartbeat, retry, kind, permits, fair were given */
+  unsigned set; /* which of lease, heartbeat, retry, kind, permits, fair, max hold were given */
 } options_key;
 
 static dlock_options *cached_options;
 static options_key cached_key;
 
-enum { SET_LEASE = 1, SET_HEARTBEAT = 2, SET_RETRY = 4, SET_KIND = 8, SET_PERMITS = 16, SET_FAIR = 32 };
+enum {
+  SET_LEASE = 1,
+  SET_HEARTBEAT = 2,
+  SET_RETRY = 4,
+  SET_KIND = 8,
+  SET_PERMITS = 16,
+  SET_FAIR = 32,
+  SET_MAX_HOLD = 64
+};
 
 static dlock_status options_for(const options_key *k, dlock_options **out) {
   dlock_options *o = p_dlock_options_new();
@@ -814,6 +823,8 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
     s = p_dlock_options_set_permits(o, (uint32_t)k->permits);
   }
   if (s == DLOCK_OK && (k->set & SET_FAIR)) s = p_dlock_options_set_fair(o, k->fair);
+  /* js_acquire checked that the library has it */
+  if (s == DLOCK_OK && (k->set & SET_MAX_HOLD)) s = p_dlock_options_set_max_hold_ms(o, k->max_hold_ms);
   if (s != DLOCK_OK) {
     p_dlock_options_free(o);
     return s;
@@ -823,10 +834,11 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
 }
 
 /* acquire(client, name, id, lostTag, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner,
- *         kind, permits, fair[, value]) -> status: 0 = started (onDone(id, ...) follows), else
- * nothing was (lastError() says why). Losses go to index.js's queue under lostTag. */
+ *         kind, permits, fair[, value[, maxHoldMs]]) -> status: 0 = started (onDone(id, ...)
+ * follows), else nothing was (lastError() says why). Losses go to index.js's queue under
+ * lostTag. value: a Uint8Array, or undefined for none; maxHoldMs (ABI 5): undefined for none. */
 static napi_value js_acquire(napi_env env, napi_callback_info info) {
-  ARGS(14);
+  ARGS(15);
   NEED_STATE();
   dlock_client *c = external_of(env, argv[0]);
   if (c == NULL) return throw_type(env, "client must be a client");
@@ -868,6 +880,15 @@ static napi_value js_acquire(napi_env env, napi_callback_info info) {
     napi_get_value_bool(env, argv[12], &fair);
     k.fair = fair ? 1 : 0;
     k.set |= SET_FAIR;
+  }
+  if (is_set(env, argv[14]) && get_u64(env, argv[14], &u64)) {
+    if (p_dlock_options_set_max_hold_ms == NULL) { /* index.js says so before asking */
+      if (name_owned) free(name);
+      napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_options_set_max_hold_ms");
+      return NULL;
+    }
+    k.max_hold_ms = u64;
+    k.set |= SET_MAX_HOLD;
   }
   dlock_options *o = NULL;
   dlock_status s = DLOCK_OK;

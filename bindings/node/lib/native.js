@@ -206,6 +206,17 @@ try {
 } catch (e) {
   hasQueuedEvents = false;
 }
+// The job rules' max hold (dlock_options_set_max_hold_ms): a library without it still serves
+// locks; an acquire or campaign with a maxHoldMs other than 0 then says what it lacks
+// (hasMaxHold false), on either path.
+let hasMaxHold = true;
+try {
+  Object.assign(C, {
+    options_set_max_hold_ms: f('int dlock_options_set_max_hold_ms(void *o, uint64_t ms)'),
+  });
+} catch (e) {
+  hasMaxHold = false;
+}
 const version = C.version();
 if (!/^0\./.test(version)) {
   const e = new Error(`libdlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
@@ -213,4 +224,6 @@ if (!/^0\./.test(version)) {
   throw e;
 }
 
-module.exports = { koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics, hasQueuedEvents };
+module.exports = {
+  koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics, hasQueuedEvents, hasMaxHold,
+};

@@ -154,6 +154,10 @@ def _lease_bound() -> str:
 def _heartbeat_bound() -> str:
     return "at most ten years; 0 means no heartbeats"
 
+
+def _max_hold_bound() -> str:
+    return "at most ten years; 0 means no maximum"
+
 # dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 # gives them (the library has numbers only).
 _KINDS = {"exclusive": 0, "shared": 1}
@@ -1416,10 +1420,10 @@ status         the dlock_status number: 0 for OK, NotAcquired.status (1) when a 
                NotHeld.status (2) for a lost lock or a release that found it gone, ...
 code           its name as dlock.Error.code spells it ("DLOCK_NOT_ACQUIRED", ...); None for 0
 detail         the error's message, or for "lost" the loss cause's text (lock.lost_cause:
-               "deleted: ...", "taken_over: ...", "refused: ..." or "expired: ..."); "" when
-               none
-cause          "deleted", "taken_over", "refused" or "expired" (NotHeld.cause) for "lost", and
-               for a "released" that found the lock lost; None otherwise
+               "deleted: ...", "taken_over: ...", "refused: ...", "expired: ..." or
+               "max_hold: ..."); "" when none
+cause          "deleted", "taken_over", "refused", "expired" or "max_hold" (NotHeld.cause) for
+               "lost", and for a "released" that found the lock lost; None otherwise
 """
 
 _EventFn = Callable[[Event], object]
@@ -1498,14 +1502,20 @@ class _Spec:
     """A Lock's checked options: everything each acquire passes to the library but the wait."""
 
     __slots__ = ("lease_ms", "heartbeat_ms", "retry_ms", "owner", "on_lost", "kind", "permits",
-                 "fair", "value")
+                 "fair", "value", "max_hold_ms")
 
     def __init__(self, lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
-                 lease_ms, heartbeat_ms, retry_ms, value=None):
+                 lease_ms, heartbeat_ms, retry_ms, value=None, max_hold=None, max_hold_ms=None):
         """Checks every option (TypeError / InvalidArgument) before anything reaches C."""
         self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _lease_bound)
         self.heartbeat_ms = _duration("heartbeat", heartbeat, "heartbeat_ms", heartbeat_ms,
                                       _heartbeat_bound)
+        self.max_hold_ms = _duration("max_hold", max_hold, "max_hold_ms", max_hold_ms,
+                                     _max_hold_bound)
+        # 0 (none) is the default, which any library has; anything else needs the setter.
+        if self.max_hold_ms and not hasattr(_c, "dlock_options_set_max_hold_ms"):
+            raise InvalidArgument(f"max_hold: libdlock {version()} at {_library_path} has no "
+                                  "max hold (dlock_options_set_max_hold_ms); install a newer one")
         self.retry_ms = _retry_pair(retry, retry_ms)
         if owner is not None:
             if isinstance(owner, str):
@@ -1555,7 +1565,7 @@ class _Spec:
         on_lost is this acquire's callback (the spec's, or one that hands it to a loop). hooked:
         for a _LoopClient, whose on_lost is a C callback on the loop's thread (not the queue)."""
         if (self.lease_ms is None and wait_ms == 0 and self.heartbeat_ms is None
-                and self.retry_ms is None and self.owner is None and on_lost is None
+                and self.max_hold_ms is None and self.retry_ms is None and self.owner is None and on_lost is None
                 and self.kind is None and self.permits is None and self.fair is None
                 and self.value is None):
             return None, None
@@ -1567,6 +1577,8 @@ class _Spec:
                 _check(_c.dlock_options_set_lease_ms(o, self.lease_ms))
             if self.heartbeat_ms is not None:
                 _check(_c.dlock_options_set_heartbeat_ms(o, self.heartbeat_ms))
+            if self.max_hold_ms:  # 0 = none, the default: nothing to set
+                _check(_c.dlock_options_set_max_hold_ms(o, self.max_hold_ms))
             if wait_ms != 0:
                 _check(_c.dlock_options_set_wait_ms(o, wait_ms))
             if self.retry_ms is not None:
@@ -2068,17 +2080,21 @@ class Client:
                    heartbeat: Optional[float], retry: Optional[Sequence[float]],
                    owner: Union[str, bytes, None], on_lost: Optional[_OnLost],
                    fair: Optional[bool], lease_ms: Optional[int], heartbeat_ms: Optional[int],
-                   retry_ms: Optional[Sequence[int]]) -> "Lock":
+                   retry_ms: Optional[Sequence[int]], max_hold: Optional[float],
+                   max_hold_ms: Optional[int]) -> "Lock":
         """The Lock a campaign acquires: exclusive, waiting without limit."""
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, None, None, None,
-                                      fair, lease_ms, heartbeat_ms, retry_ms, value), -1, False)
+                                      fair, lease_ms, heartbeat_ms, retry_ms, value, max_hold,
+                                      max_hold_ms), -1, False)
 
     def campaign(self, name: _Name, *, value: Optional[_Value] = None,
                  lease: Optional[float] = None, heartbeat: Optional[float] = None,
                  retry: Optional[Sequence[float]] = None, owner: Union[str, bytes, None] = None,
                  on_lost: Optional[_OnLost] = None, fair: Optional[bool] = None,
+                 max_hold: Optional[float] = None,
                  lease_ms: Optional[int] = None, heartbeat_ms: Optional[int] = None,
-                 retry_ms: Optional[Sequence[int]] = None) -> "Lock":
+                 retry_ms: Optional[Sequence[int]] = None,
+                 max_hold_ms: Optional[int] = None) -> "Lock":
         """Stands for leader of the election `name` and waits, without limit, until this
         candidate leads (dlock_campaign); returns the leadership, a held Lock: its
         fencing_token is the term, greater than every earlier term of the name (pass it to what
@@ -2091,7 +2107,7 @@ class Client:
         are not taken (TypeError); for a bounded wait, client.acquire(name, value=...,
         timeout=S). Blocks the calling thread only (the GIL is released while waiting)."""
         lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
-                               lease_ms, heartbeat_ms, retry_ms)
+                               lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms)
         lock._acquire(-1, True, lock._spec.on_lost, campaign=True)
         return lock
 
@@ -2099,14 +2115,16 @@ class Client:
                         lease: Optional[float] = None, heartbeat: Optional[float] = None,
                         retry: Optional[Sequence[float]] = None,
                         owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
-                        fair: Optional[bool] = None, lease_ms: Optional[int] = None,
+                        fair: Optional[bool] = None, max_hold: Optional[float] = None,
+                        lease_ms: Optional[int] = None,
                         heartbeat_ms: Optional[int] = None,
-                        retry_ms: Optional[Sequence[int]] = None) -> "Lock":
+                        retry_ms: Optional[Sequence[int]] = None,
+                        max_hold_ms: Optional[int] = None) -> "Lock":
         """campaign() for asyncio: waits without blocking the event loop or holding a thread
         (an acquire with no wait limit on this loop's client, as aacquire). Cancelling the
         awaiting task withdraws the candidacy. on_lost(lock) runs on this event loop."""
         lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
-                               lease_ms, heartbeat_ms, retry_ms)
+                               lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms)
         await lock._aacquire(-1, True)
         return lock
 
@@ -2118,10 +2136,11 @@ class Client:
              owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
              kind: Optional[_Kind] = None, permits: Optional[int] = None,
              shared: Optional[bool] = None, fair: Optional[bool] = None,
-             value: Optional[_Value] = None,
+             value: Optional[_Value] = None, max_hold: Optional[float] = None,
              lease_ms: Optional[int] = None, wait_ms: Union[int, None, _Unset] = _UNSET,
              heartbeat_ms: Optional[int] = None,
-             retry_ms: Optional[Sequence[int]] = None) -> "Lock":
+             retry_ms: Optional[Sequence[int]] = None,
+             max_hold_ms: Optional[int] = None) -> "Lock":
         """A Lock for the name `name` (str or bytes, 1..MAX_NAME_BYTES bytes), NOT acquired yet:
         `with lock:` (or `async with lock:`) acquires it on entry and releases it on exit, every
         time the block runs; lock.acquire() / lock.release() do the same by hand. Nothing is
@@ -2132,12 +2151,19 @@ class Client:
                       -1 or None: no limit); blocking=False makes one try
         lease         server-side lease in seconds (default 10; 0 = never expires until released)
         heartbeat     renewal period in seconds (default lease/3; 0 = no heartbeats)
+        max_hold      the longest the heartbeats keep each hold, in seconds (a job timeout that
+                      holds across machines; default None or 0: no maximum): once it has passed
+                      since the acquire returned, renewals stop, the hold ends with its lease
+                      (at most max_hold + lease after the acquire) and is reported lost with
+                      the cause "max_hold" (on_lost, valid False, lost_cause "max_hold: ...",
+                      NotHeld.cause "max_hold"). An explicit extend() still renews it. Needs a
+                      lease: with lease=0 the acquire raises InvalidArgument; at most ten years
         retry         (min, max) seconds of the fallback retry while waiting (default (0.05, 1))
         owner         a label stored with the lock for people and tools
         on_lost       callback(lock), run once on the "dlock-events" thread (on the event loop
                       for an asyncio acquire) if the lock is found lost while held;
                       lock.lost_cause says why ("deleted: ...", "taken_over: ...",
-                      "refused: ..." or "expired: ...")
+                      "refused: ...", "expired: ..." or "max_hold: ...")
         kind          "exclusive" (default) or "shared"; shared=True is kind="shared" (and
                       shared=False kind="exclusive"); permits: a semaphore of that many holders
                       (0 = off). A shared semaphore, or shared= contradicting kind=, is
@@ -2148,12 +2174,13 @@ class Client:
         value         bytes (any, NUL included; a str is stored as UTF-8) stored on the server
                       with each hold, up to MAX_VALUE_BYTES (4096): inspect() and leader() show
                       it to everyone (keep no secret in it); lock.set_value() replaces it
-        lease_ms, heartbeat_ms, retry_ms, wait_ms
+        lease_ms, heartbeat_ms, max_hold_ms, retry_ms, wait_ms
                       the same in integer milliseconds (the older spelling; wait_ms: 0 = one
                       try, -1 or None = no limit); give one spelling of each, not both
         """
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
-                                      shared, fair, lease_ms, heartbeat_ms, retry_ms, value),
+                                      shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
+                                      max_hold, max_hold_ms),
                           _wait_of(blocking, timeout, wait_ms), True)
 
     def _lock(self, name: _Name, spec: "_Spec", wait_ms: int, check: bool) -> "Lock":
@@ -2169,9 +2196,11 @@ class Client:
         """lock() for a lock acquired at once: the library checks the options then."""
         def parse(*, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None, retry=None,
                   owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None,
-                  value=None, lease_ms=None, wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None):
+                  value=None, max_hold=None, lease_ms=None, wait_ms=_UNSET, heartbeat_ms=None,
+                  retry_ms=None, max_hold_ms=None):
             return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
-                                          shared, fair, lease_ms, heartbeat_ms, retry_ms, value),
+                                          shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
+                                          max_hold, max_hold_ms),
                               _wait_of(blocking, timeout, wait_ms), False)
         return parse(**options)
 
@@ -2454,7 +2483,7 @@ class Lock:
     set_value(value)    replaces the value stored with the hold (b"" removes it)
     valid, remaining, remaining_ms, attempts, name, released
     lost_cause     None while valid, else why the hold was lost: "deleted: ...",
-                   "taken_over: ...", "refused: ..." or "expired: ..."
+                   "taken_over: ...", "refused: ...", "expired: ..." or "max_hold: ..."
     aacquire(), arelease(), aextend(), aset_value(), `async with lock:`   the same for asyncio
     `async with lock.guard():`   also cancels the block if the lock is lost (then: LockLost)
 
@@ -2546,7 +2575,8 @@ class Lock:
         vanished while others stand), "taken_over" (another owner holds it; the details name
         its fencing token, and its label) or "refused" (that look failed, or still listed this
         hold). "expired": renewals failed until the local deadline passed first (the details
-        end with the last error). In an on_lost callback it says
+        end with the last error). "max_hold": the max_hold= option's time passed, renewals
+        stopped, and the lease ran out. In an on_lost callback it says
         why. Kept after release() until the next acquire; None when this object never held
         the lock, or its last hold was released while valid, or was released by the client's
         close. A loss that release() itself finds (the lock gone when the release reached the

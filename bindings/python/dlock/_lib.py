@@ -246,3 +246,7 @@ def _declare(lib):
     _fn(lib, "dlock_event_fencing_token", ctypes.c_uint64, [c_event_p])
     _fn(lib, "dlock_event_status", c_status, [c_event_p])
     _fn(lib, "dlock_event_detail", ctypes.c_char_p, [c_event_p])
+    # Job rules: optional, so that a libdlock from before them still loads (max_hold= then
+    # says what the library lacks; the package checks hasattr(lib, name) before using it).
+    if hasattr(lib, "dlock_options_set_max_hold_ms"):
+        _fn(lib, "dlock_options_set_max_hold_ms", c_status, [c_options_p, ctypes.c_uint64])

@@ -608,6 +608,121 @@ class Lost(Base):
             lock.release()
 
 
+class MaxHold(Base):
+    """max_hold=: the heartbeats keep the lock past its first lease, then stop at max_hold; the
+    lock ends with its lease and is reported lost with the cause "max_hold"."""
+
+    # A lease of 0.8 s renewed every 0.2 s, kept at most 1.2 s: valid at ~1.0 s (past the
+    # first lease), lost by ~2.0 s (max_hold + lease).
+    OPTIONS = dict(lease=0.8, heartbeat=0.2, max_hold=1.2)
+
+    def test_renewed_past_its_lease_then_lost_with_cause_max_hold(self):
+        name = unique("maxhold")
+        events = []
+        self.client.on_event(lambda e: events.append(e) if e.name == name else None)
+        lost = threading.Event()
+        seen = []
+
+        def on_lost(lk):
+            seen.append(lk.lost_cause)
+            lost.set()
+
+        start = time.monotonic()
+        lock = self.client.acquire(name, on_lost=on_lost, **self.OPTIONS)
+        time.sleep(max(0.0, start + 1.0 - time.monotonic()))
+        self.assertTrue(lock.valid, "not renewed past its first lease")
+        self.assertIsNone(lock.lost_cause)
+        self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "1")
+        self.assertTrue(lost.wait(10), "on_lost never ran")
+        self.assertGreaterEqual(time.monotonic() - start, 1.2)
+        self.assertFalse(lock.valid)
+        self.assertTrue(seen[0].startswith("max_hold: "), seen)
+        self.assertIn("max_hold_ms 1200", seen[0])
+        self.assertTrue(lock.lost_cause.startswith("max_hold: "), lock.lost_cause)
+        self.assertTrue(wait_for(lambda: any(e.type == "lost" for e in events)), events)
+        event = next(e for e in events if e.type == "lost")
+        self.assertEqual(event.cause, "max_hold")
+        self.assertTrue(event.detail.startswith("max_hold: "), event.detail)
+        self.assertEqual(event.fencing_token, lock.fencing_token)
+        self.assertIn('dlock_losses_total{cause="max_hold"} 1\n', self.client.metrics_text())
+        with self.assertRaises(dlock.NotHeld) as cm:
+            lock.release()
+        self.assertEqual(cm.exception.cause, "max_hold")
+        # the _ms spelling says the same; 0 is no maximum
+        self.assertEqual(self.client.lock("x", max_hold_ms=1200, lease_ms=800)._spec.max_hold_ms,
+                         self.client.lock("x", max_hold=1.2, lease=0.8)._spec.max_hold_ms)
+        with self.client.lock(unique("maxhold"), lease=5, max_hold=0) as plain:
+            self.assertTrue(plain.valid)
+
+    def test_asyncio_renewed_past_its_lease_then_lost_with_cause_max_hold(self):
+        name = unique("maxhold")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            lost = loop.create_future()
+            start = loop.time()
+            lock = await self.client.aacquire(
+                name, on_lost=lambda lk: lost.set_result((lk.lost_cause, asyncio.get_running_loop())),
+                **self.OPTIONS)
+            await asyncio.sleep(max(0.0, start + 1.0 - loop.time()))  # the loop runs meanwhile
+            self.assertTrue(lock.valid, "not renewed past its first lease")
+            self.assertIsNone(lock.lost_cause)
+            cause, on_loop = await asyncio.wait_for(lost, 10)
+            self.assertIs(on_loop, loop)
+            self.assertGreaterEqual(loop.time() - start, 1.2)
+            self.assertTrue(cause.startswith("max_hold: "), cause)
+            self.assertFalse(lock.valid)
+            with self.assertRaises(dlock.NotHeld) as cm:
+                await lock.arelease()
+            self.assertEqual(cm.exception.cause, "max_hold")
+
+        asyncio.run(main())
+
+    def test_a_max_hold_needs_a_lease_and_a_number_of_seconds(self):
+        c = self.client
+        for call in (lambda: c.acquire(unique(), lease=0, max_hold=1),
+                     lambda: c.lock(unique(), lease_ms=0, max_hold_ms=1000).acquire()):
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                call()
+            self.assertIn("max_hold_ms 1000", str(cm.exception))
+
+        async def main():
+            with self.assertRaisesRegex(dlock.InvalidArgument, "max_hold_ms 1000"):
+                await c.aacquire(unique(), lease=0, max_hold=1)
+            with self.assertRaisesRegex(dlock.InvalidArgument, "max_hold_ms 1000"):
+                await c.acampaign(unique(), lease=0, max_hold=1)
+
+        asyncio.run(main())
+        with self.assertRaisesRegex(dlock.InvalidArgument, "max_hold_ms 1000"):
+            c.campaign(unique(), lease=0, max_hold=1)
+        # out of range: the library's words (above ten years), or the binding's naming it
+        o = dlock._c.dlock_options_new()
+        try:
+            self.assertEqual(dlock._c.dlock_options_set_max_hold_ms(o, dlock._limits["MAX_LEASE_MS"]), 0)
+            too_long = library_says(dlock._c.dlock_options_set_max_hold_ms, o,
+                                    dlock._limits["MAX_LEASE_MS"] + 1)
+        finally:
+            dlock._c.dlock_options_free(o)
+        self.assertIn("max_hold_ms", too_long)
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            c.lock("x", max_hold_ms=dlock._limits["MAX_LEASE_MS"] + 1)
+        self.assertEqual(str(cm.exception), too_long)
+        for kw, words in (({"max_hold": -1}, "max_hold -1 s is negative"),
+                          ({"max_hold": 1e300}, "max_hold 1e+300 s is too long"),
+                          ({"max_hold": float("nan")}, "max_hold must be a number of seconds, not NaN"),
+                          ({"max_hold_ms": -1}, "max_hold_ms -1 is negative"),
+                          ({"max_hold_ms": 2**64}, "too long (at most ten years; 0 means no maximum)")):
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)) as cm:
+                c.lock("x", **kw)
+            self.assertIn(words, str(cm.exception))
+        for kw in ({"max_hold": "60"}, {"max_hold": True}, {"max_hold_ms": 1.5},
+                   {"max_hold": 1, "max_hold_ms": 1000}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                c.lock("x", **kw)
+        with self.assertRaises(TypeError):
+            c.campaign("x", max_hold=1, wait_ms=0)  # a campaign's other options stay refused
+
+
 class SlowCallbacks(Base):
     def test_a_slow_on_lost_holds_up_no_heartbeat(self):
         # on_lost runs on the binding's dlock-events thread, fed by the library's completion

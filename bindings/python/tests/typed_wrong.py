@@ -13,6 +13,7 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     lock.acquire(timeout="5")  # error: arg-type
     client.lock("jobs", lease="10")  # error: arg-type
     client.lock("jobs", kind="both")  # error: arg-type
+    client.lock("jobs", max_hold="60")  # error: arg-type
     client.inspect(42)  # error: arg-type
     client.acquire("jobs", lease="10")  # error: arg-type
     client.acquire("jobs", wait=5)  # error: call-arg

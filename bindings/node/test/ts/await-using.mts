@@ -37,7 +37,7 @@ let outer: Client;
   outer = client;
   let token: bigint;
   {
-    const options: AcquireOptions = { leaseMs: 5000 };
+    const options: AcquireOptions = { leaseMs: 5000, maxHoldMs: 60_000 };
     await using lock = await client.acquire(name, options);
     token = lock.fencingToken;
     assert.equal(cli('EXISTS', holder), '1');
@@ -155,6 +155,8 @@ export function refused(c: Client, l: Lock): void {
   void c.mutex('x').tryAcquire().then((r: Releaser) => r);
   // @ts-expect-error: a NotAcquiredError's code is exactly its own
   const code: 'ERR_DLOCK_NOT_HELD' = new NotAcquiredError('x').code;
+  // @ts-expect-error: maxHoldMs is a number of milliseconds
+  void c.acquire('x', { maxHoldMs: '5' });
   // @ts-expect-error: a campaign waits until it leads: no waitMs
   void c.campaign('x', { waitMs: 5 });
   // @ts-expect-error: a leadership is exclusive
