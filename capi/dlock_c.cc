@@ -703,27 +703,36 @@ int dlock_queue_pop_event(dlock_queue* q, uint64_t* tag, dlock_status* status, d
   dlock_status result = Guard([&] {
     dlock::CompletionQueue::Entry entry;
     if (!q->impl->Pop(&entry)) return DLOCK_OK;
+    // Everything handed out is made first, then published: out of memory half way would
+    // otherwise leave a lock handed out with an error returned.
+    std::unique_ptr<dlock_lock> out_lock;
+    std::unique_ptr<dlock_info> out_leader;
+    std::unique_ptr<dlock_event> out_event;
+    try {
+      if (lock != nullptr && entry.lock != nullptr) out_lock.reset(new dlock_lock{entry.client, entry.lock, {}});
+      if (leader != nullptr && entry.leader != nullptr) {
+        out_leader = std::make_unique<dlock_info>();
+        out_leader->impl.holders.push_back(*entry.leader);
+      } else if (leader != nullptr && entry.info != nullptr) {
+        out_leader.reset(new dlock_info{*entry.info});
+      }
+      if (event != nullptr && entry.event != nullptr) out_event = std::make_unique<dlock_event>();
+    } catch (...) {
+      dlock::CompletionQueue::GiveBack(entry);  // its lock is released in the background
+      throw;
+    }
     kind = static_cast<int>(entry.kind);
     if (tag != nullptr) *tag = entry.tag;
     if (lock != nullptr) {
-      *lock = entry.lock == nullptr
-                  ? nullptr
-                  : new dlock_lock{std::move(entry.client), std::move(entry.lock), {}};
+      *lock = out_lock.release();
     } else {
       dlock::CompletionQueue::GiveBack(entry);  // nobody takes it
     }
-    if (leader != nullptr && entry.leader != nullptr) {
-      auto info = std::make_unique<dlock_info>();
-      info->impl.holders.push_back(*entry.leader);
-      *leader = info.release();
-    } else if (leader != nullptr && entry.info != nullptr) {
-      *leader = new dlock_info{std::move(*entry.info)};
-    }
-    if (event != nullptr && entry.event != nullptr) {  // else the copy is dropped with the entry
-      auto out = std::make_unique<dlock_event>();
-      out->impl = &entry.event->event;
-      out->owned = std::move(entry.event);
-      *event = out.release();
+    if (leader != nullptr) *leader = out_leader.release();
+    if (out_event != nullptr) {  // else the copy is dropped with the entry
+      out_event->impl = &entry.event->event;
+      out_event->owned = std::move(entry.event);
+      *event = out_event.release();
     }
     return Report(entry.status);
   });

@@ -381,7 +381,9 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
         } else if (!term_sent) {
           signal_group(o, group, SIGTERM, "--max-hold was reached");
           term_sent = true;
-          kill_at = now + o->kill_grace_ms;
+          /* The kill grace, or what is left of the lease if less: CMD never outlives the lock. */
+          const int64_t left = dlock_lock_remaining_ms(lock);
+          kill_at = now + (left < o->kill_grace_ms ? left : o->kill_grace_ms);
         }
       }
     } else if (!lost && !term_sent && !kill_sent && o->lease_ms > 0 && o->on_lost != ON_LOST_IGNORE) {
@@ -475,7 +477,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     /* Best-effort cleanup in the background: the lease ends on the server within a drift of
      * now anyway, and dlock's exit must not wait on a server that stopped answering. */
     dlock_release_async(lock, NULL, NULL);
-    write_status(o, lost ? "lost" : "stopped");
+    write_status(o, !lost ? "stopped" : max_hold_reached ? "max-hold" : "lost");
     return EXIT_LOST;
   }
   char cause_before[512]; /* the release frees the lock: its loss cause is read first */

@@ -72,7 +72,9 @@
  *   loss causes"). Unknown parameters are an error. Bounds, with C = connect_timeout_ms,
  *   T = timeout_ms, W = wait_ms: open, release, extend and a one-try acquire take at most
  *   C + T (DynamoDB: T); an acquire that waits W + C + T (DynamoDB: W + T). A release, extend
- *   or set_value the server refuses takes one more T, to say why (dlock_lock_lost_cause).
+ *   or set_value the server refuses takes one dlock_inspect bound more, to say why
+ *   (dlock_lock_lost_cause), and a refused renewal's on_lost comes that much later (the lock is
+ *   invalid from the refusal on).
  *
  * Redis keys for lock NAME: <prefix>{NAME} holds the owner, <prefix>{NAME}:fence the fencing
  * counter (never expires); releases are published on <prefix>{NAME}:released. *
@@ -679,7 +681,7 @@ DLOCK_API double       dlock_metrics_value(const dlock_metrics *m, size_t k);
 /* Why l is no longer valid: NULL while it is held and valid, else "CAUSE: details", where
  * CAUSE is a stable code (the cause label of dlock_losses_total). When the server refuses this
  * owner (a renewal, extend, release or set_value) while the lease still holds here, dlock looks
- * at the name once more (one inspect round trip, within timeout_ms) to say which:
+ * at the name once more (as dlock_inspect does, within its bound) to say which:
  *   deleted     nobody holds it (deleted by hand, or its lease ran out on the server), or a
  *               shared or semaphore hold vanished while others stand;
  *   taken_over  another owner holds it (the details name its fencing token, and its label);
@@ -761,9 +763,9 @@ DLOCK_API void dlock_event_free(dlock_event *e);
  * returned, they renew it no more, the lock ends with the lease its last renewal gave (so at
  * most max_hold_ms + lease_ms after the acquire), and it is reported lost with the cause
  * "max_hold" (on_lost, DLOCK_QUEUE_LOST, dlock_lock_lost_cause). A job timeout that holds
- * across machines. An explicit dlock_extend is still the caller's to make. 0 = none (default);
- * at most ten years. With lease_ms 0 (no expiry) the acquire is DLOCK_EINVAL: nothing would end
- * the hold. */
+ * across machines. An explicit dlock_extend is still the caller's to make (lease 0 is refused
+ * then). 0 = none (default); at most ten years. With lease_ms 0 (no expiry) or heartbeat_ms 0
+ * (no renewals to stop) the acquire is DLOCK_EINVAL. */
 DLOCK_API dlock_status dlock_options_set_max_hold_ms(dlock_options *o, uint64_t ms);
 
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */

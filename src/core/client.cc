@@ -547,11 +547,15 @@ Status Client::ReleaseHeld(const std::shared_ptr<LockState>& lock) {
 }
 
 void Client::LoseExplained(const std::shared_ptr<LockState>& lock) {
+  if (!lock->MarkRefused()) {  // past its deadline (an expiry), or lost already
+    lock->Lose(LossCause::kRefused, "the server no longer had this owner's lock", &metrics_);
+    return;
+  }
   LockInfo info;
   const Status looked = backend_->Inspect(lock->name, &info);
   std::string reason;
-  const LossCause cause = ClassifyRefusal(*lock, looked, info, &reason);
-  lock->Lose(cause, std::move(reason), &metrics_);
+  const LossCause cause = ClassifyRefusal(*lock, looked, std::move(info), &reason);
+  lock->Lose(cause, std::move(reason), &metrics_, /*explained=*/true);
 }
 
 void Client::LoseExplainedOnLoop(const std::shared_ptr<LockState>& lock, const Status& answer,
@@ -562,7 +566,7 @@ void Client::LoseExplainedOnLoop(const std::shared_ptr<LockState>& lock, const S
   }
   heartbeats_->ExplainRefusal(lock, [self = shared_from_this(), lock, then = std::move(then)](
                                         LossCause cause, std::string reason) {
-    lock->Lose(cause, std::move(reason), &self->metrics_);
+    lock->Lose(cause, std::move(reason), &self->metrics_, /*explained=*/true);
     then();
   });
 }
@@ -597,6 +601,10 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_d
 Status Client::CheckExtend(const LockState& lock, uint64_t lease_ms) const {
   Status s = CheckHeldLease(lease_ms);
   if (!s.ok()) return s;
+  if (lease_ms == 0 && lock.max_hold_ms != 0) {
+    return Status::InvalidArgument("lease_ms 0 (no expiry) would outlast the lock's max_hold_ms " +
+                                   std::to_string(lock.max_hold_ms) + ": nothing would end the hold");
+  }
   if (lock.heartbeat_explicit && lease_ms != 0 && lock.heartbeat_ms.load() >= lease_ms) {
     return Status::InvalidArgument("lease_ms " + std::to_string(lease_ms) +
                                    " must be longer than the lock's heartbeat_ms " +

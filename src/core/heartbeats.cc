@@ -127,11 +127,13 @@ void Heartbeats::Tick() {
       entries_.erase(&lock);
       continue;
     }
+    // Refused, and the look that says why is out: its answer reports the loss.
+    if (lock.refused.load()) continue;
     // Past max_hold_ms: no more renewals; the lock ends with the lease it has.
     const bool past_max_hold = lock.PastMaxHold(now);
     int64_t deadline = lock.deadline_ns.load();
     if (deadline != kNoDeadline && ToNanos(now) >= deadline) {
-      if (past_max_hold) {
+      if (past_max_hold && entry->last_error.empty()) {  // failing renewals: an expiry all the same
         lost.push_back({entry->lock, LossCause::kMaxHold, lock.MaxHoldReason()});
       } else {
         lost.push_back({entry->lock, LossCause::kExpired,
@@ -192,12 +194,13 @@ void Heartbeats::OnRenewed(const RenewRequest& request, const Status& status) {
       entries_.erase(it);
       return;
     }
-    // No more renewals: the look at the name decides what the loss report says.
+    // No more renewals, and extends wait (in flight): the look at the name decides what the
+    // loss report says, and ReportLost answers the waiting extends with it.
     std::shared_ptr<LockState> lost = entry.lock;
     Unschedule(&entry);
-    entries_.erase(it);
+    entry.in_flight = true;
     ExplainRefusal(lost, [this, lost](LossCause cause, std::string reason) {
-      if (!stopped_) ReportLost(lost, cause, reason);
+      if (!stopped_) ReportLost(lost, cause, reason, /*explained=*/true);
     });
     return;
   }
@@ -270,7 +273,7 @@ void Heartbeats::OnExtended(const std::shared_ptr<LockState>& lock, uint64_t lea
     // stays in flight (queued extends wait) until the look at the name answers.
     if (it != entries_.end()) it->second.in_flight = true;
     ExplainRefusal(lock, [this, lock, done](LossCause cause, std::string reason) {
-      lock->Lose(cause, std::move(reason), metrics_);
+      lock->Lose(cause, std::move(reason), metrics_, /*explained=*/true);
       auto again = entries_.find(lock.get());
       if (again != entries_.end()) again->second.in_flight = false;
       done(Status::NotHeld("lock '" + lock->name + "' was lost: " + lock->LostCause()));
@@ -320,26 +323,37 @@ void Heartbeats::AfterAnswer(LockState* lock) {
   }
 }
 
-void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, LossCause cause, const std::string& reason) {
+void Heartbeats::ReportLost(std::shared_ptr<LockState> lock, LossCause cause, const std::string& reason,
+                            bool explained) {
+  std::vector<PendingExtend> extends;  // waiting behind the renewal that found the loss
   auto it = entries_.find(lock.get());
   if (it != entries_.end()) {
+    extends = std::move(it->second.extends);
     Unschedule(&it->second);
     entries_.erase(it);
   }
-  std::lock_guard<std::recursive_mutex> callback_guard(lock->callback_mu);
-  if (!lock->Lose(cause, reason, metrics_)) return;  // released meanwhile: nothing to report
-  if (!lock->on_lost) return;
-  CallbackScope scope(callbacks_);
-  lock->on_lost(lock->name, lock->fencing_token, lock->LostCause());  // "CAUSE: reason"
+  {
+    std::lock_guard<std::recursive_mutex> callback_guard(lock->callback_mu);
+    if (lock->Lose(cause, reason, metrics_, explained) && lock->on_lost) {
+      CallbackScope scope(callbacks_);
+      lock->on_lost(lock->name, lock->fencing_token, lock->LostCause());  // "CAUSE: reason"
+    }
+  }
+  for (PendingExtend& extend : extends) {
+    metrics_->Extended(CallOutcome::kNotHeld);
+    extend.done(Status::NotHeld("lock '" + lock->name + "' was lost: " + lock->LostCause()));
+  }
 }
 
-LossCause ClassifyRefusal(const LockState& lock, const Status& looked, const LockInfo& info,
+LossCause ClassifyRefusal(const LockState& lock, const Status& looked, LockInfo info,
                           std::string* reason) {
   const std::string refused = "the server no longer had this owner's lock";
   if (!looked.ok()) {
     *reason = refused + " (looking again failed: " + looked.message() + ")";
     return LossCause::kRefused;
   }
+  // A hold whose lease ran out is nobody's (DynamoDB lists it until it is overwritten).
+  std::erase_if(info.holders, [](const HolderInfo& h) { return h.remaining_ms == 0; });
   if (info.holders.empty()) {
     *reason = refused + ", and nobody held it (deleted, or its lease ran out on the server)";
     return LossCause::kDeleted;
@@ -365,11 +379,18 @@ LossCause ClassifyRefusal(const LockState& lock, const Status& looked, const Loc
 
 void Heartbeats::ExplainRefusal(std::shared_ptr<LockState> lock,
                                 std::function<void(LossCause, std::string)> then) {
+  if (!lock->MarkRefused()) {  // past its local deadline already: an expiry, no look needed
+    const bool max_hold = lock->PastMaxHold(Now());
+    then(max_hold ? LossCause::kMaxHold : LossCause::kExpired,
+         max_hold ? lock->MaxHoldReason()
+                  : "its lease ran out before it was renewed (the server no longer had this owner's lock)");
+    return;
+  }
   const std::string name = lock->name;
   backend_->InspectAsync(name, [lock = std::move(lock), then = std::move(then)](const Status& s,
                                                                                 LockInfo info) {
     std::string reason;
-    const LossCause cause = ClassifyRefusal(*lock, s, info, &reason);
+    const LossCause cause = ClassifyRefusal(*lock, s, std::move(info), &reason);
     then(cause, std::move(reason));
   });
 }

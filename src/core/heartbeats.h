@@ -27,7 +27,7 @@ namespace dlock {
 // Why the server refused this owner's lock: `looked` and `info` are a look at the name just
 // after the refusal. Nobody holds it: deleted; another owner holds it (an exclusive lock):
 // taken_over; the look failed: refused. Sets *reason to the details.
-LossCause ClassifyRefusal(const LockState& lock, const Status& looked, const LockInfo& info,
+LossCause ClassifyRefusal(const LockState& lock, const Status& looked, LockInfo info,
                           std::string* reason);
 
 class Heartbeats : public RenewSink {
@@ -79,7 +79,9 @@ class Heartbeats : public RenewSink {
   void Tick();
   void ArmTimer();
   void ArmTimerLocked(TimePoint at);
-  void ReportLost(std::shared_ptr<LockState> lock, LossCause cause, const std::string& reason);
+  // explained: the cause comes from a look made while the lock was valid (LockState::Lose).
+  void ReportLost(std::shared_ptr<LockState> lock, LossCause cause, const std::string& reason,
+                  bool explained = false);
 
   EventLoop* loop_;
   Backend* backend_;

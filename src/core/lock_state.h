@@ -69,6 +69,9 @@ struct LockState {
   // Set when its owner's release is sent: a renewal in flight that the server refuses after the
   // release deleted the lock is the release's doing, not a loss (the release's answer settles).
   std::atomic<bool> releasing{false};
+  // Set when the server refused this owner, before the look that says why (ClassifyRefusal)
+  // answers: the lock is no longer valid from that moment.
+  std::atomic<bool> refused{false};
 
   LockPhase Phase() const { return static_cast<LockPhase>(phase.load()); }
 
@@ -89,10 +92,18 @@ struct LockState {
     return d == kNoDeadline ? TimePoint::max() : FromNanos(d);
   }
   bool IsValid() const {
-    return Phase() == LockPhase::kHeld && ToNanos(Now()) < deadline_ns.load();
+    return Phase() == LockPhase::kHeld && !refused.load() && ToNanos(Now()) < deadline_ns.load();
+  }
+  // The server refused this owner: no longer valid, from now. Returns whether it was held and
+  // within its local deadline until then (a refusal after the deadline is an expiry, and needs
+  // no look; one refused already, with its look still out, was).
+  bool MarkRefused() {
+    const bool in_time = Phase() == LockPhase::kHeld && ToNanos(Now()) < deadline_ns.load();
+    refused.store(true);
+    return in_time;
   }
   int64_t RemainingMs() const {
-    if (Phase() != LockPhase::kHeld) return 0;
+    if (Phase() != LockPhase::kHeld || refused.load()) return 0;
     int64_t d = deadline_ns.load();
     if (d == kNoDeadline) return INT64_MAX;
     int64_t left = (d - ToNanos(Now())) / 1000000;
@@ -118,20 +129,25 @@ struct LockState {
     return lost_reason_;
   }
   // Moves kHeld to kLost for `cause`, and counts it (metrics may be null); true for the one
-  // caller that made the move. The reason is kept either way: a release racing with the loss
-  // still learns it.
-  bool Lose(LossCause cause, std::string reason, Metrics* metrics) {
+  // caller that made the move. The cause and reason are the first loss's: a later one changes
+  // neither. explained: the cause comes from a look made while the lock was still valid
+  // (ClassifyRefusal), and stands; otherwise a refusal after the local deadline is an expiry.
+  bool Lose(LossCause cause, std::string reason, Metrics* metrics, bool explained = false) {
     // Refused after the local deadline had passed: the lease ran out first (no heartbeats, or
     // none got through), which is what the caller should hear, whoever holds the name since.
-    if (cause != LossCause::kExpired && cause != LossCause::kMaxHold && !IsValid() && Phase() == LockPhase::kHeld &&
-        deadline_ns.load() != kNoDeadline) {
-      cause = LossCause::kExpired;
-      reason = "its lease ran out before it was renewed (" + reason + ")";
+    if (!explained && cause != LossCause::kExpired && cause != LossCause::kMaxHold &&
+        Phase() == LockPhase::kHeld && deadline_ns.load() != kNoDeadline &&
+        ToNanos(Now()) >= deadline_ns.load()) {
+      cause = PastMaxHold(Now()) ? LossCause::kMaxHold : LossCause::kExpired;
+      reason = cause == LossCause::kMaxHold ? MaxHoldReason()
+                                            : "its lease ran out before it was renewed (" + reason + ")";
     }
     {
       std::lock_guard<std::mutex> lock(reason_mu_);
-      lost_reason_ = std::move(reason);
-      if (Phase() == LockPhase::kHeld) lost_cause_ = cause;
+      if (Phase() == LockPhase::kHeld) {
+        lost_reason_ = std::move(reason);
+        lost_cause_ = cause;
+      }
     }
     if (!Transition(LockPhase::kLost)) return false;
     if (metrics != nullptr) {
@@ -153,6 +169,10 @@ struct LockState {
   std::string LostCause() const {
     if (Phase() == LockPhase::kHeld) {
       if (IsValid()) return std::string();
+      if (refused.load()) {
+        return std::string(LossCauseCode(LossCause::kRefused)) +
+               ": the server no longer had this owner's lock (looking at the name to say why)";
+      }
       if (PastMaxHold(Now())) return std::string(LossCauseCode(LossCause::kMaxHold)) + ": " + MaxHoldReason();
       return std::string(LossCauseCode(LossCause::kExpired)) +
              ": the local deadline passed before a renewal answered";

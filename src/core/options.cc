@@ -100,6 +100,11 @@ Status AcquireOptions::Validate() const {
     return Status::InvalidArgument("max_hold_ms " + std::to_string(max_hold_ms) +
                                    " needs a lease: lease_ms 0 never expires, so nothing would end the hold");
   }
+  if (max_hold_ms != 0 && heartbeat_ms.has_value() && *heartbeat_ms == 0) {
+    // Nothing renews it: it ends with its lease anyway, and no heartbeat would report the loss.
+    return Status::InvalidArgument("max_hold_ms " + std::to_string(max_hold_ms) +
+                                   " needs heartbeats: with heartbeat_ms 0 the lock ends with its lease anyway");
+  }
   if (kind == LockKind::kShared && permits != 0) {
     return Status::InvalidArgument("a lock is shared or a semaphore of " + std::to_string(permits) +
                                    " permits, not both (set kind exclusive, or permits 0)");

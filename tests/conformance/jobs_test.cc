@@ -54,7 +54,8 @@ TEST_P(Jobs, MaxHoldStopsTheRenewalsAndTheLossSaysSo) {
   EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
 }
 
-// A maximum hold needs a lease that can end; a value past ten years is refused by its setter.
+// A maximum hold needs a lease that can end and heartbeats to stop; an extend to no expiry is
+// refused; a value past ten years is refused by its setter.
 TEST_P(Jobs, MaxHoldWithoutALeaseIsRefusedNamingTheOption) {
   auto c = Open();
   Options o;
@@ -63,6 +64,19 @@ TEST_P(Jobs, MaxHoldWithoutALeaseIsRefusedNamingTheOption) {
   EXPECT_EQ(c->Acquire(Name("max-hold-no-lease").c_str(), o.get(), &l), DLOCK_EINVAL);
   EXPECT_NE(c->last_error().find("max_hold_ms"), std::string::npos) << c->last_error();
   EXPECT_EQ(l, nullptr);
+  // Nor without heartbeats, which are what stop at the maximum hold.
+  Options unrenewed;
+  unrenewed.lease(1000).heartbeat(0).max_hold(1000);
+  EXPECT_EQ(c->Acquire(Name("max-hold-no-heartbeats").c_str(), unrenewed.get(), &l), DLOCK_EINVAL);
+  EXPECT_NE(c->last_error().find("max_hold_ms"), std::string::npos) << c->last_error();
+  // And an extend to no expiry would outlast it.
+  Options held;
+  held.lease(5000).max_hold(10000);
+  ASSERT_EQ(c->Acquire(Name("max-hold-extend").c_str(), held.get(), &l), DLOCK_OK) << c->last_error();
+  EXPECT_EQ(c->Extend(l, 0), DLOCK_EINVAL);
+  EXPECT_NE(c->last_error().find("max_hold_ms"), std::string::npos) << c->last_error();
+  EXPECT_EQ(c->Extend(l, 5000), DLOCK_OK) << c->last_error();
+  EXPECT_EQ(c->Release(l), DLOCK_OK) << c->last_error();
   dlock_options* raw = dlock_options_new();
   EXPECT_EQ(dlock_options_set_max_hold_ms(raw, UINT64_MAX), DLOCK_EINVAL);
   EXPECT_NE(std::string(dlock_last_error()).find("max_hold_ms"), std::string::npos) << dlock_last_error();

@@ -209,6 +209,7 @@ TEST_P(Metrics, ALockTakenOverIsLostTakenOver) {
     ASSERT_TRUE(server().DeleteLock(name));
     Hold taker(other.get(), name, Options().get());
     ASSERT_EQ(taker.status(), DLOCK_OK) << taker.error();
+    EXPECT_EQ(dlock_lock_is_valid(l), 1);
     EXPECT_EQ(by_release ? c->Release(l) : c->Extend(l, 20000), DLOCK_NOT_HELD);
     EXPECT_NE(c->last_error().find("taken_over: "), std::string::npos) << c->last_error();
     EXPECT_NE(c->last_error().find(std::to_string(taker.token())), std::string::npos)
@@ -216,12 +217,35 @@ TEST_P(Metrics, ALockTakenOverIsLostTakenOver) {
     const Samples moved = Moved(before, Read(c->get()));
     EXPECT_EQ(moved.at("dlock_losses_total{cause=\"taken_over\"}"), 1) << Show(moved);
     if (!by_release) {
+      EXPECT_EQ(dlock_lock_is_valid(l), 0);
+      EXPECT_EQ(dlock_lock_remaining_ms(l), 0);
       const char* cause = dlock_lock_lost_cause(l);
       ASSERT_NE(cause, nullptr);
       EXPECT_EQ(std::string(cause).rfind("taken_over: ", 0), 0u) << cause;
       EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
     }
   }
+}
+
+// The same found by a heartbeat: on_lost is told taken_over.
+TEST_P(Metrics, ATakeoverFoundByAHeartbeatIsReportedTakenOver) {
+  auto c = Open();
+  Client other(url());
+  const std::string name = Name("takeover-heartbeat");
+  Options o;
+  o.lease(20000).heartbeat(500);
+  c->ReportLosses(o.mutable_get());
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(c->Acquire(name.c_str(), o.get(), &l), DLOCK_OK) << c->last_error();
+  ASSERT_TRUE(server().DeleteLock(name));
+  Hold taker(other.get(), name, Options().get());
+  ASSERT_EQ(taker.status(), DLOCK_OK) << taker.error();
+  ASSERT_EQ(c->AwaitLoss(10s).count, 1) << "the takeover was never noticed";
+  const char* cause = dlock_lock_lost_cause(l);
+  ASSERT_NE(cause, nullptr);
+  EXPECT_EQ(std::string(cause).rfind("taken_over: ", 0), 0u) << cause;
+  EXPECT_NE(std::string(cause).find(std::to_string(taker.token())), std::string::npos) << cause;
+  EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
 }
 
 // What an event hook was told, in order.
