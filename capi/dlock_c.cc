@@ -58,6 +58,11 @@ struct dlock_queue {
 static_assert(DLOCK_MAX_NAME_BYTES == dlock::kMaxNameBytes);
 static_assert(DLOCK_MAX_OWNER_BYTES == dlock::kMaxOwnerBytes);
 static_assert(DLOCK_MAX_VALUE_BYTES == dlock::kMaxValueBytes);
+static_assert(DLOCK_CAP_BREAK == dlock::kCapBreak);
+static_assert(DLOCK_CAP_MIN_HOLD == dlock::kCapMinHold);
+static_assert(DLOCK_CAP_LOCK_DELAY == dlock::kCapLockDelay);
+static_assert(DLOCK_MAX_LOCK_DELAY_MS == dlock::kMaxLockDelayMs);
+static_assert(DLOCK_MAX_REASON_BYTES == dlock::kMaxReasonBytes);
 static_assert(DLOCK_EXCLUSIVE == static_cast<int>(dlock::LockKind::kExclusive));
 static_assert(DLOCK_SHARED == static_cast<int>(dlock::LockKind::kShared));
 static_assert(DLOCK_EVENT_LOST == static_cast<int>(dlock::Event::Type::kLost));
@@ -225,6 +230,24 @@ dlock_status dlock_options_set_max_hold_ms(dlock_options* o, uint64_t ms) {
     if (o == nullptr) return Invalid("options is NULL");
     dlock::Status s = dlock::CheckMaxHold(ms);
     if (s.ok()) o->impl.max_hold_ms = ms;
+    return Report(s);
+  });
+}
+
+dlock_status dlock_options_set_min_hold_ms(dlock_options* o, uint64_t ms) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    dlock::Status s = dlock::CheckMinHold(ms);
+    if (s.ok()) o->impl.min_hold_ms = ms;
+    return Report(s);
+  });
+}
+
+dlock_status dlock_options_set_lock_delay_ms(dlock_options* o, uint64_t ms) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    dlock::Status s = dlock::CheckLockDelay(ms);
+    if (s.ok()) o->impl.lock_delay_ms = ms;
     return Report(s);
   });
 }
@@ -899,6 +922,32 @@ const void* dlock_info_value(const dlock_info* i, uint32_t k, size_t* len) {
   return h == nullptr ? nullptr : h->value.c_str();
 }
 
+int64_t dlock_info_closed_ms(const dlock_info* i) { return i == nullptr ? 0 : i->impl.closed_ms; }
+
+const char* dlock_info_closed_by(const dlock_info* i) {
+  return i == nullptr ? "" : i->impl.closed_by.c_str();
+}
+
+dlock_status dlock_break_with(dlock_client* c, const char* name, const char* reason,
+                              uint32_t flags, dlock_info** broken) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if ((flags & ~DLOCK_BREAK_NOW) != 0) return Invalid("flags has bits other than DLOCK_BREAK_NOW");
+    dlock::Status s = dlock::CheckLockName(name);
+    if (!s.ok()) return Report(s);
+    auto info = std::make_unique<dlock_info>();
+    s = c->impl->Break(name, reason == nullptr ? "" : reason, (flags & DLOCK_BREAK_NOW) != 0,
+                       &info->impl);
+    info->impl.broken.clear();  // the server's records are for ClassifyRefusal, not for callers
+    if (s.ok() && broken != nullptr) *broken = info.release();
+    return Report(s);
+  });
+}
+
+dlock_status dlock_break(dlock_client* c, const char* name, const char* reason) {
+  return dlock_break_with(c, name, reason, 0, nullptr);
+}
+
 dlock_status dlock_client_metrics_text(dlock_client* c, char* buf, size_t len, size_t* needed) {
   return Guard([&] {
     if (c == nullptr) return Invalid("client is NULL");
@@ -1047,6 +1096,8 @@ uint64_t dlock_limit_value(dlock_limit which) {
     case DLOCK_LIMIT_OWNER_BYTES: return dlock::kMaxOwnerBytes;
     case DLOCK_LIMIT_LEASE_MS: return dlock::kMaxLeaseMs;
     case DLOCK_LIMIT_VALUE_BYTES: return dlock::kMaxValueBytes;
+    case DLOCK_LIMIT_REASON_BYTES: return dlock::kMaxReasonBytes;
+    case DLOCK_LIMIT_LOCK_DELAY_MS: return dlock::kMaxLockDelayMs;
   }
   return 0;
 }

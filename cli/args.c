@@ -32,6 +32,9 @@ static const option_spec kOptions[] = {
     {"max-hold", 0, CLI_OPT_EXEC, true},
     {"status-file", 0, CLI_OPT_EXEC, true},
     {"metrics-textfile", 0, CLI_OPT_EXEC, true},
+    {"reason", 0, CLI_OPT_BREAK, true},
+    {"yes", 'y', CLI_OPT_BREAK, false},
+    {"now", 0, CLI_OPT_BREAK, false},
     {"json", 0, CLI_OPT_JSON, false},
     {"quiet", 'q', CLI_OPT_VERBOSITY, false},
     {"verbose", 'v', CLI_OPT_VERBOSITY, false},
@@ -218,6 +221,16 @@ static int apply(const char *command, const option_spec *s, const char *value, c
       say_error(command, "--on-lost '%s' is not one of term, kill, ignore", value);
       return -1;
     }
+  } else if (strcmp(n, "reason") == 0) {
+    if (strlen(value) > DLOCK_MAX_REASON_BYTES) {
+      say_error(command, "--reason is %zu bytes, longer than %d", strlen(value), DLOCK_MAX_REASON_BYTES);
+      return -1;
+    }
+    o->reason = value;
+  } else if (strcmp(n, "yes") == 0) {
+    o->yes = true;
+  } else if (strcmp(n, "now") == 0) {
+    o->now = true;
   } else if (strcmp(n, "json") == 0) {
     o->json = true;
   } else if (strcmp(n, "quiet") == 0) {

@@ -31,6 +31,7 @@ enum {
   EXIT_LOST = 70,         /* the lock was lost (or about to be) while CMD ran or was held */
   EXIT_OSERR = 71,        /* EX_OSERR: fork, pipe or memory failed here */
   EXIT_NOT_ACQUIRED = 75, /* EX_TEMPFAIL: not acquired within --wait */
+  EXIT_NOT_CONFIRMED = 1, /* break: the operator did not confirm; nothing was done */
   EXIT_CANNOT_EXECUTE = 126,
   EXIT_NOT_FOUND = 127
 };
@@ -60,6 +61,8 @@ typedef struct cli_options {
                                without a terminal (default 10 s) */
   const char *status_file;  /* exec --status-file PATH: dlock's own outcome, one line */
   const char *metrics_textfile; /* exec --metrics-textfile PATH: the run's metrics, at the end */
+  const char *reason;       /* break --reason R: told to the broken holders */
+  bool yes, now;            /* break --yes (no confirmation), --now (free the name at once) */
   verbosity verbosity;
   bool json;
   bool help, version;
@@ -76,7 +79,8 @@ enum {
   CLI_OPT_ON_LOST = 1 << 5, /* --on-lost, --kill-grace */
   CLI_OPT_JSON = 1 << 6,
   CLI_OPT_VERBOSITY = 1 << 7, /* --quiet, --verbose */
-  CLI_OPT_EXEC = 1 << 8       /* exec's own: --stopped-grace, --status-file */
+  CLI_OPT_EXEC = 1 << 8,      /* exec's own: --stopped-grace, --status-file */
+  CLI_OPT_BREAK = 1 << 9      /* break's own: --reason, --yes, --now */
 };
 
 /* args.c */
@@ -218,5 +222,6 @@ int cmd_observe(cli_options *o, int argc, char **argv);
 int cmd_hold(cli_options *o, int argc, char **argv);
 int cmd_inspect(cli_options *o, int argc, char **argv);
 int cmd_prepare(cli_options *o, int argc, char **argv);
+int cmd_break(cli_options *o, int argc, char **argv);
 
 #endif /* DLOCK_CLI_CLI_H_ */

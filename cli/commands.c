@@ -87,11 +87,11 @@ static const char *kind_word(const dlock_info *info) {
   return dlock_info_kind(info) == DLOCK_SHARED ? "shared" : "exclusive";
 }
 
-static void print_remaining(int64_t ms) {
+static void print_remaining(FILE *f, int64_t ms) {
   if (ms < 0) {
-    fputs("no expiry", stdout);
+    fputs("no expiry", f);
   } else {
-    printf("%" PRId64 ".%01" PRId64 " s left", ms / 1000, (ms % 1000) / 100);
+    fprintf(f, "%" PRId64 ".%01" PRId64 " s left", ms / 1000, (ms % 1000) / 100);
   }
 }
 
@@ -111,36 +111,47 @@ static void print_info_json(const char *name, const dlock_info *info) {
     json_value(stdout, value, len);
     fputc('}', stdout);
   }
-  fputs("]}\n", stdout);
+  fputc(']', stdout);
+  if (n == 0 && dlock_info_closed_ms(info) > 0) {  /* a marker with no holder (dlock break) */
+    printf(",\"closed_ms\":%" PRId64 ",\"closed_by\":", dlock_info_closed_ms(info));
+    json_string(stdout, dlock_info_closed_by(info));
+  }
+  fputs("}\n", stdout);
 }
 
 /* One line for a free name or a single exclusive holder; a header and a line per holder for
  * shared holds and semaphores. */
-static void print_info_text(const char *name, const dlock_info *info) {
+static void print_info_text(FILE *f, const char *name, const dlock_info *info) {
   const uint32_t n = dlock_info_holders(info);
-  text_string(stdout, name, false);
+  text_string(f, name, false);
   if (n == 0) {
-    fputs(": free\n", stdout);
+    const int64_t closed = dlock_info_closed_ms(info);
+    if (closed > 0) {
+      fprintf(f, ": closed with no holder (%s), %" PRId64 ".%01" PRId64 " s left\n",
+              dlock_info_closed_by(info), closed / 1000, (closed % 1000) / 100);
+    } else {
+      fputs(": free\n", f);
+    }
     return;
   }
   const uint32_t permits = dlock_info_permits(info);
   const bool one_line = n == 1 && permits == 0 && dlock_info_kind(info) == DLOCK_EXCLUSIVE;
   if (one_line) {
-    fputs(": held by ", stdout);
+    fputs(": held by ", f);
   } else if (permits > 0) {
-    printf(": semaphore, %" PRIu32 " of %" PRIu32 " permits held\n", n, permits);
+    fprintf(f, ": semaphore, %" PRIu32 " of %" PRIu32 " permits held\n", n, permits);
   } else {
-    printf(": shared by %" PRIu32 "\n", n);
+    fprintf(f, ": shared by %" PRIu32 "\n", n);
   }
   for (uint32_t k = 0; k < n; ++k) {
-    if (!one_line) fputs("  ", stdout);
-    text_string(stdout, dlock_info_owner(info, k), true);
-    printf(", fencing token %" PRIu64 ", ", dlock_info_fencing_token(info, k));
-    print_remaining(dlock_info_remaining_ms(info, k));
+    if (!one_line) fputs("  ", f);
+    text_string(f, dlock_info_owner(info, k), true);
+    fprintf(f, ", fencing token %" PRIu64 ", ", dlock_info_fencing_token(info, k));
+    print_remaining(f, dlock_info_remaining_ms(info, k));
     size_t len = 0;
     const void *value = dlock_info_value(info, k, &len);
-    text_value(stdout, value, len);
-    fputc('\n', stdout);
+    text_value(f, value, len);
+    fputc('\n', f);
   }
 }
 
@@ -166,7 +177,7 @@ int cmd_inspect(cli_options *o, int argc, char **argv) {
     if (o->json) {
       print_info_json(names[i], info);
     } else {
-      print_info_text(names[i], info);
+      print_info_text(stdout, names[i], info);
     }
     dlock_info_free(info);
   }
@@ -201,6 +212,106 @@ int cmd_prepare(cli_options *o, int argc, char **argv) {
   if (code != 0) return code;
   if (o->verbosity != QUIET) printf("ready: %s\n", shown_url(o->url));
   return 0;
+}
+
+/* Shows who holds name (on stderr) and asks whether to break it; true for a yes on stdin
+ * (any stdin: `echo y | dlock break NAME` answers as a terminal would). */
+static bool confirm_break(const cli_options *o, dlock_client *client, const char *name, int *code) {
+  dlock_info *info = NULL;
+  const dlock_status s = dlock_inspect(client, name, &info);
+  if (s != DLOCK_OK) {
+    say_error("break", "%s", dlock_last_error());
+    *code = exit_code_for(s);
+    return false;
+  }
+  print_info_text(stderr, name, info);
+  const bool nothing = dlock_info_holders(info) == 0 && dlock_info_closed_ms(info) == 0;
+  dlock_info_free(info);
+  if (nothing) {
+    say_note(o, "break", "nothing to break");
+    *code = 0;
+    return false;
+  }
+  fprintf(stderr, "Break it? Its holders are told at their next renewal%s. [y/N] ",
+          o->now ? ", and it is free at once" : "");
+  fflush(stderr);
+  char answer[16] = "";
+  const bool yes = fgets(answer, sizeof answer, stdin) != NULL &&
+                   (strcmp(answer, "y\n") == 0 || strcmp(answer, "yes\n") == 0 ||
+                    strcmp(answer, "Y\n") == 0 || strcmp(answer, "y") == 0);
+  if (!yes) {
+    say_error("break", "not confirmed: nothing was broken (--yes breaks without asking)");
+    *code = EXIT_NOT_CONFIRMED;
+  }
+  return yes;
+}
+
+static void print_broken(const cli_options *o, const char *name, const dlock_info *info) {
+  const uint32_t n = dlock_info_holders(info);
+  const int64_t closed = dlock_info_closed_ms(info);
+  if (o->json) {
+    fputs("{\"name\":", stdout);
+    json_string(stdout, name);
+    fputs(",\"broken\":[", stdout);
+    for (uint32_t k = 0; k < n; ++k) {
+      fputs(k ? ",{\"owner\":" : "{\"owner\":", stdout);
+      json_string(stdout, dlock_info_owner(info, k));
+      printf(",\"fencing_token\":%" PRIu64 ",\"remaining_ms\":%" PRId64 "}",
+             dlock_info_fencing_token(info, k), dlock_info_remaining_ms(info, k));
+    }
+    printf("],\"closed_ms\":%" PRId64 "}\n", closed);
+    return;
+  }
+  if (o->verbosity == QUIET) return;
+  if (n == 0) {
+    text_string(stdout, name, false);
+    fputs(": nobody held it\n", stdout);
+  }
+  for (uint32_t k = 0; k < n; ++k) {
+    fputs("broke ", stdout);
+    text_string(stdout, name, false);
+    fputs(": ", stdout);
+    text_string(stdout, dlock_info_owner(info, k), true);
+    printf(", fencing token %" PRIu64 ", ", dlock_info_fencing_token(info, k));
+    print_remaining(stdout, dlock_info_remaining_ms(info, k));
+    fputc('\n', stdout);
+  }
+  if (closed > 0) {
+    text_string(stdout, name, false);
+    printf(": closed for %" PRId64 ".%01" PRId64 " s, until the broken leases would have ended "
+           "(--now frees it at once)\n", closed / 1000, (closed % 1000) / 100);
+  }
+}
+
+int cmd_break(cli_options *o, int argc, char **argv) {
+  char **words = NULL;
+  int nwords = 0;
+  int code = parse_command("break", CLI_OPT_URL | CLI_OPT_JSON | CLI_OPT_VERBOSITY | CLI_OPT_BREAK,
+                           argc, argv, o, &words, &nwords);
+  const char *name = words && nwords > 0 ? words[0] : NULL;
+  if (code == 0 && nwords != 1) {
+    say_error("break", nwords == 0 ? "no lock NAME (dlock break [--reason R] [--yes] [--now] NAME)"
+                                   : "one lock NAME, got %d words", nwords);
+    code = EXIT_USAGE;
+  }
+  free(words);
+  if (code != 0) return code < 0 ? 0 : code;
+  dlock_client *client = NULL;
+  if ((code = open_client(o, "break", &client)) != 0) return code;
+  if (o->yes || confirm_break(o, client, name, &code)) {
+    dlock_info *info = NULL;
+    const dlock_status s = dlock_break_with(client, name, o->reason, o->now ? DLOCK_BREAK_NOW : 0, &info);
+    if (s == DLOCK_OK) {
+      print_broken(o, name, info);
+      dlock_info_free(info);
+    } else {
+      say_error("break", "%s", dlock_last_error());
+      code = exit_code_for(s);
+    }
+  }
+  fflush(stdout);
+  dlock_client_close(client);
+  return code;
 }
 
 /* One line per change of leader (dlock observe); runs on the client's thread. */

@@ -14,6 +14,8 @@ static const char kUsage[] =
     "                                       until SIGINT or SIGTERM\n"
     "  inspect [--json] NAME...             who holds each lock\n"
     "  observe [--json] NAME                who leads NAME, and each change, until a signal\n"
+    "  break [--reason R] [--yes] [--now] NAME  an operator's takeover: delete every hold\n"
+    "                                       of NAME; its holders are told, with the reason\n"
     "  prepare                              create what the backend needs (the DynamoDB table)\n"
     "\n"
     "Options of every command:\n"
@@ -119,6 +121,21 @@ void print_help(const char *command, FILE *f) {
           "                  leads, else owner, term, remaining_ms, value or value_base64)\n",
           f);
     fputs(kCommonOptions, f);
+  } else if (strcmp(command, "break") == 0) {
+    fputs("usage: dlock break [--reason R] [--yes] [--now] [--json] NAME\n"
+          "An operator's takeover of a stuck lock: shows who holds NAME, asks for confirmation,\n"
+          "then deletes every hold of NAME (never its fencing counter: the next token is\n"
+          "greater). Each broken holder is told at its next renewal (the cause 'broken' and the\n"
+          "reason); dlock exec there stops its CMD and exits 70. Until the broken holders'\n"
+          "leases would have ended, nobody can take NAME, so a holder that has not heard yet\n"
+          "never overlaps a new one. Prints the broken holders' owner labels and fencing tokens.\n\n"
+          "  --reason R      told to the broken holders (at most 1024 bytes)\n"
+          "  -y, --yes       no confirmation (needed when stdin is not a terminal)\n"
+          "  --now           free NAME at once (for a resource that checks fencing tokens)\n"
+          "  --json          print {name, broken: [{owner, fencing_token, remaining_ms}],\n"
+          "                  closed_ms}\n",
+          f);
+    fputs(kCommonOptions, f);
   } else if (strcmp(command, "prepare") == 0) {
     fputs("usage: dlock prepare [--wait D]\n"
           "Creates what the backend at --url needs before locks can be taken there (for\n"
@@ -152,12 +169,13 @@ static int run_command(cli_options *o, int first, int argc, char **argv) {
   else if (strcmp(command, "hold") == 0) run = cmd_hold;
   else if (strcmp(command, "inspect") == 0) run = cmd_inspect;
   else if (strcmp(command, "prepare") == 0) run = cmd_prepare;
+  else if (strcmp(command, "break") == 0) run = cmd_break;
   else if (strcmp(command, "help") == 0) {
     print_help(first + 1 < argc ? argv[first + 1] : NULL, stdout);
     return 0;
   }
   if (!run) {
-    say_error(NULL, "unknown command '%s' (exec, elect, hold, inspect, observe, prepare; dlock --help)", command);
+    say_error(NULL, "unknown command '%s' (exec, elect, hold, inspect, observe, break, prepare; dlock --help)", command);
     return EXIT_USAGE;
   }
   return run(o, argc - first - 1, argv + first + 1);

@@ -20,18 +20,48 @@
 -- none; ARGV[3] 'exclusive', 'shared' or 'permits:N'; ARGV[4] how long a refused exclusive
 -- acquire announces itself waiting, ms ('0': it will not wait); ARGV[5] a fair waiter's id
 -- ('' or absent: not in line); ARGV[6] the value to store with the hold ('' or absent: none);
--- ARGV[7] '1' when the last key is the value key
+-- ARGV[7] '1' when the last key is the value key; ARGV[8] min hold, ms ('0' or absent: none);
+-- ARGV[9] lock-delay, ms ('0' or absent: none)
+-- Job rules live in the holds key as markers with no owner: members '~min_hold' and
+-- '~lock_delay' (owner values start with hex digits), scored by when they end in server ms.
+-- While one stands and no hold does, the name is closed: {4, ms left, 'min_hold' or
+-- 'lock_delay'}. A won hold with a min hold marks acquire + min hold; one with a lock-delay
+-- marks lease + delay (extend.lua moves it with each renewal; release.lua removes it: a clean
+-- end). Any key naming the holds key then goes through the slow path below, which reads them.
 -- Returns {1, token} when acquired (token as a decimal string), {1, token, pttl} when it was
 -- already this owner's (a retry after a lost reply, or a hand-over: a fresh token, and pttl is
 -- what is left of its lease, -1 none); {0, pttl} when refused (ms until the first hold in the way may end, -1
 -- when none of them expires); {2, sort held, sort asked} when the name is held as the other
--- sort ('lock' or 'permits:N'); {3} when called with KEYS[1..3] alone and it needs them all;
+-- sort ('lock' or 'permits:N'); {4, pttl, by} when a marker with no holder closes the name
+-- (the holder key holds '~' .. by, e.g. '~broken', until it expires: break.lua); {3} when
+-- called with KEYS[1..3] alone and it needs them all;
 -- an error reply naming the limit, having written nothing, when the counter is at 2^53 - 1 or
 -- past it.
 local owner, lease, sort, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local id = ARGV[5] or ''
 local value = ARGV[6] or ''
 local vkey = ARGV[7] == '1' and KEYS[#KEYS] or nil
+local min_hold, delay = tonumber(ARGV[8] or '0') or 0, tonumber(ARGV[9] or '0') or 0
+if lease == '0' then delay = 0 end  -- a hold that never expires never ends uncleanly
+
+local function ms(x) return string.format('%.0f', x) end  -- no exponent: Lua would print 1.7e+12
+local function now_ms_of(now) return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) end
+
+-- The holds key lives until its last score (a hold's expiry or a marker's end).
+local function holds_live_until_last(keys)
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+  for _, key in ipairs(keys) do
+    if last == 'inf' then redis.call('PERSIST', key) else redis.call('PEXPIREAT', key, ms(tonumber(last) + 1)) end
+  end
+end
+
+-- A won hold's job rules, as markers (the longest stands: GT).
+local function mark_rules(now_ms)
+  if min_hold == 0 and delay == 0 then return end
+  if min_hold > 0 then redis.call('ZADD', KEYS[3], 'GT', ms(now_ms + min_hold), '~min_hold') end
+  if delay > 0 then redis.call('ZADD', KEYS[3], 'GT', ms(now_ms + tonumber(lease) + delay), '~lock_delay') end
+  holds_live_until_last({KEYS[3]})
+end
 
 -- The exclusive holder's value: stored afresh (any other field is a stale one), expiring with
 -- the holder key, which the caller has just written.
@@ -96,6 +126,9 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   end
   local ours = prev == owner  -- a retry after a lost reply, or a hand-over it did not hear of
   if prev and not ours then  -- another holder (or a key of another type: not ours either)
+    if type(prev) == 'string' and string.byte(prev, 1) == 126 then  -- '~': a marker
+      return {4, redis.call('PTTL', KEYS[1]), string.sub(prev, 2)}
+    end
     if queue ~= '0' then
       redis.call('SET', KEYS[5], owner, 'PX', queue)
       if id ~= '' then
@@ -125,6 +158,7 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v') end
   store_exclusive_value()
   if ours then return {1, token, redis.call('PTTL', KEYS[1])} end
+  if min_hold > 0 or delay > 0 then mark_rules(now_ms_of(redis.call('TIME'))) end
   return {1, token}
 end
 if #KEYS < 5 then return {3} end
@@ -143,8 +177,12 @@ end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl ~= -2 then
   -- Already ours (a retry after a lost reply): same answer as the first time.
-  if redis.pcall('GET', KEYS[1]) == owner then
+  local holder = redis.pcall('GET', KEYS[1])
+  if holder == owner then
     return {1, redis.call('GET', KEYS[2])}
+  end
+  if type(holder) == 'string' and string.byte(holder, 1) == 126 then  -- '~': a marker
+    return {4, ttl, string.sub(holder, 2)}
   end
   if sort_of(sort) ~= 'lock' then return {2, 'lock', sort} end
   announce()
@@ -152,8 +190,7 @@ if ttl ~= -2 then
 end
 
 local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local function ms(x) return string.format('%.0f', x) end  -- no exponent: Lua would print 1.7e+12
+local now_ms = now_ms_of(now)
 
 -- The shared or semaphore holds, those whose lease ran out removed first.
 local others = 0  -- live holds under the name besides this acquire
@@ -164,9 +201,20 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     if vkey then redis.call('HDEL', vkey, g) end
   end
   if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms)) end
-  local held = redis.call('ZCARD', KEYS[3])
+  -- The markers that stand (the rest ended above): the latest says how long the name is closed.
+  local markers, closed_until, closed_by = 0, 0, ''
+  for _, rule in ipairs({'min_hold', 'lock_delay'}) do
+    local ends = redis.call('ZSCORE', KEYS[3], '~' .. rule)
+    if ends then
+      markers = markers + 1
+      if tonumber(ends) > closed_until then closed_until, closed_by = tonumber(ends), rule end
+    end
+  end
+  local held = redis.call('ZCARD', KEYS[3]) - markers
   if held == 0 then
-    redis.call('DEL', KEYS[3], KEYS[4])
+    redis.call('DEL', KEYS[4])  -- no hold stands: its sort and tokens went with it
+    if markers > 0 then return {4, closed_until - now_ms, closed_by} end
+    redis.call('DEL', KEYS[3])
   else
     local held_sort = redis.call('HGET', KEYS[4], '~sort') or 'shared'
     if sort_of(held_sort) ~= sort_of(sort) then return {2, sort_of(held_sort), sort_of(sort)} end
@@ -199,19 +247,21 @@ if sort == 'exclusive' then
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
   if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v') end
   store_exclusive_value()
+  mark_rules(now_ms)
   return {1, token}
 end
 local expiry = lease == '0' and 'inf' or ms(now_ms + tonumber(lease))
 redis.call('ZADD', KEYS[3], expiry, owner)
 redis.call('HSET', KEYS[4], owner, token, '~sort', sort)
+mark_rules(now_ms)
 if vkey then
   if others == 0 then redis.call('DEL', vkey) end  -- no live hold: every field is stale
   if value ~= '' then redis.call('HSET', vkey, owner, value) end
 end
--- Both keys end with the last hold's lease, so that crashed holders leave nothing behind. Keys
--- made just now have no expiry yet: a hold without one leaves them so.
+-- Both keys end with the last hold's lease (or marker), so that crashed holders leave nothing
+-- behind. Keys made just now have no expiry yet: a hold without one leaves them so.
 local last = expiry
-if others > 0 then
+if others > 0 or min_hold > 0 or delay > 0 then
   last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
 elseif last == 'inf' then
   return {1, token}

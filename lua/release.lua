@@ -17,6 +17,11 @@
 -- the line (KEYS[6]: what was handed to it is released, and may be handed on), and by an
 -- exclusive release called again because the waiter it hands the lock to stored a value,
 -- which goes there.
+-- ARGV[7] '1' when the hold has job rules (a min hold, a lock-delay: acquire.lua's markers), '2'
+-- when such a hold is given back (an acquire that did not happen: an exclusive one's markers
+-- go with it); an exclusive one then names all five keys, the value key and the holds key, last. A release is a
+-- clean end: the lock-delay marker goes once no hold stands; a min hold marker that still
+-- stands keeps the name closed (nothing is handed over, and the waiters, woken, meet it).
 -- Publishes 'released' to wake every waiter, or 'grant:ID:TOKEN' to the waiter ID it handed the
 -- lock to. Returns 1 when released, 0 when this owner no longer held it, {3} (nothing was
 -- written; call again with all five keys and the value key) when a line waits and it was given
@@ -25,6 +30,25 @@
 -- pcall: a key overwritten with another type is simply not ours.
 local owner, channel = ARGV[1], ARGV[2]
 local has_value = ARGV[6] == '1'
+local ruled = ARGV[7] == '1' or ARGV[7] == '2'
+local given_back = ARGV[7] == '2'  -- an acquire that did not happen: its markers go too
+local function now_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+-- After a clean end: the lock-delay marker goes once no hold stands under holds; whether a
+-- min hold marker still closes the name.
+local function min_hold_stands(holds)
+  local markers = 0
+  for _, rule in ipairs({'~min_hold', '~lock_delay'}) do
+    if redis.call('ZSCORE', holds, rule) then markers = markers + 1 end
+  end
+  if markers > 0 and redis.call('ZCARD', holds) == markers then redis.call('ZREM', holds, '~lock_delay') end
+  local ends = redis.call('ZSCORE', holds, '~min_hold')
+  if ends and tonumber(ends) > now_ms() then return true end
+  if redis.call('ZCARD', holds) == 0 then redis.call('DEL', holds) end
+  return false
+end
 local function publish(message)
   if ARGV[3] == '1' then
     redis.call('SPUBLISH', channel, message)
@@ -40,6 +64,14 @@ if ARGV[4] == 'exclusive' then
   if leaving ~= '' and redis.call('ZREM', KEYS[2], leaving) == 1 then redis.call('HDEL', KEYS[4], leaving, leaving .. ' v') end
   if redis.pcall('GET', KEYS[1]) ~= owner then
     return 0
+  end
+  if given_back then redis.call('ZREM', KEYS[#KEYS], '~min_hold', '~lock_delay') end
+  if ruled and min_hold_stands(KEYS[#KEYS]) then
+    -- Closed until the min hold ends: the marker, with no owner, is what stays.
+    redis.call('DEL', KEYS[1])
+    if has_value and vkey then redis.call('DEL', vkey) end
+    publish('released')
+    return 1
   end
   -- The first live waiter in line gets the lock, with what is left of the lease it asked for
   -- counted from its last attempt (it counts its local deadline from when it sent that one).
@@ -130,6 +162,17 @@ else
   redis.call('ZREM', KEYS[1], owner)
   redis.call('HDEL', KEYS[2], owner)
   if vkey then redis.call('HDEL', vkey, owner) end
+  -- Markers (acquire.lua) may stand beside the holds: the last hold's clean end removes the
+  -- lock-delay one, and the hold data goes with the last hold.
+  local markers = 0
+  for _, rule in ipairs({'~min_hold', '~lock_delay'}) do
+    if redis.call('ZSCORE', KEYS[1], rule) then markers = markers + 1 end
+  end
+  if markers > 0 and redis.call('ZCARD', KEYS[1]) == markers then
+    min_hold_stands(KEYS[1])
+    redis.call('DEL', KEYS[2])
+    if vkey then redis.call('DEL', vkey) end
+  end
   if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[2], vkey or KEYS[2]) end
   if expiry ~= 'inf' then
     local now = redis.call('TIME')

@@ -10,6 +10,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "support/etcd_cluster.h"
@@ -221,6 +222,219 @@ TEST_F(EtcdTest, MinorityFailsWithinTimeoutThenHeals) {
     if (dlock_acquire(c.get(), "partitioned", o.get(), &l) != DLOCK_OK) return false;
     return dlock_release(l) == DLOCK_OK;
   }, 15s)) << "not healed: " << dlock_last_error();
+}
+
+// ---- Break (lock_protocol.h, "Break") ----
+
+// The keys in [key, end) on the server, read behind the client's back (-1: unreadable).
+int CountKeys(EtcdCluster* etcd, const std::string& key, const std::string& end) {
+  auto body = etcd->Post("/v3/kv/range", R"({"key":")" + Base64(key) + R"(","range_end":")" + Base64(end) +
+                                             R"(","count_only":true})");
+  if (!body) return -1;
+  std::smatch m;
+  return std::regex_search(*body, m, std::regex(R"re("count":"(\d+)")re")) ? std::stoi(m[1].str()) : 0;
+}
+// Where NAME's break records live: "dlock:" NUL "broken" NUL NAME NUL token.
+std::string RecordsOf(const std::string& name) { return std::string("dlock:\0broken\0", 14) + name + '\0'; }
+std::string RecordsEnd(const std::string& name) { return std::string("dlock:\0broken\0", 14) + name + '\x01'; }
+int Records(EtcdCluster* etcd, const std::string& name) { return CountKeys(etcd, RecordsOf(name), RecordsEnd(name)); }
+bool Put(EtcdCluster* etcd, const std::string& key, const std::string& value) {
+  return etcd->Post("/v3/kv/put", R"({"key":")" + Base64(key) + R"(","value":")" + Base64(value) + R"("})")
+      .has_value();
+}
+
+// A leased hold, broken: the holder hears at its next heartbeat (cause "broken"), the name
+// stays closed for every kind until the broken lease would have ended (at least the lease,
+// rounded up to etcd's whole seconds), and then a waiter gets it with a greater token.
+TEST_F(EtcdTest, ABreakKeepsTheNameClosedUntilTheBrokenLeaseWouldHaveEnded) {
+  const char* name = "broken-closed";
+  Client holder(etcd_->url()), breaker(etcd_->url()), other(etcd_->url());
+  LostRecorder lost;
+  Options o;
+  o.lease(3000).heartbeat(300).owner("worker-1").on_lost(&LostRecorder::Fn, &lost);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), name, o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const uint64_t token = dlock_lock_fencing_token(l);
+
+  dlock_info* broken = nullptr;
+  ASSERT_EQ(dlock_break_with(breaker.get(), name, "stuck job", 0, &broken), DLOCK_OK) << dlock_last_error();
+  const auto at = Clock::now();
+  ASSERT_EQ(dlock_info_holders(broken), 1u);
+  EXPECT_EQ(dlock_info_fencing_token(broken, 0), token);
+  EXPECT_STREQ(dlock_info_owner(broken, 0), "worker-1");
+  const int64_t closed = dlock_info_closed_ms(broken);
+  EXPECT_GE(closed, dlock_info_remaining_ms(broken, 0));
+  EXPECT_GE(closed, 3000) << "at least the broken holder's lease";
+  EXPECT_LE(closed, 3000 + 4000) << "the lease in whole seconds, etcd's rounding and a spare second; no more";
+  EXPECT_STREQ(dlock_info_closed_by(broken), "broken");
+  dlock_info_free(broken);
+
+  ASSERT_TRUE(WaitFor([&] { return lost.calls.load() > 0; }, 5000ms)) << "the broken holder never heard";
+  EXPECT_LT(MsSince(at), 300 + kCallBoundMs);
+  EXPECT_EQ(lost.token.load(), token);
+  ASSERT_NE(dlock_lock_lost_cause(l), nullptr);
+  const std::string cause = dlock_lock_lost_cause(l);
+  EXPECT_EQ(cause.rfind("broken", 0), 0u) << cause;
+  EXPECT_NE(cause.find("stuck job"), std::string::npos) << cause;
+
+  dlock_info* info = nullptr;
+  ASSERT_EQ(dlock_inspect(other.get(), name, &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(info), 0u);
+  EXPECT_GT(dlock_info_closed_ms(info), 0);
+  EXPECT_LE(dlock_info_closed_ms(info), closed + 1000);
+  EXPECT_STREQ(dlock_info_closed_by(info), "broken");
+  dlock_info_free(info);
+
+  Options once, once_shared, once_permit;
+  once.wait(0);
+  once_shared.shared().wait(0);
+  once_permit.permits(2).wait(0);
+  dlock_lock* next = nullptr;
+  EXPECT_EQ(dlock_acquire(other.get(), name, once.get(), &next), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_acquire(other.get(), name, once_shared.get(), &next), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_acquire(other.get(), name, once_permit.get(), &next), DLOCK_NOT_ACQUIRED);
+
+  Options patient;
+  patient.wait(closed + 5000);
+  ASSERT_EQ(dlock_acquire(other.get(), name, patient.get(), &next), DLOCK_OK) << dlock_last_error();
+  EXPECT_GE(MsSince(at), closed - 100) << "opened before the closed time was out";
+  EXPECT_LT(MsSince(at), closed + kSlackMs) << "the marker's end was not heard";
+  EXPECT_GT(dlock_lock_fencing_token(next), token);
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+  EXPECT_EQ(dlock_release(next), DLOCK_OK);
+  EXPECT_EQ(Records(etcd_, name), 1);
+}
+
+// DLOCK_BREAK_NOW: every shared hold and every permit goes, one record each, and the name is
+// free at once; the next token is above every broken one.
+TEST_F(EtcdTest, ABreakNowFreesEveryKindOfHoldAtOnce) {
+  Client c(etcd_->url()), breaker(etcd_->url());
+  Options shared, permit, once;
+  shared.shared().lease(10000);
+  permit.permits(3).lease(10000);
+  once.wait(0);
+  for (const auto& [name, options, n] : {std::make_tuple("broken-shared", &shared, 2),
+                                         std::make_tuple("broken-permits", &permit, 3)}) {
+    std::vector<dlock_lock*> held(n);
+    uint64_t highest = 0;
+    for (dlock_lock*& h : held) {
+      ASSERT_EQ(dlock_acquire(c.get(), name, options->get(), &h), DLOCK_OK) << dlock_last_error();
+      highest = std::max(highest, dlock_lock_fencing_token(h));
+    }
+    dlock_info* broken = nullptr;
+    ASSERT_EQ(dlock_break_with(breaker.get(), name, "", DLOCK_BREAK_NOW, &broken), DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(dlock_info_holders(broken), static_cast<uint32_t>(n)) << name;
+    EXPECT_EQ(dlock_info_closed_ms(broken), 0);
+    EXPECT_STREQ(dlock_info_closed_by(broken), "");
+    if (options == &shared) {
+      EXPECT_EQ(dlock_info_kind(broken), DLOCK_SHARED);
+    } else {
+      EXPECT_EQ(dlock_info_permits(broken), 3u);
+    }
+    dlock_info_free(broken);
+    dlock_lock* next = nullptr;
+    ASSERT_EQ(dlock_acquire(breaker.get(), name, once.get(), &next), DLOCK_OK) << dlock_last_error();
+    EXPECT_GT(dlock_lock_fencing_token(next), highest);
+    EXPECT_EQ(dlock_release(next), DLOCK_OK);
+    EXPECT_EQ(Records(etcd_, name), n);
+    for (dlock_lock* h : held) EXPECT_EQ(dlock_release(h), DLOCK_NOT_HELD);
+  }
+}
+
+// A hold without a lease adds no closed time; a break of a free name is Ok; and a break
+// clears the marker an earlier break left.
+TEST_F(EtcdTest, ABreakClosesOnlyForLeasesAndClearsAnEarlierMarker) {
+  Client c(etcd_->url()), breaker(etcd_->url());
+  Options forever, leased, once;
+  forever.lease(0);
+  leased.lease(5000);
+  once.wait(0);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), "broken-forever", forever.get(), &l), DLOCK_OK) << dlock_last_error();
+  dlock_info* broken = nullptr;
+  ASSERT_EQ(dlock_break_with(breaker.get(), "broken-forever", "", 0, &broken), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(broken), 1u);
+  EXPECT_EQ(dlock_info_remaining_ms(broken, 0), -1);
+  EXPECT_EQ(dlock_info_closed_ms(broken), 0);
+  dlock_info_free(broken);
+  dlock_lock* next = nullptr;
+  ASSERT_EQ(dlock_acquire(breaker.get(), "broken-forever", once.get(), &next), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(next), DLOCK_OK);
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+
+  ASSERT_EQ(dlock_break_with(breaker.get(), "broken-never-held", "", 0, &broken), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(broken), 0u);
+  EXPECT_EQ(dlock_info_closed_ms(broken), 0);
+  dlock_info_free(broken);
+
+  ASSERT_EQ(dlock_acquire(c.get(), "broken-twice", leased.get(), &l), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_break(breaker.get(), "broken-twice", "first"), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire(breaker.get(), "broken-twice", once.get(), &next), DLOCK_NOT_ACQUIRED);
+  ASSERT_EQ(dlock_break_with(breaker.get(), "broken-twice", "second", 0, &broken), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(broken), 0u);
+  EXPECT_EQ(dlock_info_closed_ms(broken), 0) << "nothing held: no new marker";
+  dlock_info_free(broken);
+  ASSERT_EQ(dlock_acquire(breaker.get(), "broken-twice", once.get(), &next), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(next), DLOCK_OK);
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+}
+
+// A waiter is woken by the break's deletions (the watch), not by its retry.
+TEST_F(EtcdTest, ABreakWakesAWaiter) {
+  Client c(etcd_->url()), waiter(etcd_->url()), breaker(etcd_->url());
+  Options forever, patient;
+  forever.lease(0);
+  patient.wait(20000).retry(15000, 15000);
+  dlock_lock *l = nullptr, *next = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), "broken-waited", forever.get(), &l), DLOCK_OK) << dlock_last_error();
+  Clock::time_point broke_at;
+  std::thread breaking([&] {
+    std::this_thread::sleep_for(1000ms);
+    broke_at = Clock::now();
+    EXPECT_EQ(dlock_break(breaker.get(), "broken-waited", "handover"), DLOCK_OK) << dlock_last_error();
+  });
+  ASSERT_EQ(dlock_acquire(waiter.get(), "broken-waited", patient.get(), &next), DLOCK_OK) << dlock_last_error();
+  breaking.join();
+  EXPECT_LT(MsSince(broke_at), 2000) << "the waiter slept through the break";
+  EXPECT_EQ(dlock_release(next), DLOCK_OK);
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+}
+
+// A name broken in a loop keeps only the newest kMaxBrokenRecords (64) records.
+TEST_F(EtcdTest, BreakRecordsKeepTheNewest64) {
+  Client c(etcd_->url()), breaker(etcd_->url());
+  Options forever;
+  forever.lease(0);
+  for (int i = 0; i < 70; ++i) {
+    dlock_lock* l = nullptr;
+    ASSERT_EQ(dlock_acquire(c.get(), "broken-often", forever.get(), &l), DLOCK_OK) << dlock_last_error();
+    ASSERT_EQ(dlock_break(breaker.get(), "broken-often", "again"), DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+  }
+  EXPECT_EQ(Records(etcd_, "broken-often"), 64);
+}
+
+// A marker or a record dlock did not write is a clear error, not a guess.
+TEST_F(EtcdTest, AForeignMarkerOrRecordIsAClearError) {
+  Client c(etcd_->url());
+  Options once;
+  once.wait(0);
+  const std::string marker = std::string("dlock:broken-foreign") + '\0' + "c";
+  ASSERT_TRUE(Put(etcd_, marker, "Not A Word!"));
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(dlock_acquire(c.get(), "broken-foreign", once.get(), &l), DLOCK_EBACKEND);
+  EXPECT_NE(std::string(dlock_last_error()).find("marker"), std::string::npos) << dlock_last_error();
+  dlock_info* info = nullptr;
+  EXPECT_EQ(dlock_inspect(c.get(), "broken-foreign", &info), DLOCK_EBACKEND);
+  ASSERT_TRUE(etcd_->DeleteRange(marker, marker + '\0'));
+
+  const std::string record = RecordsOf("broken-foreign") + "12x";
+  ASSERT_TRUE(Put(etcd_, record, "why"));
+  EXPECT_EQ(dlock_inspect(c.get(), "broken-foreign", &info), DLOCK_EBACKEND);
+  EXPECT_NE(std::string(dlock_last_error()).find("break record"), std::string::npos) << dlock_last_error();
+  ASSERT_TRUE(etcd_->DeleteRange(record, record + '\0'));
+  ASSERT_EQ(dlock_acquire(c.get(), "broken-foreign", once.get(), &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
 }
 
 // TLS: https to every endpoint, the server checked against ca=, and a client certificate

@@ -127,6 +127,8 @@ extern "C" {
 #define DLOCK_MAX_OWNER_BYTES 256
 /* Longest value stored with a hold, in bytes (see "values stored with a hold"). */
 #define DLOCK_MAX_VALUE_BYTES 4096
+/* Longest reason given to dlock_break, in bytes. */
+#define DLOCK_MAX_REASON_BYTES 1024
 
 typedef struct dlock_client dlock_client;   /* thread-safe; one backend; owns its connections */
 typedef struct dlock_lock dlock_lock;       /* one held lock; freed by dlock_release */
@@ -467,6 +469,10 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             and new value by the server, not by polling: Redis (one server,
  *                             Cluster, Sentinel). Elsewhere new values are polled (500 ms); a
  *                             new holder of a free name is polled on every backend
+ *   DLOCK_CAP_BREAK           an operator can break a lock (dlock_break): Redis (every
+ *                             topology), DynamoDB, etcd
+ *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: Redis (every topology)
+ *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: Redis (every topology)
  * docs/guarantees.md has the whole matrix.
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u
@@ -475,6 +481,9 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
 #define DLOCK_CAP_PERMITS 0x8u
 #define DLOCK_CAP_FAIR 0x10u
 #define DLOCK_CAP_OBSERVE_PUSH 0x20u
+#define DLOCK_CAP_BREAK 0x40u
+#define DLOCK_CAP_MIN_HOLD 0x80u
+#define DLOCK_CAP_LOCK_DELAY 0x100u
 DLOCK_API uint32_t dlock_client_capabilities(const dlock_client *c);
 
 /* ----- lock kinds -------------------------------------------------------------------------
@@ -690,10 +699,43 @@ DLOCK_API double       dlock_metrics_value(const dlock_metrics *m, size_t k);
  *               details end with the last error), or the deadline passed before a renewal
  *               answered, or there were no renewals and the server then no longer had it;
  *   max_hold    max_hold_ms passed (dlock_options_set_max_hold_ms): renewals stopped, and the
- *               lease ran out.
- * (broken is reserved for job rules.) Valid until the next call on l or its
+ *               lease ran out;
+ *   broken      an operator broke the lock (dlock_break); the details carry the reason given.
+ *               Heard at the next renewal (within a heartbeat period), or, without heartbeats,
+ *               at the next extend or release, for a day after the break.
+ * Valid until the next call on l or its
  * release; not at the same time as another call on l. */
 DLOCK_API const char *dlock_lock_lost_cause(const dlock_lock *l);
+
+/* ----- breaking a lock: an operator's takeover ------------------------------------------------
+ *
+ * dlock_break deletes every hold of name (exclusive, shared or semaphore) and any job rule's
+ * marker (min hold, lock-delay), never its fencing counter: the next token is greater than every token issued
+ * to the broken holders. Each broken holder is reported lost with the cause "broken" and the
+ * reason (dlock_lock_lost_cause, on_lost, DLOCK_EVENT_LOST) at its next renewal, so within its
+ * heartbeat period; a holder without heartbeats hears it at its next extend or release. Broken
+ * holders keep working until they hear, so the name then stays closed (dlock_inspect shows no
+ * holder and dlock_info_closed_ms > 0) until their leases would have ended on the server (an
+ * earlier break's closed time left stands too); a hold with no lease is freed at once. Waiters are woken, and wait out the closed time.
+ * reason: operator's words for the holders, at most DLOCK_MAX_REASON_BYTES; NULL or "" = none.
+ * Bounded like dlock_inspect (docs/urls.md: C + T on Redis, every Redlock master at once; T on
+ * DynamoDB and etcd, where a read and a conditional write are retried if the name changed).
+ * A backend without DLOCK_CAP_BREAK answers DLOCK_EINVAL and changes nothing. DLOCK_OK also
+ * when nobody held the name. */
+DLOCK_API dlock_status dlock_break(dlock_client *c, const char *name, const char *reason);
+/* dlock_break with flags, and what it broke. flags: 0, or DLOCK_BREAK_NOW to free the name at
+ * once, whatever closed it (for a resource that checks fencing tokens: a broken holder that has not heard yet is
+ * refused there). broken (NULL = not wanted): a dlock_info listing the holds it broke (owner
+ * label, fencing token, what was left of its lease; 0 holders when nobody held it), whose
+ * dlock_info_closed_ms says how long the name now stays closed; free it with dlock_info_free. */
+#define DLOCK_BREAK_NOW 0x1u
+DLOCK_API dlock_status dlock_break_with(dlock_client *c, const char *name, const char *reason,
+                                        uint32_t flags, dlock_info **broken);
+/* A marker with no holder that keeps the name closed: for how many ms more (0 = none; a name
+ * with holders reports 0), and what left it ("broken"; "" when none). From dlock_inspect and
+ * dlock_break_with. 0 and "" for NULL. */
+DLOCK_API int64_t dlock_info_closed_ms(const dlock_info *i);
+DLOCK_API const char *dlock_info_closed_by(const dlock_info *i);
 
 /* ----- events, for logs and traces ------------------------------------------------------------
  *
@@ -768,13 +810,38 @@ DLOCK_API void dlock_event_free(dlock_event *e);
  * (no renewals to stop) the acquire is DLOCK_EINVAL. */
 DLOCK_API dlock_status dlock_options_set_max_hold_ms(dlock_options *o, uint64_t ms);
 
+/* The shortest the name stays taken (ShedLock's lockAtLeastFor): however the hold ends, by a
+ * release or an expiry (even a crashed holder's lease shorter than this), the name is not
+ * free before the acquire + min_hold_ms on the server's clock. A release before then is still
+ * checked against the owner and returns at once, leaving a marker with no owner: dlock_inspect
+ * shows no holder and dlock_info_closed_ms > 0, closed_by "min_hold"; waiters wait out the time
+ * left; dlock_break clears it. With shared or semaphore holds, the longest applies. The next
+ * token is greater, as always. A cron job run every minute on ten machines with a min hold of
+ * 50 s runs once a minute. 0 = none (default); at most ten years, and at most max_hold_ms when
+ * that is set (else the acquire is DLOCK_EINVAL naming both). A backend without
+ * DLOCK_CAP_MIN_HOLD refuses the acquire with DLOCK_EINVAL. */
+DLOCK_API dlock_status dlock_options_set_min_hold_ms(dlock_options *o, uint64_t ms);
+
+/* Lock-delay, as in Chubby and Consul, for resources that cannot check a fencing token: when
+ * the hold ends uncleanly (its lease ran out: the holder crashed, hung or lost the server)
+ * nobody may acquire the name for ms more (dlock_inspect: no holder, closed_by "lock_delay";
+ * waiters wait it out). A release is a clean end: no delay. Renewals and extends carry it past
+ * each new lease. With shared holds, the longest applies. 0 = none (default); at most
+ * DLOCK_MAX_LOCK_DELAY_MS (60 s), above is DLOCK_EINVAL. A hold with no lease never ends
+ * uncleanly: nothing to delay. A backend without DLOCK_CAP_LOCK_DELAY refuses the acquire with
+ * DLOCK_EINVAL. */
+#define DLOCK_MAX_LOCK_DELAY_MS 60000
+DLOCK_API dlock_status dlock_options_set_lock_delay_ms(dlock_options *o, uint64_t ms);
+
 /* ----- limits and helpers, for bindings that cannot read #defines ------------------------- */
 
 typedef enum dlock_limit {
   DLOCK_LIMIT_NAME_BYTES = 0,  /* DLOCK_MAX_NAME_BYTES */
   DLOCK_LIMIT_OWNER_BYTES = 1, /* DLOCK_MAX_OWNER_BYTES */
   DLOCK_LIMIT_LEASE_MS = 2,    /* the longest lease (and wait) accepted */
-  DLOCK_LIMIT_VALUE_BYTES = 3  /* DLOCK_MAX_VALUE_BYTES */
+  DLOCK_LIMIT_VALUE_BYTES = 3, /* DLOCK_MAX_VALUE_BYTES */
+  DLOCK_LIMIT_REASON_BYTES = 4, /* DLOCK_MAX_REASON_BYTES */
+  DLOCK_LIMIT_LOCK_DELAY_MS = 5 /* DLOCK_MAX_LOCK_DELAY_MS */
 } dlock_limit;
 /* The limit's value; 0 for an unknown limit. */
 DLOCK_API uint64_t dlock_limit_value(dlock_limit which);

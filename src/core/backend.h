@@ -25,6 +25,16 @@ constexpr uint32_t kCapShared = 0x4;
 constexpr uint32_t kCapPermits = 0x8;
 constexpr uint32_t kCapFair = 0x10;          // waiting exclusive acquires are served in arrival order
 constexpr uint32_t kCapObservePush = 0x20;   // observers hear releases, hand-overs and new values
+constexpr uint32_t kCapBreak = 0x40;         // Break: holds deleted, holders told, the name kept closed
+constexpr uint32_t kCapMinHold = 0x80;       // LockRequest::min_hold_ms
+constexpr uint32_t kCapLockDelay = 0x100;    // LockRequest::lock_delay_ms
+
+// How long a break's record stays on the server, so that a broken holder's next renewal, extend
+// or release can say why it was refused (the cause "broken" and the operator's reason). A holder
+// that has heard nothing for a day is told "deleted" instead.
+constexpr int64_t kBrokenRecordMs = 24 * 3600 * 1000;
+// The most break records kept per name (the newest): a name broken in a loop stays small.
+constexpr size_t kMaxBrokenRecords = 64;
 
 // One hold asked of a backend. The core validates it, including the kind against the
 // backend's capabilities, before the backend sees it.
@@ -36,6 +46,15 @@ struct LockRequest {
   std::string owner_value;  // what the server stores and checks: secret token [+ "|" + label]
   std::string value;        // stored with the hold (any bytes, at most kMaxValueBytes); "" = none
   uint64_t lease_ms = 0;    // 0 = no expiry
+  // Job rules (kCapMinHold, kCapLockDelay; 0 = none). min_hold_ms: however the hold ends (an
+  // early release, an expiry), the name is not free before the acquire + min_hold_ms on the
+  // server's clock; an early release leaves a marker with no owner (LockInfo::closed_by
+  // "min_hold"). lock_delay_ms: after the hold ends uncleanly (its lease ran out), the name
+  // stays closed this long more ("lock_delay"); a release ends it cleanly, with no delay.
+  // Renewals and extends keep the delay past the new lease, so the backend's release, renew
+  // and extend of the hold see them too (LockState::min_hold_ms, lock_delay_ms).
+  uint64_t min_hold_ms = 0;
+  uint64_t lock_delay_ms = 0;
   // Writer preference: an exclusive acquire that will wait if refused announces itself for this
   // long, and while the announcement stands no new shared hold is granted. 0 = it gives up
   // when refused (announces nothing). The core sets it before each attempt (WriterQueueMs) and
@@ -55,12 +74,30 @@ struct HolderInfo {
   int64_t remaining_ms = -1;  // -1 = no expiry
   uint64_t fencing_token = 0; // 0 = unknown
   std::string value;          // stored with the hold; "" = none
+  std::string hold_id;        // the hold's public id, alike on every server ("" = not given)
+};
+// A hold that Break removed, remembered for its owner (see kBrokenRecordMs).
+struct BrokenRecord {
+  uint64_t fencing_token = 0;
+  std::string reason;  // the operator's words; "" = none given
 };
 struct LockInfo {
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;  // the semaphore's size while it is one; 0 = a lock (or free)
   std::vector<HolderInfo> holders;  // empty = free
+  // An owner-less marker that keeps the name closed with no holder: for this many ms more (0 =
+  // none), left by closed_by ("broken": a break that waits for the broken holders' leases).
+  int64_t closed_ms = 0;
+  std::string closed_by;
+  // Holds broken lately (at most kMaxBrokenRecords; any order): ClassifyRefusal tells a broken
+  // holder why the server refused it. Not part of dlock_inspect's answer.
+  std::vector<BrokenRecord> broken;
 };
+
+// What Break did: the holds it removed (owner label, token, what was left of its lease; empty
+// when nobody held the name), and how long the name now stays closed (closed_ms; 0 = free now,
+// closed_by "broken" otherwise).
+using BreakResult = LockInfo;
 
 // What a name is while held, in words: "a lock (exclusive or shared holds)" for permits 0, "a
 // semaphore of N permits" otherwise.
@@ -92,6 +129,9 @@ struct AcquireAttempt {
   // When not, and not for a holder: why (Redlock: a quorum granted it after its lease's
   // validity ran out); a refusal's message says this instead of naming a holder.
   std::string why_not;
+  // When not, because an owner-less marker closes the name (LockInfo::closed_by; holder_ttl_ms
+  // is then how long it stays closed): what left it, e.g. "broken".
+  std::string closed_by;
   // Backend-specific state of the acquired lock, kept in LockState::backend_data for the
   // backend's later release/extend/renew calls.
   std::shared_ptr<BackendLockData> backend_data;
@@ -219,6 +259,17 @@ class Backend {
   virtual Status Inspect(const std::string& name, LockInfo* out) = 0;
   // Inspect, async (observers read with it).
   virtual void InspectAsync(const std::string& name, InspectCallback done) = 0;
+  // Break (kCapBreak): deletes every hold of name and any job rule's marker, never a counter, so
+  // the next token is still greater than every earlier one; records each broken hold's token
+  // with reason (kBrokenRecordMs); and, unless now, keeps the name closed until the broken
+  // holds' leases would have ended (a hold with no lease adds nothing), or as long as an earlier
+  // break's marker has left, so that a broken holder that has not heard yet never overlaps a
+  // new one; now frees the name of every marker. Waiters are woken. Blocking; any thread.
+  virtual Status Break(const std::string& name, const std::string& /*reason*/, bool /*now*/,
+                       BreakResult* /*out*/) {
+    return Status::InvalidArgument("this backend cannot break lock '" + name +
+                                   "' (no DLOCK_CAP_BREAK in dlock_client_capabilities)");
+  }
   // What the backend promises: kCap* bits, the same as the ABI's DLOCK_CAP_* bits.
   virtual uint32_t Capabilities() const = 0;
   // Whether Watch delivers release notifications (e.g. pub/sub). Without them, waiters rely on

@@ -166,6 +166,16 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
                                    "': this backend does not offer semaphores (permits; see "
                                    "dlock_client_capabilities)");
   }
+  if (options.min_hold_ms != 0 && (caps & kCapMinHold) == 0) {
+    return Status::InvalidArgument("lock '" + name +
+                                   "': this backend does not offer min_hold_ms (see "
+                                   "dlock_client_capabilities)");
+  }
+  if (options.lock_delay_ms != 0 && (caps & kCapLockDelay) == 0) {
+    return Status::InvalidArgument("lock '" + name +
+                                   "': this backend does not offer lock_delay_ms (see "
+                                   "dlock_client_capabilities)");
+  }
   if (options.kind == LockKind::kExclusive && options.permits == 0) {
     // No upgrade: an exclusive acquire would wait for this client's own shared hold forever.
     std::lock_guard<std::mutex> lock(mu_);
@@ -184,12 +194,16 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   out->permits = options.permits;
   out->owner_label = options.owner;
   out->lease_ms = options.lease_ms;
+  out->min_hold_ms = options.min_hold_ms;
+  out->lock_delay_ms = options.lock_delay_ms;
   out->value = options.value;
   Status s = NewOwnerToken(&out->owner_value);
   if (!s.ok()) return s;
   if (!options.owner.empty()) out->owner_value += "|" + options.owner;
+  // A hand-over carries no job rules: an acquire with them waits without a place in line.
   if (options.fair && options.wait_ms != 0 && options.kind == LockKind::kExclusive &&
-      options.permits == 0 && (caps & kCapFair) != 0 && (caps & kCapNotifies) != 0) {
+      options.permits == 0 && options.min_hold_ms == 0 && options.lock_delay_ms == 0 &&
+      (caps & kCapFair) != 0 && (caps & kCapNotifies) != 0) {
     out->waiter_id = WaiterId(out->owner_value);
   }
   return Status::Ok();
@@ -198,6 +212,18 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
 Status Client::Inspect(const std::string& name, LockInfo* out) {
   if (IsClosed()) return Status::InvalidArgument("client is closed");
   return backend_->Inspect(name, out);
+}
+
+Status Client::Break(const std::string& name, const std::string& reason, bool now,
+                     BreakResult* out) {
+  if (IsClosed()) return Status::InvalidArgument("client is closed");
+  if (reason.size() > kMaxReasonBytes) {
+    return Status::InvalidArgument("break of '" + name + "': the reason is " +
+                                   std::to_string(reason.size()) + " bytes, more than " +
+                                   std::to_string(kMaxReasonBytes));
+  }
+  *out = BreakResult();
+  return backend_->Break(name, reason, now, out);
 }
 
 Status Client::Campaign(const std::string& name, const AcquireOptions& options,
@@ -262,6 +288,11 @@ Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& 
                                gave_up + ")");
   }
   const int64_t holder_ttl_ms = ClampHolderTtl(last.holder_ttl_ms);
+  if (!last.closed_by.empty()) {
+    return Status::NotAcquired("lock '" + name + "' is closed with no holder (" + last.closed_by +
+                               ") for " + std::to_string(std::max<int64_t>(holder_ttl_ms, 0)) +
+                               " ms more (" + gave_up + ")");
+  }
   std::string held_for = holder_ttl_ms == -1   ? " with no expiry"
                          : holder_ttl_ms >= 0 ? " for " + std::to_string(holder_ttl_ms) + " ms more"
                                               : "";

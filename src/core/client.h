@@ -69,6 +69,9 @@ class Client : public std::enable_shared_from_this<Client> {
   uint32_t Capabilities() const;  // the backend's kCap* bits
   // Who holds name now (dlock_inspect). Blocking.
   Status Inspect(const std::string& name, LockInfo* out);
+  // An operator's takeover (dlock_break, Backend::Break): reason at most kMaxReasonBytes.
+  // Blocking.
+  Status Break(const std::string& name, const std::string& reason, bool now, BreakResult* out);
   // Leader election: an exclusive acquire that waits without limit (dlock_campaign); the
   // leader, or no holder (dlock_leader). Blocking.
   Status Campaign(const std::string& name, const AcquireOptions& options, std::shared_ptr<LockState>* out);

@@ -352,6 +352,13 @@ LossCause ClassifyRefusal(const LockState& lock, const Status& looked, LockInfo 
     *reason = refused + " (looking again failed: " + looked.message() + ")";
     return LossCause::kRefused;
   }
+  for (const BrokenRecord& b : info.broken) {
+    if (b.fencing_token == lock.fencing_token) {
+      *reason = b.reason.empty() ? std::string("an operator broke the lock (no reason given)")
+                                 : "an operator broke the lock: " + b.reason;
+      return LossCause::kBroken;
+    }
+  }
   // A hold whose lease ran out is nobody's (DynamoDB lists it until it is overwritten).
   std::erase_if(info.holders, [](const HolderInfo& h) { return h.remaining_ms == 0; });
   if (info.holders.empty()) {

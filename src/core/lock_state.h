@@ -40,6 +40,8 @@ struct LockState {
         permits(options.permits),
         heartbeat_explicit(options.heartbeat_ms.has_value()),
         max_hold_ms(options.max_hold_ms),
+        min_hold_ms(options.min_hold_ms),
+        lock_delay_ms(options.lock_delay_ms),
         on_lost(options.on_lost),
         has_value(!options.value.empty()),
         lease_ms(options.lease_ms),
@@ -56,6 +58,8 @@ struct LockState {
   const uint32_t permits;  // semaphore size; 0 = not a semaphore
   const bool heartbeat_explicit;
   const uint64_t max_hold_ms;  // 0 = none
+  const uint64_t min_hold_ms;  // 0 = none (LockRequest::min_hold_ms)
+  const uint64_t lock_delay_ms;  // 0 = none (LockRequest::lock_delay_ms)
   const LostHandler on_lost;
 
   // Whether the server may keep a value with this hold (set at acquire or since): its

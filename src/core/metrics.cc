@@ -106,6 +106,7 @@ const char* LossCauseCode(LossCause cause) {
     case LossCause::kDeleted: return "deleted";
     case LossCause::kTakenOver: return "taken_over";
     case LossCause::kMaxHold: return "max_hold";
+    case LossCause::kBroken: return "broken";
     case LossCause::kCount: break;
   }
   return "unknown";
@@ -232,7 +233,8 @@ void Metrics::Collect(const ClientGauges& gauges, std::vector<MetricFamily>* fam
            "Locks lost while held, by cause (deleted: the server no longer had the owner's lock and "
            "nobody held it; taken_over: another owner held it; refused: the server no longer had "
            "the owner's lock, not looked into further; expired: renewals failed until the local "
-           "deadline; max_hold: max_hold_ms passed, renewals stopped and the lease ran out).");
+           "deadline; max_hold: max_hold_ms passed, renewals stopped and the lease ran out; broken: an "
+           "operator broke it).");
   for (int o = 0; o < static_cast<int>(LossCause::kCount); ++o) {
     c.Sample("", std::string("cause=\"") + LossCauseCode(static_cast<LossCause>(o)) + "\"",
              static_cast<double>(Load(losses_[o])));

@@ -30,6 +30,7 @@ enum class LossCause : int {
   kDeleted = 2,    // a renewal or extend was refused, and nobody held the name then
   kTakenOver = 3,  // a renewal or extend was refused, and another owner held the name then
   kMaxHold = 4,    // max_hold_ms passed: renewals stopped and the lease ran out
+  kBroken = 5,     // an operator broke it (dlock_break)
   kCount
 };
 const char* LossCauseCode(LossCause cause);

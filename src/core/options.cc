@@ -55,6 +55,23 @@ Status CheckMaxHold(uint64_t max_hold_ms) {
   return Status::Ok();
 }
 
+Status CheckMinHold(uint64_t min_hold_ms) {
+  if (min_hold_ms > kMaxLeaseMs) {
+    return Status::InvalidArgument("min_hold_ms " + std::to_string(min_hold_ms) +
+                                   " is too long (at most ten years; 0 means no minimum)");
+  }
+  return Status::Ok();
+}
+
+Status CheckLockDelay(uint64_t lock_delay_ms) {
+  if (lock_delay_ms > kMaxLockDelayMs) {
+    return Status::InvalidArgument("lock_delay_ms " + std::to_string(lock_delay_ms) +
+                                   " is above its cap of " + std::to_string(kMaxLockDelayMs) +
+                                   " ms (0 means none)");
+  }
+  return Status::Ok();
+}
+
 Status CheckLockName(const char* name) {
   if (name == nullptr) return Status::InvalidArgument("lock name is NULL");
   size_t n = strnlen(name, kMaxNameBytes + 1);
@@ -104,6 +121,11 @@ Status AcquireOptions::Validate() const {
     // Nothing renews it: it ends with its lease anyway, and no heartbeat would report the loss.
     return Status::InvalidArgument("max_hold_ms " + std::to_string(max_hold_ms) +
                                    " needs heartbeats: with heartbeat_ms 0 the lock ends with its lease anyway");
+  }
+  if (min_hold_ms != 0 && max_hold_ms != 0 && min_hold_ms > max_hold_ms) {
+    return Status::InvalidArgument("min_hold_ms " + std::to_string(min_hold_ms) +
+                                   " is more than max_hold_ms " + std::to_string(max_hold_ms) +
+                                   ": the name would stay taken after the hold must end");
   }
   if (kind == LockKind::kShared && permits != 0) {
     return Status::InvalidArgument("a lock is shared or a semaphore of " + std::to_string(permits) +

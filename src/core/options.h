@@ -27,6 +27,8 @@ constexpr uint64_t kDefaultRetryMaxMs = 1000;
 constexpr size_t kMaxNameBytes = 1024;
 constexpr size_t kMaxOwnerBytes = 256;
 constexpr size_t kMaxValueBytes = 4096;  // a value stored with a hold (DLOCK_MAX_VALUE_BYTES)
+constexpr size_t kMaxReasonBytes = 1024; // an operator's reason for a break or a release request
+constexpr uint64_t kMaxLockDelayMs = 60000;  // as Chubby's and Consul's lock-delay
 
 // The kind of hold asked for (dlock_kind, same values).
 enum class LockKind : int { kExclusive = 0, kShared = 1 };
@@ -43,6 +45,8 @@ struct AcquireOptions {
   uint32_t permits = 0;                      // semaphore of n permits; 0 = not a semaphore
   bool fair = true;                          // waiting exclusive acquires: in arrival order
   uint64_t max_hold_ms = 0;                  // heartbeats stop renewing after this; 0 = none
+  uint64_t min_hold_ms = 0;                  // the name stays taken at least this long; 0 = none
+  uint64_t lock_delay_ms = 0;                // closed this long after an unclean end; 0 = none
   LostHandler on_lost;                       // empty = nobody to tell
 
   // Checks the combination (single values are checked by the setters).
@@ -63,6 +67,8 @@ Status CheckWait(int64_t wait_ms);
 Status CheckRetry(uint64_t min_ms, uint64_t max_ms);
 Status CheckHeartbeat(uint64_t heartbeat_ms);
 Status CheckMaxHold(uint64_t max_hold_ms);
+Status CheckMinHold(uint64_t min_hold_ms);
+Status CheckLockDelay(uint64_t lock_delay_ms);
 // A lease a lock can be held with (acquire and extend): 0, or kMinLeaseMs..kMaxLeaseMs.
 Status CheckHeldLease(uint64_t lease_ms);
 Status CheckLockName(const char* name);

@@ -103,6 +103,17 @@ class DynamoDbBackend : public Backend {
     return status;
   }
 
+  // Break: holds removed and recorded, the fence kept, a marker that lapses as a lease does
+  // (lock_protocol.h). DynamoDB has no notifications: waiters retry when the marker lapses.
+  Status Break(const std::string& name, const std::string& reason, bool now, BreakResult* out) override {
+    Status status;
+    protocol_.Break(&blocking_, name, reason, now, [&](Status s, BreakResult result) {
+      status = std::move(s);
+      *out = std::move(result);
+    });
+    return status;
+  }
+
   void SetValueAsync(std::shared_ptr<LockState> lock, std::string value, StatusCallback done) override {
     protocol_.SetValue(&async_, std::move(lock), value, std::move(done));
   }
@@ -133,7 +144,9 @@ class DynamoDbBackend : public Backend {
   // across releases, raised by every acquisition of every kind. Shared holds and semaphores:
   // a map of holds in the same item (lock_protocol.h). DynamoDB has no release notifications:
   // waiters use holder_ttl_ms and jittered retries.
-  uint32_t Capabilities() const override { return kCapFencingStrict | kCapShared | kCapPermits; }
+  uint32_t Capabilities() const override {
+    return kCapFencingStrict | kCapShared | kCapPermits | kCapBreak;
+  }
   void Watch(const std::string&, ReleaseWatcher*) override {}
   void Unwatch(const std::string&, ReleaseWatcher*) override {}
 

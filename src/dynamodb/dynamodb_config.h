@@ -27,6 +27,13 @@ inline constexpr char kToken[] = "token";      // N: in a hold: its fencing toke
 inline constexpr char kPermits[] = "permits";  // N: the semaphore's size while holds are permits
 inline constexpr char kWriter[] = "writer";    // M: a waiting writer {owner, recordVersion, queueMs}
 inline constexpr char kQueueMs[] = "queueMs";  // N: in writer: how long it stands unchanged
+// Breaks (lock_protocol.h):
+inline constexpr char kClosed[] = "closed";  // M: owner-less marker {recordVersion, leaseMs, renewedAtMs, by}
+inline constexpr char kBy[] = "by";          // S: in closed: what left it ("broken")
+inline constexpr char kBroken[] = "broken";  // L: break records, newest first: {reason, atMs, tokens}
+inline constexpr char kReason[] = "reason";  // S: in a break record: the operator's words (absent: none)
+inline constexpr char kAtMs[] = "atMs";      // N: in a break record: the breaker's wall clock
+inline constexpr char kTokens[] = "tokens";  // L of N: in a break record: the broken holds' tokens
 }  // namespace attr
 
 inline constexpr char kDefaultPartitionKey[] = "id";

@@ -26,6 +26,11 @@ constexpr int kMaxCleanups = static_cast<int>(kMaxHoldsPerName / kMaxRemovalsPer
 constexpr size_t kMaxObservations = 10000;
 // "Never expires" (lease 0, or a foreign entry without a record version).
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+// Writes of one break: a share of kMaxRemovalsPerWrite holds each, and rewrites after refusals
+// (a holder renewed, released, or the name was acquired between the read and the write).
+constexpr int kMaxBreakWrites = kMaxCleanups + kMaxAcquireRounds;
+// What a break's marker says left it (LockInfo::closed_by, AcquireAttempt::closed_by).
+constexpr char kClosedByBreak[] = "broken";
 
 int64_t WallClockMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -166,17 +171,35 @@ class Update {
   std::vector<std::string> set_, remove_, conditions_;
 };
 
+// Reads an "N" attribute value ({"N": "123"}) as uint64.
+bool NumberValue(const Json& value, uint64_t* out) {
+  if (!value.is_object()) return false;
+  auto n = value.find("N");
+  if (n == value.end() || !n->is_string()) return false;
+  const std::string& text = n->get_ref<const std::string&>();
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && ptr == text.data() + text.size();
+}
+
+// An acquire's condition on the closed marker: none stands, or the one whose record version
+// the waiter saw lapse ("" = none seen), which the write removes.
+void MarkerClause(Update& u, const std::string& lapsed_version) {
+  const std::string c = u.Name(attr::kClosed);
+  if (lapsed_version.empty()) {
+    u.Condition("attribute_not_exists(" + c + ")");
+    return;
+  }
+  u.Condition("(attribute_not_exists(" + c + ") OR " + u.Path({attr::kClosed, attr::kRecordVersion}) + " = " +
+              u.Value(S(lapsed_version)) + ")");
+  u.Remove(c);
+}
+
 }  // namespace
 
 bool NumberAttribute(const Json& item, const char* name, uint64_t* out) {
   if (!item.is_object()) return false;
   auto it = item.find(name);
-  if (it == item.end() || !it->is_object()) return false;
-  auto n = it->find("N");
-  if (n == it->end() || !n->is_string()) return false;
-  const std::string& text = n->get_ref<const std::string&>();
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
-  return ec == std::errc() && ptr == text.data() + text.size();
+  return it != item.end() && NumberValue(*it, out);
 }
 
 std::string StringAttribute(const Json& item, const char* name) {
@@ -186,6 +209,49 @@ std::string StringAttribute(const Json& item, const char* name) {
   auto s = it->find("S");
   return s != it->end() && s->is_string() ? s->get<std::string>() : std::string();
 }
+
+namespace {
+
+// `closed`: false when it is not a marker dlock wrote.
+bool ParseClosedMarker(const Json& value, ClosedMarker* out) {
+  const Json* fields = MapOf(value);
+  if (fields == nullptr) return false;
+  uint64_t n = 0;
+  out->record_version = StringAttribute(*fields, attr::kRecordVersion);
+  out->by = StringAttribute(*fields, attr::kBy);
+  if (!NumberAttribute(*fields, attr::kLeaseMs, &n) || n == 0) return false;
+  out->lease_ms = std::min<uint64_t>(n, kMaxLeaseMs);
+  if (NumberAttribute(*fields, attr::kRenewedAtMs, &n)) out->renewed_at_ms = ClampWallMs(n);
+  return !out->record_version.empty() && !out->by.empty();
+}
+
+// `broken`: false when it is not a list of break records.
+bool ParseBreakRecords(const Json& value, std::vector<BreakRecord>* out) {
+  if (!value.is_object()) return false;
+  auto list = value.find("L");
+  if (list == value.end() || !list->is_array()) return false;
+  for (const Json& entry : *list) {
+    const Json* fields = MapOf(entry);
+    if (fields == nullptr) return false;
+    BreakRecord record;
+    uint64_t n = 0;
+    if (!NumberAttribute(*fields, attr::kAtMs, &n)) return false;
+    record.at_ms = ClampWallMs(n);
+    record.reason = StringAttribute(*fields, attr::kReason);
+    auto tokens = fields->find(attr::kTokens);
+    if (tokens == fields->end() || !tokens->is_object()) return false;
+    auto token_list = tokens->find("L");
+    if (token_list == tokens->end() || !token_list->is_array()) return false;
+    for (const Json& token : *token_list) {
+      if (!NumberValue(token, &n)) return false;
+      record.tokens.push_back(n);
+    }
+    out->push_back(std::move(record));
+  }
+  return true;
+}
+
+}  // namespace
 
 void ParseLockItem(const Json& item, LockItem* out) {
   *out = LockItem();
@@ -232,6 +298,18 @@ void ParseLockItem(const Json& item, LockItem* out) {
       if (NumberAttribute(*fields, attr::kQueueMs, &n)) out->writer.queue_ms = std::min<uint64_t>(n, kMaxLeaseMs);
     }
   }
+  auto closed = item.find(attr::kClosed);
+  if (closed != item.end()) {
+    out->has_closed = true;
+    out->closed_malformed = !ParseClosedMarker(*closed, &out->closed);
+    if (out->closed_malformed) out->closed = ClosedMarker();
+  }
+  auto broken = item.find(attr::kBroken);
+  if (broken != item.end()) {
+    out->has_broken = true;
+    out->broken_malformed = !ParseBreakRecords(*broken, &out->broken);
+    if (out->broken_malformed) out->broken.clear();
+  }
 }
 
 struct LockProtocol::AcquireOp {
@@ -263,9 +341,10 @@ struct LockProtocol::AcquireOp {
     attempt.fencing_token = fencing_token;
     Finish(Status::Ok(), std::move(attempt));
   }
-  void NotAcquired(int64_t holder_ttl_ms) {
+  void NotAcquired(int64_t holder_ttl_ms, std::string closed_by = "") {
     AcquireAttempt attempt;
     attempt.holder_ttl_ms = holder_ttl_ms;
+    attempt.closed_by = std::move(closed_by);
     Finish(Status::Ok(), std::move(attempt));
   }
 };
@@ -276,6 +355,7 @@ struct LockProtocol::Judgement {
   int64_t owner_in = kNever;     // the exclusive holder, if the item has one
   std::vector<int64_t> hold_in;  // item.holds[i]
   int64_t writer_in = kNever;    // the announcement, if the item has one
+  int64_t closed_in = 0;         // the closed marker, if the item has a well-formed one
 };
 
 Status LockProtocol::KeyFor(const std::string& name, Json* key) const {
@@ -379,6 +459,9 @@ Json LockProtocol::ExclusiveBody(const AcquireOp& op, const LockItem* item) {
   } else {
     u.Condition("(attribute_not_exists(" + h + ") OR size(" + h + ") = " + u.Value(N(uint64_t{0})) + ")");
   }
+  // A marker the judge saw lapse (AcquireJudge refuses a standing one).
+  MarkerClause(u, item == nullptr ? LapsedMarkerVersion(op.key_text)
+                                  : item->has_closed ? item->closed.record_version : "");
   Json body = u.Body(api_->config().table, op.key, "ALL_NEW");
   // Saves the read that follows a refusal where DynamoDB supports it.
   body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
@@ -448,6 +531,8 @@ Status LockProtocol::HoldBody(const AcquireOp& op, const LockItem* item, const J
       u.Remove(w);
     }
   }
+  MarkerClause(u, item == nullptr ? LapsedMarkerVersion(op.key_text)
+                                  : item->has_closed ? item->closed.record_version : "");
   *body = u.Body(api_->config().table, op.key, "NONE");
   (*body)["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
   return Status::Ok();
@@ -613,7 +698,20 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
                AcquireAttempt());
     return;
   }
+  if (item.closed_malformed) {
+    op->Finish(Status::BackendError("the item of lock '" + op->name + "' in " + api_->config().Describe() +
+                                    " has a '" + attr::kClosed + "' attribute that is not a marker dlock " +
+                                    "wrote (a break of the lock removes it)"),
+               AcquireAttempt());
+    return;
+  }
   const Judgement judged = Judge(op->key_text, item, seen_at);
+  // A break's marker keeps the name closed to every acquire, holder-less, until it lapses: no
+  // hold can be added while it stands, so nothing else is judged.
+  if (item.has_closed && judged.closed_in > 0) {
+    op->NotAcquired(judged.closed_in, item.closed.by);
+    return;
+  }
   const bool owner_live = !item.owner.empty() && judged.owner_in > 0;
   std::vector<int64_t> live_in;  // the live holds' expiries
   size_t expired = 0;
@@ -765,6 +863,14 @@ LockProtocol::Judgement LockProtocol::Judge(const std::string& key_text, const L
     // No wall-clock shortcut: the announcement carries no writer's clock.
     judged.writer_in = observe(seen.writer, item.writer.record_version, item.writer.queue_ms, 0, false);
   }
+  // The closed marker lapses as a lease does: once seen standing for its leaseMs (or, with
+  // trust_local_time, by the breaker's wall clock).
+  if (item.has_closed && !item.closed_malformed) {
+    judged.closed_in = observe(seen.closed, item.closed.record_version, item.closed.lease_ms,
+                               item.closed.renewed_at_ms, true);
+  } else {
+    seen.closed = Observation();
+  }
   return judged;
 }
 
@@ -776,6 +882,16 @@ std::string LockProtocol::ExpiredRecordVersion(const std::string& key_text) {
     return "";
   }
   return it->second.owner.record_version;
+}
+
+std::string LockProtocol::LapsedMarkerVersion(const std::string& key_text) {
+  std::lock_guard<std::mutex> lock(observed_mu_);
+  auto it = observed_.find(key_text);
+  if (it == observed_.end() || it->second.closed.record_version.empty() ||
+      TakeoverIn(it->second.closed, true) > 0) {
+    return "";
+  }
+  return it->second.closed.record_version;
 }
 
 void LockProtocol::Acquired(const std::string& key_text, uint64_t fence, bool exclusive) {
@@ -979,6 +1095,80 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
   });
 }
 
+namespace {
+
+// The name's sort while holds stand, as Inspect reports it: shared holds, or a semaphore.
+void DescribeSort(const LockItem& item, LockInfo* info) {
+  if (item.owner.empty() && !item.holds.empty()) {
+    info->kind = item.permits != 0 ? LockKind::kExclusive : LockKind::kShared;
+    info->permits = item.permits;
+  }
+}
+
+HolderInfo HolderOf(const std::string& owner_value, uint64_t token, const std::string& value,
+                    int64_t remaining_ms) {
+  HolderInfo holder;
+  holder.owner = OwnerLabel(owner_value);
+  holder.remaining_ms = remaining_ms;
+  holder.fencing_token = token;
+  holder.value = value;
+  return holder;
+}
+
+bool RecordCurrent(const BreakRecord& record, int64_t now_ms) {
+  return record.at_ms + kBrokenRecordMs > now_ms;  // both clamped: no overflow
+}
+
+// A record's size in the item, near enough (DynamoDB's sizes: names, values, 3 per map or list,
+// at most 21 per number, 1 per entry).
+size_t RecordBytes(const BreakRecord& record) {
+  return 64 + record.reason.size() + 22 * record.tokens.size();
+}
+
+// The records a break leaves: its own first, then the older ones still current, while they fit
+// kMaxBrokenRecords tokens (each record's first, highest tokens kept) and kMaxBrokenRecordBytes.
+std::vector<BreakRecord> KeptRecords(BreakRecord newest, const std::vector<BreakRecord>& older, int64_t now_ms) {
+  std::vector<BreakRecord> kept;
+  size_t tokens = 0, bytes = 0;
+  auto keep = [&](BreakRecord record) {
+    if (record.tokens.size() > kMaxBrokenRecords - tokens) record.tokens.resize(kMaxBrokenRecords - tokens);
+    if (record.tokens.empty() || (!kept.empty() && bytes + RecordBytes(record) > kMaxBrokenRecordBytes)) {
+      return false;
+    }
+    tokens += record.tokens.size();
+    bytes += RecordBytes(record);
+    kept.push_back(std::move(record));
+    return true;
+  };
+  keep(std::move(newest));
+  for (const BreakRecord& record : older) {
+    if (RecordCurrent(record, now_ms) && !keep(record)) break;
+  }
+  return kept;
+}
+
+Json RecordsValue(const std::vector<BreakRecord>& records) {
+  Json list = Json::array();
+  for (const BreakRecord& record : records) {
+    Json tokens = Json::array();
+    for (uint64_t token : record.tokens) tokens.push_back(N(token));
+    Json fields = {{attr::kAtMs, N(record.at_ms)}, {attr::kTokens, Json{{"L", std::move(tokens)}}}};
+    // An empty string is left out: older DynamoDB (and dynalite) refuse empty attribute values.
+    if (!record.reason.empty()) fields[attr::kReason] = S(record.reason);
+    list.push_back(Json{{"M", std::move(fields)}});
+  }
+  return Json{{"L", std::move(list)}};
+}
+
+// What a stored attribute that dlock did not write makes of a call: a clear error.
+Status Malformed(const std::string& name, const DynamoConfig& config, const char* attribute,
+                 const char* what) {
+  return Status::BackendError("the item of lock '" + name + "' in " + config.Describe() + " has a '" +
+                              attribute + "' attribute that is not " + what + " (not written by dlock)");
+}
+
+}  // namespace
+
 void LockProtocol::Inspect(Transport* transport, const std::string& name,
                            std::function<void(Status, LockInfo)> done) {
   Json key;
@@ -987,7 +1177,7 @@ void LockProtocol::Inspect(Transport* transport, const std::string& name,
     done(s, LockInfo());
     return;
   }
-  Read(transport, key, CallDeadline(), [done = std::move(done)](Status st, Json json) {
+  Read(transport, key, CallDeadline(), [this, name, done = std::move(done)](Status st, Json json) {
     LockInfo info;
     if (!st.ok()) {
       done(st, info);
@@ -995,36 +1185,268 @@ void LockProtocol::Inspect(Transport* transport, const std::string& name,
     }
     LockItem item;
     ParseLockItem(json, &item);
+    if (item.closed_malformed || item.broken_malformed) {
+      done(item.closed_malformed ? Malformed(name, api_->config(), attr::kClosed, "a marker (a break removes it)")
+                                 : Malformed(name, api_->config(), attr::kBroken, "a list of break records"),
+           LockInfo());
+      return;
+    }
     const int64_t now = WallClockMs();
-    // The remaining lease, estimated from the holder's wall clock at its last write.
+    // What is left of a time, estimated from the writer's wall clock at its write.
     auto remaining = [now](uint64_t lease_ms, int64_t renewed_at_ms) -> int64_t {
       if (lease_ms == 0) return -1;
       const int64_t lease = static_cast<int64_t>(lease_ms);  // both clamped by ParseLockItem
       return std::clamp<int64_t>(renewed_at_ms + lease - now, 0, lease);
     };
     if (!item.owner.empty()) {
-      HolderInfo holder;
-      holder.owner = OwnerLabel(item.owner);
-      holder.remaining_ms = remaining(item.lease_ms, item.renewed_at_ms);
-      holder.fencing_token = item.has_fence ? item.fence : 0;
-      holder.value = item.value;
-      info.holders.push_back(std::move(holder));
+      info.holders.push_back(HolderOf(item.owner, item.has_fence ? item.fence : 0, item.value,
+                                      remaining(item.lease_ms, item.renewed_at_ms)));
     }
     // Holds a crashed holder left are listed (with 0 ms left) until a waiter removes them.
     for (const HoldRecord& hold : item.holds) {
-      HolderInfo holder;
-      holder.owner = OwnerLabel(hold.owner);
-      holder.remaining_ms = remaining(hold.lease_ms, hold.renewed_at_ms);
-      holder.fencing_token = hold.token;
-      holder.value = hold.value;
-      info.holders.push_back(std::move(holder));
+      info.holders.push_back(HolderOf(hold.owner, hold.token, hold.value, remaining(hold.lease_ms, hold.renewed_at_ms)));
     }
-    if (item.owner.empty() && !item.holds.empty()) {
-      info.kind = item.permits != 0 ? LockKind::kExclusive : LockKind::kShared;
-      info.permits = item.permits;
+    DescribeSort(item, &info);
+    // A break's marker, by the breaker's wall clock (a waiter that first sees it now may still
+    // wait its whole time: it judges the marker as a lease, on its own clock).
+    if (info.holders.empty() && item.has_closed) {
+      info.closed_ms = remaining(item.closed.lease_ms, item.closed.renewed_at_ms);
+      if (info.closed_ms > 0) info.closed_by = item.closed.by;
+    }
+    for (const BreakRecord& record : item.broken) {
+      if (!RecordCurrent(record, now)) continue;
+      for (uint64_t token : record.tokens) info.broken.push_back(BrokenRecord{token, record.reason});
     }
     done(Status::Ok(), std::move(info));
   });
+}
+
+// One break: what it has broken so far, and the write in flight.
+struct LockProtocol::BreakOp {
+  std::string name;
+  std::string reason;
+  bool now = false;
+  Json key;
+  std::string key_text;
+  TimePoint deadline;
+  int writes = 0;
+  bool sort_known = false;  // result.kind/permits were taken from the first read
+  int64_t hold_closed_ms = 0;  // the longest remaining lease of the holds broken so far
+  BreakResult result;
+  // The write in flight: what it breaks, and how to tell that it landed when its answer is lost.
+  struct Write {
+    bool last = false;  // it breaks every hold left
+    std::vector<HolderInfo> holders;
+    int64_t hold_closed_ms = 0;
+    std::string marker_version;  // the marker it sets; "" = it sets none
+    uint64_t marker_ms = 0;
+    int64_t marker_wall_ms = 0;
+    BreakRecord record;  // the record it prepends; no tokens = none
+  } write;
+  std::function<void(Status, BreakResult)> done;
+
+  void Finish(Status s) {
+    auto d = std::move(done);
+    d(std::move(s), std::move(result));
+  }
+  // Whether item shows the write in flight landed (read after an ambiguous failure).
+  bool Landed(const LockItem& item) const {
+    if (!write.marker_version.empty()) {
+      return item.has_closed && item.closed.record_version == write.marker_version;
+    }
+    return !write.record.tokens.empty() && !item.broken.empty() &&
+           item.broken.front().tokens == write.record.tokens && item.broken.front().at_ms == write.record.at_ms;
+  }
+};
+
+void LockProtocol::Break(Transport* transport, const std::string& name, const std::string& reason, bool now,
+                         std::function<void(Status, BreakResult)> done) {
+  auto op = std::make_shared<BreakOp>();
+  op->name = name;
+  op->reason = reason;
+  op->now = now;
+  op->deadline = CallDeadline();
+  op->done = std::move(done);
+  Status s = KeyFor(name, &op->key);
+  if (s.ok() && reason.size() > kMaxReasonBytes) {
+    s = Status::InvalidArgument("the reason for breaking lock '" + name + "' is " + std::to_string(reason.size()) +
+                                " bytes, more than " + std::to_string(kMaxReasonBytes));
+  }
+  if (s.ok() && !IsValidUtf8(reason)) {
+    s = Status::InvalidArgument("the reason for breaking lock '" + name + "' is not valid UTF-8, which DynamoDB requires");
+  }
+  if (!s.ok()) {
+    op->Finish(s);
+    return;
+  }
+  op->key_text = op->key.dump();
+  BreakRound(transport, std::move(op));
+}
+
+void LockProtocol::BreakRound(Transport* transport, std::shared_ptr<BreakOp> op) {
+  Read(transport, op->key, op->deadline, [this, transport, op](Status s, Json json) {
+    if (!s.ok()) {
+      op->Finish(s);
+      return;
+    }
+    LockItem item;
+    ParseLockItem(json, &item);
+    BreakWrite(transport, op, item, Now());  // seen when the answer came, as a waiter judges
+  });
+}
+
+void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op, const LockItem& item,
+                              TimePoint seen_at) {
+  if (item.holds_malformed) {
+    op->Finish(Malformed(op->name, api_->config(), attr::kHolds, "a map"));
+    return;
+  }
+  if (!op->sort_known) {
+    DescribeSort(item, &op->result);
+    op->sort_known = true;
+  }
+  if (item.owner.empty() && item.holds.empty() && !item.has_closed) {  // nothing left to break
+    op->Finish(Status::Ok());
+    return;
+  }
+  if (++op->writes > kMaxBreakWrites) {
+    op->Finish(Status::BackendError("lock '" + op->name + "' kept changing while it was being broken (" +
+                                    std::to_string(kMaxBreakWrites) + " writes refused): try again"));
+    return;
+  }
+  // What is left of each lease, judged as a waiter judges it (from when this client first saw
+  // its record version; the holder's wall clock with trust_local_time): -1 = no expiry.
+  const Judgement judged = Judge(op->key_text, item, seen_at);
+  auto remaining = [](int64_t in, uint64_t lease_ms) -> int64_t {
+    return in == kNever ? -1 : std::clamp<int64_t>(in, 0, static_cast<int64_t>(lease_ms));
+  };
+  BreakOp::Write w;
+  w.hold_closed_ms = op->hold_closed_ms;
+  auto breaks = [&w](HolderInfo holder) {
+    if (holder.fencing_token != 0) w.record.tokens.push_back(holder.fencing_token);
+    w.hold_closed_ms = std::max(w.hold_closed_ms, holder.remaining_ms);
+    w.holders.push_back(std::move(holder));
+  };
+
+  // The write holds only if nothing changed since the read: no acquisition (the fence), and
+  // no broken hold renewed, extended or released (its record version), so that the leases
+  // judged are the leases broken.
+  Update u;
+  const std::string f = u.Name(attr::kFence), o = u.Name(attr::kOwner);
+  u.Condition(item.has_fence ? f + " = " + u.Value(N(item.fence)) : "attribute_not_exists(" + f + ")");
+  size_t room = kMaxRemovalsPerWrite;
+  if (item.owner.empty()) {
+    u.Condition("attribute_not_exists(" + o + ")");
+  } else {
+    const std::string rv = u.Name(attr::kRecordVersion);
+    u.Condition(o + " = " + u.Value(S(item.owner)));
+    u.Condition(item.record_version.empty() ? "attribute_not_exists(" + rv + ")"
+                                            : rv + " = " + u.Value(S(item.record_version)));
+    u.Remove(o);
+    for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData}) u.Remove(u.Name(a));
+    breaks(HolderOf(item.owner, item.has_fence ? item.fence : 0, item.value, remaining(judged.owner_in, item.lease_ms)));
+    --room;
+  }
+  w.last = item.holds.size() <= room;
+  for (size_t i = 0; i < item.holds.size() && i < room; ++i) {
+    const HoldRecord& hold = item.holds[i];
+    const std::string rv = u.Path({attr::kHolds, hold.owner, attr::kRecordVersion});
+    u.Condition(hold.record_version.empty()
+                    ? "attribute_exists(" + u.Path({attr::kHolds, hold.owner}) + ") AND attribute_not_exists(" + rv + ")"
+                    : rv + " = " + u.Value(S(hold.record_version)));
+    if (!w.last) u.Remove(u.Path({attr::kHolds, hold.owner}));
+    breaks(HolderOf(hold.owner, hold.token, hold.value, remaining(judged.hold_in[i], hold.lease_ms)));
+  }
+  if (w.last) {
+    // An empty map, never none: a hold's acquire sets holds.<owner> in it.
+    if (!item.holds.empty()) u.Set(u.Name(attr::kHolds) + " = " + u.Value(Json{{"M", Json::object()}}));
+    if (item.has_permits) u.Remove(u.Name(attr::kPermits));
+  }
+
+  // The marker: the longest remaining lease broken (none with now); while a larger break goes
+  // on share by share, at least timeout_ms, so that nothing is acquired between its writes.
+  const std::string c = u.Name(attr::kClosed);
+  if (!item.has_closed) {
+    u.Condition("attribute_not_exists(" + c + ")");
+  } else if (item.closed_malformed) {
+    u.Condition("attribute_exists(" + c + ")");
+  } else {
+    u.Condition(u.Path({attr::kClosed, attr::kRecordVersion}) + " = " + u.Value(S(item.closed.record_version)));
+  }
+  const int64_t share_ms = static_cast<int64_t>(api_->config().params.timeout_ms);
+  const int64_t marker_ms = !w.last ? std::max(w.hold_closed_ms, share_ms) : op->now ? 0 : w.hold_closed_ms;
+  if (marker_ms > 0) {
+    w.marker_version = NewRecordVersion();
+    w.marker_ms = std::min<uint64_t>(static_cast<uint64_t>(marker_ms), kMaxLeaseMs);
+    w.marker_wall_ms = WallClockMs();
+    Json marker = {{attr::kRecordVersion, S(w.marker_version)},
+                   {attr::kLeaseMs, N(w.marker_ms)},
+                   {attr::kRenewedAtMs, N(w.marker_wall_ms)},
+                   {attr::kBy, S(kClosedByBreak)}};
+    u.Set(c + " = " + u.Value(Json{{"M", std::move(marker)}}));
+  } else if (item.has_closed) {
+    u.Remove(c);
+  }
+
+  // The record of what it broke, newest tokens first, before the older records still current.
+  if (!w.record.tokens.empty()) {
+    std::sort(w.record.tokens.rbegin(), w.record.tokens.rend());
+    w.record.reason = op->reason;
+    w.record.at_ms = WallClockMs();
+    std::vector<BreakRecord> kept = KeptRecords(w.record, item.broken, w.record.at_ms);
+    w.record = kept.front();  // as stored (its tokens may have been cut to the newest)
+    u.Set(u.Name(attr::kBroken) + " = " + u.Value(RecordsValue(kept)));
+  }
+
+  op->write = std::move(w);
+  CallWithRetries(transport, api_->credentials(), "UpdateItem", u.Body(api_->config().table, op->key, "NONE"),
+                  op->deadline, [this, transport, op](ApiResult r) {
+    if (r.outcome == Outcome::kOk) {
+      BreakWritten(transport, op);
+      return;
+    }
+    if (r.outcome == Outcome::kConditionFailed || HoldPathGone(r)) {  // changed since the read
+      BreakRound(transport, op);
+      return;
+    }
+    if (!r.maybe_applied) {
+      op->Finish(r.status);
+      return;
+    }
+    // Ambiguous: the item says whether it landed, and what is left to break if it did not.
+    Read(transport, op->key, op->deadline, [this, transport, op, failure = r.status](Status s, Json json) {
+      if (!s.ok()) {
+        op->Finish(failure);
+        return;
+      }
+      LockItem now_item;
+      ParseLockItem(json, &now_item);
+      if (op->Landed(now_item)) {
+        BreakWritten(transport, op);
+      } else {
+        BreakWrite(transport, op, now_item, Now());
+      }
+    });
+  });
+}
+
+void LockProtocol::BreakWritten(Transport* transport, std::shared_ptr<BreakOp> op) {
+  BreakOp::Write& w = op->write;
+  for (HolderInfo& holder : w.holders) op->result.holders.push_back(std::move(holder));
+  w.holders.clear();
+  op->hold_closed_ms = w.hold_closed_ms;
+  if (!w.marker_version.empty()) {
+    // This client's own acquires count the marker's time from now: no later than any waiter.
+    std::lock_guard<std::mutex> lock(observed_mu_);
+    ObservationsOf(op->key_text).closed = Observation{w.marker_version, Now(), w.marker_ms, w.marker_wall_ms};
+  }
+  if (!w.last) {
+    BreakRound(transport, std::move(op));  // the next share
+    return;
+  }
+  op->result.closed_ms = static_cast<int64_t>(w.marker_ms);
+  op->result.closed_by = w.marker_ms > 0 ? kClosedByBreak : "";
+  op->Finish(Status::Ok());
 }
 
 }  // namespace dlock::dynamodb

@@ -12,6 +12,10 @@
 //   permits        the semaphore's size n while `holds` holds permits; absent while it holds
 //                  shared holds. Meaningless (may be stale) while `holds` is empty.
 //   writer         a waiting exclusive acquire's announcement {owner, recordVersion, queueMs}
+//   closed         an owner-less marker left by a break, {recordVersion, leaseMs, renewedAtMs,
+//                  by}: the name stays closed to every acquire until it lapses
+//   broken         break records, newest first: [{reason, atMs, tokens: [N…]}]; never removed
+//                  by an acquire (a broken holder's refused renewal finds its token there)
 //
 // A name is free of any sort while it has no exclusive owner and no hold in `holds`; it is a
 // lock while it has an exclusive owner or shared holds, a semaphore of `permits` while it has
@@ -50,6 +54,21 @@
 //   (data too), or holds.<ours>, keeping the item and its fence.
 // A hold's value: UpdateItem conditional on the same that sets (or removes) data, or
 //   holds.<ours>.data; the record version is left alone (a value is no heartbeat).
+// Break: a ConsistentRead, then one UpdateItem conditional on the item being as read (fence
+//   unchanged, so no hold was added; the exclusive holder's and every broken hold's record
+//   version unchanged, so none renewed or extended meanwhile; the marker as read) that removes
+//   the exclusive holder and every hold (holds = {}), never `fence`, prepends a break record
+//   with their tokens, and sets or removes the marker. The marker lapses by the rule of an
+//   expiring lease: its leaseMs is the longest of the broken holds' remaining leases as this
+//   client judges them (Judge: a lease counts from when this client first saw its record
+//   version, or by the holder's wall clock with trust_local_time; a hold with lease 0 adds
+//   nothing), and a waiter takes it as lapsed once it saw its recordVersion stand for that
+//   long on its own monotonic clock. Every acquire is conditional on no marker (or the one its
+//   waiter saw lapse, removed by the write). A refused break reads and tries again; more than
+//   kMaxRemovalsPerWrite holds are broken a share per write, each share's write keeping the
+//   name closed (a marker of at least timeout_ms) so that no hold is acquired meanwhile. Break
+//   records: at most kMaxBrokenRecords tokens and kMaxBrokenRecordBytes, the newest; a record
+//   older than kBrokenRecordMs by the wall clocks is dropped (it only words a loss report).
 // A refused condition means not acquired / not held. A failure after which the write may
 // have been applied (timeout, 5xx) is settled by reading the item before deciding.
 //
@@ -59,7 +78,8 @@
 // bytes = 289), 1 + 3 for the entry and its value's map, the field names recordVersion,
 // leaseMs, renewedAtMs, token (36) with 1 each (4), the 32-byte record version, three numbers
 // (63). The rest of the item (keys of up to 1,280 bytes, exclusive holder, writer, fence,
-// permits) takes at most about 4 KB. kMaxHoldsPerName = 900 holds (385 KB) leaves a margin: the
+// permits, the closed marker) takes at most about 4 KB, break records at most
+// kMaxBrokenRecordBytes (12 KB). kMaxHoldsPerName = 900 holds (385 KB) leaves a margin: the
 // 901st concurrent shared hold, or a semaphore of more than 900 permits, is refused with EINVAL
 // naming the limit.
 #ifndef DLOCK_DYNAMODB_LOCK_PROTOCOL_H_
@@ -79,6 +99,9 @@ namespace dlock::dynamodb {
 
 // The most shared holds or semaphore permits one name can have at once (see above).
 inline constexpr size_t kMaxHoldsPerName = 900;
+// The most bytes of break records one item keeps (reasons, tokens, fields; see above): the
+// newest record always stays, older ones while they fit.
+inline constexpr size_t kMaxBrokenRecordBytes = 12 * 1024;
 
 // One shared hold or permit, as stored in `holds`.
 struct HoldRecord {
@@ -97,6 +120,21 @@ struct WriterRecord {
   uint64_t queue_ms = 0;       // clamped to kMaxLeaseMs
 };
 
+// The owner-less marker that keeps a name closed, as stored in `closed`.
+struct ClosedMarker {
+  std::string record_version;  // never "" (else the marker is malformed)
+  uint64_t lease_ms = 0;       // how long it stands; clamped to kMaxLeaseMs, never 0
+  int64_t renewed_at_ms = 0;   // the breaker's wall clock when it wrote it (trust_local_time only)
+  std::string by;              // what left it: "broken"
+};
+
+// One break's record, as stored in `broken`.
+struct BreakRecord {
+  std::string reason;           // "" = none given
+  int64_t at_ms = 0;            // the breaker's wall clock, clamped
+  std::vector<uint64_t> tokens;  // the fencing tokens of the holds it broke
+};
+
 // A lock item as read, every field checked and clamped (no arithmetic on raw server numbers).
 struct LockItem {
   std::string owner;           // the exclusive holder; "" = none
@@ -113,6 +151,12 @@ struct LockItem {
   bool has_permits = false;
   bool has_writer = false;
   WriterRecord writer;
+  bool has_closed = false;
+  bool closed_malformed = false;  // `closed` exists but is not a marker dlock wrote
+  ClosedMarker closed;
+  bool has_broken = false;
+  bool broken_malformed = false;  // `broken` exists but is not a list of break records
+  std::vector<BreakRecord> broken;  // newest first
 };
 // Reads an item (a GetItem "Item", an "Attributes" of ALL_NEW, or null for none). Never throws.
 void ParseLockItem(const Json& item, LockItem* out);
@@ -149,6 +193,9 @@ class LockProtocol {
   // wall clock at its last write (renewedAtMs + leaseMs), within 0..leaseMs.
   void Inspect(Transport* transport, const std::string& name,
                std::function<void(Status, LockInfo)> done);
+  // Breaks name (see above): Ok with what it broke, or an error. Bounded by timeout_ms.
+  void Break(Transport* transport, const std::string& name, const std::string& reason, bool now,
+             std::function<void(Status, BreakResult)> done);
   // A ConsistentRead of the item: Ok with *item null when there is none.
   void Read(Transport* transport, const Json& key, TimePoint deadline,
             std::function<void(Status, Json item)> done);
@@ -167,12 +214,14 @@ class LockProtocol {
 
  private:
   struct AcquireOp;
+  struct BreakOp;
   struct Judgement;
   // What one waiter remembers of one name.
   struct NameObservations {
     Observation owner;  // the exclusive holder
     std::unordered_map<std::string, Observation> holds;  // by owner value
     Observation writer;  // lease_ms = the announcement's queueMs
+    Observation closed;  // the closed marker: lease_ms = how long it stands
     bool fence_known = false;
     uint64_t fence = 0;  // the last fence seen: the first guess of a shared acquire
   };
@@ -209,6 +258,13 @@ class LockProtocol {
   int64_t TakeoverIn(const Observation& observation, bool trust_wall_clock) const;
   // The exclusive holder's record version that has stood for a whole lease, if any.
   std::string ExpiredRecordVersion(const std::string& key_text);
+  // The closed marker's record version that has stood for its whole time, if any.
+  std::string LapsedMarkerVersion(const std::string& key_text);
+  // Break: reads the item, then writes (again after a refusal, or for the next share of holds).
+  void BreakRound(Transport* transport, std::shared_ptr<BreakOp> op);
+  void BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op, const LockItem& item, TimePoint seen_at);
+  // The break's write just sent landed: what it broke joins the result; done when it was the last.
+  void BreakWritten(Transport* transport, std::shared_ptr<BreakOp> op);
   // After an acquisition: remember the fence; an exclusive one also forgets the holders seen.
   void Acquired(const std::string& key_text, uint64_t fence, bool exclusive);
   bool KnownFence(const std::string& key_text, uint64_t* fence);

@@ -104,9 +104,21 @@ class EtcdBackend : public Backend {
     protocol_.Inspect(&async_, name, CallDeadline(), std::move(done));
   }
 
+  // lock_protocol.h, "Break": holds deleted in one transaction that leaves the closed marker.
+  Status Break(const std::string& name, const std::string& reason, bool now, BreakResult* out) override {
+    Status status;
+    protocol_.Break(&blocking_, name, reason, now, CallDeadline(), [&](Status s, BreakResult result) {
+      status = std::move(s);
+      *out = std::move(result);
+    });
+    return status;
+  }
+
   // Tokens are create revisions (strict); deletions of a held key wake waiters (watches);
-  // shared holds and semaphores (lock_protocol.h, "Kinds").
-  uint32_t Capabilities() const override { return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits; }
+  // shared holds and semaphores (lock_protocol.h, "Kinds"); breaks ("Break").
+  uint32_t Capabilities() const override {
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapBreak;
+  }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     watches_.Watch(protocol_.KeyFor(name), watcher);
   }

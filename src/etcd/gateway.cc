@@ -186,7 +186,18 @@ Json CompareRangeModAtMost(const std::string& key, const std::string& range_end,
   return RangeCompare(key, range_end, "MOD", "LESS", "mod_revision", revision < kMaxInt64 ? revision + 1 : revision);
 }
 
+Json CompareModAtMost(const std::string& key, int64_t revision) {
+  return {{"key", Base64Encode(key)},
+          {"target", "MOD"},
+          {"result", "LESS"},
+          {"mod_revision", std::to_string(revision < kMaxInt64 ? revision + 1 : revision)}};
+}
+
 Json PutRequest(const std::string& key, const std::string& value, int64_t lease) { return PutOp(key, value, lease); }
+
+Json DeleteRangeRequest(const std::string& key, const std::string& range_end) {
+  return {{"request_delete_range", {{"key", Base64Encode(key)}, {"range_end", Base64Encode(range_end)}}}};
+}
 
 Json DeleteRequest(const std::string& key) { return DeleteOp(key); }
 
@@ -302,6 +313,8 @@ Status ReadTimeToLive(const Json& answer, int64_t* ttl_s, std::vector<std::strin
   }
   return Status::Ok();
 }
+
+int64_t ReadGrantedTtl(const Json& answer) { return ReadInt(answer, "grantedTTL", 0, kMaxLeaseTtlS, 0); }
 
 Status ReadWatchMessage(const Json& line, WatchMessage* out) {
   *out = WatchMessage();

@@ -90,8 +90,12 @@ Json CompareCreateEqual(const std::string& key, int64_t create_revision);
 Json CompareRangeEmpty(const std::string& key, const std::string& range_end);
 // No key in [key, range_end) was created or changed after revision: mod_revision < revision+1.
 Json CompareRangeModAtMost(const std::string& key, const std::string& range_end, int64_t revision);
+// key was not created or changed after revision (absent counts as unchanged).
+Json CompareModAtMost(const std::string& key, int64_t revision);
 Json PutRequest(const std::string& key, const std::string& value, int64_t lease);
 Json DeleteRequest(const std::string& key);
+// Deletes every key in [key, range_end).
+Json DeleteRangeRequest(const std::string& key, const std::string& range_end);
 Json RangeRequest(const std::string& key, const std::string& range_end);
 // {"compare": [...], "success": [...], "failure": [...]} (failure left out when empty).
 std::string TxnBody(const Json& compare, const Json& success, const Json& failure);
@@ -113,6 +117,9 @@ Status ReadGrant(const Json& answer, int64_t* lease, int64_t* ttl_s);
 Status ReadKeepAlive(const Json& answer, int64_t* ttl_s);
 // timetolive: TTL in seconds (-1 when the lease is gone) and, when asked, its keys.
 Status ReadTimeToLive(const Json& answer, int64_t* ttl_s, std::vector<std::string>* keys);
+// The TTL a lease was granted with (grantedTTL; 0 when the lease is gone or it is missing),
+// clamped to [0, kMaxLeaseTtlS].
+int64_t ReadGrantedTtl(const Json& answer);
 
 // One message of a watch stream ({"result": ...}).
 struct WatchMessage {

@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/server_text.h"
+
 namespace dlock::etcd {
 namespace {
 
@@ -23,6 +25,20 @@ constexpr char kPut[] = "/v3/kv/put";
 constexpr int kSemaphoreRounds = 16;
 // Distinct leases a refused attempt asks the time to live of.
 constexpr size_t kMaxTtlLookups = 16;
+
+// Break (lock_protocol.h, "Break").
+constexpr char kClosedByBreak[] = "broken";
+// Rounds a break runs again when the name changed between its read and its transaction.
+constexpr int kBreakRounds = 8;
+// The spare second of the marker's lease: the time from its grant to the transaction's commit.
+constexpr int64_t kMarkerSpareMs = 1000;
+// The records' shared lease lives a day and an hour; it is used for new records only while a
+// whole day of it is left, so each record lives at least kBrokenRecordMs.
+constexpr int64_t kRecordLeaseS = kBrokenRecordMs / 1000 + 3600;
+// A reason is the operator's words, at most this long (the core's limit; more is not dlock's).
+constexpr size_t kMaxStoredReasonBytes = 1024;
+// The digits of a record's token in its key: every uint64 fits, and the keys sort by token.
+constexpr size_t kTokenDigits = 20;
 
 int64_t TokenOf(const LockState& lock) { return static_cast<int64_t>(std::min<uint64_t>(lock.fencing_token, INT64_MAX)); }
 
@@ -54,6 +70,11 @@ class NameKeys {
     return Under("hp") + '\0' + std::to_string(n) + '\0' + id;
   }
   std::string Writer(const std::string& id) const { return Under("w") + '\0' + id; }
+  // The owner-less marker that keeps the name closed (a break's).
+  std::string Closed() const { return Under("c"); }
+  // [HoldsBegin, HoldsEnd): every hold key but K (shared holds and permits).
+  std::string HoldsBegin() const { return Under("h"); }
+  std::string HoldsEnd() const { return Under("i"); }
 
  private:
   std::string k_;
@@ -97,6 +118,7 @@ struct NameView {
   std::vector<const KeyValue*> shared;
   std::vector<std::pair<const KeyValue*, uint32_t>> permits;  // and the semaphore's size
   std::vector<const KeyValue*> writers;
+  const KeyValue* closed = nullptr;  // the closed marker
   const KeyValue* ours = nullptr;  // the hold key asked about, holding our owner value
 };
 
@@ -109,6 +131,8 @@ NameView Classify(const NameKeys& keys, const std::vector<KeyValue>& kvs, const 
     if (kv.key == own_key && OwnerPart(kv.value) == owner_value) v.ours = &kv;
     if (kv.key == keys.exclusive()) {
       v.exclusive = &kv;
+    } else if (kv.key == keys.Closed()) {
+      v.closed = &kv;
     } else if (kv.key.compare(0, shared.size(), shared) == 0) {
       v.shared.push_back(&kv);
     } else if (kv.key.compare(0, permit.size(), permit) == 0) {
@@ -122,6 +146,51 @@ NameView Classify(const NameKeys& keys, const std::vector<KeyValue>& kvs, const 
     }
   }
   return v;
+}
+
+// The holds a read shows, oldest first, and the sort of name they make (as Inspect reports
+// it): the exclusive holder, else the shared holds, else the permits. Only one of these can
+// stand at a time; announcements and the marker are no holds.
+std::vector<const KeyValue*> HoldsOf(const NameView& view, LockInfo* info) {
+  std::vector<const KeyValue*> holds;
+  if (view.exclusive != nullptr) holds.push_back(view.exclusive);
+  if (!view.shared.empty()) {
+    if (holds.empty()) info->kind = LockKind::kShared;
+    holds.insert(holds.end(), view.shared.begin(), view.shared.end());
+  }
+  for (const auto& permit : view.permits) {
+    if (holds.empty()) info->permits = permit.second;
+    holds.push_back(permit.first);
+  }
+  std::sort(holds.begin(), holds.end(),
+            [](const KeyValue* a, const KeyValue* b) { return a->create_revision < b->create_revision; });
+  return holds;
+}
+
+// The distinct non-zero leases of kvs.
+std::vector<int64_t> LeasesOf(const std::vector<const KeyValue*>& kvs) {
+  std::vector<int64_t> leases;
+  for (const KeyValue* kv : kvs) {
+    if (kv->lease != 0 && std::find(leases.begin(), leases.end(), kv->lease) == leases.end()) {
+      leases.push_back(kv->lease);
+    }
+  }
+  return leases;
+}
+
+HolderInfo HolderOf(const KeyValue& kv, int64_t remaining_ms) {
+  HolderInfo holder;
+  holder.owner = OwnerLabel(std::string(OwnerPart(kv.value)));
+  holder.value = ValuePart(kv.value).substr(0, kMaxValueBytes);  // more is not dlock's
+  holder.remaining_ms = kv.lease == 0 ? -1 : remaining_ms;
+  holder.fencing_token = static_cast<uint64_t>(kv.create_revision);
+  return holder;
+}
+
+// A record's token as its key ends: 20 digits, zero-padded.
+std::string TokenDigits(uint64_t token) {
+  std::string digits = std::to_string(token);
+  return std::string(kTokenDigits - digits.size(), '0') + digits;
 }
 
 Status NotHeld(const EtcdConfig& config, const std::string& name) {
@@ -256,17 +325,18 @@ void LockProtocol::EnsureLease(Transport* t, uint64_t lease_ms, TimePoint deadli
 }
 
 void LockProtocol::HolderTtl(Transport* t, int64_t lease, TimePoint deadline,
-                             std::function<void(Status, int64_t)> done) {
-  if (lease == 0) return done(Status::Ok(), -1);
+                             std::function<void(Status, int64_t, int64_t)> done) {
+  if (lease == 0) return done(Status::Ok(), -1, 0);
   t->Call(kTimeToLive, LeaseTimeToLiveBody(lease, false), deadline, [done = std::move(done)](CallResult r) {
     int64_t ttl_s = 0;
     if (r.status.ok()) r.status = ReadTimeToLive(r.answer, &ttl_s, nullptr);
-    if (!r.status.ok()) return done(r.status, -2);
+    if (!r.status.ok()) return done(r.status, -2, 0);
+    const int64_t granted_s = ttl_s < 0 ? 0 : ReadGrantedTtl(r.answer);
     // etcd counts whole seconds, rounded down: 0 is "under a second" (and the lease is revoked
     // only at etcd's next expiry pass, up to 500 ms later), not "now". Read as a second, the
     // waiter sleeps until the watch tells it of the key's deletion, instead of asking again
     // every few ms (measured: about 240 attempts per failover before, bench/election).
-    done(Status::Ok(), ttl_s < 0 ? 0 : ttl_s == 0 ? 1000 : ttl_s * 1000);
+    done(Status::Ok(), ttl_s < 0 ? 0 : ttl_s == 0 ? 1000 : ttl_s * 1000, granted_s);
   });
 }
 
@@ -352,7 +422,9 @@ bool LockProtocol::SettledFailure(Transport* t, const std::shared_ptr<AcquireOp>
 void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease) {
   const NameKeys keys(KeyFor(op->request.name));
   const std::string& owner = op->request.owner_value;
-  Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0)});
+  // Not while a break keeps the name closed: the marker's absence is part of the compare, so no
+  // acquire gets in between a break and its marker.
+  Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0), CompareCreateEqual(keys.Closed(), 0)});
   Json success = Json::array({PutRequest(op->key, Stored(owner, op->request.value), lease)});
   if (op->Exclusive()) {
     compare.push_back(CompareRangeEmpty(keys.Under("h"), keys.Under("i")));  // no hold of any kind
@@ -374,6 +446,7 @@ void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t 
       return Won(*op, lease, view.ours->lease, view.ours->create_revision);
     }
     Uncount(lease, op->key);
+    if (view.closed != nullptr) return ClosedRefusal(t, op, *view.closed);
     if (!view.permits.empty()) {
       return op->done(SortMismatch(op->request.name, view.permits[0].second, 0), AcquireAttempt());
     }
@@ -403,6 +476,10 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
     const NameKeys keys(KeyFor(op->request.name));
     const NameView view = Classify(keys, kvs, op->key, op->request.owner_value);
     if (view.ours != nullptr) return Won(*op, lease, view.ours->lease, view.ours->create_revision);
+    if (view.closed != nullptr) {
+      Uncount(lease, op->key);
+      return ClosedRefusal(t, op, *view.closed);
+    }
     const uint32_t n = op->request.permits;
     Status sort;
     if (view.exclusive != nullptr || !view.shared.empty()) sort = SortMismatch(op->request.name, 0, n);
@@ -420,7 +497,7 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
       return RefusedBy(t, op, std::move(leases));
     }
     // Fewer than n at revision: ours, if nothing of the name's holds moved since.
-    Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0),
+    Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0), CompareCreateEqual(keys.Closed(), 0),
                                 CompareRangeEmpty(keys.Under("hs"), keys.Under("ht")),
                                 CompareRangeModAtMost(keys.Under("hp"), keys.Under("hq"), revision)});
     Json success = Json::array({PutRequest(op->key, Stored(op->request.owner_value, op->request.value), lease)});
@@ -455,31 +532,47 @@ void LockProtocol::RefusedBy(Transport* t, std::shared_ptr<AcquireOp> op, std::v
     attempt.holder_ttl_ms = -1;
     return op->done(Status::Ok(), attempt);
   }
-  LeaseTtls(t, expiring, op->deadline, [op](Status, std::map<int64_t, int64_t> ttls) {
+  LeaseTtls(t, expiring, op->deadline, [op](Status, std::map<int64_t, LeaseTime> ttls) {
     AcquireAttempt attempt;
     attempt.holder_ttl_ms = -2;  // unknown when every look failed: not worth failing for
     for (const auto& entry : ttls) {
-      if (entry.second >= 0 && (attempt.holder_ttl_ms < 0 || entry.second < attempt.holder_ttl_ms)) {
-        attempt.holder_ttl_ms = entry.second;
-      }
+      const int64_t ms = entry.second.remaining_ms;
+      if (ms >= 0 && (attempt.holder_ttl_ms < 0 || ms < attempt.holder_ttl_ms)) attempt.holder_ttl_ms = ms;
     }
     op->done(Status::Ok(), attempt);
   });
 }
 
+void LockProtocol::ClosedRefusal(Transport* t, std::shared_ptr<AcquireOp> op, const KeyValue& marker) {
+  std::string by;
+  Status s = ReadClosedBy(op->request.name, marker, &by);
+  if (!s.ok()) return op->done(s, AcquireAttempt());
+  auto refuse = [this, t, op, lease = marker.lease, by] {
+    HolderTtl(t, lease, op->deadline, [op, by](Status, int64_t ttl_ms, int64_t) {
+      AcquireAttempt attempt;
+      attempt.holder_ttl_ms = ttl_ms;  // -2 when the look failed: the jittered retry then
+      attempt.closed_by = by;
+      op->done(Status::Ok(), attempt);
+    });
+  };
+  // A waiting writer keeps its place: when the name opens, it goes before new shared holds.
+  if (op->Exclusive() && op->request.queue_ms > 0) return Announce(t, op, refuse);
+  refuse();
+}
+
 void LockProtocol::LeaseTtls(Transport* t, const std::vector<int64_t>& leases, TimePoint deadline,
-                             std::function<void(Status, std::map<int64_t, int64_t>)> done) {
+                             std::function<void(Status, std::map<int64_t, LeaseTime>)> done) {
   struct Gather {
     Status first_error;
-    std::map<int64_t, int64_t> ttls;
+    std::map<int64_t, LeaseTime> ttls;
     size_t left = 0;
   };
   auto gather = std::make_shared<Gather>();
   gather->left = leases.size();
   if (leases.empty()) return done(Status::Ok(), {});
   for (int64_t lease : leases) {
-    HolderTtl(t, lease, deadline, [gather, lease, done](Status s, int64_t ttl_ms) {
-      gather->ttls[lease] = ttl_ms;  // -2 when the look failed
+    HolderTtl(t, lease, deadline, [gather, lease, done](Status s, int64_t ttl_ms, int64_t granted_s) {
+      gather->ttls[lease] = {ttl_ms, granted_s};  // -2 when the look failed
       if (!s.ok() && gather->first_error.ok()) gather->first_error = s;
       if (--gather->left == 0) done(gather->first_error, std::move(gather->ttls));
     });
@@ -759,52 +852,323 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
   }
 }
 
-// ---- Inspect, close, open ----
+// ---- Inspect, break ----
+
+std::string LockProtocol::RecordsBegin(const std::string& name) const {
+  std::string key = config_->params.prefix;
+  key += '\0';
+  key += "broken";
+  key += '\0';
+  key += name;
+  key += '\0';
+  return key;
+}
+
+std::string LockProtocol::RecordsEnd(const std::string& name) const {
+  std::string end = RecordsBegin(name);
+  end.back() = '\x01';
+  return end;
+}
+
+Status LockProtocol::ReadRecords(const std::string& name, const std::vector<KeyValue>& kvs,
+                                 std::vector<BrokenRecord>* out) const {
+  out->clear();
+  const std::string begin = RecordsBegin(name);
+  for (const KeyValue& kv : kvs) {
+    if (kv.key.compare(0, begin.size(), begin) != 0) continue;
+    const std::string_view digits = std::string_view(kv.key).substr(begin.size());
+    uint64_t token = 0;
+    auto [stop, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), token);
+    if (digits.size() != kTokenDigits || ec != std::errc() || stop != digits.data() + digits.size() || token == 0) {
+      return Status::BackendError(config_->Describe() + ": a break record of lock '" + name +
+                                  "' has a key dlock did not write (it ends '" + ServerText(digits) + "')");
+    }
+    out->push_back({token, kv.value.substr(0, kMaxStoredReasonBytes)});
+  }
+  return Status::Ok();
+}
+
+Status LockProtocol::ReadClosedBy(const std::string& name, const KeyValue& marker, std::string* by) const {
+  // dlock writes a short word there ("broken").
+  const std::string& v = marker.value;
+  const bool word = !v.empty() && v.size() <= 32 &&
+                    std::all_of(v.begin(), v.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '-'; });
+  if (!word) {
+    return Status::BackendError(config_->Describe() + ": lock '" + name +
+                                "' is closed by a marker dlock did not write (its value: '" + ServerText(v) + "')");
+  }
+  *by = v;
+  return Status::Ok();
+}
+
+void LockProtocol::ReadName(Transport* t, const std::string& name, TimePoint deadline,
+                            std::function<void(Status, NameKvs, int64_t)> done) {
+  const NameKeys keys(KeyFor(name));
+  // A read-only transaction: both ranges at one revision, in one round trip.
+  const Json reads =
+      Json::array({RangeRequest(keys.exclusive(), keys.end()), RangeRequest(RecordsBegin(name), RecordsEnd(name))});
+  t->Call(kTxn, TxnBody(Json::array(), reads, Json()), deadline, [done = std::move(done)](CallResult r) {
+    TxnAnswer txn;
+    if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+    if (!r.status.ok()) return done(r.status, nullptr, 0);
+    done(Status::Ok(), std::make_shared<const std::vector<KeyValue>>(std::move(txn.kvs)), txn.revision);
+  });
+}
 
 void LockProtocol::Inspect(Transport* t, const std::string& name, TimePoint deadline,
                            std::function<void(Status, LockInfo)> done) {
-  const NameKeys keys(KeyFor(name));
-  t->Call(kRange, RangeBody(keys.exclusive(), keys.end()), deadline, [this, t, name, deadline, done](CallResult r) {
-    auto kvs = std::make_shared<std::vector<KeyValue>>();
-    int64_t revision = 0;
-    if (r.status.ok()) r.status = ReadRangeAll(r.answer, kvs.get(), &revision);
-    if (!r.status.ok()) return done(r.status, LockInfo());
-    const NameView view = Classify(NameKeys(KeyFor(name)), *kvs, std::string(), std::string());
-    // The holds (announcements are no holders): the exclusive holder, else the shared holds,
-    // else the permits. Only one of these can stand at a time.
+  ReadName(t, name, deadline, [this, t, name, deadline, done](Status s, NameKvs kvs, int64_t) {
+    if (!s.ok()) return done(s, LockInfo());
     auto info = std::make_shared<LockInfo>();
-    std::vector<const KeyValue*> holds;
-    if (view.exclusive != nullptr) holds.push_back(view.exclusive);
-    if (!view.shared.empty()) {
-      if (holds.empty()) info->kind = LockKind::kShared;
-      holds.insert(holds.end(), view.shared.begin(), view.shared.end());
-    }
-    for (const auto& permit : view.permits) {
-      if (holds.empty()) info->permits = permit.second;
-      holds.push_back(permit.first);
-    }
-    std::sort(holds.begin(), holds.end(),
-              [](const KeyValue* a, const KeyValue* b) { return a->create_revision < b->create_revision; });
-    std::vector<int64_t> leases;
-    for (const KeyValue* kv : holds) {
-      if (kv->lease != 0 && std::find(leases.begin(), leases.end(), kv->lease) == leases.end()) {
-        leases.push_back(kv->lease);
-      }
-    }
-    LeaseTtls(t, leases, deadline, [kvs, holds, info, done](Status s, std::map<int64_t, int64_t> ttls) {
+    s = ReadRecords(name, *kvs, &info->broken);
+    const NameView view = Classify(NameKeys(KeyFor(name)), *kvs, std::string(), std::string());
+    std::string closed_by;
+    if (s.ok() && view.closed != nullptr) s = ReadClosedBy(name, *view.closed, &closed_by);
+    if (!s.ok()) return done(s, LockInfo());
+    // The newest records only (more stand only if another writer added them).
+    std::sort(info->broken.begin(), info->broken.end(),
+              [](const BrokenRecord& a, const BrokenRecord& b) { return a.fencing_token > b.fencing_token; });
+    if (info->broken.size() > kMaxBrokenRecords) info->broken.resize(kMaxBrokenRecords);
+    const std::vector<const KeyValue*> holds = HoldsOf(view, info.get());
+    std::vector<const KeyValue*> timed = holds;
+    const KeyValue* marker = view.closed;
+    if (marker != nullptr) timed.push_back(marker);
+    LeaseTtls(t, LeasesOf(timed), deadline,
+              [kvs, holds, marker, closed_by, info, done](Status s, std::map<int64_t, LeaseTime> ttls) {
       if (!s.ok()) return done(s, LockInfo());
-      for (const KeyValue* kv : holds) {
-        HolderInfo holder;
-        holder.owner = OwnerLabel(std::string(OwnerPart(kv->value)));
-        holder.value = ValuePart(kv->value).substr(0, kMaxValueBytes);  // more is not dlock's
-        holder.remaining_ms = kv->lease == 0 ? -1 : ttls[kv->lease];
-        holder.fencing_token = static_cast<uint64_t>(kv->create_revision);
-        info->holders.push_back(std::move(holder));
+      for (const KeyValue* kv : holds) info->holders.push_back(HolderOf(*kv, ttls[kv->lease].remaining_ms));
+      if (marker != nullptr) {
+        // -1: a marker without a lease (not dlock's) closes it for good; 0: it ended just now.
+        info->closed_ms = marker->lease == 0 ? -1 : ttls[marker->lease].remaining_ms;
+        if (info->closed_ms != 0) info->closed_by = closed_by;
       }
       done(Status::Ok(), std::move(*info));
     });
   });
 }
+
+struct LockProtocol::BreakOp {
+  std::string name;
+  std::string reason;
+  bool now = false;
+  TimePoint deadline;
+  std::function<void(Status, BreakResult)> done;
+  int round = 0;
+  bool lease_retried = false;  // a lease etcd had forgotten was replaced once
+};
+
+// One round of a break: what its read found, and the leases its transaction writes with.
+struct LockProtocol::BreakPlan {
+  NameKvs kvs;          // the read (holds and marker point into it)
+  int64_t revision = 0;  // ... made at this revision
+  std::vector<const KeyValue*> holds;
+  const KeyValue* marker = nullptr;    // the marker standing at the read
+  std::vector<BrokenRecord> records;   // the records standing at the read
+  BreakResult result;                  // kind, permits, the holds it breaks
+  int64_t closed_need_ms = 0;          // how long the name must stay closed (0: not at all)
+  int64_t marker_lease = 0;            // the new marker's lease; 0: no marker
+  int64_t marker_granted_s = 0;
+  TimePoint marker_sent;               // when its grant was sent
+  int64_t record_lease = 0;
+};
+
+void LockProtocol::Break(Transport* t, const std::string& name, const std::string& reason, bool now,
+                         TimePoint deadline, std::function<void(Status, BreakResult)> done) {
+  auto op = std::make_shared<BreakOp>();
+  op->name = name;
+  op->reason = reason.substr(0, kMaxStoredReasonBytes);
+  op->now = now;
+  op->deadline = deadline;
+  op->done = std::move(done);
+  BreakRound(t, std::move(op));
+}
+
+void LockProtocol::BreakRound(Transport* t, std::shared_ptr<BreakOp> op) {
+  ReadName(t, op->name, op->deadline, [this, t, op](Status s, NameKvs kvs, int64_t revision) {
+    if (!s.ok()) return op->done(s, BreakResult());
+    auto plan = std::make_shared<BreakPlan>();
+    plan->kvs = kvs;
+    plan->revision = revision;
+    s = ReadRecords(op->name, *kvs, &plan->records);
+    if (!s.ok()) return op->done(s, BreakResult());
+    const NameView view = Classify(NameKeys(KeyFor(op->name)), *kvs, std::string(), std::string());
+    plan->holds = HoldsOf(view, &plan->result);
+    plan->marker = view.closed;
+    LeaseTtls(t, LeasesOf(plan->holds), op->deadline,
+              [this, t, op, plan](Status s, std::map<int64_t, LeaseTime> ttls) {
+      if (!s.ok()) return op->done(s, BreakResult());  // nothing written
+      for (const KeyValue* kv : plan->holds) {
+        const LeaseTime& time = ttls[kv->lease];
+        plan->result.holders.push_back(HolderOf(*kv, time.remaining_ms));
+        if (kv->lease == 0 || time.remaining_ms <= 0) continue;  // no expiry, or expired: nothing to wait
+        // "Closed time" in lock_protocol.h. Both terms are clamped (ms below 10^13).
+        const int64_t need = std::max(time.remaining_ms + 1000, (time.granted_s - 1) * 1000);
+        plan->closed_need_ms = std::max(plan->closed_need_ms, need);
+      }
+      BreakLeases(t, op, plan);
+    });
+  });
+}
+
+void LockProtocol::BreakLeases(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan) {
+  auto with_records = [this, t, op, plan] {
+    if (plan->holds.empty()) return BreakTxn(t, op, plan);
+    RecordLease(t, op->deadline, [this, t, op, plan](Status s, int64_t lease) {
+      if (!s.ok()) {
+        DropMarkerLease(*plan);
+        return op->done(s, BreakResult());
+      }
+      plan->record_lease = lease;
+      BreakTxn(t, op, plan);
+    });
+  };
+  if (op->now || plan->closed_need_ms == 0) return with_records();
+  const int64_t ttl_s = std::min(kMaxLeaseTtlS, (plan->closed_need_ms + kMarkerSpareMs + 999) / 1000);
+  plan->marker_sent = Now();
+  t->Call(kGrant, LeaseGrantBody(ttl_s), op->deadline, [op, plan, with_records](CallResult r) {
+    if (r.status.ok()) r.status = ReadGrant(r.answer, &plan->marker_lease, &plan->marker_granted_s);
+    // A grant that landed unseen holds no key: it runs out by itself.
+    if (!r.status.ok()) return op->done(r.status, BreakResult());
+    with_records();
+  });
+}
+
+void LockProtocol::DropMarkerLease(BreakPlan& plan) {
+  // Revoked, a late commit of the transaction that would have put the marker fails whole.
+  if (plan.marker_lease != 0 && background_) background_(kRevoke, LeaseIdBody(plan.marker_lease));
+  plan.marker_lease = 0;
+}
+
+void LockProtocol::BreakTxn(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan) {
+  const NameKeys keys(KeyFor(op->name));
+  const std::string records_begin = RecordsBegin(op->name);
+  const int64_t read_at = plan->revision;
+  // Nothing the plan rests on was made or changed since the read (a deletion since is fine).
+  const Json compare = Json::array({CompareModAtMost(keys.exclusive(), read_at),
+                                    CompareRangeModAtMost(keys.HoldsBegin(), keys.HoldsEnd(), read_at),
+                                    CompareModAtMost(keys.Closed(), read_at),
+                                    CompareRangeModAtMost(records_begin, RecordsEnd(op->name), read_at)});
+  Json success = Json::array({DeleteRequest(keys.exclusive()), DeleteRangeRequest(keys.HoldsBegin(), keys.HoldsEnd())});
+  // The new marker is put over the old one (a transaction may not both delete and put a key).
+  success.push_back(plan->marker_lease != 0 ? PutRequest(keys.Closed(), kClosedByBreak, plan->marker_lease)
+                                            : DeleteRequest(keys.Closed()));
+  // The newest kMaxBrokenRecords of the standing records and the new ones are kept.
+  std::vector<uint64_t> tokens;
+  for (const BrokenRecord& record : plan->records) tokens.push_back(record.fencing_token);
+  for (const HolderInfo& holder : plan->result.holders) tokens.push_back(holder.fencing_token);
+  std::sort(tokens.begin(), tokens.end(), std::greater<uint64_t>());
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+  uint64_t oldest_kept = 0;
+  if (tokens.size() > kMaxBrokenRecords) {
+    oldest_kept = tokens[kMaxBrokenRecords - 1];
+    success.push_back(DeleteRangeRequest(records_begin, records_begin + TokenDigits(oldest_kept)));
+  }
+  for (const HolderInfo& holder : plan->result.holders) {
+    if (holder.fencing_token < oldest_kept) continue;
+    success.push_back(PutRequest(records_begin + TokenDigits(holder.fencing_token), op->reason, plan->record_lease));
+  }
+  t->Call(kTxn, TxnBody(compare, success, Json()), op->deadline, [this, t, op, plan](CallResult r) {
+    if (LeaseNotFound(r) && !op->lease_retried) {  // the records' lease was revoked: new leases, once
+      op->lease_retried = true;
+      ForgetRecordLease(plan->record_lease);
+      DropMarkerLease(*plan);
+      return BreakRound(t, op);
+    }
+    TxnAnswer txn;
+    if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+    if (!r.status.ok()) {
+      if (r.maybe_applied) return BreakUnknown(t, op, plan, r.status);
+      DropMarkerLease(*plan);
+      return op->done(r.status, BreakResult());
+    }
+    if (txn.succeeded) return BreakDone(t, op, plan);
+    DropMarkerLease(*plan);  // the name changed since the read: again, from a new read
+    if (++op->round < kBreakRounds && Now() < op->deadline) return BreakRound(t, op);
+    op->done(Status::BackendError(config_->Describe() + ": lock '" + op->name + "' changed under each of " +
+                                  std::to_string(kBreakRounds) + " tries to break it; nothing was broken"),
+             BreakResult());
+  });
+}
+
+void LockProtocol::BreakUnknown(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan,
+                                Status failed) {
+  ReadName(t, op->name, op->deadline, [this, t, op, plan, failed](Status s, NameKvs kvs, int64_t) {
+    bool applied = s.ok();
+    if (applied) {
+      const NameView view = Classify(NameKeys(KeyFor(op->name)), *kvs, std::string(), std::string());
+      // The holds are gone, and their newest record stands ...
+      uint64_t newest = 0;
+      for (const KeyValue* held : plan->holds) {
+        newest = std::max(newest, static_cast<uint64_t>(held->create_revision));
+        for (const KeyValue& kv : *kvs) {
+          if (kv.key == held->key && kv.create_revision == held->create_revision) applied = false;
+        }
+      }
+      if (newest != 0) {
+        const std::string record = RecordsBegin(op->name) + TokenDigits(newest);
+        applied = applied && std::any_of(kvs->begin(), kvs->end(), [&](const KeyValue& kv) { return kv.key == record; });
+      }
+      // ... and our marker, or the old one is gone.
+      if (plan->marker_lease != 0) {
+        applied = applied && view.closed != nullptr && view.closed->lease == plan->marker_lease;
+      } else if (plan->marker != nullptr) {
+        applied = applied && (view.closed == nullptr || view.closed->mod_revision != plan->marker->mod_revision);
+      }
+    }
+    if (applied) return BreakDone(t, op, plan);
+    DropMarkerLease(*plan);
+    op->done(failed, BreakResult());
+  });
+}
+
+void LockProtocol::BreakDone(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan) {
+  if (plan->marker_lease == 0) return op->done(Status::Ok(), std::move(plan->result));
+  // What the server holds: the marker's lease from its grant (a lower bound: etcd counted from
+  // a moment after marker_sent).
+  auto report = [op, plan](TimePoint from, int64_t ttl_s) {
+    const int64_t left = ttl_s * 1000 - std::chrono::duration_cast<Millis>(Now() - from).count();
+    plan->result.closed_ms = std::max<int64_t>(0, left);
+    if (plan->result.closed_ms > 0) plan->result.closed_by = kClosedByBreak;
+    op->done(Status::Ok(), std::move(plan->result));
+  };
+  if (Now() - plan->marker_sent <= Millis(kMarkerSpareMs)) return report(plan->marker_sent, plan->marker_granted_s);
+  // The transaction took longer than the spare second: kept alive now, the marker's lease runs
+  // its whole TTL from here, past the time the broken holds need.
+  const TimePoint sent = Now();
+  t->Call(kKeepAlive, LeaseIdBody(plan->marker_lease), op->deadline, [plan, sent, report](CallResult r) {
+    int64_t ttl_s = 0;
+    if (r.status.ok()) r.status = ReadKeepAlive(r.answer, &ttl_s);
+    if (r.status.ok() && ttl_s > 0) return report(sent, ttl_s);
+    report(plan->marker_sent, plan->marker_granted_s);
+  });
+}
+
+void LockProtocol::RecordLease(Transport* t, TimePoint deadline, std::function<void(Status, int64_t)> done) {
+  SharedLease known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    known = record_lease_;
+  }
+  if (known.id != 0 && known.alive_until - Now() >= Millis(kBrokenRecordMs)) return done(Status::Ok(), known.id);
+  const TimePoint sent = Now();
+  t->Call(kGrant, LeaseGrantBody(kRecordLeaseS), deadline, [this, sent, done = std::move(done)](CallResult r) {
+    int64_t id = 0, ttl_s = 0;
+    if (r.status.ok()) r.status = ReadGrant(r.answer, &id, &ttl_s);
+    if (!r.status.ok()) return done(r.status, 0);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      record_lease_ = {id, ttl_s, sent + LeaseSpan(ttl_s)};
+    }
+    done(Status::Ok(), id);
+  });
+}
+
+void LockProtocol::ForgetRecordLease(int64_t lease) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (record_lease_.id == lease) record_lease_ = SharedLease();
+}
+
+// ---- Close, open ----
 
 void LockProtocol::ReleaseAll(Transport* t, const std::vector<std::shared_ptr<LockState>>& locks,
                               TimePoint deadline) {

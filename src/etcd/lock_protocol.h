@@ -71,6 +71,36 @@
 //     when none of them has a lease.
 //   Waiting: the watch covers [K, K\x01): a hold's or an announcement's deletion wakes waiters.
 //   Mixing with a dlock built before kinds: its exclusive acquires do not look at hold keys.
+//
+// Break (an operator's takeover; Backend::Break). Two more kinds of key:
+//   K \0 "c"                    the closed marker: no owner, value = what left it ("broken"),
+//                               on a lease of its own whose TTL is the closed time
+//   P \0 "broken" \0 NAME \0 T   a break record (P = the prefix): T = the broken hold's token,
+//                               20 decimal digits (so the keys sort by token), value = the
+//                               operator's reason; on a lease of about a day (kBrokenRecordMs)
+// A record's key starts with P + NUL, which no name's key does (a name is a non-empty C
+// string), so records lie outside every range read for holders and waiters and every watch.
+//   A break reads [K, K\x01) and the name's records in one read-only transaction (revision R),
+//   asks the TTL of every broken hold's lease, grants the marker's lease (unless now, or no
+//   hold had a lease), then one transaction, if K, the hold keys [K\0h, K\0i), the marker and
+//   the records were not created or changed after R: deletes K, every hold key and the old
+//   marker (or puts the new marker over it), puts a record per broken hold and deletes the
+//   records beyond the kMaxBrokenRecords newest. Lost races read again (a few rounds). The
+//   deletions wake waiters (DELETE events in the watch's range); the next token is the create
+//   revision of a later put, greater than the break's revision, so greater than every broken
+//   holder's. A broken holder's next renewal finds its key gone from its lease's keys (or, with
+//   no lease, not its own), its extend, release or value change fails its create-revision
+//   compare: NotHeld, and the core's Inspect finds its token among the records.
+//   Closed time: the longest any broken holder may still think it holds. A holder's local
+//   validity ends at most lease_ms after its last renewal was sent, and lease_ms is at most the
+//   lease's granted TTL less its spare second; a renewal sent before the break may still land
+//   after the TTL was read, so per lease the time is max(remaining TTL + 1 s (etcd rounds it
+//   down), granted TTL - 1 s). The marker's lease asks that, rounded up to whole seconds, plus
+//   a spare second for the time until the transaction commits (kept alive once after it when
+//   that took longer); etcd may grant more (its minimum TTL): the break reports what the
+//   server holds. While the marker stands, every acquire's transaction fails its compare (the
+//   marker's create_revision must be 0), and the refusal says closed_by and the marker lease's
+//   TTL as holder_ttl_ms; the marker's deletion when its lease ends wakes waiters.
 #ifndef DLOCK_ETCD_LOCK_PROTOCOL_H_
 #define DLOCK_ETCD_LOCK_PROTOCOL_H_
 
@@ -119,6 +149,9 @@ class LockProtocol {
              std::function<void(size_t, Status)> done);
   void Inspect(Transport* t, const std::string& name, TimePoint deadline,
                std::function<void(Status, LockInfo)> done);
+  // Backend::Break (see "Break" above).
+  void Break(Transport* t, const std::string& name, const std::string& reason, bool now, TimePoint deadline,
+             std::function<void(Status, BreakResult)> done);
   // Revokes the client's leases that locks hang on (and with them their keys), and releases
   // the locks that have none: a closing client's release of everything, in few requests.
   void ReleaseAll(Transport* t, const std::vector<std::shared_ptr<LockState>>& locks, TimePoint deadline);
@@ -144,6 +177,14 @@ class LockProtocol {
     TimePoint alive_until;  // etcd holds it at least until then: last keepalive's send + TTL
   };
   struct AcquireOp;
+  struct BreakOp;
+  struct BreakPlan;
+  // What a lease lookup found: remaining ms (HolderTtl's meaning) and the TTL it was granted.
+  struct LeaseTime {
+    int64_t remaining_ms = -2;
+    int64_t granted_s = 0;
+  };
+  using NameKvs = std::shared_ptr<const std::vector<KeyValue>>;
   struct Announcement {  // a waiting writer's own lease
     int64_t id = 0;
     int64_t asked_s = 0;  // the TTL it was granted for (etcd may have given more)
@@ -180,12 +221,39 @@ class LockProtocol {
   void WriterDone(const std::string& owner_value);
   // Time to live of each lease (ms; 0 gone, -2 unknown), asked in parallel; the first error.
   void LeaseTtls(Transport* t, const std::vector<int64_t>& leases, TimePoint deadline,
-                 std::function<void(Status, std::map<int64_t, int64_t>)> done);
+                 std::function<void(Status, std::map<int64_t, LeaseTime>)> done);
+  // Refused because the closed marker stands: holder_ttl_ms is its lease's TTL.
+  void ClosedRefusal(Transport* t, std::shared_ptr<AcquireOp> op, const KeyValue& marker);
+  // The name's keys [K, K\x01) and its break records, in one read (at *revision).
+  void ReadName(Transport* t, const std::string& name, TimePoint deadline,
+                std::function<void(Status, NameKvs, int64_t revision)> done);
+  // The name's break records: P \0 "broken" \0 NAME \0, and the end of their range.
+  std::string RecordsBegin(const std::string& name) const;
+  std::string RecordsEnd(const std::string& name) const;
+  // The break records among kvs (an error for a record dlock did not write).
+  Status ReadRecords(const std::string& name, const std::vector<KeyValue>& kvs, std::vector<BrokenRecord>* out) const;
+  // What the marker says closed the name (an error for a value dlock did not write).
+  Status ReadClosedBy(const std::string& name, const KeyValue& marker, std::string* by) const;
+  void BreakRound(Transport* t, std::shared_ptr<BreakOp> op);
+  // With the leases' times known: the marker's lease (unless none is needed), the records'.
+  void BreakLeases(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan);
+  void BreakTxn(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan);
+  // An answer that may have been applied: read again; applied when the holds are gone (and
+  // our marker stands).
+  void BreakUnknown(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan, Status failed);
+  void BreakDone(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan);
+  // The plan's marker lease will not be used: revoked in the background.
+  void DropMarkerLease(BreakPlan& plan);
+  // The lease break records hang on: one shared lease, reused while it still has a whole
+  // kBrokenRecordMs to live, so that a name broken in a loop costs few leases.
+  void RecordLease(Transport* t, TimePoint deadline, std::function<void(Status, int64_t lease)> done);
+  void ForgetRecordLease(int64_t lease);
   // Reads the key: *ours when it holds owner_value at create_revision (0: any revision).
   void ReadOwner(Transport* t, const std::string& key, const std::string& owner_value, int64_t create_revision,
                  TimePoint deadline, std::function<void(Status, bool ours, KeyValue kv)> done);
-  // The holder's remaining lease in ms: -1 none, 0 gone.
-  void HolderTtl(Transport* t, int64_t lease, TimePoint deadline, std::function<void(Status, int64_t)> done);
+  // The holder's remaining lease in ms: -1 none, 0 gone; and the TTL it was granted (s; 0: none).
+  void HolderTtl(Transport* t, int64_t lease, TimePoint deadline,
+                 std::function<void(Status, int64_t ttl_ms, int64_t granted_s)> done);
   void ChangeLease(Transport* t, std::shared_ptr<const LockState> lock, int64_t lease, TimePoint deadline,
                    bool retried, Done done);
   void ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
@@ -202,6 +270,7 @@ class LockProtocol {
   std::map<int64_t, SharedLease> leases_;  // by the TTL asked for, in seconds
   std::map<int64_t, std::multiset<std::string>> counted_;  // lease -> the client's keys on it
   std::map<std::string, Announcement> announces_;          // by the waiting writer's owner value
+  SharedLease record_lease_;                               // RecordLease's
   BackgroundSend background_;
 };
 

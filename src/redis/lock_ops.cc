@@ -31,6 +31,15 @@ Status ReadInspect(const redisReply* r, const std::string& server, const std::st
   return s;
 }
 
+Status ReadBreak(const redisReply* r, const std::string& server, const std::string&,
+                 BreakResult* out) {
+  Status s = ParseBreakReply(r, server, out);
+  for (HolderInfo& h : out->holders) {
+    if (h.fencing_token > kMaxFencingToken) h.fencing_token = 0;  // not a token dlock issued
+  }
+  return s;
+}
+
 // release.lua and extend.lua: the exclusive holder's key, or an entry among the holds.
 const char* HoldSort(const HoldRef& hold) { return hold.exclusive ? "exclusive" : "hold"; }
 // Only the keys the call names are built: a heartbeat renews thousands of holds at once. A hold
@@ -120,8 +129,10 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
                              int wait_replicas) {
   // A waiter in the fair line whose wait has run out also sends queue_ms 0, but its id needs the
   // line's keys (without them the script fails half-way, its SET already made).
+  // Job rules write markers into the holds key: such a call names every key at once.
+  const bool ruled = request.min_hold_ms != 0 || request.lock_delay_ms != 0;
   const bool single_exclusive_try = request.kind == LockKind::kExclusive && request.permits == 0 &&
-                                    request.queue_ms == 0 && request.waiter_id.empty();
+                                    request.queue_ms == 0 && request.waiter_id.empty() && !ruled;
   const bool names_value = !single_exclusive_try || !request.value.empty();
   // A single try at the exclusive hold needs the holder, the counter, and the holds only to
   // see that there are none.
@@ -129,7 +140,7 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
                                               !request.waiter_id.empty(), single_exclusive_try,
                                               !request.value.empty());
   std::vector<std::string> args;
-  args.reserve(names_value ? 7 : 5);
+  args.reserve(names_value ? 9 : 5);
   args.push_back(request.owner_value);
   args.push_back(std::to_string(request.lease_ms));
   args.push_back(ScriptSort(request.kind, request.permits));
@@ -138,6 +149,10 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
     NameValueKey(&args, request.waiter_id, request.value);
   } else if (!request.waiter_id.empty()) {
     args.push_back(request.waiter_id);
+  }
+  if (ruled) {
+    args.push_back(std::to_string(request.min_hold_ms));
+    args.push_back(std::to_string(request.lock_delay_ms));
   }
   return {{ScriptId::kAcquire, std::move(keys), std::move(args), wait_replicas},
           request.name,
@@ -153,12 +168,20 @@ Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool shar
   args.push_back(holder + LockKeys::kChannel);
   args.push_back(sharded ? "1" : "0");
   args.push_back(HoldSort(hold));
-  if (hold.has_value) {
+  const bool ruled = hold.rules != HoldRef::Rules::kNone;
+  if (hold.has_value || ruled) {
     args.push_back("");  // ARGV[5]: no waiter leaves the line (LeaveLineOp sets it)
-    args.push_back("1");
+    args.push_back(hold.has_value ? "1" : "0");
   }
+  if (ruled) args.push_back(hold.rules == HoldRef::Rules::kKept ? "1" : "2");
   if (!hold.exclusive) {
     return {{ScriptId::kRelease, HoldKeys(prefix, hold), std::move(args)}, hold.name, ReadOwned};
+  }
+  if (ruled) {
+    // Every key at once, the value key and then the holds key (its markers) last.
+    std::vector<std::string> keys = ReleaseKeys(holder, true);
+    keys.push_back(holder + LockKeys::kHolds);
+    return {{ScriptId::kRelease, std::move(keys), std::move(args)}, hold.name, ReadOwned};
   }
   // Every key a hand-over needs at once: a contended fair release then costs one round trip,
   // not two (the script answering {3} for the rest). Measured: hand-overs +12 % with 4 waiters
@@ -187,12 +210,15 @@ bool AsksForAllKeys(const redisReply* r) {
 }
 
 Op<NoResult> ExtendOp(const std::string& prefix, const HoldRef& hold, uint64_t lease_ms) {
-  // A hold with a value names the value key last (HoldKeys): its expiry follows the hold's.
-  return {{ScriptId::kExtend,
-           HoldKeys(prefix, hold),
-           {hold.owner_value, std::to_string(lease_ms), HoldSort(hold)}},
-          hold.name,
-          ReadOwned};
+  // A hold with a value names the value key last (HoldKeys): its expiry follows the hold's. A
+  // lock-delay moves its marker: an exclusive hold then names the holds key after it.
+  std::vector<std::string> keys = HoldKeys(prefix, hold);
+  std::vector<std::string> args{hold.owner_value, std::to_string(lease_ms), HoldSort(hold)};
+  if (hold.lock_delay_ms != 0) {
+    if (hold.exclusive) keys.push_back(LockKeys::Holder(prefix, hold.name) + LockKeys::kHolds);
+    args.push_back(std::to_string(hold.lock_delay_ms));
+  }
+  return {{ScriptId::kExtend, std::move(keys), std::move(args)}, hold.name, ReadOwned};
 }
 
 Op<NoResult> FenceOp(const std::string& prefix, const HoldRef& hold, uint64_t token) {
@@ -219,10 +245,22 @@ Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name) {
   LockKeys keys(prefix, name);
   return {{ScriptId::kInspect,
            {std::move(keys.holder), std::move(keys.fence), std::move(keys.holds),
-            std::move(keys.hold_data), std::move(keys.value)},
+            std::move(keys.hold_data), std::move(keys.value), std::move(keys.broken)},
            {}},
           name,
           ReadInspect};
+}
+
+Op<BreakResult> BreakOp(const std::string& prefix, const std::string& name,
+                        const std::string& reason, bool now, bool sharded) {
+  LockKeys keys(prefix, name);
+  return {{ScriptId::kBreak,
+           {std::move(keys.holder), std::move(keys.fence), std::move(keys.holds),
+            std::move(keys.hold_data), std::move(keys.value), std::move(keys.broken)},
+           {reason, now ? "1" : "0", std::move(keys.channel), sharded ? "1" : "0",
+            std::to_string(kBrokenRecordMs), std::to_string(kMaxBrokenRecords)}},
+          name,
+          ReadBreak};
 }
 
 }  // namespace dlock::redis

@@ -51,17 +51,29 @@ bool AsksForAllKeys(const redisReply* reply);
 
 // One hold, as release and extend find it.
 struct HoldRef {
+  // Job rules (a min hold, a lock-delay: markers in the holds key, acquire.lua): none, kept by
+  // the hold (a release is a clean end), or given back (an acquire that did not happen, from the
+  // request: its markers go with it).
+  enum class Rules { kNone, kKept, kGivenBack };
   std::string name;
   std::string owner_value;
   bool exclusive = true;  // the exclusive hold, or a shared or semaphore one
   bool has_value = false; // the server may keep a value with it
+  Rules rules = Rules::kNone;
+  uint64_t lock_delay_ms = 0;  // renewals move its marker
   static HoldRef Of(const LockState& lock) {
     return {lock.name, lock.owner_value, lock.kind == LockKind::kExclusive && lock.permits == 0,
-            lock.has_value.load()};
+            lock.has_value.load(), RulesOf(lock.min_hold_ms, lock.lock_delay_ms, Rules::kKept),
+            lock.lock_delay_ms};
   }
   static HoldRef Of(const LockRequest& request) {
     return {request.name, request.owner_value,
-            request.kind == LockKind::kExclusive && request.permits == 0, !request.value.empty()};
+            request.kind == LockKind::kExclusive && request.permits == 0, !request.value.empty(),
+            RulesOf(request.min_hold_ms, request.lock_delay_ms, Rules::kGivenBack),
+            request.lock_delay_ms};
+  }
+  static Rules RulesOf(uint64_t min_hold_ms, uint64_t lock_delay_ms, Rules some) {
+    return min_hold_ms != 0 || lock_delay_ms != 0 ? some : Rules::kNone;
   }
 };
 
@@ -83,8 +95,13 @@ Op<NoResult> FenceOp(const std::string& prefix, const HoldRef& hold, uint64_t to
 // set_value.lua: replaces the value stored with the hold ("" removes it); Ok or NotHeld.
 Op<NoResult> SetValueOp(const std::string& prefix, const HoldRef& hold, const std::string& value,
                         bool sharded = false);
-// inspect.lua: who holds it.
+// inspect.lua: who holds it, and any marker and break records.
 Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name);
+// break.lua: deletes every hold and marker, records the broken tokens with reason, and (unless
+// now) closes the name until their leases would have ended; wakes the waiters (SPUBLISH when
+// sharded).
+Op<BreakResult> BreakOp(const std::string& prefix, const std::string& name,
+                        const std::string& reason, bool now, bool sharded = false);
 
 // Blocking, any thread.
 template <typename R>

@@ -100,6 +100,10 @@ class RedisBackend : public Backend {
     return Run(channel_.get(), InspectOp(prefix_, name), out);
   }
 
+  Status Break(const std::string& name, const std::string& reason, bool now, BreakResult* out) override {
+    return Run(channel_.get(), BreakOp(prefix_, name, reason, now, sharded_), out);
+  }
+
   void InspectAsync(const std::string& name, InspectCallback done) override {
     RunAsync<LockInfo>(channel_.get(), InspectOp(prefix_, name),
                        [done = std::move(done)](const Status& s, LockInfo info) { done(s, std::move(info)); });
@@ -112,7 +116,8 @@ class RedisBackend : public Backend {
   // with an announcement key that lapses unless it retries.
   uint32_t Capabilities() const override {
     // Releases, hand-overs and new values are published (release.lua, set_value.lua).
-    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapObservePush;
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapObservePush |
+           kCapBreak | kCapMinHold | kCapLockDelay;
   }
   void LeaveLine(const LockRequest& request) override {
     auto leave = [this, op = LeaveLineOp(prefix_, request, sharded_)] {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <map>
 #include <mutex>
+#include <set>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -370,6 +371,49 @@ class RedlockBackend : public Backend {
         });
   }
 
+  // Every master breaks it: a hold left on a quorum would still renew. Ok once a quorum broke
+  // it (the others' holds cannot make a quorum: they end with their leases); the holds any
+  // master broke (one by its id), each with the token most masters had (the one handed out: a
+  // quorum has it once written back; a master that granted late has its own) and the longest
+  // lease left; closed as long as more than N - quorum masters stay closed (no quorum can grant
+  // it before).
+  Status Break(const std::string& name, const std::string& reason, bool now, BreakResult* out) override {
+    Votes<BreakResult> votes = Ask<BreakResult>(
+        AllMasters(), [&](size_t) { return BreakOp(prefix_, name, reason, now); }, EveryAnswer<BreakResult>{});
+    Count c = Count::Of(votes, Answered<BreakResult>, Never<BreakResult>);
+    if (c.yes < quorum_) return NoQuorum("break of lock '" + name + "'", c);
+    *out = BreakResult();
+    std::map<std::string, HolderInfo> broken;
+    std::map<std::string, std::map<uint64_t, size_t>> tokens;  // id -> token -> masters
+    std::vector<int64_t> closed;
+    for (const Vote<BreakResult>& v : votes) {
+      if (!v.status.ok()) continue;
+      closed.push_back(v.out.closed_ms);
+      if (!v.out.holders.empty()) {
+        out->kind = v.out.kind;
+        out->permits = v.out.permits;
+      }
+      for (const HolderInfo& h : v.out.holders) {
+        ++tokens[h.hold_id][h.fencing_token];
+        auto [it, fresh] = broken.try_emplace(h.hold_id, h);
+        auto rank = [](int64_t t) { return t == -1 ? INT64_MAX : t; };
+        if (!fresh && rank(h.remaining_ms) > rank(it->second.remaining_ms)) it->second.remaining_ms = h.remaining_ms;
+      }
+    }
+    for (auto& [id, h] : broken) {
+      const auto& seen = tokens[id];
+      h.fencing_token = std::max_element(seen.begin(), seen.end(), [](const auto& a, const auto& b) {
+                          return a.second < b.second;
+                        })->first;
+      out->holders.push_back(std::move(h));
+    }
+    std::sort(closed.begin(), closed.end(), std::greater<int64_t>());
+    const size_t refusers = masters_.size() - quorum_ + 1;  // closed masters that stop a quorum
+    out->closed_ms = refusers <= closed.size() ? closed[refusers - 1] : 0;
+    if (out->closed_ms > 0) out->closed_by = "broken";
+    return Status::Ok();
+  }
+
   // What the masters' views of a name add up to.
   Status JudgeInspect(const std::string& name, const Votes<LockInfo>& votes, LockInfo* out) const {
     Count c = Count::Of(votes, Answered<LockInfo>, Never<LockInfo>);
@@ -397,6 +441,7 @@ class RedlockBackend : public Backend {
       }
     }
     *out = LockInfo();
+    JudgeMarkers(votes, out);
     for (auto& [key, entry] : seen) {
       auto& [holder, remaining, values] = entry;
       if (remaining.size() < quorum_) continue;
@@ -409,13 +454,41 @@ class RedlockBackend : public Backend {
       out->permits = std::get<1>(key);
       out->holders.push_back(holder);
     }
+    if (!out->holders.empty()) {  // a marker counts only while nobody holds the name
+      out->closed_ms = 0;
+      out->closed_by.clear();
+    }
     return Status::Ok();
+  }
+
+  // The break records any master keeps (a holder refused by one learns why), and the marker
+  // that keeps a quorum from granting: the (N - quorum + 1)-th longest closed time.
+  void JudgeMarkers(const Votes<LockInfo>& votes, LockInfo* out) const {
+    std::vector<std::pair<int64_t, std::string>> closed;
+    std::set<uint64_t> tokens;
+    for (const Vote<LockInfo>& v : votes) {
+      if (!v.status.ok()) continue;
+      closed.emplace_back(v.out.closed_ms, v.out.closed_by);
+      for (const BrokenRecord& b : v.out.broken) {
+        if (tokens.insert(b.fencing_token).second && out->broken.size() < kMaxBrokenRecords) {
+          out->broken.push_back(b);
+        }
+      }
+    }
+    std::sort(closed.begin(), closed.end(), std::greater<>());
+    const size_t refusers = masters_.size() - quorum_ + 1;
+    if (refusers <= closed.size() && closed[refusers - 1].first > 0) {
+      out->closed_ms = closed[refusers - 1].first;
+      out->closed_by = closed[refusers - 1].second;
+    }
   }
 
   // Shared holds are sound on a quorum: a writer's quorum and a reader's always share a
   // master, which refuses one of them; a waiting writer announces itself on every master, so
   // new readers find it on a quorum. Semaphores and a fair line are not (see the top).
-  uint32_t Capabilities() const override { return kCapNotifies | kCapShared; }
+  uint32_t Capabilities() const override {
+    return kCapNotifies | kCapShared | kCapBreak | kCapMinHold | kCapLockDelay;
+  }
 
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     const std::string channel = LockKeys::Channel(prefix_, name);
@@ -482,6 +555,7 @@ class RedlockBackend : public Backend {
   Verdict JudgeAcquire(const LockRequest& request, const Votes<AcquireAttempt>& votes) const {
     Verdict v;
     std::vector<int64_t> waits;  // the refusing masters' holder_ttl_ms
+    std::string closed_by;       // what closed the name on a refusing master, if a marker did
     for (size_t i = 0; i < votes.size(); ++i) {
       const Vote<AcquireAttempt>& vote = votes[i];
       if (vote.state != Vote<AcquireAttempt>::State::kAnswered || !vote.status.ok()) {
@@ -492,6 +566,7 @@ class RedlockBackend : public Backend {
       if (!vote.status.ok()) continue;
       if (!vote.out.acquired) {
         waits.push_back(vote.out.holder_ttl_ms);
+        if (!vote.out.closed_by.empty()) closed_by = vote.out.closed_by;
         continue;
       }
       v.winners.push_back(i);
@@ -544,6 +619,7 @@ class RedlockBackend : public Backend {
     });
     const size_t needed = quorum_ - c.yes;
     v.attempt.holder_ttl_ms = needed <= waits.size() ? waits[needed - 1] : -2;
+    v.attempt.closed_by = std::move(closed_by);
     return v;
   }
 

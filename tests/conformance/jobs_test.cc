@@ -1,5 +1,7 @@
 // Job rules (issue 37), on every backend: what a scheduled job or a deploy step relies on.
 // max_hold_ms: heartbeats keep a lock only so long, and its loss says why.
+#include <thread>
+
 #include "conformance/conformance.h"
 
 namespace dlock_test {
@@ -82,6 +84,166 @@ TEST_P(Jobs, MaxHoldWithoutALeaseIsRefusedNamingTheOption) {
   EXPECT_NE(std::string(dlock_last_error()).find("max_hold_ms"), std::string::npos) << dlock_last_error();
   dlock_options_free(raw);
 }
+
+// min_hold_ms and lock_delay_ms, where the backend offers them (the rest refuse them, naming
+// the option). Each is asserted against a start taken before the acquire was sent: the server's
+// acquire came later, so the name may not be free before start + the rule.
+class JobRules : public BackendTest {
+ protected:
+  bool Offers(uint32_t cap) {
+    Client probe(url());
+    return (dlock_client_capabilities(probe.get()) & cap) != 0;
+  }
+  // Tries once every 20 ms until it acquires (or limit passes); the ms since start it took.
+  int64_t FirstAcquire(dlock_client* c, const std::string& name, Clock::time_point start,
+                       std::chrono::milliseconds limit, Attempt* got) {
+    EXPECT_TRUE(WaitFor([&] {
+      *got = TryToTake(c, name);
+      return got->status == DLOCK_OK;
+    }, limit)) << got->error;
+    return MsSince(start);
+  }
+};
+
+// A release at about 100 ms of a 1 s minimum hold returns at once and leaves the name closed,
+// with no holder, until about 1 s: then another owner takes it, with a greater token.
+TEST_P(JobRules, AMinHoldKeepsTheNameTakenAfterAnEarlyRelease) {
+  if (!Offers(DLOCK_CAP_MIN_HOLD)) GTEST_SKIP() << "no min_hold_ms here";
+  constexpr int64_t kMinHoldMs = 1000;
+  Client holder(url()), other(url());
+  const std::string name = Name("min-hold");
+  Options o;
+  o.lease(10000).min_hold(kMinHoldMs);
+  const auto start = Clock::now();
+  Hold early(holder.get(), name, o.get());
+  ASSERT_TRUE(early.held()) << early.error();
+  const uint64_t token = early.token();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto released_at = Clock::now();
+  ASSERT_EQ(early.Release(), DLOCK_OK) << early.error();
+  EXPECT_LT(MsSince(released_at), kCallBoundMs) << "the early release waited";
+
+  if (MsSince(start) < kMinHoldMs / 2) {  // else a busy machine slept through the min hold
+    Snapshot closed = Inspect(other.get(), name);
+    EXPECT_TRUE(closed.holders.empty()) << closed;
+    dlock_info* info = nullptr;
+    ASSERT_EQ(dlock_inspect(other.get(), name.c_str(), &info), DLOCK_OK);
+    EXPECT_GT(dlock_info_closed_ms(info), 0);
+    EXPECT_LE(dlock_info_closed_ms(info), kMinHoldMs);
+    EXPECT_STREQ(dlock_info_closed_by(info), "min_hold");
+    dlock_info_free(info);
+    Attempt refused = TryToTake(other.get(), name);
+    EXPECT_EQ(refused.status, DLOCK_NOT_ACQUIRED) << "free before the min hold ended";
+    EXPECT_NE(refused.error.find("min_hold"), std::string::npos) << refused.error;
+  }
+  // A waiter is told the time left, and sleeps through it.
+  Attempt next;
+  const int64_t took = FirstAcquire(other.get(), name, start, std::chrono::milliseconds(kMinHoldMs + kCallBoundMs), &next);
+  EXPECT_GE(took, kMinHoldMs - 20) << "free before acquire + min_hold";
+  EXPECT_GT(next.token, token);
+}
+
+// The name stays taken for the min hold even when the holder crashed with a shorter lease.
+TEST_P(JobRules, AMinHoldOutlivesACrashedHoldersShorterLease) {
+  if (!Offers(DLOCK_CAP_MIN_HOLD)) GTEST_SKIP() << "no min_hold_ms here";
+  constexpr int64_t kLeaseMs = 300, kMinHoldMs = 1500;
+  Client holder(url()), other(url());
+  const std::string name = Name("min-hold-crash");
+  Options o;
+  o.lease(kLeaseMs).heartbeat(0).min_hold(kMinHoldMs);
+  const auto start = Clock::now();
+  dlock_lock* crashed = nullptr;  // never renewed, never released: as a crashed holder's
+  ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), o.get(), &crashed), DLOCK_OK) << dlock_last_error();
+  Attempt next;
+  const int64_t took = FirstAcquire(other.get(), name, start, std::chrono::milliseconds(kMinHoldMs + kCallBoundMs), &next);
+  EXPECT_GE(took, kMinHoldMs - 20) << "free when the lease ran out, before acquire + min_hold";
+  EXPECT_GT(next.token, dlock_lock_fencing_token(crashed));
+  EXPECT_EQ(dlock_release(crashed), DLOCK_NOT_HELD);
+}
+
+// After an unclean end (the lease ran out) nobody acquires the name for the lock-delay; after
+// a release, the next owner takes it at once.
+TEST_P(JobRules, ALockDelayFollowsAnUncleanEndAndNotARelease) {
+  if (!Offers(DLOCK_CAP_LOCK_DELAY)) GTEST_SKIP() << "no lock_delay_ms here";
+  constexpr int64_t kLeaseMs = 600, kDelayMs = 1000;
+  Client holder(url()), other(url());
+  const std::string name = Name("lock-delay");
+  Options o;
+  o.lease(kLeaseMs).heartbeat(0).lock_delay(kDelayMs);
+
+  Hold clean(holder.get(), name, o.get());
+  ASSERT_TRUE(clean.held()) << clean.error();
+  ASSERT_EQ(clean.Release(), DLOCK_OK) << clean.error();
+  Attempt handoff = TryToTake(other.get(), name);
+  ASSERT_EQ(handoff.status, DLOCK_OK) << "a release is a clean end: " << handoff.error;
+
+  const auto start = Clock::now();
+  dlock_lock* crashed = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), o.get(), &crashed), DLOCK_OK) << dlock_last_error();
+  std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs + 100));
+  if (MsSince(start) < kLeaseMs + kDelayMs / 2) {  // else a busy machine slept through the delay
+    dlock_info* info = nullptr;
+    ASSERT_EQ(dlock_inspect(other.get(), name.c_str(), &info), DLOCK_OK);
+    EXPECT_EQ(dlock_info_holders(info), 0u);
+    EXPECT_STREQ(dlock_info_closed_by(info), "lock_delay");
+    dlock_info_free(info);
+  }
+  Attempt next;
+  const int64_t took = FirstAcquire(other.get(), name, start, std::chrono::milliseconds(kLeaseMs + kDelayMs + kCallBoundMs), &next);
+  EXPECT_GE(took, kLeaseMs + kDelayMs - 20) << "taken before the lease + lock-delay";
+  EXPECT_GT(next.token, dlock_lock_fencing_token(crashed));
+  EXPECT_EQ(dlock_release(crashed), DLOCK_NOT_HELD);
+}
+
+// Renewals carry the lock-delay past each new lease.
+TEST_P(JobRules, RenewalsCarryTheLockDelay) {
+  if (!Offers(DLOCK_CAP_LOCK_DELAY)) GTEST_SKIP() << "no lock_delay_ms here";
+  constexpr int64_t kLeaseMs = 500, kDelayMs = 800;
+  Client holder(url()), other(url());
+  const std::string name = Name("lock-delay-renewed");
+  Options o;
+  o.lease(kLeaseMs).heartbeat(0).lock_delay(kDelayMs);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto renewed = Clock::now();
+  ASSERT_EQ(dlock_extend(l, kLeaseMs), DLOCK_OK) << dlock_last_error();
+  Attempt next;
+  const int64_t took = FirstAcquire(other.get(), name, renewed, std::chrono::milliseconds(kLeaseMs + kDelayMs + kCallBoundMs), &next);
+  EXPECT_GE(took, kLeaseMs + kDelayMs - 20) << "the delay did not follow the renewed lease";
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+}
+
+// Bad values are refused, naming the option; a backend without a rule refuses it at acquire.
+TEST_P(JobRules, BadRulesAreRefusedNamingTheOption) {
+  Client c(url());
+  dlock_options* raw = dlock_options_new();
+  EXPECT_EQ(dlock_options_set_lock_delay_ms(raw, DLOCK_MAX_LOCK_DELAY_MS + 1), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("lock_delay_ms"), std::string::npos) << dlock_last_error();
+  EXPECT_EQ(dlock_options_set_min_hold_ms(raw, UINT64_MAX), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("min_hold_ms"), std::string::npos) << dlock_last_error();
+  dlock_options_free(raw);
+  EXPECT_EQ(dlock_limit_value(DLOCK_LIMIT_LOCK_DELAY_MS), static_cast<uint64_t>(DLOCK_MAX_LOCK_DELAY_MS));
+
+  Options longer;
+  longer.lease(1000).min_hold(2000).max_hold(1000);
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(dlock_acquire(c.get(), Name("min-over-max").c_str(), longer.get(), &l), DLOCK_EINVAL);
+  EXPECT_NE(std::string(dlock_last_error()).find("min_hold_ms 2000 is more than max_hold_ms 1000"),
+            std::string::npos)
+      << dlock_last_error();
+  for (uint32_t cap : {DLOCK_CAP_MIN_HOLD, DLOCK_CAP_LOCK_DELAY}) {
+    if (Offers(cap)) continue;
+    Options ruled;
+    if (cap == DLOCK_CAP_MIN_HOLD) ruled.min_hold(1000); else ruled.lock_delay(1000);
+    EXPECT_EQ(dlock_acquire(c.get(), Name("unoffered").c_str(), ruled.get(), &l), DLOCK_EINVAL);
+    EXPECT_NE(std::string(dlock_last_error()).find(cap == DLOCK_CAP_MIN_HOLD ? "min_hold_ms" : "lock_delay_ms"),
+              std::string::npos)
+        << dlock_last_error();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, JobRules, ::testing::ValuesIn(AllBackends()), BackendTestName);
 
 INSTANTIATE_TEST_SUITE_P(Conformance, Jobs, ::testing::Combine(::testing::ValuesIn(AllBackends()), AllStyles()),
                          StyleTestName);

@@ -19,6 +19,7 @@ struct LockKeys {
   static constexpr const char* kLine = ":line";
   static constexpr const char* kLineData = ":linedata";
   static constexpr const char* kValue = ":value";
+  static constexpr const char* kBroken = ":broken";
   static std::string Holder(const std::string& prefix, const std::string& name) {
     return prefix + "{" + name + "}";
   }
@@ -36,8 +37,9 @@ struct LockKeys {
         writer(holder + kWriter),
         line(holder + kLine),
         line_data(holder + kLineData),
-        value(holder + kValue) {}
-  std::string holder, fence, channel, holds, hold_data, writer, line, line_data, value;
+        value(holder + kValue),
+        broken(holder + kBroken) {}
+  std::string holder, fence, channel, holds, hold_data, writer, line, line_data, value, broken;
 };
 
 }  // namespace dlock::redis

@@ -207,6 +207,87 @@ bool SortPermits(const redisReply* r, uint32_t* permits) {
   return ec == std::errc() && ptr == text.data() + text.size() && *permits > 0;
 }
 
+// What left a marker ('broken'): a short lowercase word, as the scripts write it.
+bool ClosedBy(const redisReply* r, std::string* out) {
+  if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 32) return false;
+  for (size_t i = 0; i < r->len; ++i) {
+    if ((r->str[i] < 'a' || r->str[i] > 'z') && r->str[i] != '_') return false;
+  }
+  out->assign(r->str, r->len);
+  return true;
+}
+
+// A pttl the server gave: -1 (no expiry) stays; anything else is clamped to 0..the longest lease.
+int64_t ServerTtl(long long pttl) {
+  return pttl == -1 ? -1 : std::clamp<long long>(pttl, 0, static_cast<long long>(kMaxLeaseMs));
+}
+
+uint64_t TokenOrZero(const redisReply* r) {
+  uint64_t token = 0;
+  auto [ptr, ec] = std::from_chars(r->str, r->str + r->len, token);
+  return ec == std::errc() && ptr == r->str + r->len ? token : 0;  // 0: unknown
+}
+
+// inspect.lua's reply without the wrapper.
+Status ParseHolders(const redisReply* r, const std::string& server, LockInfo* out) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER) {
+    return Garbage(server, "the inspect script");
+  }
+  const long long shape = r->element[0]->integer;
+  if (shape == 0 && r->elements == 1) return Status::Ok();  // free
+  // {1, label, pttl, token, value}, or {2, sort} followed by (label, pttl, token, value) per
+  // holder.
+  size_t first = shape == 1 ? 1 : 2;
+  if ((shape != 1 && shape != 2) || (shape == 1 && r->elements != 5) ||
+      (shape == 2 && (r->elements < 6 || (r->elements - 2) % 4 != 0 ||
+                      !SortPermits(r->element[1], &out->permits)))) {
+    return Garbage(server, "the inspect script");
+  }
+  out->kind = shape == 2 && out->permits == 0 ? LockKind::kShared : LockKind::kExclusive;
+  for (size_t k = first; k + 3 < r->elements; k += 4) {
+    const redisReply* label = r->element[k];
+    const redisReply* ttl = r->element[k + 1];
+    const redisReply* token = r->element[k + 2];
+    const redisReply* value = r->element[k + 3];
+    // A value longer than any dlock stores was not written by dlock: refused, not cut.
+    if (label->type != REDIS_REPLY_STRING || ttl->type != REDIS_REPLY_INTEGER ||
+        token->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING ||
+        value->len > kMaxValueBytes) {
+      return Garbage(server, "the inspect script");
+    }
+    HolderInfo holder;
+    holder.owner.assign(label->str, label->len);
+    holder.value.assign(value->str, value->len);
+    // -1 no expiry; anything else below 0 (gone meanwhile) reads as expiring now.
+    holder.remaining_ms = ServerTtl(ttl->integer);
+    holder.fencing_token = TokenOrZero(token);
+    out->holders.push_back(std::move(holder));
+  }
+  return Status::Ok();
+}
+
+// The wrapper's break records: {token, reason, ...}, the newest kMaxBrokenRecords kept (a
+// server that sends more is cut, not trusted).
+Status ParseBrokenRecords(const redisReply* r, const std::string& server, LockInfo* out) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+    return Garbage(server, "the inspect script (break records)");
+  }
+  for (size_t k = 0; k + 1 < r->elements && out->broken.size() < kMaxBrokenRecords; k += 2) {
+    const redisReply* token = r->element[k];
+    const redisReply* reason = r->element[k + 1];
+    if (token->type != REDIS_REPLY_STRING || reason->type != REDIS_REPLY_STRING ||
+        reason->len > kMaxReasonBytes) {
+      return Garbage(server, "the inspect script (break records)");
+    }
+    BrokenRecord b;
+    b.fencing_token = TokenOrZero(token);
+    b.reason.assign(reason->str, reason->len);
+    if (b.fencing_token != 0) out->broken.push_back(std::move(b));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ParseAcquireReply(const redisReply* r, const std::string& server, const std::string& name,
@@ -219,6 +300,17 @@ Status ParseAcquireReply(const redisReply* r, const std::string& server, const s
       return Garbage(server, "the acquire script (sort)");
     }
     return SortMismatch(name, held, asked);
+  }
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+      r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 4) {
+    // A marker closes the name, with no holder: refused for as long as it stands.
+    if (r->element[1]->type != REDIS_REPLY_INTEGER || !ClosedBy(r->element[2], &out->closed_by)) {
+      out->closed_by.clear();
+      return Garbage(server, "the acquire script (closed)");
+    }
+    out->acquired = false;
+    out->holder_ttl_ms = ServerTtl(r->element[1]->integer);
+    return Status::Ok();
   }
   if (r->type != REDIS_REPLY_ARRAY || (r->elements != 2 && r->elements != 3) ||
       r->element[0]->type != REDIS_REPLY_INTEGER) {
@@ -257,43 +349,60 @@ Status ParseAcquireReply(const redisReply* r, const std::string& server, const s
 Status ParseInspectReply(const redisReply* r, const std::string& server, LockInfo* out) {
   if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, server);
   *out = LockInfo();
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER) {
-    return Garbage(server, "the inspect script");
+  Status s;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 5 &&
+      r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == -1) {
+    // Wrapped: {-1, reply, closed ms, closed by, break records}.
+    const redisReply* closed = r->element[2];
+    const redisReply* by = r->element[3];
+    s = ParseHolders(r->element[1], server, out);
+    if (s.ok() && (closed->type != REDIS_REPLY_INTEGER || by->type != REDIS_REPLY_STRING ||
+                   (by->len > 0 && !ClosedBy(by, &out->closed_by)))) {
+      s = Garbage(server, "the inspect script (closed)");
+    }
+    if (s.ok()) s = ParseBrokenRecords(r->element[4], server, out);
+    if (s.ok() && out->holders.empty() && !out->closed_by.empty()) {
+      out->closed_ms = std::max<int64_t>(ServerTtl(closed->integer), 0);
+      if (out->closed_ms == 0) out->closed_by.clear();  // it ended as it was read
+    } else {
+      out->closed_by.clear();
+    }
+  } else {
+    s = ParseHolders(r, server, out);
   }
-  const long long shape = r->element[0]->integer;
-  if (shape == 0 && r->elements == 1) return Status::Ok();  // free
-  // {1, label, pttl, token, value}, or {2, sort} followed by (label, pttl, token, value) per
-  // holder.
-  size_t first = shape == 1 ? 1 : 2;
-  if ((shape != 1 && shape != 2) || (shape == 1 && r->elements != 5) ||
-      (shape == 2 && (r->elements < 6 || (r->elements - 2) % 4 != 0 ||
-                      !SortPermits(r->element[1], &out->permits)))) {
-    *out = LockInfo();
-    return Garbage(server, "the inspect script");
+  if (!s.ok()) *out = LockInfo();
+  return s;
+}
+
+Status ParseBreakReply(const redisReply* r, const std::string& server, BreakResult* out) {
+  if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, server);
+  *out = BreakResult();
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || (r->elements - 2) % 4 != 0 ||
+      r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_INTEGER ||
+      (r->element[0]->len > 0 && !SortPermits(r->element[0], &out->permits))) {
+    *out = BreakResult();
+    return Garbage(server, "the break script");
   }
-  out->kind = shape == 2 && out->permits == 0 ? LockKind::kShared : LockKind::kExclusive;
-  for (size_t k = first; k + 3 < r->elements; k += 4) {
+  out->kind = std::string_view(r->element[0]->str, r->element[0]->len) == "shared"
+                  ? LockKind::kShared
+                  : LockKind::kExclusive;
+  out->closed_ms = std::max<int64_t>(ServerTtl(r->element[1]->integer), 0);
+  if (out->closed_ms > 0) out->closed_by = "broken";
+  for (size_t k = 2; k + 3 < r->elements; k += 4) {
     const redisReply* label = r->element[k];
     const redisReply* ttl = r->element[k + 1];
     const redisReply* token = r->element[k + 2];
-    const redisReply* value = r->element[k + 3];
-    // A value longer than any dlock stores was not written by dlock: refused, not cut.
+    const redisReply* id = r->element[k + 3];
     if (label->type != REDIS_REPLY_STRING || ttl->type != REDIS_REPLY_INTEGER ||
-        token->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING ||
-        value->len > kMaxValueBytes) {
-      *out = LockInfo();
-      return Garbage(server, "the inspect script");
+        token->type != REDIS_REPLY_STRING || id->type != REDIS_REPLY_STRING || id->len > 64) {
+      *out = BreakResult();
+      return Garbage(server, "the break script");
     }
     HolderInfo holder;
     holder.owner.assign(label->str, label->len);
-    holder.value.assign(value->str, value->len);
-    // -1 no expiry; anything else below 0 (gone meanwhile) reads as expiring now.
-    long long pttl = ttl->integer;
-    holder.remaining_ms =
-        pttl == -1 ? -1 : std::clamp<long long>(pttl, 0, static_cast<long long>(kMaxLeaseMs));
-    auto [ptr, ec] = std::from_chars(token->str, token->str + token->len, holder.fencing_token);
-    if (ec != std::errc() || ptr != token->str + token->len) holder.fencing_token = 0;  // unknown
+    holder.remaining_ms = ServerTtl(ttl->integer);
+    holder.fencing_token = TokenOrZero(token);
+    holder.hold_id.assign(id->str, id->len);
     out->holders.push_back(std::move(holder));
   }
   return Status::Ok();

@@ -63,12 +63,16 @@ bool IsNoScript(const redisReply* r);
 // An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise). The
 // server's words are capped and their control bytes escaped (core/server_text.h).
 Status ErrorReplyStatus(const redisReply* r, const std::string& server);
-// acquire.lua: {1, token}, {0, pttl}, or {2, sort held, sort asked} (InvalidArgument naming
-// lock `name`).
+// acquire.lua: {1, token}, {0, pttl}, {4, pttl, closed by}, or {2, sort held, sort asked}
+// (InvalidArgument naming lock `name`).
 Status ParseAcquireReply(const redisReply* r, const std::string& server, const std::string& name,
                          AcquireAttempt* out);
-// inspect.lua: {0}, {1, label, pttl, token} or {2, sort, label, pttl, token, ...}.
+// inspect.lua: {0}, {1, label, pttl, token, value} or {2, sort, label, pttl, token, value, ...},
+// or one of those wrapped with a marker and break records: {-1, reply, closed ms, closed by,
+// {token, reason, ...}}.
 Status ParseInspectReply(const redisReply* r, const std::string& server, LockInfo* out);
+// break.lua: {sort, closed ms, label, pttl, token, id, ...}.
+Status ParseBreakReply(const redisReply* r, const std::string& server, BreakResult* out);
 // release.lua / extend.lua: 1 -> Ok, 0 -> NotHeld.
 Status ParseOwnedReply(const redisReply* r, const std::string& server, const std::string& name);
 

@@ -31,6 +31,7 @@ const Script& GetScript(ScriptId id) {
   static const Script inspect = Load("inspect");
   static const Script fence = Load("fence");
   static const Script set_value = Load("set_value");
+  static const Script break_lock = Load("break");
   switch (id) {
     case ScriptId::kAcquire: return acquire;
     case ScriptId::kRelease: return release;
@@ -38,6 +39,7 @@ const Script& GetScript(ScriptId id) {
     case ScriptId::kInspect: return inspect;
     case ScriptId::kFence: return fence;
     case ScriptId::kSetValue: return set_value;
+    case ScriptId::kBreak: return break_lock;
   }
   std::abort();
 }

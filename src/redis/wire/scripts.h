@@ -19,7 +19,7 @@ struct Script {
   std::string sha1;  // lowercase hex, as SCRIPT LOAD returns it
 };
 
-enum class ScriptId { kAcquire, kRelease, kExtend, kInspect, kFence, kSetValue };
+enum class ScriptId { kAcquire, kRelease, kExtend, kInspect, kFence, kSetValue, kBreak };
 const Script& GetScript(ScriptId id);
 
 }  // namespace dlock::redis
