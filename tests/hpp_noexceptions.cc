@@ -48,6 +48,25 @@ std::string Run(const std::string& url) {
   lock.release(ec);
   if (ec != DLOCK_EINVAL) return "second release: " + ec.message();
   if (a.inspect("hpp/noexc", ec).holders.size() != 0 || ec) return "inspect: " + ec.message();
+  // breaking a lock: what it broke, and the name left closed, or free at once with now
+  lock = a.acquire("hpp/noexc-break", dlock::Options().lease(5s).owner("noexc"), ec);
+  if (ec || !lock) return "acquire to break: " + ec.message();
+  dlock::Info broke = b.break_lock("hpp/noexc-break", "no exceptions", ec);
+  if (ec || broke.holders.size() != 1 || broke.holders[0].fencing_token != lock.fencing_token() ||
+      broke.holders[0].owner != "noexc" || broke.closed_ms() <= 0 || broke.closed_by() != "broken") {
+    return "break_lock: " + ec.message();
+  }
+  dlock::Info shut = b.inspect("hpp/noexc-break", ec);
+  if (ec || !shut.is_free() || shut.closed_ms() <= 0 || shut.closed_by() != "broken") {
+    return "inspect of a broken lock: " + ec.message();
+  }
+  lock.release(ec);
+  if (ec != DLOCK_NOT_HELD) return "release of a broken lock: " + ec.message();
+  broke = b.break_lock("hpp/noexc-break", "", true, ec);
+  if (ec || !broke.is_free() || broke.closed_ms() != 0) return "break_lock now: " + ec.message();
+  if (b.inspect("hpp/noexc-break", ec).closed_ms() != 0 || ec) return "inspect after break now: " + ec.message();
+  broke = b.break_lock("", ec);
+  if (ec != DLOCK_EINVAL || !broke.is_free()) return "break_lock of an empty name: " + ec.message();
 
   // values and leader election, through the std::error_code overloads
   dlock::Lock leadership = a.campaign("hpp/noexc-lead", dlock::Options().value(std::string("a\0b", 3)), ec);

@@ -399,6 +399,108 @@ TEST_F(HppTest, MaxHoldStopsRenewalsAndIsReportedLostWithItsCause) {
   plain.release();
 }
 
+TEST_F(HppTest, BreakLockReportsTheHolderLostWithCauseBrokenAndClosesTheName) {
+  dlock::Client client(redis_.url());
+  dlock::Client op(redis_.url());
+  EXPECT_NE(op.capabilities() & DLOCK_CAP_BREAK, 0u);
+  std::promise<std::string> lost;
+  auto lost_future = lost.get_future();
+  std::atomic<int> calls{0};
+  // A lease of 1 s renewed every 250 ms: the holder hears of the break within ~250 ms.
+  dlock::Lock lock = client.acquire(
+      "broken", dlock::Options().lease(1000ms).heartbeat(250ms).owner("holder-7").on_lost(
+                    [&](const std::string&, uint64_t) {
+                      if (calls.fetch_add(1) == 0) lost.set_value("lost");
+                    }));
+  const uint64_t token = lock.fencing_token();
+  dlock::Info info = op.break_lock("broken", "disk full on db-3");
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_EQ(info.holders[0].owner, "holder-7");
+  EXPECT_EQ(info.holders[0].fencing_token, token);
+  ASSERT_TRUE(info.holders[0].remaining.has_value());
+  EXPECT_GT(info.holders[0].remaining->count(), 0);
+  EXPECT_LE(info.holders[0].remaining->count(), 1000);
+  EXPECT_GT(info.closed_ms(), 0);
+  EXPECT_LE(info.closed_ms(), 1000);
+  EXPECT_EQ(info.closed_by(), "broken");
+
+  // Closed: no holder, closed_ms() > 0, and nobody takes it meanwhile.
+  dlock::Info seen = op.inspect("broken");
+  EXPECT_TRUE(seen.is_free());
+  EXPECT_GT(seen.closed_ms(), 0);
+  EXPECT_EQ(seen.closed_by(), "broken");
+  EXPECT_FALSE(op.try_acquire("broken"));
+
+  // The holder hears it at its next renewal.
+  ASSERT_EQ(lost_future.wait_for(5s), std::future_status::ready) << "on_lost was not called";
+  EXPECT_FALSE(lock.valid());
+  EXPECT_EQ(lock.lost_cause().rfind("broken", 0), 0u) << lock.lost_cause();
+  EXPECT_NE(lock.lost_cause().find("disk full on db-3"), std::string::npos) << lock.lost_cause();
+  for (int i = 0; i < 500 && client.metrics_text().find("dlock_losses_total{cause=\"broken\"} 1\n") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(client.metrics_text().find("dlock_losses_total{cause=\"broken\"} 1\n"), std::string::npos)
+      << client.metrics_text();
+  EXPECT_EQ(CodeOf([&] { lock.release(); }), DLOCK_NOT_HELD);
+  EXPECT_EQ(calls.load(), 1);
+
+  // Once the broken lease would have ended, the name opens, with a greater token.
+  dlock::Lock after = op.acquire("broken", dlock::Options().wait(5s));
+  EXPECT_GT(after.fencing_token(), token);
+  EXPECT_EQ(op.inspect("broken").closed_ms(), 0);
+  EXPECT_EQ(op.inspect("broken").closed_by(), "");
+  after.release();
+
+  // now: free at once, taken with a greater token; the holder hears of it all the same.
+  std::promise<void> lost_now;
+  auto lost_now_future = lost_now.get_future();
+  std::atomic<int> now_calls{0};
+  dlock::Lock victim = client.acquire(
+      "broken-now", dlock::Options().lease(1000ms).heartbeat(250ms).owner("holder-7").on_lost(
+                        [&](const std::string&, uint64_t) {
+                          if (now_calls.fetch_add(1) == 0) lost_now.set_value();
+                        }));
+  const uint64_t victim_token = victim.fencing_token();
+  info = op.break_lock("broken-now", "failover", true);
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_EQ(info.holders[0].fencing_token, victim_token);
+  EXPECT_EQ(info.closed_ms(), 0);
+  EXPECT_EQ(info.closed_by(), "");
+  dlock::Lock taken = op.acquire("broken-now");
+  EXPECT_GT(taken.fencing_token(), victim_token);
+  ASSERT_EQ(lost_now_future.wait_for(5s), std::future_status::ready) << "on_lost was not called";
+  EXPECT_EQ(victim.lost_cause().rfind("broken", 0), 0u) << victim.lost_cause();
+  EXPECT_NE(victim.lost_cause().find("failover"), std::string::npos) << victim.lost_cause();
+  EXPECT_EQ(CodeOf([&] { victim.release(); }), DLOCK_NOT_HELD);
+  EXPECT_EQ(op.inspect("broken-now").holders.at(0).fencing_token, taken.fencing_token());
+  taken.release();
+
+  // A free name; bad input, with and without exceptions.
+  info = op.break_lock("never-held");
+  EXPECT_TRUE(info.is_free());
+  EXPECT_EQ(info.closed_ms(), 0);
+  op.break_lock("never-held", std::string(DLOCK_MAX_REASON_BYTES, 'r'));  // at most is fine
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { op.break_lock("x", std::string(DLOCK_MAX_REASON_BYTES + 1, 'r')); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("reason"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { op.break_lock("x", std::string("a\0b", 3)); }, &message), DLOCK_EINVAL);
+  EXPECT_NE(message.find("reason"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { op.break_lock(""); }), DLOCK_EINVAL);
+  std::error_code ec;
+  info = op.break_lock("", ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  EXPECT_TRUE(info.is_free());
+  info = op.break_lock("never-held", "why", ec);
+  EXPECT_FALSE(ec);
+  info = op.break_lock("never-held", "why", true, ec);
+  EXPECT_FALSE(ec);
+  op.close();
+  op.break_lock("x", ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+}
+
 TEST_F(HppTest, OnLostHandlerIsOwnedByTheLock) {
   dlock::Client client(redis_.url());
   auto sentinel = std::make_shared<int>(0);

@@ -131,6 +131,10 @@ dlock_status dlock_observe_queued(dlock_client *c, const char *name, dlock_queue
                                   dlock_observer **out);
 void dlock_observer_cancel(dlock_observer *ob);
 dlock_status dlock_options_set_max_hold_ms(dlock_options *o, uint64_t ms);
+dlock_status dlock_break_with(dlock_client *c, const char *name, const char *reason, uint32_t flags,
+                              dlock_info **broken);
+int64_t dlock_info_closed_ms(const dlock_info *i);
+const char *dlock_info_closed_by(const dlock_info *i);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 -- poll(2) and clock_gettime(2) for client:dispatch, under names of this module's own (a user's
@@ -206,17 +210,25 @@ local INT64_MAX = 9223372036854775807LL
 -- The job rules' max hold (dlock_options_set_max_hold_ms): a library from before it still loads
 -- and serves locks; a max_hold_ms other than 0 then gets nil, message, "EINVAL" saying so.
 local HAS_MAX_HOLD = pcall(function() return C.dlock_options_set_max_hold_ms end)
+-- Breaking a lock (dlock_break_with) and the closed time it leaves (dlock_info_closed_ms,
+-- dlock_info_closed_by): a library from before them still loads; client:break_lock then gets
+-- nil, message, "EINVAL" saying so, and inspect shows closed_ms 0, closed_by "".
+local HAS_BREAK = pcall(function() return C.dlock_break_with end)
+local HAS_CLOSED = pcall(function() return C.dlock_info_closed_ms, C.dlock_info_closed_by end)
+local BREAK_NOW = 0x1  -- DLOCK_BREAK_NOW
 
 -- The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
 M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
 M.MAX_OWNER_BYTES = tonumber(C.dlock_limit_value(1))  -- DLOCK_LIMIT_OWNER_BYTES
 M.MAX_VALUE_BYTES = tonumber(C.dlock_limit_value(3))  -- DLOCK_LIMIT_VALUE_BYTES
+M.MAX_REASON_BYTES = 1024  -- DLOCK_MAX_REASON_BYTES: the longest reason client:break_lock takes
 
 -- dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 -- gives them (the library has numbers only).
 local KINDS = { [0] = "exclusive", "shared" }
 local KIND_NUMBERS = { exclusive = 0, shared = 1 }
-local CAPABILITIES = { fencing_strict = 0x1, notifies = 0x2, shared = 0x4, permits = 0x8, fair = 0x10 }
+local CAPABILITIES = { fencing_strict = 0x1, notifies = 0x2, shared = 0x4, permits = 0x8, fair = 0x10,
+  ["break"] = 0x40 }
 
 function M.version() return ffi.string(C.dlock_version()) end
 
@@ -343,13 +355,20 @@ local function take_report(info)
   return leader
 end
 
--- An inspection's snapshot as { kind, holders, permits } (read_info's answer); frees it.
+-- An inspection's snapshot as { kind, holders, permits, closed_ms, closed_by } (read_info's and
+-- break_lock's answer); frees it.
 local function info_table(info)
   local ok, t = pcall(function()
     local holders = {}
     for k = 0, C.dlock_info_holders(info) - 1 do holders[#holders + 1] = holder_table(info, k) end
     local kind = C.dlock_info_kind(info)
-    return { kind = KINDS[kind] or kind, holders = holders, permits = tonumber(C.dlock_info_permits(info)) }
+    local closed_ms, closed_by = 0, ""
+    if HAS_CLOSED then
+      closed_ms = math.max(0, tonumber(C.dlock_info_closed_ms(info)))
+      closed_by = ffi.string(C.dlock_info_closed_by(info))
+    end
+    return { kind = KINDS[kind] or kind, holders = holders, permits = tonumber(C.dlock_info_permits(info)),
+      closed_ms = closed_ms, closed_by = closed_by }
   end)
   C.dlock_info_free(info)
   if not ok then error(t, 0) end
@@ -770,7 +789,7 @@ function Client:__tostring()
 end
 
 -- What the client's backend offers: a table of booleans { fencing_strict, notifies, shared,
--- permits } (dlock_client_capabilities); nil, message, "EINVAL" once closed.
+-- permits, fair, ["break"] (client:break_lock) } (dlock_client_capabilities); nil, message, "EINVAL" once closed.
 function Client:capabilities()
   local h = self._h
   if h == nil then return nil, "client is closed", "EINVAL" end
@@ -781,9 +800,11 @@ function Client:capabilities()
 end
 
 -- Who holds the lock called name now: { kind = "exclusive" | "shared", holders = { { owner,
--- remaining_ms, fencing_token }, ... }, permits = n } (holders empty when free; owner nil when
--- the holder set none, remaining_ms nil for no expiry, fencing_token uint64_t cdata or nil when
--- unknown; permits the semaphore's size, 0 for a lock or a free name), or nil, message, code.
+-- remaining_ms, fencing_token }, ... }, permits = n, closed_ms = n, closed_by = s } (holders
+-- empty when free; owner nil when the holder set none, remaining_ms nil for no expiry,
+-- fencing_token uint64_t cdata or nil when unknown; permits the semaphore's size, 0 for a lock
+-- or a free name; closed_ms > 0 while a broken lock's name stays closed, with no holder, and
+-- closed_by then "broken", else 0 and ""), or nil, message, code.
 -- A snapshot read from the server, stale as soon as it returns: never decide from it whether to
 -- take the lock. Owner tokens are never shown, only the labels.
 -- dlock_inspect or dlock_leader (read) of name: { kind, holders, permits } as below, or nil,
@@ -838,6 +859,41 @@ end
 function Client:inspect(name)
   if getmetatable(self) ~= Client then raise("dlock: call it as client:inspect(name)") end
   return read_info(self, C.dlock_inspect, C.dlock_inspect_queued, name, "inspect")
+end
+
+-- An operator's takeover of the lock called name (dlock_break_with; `break` is a keyword):
+-- deletes every hold of it (exclusive, shared or semaphore), never its fencing counter, so the
+-- next token is greater than every broken holder's. Each broken holder is reported lost with the
+-- cause "broken" (on_lost; lock:lost_cause() "broken: an operator broke the lock: REASON") at its
+-- next renewal, so within its heartbeat period; one without heartbeats at its next extend or
+-- release. reason (optional): the operator's words for the holders, at most MAX_REASON_BYTES
+-- (1024) bytes; nil or "" for none. now (optional): false (the default) leaves the name closed,
+-- with no holder, until the broken leases would have ended on the server (inspect shows
+-- closed_ms > 0, closed_by "broken"); true frees it at once, for a resource that checks fencing
+-- tokens. Returns a table like inspect's of what it broke: holders (owner, fencing_token,
+-- remaining_ms: what was left of each lease; empty when nobody held it) and closed_ms, how long
+-- the name now stays closed; or nil, message, code ("EINVAL" on a backend without the "break"
+-- capability). One round trip, within the URL's timeout_ms.
+-- Under nginx it blocks the worker for that round trip, as client:close does: the library has
+-- no queued or asynchronous break to yield on. It may be called in any phase.
+function Client:break_lock(name, reason, now)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:break_lock(name, reason, now)") end
+  check_string(name, 1, "break_lock", "string")
+  if reason ~= nil then check_string(reason, 2, "break_lock", "string") end
+  if now ~= nil and type(now) ~= "boolean" then
+    argerror(3, "break_lock", "boolean expected, got " .. type(now))
+  end
+  if self._pid then check_process(self) end
+  local h = self._h
+  if h == nil then return nil, "client is closed", "EINVAL" end
+  if not HAS_BREAK then
+    return nil, "break_lock: libdlock " .. version .. " at " .. library_path
+      .. " cannot break a lock (dlock_break_with); install a newer one", "EINVAL"
+  end
+  local out = ffi.new("dlock_info *[1]")
+  local s = C.dlock_break_with(h, name, reason, now and BREAK_NOW or 0, out)
+  if s ~= 0 then return fail(s) end
+  return info_table(out[0])
 end
 
 -- The current leader of the election name (see client:campaign): its holder table { owner,

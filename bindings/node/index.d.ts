@@ -50,8 +50,8 @@ export class LockLostError extends DlockError {
    * longer had this owner's lock, and nobody holds it: deleted, or its lease ran out there),
    * 'taken_over' (another owner holds it now), 'refused' (the server no longer had this owner's
    * lock, and looking again failed or still listed this hold), 'expired' (renewals failed
-   * until the local deadline) or 'max_hold' (options.maxHoldMs passed: renewals stopped, and the
-   * lease ran out). undefined for a lock released already or by its client's close().
+   * until the local deadline), 'max_hold' (options.maxHoldMs passed: renewals stopped, and the
+   * lease ran out) or 'broken' (an operator broke the lock: Client.breakLock()). undefined for a lock released already or by its client's close().
    * The message keeps the library's words.
    */
   cause?: LossCause;
@@ -59,8 +59,8 @@ export class LockLostError extends DlockError {
 
 /**
  * The stable code of why a lock was lost (the cause label of dlock_losses_total). 'max_hold':
- * options.maxHoldMs passed, renewals stopped, and the lease ran out; 'broken' is reserved for job
- * rules.
+ * options.maxHoldMs passed, renewals stopped, and the lease ran out; 'broken': an operator broke
+ * the lock (Client.breakLock(); lostCause 'broken: an operator broke the lock: REASON').
  */
 export type LossCause = 'deleted' | 'taken_over' | 'refused' | 'expired' | 'max_hold' | 'broken';
 /** The library refused an argument, URL or option value. code: 'ERR_DLOCK_EINVAL'. */
@@ -162,14 +162,30 @@ export interface Leader {
   remainingMs: number | null;
 }
 
-/** Who holds a lock: Client.inspect()'s answer. */
+/** Who holds a lock: Client.inspect()'s answer (and Client.breakLock()'s: who held it). */
 export interface LockInfo {
   /** The kind of hold the holders have ('exclusive' when free and for a semaphore). */
   kind: LockKind;
-  /** Empty when nobody holds it. */
+  /** Empty when nobody holds it (breakLock(): the holds it broke). */
   holders: Holder[];
   /** The semaphore's number of permits while the name is one; 0 for a lock or a free name. */
   permits: number;
+  /**
+   * While a broken lock's name stays closed (no holder, and nobody may take it until the broken
+   * leases would have ended): for how many ms more; 0 when it is not closed. breakLock(): how
+   * long the break left it closed (0 with now: true).
+   */
+  closedMs: number;
+  /** What closed it: 'broken' (breakLock()); '' when it is not closed. */
+  closedBy: string;
+}
+
+/** Client.breakLock()'s options. */
+export interface BreakOptions {
+  /** The operator's words for the broken holders (their lostCause carries them); at most MAX_REASON_BYTES bytes of UTF-8. */
+  reason?: string | null;
+  /** true: free the name at once, instead of leaving it closed until the broken leases would have ended. */
+  now?: boolean;
 }
 
 /** What a client's backend offers (Client.capabilities()). */
@@ -186,6 +202,8 @@ export interface Capabilities {
   fair: boolean;
   /** Observers hear of every release, hand-over and new value from the server, not by polling. */
   observePush: boolean;
+  /** An operator can break a lock (Client.breakLock()). */
+  break: boolean;
 }
 
 /** One sample of Client.metrics() (docs/metrics.md lists the families). */
@@ -289,6 +307,17 @@ export class Client extends EventEmitter {
   /** Who holds the lock now: a snapshot from the server, stale as soon as it arrives. */
   inspect(name: string | Uint8Array): Promise<LockInfo>;
   inspect(name: string | Uint8Array, callback: Callback<LockInfo>): void;
+
+  /**
+   * An operator's takeover: deletes every hold of name; each broken holder is reported lost with
+   * the cause 'broken' (at its next renewal). Unless options.now, the name stays closed with no
+   * holder until the broken leases would have ended. Resolves with what it broke: the holders
+   * (owner, fencingToken, remainingMs) and closedMs. InvalidArgumentError on a backend without
+   * the 'break' capability.
+   */
+  breakLock(name: string | Uint8Array, options?: BreakOptions): Promise<LockInfo>;
+  breakLock(name: string | Uint8Array, options: BreakOptions | undefined, callback: Callback<LockInfo>): void;
+  breakLock(name: string | Uint8Array, callback: Callback<LockInfo>): void;
 
   /** What the client's backend offers. */
   capabilities(): Promise<Capabilities>;
@@ -548,3 +577,5 @@ export const MAX_NAME_BYTES: number;
 export const MAX_OWNER_BYTES: number;
 /** The longest value stored with a hold, in bytes (DLOCK_MAX_VALUE_BYTES: 4096). */
 export const MAX_VALUE_BYTES: number;
+/** The longest reason Client.breakLock() takes, in bytes (DLOCK_MAX_REASON_BYTES: 1024). */
+export const MAX_REASON_BYTES: number;

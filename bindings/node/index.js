@@ -54,11 +54,13 @@ const INT64_MAX = 9223372036854775807n;
 const MAX_NAME_BYTES = 1024;
 const MAX_OWNER_BYTES = 256;
 const MAX_VALUE_BYTES = 4096;  // DLOCK_MAX_VALUE_BYTES: the longest value stored with a hold
+const MAX_REASON_BYTES = 1024;  // DLOCK_MAX_REASON_BYTES: the longest reason breakLock() takes
+const BREAK_NOW = 0x1;  // DLOCK_BREAK_NOW
 // dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 // gives them (the library has numbers only).
 const KINDS = ['exclusive', 'shared'];
 const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared'], [0x8, 'permits'],
-  [0x10, 'fair'], [0x20, 'observePush']];
+  [0x10, 'fair'], [0x20, 'observePush'], [0x40, 'break']];
 
 // ----- the library, on first use ---------------------------------------------------------------
 
@@ -223,6 +225,14 @@ function needMaxHold(what) {
   if (!native.hasMaxHold) {
     throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} has no max hold ` +
       '(dlock_options_set_max_hold_ms) for options.maxHoldMs; install a newer one');
+  }
+}
+
+// Breaking a lock needs a library that has it (lib/native.js's hasBreak).
+function needBreak(what) {
+  if (!native.hasBreak) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} cannot break a ` +
+      'lock (dlock_break_with); install a newer one');
   }
 }
 
@@ -421,6 +431,36 @@ function checkOptions(opts, keys = OPTION_KEYS) {
   }
   if (opts.value !== undefined && opts.value !== null) o.value = checkValue('options.value', opts.value);
   return o;
+}
+
+const BREAK_KEYS = new Set(['reason', 'now']);
+
+// breakLock()'s options: { reason, now } as { reason: a NUL-terminated Buffer or null, flags }.
+function checkBreakOptions(opts) {
+  if (opts === undefined || opts === null) return { reason: null, flags: 0 };
+  if (typeof opts !== 'object' || Array.isArray(opts)) {
+    throw typeError('ERR_INVALID_ARG_TYPE', `options must be an object, got ${describe(opts)}`);
+  }
+  for (const k of Object.keys(opts)) {
+    if (!BREAK_KEYS.has(k)) {
+      throw typeError('ERR_INVALID_ARG_VALUE', `unknown option '${k}' (known: ${[...BREAK_KEYS].join(', ')})`);
+    }
+  }
+  let reason = null;
+  if (opts.reason !== undefined && opts.reason !== null) {
+    if (typeof opts.reason !== 'string') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `options.reason must be a string, got ${describe(opts.reason)}`);
+    }
+    if (opts.reason.includes('\0')) {
+      throw typeError('ERR_INVALID_ARG_VALUE', 'options.reason must not contain NUL characters');
+    }
+    // Its length (at most MAX_REASON_BYTES) is the library's to check, in its words.
+    reason = Buffer.from(`${opts.reason}\0`, 'utf8');
+  }
+  if (opts.now !== undefined && typeof opts.now !== 'boolean') {
+    throw typeError('ERR_INVALID_ARG_TYPE', `options.now must be a boolean, got ${describe(opts.now)}`);
+  }
+  return { reason, flags: opts.now === true ? BREAK_NOW : 0 };
 }
 
 function checkCallback(cb) {
@@ -1164,6 +1204,8 @@ class Client extends EventEmitter {
     let kind;
     let permits;
     let rows;
+    let closedMs = 0;
+    let closedBy = '';
     if (A !== null) {
       // A blocking call on libuv's pool, which the library serves on this thread's loop.
       rec.busy++;  // close() waits for it
@@ -1174,7 +1216,7 @@ class Client extends EventEmitter {
         this.#leave(rec);
       }
       if (r[0] !== 0) throw lockError(r[0], r[1], op, name);
-      [kind, permits, ...rows] = r[1];
+      [kind, permits, closedMs, closedBy, ...rows] = r[1];
     } else {
       // The library's dlock_leader has no _errbuf form: its message would stay on the pool's
       // thread. It is dlock_inspect and a check of what it found, made here in its words.
@@ -1196,11 +1238,7 @@ class Client extends EventEmitter {
       giveErrbuf(buf);
       const info = out[0];
       try {
-        kind = C.info_kind(info);
-        permits = C.info_permits(info);
-        rows = [];
-        const n = C.info_holders(info);
-        for (let k = 0; k < n; k++) rows.push(holderRow(info, k));
+        [kind, permits, closedMs, closedBy, rows] = infoParts(info);
       } finally {
         C.info_free(info);
       }
@@ -1210,10 +1248,98 @@ class Client extends EventEmitter {
       }
     }
     if (leader) return rows.length > 0 ? leaderOf(...rows[0]) : null;
-    const holders = rows.map(([owner, left, token, value]) => ({
-      owner: owner || null, remainingMs: left < 0 ? null : left, fencingToken: token === 0n ? null : token, value,
-    }));
-    return { kind: KINDS[kind] ?? kind, holders, permits };
+    return lockInfoOf(kind, permits, closedMs, closedBy, rows);
+  }
+
+  /**
+   * An operator's takeover of the lock called name (dlock_break_with): deletes every hold of it
+   * (exclusive, shared or semaphore), never its fencing counter, so the next token is greater
+   * than every broken holder's. Each broken holder is reported lost with the cause 'broken' (its
+   * 'lost' event, lock.lostCause 'broken: an operator broke the lock: REASON', LockLostError
+   * cause 'broken') at its next renewal, so within its heartbeat period; one without heartbeats
+   * at its next extend() or release(). options: { reason, now }. reason: the operator's words for
+   * the holders (at most MAX_REASON_BYTES, 1024, bytes of UTF-8). now: false (the default) leaves
+   * the name closed, with no holder, until the broken leases would have ended on the server
+   * (inspect() shows closedMs > 0, closedBy 'broken'); true frees it at once, for a resource that
+   * checks fencing tokens. A promise of a LockInfo of what it broke: its holders (owner,
+   * fencingToken, what was left of each lease; empty when nobody held it) and closedMs, how long
+   * the name now stays closed; or with a callback (err, info). One round trip, run on libuv's
+   * pool as inspect(). InvalidArgumentError on a backend without the 'break' capability.
+   */
+  breakLock(name, options, callback) {
+    if (typeof options === 'function' && callback === undefined) {
+      callback = options;
+      options = undefined;
+    }
+    if (callback !== undefined) {
+      checkCallback(callback);
+      settle(this.#break(name, checkName(name), checkBreakOptions(options)), callback);
+      return undefined;
+    }
+    let cname;
+    let o;
+    try {
+      cname = checkName(name);
+      o = checkBreakOptions(options);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.#break(name, cname, o);
+  }
+
+  async #break(name, cname, o) {
+    const op = 'break';
+    await this.#handle();
+    needBreak(op);
+    const h = this.#h;
+    if (h === null) throw closedError();
+    const rec = this.#rec;
+    if (A !== null) {
+      rec.busy++;  // close() waits for it
+      let r;
+      try {
+        r = await new Promise((resolve) => A.breakLock(h, cname, o.reason, o.flags, (st, v) => resolve([st, v])));
+      } finally {
+        this.#leave(rec);
+      }
+      if (r[0] !== 0) throw lockError(r[0], r[1], op, name);
+      const [kind, permits, closedMs, closedBy, ...rows] = r[1];
+      return lockInfoOf(kind, permits, closedMs, closedBy, rows);
+    }
+    // dlock_break_with has no _errbuf form, and its message would stay on the pool's thread:
+    // what can be checked here is, in this binding's words; what the server says is known only
+    // by its status.
+    if ((C.client_capabilities(h) & 0x40) === 0) {
+      throw new InvalidArgumentError(`${op} of lock '${short(name)}': this backend cannot break a lock ` +
+        "(no 'break' capability)");
+    }
+    if (o.reason !== null && o.reason.length - 1 > MAX_REASON_BYTES) {
+      throw new InvalidArgumentError(`${op} of lock '${short(name)}': reason is ${o.reason.length - 1} bytes, ` +
+        `over DLOCK_MAX_REASON_BYTES (${MAX_REASON_BYTES})`);
+    }
+    rec.busy++;  // close() waits for it
+    poolBusy++;
+    const out = [null];
+    let status;
+    try {
+      status = await new Promise((resolve, reject) => {
+        C.break_with.async(h, cname, o.reason, o.flags, out,
+                           (err, st) => (err ? reject(err) : resolve(st)));
+      });
+    } finally {
+      poolBusy--;
+      this.#leave(rec);
+    }
+    if (status !== 0) {
+      throw lockError(status, `${op} of lock '${short(name)}' failed: DLOCK_${statusName(status)} ` +
+        "(the library's message stays on libuv's pool thread on this path)", op, name);
+    }
+    const info = out[0];
+    try {
+      return lockInfoOf(...infoParts(info));
+    } finally {
+      C.info_free(info);
+    }
   }
 
   /**
@@ -1326,7 +1452,7 @@ class Client extends EventEmitter {
 
   /**
    * What the client's backend offers: a promise of { fencingStrict, notifies, shared, permits,
-   * fair } (booleans; dlock_client_capabilities).
+   * fair, observePush, break } (booleans; dlock_client_capabilities; break: breakLock()).
    */
   async capabilities() {
     await this.#handle();
@@ -1483,6 +1609,24 @@ function urlShown(url) {
 // Holder k of a dlock_info (koffi path) as [owner, remainingMs, fencingToken, value], the
 // addon's form: value a Buffer (a copy), or null when the hold has none.
 const valueLen = [0];
+// A dlock_info (koffi path) as [kind, permits, closedMs, closedBy, rows], as the addon hands it.
+function infoParts(info) {
+  const rows = [];
+  const n = C.info_holders(info);
+  for (let k = 0; k < n; k++) rows.push(holderRow(info, k));
+  const closedMs = native.hasBreak ? Number(C.info_closed_ms(info)) : 0;
+  const closedBy = native.hasBreak ? C.info_closed_by(info) || '' : '';
+  return [C.info_kind(info), C.info_permits(info), closedMs, closedBy, rows];
+}
+
+// inspect()'s and breakLock()'s answer.
+function lockInfoOf(kind, permits, closedMs, closedBy, rows) {
+  const holders = rows.map(([owner, left, token, value]) => ({
+    owner: owner || null, remainingMs: left < 0 ? null : left, fencingToken: token === 0n ? null : token, value,
+  }));
+  return { kind: KINDS[kind] ?? kind, holders, permits, closedMs: Math.max(0, Number(closedMs)), closedBy };
+}
+
 function holderRow(info, k) {
   let value = null;
   if (native.hasValues) {
@@ -2143,6 +2287,7 @@ module.exports = {
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,
   MAX_VALUE_BYTES,
+  MAX_REASON_BYTES,
 };
 // Kept from dlock 0.1 for CommonJS: the loaded library's path (loads it). library().path is the
 // same in both module systems (an ES module's named export cannot load anything on first read).

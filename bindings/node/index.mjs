@@ -24,5 +24,6 @@ export const {
   MAX_NAME_BYTES,
   MAX_OWNER_BYTES,
   MAX_VALUE_BYTES,
+  MAX_REASON_BYTES,
 } = dlock;
 export default dlock;

@@ -511,8 +511,17 @@ struct Holder {
 struct Info {
   dlock_kind kind = DLOCK_EXCLUSIVE;
   uint32_t permits = 0;         // a semaphore's size; 0 = a lock (or free)
-  std::vector<Holder> holders;  // empty = free
+  std::vector<Holder> holders;  // empty = free (Client::break_lock: the holds it broke)
+  // While a broken lock's name stays closed (no holder, and nobody may take it until the
+  // broken leases would have ended): for how much longer; 0 = not closed (a name with holders
+  // never is). From Client::break_lock: how long the break left it closed (0 with now).
+  std::chrono::milliseconds closed_for{0};
+  // What closed it: "broken" (Client::break_lock); "" when it is not closed.
+  std::string closed_because;
   bool is_free() const noexcept { return holders.empty(); }
+  // closed_for in ms (dlock_info_closed_ms), and closed_because (dlock_info_closed_by).
+  int64_t closed_ms() const noexcept { return closed_for.count(); }
+  const std::string& closed_by() const noexcept { return closed_because; }
 };
 
 namespace detail {
@@ -529,6 +538,17 @@ inline Holder HolderAt(const dlock_info* raw, uint32_t k) {
   const void* value = dlock_info_value(raw, k, &len);
   if (value != nullptr) h.value.assign(static_cast<const char*>(value), len);
   return h;
+}
+
+// A dlock_info snapshot into *info (dlock_inspect's, dlock_leader's, dlock_break_with's).
+inline void FillInfo(const dlock_info* raw, Info* info) {
+  info->kind = dlock_info_kind(raw);
+  info->permits = dlock_info_permits(raw);
+  for (uint32_t k = 0; k < dlock_info_holders(raw); ++k) info->holders.push_back(HolderAt(raw, k));
+  int64_t closed = dlock_info_closed_ms(raw);
+  info->closed_for = std::chrono::milliseconds(closed > 0 ? closed : 0);
+  const char* by = dlock_info_closed_by(raw);
+  info->closed_because = by != nullptr ? by : "";
 }
 
 }  // namespace detail
@@ -673,7 +693,8 @@ class Lock {
   // How many attempts acquire took (1 = first try); 0 when empty.
   uint32_t attempts() const noexcept { return lock_ ? dlock_lock_attempts(lock_) : 0; }
   // Why the lock is no longer valid: "" while it is held and valid (or empty), else "CAUSE:
-  // details" with CAUSE deleted, taken_over, refused, expired or max_hold (docs/metrics.md).
+  // details" with CAUSE deleted, taken_over, refused, expired, max_hold or broken (an operator's
+  // Client::break_lock; "broken: an operator broke the lock: REASON") (docs/metrics.md).
   // Read it before release().
   std::string lost_cause() const {
     const char* c = lock_ ? dlock_lock_lost_cause(lock_) : nullptr;
@@ -780,6 +801,23 @@ class Client {
     detail::Check(Inspect(name, &info));
     return info;
   }
+  // An operator's takeover of `name` (dlock_break_with; `break` is a keyword): deletes every
+  // hold of it (exclusive, shared or semaphore), never its fencing counter, so the next token
+  // is greater than every broken holder's. Each broken holder is reported lost with the cause
+  // "broken" (on_lost; lost_cause() "broken: an operator broke the lock: REASON") at its next
+  // renewal, so within its heartbeat period; one without heartbeats at its next extend() or
+  // release(). reason: the operator's words for the holders, at most DLOCK_MAX_REASON_BYTES; ""
+  // for none. now false: the name stays closed, with no holder, until the broken leases would
+  // have ended on the server (inspect() shows closed_ms() > 0, closed_by() "broken"); true:
+  // free at once, for a resource that checks fencing tokens. Returns what it broke: holders
+  // (owner, fencing_token, what was left of each lease; empty when nobody held it) and
+  // closed_ms(), how long the name now stays closed. One bounded round trip. Throws Error:
+  // DLOCK_EINVAL for a bad name or reason, or on a backend without DLOCK_CAP_BREAK.
+  Info break_lock(const std::string& name, const std::string& reason = "", bool now = false) {
+    Info info;
+    detail::Check(Break(name, reason, now, &info));
+    return info;
+  }
   // Waits, without limit, until this candidate leads `name`; returns the leadership, whose
   // fencing_token() is the term (see "Values and leader election"). The options' wait is
   // ignored; a shared kind or permits throw DLOCK_EINVAL. Throws Error on failure.
@@ -828,6 +866,15 @@ class Client {
     if (!detail::Set(ec, Inspect(name, &info))) info = Info();
     return info;
   }
+  Info break_lock(const std::string& name, const std::string& reason, bool now, std::error_code& ec) noexcept {
+    Info info;
+    if (!detail::Set(ec, Break(name, reason, now, &info))) info = Info();
+    return info;
+  }
+  Info break_lock(const std::string& name, const std::string& reason, std::error_code& ec) noexcept {
+    return break_lock(name, reason, false, ec);
+  }
+  Info break_lock(const std::string& name, std::error_code& ec) noexcept { return break_lock(name, "", false, ec); }
   Lock campaign(const std::string& name, const Options& options, std::error_code& ec) noexcept {
     Lock lock;
     detail::Set(ec, Acquire(name, options, &lock, &dlock_campaign));
@@ -898,9 +945,21 @@ class Client {
     s = detail::FromC(read_fn(client_, name.c_str(), &raw));
     if (s != DLOCK_OK) return s;
     std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
-    info->kind = dlock_info_kind(raw);
-    info->permits = dlock_info_permits(raw);
-    for (uint32_t k = 0; k < dlock_info_holders(raw); ++k) info->holders.push_back(detail::HolderAt(raw, k));
+    detail::FillInfo(raw, info);
+    return DLOCK_OK;
+  }
+
+  // dlock_break_with, what it broke into *info.
+  dlock_status Break(const std::string& name, const std::string& reason, bool now, Info* info) noexcept {
+    dlock_status s = Usable(name);
+    if (s == DLOCK_OK) s = detail::NoNul(reason, "reason");
+    if (s != DLOCK_OK) return s;
+    dlock_info* raw = nullptr;
+    s = detail::FromC(dlock_break_with(client_, name.c_str(), reason.empty() ? nullptr : reason.c_str(),
+                                       now ? DLOCK_BREAK_NOW : 0u, &raw));
+    if (s != DLOCK_OK) return s;
+    std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
+    detail::FillInfo(raw, info);
     return DLOCK_OK;
   }
 

@@ -271,6 +271,89 @@ test("max_hold_ms: renewed past its first lease, then lost with cause max_hold",
   client:close()
 end)
 
+test("break_lock: the holder is lost with cause broken; the name stays closed, or is free with now", function()
+  local client = assert(dlock.open(URL))
+  local operator = assert(dlock.open(URL))
+  assert(assert(client:capabilities())["break"] == true)
+  assert(dlock.MAX_REASON_BYTES == 1024)
+  local name = unique("break")
+  local got = {}
+  -- A lease of 1 s renewed every 250 ms: the holder hears of the break within ~250 ms.
+  local lock = assert(client:acquire(name, { lease_ms = 1000, heartbeat_ms = 250, owner = "holder-7",
+    on_lost = function(l) got[#got + 1] = l:lost_cause() end }))
+  local token = lock:fencing_token()
+  local info = assert(operator:break_lock(name, "disk full on db-3"))
+  assert(info.kind == "exclusive" and #info.holders == 1, #info.holders)
+  local h = info.holders[1]
+  assert(h.owner == "holder-7", tostring(h.owner))
+  assert(h.fencing_token == token, tostring(h.fencing_token))
+  assert(h.remaining_ms > 0 and h.remaining_ms <= 1000, h.remaining_ms)
+  assert(info.closed_ms > 0 and info.closed_ms <= 1000, info.closed_ms)
+  assert(info.closed_by == "broken", info.closed_by)
+  -- closed: no holder, closed_ms > 0, and nobody takes it meanwhile
+  local seen = assert(operator:inspect(name))
+  assert(#seen.holders == 0 and seen.closed_ms > 0 and seen.closed_by == "broken", seen.closed_ms)
+  local l, _, code = operator:acquire(name, { wait_ms = 0 })
+  assert(l == nil and code == "NOT_ACQUIRED", code)
+  -- the holder hears it at its next renewal
+  assert(wait_for(function() client:poll() return #got > 0 end, 5), "on_lost never ran")
+  assert(got[1]:find("^broken"), got[1])
+  assert(got[1]:find("disk full on db-3", 1, true), got[1])
+  assert(not lock:valid())
+  assert(lock:lost_cause() == got[1])
+  assert(wait_for(function()
+    return assert(client:metrics_text()):find('dlock_losses_total{cause="broken"} 1\n', 1, true)
+  end, 5), client:metrics_text())
+  local ok, msg
+  ok, msg, code = lock:release()
+  assert(ok == nil and code == "NOT_HELD", msg)
+  -- once the broken lease would have ended, the name opens, with a greater token
+  local after = assert(operator:acquire(name, { wait_ms = 5000 }))
+  assert(after:fencing_token() > token)
+  seen = assert(operator:inspect(name))
+  assert(seen.closed_ms == 0 and seen.closed_by == "", seen.closed_ms)
+  assert(after:release())
+
+  -- now = true: free at once, taken with a greater token
+  got = {}
+  name = unique("break")
+  lock = assert(client:acquire(name, { lease_ms = 1000, heartbeat_ms = 250, owner = "holder-7",
+    on_lost = function(lk) got[#got + 1] = lk:lost_cause() end }))
+  token = lock:fencing_token()
+  info = assert(operator:break_lock(name, "failover", true))
+  assert(#info.holders == 1 and info.holders[1].fencing_token == token and info.holders[1].owner == "holder-7")
+  assert(info.closed_ms == 0 and info.closed_by == "", info.closed_ms)
+  local taken = assert(operator:acquire(name, { wait_ms = 0 }))
+  assert(taken:fencing_token() > token)
+  assert(wait_for(function() client:poll() return #got > 0 end, 5), "on_lost never ran")
+  assert(got[1]:find("^broken") and got[1]:find("failover", 1, true), got[1])
+  ok, msg, code = lock:release()
+  assert(ok == nil and code == "NOT_HELD", msg)
+  assert(assert(operator:inspect(name)).holders[1].fencing_token == taken:fencing_token())
+  assert(taken:release())
+
+  -- a free name; bad input
+  info = assert(operator:break_lock(unique("break")))
+  assert(#info.holders == 0 and info.closed_ms == 0 and info.closed_by == "" and info.kind == "exclusive")
+  assert(#assert(operator:break_lock(unique("break"), nil, true)).holders == 0)
+  assert(operator:break_lock(name, string.rep("r", dlock.MAX_REASON_BYTES)))  -- at most is fine
+  local r
+  r, msg, code = operator:break_lock(name, string.rep("r", dlock.MAX_REASON_BYTES + 1))
+  assert(r == nil and code == "EINVAL" and msg:find("reason"), tostring(msg))
+  for _, bad in ipairs({ "", string.rep("x", dlock.MAX_NAME_BYTES + 1) }) do
+    r, msg, code = operator:break_lock(bad)
+    assert(r == nil and code == "EINVAL" and #msg > 0, tostring(msg))
+  end
+  raises(function() operator:break_lock(5) end, "bad argument #1 to 'break_lock'")
+  raises(function() operator:break_lock(name, 5) end, "bad argument #2 to 'break_lock'")
+  raises(function() operator:break_lock(name, "a\0b") end, "bad argument #2 to 'break_lock'")
+  raises(function() operator:break_lock(name, nil, 1) end, "bad argument #3 to 'break_lock'")
+  operator:close()
+  r, msg, code = operator:break_lock(name)
+  assert(r == nil and code == "EINVAL" and msg:find("closed"), msg)
+  client:close()
+end)
+
 test("every error kind is mapped", function()
   local expect = { [1] = "NOT_ACQUIRED", [2] = "NOT_HELD", [3] = "EINVAL", [4] = "EIO",
     [5] = "EBACKEND", [6] = "EAUTH", [7] = "ECANCELLED", [8] = "ENOMEM", [9] = "EINTERNAL" }

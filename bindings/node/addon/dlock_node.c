@@ -37,7 +37,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 5
+#define ADDON_ABI 6
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -88,8 +88,8 @@
     (dlock_client *, const char *, dlock_observe_fn, void *, dlock_observer **))                 \
   X(void, dlock_observer_cancel, (dlock_observer *))
 
-/* Metrics, loss causes and the event hook (issue 36), and the job rules' max hold: optional, so
- * that an older library still serves locks (index.js asks lib/native.js whether the library has
+/* Metrics, loss causes and the event hook (issue 36), the job rules' max hold, and breaking a
+ * lock: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
  * them before calling the functions below that use them). */
 #define DLOCK_OPTIONAL_CALLS(X)                                                                 \
   X(dlock_status, dlock_client_metrics_text, (dlock_client *, char *, size_t, size_t *))         \
@@ -112,7 +112,11 @@
   X(uint64_t, dlock_event_fencing_token, (const dlock_event *))                                  \
   X(dlock_status, dlock_event_status, (const dlock_event *))                                     \
   X(const char *, dlock_event_detail, (const dlock_event *))                                    \
-  X(dlock_status, dlock_options_set_max_hold_ms, (dlock_options *, uint64_t))
+  X(dlock_status, dlock_options_set_max_hold_ms, (dlock_options *, uint64_t))                    \
+  X(dlock_status, dlock_break_with,                                                              \
+    (dlock_client *, const char *, const char *, uint32_t, dlock_info **))                       \
+  X(int64_t, dlock_info_closed_ms, (const dlock_info *))                                         \
+  X(const char *, dlock_info_closed_by, (const dlock_info *))
 
 #define DECLARE(ret, name, args) static ret(*p_##name) args;
 DLOCK_CALLS(DECLARE)
@@ -1146,15 +1150,19 @@ static napi_value js_events(napi_env env, napi_callback_info info) {
   return make_int(env, p_dlock_client_set_event_hook(c, on_event, (void *)(uintptr_t)id));
 }
 
-/* ----- inspect: a blocking call, on libuv's pool (the library runs it for another thread
- * while this loop turns) ------------------------------------------------------------------- */
+/* ----- inspect and break: blocking calls, on libuv's pool (the library runs them for another
+ * thread while this loop turns) ------------------------------------------------------------ */
+
+enum { READ_INSPECT = 0, READ_LEADER = 1, READ_BREAK = 2 };
 
 typedef struct inspect_work {
   napi_async_work work;
   napi_ref cb;
   dlock_client *client;
   char *name;
-  int leader; /* dlock_leader, not dlock_inspect */
+  int what;     /* READ_INSPECT, READ_LEADER (dlock_leader) or READ_BREAK (dlock_break_with) */
+  char *reason; /* READ_BREAK: NULL for none */
+  uint32_t flags;
   dlock_info *info;
   dlock_status status;
   char err[2048];
@@ -1164,19 +1172,25 @@ static void inspect_execute(napi_env env, void *data) {
   (void)env;
   inspect_work *w = data;
   w->err[0] = '\0';
-  if (!w->leader) {
+  if (w->what == READ_INSPECT) {
     w->status = p_dlock_inspect_errbuf(w->client, w->name, &w->info, w->err, sizeof w->err);
     return;
   }
   /* No _errbuf form: the message is this (pool) thread's dlock_last_error(), read here. */
-  w->status = p_dlock_leader(w->client, w->name, &w->info);
+  if (w->what == READ_BREAK) {
+    w->status = p_dlock_break_with(w->client, w->name, w->reason, w->flags, &w->info);
+  } else {
+    w->status = p_dlock_leader(w->client, w->name, &w->info);
+  }
   if (w->status != DLOCK_OK) {
     const char *m = p_dlock_last_error();
     snprintf(w->err, sizeof w->err, "%s", m ? m : "");
   }
 }
 
-/* cb(status, message) or cb(0, [kind, permits, [owner, remainingMs, token, value], ...]) */
+/* cb(status, message) or cb(0, [kind, permits, closedMs, closedBy,
+ *                              [owner, remainingMs, token, value], ...]) (ABI 6: closedMs and
+ * closedBy, 0 and "" from a library without them) */
 static void inspect_complete(napi_env env, napi_status status, void *data) {
   inspect_work *w = data;
   napi_value argv[2], fn, recv;
@@ -1186,11 +1200,17 @@ static void inspect_complete(napi_env env, napi_status status, void *data) {
     napi_create_string_utf8(env, w->err, NAPI_AUTO_LENGTH, &argv[1]);
   } else {
     uint32_t n = p_dlock_info_holders(w->info);
-    napi_create_array_with_length(env, 2 + n, &argv[1]);
+    napi_value closed_by;
+    const char *by = p_dlock_info_closed_by != NULL ? p_dlock_info_closed_by(w->info) : NULL;
+    napi_create_string_utf8(env, by ? by : "", NAPI_AUTO_LENGTH, &closed_by);
+    napi_create_array_with_length(env, 4 + n, &argv[1]);
     napi_set_element(env, argv[1], 0, make_int(env, p_dlock_info_kind(w->info)));
     napi_set_element(env, argv[1], 1, make_int(env, p_dlock_info_permits(w->info)));
+    napi_set_element(env, argv[1], 2,
+                     make_int(env, p_dlock_info_closed_ms != NULL ? p_dlock_info_closed_ms(w->info) : 0));
+    napi_set_element(env, argv[1], 3, closed_by);
     for (uint32_t k = 0; k < n; k++) {
-      napi_set_element(env, argv[1], 2 + k, holder_row(env, w->info, k));
+      napi_set_element(env, argv[1], 4 + k, holder_row(env, w->info, k));
     }
     p_dlock_info_free(w->info);
   }
@@ -1201,6 +1221,7 @@ static void inspect_complete(napi_env env, napi_status status, void *data) {
   napi_delete_reference(env, w->cb);
   napi_delete_async_work(env, w->work);
   free(w->name);
+  free(w->reason);
   free(w);
 }
 
@@ -1226,7 +1247,7 @@ static napi_value js_inspect(napi_env env, napi_callback_info info) {
   if (is_set(env, argv[3])) {
     bool leader = false;
     napi_get_value_bool(env, argv[3], &leader);
-    w->leader = leader;
+    w->what = leader ? READ_LEADER : READ_INSPECT;
   }
   napi_value resource_name;
   CHECK(napi_create_string_utf8(env, "DLOCK_INSPECT", NAPI_AUTO_LENGTH, &resource_name));
@@ -1234,6 +1255,60 @@ static napi_value js_inspect(napi_env env, napi_callback_info info) {
   CHECK(napi_create_async_work(env, NULL, resource_name, inspect_execute, inspect_complete, w,
                                &w->work));
   CHECK(napi_queue_async_work(env, w->work));
+  return NULL;
+}
+
+/* breakLock(client, name, reason, flags, cb) (ABI 6): dlock_break_with on libuv's pool, as
+ * inspect; cb(status, message | info), info as inspect's: the holds it broke, and closedMs.
+ * reason: a string or Buffer, or null/undefined for none. index.js checks that the library has
+ * dlock_break_with before asking. */
+static napi_value js_break(napi_env env, napi_callback_info info) {
+  ARGS(5);
+  NEED_STATE();
+  if (p_dlock_break_with == NULL) {
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_break_with");
+    return NULL;
+  }
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  uint32_t flags = 0;
+  if (napi_get_value_uint32(env, argv[3], &flags) != napi_ok) return throw_type(env, "flags must be a number");
+  int owned, reason_owned = 0;
+  char *name = get_cstr(env, argv[1], &owned);
+  if (name == NULL) return throw_type(env, "name must be a string or Buffer");
+  if (!owned && (name = strdup(name)) == NULL) goto nomem;
+  char *reason = NULL;
+  if (is_set(env, argv[2])) {
+    reason = get_cstr(env, argv[2], &reason_owned);
+    if (reason == NULL) {
+      free(name);
+      return throw_type(env, "reason must be a string or Buffer");
+    }
+    if (!reason_owned && (reason = strdup(reason)) == NULL) {
+      free(name);
+      goto nomem;
+    }
+  }
+  inspect_work *w = calloc(1, sizeof *w);
+  if (w == NULL) {
+    free(name);
+    free(reason);
+    goto nomem;
+  }
+  w->name = name;
+  w->reason = reason;
+  w->flags = flags;
+  w->client = c;
+  w->what = READ_BREAK;
+  napi_value resource_name;
+  CHECK(napi_create_string_utf8(env, "DLOCK_BREAK", NAPI_AUTO_LENGTH, &resource_name));
+  CHECK(napi_create_reference(env, argv[4], 1, &w->cb));
+  CHECK(napi_create_async_work(env, NULL, resource_name, inspect_execute, inspect_complete, w,
+                               &w->work));
+  CHECK(napi_queue_async_work(env, w->work));
+  return NULL;
+nomem:
+  napi_throw_error(env, "ERR_DLOCK_ADDON", "out of memory");
   return NULL;
 }
 
@@ -1251,7 +1326,7 @@ static napi_value module_init(napi_env env, napi_value exports) {
       {"valid", js_valid},       {"remaining", js_remaining},  {"inspect", js_inspect},
       {"setValue", js_set_value}, {"observe", js_observe},     {"unobserve", js_unobserve},
       {"metricsText", js_metrics_text}, {"metrics", js_metrics}, {"lostCause", js_lost_cause},
-      {"events", js_events},
+      {"events", js_events},     {"breakLock", js_break},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     napi_value f;

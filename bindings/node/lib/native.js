@@ -217,6 +217,21 @@ try {
 } catch (e) {
   hasMaxHold = false;
 }
+// Breaking a lock (dlock_break_with) and the closed time it leaves (dlock_info_closed_ms,
+// dlock_info_closed_by): a library without them still serves locks; breakLock() then says what
+// it lacks (hasBreak false), and inspect() shows closedMs 0 and closedBy ''. There is no
+// dlock_break_with_errbuf: the koffi path runs dlock_break_with on libuv's pool, where its
+// message stays on the pool's thread (index.js checks what it can before, in its own words).
+let hasBreak = true;
+try {
+  Object.assign(C, {
+    break_with: f('int dlock_break_with(void *c, const char *name, const char *reason, uint32_t flags, _Out_ void **broken)'),
+    info_closed_ms: f('int64_t dlock_info_closed_ms(void *i)'),
+    info_closed_by: f('const char *dlock_info_closed_by(void *i)'),
+  });
+} catch (e) {
+  hasBreak = false;
+}
 const version = C.version();
 if (!/^0\./.test(version)) {
   const e = new Error(`libdlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
@@ -226,4 +241,5 @@ if (!/^0\./.test(version)) {
 
 module.exports = {
   koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics, hasQueuedEvents, hasMaxHold,
+  hasBreak,
 };

@@ -25,7 +25,7 @@ test('inspect: a held lock seen from another client, then free', async () => {
     assert.equal(holder.fencingToken, lock.fencingToken);
     assert.ok(holder.remainingMs > 0 && holder.remainingMs <= 5000, String(holder.remainingMs));
     await lock.release();
-    assert.deepEqual(await other.inspect(name), { kind: 'exclusive', holders: [], permits: 0 });
+    assert.deepEqual(await other.inspect(name), { kind: 'exclusive', holders: [], permits: 0, closedMs: 0, closedBy: '' });
   } finally {
     await other.close();
   }
@@ -59,7 +59,7 @@ test('inspect: bad names and a closed client', async () => {
 
 test('capabilities: what the Redis backend promises', async () => {
   const caps = await client.capabilities();
-  assert.deepEqual(Object.keys(caps).sort(), ['fair', 'fencingStrict', 'notifies', 'observePush', 'permits', 'shared']);
+  assert.deepEqual(Object.keys(caps).sort(), ['break', 'fair', 'fencingStrict', 'notifies', 'observePush', 'permits', 'shared']);
   assert.equal(caps.fair, true);
   assert.equal(caps.observePush, true);
   assert.equal(caps.fencingStrict, true);

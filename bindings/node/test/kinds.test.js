@@ -39,7 +39,7 @@ test('three shared holders at once, no exclusive one meanwhile', async () => {
     [['r1', r1.fencingToken], ['r2', r2.fencingToken], ['r3', r3.fencingToken]]);
   assert.equal(new Set([r1, r2, r3].map((l) => l.fencingToken)).size, 3);
   for (const l of [r1, r2, r3]) await l.release();
-  assert.deepEqual(await third.inspect(name), { kind: 'exclusive', holders: [], permits: 0 });
+  assert.deepEqual(await third.inspect(name), { kind: 'exclusive', holders: [], permits: 0, closedMs: 0, closedBy: '' });
   await (await third.acquire(name)).release();  // free for an exclusive hold now
 });
 

@@ -85,9 +85,13 @@ __all__ = [
     # dlock.ConnectionError too).
     "Error", "NotAcquired", "NotHeld", "AlreadyHeld", "InvalidArgument", "BackendError",
     "AuthError", "Cancelled", "OutOfMemory", "InternalError", "LockLost", "ForkedClient",
-    "MAX_NAME_BYTES", "MAX_OWNER_BYTES", "MAX_VALUE_BYTES",
+    "MAX_NAME_BYTES", "MAX_OWNER_BYTES", "MAX_VALUE_BYTES", "MAX_REASON_BYTES",
 ]
 __version__: str = "0.1.0"
+
+# The longest reason break_lock takes, in bytes (DLOCK_MAX_REASON_BYTES; the library has no
+# dlock_limit for it).
+MAX_REASON_BYTES: int = 1024
 
 _U64_MAX = 2**64 - 1
 _U32_MAX = 2**32 - 1
@@ -162,7 +166,10 @@ def _max_hold_bound() -> str:
 # gives them (the library has numbers only).
 _KINDS = {"exclusive": 0, "shared": 1}
 _KIND_NAMES = {n: k for k, n in _KINDS.items()}
-_CAPABILITIES = {0x1: "fencing_strict", 0x2: "notifies", 0x4: "shared", 0x8: "permits", 0x10: "fair"}
+_CAPABILITIES = {0x1: "fencing_strict", 0x2: "notifies", 0x4: "shared", 0x8: "permits", 0x10: "fair",
+                 0x40: "break"}
+# dlock_break_with's flags
+_BREAK_NOW = 0x1
 
 # Set DLOCK_PY_FORCE_THREADS=1 to make asyncio use the thread-pool path even when the library
 # has the async C API (the test suite runs both ways).
@@ -213,6 +220,19 @@ def _name_arg(name):
     if b"\0" in b:
         raise InvalidArgument("lock name must not contain NUL bytes")
     # Length (1..1024 bytes) is checked by the library, whose message says which.
+    return b
+
+
+def _reason_arg(reason):
+    """break_lock's reason: None, or str as UTF-8 (its length, at most MAX_REASON_BYTES, is
+    the library's to check, in its words)."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be str or None, not {type(reason).__name__}")
+    b = reason.encode("utf-8")
+    if b"\0" in b:
+        raise InvalidArgument("reason must not contain NUL bytes")
     return b
 
 
@@ -1103,19 +1123,26 @@ fencing_token  the token of its acquisition (int); None when the backend does no
 value          the value stored with its hold (value=, Lock.set_value), as bytes; b"" when
                it has none
 """
-# permits came later: last, with a default, so LockInfo(kind, holders) still makes one.
+# permits, closed_ms and closed_by came later: last, with defaults, so LockInfo(kind, holders)
+# still makes one.
 class LockInfo(NamedTuple):
     kind: Union[str, int]  # an int only for a kind newer than this binding
     holders: List[Holder]
     permits: int = 0
+    closed_ms: int = 0
+    closed_by: str = ""
 
 
-LockInfo.__doc__ = """Who holds a lock: Client.inspect's answer.
+LockInfo.__doc__ = """Who holds a lock: Client.inspect's answer (and Client.break_lock's: who held it).
 
-kind     "exclusive" or "shared": the kind of hold the holders have ("exclusive" when free and
-         for a semaphore)
-holders  a list of Holder; empty when nobody holds it
-permits  the semaphore's number of permits while the name is one; 0 for a lock or a free name
+kind       "exclusive" or "shared": the kind of hold the holders have ("exclusive" when free and
+           for a semaphore)
+holders    a list of Holder; empty when nobody holds it (Client.break_lock: the holds it broke)
+permits    the semaphore's number of permits while the name is one; 0 for a lock or a free name
+closed_ms  while a broken lock's name stays closed (no holder, nobody may take it until the
+           broken leases would have ended): how many ms more; 0 when it is not closed (a name
+           with holders is never closed). From Client.break_lock, how long the break closed it
+closed_by  what closed it: "broken" (Client.break_lock); "" when it is not closed
 """
 
 
@@ -1124,7 +1151,12 @@ def _lock_info(info, lib=None):
     lib = lib if lib is not None else _c
     holders = [_holder(lib, info, k) for k in range(lib.dlock_info_holders(info))]
     kind = lib.dlock_info_kind(info)
-    return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(lib.dlock_info_permits(info)))
+    closed_ms, closed_by = 0, ""
+    if hasattr(lib, "dlock_info_closed_ms"):  # a library from before dlock_break has neither
+        closed_ms = max(0, int(lib.dlock_info_closed_ms(info)))
+        closed_by = (lib.dlock_info_closed_by(info) or b"").decode("utf-8", "replace")
+    return LockInfo(_KIND_NAMES.get(kind, kind), holders, int(lib.dlock_info_permits(info)),
+                    closed_ms, closed_by)
 
 
 # ----- metrics ---------------------------------------------------------------------------------
@@ -1420,9 +1452,10 @@ status         the dlock_status number: 0 for OK, NotAcquired.status (1) when a 
                NotHeld.status (2) for a lost lock or a release that found it gone, ...
 code           its name as dlock.Error.code spells it ("DLOCK_NOT_ACQUIRED", ...); None for 0
 detail         the error's message, or for "lost" the loss cause's text (lock.lost_cause:
-               "deleted: ...", "taken_over: ...", "refused: ...", "expired: ..." or
-               "max_hold: ..."); "" when none
-cause          "deleted", "taken_over", "refused", "expired" or "max_hold" (NotHeld.cause) for
+               "deleted: ...", "taken_over: ...", "refused: ...", "expired: ...",
+               "max_hold: ..." or "broken: ..."); "" when none
+cause          "deleted", "taken_over", "refused", "expired", "max_hold" or "broken"
+               (NotHeld.cause) for
                "lost", and for a "released" that found the lock lost; None otherwise
 """
 
@@ -1818,7 +1851,8 @@ class Client:
     def capabilities(self) -> FrozenSet[str]:
         """What this client's backend offers, as a frozenset of names (dlock_client_capabilities):
         "fencing_strict" (tokens strictly increasing under every fault its docs list),
-        "notifies" (waiters woken by releases), "shared" (kind="shared"), "permits"."""
+        "notifies" (waiters woken by releases), "shared" (kind="shared"), "permits", "fair"
+        (waiters served in arrival order), "break" (break_lock)."""
         h = self._enter()
         try:
             bits = _c.dlock_client_capabilities(h)
@@ -1856,6 +1890,54 @@ class Client:
         (dlock_inspect_async), the answer on the loop's thread, no thread hop (with
         DLOCK_PY_FORCE_THREADS=1, inspect() in a worker thread)."""
         return await self._aread_info(name, leader=False)
+
+    def break_lock(self, name: _Name, reason: Optional[str] = None, now: bool = False) -> LockInfo:
+        """An operator's takeover (dlock_break_with; `break` is a keyword): deletes every hold
+        of `name` (exclusive, shared or semaphore), never its fencing counter, so the next token
+        is greater than every broken holder's. Each broken holder is reported lost with the
+        cause "broken" (on_lost, valid False, lost_cause "broken: an operator broke the lock:
+        REASON", NotHeld.cause "broken") at its next renewal, so within its heartbeat period;
+        one without heartbeats at its next extend() or release().
+
+        reason  the operator's words for the holders (str, at most MAX_REASON_BYTES, 1024,
+                bytes as UTF-8); None or "" for none
+        now     False (the default): the name stays closed, with no holder, until the broken
+                leases would have ended on the server (broken holders keep working until they
+                hear), so inspect() shows closed_ms > 0 and closed_by "broken"; waiters wait
+                that out. True: free at once, for a resource that checks fencing tokens (a
+                broken holder that has not heard yet is refused there)
+
+        Returns a LockInfo of what it broke: its holders (owner label, fencing_token, what was
+        left of each lease; empty when nobody held it) and closed_ms, how long the name now
+        stays closed (0 with now=True). One round trip, blocking the calling thread, within the
+        URL's timeout_ms. A backend without the "break" capability raises InvalidArgument and
+        changes nothing, as does a library from before dlock_break."""
+        bname = _name_arg(name)
+        breason = _reason_arg(reason)
+        if not isinstance(now, bool):
+            raise TypeError(f"now must be a bool, not {type(now).__name__}")
+        if not hasattr(_c, "dlock_break_with"):
+            raise InvalidArgument(f"the libdlock loaded ({_library_path}) cannot break a lock "
+                                  "(dlock_break_with); install a newer one")
+        out = _lib.c_info_p()
+        h = self._enter()
+        try:
+            status = _c.dlock_break_with(h, bname, breason, _BREAK_NOW if now else 0, ctypes.byref(out))
+            err = _error(status) if status != 0 else None
+        finally:
+            self._leave()
+        if err is not None:
+            raise err
+        try:
+            return _lock_info(out)
+        finally:
+            _c.dlock_info_free(out)
+
+    async def abreak_lock(self, name: _Name, reason: Optional[str] = None, now: bool = False) -> LockInfo:
+        """break_lock() without blocking the event loop: the library has no asynchronous break,
+        so it runs in the loop's default executor (a worker thread), as a blocking call."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(self.break_lock, name, reason, now))
 
     async def _aread_info(self, name, leader):
         """ainspect / aleader's LockInfo."""
@@ -2576,7 +2658,8 @@ class Lock:
         its fencing token, and its label) or "refused" (that look failed, or still listed this
         hold). "expired": renewals failed until the local deadline passed first (the details
         end with the last error). "max_hold": the max_hold= option's time passed, renewals
-        stopped, and the lease ran out. In an on_lost callback it says
+        stopped, and the lease ran out. "broken": an operator broke the lock
+        (Client.break_lock; "broken: an operator broke the lock: REASON"). In an on_lost callback it says
         why. Kept after release() until the next acquire; None when this object never held
         the lock, or its last hold was released while valid, or was released by the client's
         close. A loss that release() itself finds (the lock gone when the release reached the

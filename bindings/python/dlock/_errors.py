@@ -53,8 +53,9 @@ class NotHeld(Error, RuntimeError):  # threading.Lock.release() of an unheld loc
            owner's lock, and nobody held it: deleted, or its lease ran out on the server),
            "taken_over" (another owner holds it now), "refused" (the server no longer had this
            owner's lock, and looking again failed or still listed this hold), "expired"
-           (renewals failed until the local deadline) or "max_hold" (the max_hold= option's
-           time passed: renewals stopped, and the lease ran out); None when this object held nothing, or
+           (renewals failed until the local deadline), "max_hold" (the max_hold= option's
+           time passed: renewals stopped, and the lease ran out) or "broken" (an operator broke
+           the lock: Client.break_lock); None when this object held nothing, or
            the cause is not known (see Lock.lost_cause for the details)
     """
     status = 2
@@ -121,7 +122,7 @@ class LockLost(NotHeld):
     """The lock was found lost while a block guarded by `async with lock.guard():` ran, and the
     guard cancelled the block: the CancelledError it caused becomes this, so that the caller can
     tell a lost lock from any other cancellation. A NotHeld (status DLOCK_NOT_HELD); its cause
-    says why ("deleted", "taken_over", "refused", "expired" or "max_hold"), and its message the
+    says why ("deleted", "taken_over", "refused", "expired", "max_hold" or "broken"), and its message the
     details."""
 
 

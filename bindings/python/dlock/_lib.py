@@ -250,3 +250,11 @@ def _declare(lib):
     # says what the library lacks; the package checks hasattr(lib, name) before using it).
     if hasattr(lib, "dlock_options_set_max_hold_ms"):
         _fn(lib, "dlock_options_set_max_hold_ms", c_status, [c_options_p, ctypes.c_uint64])
+    # Breaking a lock: optional too (break_lock() then says what the library lacks; inspect()
+    # shows closed_ms 0 and closed_by "").
+    if hasattr(lib, "dlock_break_with"):
+        _fn(lib, "dlock_break_with", c_status,
+            [c_client_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(c_info_p)])
+    if hasattr(lib, "dlock_info_closed_ms"):
+        _fn(lib, "dlock_info_closed_ms", ctypes.c_int64, [c_info_p])
+        _fn(lib, "dlock_info_closed_by", ctypes.c_char_p, [c_info_p])

@@ -31,7 +31,7 @@ dlock.acquire.wait_ms (-1: without limit), and at its end dlock.outcome ("acquir
 dlock.lock.fencing_token (a decimal string, as a token is a uint64); the hold span has the
 lock's attributes and token, and at its end dlock.outcome ("released", "lost", "closed",
 "collected", "error") and, for a loss, dlock.lost_cause ("deleted", "taken_over", "refused",
-"expired", "max_hold": lock.lost_cause's code). Both are INTERNAL spans. Their status follows the trace
+"expired", "max_hold", "broken": lock.lost_cause's code). Both are INTERNAL spans. Their status follows the trace
 API's rules for libraries: left UNSET when all went well; ERROR when an acquire failed (a wait
 that ran out too, and acquire(blocking=False) returning False) or a hold was lost or its
 release failed, with the error's message as the description, the dlock.Error's code

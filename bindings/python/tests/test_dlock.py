@@ -723,6 +723,143 @@ class MaxHold(Base):
             c.campaign("x", max_hold=1, wait_ms=0)  # a campaign's other options stay refused
 
 
+class BreakLock(Base):
+    """client.break_lock(name, reason, now): an operator's takeover. The broken holder hears it
+    at its next renewal (within its heartbeat period) and is reported lost with the cause
+    "broken"; the name stays closed until the broken lease would have ended, unless now=True."""
+
+    # A lease of 1 s renewed every 0.25 s: the holder hears of the break within ~0.25 s.
+    OPTIONS = dict(lease=1, heartbeat=0.25, owner="holder-7")
+
+    def hold(self, name):
+        lost = threading.Event()
+        seen = []
+
+        def on_lost(lk):
+            seen.append(lk.lost_cause)
+            lost.set()
+
+        return self.client.acquire(name, on_lost=on_lost, **self.OPTIONS), lost, seen
+
+    def test_the_capability(self):
+        self.assertIn("break", self.client.capabilities)
+        self.assertEqual(dlock.MAX_REASON_BYTES, 1024)
+
+    def test_a_broken_holder_is_lost_with_cause_broken_and_the_name_stays_closed(self):
+        name = unique("break")
+        events = []
+        self.client.on_event(lambda e: events.append(e) if e.name == name else None)
+        lock, lost, seen = self.hold(name)
+        token = lock.fencing_token
+        with dlock.Client(URL) as operator:
+            info = operator.break_lock(name, reason="disk full on db-3")
+            self.assertIsInstance(info, dlock.LockInfo)
+            self.assertEqual(len(info.holders), 1, info)
+            broken = info.holders[0]
+            self.assertEqual(broken.owner, "holder-7")
+            self.assertEqual(broken.fencing_token, lock.fencing_token)
+            self.assertTrue(0 < broken.remaining_ms <= 1000, broken)
+            self.assertTrue(0 < info.closed_ms <= 1000, info)
+            self.assertEqual(info.closed_by, "broken")
+            # closed: no holder, closed_ms > 0, and nobody takes it meanwhile
+            seen_now = operator.inspect(name)
+            self.assertEqual(seen_now.holders, [])
+            self.assertGreater(seen_now.closed_ms, 0)
+            self.assertEqual(seen_now.closed_by, "broken")
+            with self.assertRaises(dlock.NotAcquired):
+                operator.acquire(name, blocking=False)
+            # the holder hears it at its next renewal
+            self.assertTrue(lost.wait(5), "on_lost never ran")
+            self.assertTrue(seen[0].startswith("broken"), seen)
+            self.assertIn("disk full on db-3", seen[0])
+            self.assertFalse(lock.valid)
+            self.assertEqual(lock.lost_cause, seen[0])
+            with self.assertRaises(dlock.NotHeld) as cm:
+                lock.release()
+            self.assertEqual(cm.exception.cause, "broken")
+            self.assertTrue(wait_for(lambda: any(e.type == "lost" for e in events)), events)
+            event = next(e for e in events if e.type == "lost")
+            self.assertEqual(event.cause, "broken")
+            self.assertEqual(event.fencing_token, token)
+            self.assertIn('dlock_losses_total{cause="broken"} 1\n', self.client.metrics_text())
+            # once the broken lease would have ended, the name opens with a greater token
+            after = operator.acquire(name, timeout=5)
+            self.assertGreater(after.fencing_token, token)
+            self.assertEqual(operator.inspect(name).closed_ms, 0)
+            self.assertEqual(operator.inspect(name).closed_by, "")
+            after.release()
+
+    def test_now_frees_the_name_at_once(self):
+        name = unique("break")
+        lock, lost, seen = self.hold(name)
+        with dlock.Client(URL) as operator:
+            info = operator.break_lock(name, "failover", now=True)
+            self.assertEqual([(h.owner, h.fencing_token) for h in info.holders],
+                             [("holder-7", lock.fencing_token)])
+            self.assertEqual((info.closed_ms, info.closed_by), (0, ""))
+            taken = operator.acquire(name, blocking=False)
+            self.assertGreater(taken.fencing_token, lock.fencing_token)
+            self.assertTrue(lost.wait(5), "on_lost never ran")
+            self.assertTrue(seen[0].startswith("broken"), seen)
+            self.assertIn("failover", seen[0])
+            self.assertFalse(lock.valid)
+            # the broken holder's release changes nothing of the new holder's
+            with self.assertRaises(dlock.NotHeld):
+                lock.release()
+            self.assertEqual(operator.inspect(name).holders[0].fencing_token, taken.fencing_token)
+            taken.release()
+
+    def test_a_free_name_and_bad_input(self):
+        c = self.client
+        info = c.break_lock(unique("break"))
+        self.assertEqual(info, dlock.LockInfo("exclusive", []))
+        self.assertEqual(c.break_lock(unique("break"), "", now=True).holders, [])
+        name = unique("break")
+        too_long = "r" * (dlock.MAX_REASON_BYTES + 1)
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            c.break_lock(name, too_long)
+        self.assertEqual(str(cm.exception), library_says(
+            lambda: dlock._c.dlock_break_with(c._h, name.encode(), too_long.encode(), 0, None)))
+        c.break_lock(name, "r" * dlock.MAX_REASON_BYTES)  # at most is fine
+        for bad in ("", "x" * (dlock.MAX_NAME_BYTES + 1)):
+            with self.assertRaises(dlock.InvalidArgument):
+                c.break_lock(bad, "why")
+        with self.assertRaises(dlock.InvalidArgument):
+            c.break_lock(name, "a\0b")
+        for kw in ({"reason": 5}, {"reason": b"bytes"}, {"now": 1}, {"now": "yes"}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                c.break_lock(name, **kw)
+        with self.assertRaises(TypeError):
+            c.break_lock(5)
+        c.close()
+        with self.assertRaises(dlock.InvalidArgument):
+            c.break_lock(name)
+
+    def test_asyncio(self):
+        name = unique("break")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            lost = loop.create_future()
+            lock = await self.client.aacquire(
+                name, on_lost=lambda lk: lost.done() or lost.set_result(lk.lost_cause), **self.OPTIONS)
+            with dlock.Client(URL) as operator:
+                info = await operator.abreak_lock(name, reason="async operator", now=True)
+                self.assertEqual(info.holders[0].fencing_token, lock.fencing_token)
+                self.assertEqual(info.holders[0].owner, "holder-7")
+                cause = await asyncio.wait_for(lost, 5)
+                self.assertTrue(cause.startswith("broken"), cause)
+                self.assertIn("async operator", cause)
+                with self.assertRaises(dlock.NotHeld) as cm:
+                    await lock.arelease()
+                self.assertEqual(cm.exception.cause, "broken")
+                closed = await operator.abreak_lock(name)  # nobody holds it now
+                self.assertEqual(closed.holders, [])
+                self.assertEqual((await operator.ainspect(name)).closed_ms, 0)
+
+        asyncio.run(main())
+
+
 class SlowCallbacks(Base):
     def test_a_slow_on_lost_holds_up_no_heartbeat(self):
         # on_lost runs on the binding's dlock-events thread, fed by the library's completion
@@ -1915,7 +2052,7 @@ class Kinds(Base):
     def test_capabilities(self):
         caps = self.client.capabilities
         self.assertIsInstance(caps, frozenset)
-        self.assertLessEqual(caps, {"fencing_strict", "notifies", "shared", "permits", "fair"})
+        self.assertLessEqual(caps, {"fencing_strict", "notifies", "shared", "permits", "fair", "break"})
         # what dlock.h promises for Redis
         self.assertTrue({"fencing_strict", "notifies"} <= caps, caps)
 

@@ -154,7 +154,7 @@ class Metrics(Base):
             self.assertIn(name, m)
         # one series per loss cause, each there from the start
         self.assertEqual(sorted(s.labels["cause"] for s in m["dlock_losses_total"].samples),
-                         ["deleted", "expired", "max_hold", "refused", "taken_over"])
+                         ["broken", "deleted", "expired", "max_hold", "refused", "taken_over"])
         types = {f.name: f.type for f in m}
         self.assertEqual(types["dlock_acquires_total"], "counter")
         self.assertEqual(types["dlock_locks_held"], "gauge")

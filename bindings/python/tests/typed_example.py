@@ -36,7 +36,9 @@ def describe(info: LockInfo) -> str:
     kind: Union[str, int] = info.kind
     holders: List[Holder] = info.holders
     permits: int = info.permits
-    parts = [f"kind={kind} permits={permits}"]
+    closed_ms: int = info.closed_ms
+    closed_by: str = info.closed_by
+    parts = [f"kind={kind} permits={permits} closed_ms={closed_ms} closed_by={closed_by!r}"]
     for h in holders:
         owner: Optional[str] = h.owner
         left: Optional[int] = h.remaining_ms
@@ -132,6 +134,14 @@ def sync_part(client: Client, prefix: str) -> None:
     print("leader:", leader.value, "term", leader.fencing_token)
     leadership.release()
     assert client.leader(prefix + "leader") is None
+
+    # an operator's takeover
+    if "break" in caps:
+        victim = client.acquire(prefix + "broken", lease=5, owner="typed-example")
+        broke: LockInfo = client.break_lock(prefix + "broken", reason="typed example", now=True)
+        assert broke.holders[0].fencing_token == victim.fencing_token and broke.closed_ms == 0
+        print("broke:", describe(broke), dlock.MAX_REASON_BYTES)
+        client.break_lock(prefix + "broken")
 
     # observing who leads: a callback on the dlock-events thread, until cancel()
     reports: "queue.Queue[Optional[Holder]]" = queue.Queue()
@@ -235,6 +245,9 @@ async def async_part(client: Client, prefix: str) -> None:
         print("lost while the block ran")
     info: LockInfo = await client.ainspect(prefix + "async")
     print(describe(info))
+    if "break" in client.capabilities:
+        broke: LockInfo = await client.abreak_lock(prefix + "async", "typed example", now=True)
+        print(describe(broke))
     leadership: Lock = await client.acampaign(prefix + "async-leader", value=b"a", lease_ms=5000)
     await leadership.aset_value("b")
     leader: Optional[Holder] = await client.aleader(prefix + "async-leader")

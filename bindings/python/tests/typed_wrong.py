@@ -15,6 +15,7 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     client.lock("jobs", kind="both")  # error: arg-type
     client.lock("jobs", max_hold="60")  # error: arg-type
     client.inspect(42)  # error: arg-type
+    client.break_lock("jobs", reason=5)  # error: arg-type
     client.acquire("jobs", lease="10")  # error: arg-type
     client.acquire("jobs", wait=5)  # error: call-arg
     client.alock("jobs", kind="both")  # error: arg-type

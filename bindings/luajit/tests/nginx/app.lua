@@ -280,6 +280,35 @@ local function until_true(pred)
   return true
 end
 
+-- client:break_lock in a worker (with the mode's client; the holder is the yielding one, with
+-- heartbeats): a blocking call with either client (the library has no queued break); the holder
+-- hears it at its next renewal, through the worker's timer, with the cause "broken" and the
+-- reason; without now the name stays closed (inspect: no holder, closed_ms > 0), with now=1 it
+-- is free at once and taken with a greater token.
+function M.break_lock()
+  local a, c = args()
+  local cause
+  local lock, err, code = clients.yield:acquire(a.name, { lease_ms = 1000, heartbeat_ms = 250,
+    owner = "holder-7", on_lost = function(l) cause = l:lost_cause() end })
+  if not lock then return failed(code, err) end
+  local token = lock:fencing_token()
+  local info, berr, bcode = c:break_lock(a.name, "maintenance window", a.now == "1")
+  if not info then return failed(bcode, berr) end
+  local h = info.holders[1]
+  local seen = assert(c:inspect(a.name))
+  local heard = until_true(function() return cause ~= nil end)
+  local taken = c:acquire(a.name, { wait_ms = 0 })
+  ngx.say("holders=", #info.holders, " owner=", tostring(h and h.owner),
+    " same_token=", tostring(h ~= nil and h.fencing_token == token),
+    " closed=", tostring(info.closed_ms > 0), ",", info.closed_by,
+    " inspect=", #seen.holders, ",", tostring(seen.closed_ms > 0), ",", seen.closed_by,
+    " heard=", tostring(heard), " cause=", tostring(cause ~= nil and cause:find("^broken") ~= nil
+      and cause:find("maintenance window", 1, true) ~= nil),
+    " taken=", tostring(taken ~= nil and taken:fencing_token() > token))
+  if taken then taken:release() end
+  lock:release()
+end
+
 local function shown(leader)
   if leader == nil then return "timeout" end
   if leader == false then return "nobody" end

@@ -229,6 +229,22 @@ for mode in yield block; do
 done
 
 for mode in yield block; do
+  name="break-$mode-$$-$RANDOM"
+  out=$(get "/break?name=$name&mode=$mode")
+  if [[ $out == "holders=1 owner=holder-7 same_token=true closed=true,broken inspect=0,true,broken heard=true cause=true taken=false" ]]; then
+    ok "client:break_lock in a worker ($mode client): the holder and its token broken, lost with cause broken and the reason; the name stays closed"
+  else
+    fail "break_lock in nginx ($mode client): '$out'"
+  fi
+  out=$(get "/break?name=$name-now&mode=$mode&now=1")
+  if [[ $out == "holders=1 owner=holder-7 same_token=true closed=false, inspect=0,false, heard=true cause=true taken=true" ]]; then
+    ok "client:break_lock(name, reason, true) in a worker ($mode client): free at once, taken with a greater token"
+  else
+    fail "break_lock now in nginx ($mode client): '$out'"
+  fi
+done
+
+for mode in yield block; do
   name="observe-$mode-$$-$RANDOM"
   out=$(get "/observe?name=$name&mode=$mode")
   if [[ $out == "first=nobody campaign=value:v1 proclaim=value:v2 resign=nobody extra=0 after_cancel=0 phase=timer" ]]; then

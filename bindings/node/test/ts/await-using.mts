@@ -7,7 +7,7 @@ import promClient from 'prom-client';
 import { trace, type MeterProvider, type TracerProvider } from '@opentelemetry/api';
 import dlock, {
   Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, Observer, codes, library, version,
-  MAX_VALUE_BYTES, registerMetrics, type AcquireOptions, type CampaignOptions, type HoldValue, type Leader, type Releaser,
+  MAX_VALUE_BYTES, MAX_REASON_BYTES, registerMetrics, type AcquireOptions, type BreakOptions, type LockInfo, type CampaignOptions, type HoldValue, type Leader, type Releaser,
   type DlockEvent, type LossCause, type MetricSample, DlockInstrumentation, type DlockInstrumentationConfig,
 } from 'libdlock';
 
@@ -60,6 +60,23 @@ let outer: Client;
   assert.equal(cause, 'deleted');  // nobody held it when the refused renewal looked again
   const causes: LossCause[] = ['deleted', 'taken_over', 'refused', 'expired', 'max_hold', 'broken'];
   assert.ok(causes.includes(cause!));
+
+  // an operator's takeover
+  {
+    const victim: Lock = await client.acquire(`${name}-broken`, { leaseMs: 5000, owner: 'ts' });
+    const breakOptions: BreakOptions = { reason: 'typescript', now: true };
+    const broke: LockInfo = await client.breakLock(`${name}-broken`, breakOptions);
+    assert.equal(broke.holders[0]?.fencingToken, victim.fencingToken);
+    const closedMs: number = broke.closedMs;
+    const closedBy: string = broke.closedBy;
+    assert.equal(closedMs, 0);
+    assert.equal(closedBy, '');
+    assert.equal(MAX_REASON_BYTES, 1024);
+    assert.equal((await client.capabilities()).break, true);
+    const released = await victim.release().catch((e: unknown) => e);  // hears of the break
+    assert.ok(released instanceof LockLostError, String(released));
+    assert.equal(released.cause, 'broken');
+  }
 
   // metrics: text, samples, prom-client; events on the addon path
   const events: DlockEvent[] = [];
