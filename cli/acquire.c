@@ -133,6 +133,8 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   if (s == DLOCK_OK) s = dlock_options_set_heartbeat_ms(opts, heartbeat_for(o));
   if (s == DLOCK_OK) s = dlock_options_set_wait_ms(opts, o->wait_ms);
   if (s == DLOCK_OK && o->max_hold_ms > 0) s = dlock_options_set_max_hold_ms(opts, (uint64_t)o->max_hold_ms);
+  if (s == DLOCK_OK && o->min_hold_ms > 0) s = dlock_options_set_min_hold_ms(opts, (uint64_t)o->min_hold_ms);
+  if (s == DLOCK_OK && o->lock_delay_ms > 0) s = dlock_options_set_lock_delay_ms(opts, (uint64_t)o->lock_delay_ms);
   if (s == DLOCK_OK && o->shared) s = dlock_options_set_kind(opts, DLOCK_SHARED);
   if (s == DLOCK_OK && o->permits) s = dlock_options_set_permits(opts, o->permits);
   if (s == DLOCK_OK) s = dlock_options_set_owner(opts, o->owner);

@@ -30,6 +30,8 @@ static const option_spec kOptions[] = {
     {"kill-grace", 0, CLI_OPT_ON_LOST, true},
     {"stopped-grace", 0, CLI_OPT_EXEC, true},
     {"max-hold", 0, CLI_OPT_EXEC, true},
+    {"min-hold", 0, CLI_OPT_RULES, true},
+    {"lock-delay", 0, CLI_OPT_RULES, true},
     {"status-file", 0, CLI_OPT_EXEC, true},
     {"metrics-textfile", 0, CLI_OPT_EXEC, true},
     {"reason", 0, CLI_OPT_BREAK, true},
@@ -171,6 +173,14 @@ static int apply(const char *command, const option_spec *s, const char *value, c
     if ((why = parse_duration(value, false, &o->max_hold_ms)) != 0) return bad_duration(command, n, value, why);
     if (o->max_hold_ms == 0) {
       say_error(command, "--max-hold must be longer than 0 (leave it out for no maximum)");
+      return -1;
+    }
+  } else if (strcmp(n, "min-hold") == 0) {
+    if ((why = parse_duration(value, false, &o->min_hold_ms)) != 0) return bad_duration(command, n, value, why);
+  } else if (strcmp(n, "lock-delay") == 0) {
+    if ((why = parse_duration(value, false, &o->lock_delay_ms)) != 0) return bad_duration(command, n, value, why);
+    if (o->lock_delay_ms > DLOCK_MAX_LOCK_DELAY_MS) {
+      say_error(command, "--lock-delay %s is above its cap of 60s", value);
       return -1;
     }
   } else if (strcmp(n, "status-file") == 0) {
@@ -366,6 +376,11 @@ int finish_options(const char *command, cli_options *o) {
     }
   } else {
     o->kill_grace_ms = o->lease_ms / 4;
+  }
+  if (o->min_hold_ms > 0 && o->max_hold_ms > 0 && o->min_hold_ms > o->max_hold_ms) {
+    say_error(command, "--min-hold (%" PRId64 " ms) is longer than --max-hold (%" PRId64 " ms)",
+              o->min_hold_ms, o->max_hold_ms);
+    return -1;
   }
   if (o->max_hold_ms > 0 && o->lease_ms == 0) {
     say_error(command, "--max-hold needs a lease: with --lease 0 the lock never expires, so nothing would end it");

@@ -57,6 +57,8 @@ typedef struct cli_options {
   on_lost_action on_lost;
   int64_t max_hold_ms;      /* exec --max-hold: CMD is stopped once the lock was held this long,
                                and its renewals stop (dlock_options_set_max_hold_ms); 0 = none */
+  int64_t min_hold_ms;      /* --min-hold: the name stays taken at least this long; 0 = none */
+  int64_t lock_delay_ms;    /* --lock-delay: closed this long after an unclean end; 0 = none */
   int64_t stopped_grace_ms; /* exec --stopped-grace: how long a stopped CMD may keep the lock
                                without a terminal (default 10 s) */
   const char *status_file;  /* exec --status-file PATH: dlock's own outcome, one line */
@@ -80,7 +82,8 @@ enum {
   CLI_OPT_JSON = 1 << 6,
   CLI_OPT_VERBOSITY = 1 << 7, /* --quiet, --verbose */
   CLI_OPT_EXEC = 1 << 8,      /* exec's own: --stopped-grace, --status-file */
-  CLI_OPT_BREAK = 1 << 9      /* break's own: --reason, --yes, --now */
+  CLI_OPT_BREAK = 1 << 9,     /* break's own: --reason, --yes, --now */
+  CLI_OPT_RULES = 1 << 10     /* job rules: --min-hold, --lock-delay */
 };
 
 /* args.c */

@@ -26,7 +26,7 @@ int cmd_hold(cli_options *o, int argc, char **argv) {
   char **words = NULL;
   int nwords = 0;
   int code = parse_command("hold", CLI_OPT_URL | CLI_OPT_LEASE | CLI_OPT_WAIT | CLI_OPT_KIND |
-                                       CLI_OPT_OWNER | CLI_OPT_JSON | CLI_OPT_VERBOSITY,
+                                       CLI_OPT_OWNER | CLI_OPT_RULES | CLI_OPT_JSON | CLI_OPT_VERBOSITY,
                            argc, argv, o, &words, &nwords);
   const char *name = words && nwords > 0 ? words[0] : NULL;
   if (code == 0 && nwords != 1) {

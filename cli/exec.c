@@ -601,9 +601,11 @@ static int run_and_record(cli_options *o, const char *command, unsigned groups, 
   return write_metrics_textfile(o, code) == 0 || code != 0 ? code : EXIT_OSERR;
 }
 
-int cmd_exec(cli_options *o, int argc, char **argv) { return run_and_record(o, "exec", ~0u, argc, argv); }
+int cmd_exec(cli_options *o, int argc, char **argv) {
+  return run_and_record(o, "exec", ~(unsigned)CLI_OPT_BREAK, argc, argv);
+}
 
 int cmd_elect(cli_options *o, int argc, char **argv) {
   o->wait_ms = -1;  /* a campaign waits until it leads */
-  return run_and_record(o, "elect", ~(unsigned)(CLI_OPT_KIND | CLI_OPT_WAIT), argc, argv);
+  return run_and_record(o, "elect", ~(unsigned)(CLI_OPT_KIND | CLI_OPT_WAIT | CLI_OPT_BREAK | CLI_OPT_RULES), argc, argv);
 }

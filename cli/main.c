@@ -35,12 +35,17 @@ static const char kUsage[] =
   "  --owner LABEL   a label `dlock inspect` shows (default HOST:PID)\n"                   \
   "  --value V       a value stored with the hold, which `dlock inspect` shows (at most 4096\n" \
   "                  bytes; a leader's address, a job's progress)\n"
+#define RULE_OPTIONS                                                                         \
+  "  --min-hold D    the name stays taken at least D after the acquire, however the hold\n"   \
+  "                  ends: a job run every minute on ten machines runs once a minute\n"       \
+  "  --lock-delay D  after an unclean end (the lease ran out), nobody takes the name for D\n"  \
+  "                  more; a release has no delay (at most 60s)\n"
 static const char kLockOptions[] =
     LEASE_OPTION
     "  --wait D        how long to wait for the lock (default -1 = no limit; 0 = one try)\n"
     "  --shared        a shared (read) hold: any number at once, no exclusive one meanwhile\n"
     "  --permits N     one of N permits of a counting semaphore\n"
-    LABEL_OPTIONS;
+    LABEL_OPTIONS RULE_OPTIONS;
 static const char kLeaderOptions[] = LEASE_OPTION LABEL_OPTIONS;
 static const char kExecOptions[] =
 "  --on-lost A     if the lock is lost while CMD runs: term (SIGTERM, then SIGKILL\n"

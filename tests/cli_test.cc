@@ -318,6 +318,52 @@ TEST_F(CliTest, BreakAsksFirstThenStopsTheBrokenExecWithTheReason) {
   EXPECT_NE(long_reason.output.find("--reason is 1025 bytes"), std::string::npos) << long_reason.output;
 }
 
+// --min-hold: four shells trying a job every 50 ms for 10 s, each run quick, run it about once
+// per 2 s between them: at most 6 runs (0, 2, 4, 6, 8 and 10 s), at least 4 on a busy machine.
+TEST_F(CliTest, MinHoldRunsAJobOncePerPeriodAcrossShells) {
+  const std::string runs = Path("runs");
+  const std::string loop = "end=$(( $(date +%s%3N) + 10000 )); while [ $(date +%s%3N) -lt $end ]; do '" + kDlock +
+                           "' exec --wait 0 --min-hold 2s --lease 5s periodic -- sh -c 'echo run >> " + runs +
+                           "' 2>/dev/null; sleep 0.05; done";
+  std::vector<std::unique_ptr<ChildProcess>> shells;
+  for (int i = 0; i < 4; ++i) {
+    shells.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", loop},
+                                                    ChildOptions::Env(Env())));
+  }
+  for (auto& shell : shells) EXPECT_EQ(shell->Wait(60s), 0) << shell->output();
+  std::istringstream lines(ReadFile(runs));
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) count += line == "run";
+  EXPECT_LE(count, 6) << "ran more often than once per --min-hold";
+  EXPECT_GE(count, 4) << "ran less often than once per --min-hold (and a busy machine's slack)";
+}
+
+// --lock-delay: a holder SIGKILLed keeps the name closed for its lease + the delay (counted from
+// its last renewal, at most a heartbeat, a third of the lease, before the kill); a clean end
+// hands the name over at once.
+TEST_F(CliTest, LockDelayKeepsAKilledHoldersNameClosed) {
+  EXPECT_EQ(Run({"exec", "--lease", "1s", "--lock-delay", "1s", "delayed", "--", "true"}).code, 0);
+  EXPECT_EQ(Run({"exec", "--wait", "0", "delayed", "--", "true"}).code, 0) << "a release has no delay";
+
+  ChildProcess holder(Args({"hold", "--lease", "1s", "--lock-delay", "1s", "delayed"}), ChildOptions::Env(Env()));
+  ASSERT_NE(holder.AwaitLine("", 20s), "") << holder.output();
+  holder.Kill();
+  const auto killed_at = Clock::now();
+  int64_t took = -1;
+  while (MsSince(killed_at) < 20000) {
+    if (Run({"exec", "--wait", "0", "delayed", "--", "true"}).code == 0) {
+      took = MsSince(killed_at);
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_GE(took, 1000 + 1000 - 1000 / 3 - 100) << "taken before the lease + --lock-delay";
+  EXPECT_LT(took, 1000 + 1000 + 5000) << "still closed long after the lease + --lock-delay";
+  Outcome capped = Run({"exec", "--lock-delay", "61s", "delayed", "--", "true"});
+  EXPECT_EQ(capped.code, 64) << capped.output;
+  EXPECT_NE(capped.output.find("--lock-delay 61s is above its cap of 60s"), std::string::npos) << capped.output;
+}
+
 TEST_F(CliTest, SigtermToDlockReachesCmdAndTheLockIsReleased) {
   const std::string got_term = Path("term");
   pid_t cmd;
