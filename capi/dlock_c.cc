@@ -944,6 +944,11 @@ dlock_status dlock_break_with(dlock_client* c, const char* name, const char* rea
   });
 }
 
+dlock_status dlock_break_with_errbuf(dlock_client* c, const char* name, const char* reason,
+                                     uint32_t flags, dlock_info** broken, char* buf, size_t len) {
+  return CopyError(dlock_break_with(c, name, reason, flags, broken), buf, len);
+}
+
 dlock_status dlock_break(dlock_client* c, const char* name, const char* reason) {
   return dlock_break_with(c, name, reason, 0, nullptr);
 }

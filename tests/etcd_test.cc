@@ -341,13 +341,11 @@ TEST_F(EtcdTest, ABreakNowFreesEveryKindOfHoldAtOnce) {
   }
 }
 
-// A hold without a lease adds no closed time; a break of a free name is Ok; and a break
-// clears the marker an earlier break left.
-TEST_F(EtcdTest, ABreakClosesOnlyForLeasesAndClearsAnEarlierMarker) {
+// A hold without a lease adds no closed time, and a break of a free name is Ok.
+TEST_F(EtcdTest, ABreakClosesOnlyForLeases) {
   Client c(etcd_->url()), breaker(etcd_->url());
-  Options forever, leased, once;
+  Options forever, once;
   forever.lease(0);
-  leased.lease(5000);
   once.wait(0);
   dlock_lock* l = nullptr;
   ASSERT_EQ(dlock_acquire(c.get(), "broken-forever", forever.get(), &l), DLOCK_OK) << dlock_last_error();
@@ -366,15 +364,61 @@ TEST_F(EtcdTest, ABreakClosesOnlyForLeasesAndClearsAnEarlierMarker) {
   EXPECT_EQ(dlock_info_holders(broken), 0u);
   EXPECT_EQ(dlock_info_closed_ms(broken), 0);
   dlock_info_free(broken);
+}
 
-  ASSERT_EQ(dlock_acquire(c.get(), "broken-twice", leased.get(), &l), DLOCK_OK) << dlock_last_error();
-  ASSERT_EQ(dlock_break(breaker.get(), "broken-twice", "first"), DLOCK_OK) << dlock_last_error();
-  EXPECT_EQ(dlock_acquire(breaker.get(), "broken-twice", once.get(), &next), DLOCK_NOT_ACQUIRED);
-  ASSERT_EQ(dlock_break_with(breaker.get(), "broken-twice", "second", 0, &broken), DLOCK_OK) << dlock_last_error();
-  EXPECT_EQ(dlock_info_holders(broken), 0u);
-  EXPECT_EQ(dlock_info_closed_ms(broken), 0) << "nothing held: no new marker";
+// A second break (without now) of a name the first one keeps closed breaks nothing and keeps
+// the name closed for the rest of the first one's time: the holder the first one broke may
+// still be working. The earlier marker stands as it is (no new lease). A break with now then
+// frees the name at once.
+TEST_F(EtcdTest, ASecondBreakKeepsWhatIsLeftOfTheFirstsClosedTimeAndNowFreesTheName) {
+  const char* name = "broken-twice";
+  Client c(etcd_->url()), breaker(etcd_->url()), other(etcd_->url());
+  Options leased, once;
+  leased.lease(2000);
+  once.wait(0);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), name, leased.get(), &l), DLOCK_OK) << dlock_last_error();
+  dlock_info* broken = nullptr;
+  ASSERT_EQ(dlock_break_with(breaker.get(), name, "first", 0, &broken), DLOCK_OK) << dlock_last_error();
+  const auto first_at = Clock::now();
+  ASSERT_EQ(dlock_info_holders(broken), 1u);
+  const int64_t first = dlock_info_closed_ms(broken);
+  EXPECT_GE(first, 2000);
   dlock_info_free(broken);
-  ASSERT_EQ(dlock_acquire(breaker.get(), "broken-twice", once.get(), &next), DLOCK_OK) << dlock_last_error();
+  const std::string marker = std::string(name) + '\0' + "c";  // the closed marker's key, after "dlock:"
+  const std::string marker_lease = LeaseOf(marker);
+  ASSERT_NE(marker_lease, "0");
+
+  ASSERT_EQ(dlock_break_with(breaker.get(), name, "second", 0, &broken), DLOCK_OK) << dlock_last_error();
+  const auto second_at = Clock::now();
+  EXPECT_EQ(dlock_info_holders(broken), 0u);
+  const int64_t second = dlock_info_closed_ms(broken);
+  EXPECT_GT(second, 0) << "the second break cleared the first one's marker";
+  EXPECT_GE(second, first - MsSince(first_at) - 1500) << "not what was left of the first break's time";
+  EXPECT_LE(second, first + 1000) << "more than what was left of the first break's time";
+  EXPECT_STREQ(dlock_info_closed_by(broken), "broken");
+  dlock_info_free(broken);
+  EXPECT_EQ(LeaseOf(marker), marker_lease) << "the earlier marker was not kept as it stands";
+  EXPECT_EQ(Records(etcd_, name), 1) << "a break of nothing records nothing";
+
+  dlock_info* info = nullptr;
+  ASSERT_EQ(dlock_inspect(other.get(), name, &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(dlock_info_closed_ms(info), 0);
+  EXPECT_STREQ(dlock_info_closed_by(info), "broken");
+  dlock_info_free(info);
+  dlock_lock* next = nullptr;
+  EXPECT_EQ(dlock_acquire(other.get(), name, once.get(), &next), DLOCK_NOT_ACQUIRED);
+  // Still closed shortly before the reported time is out.
+  if (second > 1000) std::this_thread::sleep_for(std::chrono::milliseconds(second - 1000) - (Clock::now() - second_at));
+  EXPECT_EQ(dlock_acquire(other.get(), name, once.get(), &next), DLOCK_NOT_ACQUIRED)
+      << "opened " << MsSince(second_at) << " ms after the second break, which said " << second;
+
+  ASSERT_EQ(dlock_break_with(breaker.get(), name, "now", DLOCK_BREAK_NOW, &broken), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(broken), 0u);
+  EXPECT_EQ(dlock_info_closed_ms(broken), 0);
+  EXPECT_STREQ(dlock_info_closed_by(broken), "");
+  dlock_info_free(broken);
+  ASSERT_EQ(dlock_acquire(other.get(), name, once.get(), &next), DLOCK_OK) << dlock_last_error();
   EXPECT_EQ(dlock_release(next), DLOCK_OK);
   EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
 }

@@ -440,6 +440,10 @@ DLOCK_API dlock_status dlock_extend_errbuf(dlock_lock *l, uint64_t lease_ms, cha
 struct dlock_info;
 DLOCK_API dlock_status dlock_inspect_errbuf(dlock_client *c, const char *name,
                                             struct dlock_info **out, char *buf, size_t len);
+/* dlock_break_with (see "breaking a lock" below), with its message copied likewise. */
+DLOCK_API dlock_status dlock_break_with_errbuf(dlock_client *c, const char *name,
+                                               const char *reason, uint32_t flags,
+                                               struct dlock_info **broken, char *buf, size_t len);
 
 /* ----- backends ---------------------------------------------------------------------------- */
 

@@ -1232,6 +1232,12 @@ struct LockProtocol::BreakOp {
   int writes = 0;
   bool sort_known = false;  // result.kind/permits were taken from the first read
   int64_t hold_closed_ms = 0;  // the longest remaining lease of the holds broken so far
+  // An earlier break's marker (unless now): the name stays closed until earlier_until, as this
+  // client judges that marker (a waiter's rule). Carried while this break's own share marker
+  // (own_marker) stands in its place.
+  bool has_earlier = false;
+  TimePoint earlier_until;
+  std::string own_marker;  // the record version of the marker this break last set
   BreakResult result;
   // The write in flight: what it breaks, and how to tell that it landed when its answer is lost.
   struct Write {
@@ -1305,18 +1311,38 @@ void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op,
     DescribeSort(item, &op->result);
     op->sort_known = true;
   }
-  if (item.owner.empty() && item.holds.empty() && !item.has_closed) {  // nothing left to break
-    op->Finish(Status::Ok());
-    return;
+  // What is left of each lease, judged as a waiter judges it (from when this client first saw
+  // its record version; the holder's wall clock with trust_local_time): -1 = no expiry.
+  const Judgement judged = Judge(op->key_text, item, seen_at);
+  // An earlier break's marker keeps what is left of its time, unless now: the holders that
+  // break broke may still be working. (A marker of another sort, or unreadable, goes.)
+  const bool own_marker = item.has_closed && !op->own_marker.empty() && item.closed.record_version == op->own_marker;
+  const bool earlier_marker = !op->now && item.has_closed && !item.closed_malformed &&
+                              item.closed.by == kClosedByBreak && !own_marker;
+  if (earlier_marker) {
+    op->has_earlier = judged.closed_in > 0;
+    op->earlier_until = Now() + Millis(std::min<int64_t>(judged.closed_in, static_cast<int64_t>(item.closed.lease_ms)));
+  } else if (!own_marker) {
+    op->has_earlier = false;  // gone, or replaced by another's write: only what stands counts
+  }
+  const int64_t earlier_ms = op->has_earlier ? std::max<int64_t>(0, CeilMs(op->earlier_until - Now())) : 0;
+  if (item.owner.empty() && item.holds.empty()) {
+    // Nothing left to break, and no marker, or an earlier break's that outlasts what this break
+    // broke: it stands as it is (its record version unchanged, waiters keep counting).
+    if (!item.has_closed || (earlier_marker && earlier_ms > 0 && op->hold_closed_ms <= earlier_ms)) {
+      if (item.has_closed) {
+        op->result.closed_ms = earlier_ms;
+        op->result.closed_by = kClosedByBreak;
+      }
+      op->Finish(Status::Ok());
+      return;
+    }
   }
   if (++op->writes > kMaxBreakWrites) {
     op->Finish(Status::BackendError("lock '" + op->name + "' kept changing while it was being broken (" +
                                     std::to_string(kMaxBreakWrites) + " writes refused): try again"));
     return;
   }
-  // What is left of each lease, judged as a waiter judges it (from when this client first saw
-  // its record version; the holder's wall clock with trust_local_time): -1 = no expiry.
-  const Judgement judged = Judge(op->key_text, item, seen_at);
   auto remaining = [](int64_t in, uint64_t lease_ms) -> int64_t {
     return in == kNever ? -1 : std::clamp<int64_t>(in, 0, static_cast<int64_t>(lease_ms));
   };
@@ -1363,8 +1389,10 @@ void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op,
     if (item.has_permits) u.Remove(u.Name(attr::kPermits));
   }
 
-  // The marker: the longest remaining lease broken (none with now); while a larger break goes
-  // on share by share, at least timeout_ms, so that nothing is acquired between its writes.
+  // The marker: the longest remaining lease broken, or what is left of an earlier break's
+  // marker if longer (none with now); while a larger break goes on share by share, at least
+  // timeout_ms, so that nothing is acquired between its writes. A new record version: every
+  // waiter counts its whole time from when it sees it.
   const std::string c = u.Name(attr::kClosed);
   if (!item.has_closed) {
     u.Condition("attribute_not_exists(" + c + ")");
@@ -1374,7 +1402,8 @@ void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op,
     u.Condition(u.Path({attr::kClosed, attr::kRecordVersion}) + " = " + u.Value(S(item.closed.record_version)));
   }
   const int64_t share_ms = static_cast<int64_t>(api_->config().params.timeout_ms);
-  const int64_t marker_ms = !w.last ? std::max(w.hold_closed_ms, share_ms) : op->now ? 0 : w.hold_closed_ms;
+  const int64_t closed_ms = std::max(w.hold_closed_ms, earlier_ms);
+  const int64_t marker_ms = !w.last ? std::max(closed_ms, share_ms) : op->now ? 0 : closed_ms;
   if (marker_ms > 0) {
     w.marker_version = NewRecordVersion();
     w.marker_ms = std::min<uint64_t>(static_cast<uint64_t>(marker_ms), kMaxLeaseMs);
@@ -1436,6 +1465,7 @@ void LockProtocol::BreakWritten(Transport* transport, std::shared_ptr<BreakOp> o
   w.holders.clear();
   op->hold_closed_ms = w.hold_closed_ms;
   if (!w.marker_version.empty()) {
+    op->own_marker = w.marker_version;
     // This client's own acquires count the marker's time from now: no later than any waiter.
     std::lock_guard<std::mutex> lock(observed_mu_);
     ObservationsOf(op->key_text).closed = Observation{w.marker_version, Now(), w.marker_ms, w.marker_wall_ms};

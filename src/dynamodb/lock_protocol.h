@@ -62,13 +62,22 @@
 //   expiring lease: its leaseMs is the longest of the broken holds' remaining leases as this
 //   client judges them (Judge: a lease counts from when this client first saw its record
 //   version, or by the holder's wall clock with trust_local_time; a hold with lease 0 adds
-//   nothing), and a waiter takes it as lapsed once it saw its recordVersion stand for that
-//   long on its own monotonic clock. Every acquire is conditional on no marker (or the one its
-//   waiter saw lapse, removed by the write). A refused break reads and tries again; more than
-//   kMaxRemovalsPerWrite holds are broken a share per write, each share's write keeping the
-//   name closed (a marker of at least timeout_ms) so that no hold is acquired meanwhile. Break
-//   records: at most kMaxBrokenRecords tokens and kMaxBrokenRecordBytes, the newest; a record
-//   older than kBrokenRecordMs by the wall clocks is dropped (it only words a loss report).
+//   nothing) and, unless now, of what is left of an earlier break's marker standing in the
+//   item, judged by the same rule (the holders that break broke may not have heard yet), and
+//   a waiter takes it as lapsed once it saw its recordVersion stand for that long on its own
+//   monotonic clock. A new marker always has a new recordVersion (every waiter counts its
+//   whole time afresh). A break that finds no hold and an earlier break's marker this client
+//   does not judge lapsed writes nothing: the marker stands as it is (waiters keep counting)
+//   and the break reports what is left of it. With now, any marker is removed and the name is
+//   free at once; without it, a marker judged lapsed, or one that is not a break's or not
+//   readable, is removed unless a broken hold needs a new one. Every acquire is conditional on
+//   no marker (or the one its waiter saw lapse, removed by the write). A refused break reads
+//   and tries again; more than kMaxRemovalsPerWrite holds are broken a share per write, each
+//   share's write keeping the name closed (a marker of at least timeout_ms, and of what is
+//   left of an earlier break's, carried to the last write) so that no hold is acquired
+//   meanwhile. Break records: at most kMaxBrokenRecords tokens and kMaxBrokenRecordBytes, the
+//   newest; a record older than kBrokenRecordMs by the wall clocks is dropped (it only words a
+//   loss report).
 // A refused condition means not acquired / not held. A failure after which the write may
 // have been applied (timeout, 5xx) is settled by reading the item before deciding.
 //

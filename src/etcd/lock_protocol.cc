@@ -966,6 +966,12 @@ struct LockProtocol::BreakPlan {
   std::vector<BrokenRecord> records;   // the records standing at the read
   BreakResult result;                  // kind, permits, the holds it breaks
   int64_t closed_need_ms = 0;          // how long the name must stay closed (0: not at all)
+  // An earlier break's marker (unless now): what is left of its lease's TTL (a lower bound,
+  // whole seconds; 0: none, or gone), asked at ttls_asked. When that covers closed_need_ms the
+  // marker is kept as it stands (keep_marker): no new lease.
+  int64_t earlier_ms = 0;
+  TimePoint ttls_asked;
+  bool keep_marker = false;
   int64_t marker_lease = 0;            // the new marker's lease; 0: no marker
   int64_t marker_granted_s = 0;
   TimePoint marker_sent;               // when its grant was sent
@@ -994,8 +1000,15 @@ void LockProtocol::BreakRound(Transport* t, std::shared_ptr<BreakOp> op) {
     const NameView view = Classify(NameKeys(KeyFor(op->name)), *kvs, std::string(), std::string());
     plan->holds = HoldsOf(view, &plan->result);
     plan->marker = view.closed;
-    LeaseTtls(t, LeasesOf(plan->holds), op->deadline,
-              [this, t, op, plan](Status s, std::map<int64_t, LeaseTime> ttls) {
+    // An earlier break's marker keeps what is left of its time, unless now: the holders it
+    // broke may not have heard yet. (One without a lease is not dlock's: it goes.)
+    const KeyValue* earlier = view.closed;
+    if (op->now || earlier == nullptr || earlier->lease == 0 || earlier->value != kClosedByBreak) earlier = nullptr;
+    std::vector<const KeyValue*> timed = plan->holds;
+    if (earlier != nullptr) timed.push_back(earlier);
+    plan->ttls_asked = Now();
+    LeaseTtls(t, LeasesOf(timed), op->deadline,
+              [this, t, op, plan, earlier](Status s, std::map<int64_t, LeaseTime> ttls) {
       if (!s.ok()) return op->done(s, BreakResult());  // nothing written
       for (const KeyValue* kv : plan->holds) {
         const LeaseTime& time = ttls[kv->lease];
@@ -1004,6 +1017,19 @@ void LockProtocol::BreakRound(Transport* t, std::shared_ptr<BreakOp> op) {
         // "Closed time" in lock_protocol.h. Both terms are clamped (ms below 10^13).
         const int64_t need = std::max(time.remaining_ms + 1000, (time.granted_s - 1) * 1000);
         plan->closed_need_ms = std::max(plan->closed_need_ms, need);
+      }
+      if (earlier != nullptr) plan->earlier_ms = std::max<int64_t>(0, ttls[earlier->lease].remaining_ms);
+      if (plan->earlier_ms > 0) {
+        // When what is left of it (its lease's TTL in whole seconds, rounded down: a lower
+        // bound; 1000 for "under a second", which covers no broken holder, each needing at
+        // least 2000) covers the broken holds, the marker stays as it stands. Else the new
+        // marker covers both, the earlier one's time counted up to its next whole second.
+        if (plan->closed_need_ms <= plan->earlier_ms) {
+          plan->keep_marker = true;
+          plan->closed_need_ms = 0;
+        } else {
+          plan->closed_need_ms = std::max(plan->closed_need_ms, plan->earlier_ms + 1000);
+        }
       }
       BreakLeases(t, op, plan);
     });
@@ -1049,9 +1075,14 @@ void LockProtocol::BreakTxn(Transport* t, std::shared_ptr<BreakOp> op, std::shar
                                     CompareModAtMost(keys.Closed(), read_at),
                                     CompareRangeModAtMost(records_begin, RecordsEnd(op->name), read_at)});
   Json success = Json::array({DeleteRequest(keys.exclusive()), DeleteRangeRequest(keys.HoldsBegin(), keys.HoldsEnd())});
-  // The new marker is put over the old one (a transaction may not both delete and put a key).
-  success.push_back(plan->marker_lease != 0 ? PutRequest(keys.Closed(), kClosedByBreak, plan->marker_lease)
-                                            : DeleteRequest(keys.Closed()));
+  // The new marker is put over the old one (a transaction may not both delete and put a key);
+  // an earlier break's marker that outlasts the broken holds is left as it stands (the compare
+  // above holds it as read).
+  if (plan->marker_lease != 0) {
+    success.push_back(PutRequest(keys.Closed(), kClosedByBreak, plan->marker_lease));
+  } else if (!plan->keep_marker) {
+    success.push_back(DeleteRequest(keys.Closed()));
+  }
   // The newest kMaxBrokenRecords of the standing records and the new ones are kept.
   std::vector<uint64_t> tokens;
   for (const BrokenRecord& record : plan->records) tokens.push_back(record.fencing_token);
@@ -1108,10 +1139,10 @@ void LockProtocol::BreakUnknown(Transport* t, std::shared_ptr<BreakOp> op, std::
         const std::string record = RecordsBegin(op->name) + TokenDigits(newest);
         applied = applied && std::any_of(kvs->begin(), kvs->end(), [&](const KeyValue& kv) { return kv.key == record; });
       }
-      // ... and our marker, or the old one is gone.
+      // ... and our marker, or the old one is gone (unless it was kept).
       if (plan->marker_lease != 0) {
         applied = applied && view.closed != nullptr && view.closed->lease == plan->marker_lease;
-      } else if (plan->marker != nullptr) {
+      } else if (plan->marker != nullptr && !plan->keep_marker) {
         applied = applied && (view.closed == nullptr || view.closed->mod_revision != plan->marker->mod_revision);
       }
     }
@@ -1122,6 +1153,13 @@ void LockProtocol::BreakUnknown(Transport* t, std::shared_ptr<BreakOp> op, std::
 }
 
 void LockProtocol::BreakDone(Transport* t, std::shared_ptr<BreakOp> op, std::shared_ptr<BreakPlan> plan) {
+  if (plan->keep_marker) {
+    // The earlier marker's lease, from when its TTL was asked (a lower bound, as below).
+    const int64_t left = plan->earlier_ms - std::chrono::duration_cast<Millis>(Now() - plan->ttls_asked).count();
+    plan->result.closed_ms = std::max<int64_t>(0, left);
+    if (plan->result.closed_ms > 0) plan->result.closed_by = kClosedByBreak;
+    return op->done(Status::Ok(), std::move(plan->result));
+  }
   if (plan->marker_lease == 0) return op->done(Status::Ok(), std::move(plan->result));
   // What the server holds: the marker's lease from its grant (a lower bound: etcd counted from
   // a moment after marker_sent).

@@ -81,26 +81,35 @@
 // A record's key starts with P + NUL, which no name's key does (a name is a non-empty C
 // string), so records lie outside every range read for holders and waiters and every watch.
 //   A break reads [K, K\x01) and the name's records in one read-only transaction (revision R),
-//   asks the TTL of every broken hold's lease, grants the marker's lease (unless now, or no
-//   hold had a lease), then one transaction, if K, the hold keys [K\0h, K\0i), the marker and
-//   the records were not created or changed after R: deletes K, every hold key and the old
-//   marker (or puts the new marker over it), puts a record per broken hold and deletes the
-//   records beyond the kMaxBrokenRecords newest. Lost races read again (a few rounds). The
-//   deletions wake waiters (DELETE events in the watch's range); the next token is the create
-//   revision of a later put, greater than the break's revision, so greater than every broken
-//   holder's. A broken holder's next renewal finds its key gone from its lease's keys (or, with
-//   no lease, not its own), its extend, release or value change fails its create-revision
-//   compare: NotHeld, and the core's Inspect finds its token among the records.
+//   asks the TTL of every broken hold's lease and (unless now) of an earlier break's marker,
+//   grants a new marker's lease when one is needed (see "Closed time"), then one transaction,
+//   if K, the hold keys [K\0h, K\0i), the marker and the records were not created or changed
+//   after R: deletes K and every hold key; deletes the old marker, puts the new one over it,
+//   or leaves it as it stands; puts a record per broken hold and deletes the records beyond
+//   the kMaxBrokenRecords newest. Lost races read again (a few rounds). The deletions wake
+//   waiters (DELETE events in the watch's range); the next token is the create revision of a
+//   later put, greater than the break's revision, so greater than every broken holder's. A
+//   broken holder's next renewal finds its key gone from its lease's keys (or, with no lease,
+//   not its own), its extend, release or value change fails its create-revision compare:
+//   NotHeld, and the core's Inspect finds its token among the records.
 //   Closed time: the longest any broken holder may still think it holds. A holder's local
 //   validity ends at most lease_ms after its last renewal was sent, and lease_ms is at most the
 //   lease's granted TTL less its spare second; a renewal sent before the break may still land
 //   after the TTL was read, so per lease the time is max(remaining TTL + 1 s (etcd rounds it
-//   down), granted TTL - 1 s). The marker's lease asks that, rounded up to whole seconds, plus
-//   a spare second for the time until the transaction commits (kept alive once after it when
-//   that took longer); etcd may grant more (its minimum TTL): the break reports what the
-//   server holds. While the marker stands, every acquire's transaction fails its compare (the
-//   marker's create_revision must be 0), and the refusal says closed_by and the marker lease's
-//   TTL as holder_ttl_ms; the marker's deletion when its lease ends wakes waiters.
+//   down), granted TTL - 1 s). An earlier break's marker (value "broken", on a lease) still
+//   standing keeps what is left of its time too, since the holders that break broke may not
+//   have heard yet: the closed time is the max of both. When the earlier marker's remaining
+//   TTL (whole seconds, rounded down: a lower bound) already covers the broken holds, it is
+//   left as it stands and the break reports what is left of it; else a new marker replaces it,
+//   its time at least the earlier one's TTL + 1 s. The new marker's lease asks the closed
+//   time, rounded up to whole seconds, plus a spare second for the time until the transaction
+//   commits (kept alive once after it when that took longer); etcd may grant more (its
+//   minimum TTL): the break reports what the server holds. With now, any marker goes and the
+//   name is free at once (closed_ms 0); without it, so does a marker that is no break's
+//   (another value, or no lease: not dlock's) when no broken hold needs one. While the marker
+//   stands, every acquire's transaction fails its compare (the marker's create_revision must
+//   be 0), and the refusal says closed_by and the marker lease's TTL as holder_ttl_ms; the
+//   marker's deletion when its lease ends wakes waiters.
 #ifndef DLOCK_ETCD_LOCK_PROTOCOL_H_
 #define DLOCK_ETCD_LOCK_PROTOCOL_H_
 

@@ -226,6 +226,10 @@ TEST_P(BreakingOnce, AFreeNameAndBadInput) {
   EXPECT_NE(std::string(dlock_last_error()).find("reason"), std::string::npos) << dlock_last_error();
   EXPECT_EQ(dlock_break_with(c.get(), name.c_str(), nullptr, 0x80, nullptr), DLOCK_EINVAL);
   EXPECT_NE(std::string(dlock_last_error()).find("flags"), std::string::npos) << dlock_last_error();
+  char buf[256] = "";
+  EXPECT_EQ(dlock_break_with_errbuf(c.get(), name.c_str(), long_reason.c_str(), 0, nullptr, buf, sizeof buf),
+            DLOCK_EINVAL);
+  EXPECT_NE(std::string(buf).find("reason"), std::string::npos) << buf;
   EXPECT_NE(dlock_client_capabilities(c.get()) & DLOCK_CAP_BREAK, 0u);
 }
 

@@ -17,6 +17,10 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+long long MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
 // What dlock_break_with reported.
 struct Broke {
   dlock_status status = DLOCK_EINTERNAL;
@@ -193,7 +197,7 @@ TEST_F(DynamoBreakTest, AHoldWithoutALeaseLeavesNoMarker) {
   EXPECT_EQ(dlock_release(forever), DLOCK_NOT_HELD);
 }
 
-TEST_F(DynamoBreakTest, ASecondBreakClearsTheMarkerAndABreakOfNothingIsOk) {
+TEST_F(DynamoBreakTest, ASecondBreakNowClearsTheMarkerAndABreakOfNothingIsOk) {
   Client holder(url()), breaker(url());
   Broke none = Break(breaker.get(), "nothing", "no one");
   ASSERT_EQ(none.status, DLOCK_OK) << none.error;
@@ -220,6 +224,61 @@ TEST_F(DynamoBreakTest, ASecondBreakClearsTheMarkerAndABreakOfNothingIsOk) {
   once.wait(0);
   dlock_lock* l;
   ASSERT_EQ(dlock_acquire(breaker.get(), "twice", once.get(), &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+  EXPECT_EQ(dlock_release(victim), DLOCK_NOT_HELD);
+}
+
+// A second break (without now) of a name the first one keeps closed breaks nothing, writes
+// nothing, and keeps the name closed for the rest of the first one's time: the holder the first
+// one broke may still be working. A break with now then frees the name at once.
+TEST_F(DynamoBreakTest, ASecondBreakKeepsWhatIsLeftOfTheFirstsClosedTimeAndNowFreesTheName) {
+  Client holder(url()), breaker(url()), other(url());
+  Options o;
+  o.lease(2500);
+  dlock_lock* victim;
+  ASSERT_EQ(dlock_acquire(holder.get(), "again", o.get(), &victim), DLOCK_OK) << dlock_last_error();
+  Broke first = Break(breaker.get(), "again", "first");
+  const auto first_at = Clock::now();
+  ASSERT_EQ(first.status, DLOCK_OK) << first.error;
+  ASSERT_EQ(first.tokens.size(), 1u);
+  EXPECT_GT(first.closed_ms, 2000);
+  const nlohmann::json marker = Item("again")["closed"];
+  ASSERT_FALSE(marker.is_null());
+
+  std::this_thread::sleep_for(300ms);
+  Broke second = Break(breaker.get(), "again", "second");
+  const auto second_at = Clock::now();
+  ASSERT_EQ(second.status, DLOCK_OK) << second.error;
+  EXPECT_TRUE(second.tokens.empty());
+  EXPECT_GT(second.closed_ms, 0) << "the second break cleared the first one's marker";
+  EXPECT_LE(second.closed_ms, first.closed_ms - 300) << "more than what was left of the first break's time";
+  EXPECT_GE(second.closed_ms, first.closed_ms - MsSince(first_at) - 200) << "not what was left of the first break's time";
+  EXPECT_EQ(second.closed_by, "broken");
+  nlohmann::json item = Item("again");
+  EXPECT_EQ(item["closed"], marker) << "the marker stands as it was: waiters keep counting";
+  std::string reason;
+  EXPECT_EQ(RecordedTokens("again", &reason), std::vector<uint64_t>{dlock_lock_fencing_token(victim)});
+  EXPECT_EQ(reason, "first") << "a break of no hold records nothing";
+
+  // Refused until then, even to the breaker that counts the marker from its own write.
+  Options once;
+  once.wait(0);
+  dlock_lock* l;
+  EXPECT_EQ(dlock_acquire(other.get(), "again", once.get(), &l), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_acquire(breaker.get(), "again", once.get(), &l), DLOCK_NOT_ACQUIRED);
+  if (second.closed_ms > 400) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(second.closed_ms - 400) - (Clock::now() - second_at));
+  }
+  EXPECT_EQ(dlock_acquire(breaker.get(), "again", once.get(), &l), DLOCK_NOT_ACQUIRED)
+      << "opened " << MsSince(second_at) << " ms after the second break, which said " << second.closed_ms;
+
+  Broke now = Break(breaker.get(), "again", "now", DLOCK_BREAK_NOW);
+  ASSERT_EQ(now.status, DLOCK_OK) << now.error;
+  EXPECT_TRUE(now.tokens.empty());
+  EXPECT_EQ(now.closed_ms, 0);
+  EXPECT_EQ(now.closed_by, "");
+  EXPECT_FALSE(Item("again").contains("closed"));
+  ASSERT_EQ(dlock_acquire(other.get(), "again", once.get(), &l), DLOCK_OK) << dlock_last_error();
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
   EXPECT_EQ(dlock_release(victim), DLOCK_NOT_HELD);
 }
