@@ -48,6 +48,9 @@ void ReadEveryShape(const redisReply* reply) {
   Require(NoControlBytes(dlock::redis::ParseOwnedReply(reply, "fuzz", "name").message()));
   dlock::LockInfo info;
   Require(NoControlBytes(dlock::redis::ParseInspectReply(reply, "fuzz", &info).message()));
+  Require(info.broken.size() <= dlock::kMaxBrokenRecords);
+  dlock::BreakResult broke;
+  Require(NoControlBytes(dlock::redis::ParseBreakReply(reply, "fuzz", &broke).message()));
   (void)dlock::redis::IsNoScript(reply);
   if (reply->type == REDIS_REPLY_STRING) {
     std::string_view waiter;

@@ -268,7 +268,62 @@ TEST(KeysTest, TheLayoutIsTheDocumentedOne) {
   EXPECT_EQ(k.writer, "dlock:{jobs/nightly}:writer");
   EXPECT_EQ(k.line, "dlock:{jobs/nightly}:line");
   EXPECT_EQ(k.line_data, "dlock:{jobs/nightly}:linedata");
+  EXPECT_EQ(k.broken, "dlock:{jobs/nightly}:broken");
   EXPECT_EQ(dlock::redis::LockKeys::Channel("app:", "x"), "app:{x}:released");
+}
+
+// The break script's answer, the inspect script's wrapper (a marker, break records) and the
+// acquire script's refusal by a marker, as the scripts write them, and garbage refused.
+TEST(ReplyTest, BreaksMarkersAndRecordsReadAsTheScriptsWriteThem) {
+  const std::string id(40, 'a');
+  dlock::redis::ReplyPtr broke(Read("*6\r\n$9\r\nexclusive\r\n:1500\r\n$5\r\nweb-7\r\n:1400\r\n"
+                                    "$16\r\n1700000000000000\r\n$40\r\n" + id + "\r\n"));
+  dlock::BreakResult result;
+  ASSERT_TRUE(dlock::redis::ParseBreakReply(broke.get(), "node", &result).ok());
+  ASSERT_EQ(result.holders.size(), 1u);
+  EXPECT_EQ(result.holders[0].owner, "web-7");
+  EXPECT_EQ(result.holders[0].remaining_ms, 1400);
+  EXPECT_EQ(result.holders[0].fencing_token, 1700000000000000u);
+  EXPECT_EQ(result.holders[0].hold_id, id);
+  EXPECT_EQ(result.closed_ms, 1500);
+  EXPECT_EQ(result.closed_by, "broken");
+
+  dlock::redis::ReplyPtr wrapped(Read("*5\r\n:-1\r\n*1\r\n:0\r\n:900\r\n$8\r\nmin_hold\r\n"
+                                      "*2\r\n$16\r\n1700000000000001\r\n$6\r\nreason\r\n"));
+  dlock::LockInfo info;
+  ASSERT_TRUE(dlock::redis::ParseInspectReply(wrapped.get(), "node", &info).ok());
+  EXPECT_TRUE(info.holders.empty());
+  EXPECT_EQ(info.closed_ms, 900);
+  EXPECT_EQ(info.closed_by, "min_hold");
+  ASSERT_EQ(info.broken.size(), 1u);
+  EXPECT_EQ(info.broken[0].fencing_token, 1700000000000001u);
+  EXPECT_EQ(info.broken[0].reason, "reason");
+
+  dlock::redis::ReplyPtr closed(Read("*3\r\n:4\r\n:1200\r\n$10\r\nlock_delay\r\n"));
+  dlock::AcquireAttempt attempt;
+  ASSERT_TRUE(dlock::redis::ParseAcquireReply(closed.get(), "node", "x", &attempt).ok());
+  EXPECT_FALSE(attempt.acquired);
+  EXPECT_EQ(attempt.holder_ttl_ms, 1200);
+  EXPECT_EQ(attempt.closed_by, "lock_delay");
+
+  // A closed-by word dlock never writes, a break answer of the wrong shape, a record's reason
+  // past the cap: refused, nothing kept.
+  for (const std::string& bad : {std::string("*3\r\n:4\r\n:1200\r\n$10\r\nLOCK\x01" "DELAY\r\n"),
+                                 std::string("*3\r\n:4\r\n:1200\r\n:7\r\n")}) {
+    dlock::redis::ReplyPtr r(Read(bad));
+    dlock::AcquireAttempt a;
+    EXPECT_FALSE(dlock::redis::ParseAcquireReply(r.get(), "node", "x", &a).ok()) << bad;
+    EXPECT_TRUE(a.closed_by.empty());
+  }
+  dlock::redis::ReplyPtr short_break(Read("*3\r\n$0\r\n\r\n:0\r\n$1\r\nx\r\n"));
+  EXPECT_FALSE(dlock::redis::ParseBreakReply(short_break.get(), "node", &result).ok());
+  EXPECT_TRUE(result.holders.empty());
+  const std::string long_reason(dlock::kMaxReasonBytes + 1, 'r');
+  dlock::redis::ReplyPtr too_long(Read("*5\r\n:-1\r\n*1\r\n:0\r\n:0\r\n$0\r\n\r\n*2\r\n$1\r\n7\r\n$" +
+                                       std::to_string(long_reason.size()) +
+                                       "\r\n" + long_reason + "\r\n"));
+  EXPECT_FALSE(dlock::redis::ParseInspectReply(too_long.get(), "node", &info).ok());
+  EXPECT_TRUE(info.broken.empty());
 }
 
 }  // namespace
