@@ -25,9 +25,12 @@
 -- Job rules live in the holds key as markers with no owner: members '~min_hold' and
 -- '~lock_delay' (owner values start with hex digits), scored by when they end in server ms.
 -- While one stands and no hold does, the name is closed: {4, ms left, 'min_hold' or
--- 'lock_delay'}. A won hold with a min hold marks acquire + min hold; one with a lock-delay
--- marks lease + delay (extend.lua moves it with each renewal; release.lua removes it: a clean
--- end). Any key naming the holds key then goes through the slow path below, which reads them.
+-- 'lock_delay'}. The exclusive hold marks them when won: acquire + min hold, and lease +
+-- delay (extend.lua moves it with each renewal; release.lua removes it: a clean end). A shared
+-- or semaphore hold keeps its rules in the hold data (owner .. ' r' -> 'MIN_END DELAY'), and
+-- marks them when it ends: its release the min hold left, its expiry (found below, or by its
+-- own late release) both; '~keep', scored by its last rule's end, keeps the keys until then
+-- and closes nothing. Any call naming the holds key goes through the slow path below.
 -- Returns {1, token} when acquired (token as a decimal string), {1, token, pttl} when it was
 -- already this owner's (a retry after a lost reply, or a hand-over: a fresh token, and pttl is
 -- what is left of its lease, -1 none); {0, pttl} when refused (ms until the first hold in the way may end, -1
@@ -55,12 +58,34 @@ local function holds_live_until_last(keys)
   end
 end
 
--- A won hold's job rules, as markers (the longest stands: GT).
+-- A won exclusive hold's job rules, as markers (the longest stands: GT).
 local function mark_rules(now_ms)
   if min_hold == 0 and delay == 0 then return end
   if min_hold > 0 then redis.call('ZADD', KEYS[3], 'GT', ms(now_ms + min_hold), '~min_hold') end
   if delay > 0 then redis.call('ZADD', KEYS[3], 'GT', ms(now_ms + tonumber(lease) + delay), '~lock_delay') end
   holds_live_until_last({KEYS[3]})
+end
+
+-- A won shared or semaphore hold's job rules, kept with it until it ends (see the top).
+local function keep_rules(now_ms)
+  if min_hold == 0 and delay == 0 then return end
+  local min_end = min_hold > 0 and now_ms + min_hold or 0
+  redis.call('HSET', KEYS[4], owner .. ' r', ms(min_end) .. ' ' .. delay)
+  local last = math.max(min_end, delay > 0 and now_ms + tonumber(lease) + delay or 0)
+  redis.call('ZADD', KEYS[3], 'GT', ms(last), '~keep')
+end
+
+-- The markers a shared or semaphore hold leaves when it ends uncleanly at `ended` (its lease
+-- ran out): its min hold's end and ended + its delay, those still to come.
+local function mark_unclean_end(member, ended, now_ms)
+  local rules = redis.call('HGET', KEYS[4], member .. ' r')
+  if not rules then return end
+  redis.call('HDEL', KEYS[4], member .. ' r')
+  local min_end, hold_delay = string.match(rules, '^(%d+) (%d+)$')
+  if not min_end then return end
+  if tonumber(min_end) > now_ms then redis.call('ZADD', KEYS[3], 'GT', min_end, '~min_hold') end
+  local delay_end = ended + tonumber(hold_delay)
+  if tonumber(hold_delay) > 0 and delay_end > now_ms then redis.call('ZADD', KEYS[3], 'GT', ms(delay_end), '~lock_delay') end
 end
 
 -- The exclusive holder's value: stored afresh (any other field is a stale one), expiring with
@@ -126,9 +151,6 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   end
   local ours = prev == owner  -- a retry after a lost reply, or a hand-over it did not hear of
   if prev and not ours then  -- another holder (or a key of another type: not ours either)
-    if type(prev) == 'string' and string.byte(prev, 1) == 126 then  -- '~': a marker
-      return {4, redis.call('PTTL', KEYS[1]), string.sub(prev, 2)}
-    end
     if queue ~= '0' then
       redis.call('SET', KEYS[5], owner, 'PX', queue)
       if id ~= '' then
@@ -141,6 +163,9 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
         -- The line ends with its last place, so that a crowd that crashed leaves nothing.
         for k = 6, 7 do redis.call('PEXPIRE', KEYS[k], queue, 'GT') redis.call('PEXPIRE', KEYS[k], queue, 'NX') end
       end
+    end
+    if type(prev) == 'string' and string.byte(prev, 1) == 126 then  -- '~': a marker (break.lua)
+      return {4, redis.call('PTTL', KEYS[1]), string.sub(prev, 2)}
     end
     return {0, redis.call('PTTL', KEYS[1])}
   end
@@ -182,6 +207,7 @@ if ttl ~= -2 then
     return {1, redis.call('GET', KEYS[2])}
   end
   if type(holder) == 'string' and string.byte(holder, 1) == 126 then  -- '~': a marker
+    announce()
     return {4, ttl, string.sub(holder, 2)}
   end
   if sort_of(sort) ~= 'lock' then return {2, 'lock', sort} end
@@ -195,32 +221,46 @@ local now_ms = now_ms_of(now)
 -- The shared or semaphore holds, those whose lease ran out removed first.
 local others = 0  -- live holds under the name besides this acquire
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms))
-  for _, g in ipairs(gone) do
-    redis.call('HDEL', KEYS[4], g)
-    if vkey then redis.call('HDEL', vkey, g) end
+  -- Holds whose lease ran out ended uncleanly: their rules' markers first (they may close the
+  -- name), then they go, with the markers that ended.
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms), 'WITHSCORES')
+  for i = 1, #gone, 2 do
+    local g = gone[i]
+    if string.byte(g, 1) ~= 126 then
+      mark_unclean_end(g, tonumber(gone[i + 1]), now_ms)
+      redis.call('HDEL', KEYS[4], g)
+      if vkey then redis.call('HDEL', vkey, g) end
+    end
   end
   if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms(now_ms)) end
-  -- The markers that stand (the rest ended above): the latest says how long the name is closed.
+  -- The markers that stand: the latest of the rules' says how long the name is closed.
   local markers, closed_until, closed_by = 0, 0, ''
-  for _, rule in ipairs({'min_hold', 'lock_delay'}) do
+  for _, rule in ipairs({'min_hold', 'lock_delay', 'keep'}) do
     local ends = redis.call('ZSCORE', KEYS[3], '~' .. rule)
     if ends then
       markers = markers + 1
-      if tonumber(ends) > closed_until then closed_until, closed_by = tonumber(ends), rule end
+      if rule ~= 'keep' and tonumber(ends) > closed_until then closed_until, closed_by = tonumber(ends), rule end
     end
   end
   local held = redis.call('ZCARD', KEYS[3]) - markers
   if held == 0 then
     redis.call('DEL', KEYS[4])  -- no hold stands: its sort and tokens went with it
-    if markers > 0 then return {4, closed_until - now_ms, closed_by} end
+    if closed_until > 0 then
+      announce()
+      return {4, closed_until - now_ms, closed_by}
+    end
     redis.call('DEL', KEYS[3])
   else
     local held_sort = redis.call('HGET', KEYS[4], '~sort') or 'shared'
     if sort_of(held_sort) ~= sort_of(sort) then return {2, sort_of(held_sort), sort_of(sort)} end
     local mine = redis.call('HGET', KEYS[4], owner)
     if mine then return {1, mine} end  -- a retry after a lost reply
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2]
+    -- The hint: when the first hold may end (markers, at most three, are not holds).
+    local first
+    local lowest = redis.call('ZRANGE', KEYS[3], 0, markers, 'WITHSCORES')
+    for i = 1, #lowest, 2 do
+      if string.byte(lowest[i], 1) ~= 126 then first = lowest[i + 1] break end
+    end
     local wait = first == 'inf' and -1 or tonumber(first) - now_ms
     if sort == 'exclusive' then
       announce()
@@ -253,7 +293,7 @@ end
 local expiry = lease == '0' and 'inf' or ms(now_ms + tonumber(lease))
 redis.call('ZADD', KEYS[3], expiry, owner)
 redis.call('HSET', KEYS[4], owner, token, '~sort', sort)
-mark_rules(now_ms)
+keep_rules(now_ms)
 if vkey then
   if others == 0 then redis.call('DEL', vkey) end  -- no live hold: every field is stale
   if value ~= '' then redis.call('HSET', vkey, owner, value) end

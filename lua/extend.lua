@@ -21,7 +21,9 @@ local function move_delay(holds, exclusive)
   elseif exclusive then
     redis.call('ZADD', holds, ends, '~lock_delay')  -- its own: a shorter lease moves it back
   elseif lease ~= '0' then
-    redis.call('ZADD', holds, 'GT', ends, '~lock_delay')  -- shared holds: the longest stands
+    -- A shared or semaphore hold marks its delay when it ends (acquire.lua); till then the
+    -- keys must last that long.
+    redis.call('ZADD', holds, 'GT', ends, '~keep')
   end
   local last = redis.call('ZRANGE', holds, -1, -1, 'WITHSCORES')[2]
   if last == nil then return end

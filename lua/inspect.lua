@@ -44,7 +44,7 @@ local out = {2, redis.call('HGET', KEYS[4], '~sort') or 'shared'}
 for i = 1, #holds, 2 do
   local left = holds[i + 1] == 'inf' and -1 or tonumber(holds[i + 1]) - now_ms
   if string.byte(holds[i], 1) == 126 then  -- '~': a job rule's marker (acquire.lua)
-    if left > closed_ms then closed_ms, closed_by = left, string.sub(holds[i], 2) end
+    if holds[i] ~= '~keep' and left > closed_ms then closed_ms, closed_by = left, string.sub(holds[i], 2) end
   else
     out[#out + 1] = label_of(holds[i])
     out[#out + 1] = left

@@ -159,27 +159,43 @@ else
   if type(expiry) ~= 'string' then
     return 0
   end
+  local now = now_ms()
+  -- Its job rules (acquire.lua: kept in the hold data until the hold ends).
+  local min_end, hold_delay
+  local rules = redis.call('HGET', KEYS[2], owner .. ' r')
+  if rules then min_end, hold_delay = string.match(rules, '^(%d+) (%d+)$') end
+  local late = expiry ~= 'inf' and tonumber(expiry) <= now
   redis.call('ZREM', KEYS[1], owner)
-  redis.call('HDEL', KEYS[2], owner)
+  redis.call('HDEL', KEYS[2], owner, owner .. ' r')
   if vkey then redis.call('HDEL', vkey, owner) end
-  -- Markers (acquire.lua) may stand beside the holds: the last hold's clean end removes the
-  -- lock-delay one, and the hold data goes with the last hold.
-  local markers = 0
-  for _, rule in ipairs({'~min_hold', '~lock_delay'}) do
-    if redis.call('ZSCORE', KEYS[1], rule) then markers = markers + 1 end
-  end
-  if markers > 0 and redis.call('ZCARD', KEYS[1]) == markers then
-    min_hold_stands(KEYS[1])
-    redis.call('DEL', KEYS[2])
-    if vkey then redis.call('DEL', vkey) end
-  end
-  if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1], KEYS[2], vkey or KEYS[2]) end
-  if expiry ~= 'inf' then
-    local now = redis.call('TIME')
-    if tonumber(expiry) <= tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) then
-      return 0  -- its lease had run out: it was not held any more (its entry is gone now)
+  if min_end and not given_back then
+    -- A release is a clean end: the min hold left stays. A late one (its lease had run out)
+    -- was an unclean end: its lock-delay too, from when the lease ran out.
+    if tonumber(min_end) > now then redis.call('ZADD', KEYS[1], 'GT', min_end, '~min_hold') end
+    local delay_end = tonumber(expiry == 'inf' and '0' or expiry) + tonumber(hold_delay)
+    if late and tonumber(hold_delay) > 0 and delay_end > now then
+      redis.call('ZADD', KEYS[1], 'GT', string.format('%.0f', delay_end), '~lock_delay')
     end
   end
+  -- What is left: the hold data and values go with the last hold; the keys end with the last
+  -- score (a hold's expiry, a marker's end) so that nothing is left behind.
+  local markers = 0
+  for _, m in ipairs({'~min_hold', '~lock_delay', '~keep'}) do
+    if redis.call('ZSCORE', KEYS[1], m) then markers = markers + 1 end
+  end
+  local count = redis.call('ZCARD', KEYS[1])
+  if count == markers then
+    redis.call('DEL', KEYS[2], vkey or KEYS[2])
+    redis.call('ZREM', KEYS[1], '~keep')
+    if count == 0 or redis.call('ZCARD', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
+  end
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+    for _, key in ipairs({KEYS[1], KEYS[2], vkey}) do
+      if last == 'inf' then redis.call('PERSIST', key) else redis.call('PEXPIREAT', key, string.format('%.0f', tonumber(last) + 1)) end
+    end
+  end
+  if late then return 0 end  -- its lease had run out: it was not held any more
 end
 publish('released')
 return 1

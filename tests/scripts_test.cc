@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
+
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -334,5 +337,66 @@ TEST(ScriptsTest, AnExclusiveReleaseNamesTheValueKeyOnlyWithAValue) {
 }
 
 }  // namespace next_token
+
+// Job rules of shared holds (acquire.lua's top): kept with each hold until it ends, marked by
+// how it ends. Asserted on the scripts, as the library calls them.
+namespace job_rules {
+using token_limit::Eval;
+
+const LockKeys k("dlock:", "r");
+std::vector<std::string> All() { return {k.holder, k.fence, k.holds, k.hold_data, k.writer, k.value}; }
+std::string Shared(const dlock_test::RedisServer& redis, const std::string& owner, const std::string& lease,
+                   const std::string& min_hold, const std::string& delay) {
+  return Eval(redis, ScriptId::kAcquire, All(), {owner, lease, "shared", "0", "", "", "1", min_hold, delay});
+}
+std::string Exclusive(const dlock_test::RedisServer& redis) {
+  return Eval(redis, ScriptId::kAcquire, All(), {"c0", "10000", "exclusive", "0", "", "", "1"});
+}
+std::string ReleaseShared(const dlock_test::RedisServer& redis, const std::string& owner, const std::string& rules) {
+  return Eval(redis, ScriptId::kRelease, {k.holds, k.hold_data, k.value},
+              {owner, k.channel, "0", "hold", "", "0", rules});
+}
+
+// An acquire given back (it did not happen) leaves none of its rules behind.
+TEST(JobRulesScriptsTest, ASharedHoldGivenBackLeavesNoMarker) {
+  dlock_test::RedisServer redis;
+  ASSERT_EQ(Shared(redis, "a1", "10000", "60000", "60000").rfind("1\n", 0), 0u);
+  EXPECT_EQ(ReleaseShared(redis, "a1", "2"), "1");
+  EXPECT_EQ(Exclusive(redis).rfind("1\n", 0), 0u) << "closed by an acquire that did not happen";
+}
+
+// A shared hold whose lease ran out ended uncleanly: another's clean release, and a waiting
+// writer's attempts meanwhile, leave its lock-delay standing.
+TEST(JobRulesScriptsTest, AnUncleanSharedEndKeepsItsDelayThroughAnothersCleanRelease) {
+  dlock_test::RedisServer redis;
+  ASSERT_EQ(Shared(redis, "a1", "200", "0", "60000").rfind("1\n", 0), 0u);
+  ASSERT_EQ(Shared(redis, "b1", "10000", "0", "0").rfind("1\n", 0), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Exclusive(redis).rfind("0\n", 0), 0u) << "b1 still holds";
+  EXPECT_EQ(ReleaseShared(redis, "b1", "0"), "1");
+  const std::string closed = Exclusive(redis);
+  EXPECT_EQ(closed.rfind("4\n", 0), 0u) << closed;
+  EXPECT_NE(closed.find("lock_delay"), std::string::npos) << closed;
+}
+
+// A release that comes after the lease ran out is refused, and marks the unclean end; a clean
+// release marks only what is left of the min hold.
+TEST(JobRulesScriptsTest, ALateSharedReleaseMarksItsDelayAndACleanOneOnlyTheMinHold) {
+  dlock_test::RedisServer redis;
+  ASSERT_EQ(Shared(redis, "a1", "200", "0", "60000").rfind("1\n", 0), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(ReleaseShared(redis, "a1", "1"), "0");
+  std::string closed = Exclusive(redis);
+  EXPECT_NE(closed.find("lock_delay"), std::string::npos) << closed;
+
+  redis.Cli({"DEL", k.holds, k.hold_data});
+  ASSERT_EQ(Shared(redis, "a2", "10000", "60000", "60000").rfind("1\n", 0), 0u);
+  EXPECT_EQ(ReleaseShared(redis, "a2", "1"), "1");
+  closed = Exclusive(redis);
+  EXPECT_NE(closed.find("min_hold"), std::string::npos) << closed;
+  EXPECT_NE(redis.Cli({"PTTL", k.holds}), "-1") << "the holds key was left without an expiry";
+}
+
+}  // namespace job_rules
 }  // namespace
 }  // namespace dlock::redis

@@ -554,8 +554,8 @@ class RedlockBackend : public Backend {
 
   Verdict JudgeAcquire(const LockRequest& request, const Votes<AcquireAttempt>& votes) const {
     Verdict v;
-    std::vector<int64_t> waits;  // the refusing masters' holder_ttl_ms
-    std::string closed_by;       // what closed the name on a refusing master, if a marker did
+    // The refusing masters' holder_ttl_ms, and what closed the name there if a marker did.
+    std::vector<std::pair<int64_t, std::string>> waits;
     for (size_t i = 0; i < votes.size(); ++i) {
       const Vote<AcquireAttempt>& vote = votes[i];
       if (vote.state != Vote<AcquireAttempt>::State::kAnswered || !vote.status.ok()) {
@@ -565,8 +565,7 @@ class RedlockBackend : public Backend {
       if (vote.status.code() == Code::kInvalidArgument && v.status.ok()) v.status = vote.status;
       if (!vote.status.ok()) continue;
       if (!vote.out.acquired) {
-        waits.push_back(vote.out.holder_ttl_ms);
-        if (!vote.out.closed_by.empty()) closed_by = vote.out.closed_by;
+        waits.emplace_back(vote.out.holder_ttl_ms, vote.out.closed_by);
         continue;
       }
       v.winners.push_back(i);
@@ -613,13 +612,14 @@ class RedlockBackend : public Backend {
     }
     // Refused. It may be free once enough of the refusing masters' holds end: with the masters
     // that granted (given back) and answered, `needed` more make a quorum.
-    std::sort(waits.begin(), waits.end(), [](int64_t a, int64_t b) {
+    std::sort(waits.begin(), waits.end(), [](const auto& a, const auto& b) {
       auto rank = [](int64_t t) { return t == -1 ? INT64_MAX : std::max<int64_t>(t, 0); };
-      return rank(a) < rank(b);
+      return rank(a.first) < rank(b.first);
     });
     const size_t needed = quorum_ - c.yes;
-    v.attempt.holder_ttl_ms = needed <= waits.size() ? waits[needed - 1] : -2;
-    v.attempt.closed_by = std::move(closed_by);
+    v.attempt.holder_ttl_ms = needed <= waits.size() ? waits[needed - 1].first : -2;
+    // "Closed" only when the wait that decides is a marker's, not a holder's.
+    if (needed <= waits.size()) v.attempt.closed_by = waits[needed - 1].second;
     return v;
   }
 

@@ -195,6 +195,30 @@ TEST_P(JobRules, ALockDelayFollowsAnUncleanEndAndNotARelease) {
   EXPECT_EQ(dlock_release(crashed), DLOCK_NOT_HELD);
 }
 
+// A shared hold that ended uncleanly keeps the name closed for its lock-delay, even when the
+// other shared hold is released cleanly meanwhile.
+TEST_P(JobRules, ASharedHoldsLockDelayOutlivesAnothersCleanRelease) {
+  if (!Offers(DLOCK_CAP_LOCK_DELAY) || !Offers(DLOCK_CAP_SHARED)) GTEST_SKIP() << "no shared lock_delay_ms here";
+  constexpr int64_t kLeaseMs = 500, kDelayMs = 1000;
+  Client crashed_client(url()), other(url()), writer(url());
+  const std::string name = Name("lock-delay-shared");
+  Options ruled, plain;
+  ruled.lease(kLeaseMs).heartbeat(0).lock_delay(kDelayMs).shared();
+  plain.lease(30000).shared();
+  const auto start = Clock::now();
+  dlock_lock* crashed = nullptr;
+  ASSERT_EQ(dlock_acquire(crashed_client.get(), name.c_str(), ruled.get(), &crashed), DLOCK_OK) << dlock_last_error();
+  Hold stays(other.get(), name, plain.get());
+  ASSERT_TRUE(stays.held()) << stays.error();
+  std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs + 100));
+  EXPECT_EQ(TryToTake(writer.get(), name).status, DLOCK_NOT_ACQUIRED) << "taken while a shared hold stands";
+  ASSERT_EQ(stays.Release(), DLOCK_OK) << stays.error();
+  Attempt next;
+  const int64_t took = FirstAcquire(writer.get(), name, start, std::chrono::milliseconds(kLeaseMs + kDelayMs + kCallBoundMs), &next);
+  EXPECT_GE(took, kLeaseMs + kDelayMs - 20) << "taken before the crashed shared hold's lease + lock-delay";
+  EXPECT_EQ(dlock_release(crashed), DLOCK_NOT_HELD);
+}
+
 // Renewals carry the lock-delay past each new lease.
 TEST_P(JobRules, RenewalsCarryTheLockDelay) {
   if (!Offers(DLOCK_CAP_LOCK_DELAY)) GTEST_SKIP() << "no lock_delay_ms here";
