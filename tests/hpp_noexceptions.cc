@@ -68,6 +68,22 @@ std::string Run(const std::string& url) {
   broke = b.break_lock("", ec);
   if (ec != DLOCK_EINVAL || !broke.is_free()) return "break_lock of an empty name: " + ec.message();
 
+  // job rules: a min hold leaves the name closed after an early release; a lock delay above its
+  // cap is refused
+  lock = a.acquire("hpp/noexc-min-hold", dlock::Options().lease(5s).min_hold(5s), ec);
+  if (ec || !lock) return "acquire with a min hold: " + ec.message();
+  lock.release(ec);
+  if (ec) return "release before the min hold: " + ec.message();
+  dlock::Info held = b.inspect("hpp/noexc-min-hold", ec);
+  if (ec || !held.is_free() || held.closed_ms() <= 0 || held.closed_by() != "min_hold") {
+    return "inspect after a min hold's release: " + ec.message();
+  }
+  if (b.try_acquire("hpp/noexc-min-hold", dlock::Options(), ec) || ec) return "try_acquire in a min hold";
+  b.break_lock("hpp/noexc-min-hold", "", true, ec);
+  if (ec) return "break of a min hold: " + ec.message();
+  lock = a.acquire("hpp/noexc-delay", dlock::Options().lock_delay(std::chrono::milliseconds(60001)), ec);
+  if (ec != DLOCK_EINVAL || lock) return "lock delay above its cap: " + ec.message();
+
   // values and leader election, through the std::error_code overloads
   dlock::Lock leadership = a.campaign("hpp/noexc-lead", dlock::Options().value(std::string("a\0b", 3)), ec);
   if (ec || !leadership) return "campaign: " + ec.message();

@@ -399,6 +399,87 @@ TEST_F(HppTest, MaxHoldStopsRenewalsAndIsReportedLostWithItsCause) {
   plain.release();
 }
 
+TEST_F(HppTest, MinHoldKeepsTheNameTakenAfterAnEarlyRelease) {
+  dlock::Client client(redis_.url());
+  dlock::Client other(redis_.url());
+  EXPECT_NE(client.capabilities() & DLOCK_CAP_MIN_HOLD, 0u);
+  EXPECT_NE(client.capabilities() & DLOCK_CAP_LOCK_DELAY, 0u);
+  const auto start = std::chrono::steady_clock::now();
+  dlock::Lock lock = client.acquire("min-hold", dlock::Options().lease(5s).min_hold(1000ms).owner("cron"));
+  const uint64_t token = lock.fencing_token();
+  lock.release();  // returns at once, and leaves a marker with no owner
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 900ms);
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { other.acquire("min-hold"); }, &message), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(message.find("min_hold"), std::string::npos) << message;
+  EXPECT_FALSE(other.try_acquire("min-hold"));
+  dlock::Info info = other.inspect("min-hold");
+  EXPECT_TRUE(info.is_free());
+  EXPECT_GT(info.closed_ms(), 0);
+  EXPECT_LE(info.closed_ms(), 1000);
+  EXPECT_EQ(info.closed_by(), "min_hold");
+  // Once the min hold has passed since the acquire, a waiter gets it, with a greater token.
+  dlock::Lock next = other.acquire("min-hold", dlock::Options().wait(5s));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 900ms);
+  EXPECT_GT(next.fencing_token(), token);
+  next.release();
+
+  // Refused, naming the option: above max_hold at acquire, negative, above ten years.
+  EXPECT_EQ(CodeOf([&] { client.acquire("min-hold", dlock::Options().max_hold(1s).min_hold(2s)); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("min_hold_ms 2000"), std::string::npos) << message;
+  EXPECT_NE(message.find("max_hold_ms 1000"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("min-hold", dlock::Options().min_hold(-1ms)); }, &message), DLOCK_EINVAL);
+  EXPECT_NE(message.find("min_hold"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("min-hold", dlock::Options().min_hold(std::chrono::hours(24 * 366 * 11))); },
+                   &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("min_hold_ms"), std::string::npos) << message;
+  // 0 is none: a release frees the name at once.
+  dlock::Lock plain = client.acquire("min-hold-none", dlock::Options().min_hold(0ms));
+  plain.release();
+  EXPECT_TRUE(other.try_acquire("min-hold-none"));
+}
+
+TEST_F(HppTest, LockDelayKeepsTheNameClosedAfterAnExpiry) {
+  dlock::Client client(redis_.url());
+  dlock::Client other(redis_.url());
+  const auto start = std::chrono::steady_clock::now();
+  // A lease of 500 ms, no heartbeats, never released: it ends uncleanly, then 1 s of delay.
+  dlock::Lock lock =
+      client.acquire("lock-delay", dlock::Options().lease(500ms).no_heartbeat().lock_delay(1000ms));
+  const uint64_t token = lock.fencing_token();
+  std::this_thread::sleep_until(start + 700ms);
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { other.acquire("lock-delay"); }, &message), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(message.find("lock_delay"), std::string::npos) << message;
+  dlock::Info info = other.inspect("lock-delay");
+  EXPECT_TRUE(info.is_free());
+  EXPECT_GT(info.closed_ms(), 0);
+  EXPECT_LE(info.closed_ms(), 1000);
+  EXPECT_EQ(info.closed_by(), "lock_delay");
+  dlock::Lock next = other.acquire("lock-delay", dlock::Options().wait(5s));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 1400ms);
+  EXPECT_GT(next.fencing_token(), token);
+  EXPECT_EQ(CodeOf([&] { lock.release(); }), DLOCK_NOT_HELD);
+  next.release();
+
+  // A release is a clean end: no delay.
+  dlock::Lock clean = client.acquire("lock-delay-clean", dlock::Options().lease(5s).lock_delay(10s));
+  clean.release();
+  EXPECT_TRUE(other.try_acquire("lock-delay-clean"));
+
+  // Above the cap (DLOCK_MAX_LOCK_DELAY_MS) and negative: refused, naming the option.
+  EXPECT_EQ(CodeOf([&] { client.acquire("lock-delay", dlock::Options().lock_delay(60001ms)); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("lock_delay_ms 60001"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("lock-delay", dlock::Options().lock_delay(-1ms)); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("lock_delay"), std::string::npos) << message;
+  dlock::Lock at_cap = client.acquire("lock-delay-cap", dlock::Options().lock_delay(60s));
+  at_cap.release();
+}
+
 TEST_F(HppTest, BreakLockReportsTheHolderLostWithCauseBrokenAndClosesTheName) {
   dlock::Client client(redis_.url());
   dlock::Client op(redis_.url());

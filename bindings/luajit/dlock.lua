@@ -131,6 +131,8 @@ dlock_status dlock_observe_queued(dlock_client *c, const char *name, dlock_queue
                                   dlock_observer **out);
 void dlock_observer_cancel(dlock_observer *ob);
 dlock_status dlock_options_set_max_hold_ms(dlock_options *o, uint64_t ms);
+dlock_status dlock_options_set_min_hold_ms(dlock_options *o, uint64_t ms);
+dlock_status dlock_options_set_lock_delay_ms(dlock_options *o, uint64_t ms);
 dlock_status dlock_break_with(dlock_client *c, const char *name, const char *reason, uint32_t flags,
                               dlock_info **broken);
 int64_t dlock_info_closed_ms(const dlock_info *i);
@@ -210,6 +212,10 @@ local INT64_MAX = 9223372036854775807LL
 -- The job rules' max hold (dlock_options_set_max_hold_ms): a library from before it still loads
 -- and serves locks; a max_hold_ms other than 0 then gets nil, message, "EINVAL" saying so.
 local HAS_MAX_HOLD = pcall(function() return C.dlock_options_set_max_hold_ms end)
+-- The job rules' min hold and lock delay likewise (a min_hold_ms or lock_delay_ms other than 0
+-- with a library from before them gets nil, message, "EINVAL" saying so).
+local HAS_MIN_HOLD = pcall(function() return C.dlock_options_set_min_hold_ms end)
+local HAS_LOCK_DELAY = pcall(function() return C.dlock_options_set_lock_delay_ms end)
 -- Breaking a lock (dlock_break_with) and the closed time it leaves (dlock_info_closed_ms,
 -- dlock_info_closed_by): a library from before them still loads; client:break_lock then gets
 -- nil, message, "EINVAL" saying so, and inspect shows closed_ms 0, closed_by "".
@@ -222,13 +228,14 @@ M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
 M.MAX_OWNER_BYTES = tonumber(C.dlock_limit_value(1))  -- DLOCK_LIMIT_OWNER_BYTES
 M.MAX_VALUE_BYTES = tonumber(C.dlock_limit_value(3))  -- DLOCK_LIMIT_VALUE_BYTES
 M.MAX_REASON_BYTES = 1024  -- DLOCK_MAX_REASON_BYTES: the longest reason client:break_lock takes
+M.MAX_LOCK_DELAY_MS = 60000  -- DLOCK_MAX_LOCK_DELAY_MS: the longest lock_delay_ms
 
 -- dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 -- gives them (the library has numbers only).
 local KINDS = { [0] = "exclusive", "shared" }
 local KIND_NUMBERS = { exclusive = 0, shared = 1 }
 local CAPABILITIES = { fencing_strict = 0x1, notifies = 0x2, shared = 0x4, permits = 0x8, fair = 0x10,
-  ["break"] = 0x40 }
+  observe_push = 0x20, ["break"] = 0x40, min_hold = 0x80, lock_delay = 0x100 }
 
 function M.version() return ffi.string(C.dlock_version()) end
 
@@ -789,7 +796,9 @@ function Client:__tostring()
 end
 
 -- What the client's backend offers: a table of booleans { fencing_strict, notifies, shared,
--- permits, fair, ["break"] (client:break_lock) } (dlock_client_capabilities); nil, message, "EINVAL" once closed.
+-- permits, fair, observe_push (observers told of each change by the server), ["break"]
+-- (client:break_lock), min_hold, lock_delay (the acquire options min_hold_ms, lock_delay_ms) }
+-- (dlock_client_capabilities); nil, message, "EINVAL" once closed.
 function Client:capabilities()
   local h = self._h
   if h == nil then return nil, "client is closed", "EINVAL" end
@@ -1123,6 +1132,10 @@ local function build_options(opts, fname, campaign)
   local hb = opts.heartbeat_ms and check_ms(opts.heartbeat_ms, 2, fname, "heartbeat_ms", 0, 2^53)
   local max_hold = opts.max_hold_ms and check_ms(opts.max_hold_ms, 2, fname, "max_hold_ms", 0, 2^53)
   if max_hold == 0 then max_hold = nil end  -- 0 is none, the default: nothing to set
+  local min_hold = opts.min_hold_ms and check_ms(opts.min_hold_ms, 2, fname, "min_hold_ms", 0, 2^53)
+  if min_hold == 0 then min_hold = nil end  -- likewise
+  local lock_delay = opts.lock_delay_ms and check_ms(opts.lock_delay_ms, 2, fname, "lock_delay_ms", 0, 2^53)
+  if lock_delay == 0 then lock_delay = nil end  -- likewise
   local rmin, rmax
   if opts.retry_ms ~= nil then
     if type(opts.retry_ms) ~= "table" then
@@ -1167,13 +1180,22 @@ local function build_options(opts, fname, campaign)
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
       and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits"
-      and k ~= "fair" and k ~= "value" and k ~= "max_hold_ms" then
+      and k ~= "fair" and k ~= "value" and k ~= "max_hold_ms" and k ~= "min_hold_ms"
+      and k ~= "lock_delay_ms" then
       argerror(2, fname, "unknown option '" .. tostring(k) .. "'")
     end
   end
   if max_hold and not HAS_MAX_HOLD then
     return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no max hold "
       .. "(dlock_options_set_max_hold_ms) for max_hold_ms; install a newer one", "EINVAL"
+  end
+  if min_hold and not HAS_MIN_HOLD then
+    return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no min hold "
+      .. "(dlock_options_set_min_hold_ms) for min_hold_ms; install a newer one", "EINVAL"
+  end
+  if lock_delay and not HAS_LOCK_DELAY then
+    return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no lock delay "
+      .. "(dlock_options_set_lock_delay_ms) for lock_delay_ms; install a newer one", "EINVAL"
   end
   local o = C.dlock_options_new()
   if o == nil then raise("dlock: out of memory") end
@@ -1182,6 +1204,8 @@ local function build_options(opts, fname, campaign)
   if s == 0 and lease then s = C.dlock_options_set_lease_ms(o, lease) end
   if s == 0 and hb then s = C.dlock_options_set_heartbeat_ms(o, hb) end
   if s == 0 and max_hold then s = C.dlock_options_set_max_hold_ms(o, max_hold) end
+  if s == 0 and min_hold then s = C.dlock_options_set_min_hold_ms(o, min_hold) end
+  if s == 0 and lock_delay then s = C.dlock_options_set_lock_delay_ms(o, lock_delay) end
   if s == 0 and rmin then s = C.dlock_options_set_retry_ms(o, rmin, rmax) end
   if s == 0 and opts.owner then s = C.dlock_options_set_owner(o, opts.owner) end
   if s == 0 and kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[kind]) end
@@ -1242,7 +1266,12 @@ end
 --   10000; 0 = no expiry), wait_ms (-1 = no limit, default; N ms; 0 = one try), heartbeat_ms (default lease/3; 0 = none),
 --   max_hold_ms (the longest the heartbeats keep the hold, 0 = none, the default: past it
 --   renewals stop, the lock ends with its lease and is lost with the cause "max_hold"; with
---   lease_ms = 0 the acquire is "EINVAL"), retry_ms = { min, max } (default
+--   lease_ms = 0 the acquire is "EINVAL"), min_hold_ms (the shortest the name stays taken
+--   after the acquire, however the hold ends: an earlier release leaves it closed, inspect's
+--   closed_by "min_hold"; 0 = none; at most max_hold_ms when that is set), lock_delay_ms (how
+--   long the name stays closed after the lease runs out, closed_by "lock_delay"; a release has
+--   no delay; 0 = none, at most MAX_LOCK_DELAY_MS; both need the backend's "min_hold" /
+--   "lock_delay" capability, else "EINVAL"), retry_ms = { min, max } (default
 --   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top), kind =
 --   "exclusive" (default) or "shared" (shared = true says the same), permits = n (a semaphore
 --   of n holders; 0 = off): the library refuses kinds the backend does not offer, a shared

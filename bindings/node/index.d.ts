@@ -96,6 +96,23 @@ export interface AcquireOptions {
    * a libdlock that lacks it.
    */
   maxHoldMs?: number | bigint;
+  /**
+   * The shortest the name stays taken, in ms (ShedLock's lockAtLeastFor; default 0 = none, at
+   * most ten years, and at most maxHoldMs when that is set): however the hold ends, the name is
+   * not free before the acquire + minHoldMs on the server's clock. A release before then resolves
+   * at once and leaves a marker with no owner (inspect(): no holders, closedMs > 0, closedBy
+   * 'min_hold'); other acquires wait it out (one try: NotAcquiredError naming min_hold). Needs
+   * the 'minHold' capability (Redis); elsewhere the acquire rejects with an InvalidArgumentError.
+   */
+  minHoldMs?: number | bigint;
+  /**
+   * Lock-delay, as in Chubby and Consul, in ms (default 0 = none, at most MAX_LOCK_DELAY_MS, 60000):
+   * when the hold ends uncleanly (its lease ran out: the holder crashed, hung or lost the
+   * server), nobody may acquire the name for this long more (inspect(): no holders, closedBy
+   * 'lock_delay'). A release is a clean end: no delay. Needs the 'lockDelay' capability (Redis);
+   * elsewhere the acquire rejects with an InvalidArgumentError.
+   */
+  lockDelayMs?: number | bigint;
   /** [min, max] of the jittered fallback retry while waiting (default [50, 1000]). */
   retryMs?: [number | bigint, number | bigint];
   /** A label stored with the lock for people and tools (at most MAX_OWNER_BYTES bytes). */
@@ -204,6 +221,10 @@ export interface Capabilities {
   observePush: boolean;
   /** An operator can break a lock (Client.breakLock()). */
   break: boolean;
+  /** options.minHoldMs: the name stays taken at least that long after the acquire. */
+  minHold: boolean;
+  /** options.lockDelayMs: the name stays closed that long after a lease runs out. */
+  lockDelay: boolean;
 }
 
 /** One sample of Client.metrics() (docs/metrics.md lists the families). */
@@ -579,3 +600,5 @@ export const MAX_OWNER_BYTES: number;
 export const MAX_VALUE_BYTES: number;
 /** The longest reason Client.breakLock() takes, in bytes (DLOCK_MAX_REASON_BYTES: 1024). */
 export const MAX_REASON_BYTES: number;
+/** The longest options.lockDelayMs, in ms (DLOCK_MAX_LOCK_DELAY_MS: 60000). */
+export const MAX_LOCK_DELAY_MS: number;

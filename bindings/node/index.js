@@ -55,12 +55,13 @@ const MAX_NAME_BYTES = 1024;
 const MAX_OWNER_BYTES = 256;
 const MAX_VALUE_BYTES = 4096;  // DLOCK_MAX_VALUE_BYTES: the longest value stored with a hold
 const MAX_REASON_BYTES = 1024;  // DLOCK_MAX_REASON_BYTES: the longest reason breakLock() takes
+const MAX_LOCK_DELAY_MS = 60000;  // DLOCK_MAX_LOCK_DELAY_MS: the longest options.lockDelayMs
 const BREAK_NOW = 0x1;  // DLOCK_BREAK_NOW
 // dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 // gives them (the library has numbers only).
 const KINDS = ['exclusive', 'shared'];
 const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared'], [0x8, 'permits'],
-  [0x10, 'fair'], [0x20, 'observePush'], [0x40, 'break']];
+  [0x10, 'fair'], [0x20, 'observePush'], [0x40, 'break'], [0x80, 'minHold'], [0x100, 'lockDelay']];
 
 // ----- the library, on first use ---------------------------------------------------------------
 
@@ -228,6 +229,20 @@ function needMaxHold(what) {
   }
 }
 
+// A min hold and a lock delay likewise (lib/native.js's hasMinHold, hasLockDelay).
+function needMinHold(what) {
+  if (!native.hasMinHold) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} has no min hold ` +
+      '(dlock_options_set_min_hold_ms) for options.minHoldMs; install a newer one');
+  }
+}
+function needLockDelay(what) {
+  if (!native.hasLockDelay) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} has no lock delay ` +
+      '(dlock_options_set_lock_delay_ms) for options.lockDelayMs; install a newer one');
+  }
+}
+
 // Breaking a lock needs a library that has it (lib/native.js's hasBreak).
 function needBreak(what) {
   if (!native.hasBreak) {
@@ -347,11 +362,11 @@ function checkValue(what, v) {
   throw typeError('ERR_INVALID_ARG_TYPE', `${what} must be a string, Buffer or Uint8Array, got ${describe(v)}`);
 }
 
-const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'maxHoldMs', 'retryMs', 'owner', 'kind',
-  'shared', 'permits', 'fair', 'signal', 'value']);
+const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'maxHoldMs', 'minHoldMs', 'lockDelayMs',
+  'retryMs', 'owner', 'kind', 'shared', 'permits', 'fair', 'signal', 'value']);
 // A campaign is an exclusive acquire that waits without limit: no kind, permits or waitMs.
-const CAMPAIGN_KEYS = new Set(['leaseMs', 'heartbeatMs', 'maxHoldMs', 'retryMs', 'owner', 'fair', 'signal',
-  'value']);
+const CAMPAIGN_KEYS = new Set(['leaseMs', 'heartbeatMs', 'maxHoldMs', 'minHoldMs', 'lockDelayMs', 'retryMs',
+  'owner', 'fair', 'signal', 'value']);
 
 function checkOptions(opts, keys = OPTION_KEYS) {
   if (opts === undefined || opts === null) return {};
@@ -377,6 +392,14 @@ function checkOptions(opts, keys = OPTION_KEYS) {
   if (opts.maxHoldMs !== undefined) {
     const m = checkMs('options.maxHoldMs', opts.maxHoldMs, 0);
     if (m !== 0 && m !== 0n) o.maxHoldMs = m;
+  }
+  if (opts.minHoldMs !== undefined) {
+    const m = checkMs('options.minHoldMs', opts.minHoldMs, 0);
+    if (m !== 0 && m !== 0n) o.minHoldMs = m;
+  }
+  if (opts.lockDelayMs !== undefined) {
+    const m = checkMs('options.lockDelayMs', opts.lockDelayMs, 0);
+    if (m !== 0 && m !== 0n) o.lockDelayMs = m;
   }
   if (opts.retryMs !== undefined) {
     if (!Array.isArray(opts.retryMs) || opts.retryMs.length !== 2) {
@@ -942,10 +965,13 @@ class Client extends EventEmitter {
   /**
    * Acquires the lock called name, waiting without limit unless options.waitMs bounds it (0 =
    * one try) or options.signal aborts it. Returns a promise of a Lock, or with a callback
-   * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, maxHoldMs, retryMs, owner,
-   * kind, shared, permits, fair, signal, value }; shared: true is kind: 'shared'. maxHoldMs: the
-   * longest the heartbeats keep the hold (0 = none); past it the lock ends with its lease and is
-   * lost with cause 'max_hold'.
+   * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, maxHoldMs, minHoldMs,
+   * lockDelayMs, retryMs, owner, kind, shared, permits, fair, signal, value }; shared: true is
+   * kind: 'shared'. maxHoldMs: the longest the heartbeats keep the hold (0 = none); past it the
+   * lock ends with its lease and is lost with cause 'max_hold'. minHoldMs: the shortest the name
+   * stays taken after the acquire, however the hold ends (an earlier release leaves it closed,
+   * closedBy 'min_hold'). lockDelayMs: how long the name stays closed after the lease runs out
+   * (closedBy 'lock_delay'; at most MAX_LOCK_DELAY_MS; a release has no delay).
    */
   acquire(name, options, callback) {
     if (typeof options === 'function' && callback === undefined) {
@@ -998,6 +1024,8 @@ class Client extends EventEmitter {
     if (A !== null) return this.#acquireAddon(h, name, cname, o);
     if (o.value !== undefined) needValues(opName(o));
     if (o.maxHoldMs !== undefined) needMaxHold(opName(o));
+    if (o.minHoldMs !== undefined) needMinHold(opName(o));
+    if (o.lockDelayMs !== undefined) needLockDelay(opName(o));
     const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
     if (!opts) throw errorFor(S.ENOMEM, 'dlock_options_new: out of memory');
@@ -1005,6 +1033,8 @@ class Client extends EventEmitter {
     if (s === 0 && o.leaseMs !== undefined) s = C.options_set_lease_ms(opts, o.leaseMs);
     if (s === 0 && o.heartbeatMs !== undefined) s = C.options_set_heartbeat_ms(opts, o.heartbeatMs);
     if (s === 0 && o.maxHoldMs !== undefined) s = C.options_set_max_hold_ms(opts, o.maxHoldMs);
+    if (s === 0 && o.minHoldMs !== undefined) s = C.options_set_min_hold_ms(opts, o.minHoldMs);
+    if (s === 0 && o.lockDelayMs !== undefined) s = C.options_set_lock_delay_ms(opts, o.lockDelayMs);
     if (s === 0 && o.retryMs !== undefined) s = C.options_set_retry_ms(opts, o.retryMs[0], o.retryMs[1]);
     if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
     if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
@@ -1094,6 +1124,8 @@ class Client extends EventEmitter {
   // callback that read it; losses through the queue, under their own tag.
   #acquireAddon(h, name, cname, o) {
     if (o.maxHoldMs !== undefined) needMaxHold(opName(o));
+    if (o.minHoldMs !== undefined) needMinHold(opName(o));
+    if (o.lockDelayMs !== undefined) needLockDelay(opName(o));
     const lost = { ref: null, early: null };
     const lostTag = lostRefs.add(lost);
     const signal = o.signal;
@@ -1126,8 +1158,12 @@ class Client extends EventEmitter {
     const r = o.retryMs;
     let s;
     try {
-      // A value is a 14th argument and a max hold a 15th, passed only when there is one.
-      if (o.maxHoldMs !== undefined) {
+      // A value is a 14th argument, a max hold a 15th, a min hold and a lock delay a 16th and
+      // 17th, passed only when there is one.
+      if (o.minHoldMs !== undefined || o.lockDelayMs !== undefined) {
+        s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+          o.kind, o.permits, o.fair, o.value, o.maxHoldMs, o.minHoldMs, o.lockDelayMs);
+      } else if (o.maxHoldMs !== undefined) {
         s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
           o.kind, o.permits, o.fair, o.value, o.maxHoldMs);
       } else if (o.value === undefined) {
@@ -1306,34 +1342,40 @@ class Client extends EventEmitter {
       const [kind, permits, closedMs, closedBy, ...rows] = r[1];
       return lockInfoOf(kind, permits, closedMs, closedBy, rows);
     }
-    // dlock_break_with has no _errbuf form, and its message would stay on the pool's thread:
-    // what can be checked here is, in this binding's words; what the server says is known only
-    // by its status.
-    if ((C.client_capabilities(h) & 0x40) === 0) {
+    // On libuv's pool: dlock_break_with_errbuf copies a refusal's message (the library's words)
+    // into a buffer there. A library without it has only dlock_break_with, whose message would
+    // stay on the pool's thread: what can be checked is then checked here, in this binding's
+    // words, and what the server says is known only by its status.
+    const errbuf = native.hasBreakErrbuf;
+    if (!errbuf && (C.client_capabilities(h) & 0x40) === 0) {
       throw new InvalidArgumentError(`${op} of lock '${short(name)}': this backend cannot break a lock ` +
         "(no 'break' capability)");
     }
-    if (o.reason !== null && o.reason.length - 1 > MAX_REASON_BYTES) {
+    if (!errbuf && o.reason !== null && o.reason.length - 1 > MAX_REASON_BYTES) {
       throw new InvalidArgumentError(`${op} of lock '${short(name)}': reason is ${o.reason.length - 1} bytes, ` +
         `over DLOCK_MAX_REASON_BYTES (${MAX_REASON_BYTES})`);
     }
     rec.busy++;  // close() waits for it
     poolBusy++;
     const out = [null];
+    const buf = errbuf ? takeErrbuf() : null;
     let status;
     try {
       status = await new Promise((resolve, reject) => {
-        C.break_with.async(h, cname, o.reason, o.flags, out,
-                           (err, st) => (err ? reject(err) : resolve(st)));
+        const done = (err, st) => (err ? reject(err) : resolve(st));
+        if (errbuf) C.break_with_errbuf.async(h, cname, o.reason, o.flags, out, buf, buf.length, done);
+        else C.break_with.async(h, cname, o.reason, o.flags, out, done);
       });
     } finally {
       poolBusy--;
       this.#leave(rec);
     }
     if (status !== 0) {
+      if (errbuf) throw lockError(status, errbufMessage(buf), op, name);
       throw lockError(status, `${op} of lock '${short(name)}' failed: DLOCK_${statusName(status)} ` +
         "(the library's message stays on libuv's pool thread on this path)", op, name);
     }
+    if (errbuf) giveErrbuf(buf);
     const info = out[0];
     try {
       return lockInfoOf(...infoParts(info));
@@ -1346,7 +1388,7 @@ class Client extends EventEmitter {
    * Stands for leader of the election name and waits, without limit, until this candidate leads:
    * a promise of the leadership, a held Lock whose fencingToken is the term (greater than every
    * earlier term of the name). options: acquire()'s but waitMs, kind, shared and permits: { value,
-   * leaseMs, heartbeatMs, maxHoldMs, retryMs, owner, fair, signal }; value (a string or bytes) is what it
+   * leaseMs, heartbeatMs, maxHoldMs, minHoldMs, lockDelayMs, retryMs, owner, fair, signal }; value (a string or bytes) is what it
    * proclaims, lock.setValue() replaces it, lock.release() resigns. options.signal withdraws the
    * candidacy (CancelledError). Or with a callback (err, lock).
    */
@@ -1452,7 +1494,8 @@ class Client extends EventEmitter {
 
   /**
    * What the client's backend offers: a promise of { fencingStrict, notifies, shared, permits,
-   * fair, observePush, break } (booleans; dlock_client_capabilities; break: breakLock()).
+   * fair, observePush, break, minHold, lockDelay } (booleans; dlock_client_capabilities; break:
+   * breakLock(); minHold, lockDelay: options.minHoldMs, options.lockDelayMs).
    */
   async capabilities() {
     await this.#handle();
@@ -2288,6 +2331,7 @@ module.exports = {
   MAX_OWNER_BYTES,
   MAX_VALUE_BYTES,
   MAX_REASON_BYTES,
+  MAX_LOCK_DELAY_MS,
 };
 // Kept from dlock 0.1 for CommonJS: the loaded library's path (loads it). library().path is the
 // same in both module systems (an ES module's named export cannot load anything on first read).

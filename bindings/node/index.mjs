@@ -25,5 +25,6 @@ export const {
   MAX_OWNER_BYTES,
   MAX_VALUE_BYTES,
   MAX_REASON_BYTES,
+  MAX_LOCK_DELAY_MS,
 } = dlock;
 export default dlock;

@@ -103,8 +103,8 @@
 //     options' on_lost handler, on the unlocking thread, unless the handler was already
 //     called for that hold by the heartbeats: once per hold, either way.
 // The options' wait and kind are set by each call (exclusive, or shared for *_shared); the
-// rest (lease, heartbeat, max_hold, retry, owner, fair, on_lost) apply to every hold (max_hold
-// counts from each hold's own acquire).
+// rest (lease, heartbeat, max_hold, min_hold, lock_delay, retry, owner, fair, on_lost) apply to
+// every hold (max_hold and min_hold count from each hold's own acquire).
 //
 // A Mutex is shared by the threads of a process as a std::mutex is: while one thread holds it
 // through this object, the others wait here, without asking the server. Shared holds through
@@ -134,8 +134,8 @@
 // Client::campaign(name, options) waits, without limit, until this candidate leads `name`, and
 // returns the leadership: a Lock whose fencing_token() is the term, greater than every earlier
 // term of the name (hand it to whatever the leader writes, and have that refuse writes below the
-// highest term it has seen). The options are an acquire's: lease, heartbeat, max_hold, owner,
-// value, on_lost, fair; their wait is ignored (no limit), and a shared kind or permits are
+// highest term it has seen). The options are an acquire's: lease, heartbeat, max_hold,
+// min_hold, lock_delay, owner, value, on_lost, fair; their wait is ignored (no limit), and a shared kind or permits are
 // DLOCK_EINVAL (a leadership is exclusive). Releasing the Lock resigns: the next candidate leads
 // (in arrival order on backends with DLOCK_CAP_FAIR). Client::leader(name) is the leader's
 // Holder (value, owner, term as fencing_token, lease left), or std::nullopt when nobody leads;
@@ -418,6 +418,21 @@ class Options {
   // still the caller's to make. 0 = none (the default); at most ten years. With no_expiry()
   // the acquire is DLOCK_EINVAL: nothing would end the hold.
   Options& max_hold(ms d) { max_hold_ = d; return *this; }
+  // The shortest the name stays taken (ShedLock's lockAtLeastFor): however the hold ends, by a
+  // release or an expiry, the name is not free before the acquire + min_hold on the server's
+  // clock. A release before then returns at once and leaves a marker with no owner
+  // (Client::inspect: no holder, closed_ms() > 0, closed_by() "min_hold"); waiters wait it out.
+  // 0 = none (the default); at most ten years, and at most max_hold when that is set (else the
+  // acquire is DLOCK_EINVAL naming both). A backend without DLOCK_CAP_MIN_HOLD refuses the
+  // acquire with DLOCK_EINVAL.
+  Options& min_hold(ms d) { min_hold_ = d; return *this; }
+  // Lock-delay (Chubby, Consul), for resources that cannot check a fencing token: when the hold
+  // ends uncleanly (its lease ran out: the holder crashed, hung or lost the server) nobody may
+  // acquire the name for this much more (Client::inspect: no holder, closed_by() "lock_delay").
+  // A release is a clean end: no delay. 0 = none (the default); at most
+  // DLOCK_MAX_LOCK_DELAY_MS (60 s), above is DLOCK_EINVAL. A backend without
+  // DLOCK_CAP_LOCK_DELAY refuses the acquire with DLOCK_EINVAL.
+  Options& lock_delay(ms d) { lock_delay_ = d; return *this; }
   // How long acquire waits for a held lock; 0 = one try (the default). Mutex sets it per call.
   Options& wait(ms d) { wait_ = d.count(); return *this; }
   Options& wait_forever() { wait_ = -1; return *this; }
@@ -449,8 +464,8 @@ class Options {
   // hook; the status, its message recorded.
   dlock_status Build(detail::LostHook* hook, detail::OptionsPtr* out) const noexcept {
     out->reset();
-    if (!lease_ && !heartbeat_ && !max_hold_ && !wait_ && !retry_ && !owner_ && !kind_ && !permits_ && !fair_ &&
-        !value_ && !hook) {
+    if (!lease_ && !heartbeat_ && !max_hold_ && !min_hold_ && !lock_delay_ && !wait_ && !retry_ && !owner_ &&
+        !kind_ && !permits_ && !fair_ && !value_ && !hook) {
       return DLOCK_OK;
     }
     detail::OptionsPtr o(dlock_options_new());
@@ -465,6 +480,12 @@ class Options {
     }
     if (s == DLOCK_OK && max_hold_ && (s = detail::NonNegativeMs(*max_hold_, "max_hold", &a)) == DLOCK_OK) {
       s = detail::FromC(dlock_options_set_max_hold_ms(o.get(), a));
+    }
+    if (s == DLOCK_OK && min_hold_ && (s = detail::NonNegativeMs(*min_hold_, "min_hold", &a)) == DLOCK_OK) {
+      s = detail::FromC(dlock_options_set_min_hold_ms(o.get(), a));
+    }
+    if (s == DLOCK_OK && lock_delay_ && (s = detail::NonNegativeMs(*lock_delay_, "lock_delay", &a)) == DLOCK_OK) {
+      s = detail::FromC(dlock_options_set_lock_delay_ms(o.get(), a));
     }
     if (s == DLOCK_OK && wait_) s = detail::FromC(dlock_options_set_wait_ms(o.get(), *wait_));
     if (s == DLOCK_OK && retry_ && (s = detail::NonNegativeMs(retry_->first, "retry min", &a)) == DLOCK_OK &&
@@ -488,6 +509,8 @@ class Options {
   std::optional<ms> lease_;
   std::optional<ms> heartbeat_;
   std::optional<ms> max_hold_;
+  std::optional<ms> min_hold_;
+  std::optional<ms> lock_delay_;
   std::optional<int64_t> wait_;
   std::optional<std::pair<ms, ms>> retry_;
   std::optional<std::string> owner_;

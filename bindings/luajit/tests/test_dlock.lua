@@ -271,6 +271,98 @@ test("max_hold_ms: renewed past its first lease, then lost with cause max_hold",
   client:close()
 end)
 
+test("min_hold_ms: an early release leaves the name closed until the min hold has passed", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local caps = assert(client:capabilities())
+  assert(caps.min_hold == true and caps.lock_delay == true and caps.observe_push == true)
+  local name = unique("minhold")
+  local start = now()
+  local lock = assert(client:acquire(name, { lease_ms = 5000, min_hold_ms = 1000, owner = "cron" }))
+  local token = lock:fencing_token()
+  assert(lock:release())  -- at once: it leaves a marker with no owner
+  assert(now() - start < 0.9, "release took until " .. (now() - start) .. " s")
+  local l, msg, code = other:acquire(name, { wait_ms = 0 })
+  assert(l == nil and code == "NOT_ACQUIRED" and msg:find("min_hold", 1, true), tostring(msg))
+  local info = assert(other:inspect(name))
+  assert(#info.holders == 0, #info.holders)
+  assert(info.closed_ms > 0 and info.closed_ms <= 1000, info.closed_ms)
+  assert(info.closed_by == "min_hold", info.closed_by)
+  -- once the min hold has passed since the acquire: taken, with a greater token
+  local after = assert(other:acquire(name, { wait_ms = 5000 }))
+  assert(now() - start >= 0.9, "acquired after " .. (now() - start) .. " s")
+  assert(after:fencing_token() > token)
+  assert(after:release())
+  -- 0 is none: a release frees the name at once
+  local plain = unique("minhold")
+  assert(assert(client:acquire(plain, { lease_ms = 5000, min_hold_ms = 0 })):release())
+  assert(assert(other:acquire(plain, { wait_ms = 0, min_hold_ms = ffi.new("uint64_t", 0) })):release())
+  client:close()
+  other:close()
+end)
+
+test("lock_delay_ms: a lease that runs out leaves the name closed for the delay", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local name = unique("lockdelay")
+  local start = now()
+  -- A lease of 500 ms, no heartbeats, never released: it ends uncleanly, then 1 s of delay.
+  local lock = assert(client:acquire(name, { lease_ms = 500, heartbeat_ms = 0, lock_delay_ms = 1000 }))
+  local token = lock:fencing_token()
+  sleep(math.max(0, start + 0.7 - now()))
+  local l, msg, code = other:acquire(name, { wait_ms = 0 })
+  assert(l == nil and code == "NOT_ACQUIRED" and msg:find("lock_delay", 1, true), tostring(msg))
+  local info = assert(other:inspect(name))
+  assert(#info.holders == 0, #info.holders)
+  assert(info.closed_ms > 0 and info.closed_ms <= 1000, info.closed_ms)
+  assert(info.closed_by == "lock_delay", info.closed_by)
+  local after = assert(other:acquire(name, { wait_ms = 5000 }))
+  assert(now() - start >= 1.4, "acquired after " .. (now() - start) .. " s")
+  assert(after:fencing_token() > token)
+  assert(after:release())
+  local ok
+  ok, msg, code = lock:release()
+  assert(ok == nil and code == "NOT_HELD", msg)
+  -- a release is a clean end: no delay
+  local clean = unique("lockdelay")
+  assert(assert(client:acquire(clean, { lease_ms = 5000, lock_delay_ms = 10000 })):release())
+  assert(assert(other:acquire(clean, { wait_ms = 0 })):release())
+  client:close()
+  other:close()
+end)
+
+test("min_hold_ms and lock_delay_ms: bad values are refused naming the option", function()
+  local client = assert(dlock.open(URL))
+  assert(dlock.MAX_LOCK_DELAY_MS == 60000)
+  local name = unique("jobrules")
+  -- above the cap: the library's EINVAL (acquire and campaign); at the cap is fine
+  for _, call in ipairs({ "acquire", "campaign" }) do
+    local l, msg, code = client[call](client, name, { lock_delay_ms = 60001 })
+    assert(l == nil and code == "EINVAL" and msg:find("lock_delay_ms 60001", 1, true), call .. ": " .. tostring(msg))
+  end
+  local l, msg, code = client:acquire(name, { min_hold_ms = 10 * 366 * 24 * 3600 * 1000 + 1 })
+  assert(l == nil and code == "EINVAL" and msg:find("min_hold_ms %d+ is too long"), msg)
+  -- a min hold above the max hold: refused at acquire, naming both
+  for _, call in ipairs({ "acquire", "campaign" }) do
+    l, msg, code = client[call](client, name, { lease_ms = 1000, max_hold_ms = 1000, min_hold_ms = 2000 })
+    assert(l == nil and code == "EINVAL" and msg:find("min_hold_ms 2000", 1, true)
+      and msg:find("max_hold_ms 1000", 1, true), call .. ": " .. tostring(msg))
+  end
+  local ok
+  ok, msg, code = client:run(name, { lease_ms = 1000, max_hold_ms = 1000, min_hold_ms = 2000 },
+    function() error("ran") end)
+  assert(ok == nil and code == "EINVAL" and msg:find("min_hold_ms", 1, true), msg)
+  -- wrong types and negatives raise, naming the option
+  for _, field in ipairs({ "min_hold_ms", "lock_delay_ms" }) do
+    raises(function() client:acquire(name, { [field] = "5" }) end, field .. " must be a number")
+    raises(function() client:acquire(name, { [field] = -1 }) end, field .. " %-1 is out of range")
+    raises(function() client:acquire(name, { [field] = 1.5 }) end, field .. " must be an integer")
+  end
+  assert(cli("EXISTS", key(name)) == "0")
+  assert(assert(client:acquire(name, { lease_ms = 5000, lock_delay_ms = 60000 })):release())
+  client:close()
+end)
+
 test("break_lock: the holder is lost with cause broken; the name stays closed, or is free with now", function()
   local client = assert(dlock.open(URL))
   local operator = assert(dlock.open(URL))

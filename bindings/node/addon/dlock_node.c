@@ -37,7 +37,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 6
+#define ADDON_ABI 7
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -88,8 +88,8 @@
     (dlock_client *, const char *, dlock_observe_fn, void *, dlock_observer **))                 \
   X(void, dlock_observer_cancel, (dlock_observer *))
 
-/* Metrics, loss causes and the event hook (issue 36), the job rules' max hold, and breaking a
- * lock: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
+/* Metrics, loss causes and the event hook (issue 36), the job rules (max hold, min hold, lock
+ * delay), and breaking a lock: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
  * them before calling the functions below that use them). */
 #define DLOCK_OPTIONAL_CALLS(X)                                                                 \
   X(dlock_status, dlock_client_metrics_text, (dlock_client *, char *, size_t, size_t *))         \
@@ -116,7 +116,9 @@
   X(dlock_status, dlock_break_with,                                                              \
     (dlock_client *, const char *, const char *, uint32_t, dlock_info **))                       \
   X(int64_t, dlock_info_closed_ms, (const dlock_info *))                                         \
-  X(const char *, dlock_info_closed_by, (const dlock_info *))
+  X(const char *, dlock_info_closed_by, (const dlock_info *))                                    \
+  X(dlock_status, dlock_options_set_min_hold_ms, (dlock_options *, uint64_t))                    \
+  X(dlock_status, dlock_options_set_lock_delay_ms, (dlock_options *, uint64_t))
 
 #define DECLARE(ret, name, args) static ret(*p_##name) args;
 DLOCK_CALLS(DECLARE)
@@ -792,10 +794,11 @@ static napi_value js_capabilities(napi_env env, napi_callback_info info) {
  * not kept: an acquire that names one makes its own options. */
 typedef struct options_key {
   int64_t wait_ms;
-  uint64_t lease_ms, heartbeat_ms, retry_min, retry_max, max_hold_ms;
+  uint64_t lease_ms, heartbeat_ms, retry_min, retry_max, max_hold_ms, min_hold_ms, lock_delay_ms;
   int64_t kind, permits;
   int fair;
-  unsigned set; /* which of lease, heartbeat, retry, kind, permits, fair, max hold were given */
+  unsigned set; /* which of lease, heartbeat, retry, kind, permits, fair, max hold, min hold,
+                 * lock delay were given */
 } options_key;
 
 static dlock_options *cached_options;
@@ -808,7 +811,9 @@ enum {
   SET_KIND = 8,
   SET_PERMITS = 16,
   SET_FAIR = 32,
-  SET_MAX_HOLD = 64
+  SET_MAX_HOLD = 64,
+  SET_MIN_HOLD = 128,
+  SET_LOCK_DELAY = 256
 };
 
 static dlock_status options_for(const options_key *k, dlock_options **out) {
@@ -829,6 +834,10 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
   if (s == DLOCK_OK && (k->set & SET_FAIR)) s = p_dlock_options_set_fair(o, k->fair);
   /* js_acquire checked that the library has it */
   if (s == DLOCK_OK && (k->set & SET_MAX_HOLD)) s = p_dlock_options_set_max_hold_ms(o, k->max_hold_ms);
+  if (s == DLOCK_OK && (k->set & SET_MIN_HOLD)) s = p_dlock_options_set_min_hold_ms(o, k->min_hold_ms);
+  if (s == DLOCK_OK && (k->set & SET_LOCK_DELAY)) {
+    s = p_dlock_options_set_lock_delay_ms(o, k->lock_delay_ms);
+  }
   if (s != DLOCK_OK) {
     p_dlock_options_free(o);
     return s;
@@ -838,11 +847,12 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
 }
 
 /* acquire(client, name, id, lostTag, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner,
- *         kind, permits, fair[, value[, maxHoldMs]]) -> status: 0 = started (onDone(id, ...)
- * follows), else nothing was (lastError() says why). Losses go to index.js's queue under
- * lostTag. value: a Uint8Array, or undefined for none; maxHoldMs (ABI 5): undefined for none. */
+ *         kind, permits, fair[, value[, maxHoldMs[, minHoldMs, lockDelayMs]]]) -> status: 0 =
+ * started (onDone(id, ...) follows), else nothing was (lastError() says why). Losses go to
+ * index.js's queue under lostTag. value: a Uint8Array, or undefined for none; maxHoldMs (ABI 5),
+ * minHoldMs and lockDelayMs (ABI 7): undefined for none. */
 static napi_value js_acquire(napi_env env, napi_callback_info info) {
-  ARGS(15);
+  ARGS(17);
   NEED_STATE();
   dlock_client *c = external_of(env, argv[0]);
   if (c == NULL) return throw_type(env, "client must be a client");
@@ -893,6 +903,24 @@ static napi_value js_acquire(napi_env env, napi_callback_info info) {
     }
     k.max_hold_ms = u64;
     k.set |= SET_MAX_HOLD;
+  }
+  if (is_set(env, argv[15]) && get_u64(env, argv[15], &u64)) {
+    if (p_dlock_options_set_min_hold_ms == NULL) { /* index.js says so before asking */
+      if (name_owned) free(name);
+      napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_options_set_min_hold_ms");
+      return NULL;
+    }
+    k.min_hold_ms = u64;
+    k.set |= SET_MIN_HOLD;
+  }
+  if (is_set(env, argv[16]) && get_u64(env, argv[16], &u64)) {
+    if (p_dlock_options_set_lock_delay_ms == NULL) { /* index.js says so before asking */
+      if (name_owned) free(name);
+      napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_options_set_lock_delay_ms");
+      return NULL;
+    }
+    k.lock_delay_ms = u64;
+    k.set |= SET_LOCK_DELAY;
   }
   dlock_options *o = NULL;
   dlock_status s = DLOCK_OK;

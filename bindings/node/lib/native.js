@@ -219,9 +219,7 @@ try {
 }
 // Breaking a lock (dlock_break_with) and the closed time it leaves (dlock_info_closed_ms,
 // dlock_info_closed_by): a library without them still serves locks; breakLock() then says what
-// it lacks (hasBreak false), and inspect() shows closedMs 0 and closedBy ''. There is no
-// dlock_break_with_errbuf: the koffi path runs dlock_break_with on libuv's pool, where its
-// message stays on the pool's thread (index.js checks what it can before, in its own words).
+// it lacks (hasBreak false), and inspect() shows closedMs 0 and closedBy ''.
 let hasBreak = true;
 try {
   Object.assign(C, {
@@ -232,6 +230,38 @@ try {
 } catch (e) {
   hasBreak = false;
 }
+// dlock_break_with_errbuf: the koffi path runs a break on libuv's pool, and this copies the
+// library's message of a refused break into a buffer there. Without it (hasBreakErrbuf false)
+// the koffi path calls dlock_break_with, whose message stays on the pool's thread (index.js then
+// checks what it can before, in its own words).
+let hasBreakErrbuf = true;
+try {
+  Object.assign(C, {
+    break_with_errbuf: f('int dlock_break_with_errbuf(void *c, const char *name, const char *reason, ' +
+      'uint32_t flags, _Out_ void **broken, _Out_ uint8_t *buf, size_t len)'),
+  });
+} catch (e) {
+  hasBreakErrbuf = false;
+}
+// The job rules' min hold and lock delay (dlock_options_set_min_hold_ms,
+// dlock_options_set_lock_delay_ms): as the max hold, a library without them still serves locks;
+// an acquire or campaign with a minHoldMs or lockDelayMs other than 0 then says what it lacks.
+let hasMinHold = true;
+try {
+  Object.assign(C, {
+    options_set_min_hold_ms: f('int dlock_options_set_min_hold_ms(void *o, uint64_t ms)'),
+  });
+} catch (e) {
+  hasMinHold = false;
+}
+let hasLockDelay = true;
+try {
+  Object.assign(C, {
+    options_set_lock_delay_ms: f('int dlock_options_set_lock_delay_ms(void *o, uint64_t ms)'),
+  });
+} catch (e) {
+  hasLockDelay = false;
+}
 const version = C.version();
 if (!/^0\./.test(version)) {
   const e = new Error(`libdlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
@@ -241,5 +271,5 @@ if (!/^0\./.test(version)) {
 
 module.exports = {
   koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics, hasQueuedEvents, hasMaxHold,
-  hasBreak,
+  hasBreak, hasBreakErrbuf, hasMinHold, hasLockDelay,
 };

@@ -119,6 +119,12 @@ test('breakLock: a free name, the callback form, and bad input', async () => {
   await client.breakLock(name, { reason: 'r'.repeat(dlock.MAX_REASON_BYTES) });  // at most is fine
   await assert.rejects(client.breakLock(name, { reason: 'r'.repeat(dlock.MAX_REASON_BYTES + 1) }),
     (e) => e instanceof InvalidArgumentError && e.code === 'ERR_DLOCK_EINVAL' && /reason/.test(e.message));
+  // A refused break carries the library's own words, on both paths (the koffi path through
+  // dlock_break_with_errbuf).
+  await assert.rejects(client.breakLock(name, { reason: 'r'.repeat(dlock.MAX_REASON_BYTES + 1) }),
+    (e) => e instanceof InvalidArgumentError && e.message.includes(`break of '${name}': the reason is 1025 bytes, more than 1024`));
+  await assert.rejects(client.breakLock('x'.repeat(dlock.MAX_NAME_BYTES + 1)),
+    (e) => e instanceof InvalidArgumentError && /lock name is longer than 1024/.test(e.message));
   for (const bad of ['', 'x'.repeat(dlock.MAX_NAME_BYTES + 1)]) {
     await assert.rejects(client.breakLock(bad), (e) => e instanceof InvalidArgumentError);
   }

@@ -59,8 +59,12 @@ test('inspect: bad names and a closed client', async () => {
 
 test('capabilities: what the Redis backend promises', async () => {
   const caps = await client.capabilities();
-  assert.deepEqual(Object.keys(caps).sort(), ['break', 'fair', 'fencingStrict', 'notifies', 'observePush', 'permits', 'shared']);
+  assert.deepEqual(Object.keys(caps).sort(), ['break', 'fair', 'fencingStrict', 'lockDelay', 'minHold', 'notifies',
+    'observePush', 'permits', 'shared']);
   assert.equal(caps.fair, true);
+  assert.equal(caps.break, true);
+  assert.equal(caps.minHold, true);
+  assert.equal(caps.lockDelay, true);
   assert.equal(caps.observePush, true);
   assert.equal(caps.fencingStrict, true);
   assert.equal(caps.notifies, true);

@@ -1,5 +1,6 @@
 'use strict';
-// Job rules: options.maxHoldMs (dlock_options_set_max_hold_ms). The heartbeats keep the lock
+// Job rules: options.maxHoldMs (dlock_options_set_max_hold_ms), and below, options.minHoldMs
+// and options.lockDelayMs. The heartbeats keep the lock
 // past its first lease, then stop once maxHoldMs has passed since the acquire; the lock ends with
 // its lease and is reported lost with the cause 'max_hold'. On both paths (suite.sh runs every
 // file on the addon path, then on the koffi path).
@@ -7,7 +8,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 
 const dlock = require('libdlock');
-const { Client, LockLostError, InvalidArgumentError } = dlock;
+const { Client, LockLostError, InvalidArgumentError, NotAcquiredError } = dlock;
 const native = require('../lib/native');
 const { URL, cli, key, unique, sleep, waitFor } = require('./support/helpers');
 
@@ -113,6 +114,116 @@ test('maxHoldMs with a libdlock that lacks it: a clear InvalidArgumentError, not
     await lock.release();
   } finally {
     native.hasMaxHold = had;
+  }
+  assert.equal(cli('EXISTS', key(name)), '0');
+});
+
+// options.minHoldMs (dlock_options_set_min_hold_ms): the name stays taken at least that long
+// after the acquire, however the hold ends; an early release leaves a marker with no owner.
+test('minHoldMs: an early release leaves the name closed until the min hold has passed', async () => {
+  const other = await Client.connect(URL);
+  try {
+    const name = unique('minhold');
+    const start = Date.now();
+    const lock = await client.acquire(name, { leaseMs: 5000, minHoldMs: 1000, owner: 'cron' });
+    const token = lock.fencingToken;
+    await lock.release();  // at once
+    assert.ok(Date.now() - start < 900, `release took until ${Date.now() - start} ms`);
+    await assert.rejects(other.acquire(name, { waitMs: 0 }),
+      (e) => e instanceof NotAcquiredError && /min_hold/.test(e.message));
+    const info = await other.inspect(name);
+    assert.deepEqual(info.holders, []);
+    assert.ok(info.closedMs > 0 && info.closedMs <= 1000, String(info.closedMs));
+    assert.equal(info.closedBy, 'min_hold');
+    // once the min hold has passed since the acquire: taken, with a greater token
+    const after = await other.acquire(name, { waitMs: 5000 });
+    assert.ok(Date.now() - start >= 900, `acquired after ${Date.now() - start} ms`);
+    assert.ok(after.fencingToken > token);
+    await after.release();
+    // 0 is none: a release frees the name at once
+    const plain = unique('minhold');
+    await (await client.acquire(plain, { minHoldMs: 0, leaseMs: 5000 })).release();
+    await (await other.acquire(plain, { waitMs: 0, minHoldMs: 0n })).release();
+  } finally {
+    await other.close();
+  }
+});
+
+// options.lockDelayMs (dlock_options_set_lock_delay_ms): after the lease runs out, the name
+// stays closed that long more; a release has no delay.
+test('lockDelayMs: a lease that runs out leaves the name closed for the delay', async () => {
+  const other = await Client.connect(URL);
+  try {
+    const name = unique('lockdelay');
+    const start = Date.now();
+    // A lease of 500 ms, no heartbeats, never released: it ends uncleanly, then 1 s of delay.
+    const lock = await client.acquire(name, { leaseMs: 500, heartbeatMs: 0, lockDelayMs: 1000 });
+    const token = lock.fencingToken;
+    await sleep(Math.max(0, start + 700 - Date.now()));
+    await assert.rejects(other.acquire(name, { waitMs: 0 }),
+      (e) => e instanceof NotAcquiredError && /lock_delay/.test(e.message));
+    const info = await other.inspect(name);
+    assert.deepEqual(info.holders, []);
+    assert.ok(info.closedMs > 0 && info.closedMs <= 1000, String(info.closedMs));
+    assert.equal(info.closedBy, 'lock_delay');
+    const after = await other.acquire(name, { waitMs: 5000 });
+    assert.ok(Date.now() - start >= 1400, `acquired after ${Date.now() - start} ms`);
+    assert.ok(after.fencingToken > token);
+    await after.release();
+    await assert.rejects(lock.release(), (e) => e instanceof LockLostError);
+    // a release is a clean end: no delay
+    const clean = unique('lockdelay');
+    await (await client.acquire(clean, { leaseMs: 5000, lockDelayMs: 10000 })).release();
+    await (await other.acquire(clean, { waitMs: 0 })).release();
+  } finally {
+    await other.close();
+  }
+});
+
+test('minHoldMs and lockDelayMs: bad values are refused naming the option', async () => {
+  assert.equal(dlock.MAX_LOCK_DELAY_MS, 60000);
+  for (const [key, value] of [['minHoldMs', '5'], ['lockDelayMs', '5']]) {
+    assert.throws(() => client.mutex('x', { [key]: value }), { code: 'ERR_INVALID_ARG_TYPE', message: new RegExp(`options\\.${key}`) });
+    await assert.rejects(client.acquire('x', { [key]: value }), { code: 'ERR_INVALID_ARG_TYPE', message: new RegExp(`options\\.${key}`) });
+    await assert.rejects(client.acquire('x', { [key]: -1 }), { code: 'ERR_OUT_OF_RANGE', message: new RegExp(`options\\.${key}`) });
+    await assert.rejects(client.acquire('x', { [key]: 1.5 }), { code: 'ERR_OUT_OF_RANGE' });
+    await assert.rejects(client.acquire('x', { [key]: -1n }), { code: 'ERR_OUT_OF_RANGE' });
+  }
+  // above the cap: the library's EINVAL, naming it (acquire and campaign)
+  const name = unique('lockdelay');
+  for (const p of [client.acquire(name, { lockDelayMs: 60001 }), client.campaign(name, { lockDelayMs: 60001n })]) {
+    await assert.rejects(p, (e) => e instanceof InvalidArgumentError && /lock_delay_ms 60001/.test(e.message));
+  }
+  const tenYears = 10 * 366 * 24 * 3600 * 1000;
+  await assert.rejects(client.acquire(name, { minHoldMs: tenYears + 1 }),
+    (e) => e instanceof InvalidArgumentError && /min_hold_ms \d+ is too long/.test(e.message));
+  // a min hold above the max hold: refused at acquire, naming both
+  for (const p of [client.acquire(name, { leaseMs: 1000, maxHoldMs: 1000, minHoldMs: 2000 }),
+    client.campaign(name, { leaseMs: 1000, maxHoldMs: 1000, minHoldMs: 2000 }),
+    client.mutex(name, { leaseMs: 1000, maxHoldMs: 1000, minHoldMs: 2000 }).acquire()]) {
+    await assert.rejects(p, (e) => e instanceof InvalidArgumentError &&
+      /min_hold_ms 2000/.test(e.message) && /max_hold_ms 1000/.test(e.message));
+  }
+  assert.equal(cli('EXISTS', key(name)), '0');  // nothing was left behind
+  // at the cap is fine
+  await (await client.acquire(name, { lockDelayMs: 60000, minHoldMs: 0 })).release();
+});
+
+test('minHoldMs and lockDelayMs with a libdlock that lacks them: a clear InvalidArgumentError', async () => {
+  const name = unique('minhold');
+  const had = [native.hasMinHold, native.hasLockDelay];
+  native.hasMinHold = false;  // as lib/native.js finds an older library
+  native.hasLockDelay = false;
+  try {
+    await assert.rejects(client.acquire(name, { minHoldMs: 1000 }), (e) => e instanceof InvalidArgumentError &&
+      /has no min hold \(dlock_options_set_min_hold_ms\) for options\.minHoldMs; install a newer one/.test(e.message));
+    await assert.rejects(client.campaign(name, { lockDelayMs: 1000 }), (e) => e instanceof InvalidArgumentError &&
+      /has no lock delay \(dlock_options_set_lock_delay_ms\) for options\.lockDelayMs; install a newer one/.test(e.message));
+    // without the options, that library still serves locks
+    const lock = await client.acquire(name, { leaseMs: 5000, minHoldMs: 0, lockDelayMs: 0 });
+    await lock.release();
+  } finally {
+    [native.hasMinHold, native.hasLockDelay] = had;
   }
   assert.equal(cli('EXISTS', key(name)), '0');
 });

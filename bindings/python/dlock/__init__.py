@@ -86,12 +86,15 @@ __all__ = [
     "Error", "NotAcquired", "NotHeld", "AlreadyHeld", "InvalidArgument", "BackendError",
     "AuthError", "Cancelled", "OutOfMemory", "InternalError", "LockLost", "ForkedClient",
     "MAX_NAME_BYTES", "MAX_OWNER_BYTES", "MAX_VALUE_BYTES", "MAX_REASON_BYTES",
+    "MAX_LOCK_DELAY_MS",
 ]
 __version__: str = "0.1.0"
 
 # The longest reason break_lock takes, in bytes (DLOCK_MAX_REASON_BYTES; the library has no
 # dlock_limit for it).
 MAX_REASON_BYTES: int = 1024
+# The longest lock_delay= taken, in ms (DLOCK_MAX_LOCK_DELAY_MS, 60 s).
+MAX_LOCK_DELAY_MS: int = 60_000
 
 _U64_MAX = 2**64 - 1
 _U32_MAX = 2**32 - 1
@@ -162,12 +165,20 @@ def _heartbeat_bound() -> str:
 def _max_hold_bound() -> str:
     return "at most ten years; 0 means no maximum"
 
+
+def _min_hold_bound() -> str:
+    return "at most ten years; 0 means no minimum"
+
+
+def _lock_delay_bound() -> str:
+    return f"at most {MAX_LOCK_DELAY_MS} ms; 0 means none"
+
 # dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 # gives them (the library has numbers only).
 _KINDS = {"exclusive": 0, "shared": 1}
 _KIND_NAMES = {n: k for k, n in _KINDS.items()}
 _CAPABILITIES = {0x1: "fencing_strict", 0x2: "notifies", 0x4: "shared", 0x8: "permits", 0x10: "fair",
-                 0x40: "break"}
+                 0x20: "observe_push", 0x40: "break", 0x80: "min_hold", 0x100: "lock_delay"}
 # dlock_break_with's flags
 _BREAK_NOW = 0x1
 
@@ -1535,10 +1546,11 @@ class _Spec:
     """A Lock's checked options: everything each acquire passes to the library but the wait."""
 
     __slots__ = ("lease_ms", "heartbeat_ms", "retry_ms", "owner", "on_lost", "kind", "permits",
-                 "fair", "value", "max_hold_ms")
+                 "fair", "value", "max_hold_ms", "min_hold_ms", "lock_delay_ms")
 
     def __init__(self, lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
-                 lease_ms, heartbeat_ms, retry_ms, value=None, max_hold=None, max_hold_ms=None):
+                 lease_ms, heartbeat_ms, retry_ms, value=None, max_hold=None, max_hold_ms=None,
+                 min_hold=None, min_hold_ms=None, lock_delay=None, lock_delay_ms=None):
         """Checks every option (TypeError / InvalidArgument) before anything reaches C."""
         self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _lease_bound)
         self.heartbeat_ms = _duration("heartbeat", heartbeat, "heartbeat_ms", heartbeat_ms,
@@ -1549,6 +1561,16 @@ class _Spec:
         if self.max_hold_ms and not hasattr(_c, "dlock_options_set_max_hold_ms"):
             raise InvalidArgument(f"max_hold: libdlock {version()} at {_library_path} has no "
                                   "max hold (dlock_options_set_max_hold_ms); install a newer one")
+        self.min_hold_ms = _duration("min_hold", min_hold, "min_hold_ms", min_hold_ms,
+                                     _min_hold_bound)
+        if self.min_hold_ms and not hasattr(_c, "dlock_options_set_min_hold_ms"):
+            raise InvalidArgument(f"min_hold: libdlock {version()} at {_library_path} has no "
+                                  "min hold (dlock_options_set_min_hold_ms); install a newer one")
+        self.lock_delay_ms = _duration("lock_delay", lock_delay, "lock_delay_ms", lock_delay_ms,
+                                       _lock_delay_bound)
+        if self.lock_delay_ms and not hasattr(_c, "dlock_options_set_lock_delay_ms"):
+            raise InvalidArgument(f"lock_delay: libdlock {version()} at {_library_path} has no "
+                                  "lock delay (dlock_options_set_lock_delay_ms); install a newer one")
         self.retry_ms = _retry_pair(retry, retry_ms)
         if owner is not None:
             if isinstance(owner, str):
@@ -1598,7 +1620,9 @@ class _Spec:
         on_lost is this acquire's callback (the spec's, or one that hands it to a loop). hooked:
         for a _LoopClient, whose on_lost is a C callback on the loop's thread (not the queue)."""
         if (self.lease_ms is None and wait_ms == 0 and self.heartbeat_ms is None
-                and self.max_hold_ms is None and self.retry_ms is None and self.owner is None and on_lost is None
+                and self.max_hold_ms is None and self.min_hold_ms is None
+                and self.lock_delay_ms is None and self.retry_ms is None and self.owner is None
+                and on_lost is None
                 and self.kind is None and self.permits is None and self.fair is None
                 and self.value is None):
             return None, None
@@ -1612,6 +1636,10 @@ class _Spec:
                 _check(_c.dlock_options_set_heartbeat_ms(o, self.heartbeat_ms))
             if self.max_hold_ms:  # 0 = none, the default: nothing to set
                 _check(_c.dlock_options_set_max_hold_ms(o, self.max_hold_ms))
+            if self.min_hold_ms:  # likewise
+                _check(_c.dlock_options_set_min_hold_ms(o, self.min_hold_ms))
+            if self.lock_delay_ms:  # likewise
+                _check(_c.dlock_options_set_lock_delay_ms(o, self.lock_delay_ms))
             if wait_ms != 0:
                 _check(_c.dlock_options_set_wait_ms(o, wait_ms))
             if self.retry_ms is not None:
@@ -1852,7 +1880,9 @@ class Client:
         """What this client's backend offers, as a frozenset of names (dlock_client_capabilities):
         "fencing_strict" (tokens strictly increasing under every fault its docs list),
         "notifies" (waiters woken by releases), "shared" (kind="shared"), "permits", "fair"
-        (waiters served in arrival order), "break" (break_lock)."""
+        (waiters served in arrival order), "observe_push" (observers told of every change by
+        the server, not by polling), "break" (break_lock), "min_hold" (min_hold=),
+        "lock_delay" (lock_delay=)."""
         h = self._enter()
         try:
             bits = _c.dlock_client_capabilities(h)
@@ -2163,20 +2193,25 @@ class Client:
                    owner: Union[str, bytes, None], on_lost: Optional[_OnLost],
                    fair: Optional[bool], lease_ms: Optional[int], heartbeat_ms: Optional[int],
                    retry_ms: Optional[Sequence[int]], max_hold: Optional[float],
-                   max_hold_ms: Optional[int]) -> "Lock":
+                   max_hold_ms: Optional[int], min_hold: Optional[float],
+                   min_hold_ms: Optional[int], lock_delay: Optional[float],
+                   lock_delay_ms: Optional[int]) -> "Lock":
         """The Lock a campaign acquires: exclusive, waiting without limit."""
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, None, None, None,
                                       fair, lease_ms, heartbeat_ms, retry_ms, value, max_hold,
-                                      max_hold_ms), -1, False)
+                                      max_hold_ms, min_hold, min_hold_ms, lock_delay,
+                                      lock_delay_ms), -1, False)
 
     def campaign(self, name: _Name, *, value: Optional[_Value] = None,
                  lease: Optional[float] = None, heartbeat: Optional[float] = None,
                  retry: Optional[Sequence[float]] = None, owner: Union[str, bytes, None] = None,
                  on_lost: Optional[_OnLost] = None, fair: Optional[bool] = None,
-                 max_hold: Optional[float] = None,
+                 max_hold: Optional[float] = None, min_hold: Optional[float] = None,
+                 lock_delay: Optional[float] = None,
                  lease_ms: Optional[int] = None, heartbeat_ms: Optional[int] = None,
                  retry_ms: Optional[Sequence[int]] = None,
-                 max_hold_ms: Optional[int] = None) -> "Lock":
+                 max_hold_ms: Optional[int] = None, min_hold_ms: Optional[int] = None,
+                 lock_delay_ms: Optional[int] = None) -> "Lock":
         """Stands for leader of the election `name` and waits, without limit, until this
         candidate leads (dlock_campaign); returns the leadership, a held Lock: its
         fencing_token is the term, greater than every earlier term of the name (pass it to what
@@ -2189,7 +2224,8 @@ class Client:
         are not taken (TypeError); for a bounded wait, client.acquire(name, value=...,
         timeout=S). Blocks the calling thread only (the GIL is released while waiting)."""
         lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
-                               lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms)
+                               lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms,
+                               min_hold, min_hold_ms, lock_delay, lock_delay_ms)
         lock._acquire(-1, True, lock._spec.on_lost, campaign=True)
         return lock
 
@@ -2198,15 +2234,18 @@ class Client:
                         retry: Optional[Sequence[float]] = None,
                         owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
                         fair: Optional[bool] = None, max_hold: Optional[float] = None,
+                        min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
                         lease_ms: Optional[int] = None,
                         heartbeat_ms: Optional[int] = None,
                         retry_ms: Optional[Sequence[int]] = None,
-                        max_hold_ms: Optional[int] = None) -> "Lock":
+                        max_hold_ms: Optional[int] = None, min_hold_ms: Optional[int] = None,
+                        lock_delay_ms: Optional[int] = None) -> "Lock":
         """campaign() for asyncio: waits without blocking the event loop or holding a thread
         (an acquire with no wait limit on this loop's client, as aacquire). Cancelling the
         awaiting task withdraws the candidacy. on_lost(lock) runs on this event loop."""
         lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
-                               lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms)
+                               lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms,
+                               min_hold, min_hold_ms, lock_delay, lock_delay_ms)
         await lock._aacquire(-1, True)
         return lock
 
@@ -2219,10 +2258,12 @@ class Client:
              kind: Optional[_Kind] = None, permits: Optional[int] = None,
              shared: Optional[bool] = None, fair: Optional[bool] = None,
              value: Optional[_Value] = None, max_hold: Optional[float] = None,
+             min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
              lease_ms: Optional[int] = None, wait_ms: Union[int, None, _Unset] = _UNSET,
              heartbeat_ms: Optional[int] = None,
              retry_ms: Optional[Sequence[int]] = None,
-             max_hold_ms: Optional[int] = None) -> "Lock":
+             max_hold_ms: Optional[int] = None, min_hold_ms: Optional[int] = None,
+             lock_delay_ms: Optional[int] = None) -> "Lock":
         """A Lock for the name `name` (str or bytes, 1..MAX_NAME_BYTES bytes), NOT acquired yet:
         `with lock:` (or `async with lock:`) acquires it on entry and releases it on exit, every
         time the block runs; lock.acquire() / lock.release() do the same by hand. Nothing is
@@ -2240,6 +2281,20 @@ class Client:
                       the cause "max_hold" (on_lost, valid False, lost_cause "max_hold: ...",
                       NotHeld.cause "max_hold"). An explicit extend() still renews it. Needs a
                       lease: with lease=0 the acquire raises InvalidArgument; at most ten years
+        min_hold      the shortest the name stays taken, in seconds (ShedLock's lockAtLeastFor;
+                      default None or 0: none): however the hold ends, the name is not free
+                      before the acquire + min_hold on the server's clock. An earlier release
+                      returns at once and leaves a marker with no owner (inspect(): no holders,
+                      closed_ms > 0, closed_by "min_hold"); other acquires wait it out (one try:
+                      NotAcquired). At most max_hold when that is set (else InvalidArgument at
+                      acquire naming both). Backends with the "min_hold" capability (Redis);
+                      elsewhere the acquire raises InvalidArgument
+        lock_delay    seconds the name stays closed after a hold ends uncleanly (its lease ran
+                      out: the holder crashed, hung or lost the server), as Chubby's and
+                      Consul's lock-delay (default None or 0: none): inspect() shows no holders,
+                      closed_by "lock_delay". A release has no delay. At most MAX_LOCK_DELAY_MS
+                      (60 s). Backends with the "lock_delay" capability (Redis); elsewhere the
+                      acquire raises InvalidArgument
         retry         (min, max) seconds of the fallback retry while waiting (default (0.05, 1))
         owner         a label stored with the lock for people and tools
         on_lost       callback(lock), run once on the "dlock-events" thread (on the event loop
@@ -2256,13 +2311,14 @@ class Client:
         value         bytes (any, NUL included; a str is stored as UTF-8) stored on the server
                       with each hold, up to MAX_VALUE_BYTES (4096): inspect() and leader() show
                       it to everyone (keep no secret in it); lock.set_value() replaces it
-        lease_ms, heartbeat_ms, max_hold_ms, retry_ms, wait_ms
+        lease_ms, heartbeat_ms, max_hold_ms, min_hold_ms, lock_delay_ms, retry_ms, wait_ms
                       the same in integer milliseconds (the older spelling; wait_ms: 0 = one
                       try, -1 or None = no limit); give one spelling of each, not both
         """
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
                                       shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
-                                      max_hold, max_hold_ms),
+                                      max_hold, max_hold_ms, min_hold, min_hold_ms, lock_delay,
+                                      lock_delay_ms),
                           _wait_of(blocking, timeout, wait_ms), True)
 
     def _lock(self, name: _Name, spec: "_Spec", wait_ms: int, check: bool) -> "Lock":
@@ -2278,11 +2334,13 @@ class Client:
         """lock() for a lock acquired at once: the library checks the options then."""
         def parse(*, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None, retry=None,
                   owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None,
-                  value=None, max_hold=None, lease_ms=None, wait_ms=_UNSET, heartbeat_ms=None,
-                  retry_ms=None, max_hold_ms=None):
+                  value=None, max_hold=None, min_hold=None, lock_delay=None, lease_ms=None,
+                  wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None, max_hold_ms=None,
+                  min_hold_ms=None, lock_delay_ms=None):
             return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
                                           shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
-                                          max_hold, max_hold_ms),
+                                          max_hold, max_hold_ms, min_hold, min_hold_ms,
+                                          lock_delay, lock_delay_ms),
                               _wait_of(blocking, timeout, wait_ms), False)
         return parse(**options)
 

@@ -250,6 +250,11 @@ def _declare(lib):
     # says what the library lacks; the package checks hasattr(lib, name) before using it).
     if hasattr(lib, "dlock_options_set_max_hold_ms"):
         _fn(lib, "dlock_options_set_max_hold_ms", c_status, [c_options_p, ctypes.c_uint64])
+    # min_hold= and lock_delay= likewise (only a non-zero one needs the library's setter).
+    if hasattr(lib, "dlock_options_set_min_hold_ms"):
+        _fn(lib, "dlock_options_set_min_hold_ms", c_status, [c_options_p, ctypes.c_uint64])
+    if hasattr(lib, "dlock_options_set_lock_delay_ms"):
+        _fn(lib, "dlock_options_set_lock_delay_ms", c_status, [c_options_p, ctypes.c_uint64])
     # Breaking a lock: optional too (break_lock() then says what the library lacks; inspect()
     # shows closed_ms 0 and closed_by "").
     if hasattr(lib, "dlock_break_with"):

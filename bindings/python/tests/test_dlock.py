@@ -723,6 +723,142 @@ class MaxHold(Base):
             c.campaign("x", max_hold=1, wait_ms=0)  # a campaign's other options stay refused
 
 
+class MinHoldAndLockDelay(Base):
+    """min_hold=: the name stays taken at least that long after the acquire, however the hold
+    ends; lock_delay=: after a lease runs out, the name stays closed that long more."""
+
+    def test_an_early_release_leaves_the_name_closed_until_the_min_hold(self):
+        name = unique("minhold")
+        self.assertTrue({"min_hold", "lock_delay"} <= self.client.capabilities)
+        start = time.monotonic()
+        lock = self.client.acquire(name, lease=5, min_hold=1.0, owner="cron")
+        token = lock.fencing_token
+        lock.release()  # at once: it leaves a marker with no owner
+        self.assertLess(time.monotonic() - start, 0.9)
+        with dlock.Client(URL) as other:
+            with self.assertRaises(dlock.NotAcquired) as cm:
+                other.acquire(name, blocking=False)
+            self.assertIn("min_hold", str(cm.exception))
+            info = other.inspect(name)
+            self.assertEqual(info.holders, [])
+            self.assertTrue(0 < info.closed_ms <= 1000, info)
+            self.assertEqual(info.closed_by, "min_hold")
+            # once the min hold has passed since the acquire: taken, with a greater token
+            after = other.acquire(name, timeout=5)
+            self.assertGreaterEqual(time.monotonic() - start, 0.9)
+            self.assertGreater(after.fencing_token, token)
+            after.release()
+        # the _ms spelling says the same; 0 is none (a release frees the name at once)
+        self.assertEqual(self.client.lock("x", min_hold_ms=1500)._spec.min_hold_ms,
+                         self.client.lock("x", min_hold=1.5)._spec.min_hold_ms)
+        plain = unique("minhold")
+        self.client.acquire(plain, min_hold=0).release()
+        self.client.acquire(plain, blocking=False, min_hold_ms=0).release()
+
+    def test_asyncio_min_hold(self):
+        name = unique("minhold")
+
+        async def main():
+            start = time.monotonic()
+            lock = await self.client.aacquire(name, lease=5, min_hold=1.0)
+            token = lock.fencing_token
+            await lock.arelease()
+            with self.assertRaisesRegex(dlock.NotAcquired, "min_hold"):
+                await self.client.aacquire(name, blocking=False)
+            info = await self.client.ainspect(name)
+            self.assertEqual((info.holders, info.closed_by), ([], "min_hold"))
+            after = await self.client.aacquire(name, timeout=5)
+            self.assertGreaterEqual(time.monotonic() - start, 0.9)
+            self.assertGreater(after.fencing_token, token)
+            await after.arelease()
+
+        asyncio.run(main())
+
+    def test_a_lease_that_runs_out_leaves_the_name_closed_for_the_lock_delay(self):
+        name = unique("lockdelay")
+        start = time.monotonic()
+        # A lease of 0.5 s, no heartbeats, never released: it ends uncleanly, then 1 s of delay.
+        lock = self.client.acquire(name, lease=0.5, heartbeat=0, lock_delay=1.0)
+        token = lock.fencing_token
+        with dlock.Client(URL) as other:
+            time.sleep(max(0.0, start + 0.7 - time.monotonic()))
+            with self.assertRaises(dlock.NotAcquired) as cm:
+                other.acquire(name, blocking=False)
+            self.assertIn("lock_delay", str(cm.exception))
+            info = other.inspect(name)
+            self.assertEqual(info.holders, [])
+            self.assertTrue(0 < info.closed_ms <= 1000, info)
+            self.assertEqual(info.closed_by, "lock_delay")
+            after = other.acquire(name, timeout=5)
+            self.assertGreaterEqual(time.monotonic() - start, 1.4)
+            self.assertGreater(after.fencing_token, token)
+            after.release()
+        with self.assertRaises(dlock.NotHeld):
+            lock.release()
+        # a release is a clean end: no delay
+        clean = unique("lockdelay")
+        self.client.acquire(clean, lease=5, lock_delay_ms=10_000).release()
+        self.client.acquire(clean, blocking=False).release()
+        self.assertEqual(self.client.lock("x", lock_delay_ms=1500)._spec.lock_delay_ms,
+                         self.client.lock("x", lock_delay=1.5)._spec.lock_delay_ms)
+
+    def test_bad_values_are_refused_naming_the_option(self):
+        c = self.client
+        self.assertEqual(dlock.MAX_LOCK_DELAY_MS, 60_000)
+        # above the cap: the library's words, at lock() already
+        o = dlock._c.dlock_options_new()
+        try:
+            self.assertEqual(dlock._c.dlock_options_set_lock_delay_ms(o, 60_000), 0)
+            too_long = library_says(dlock._c.dlock_options_set_lock_delay_ms, o, 60_001)
+            self.assertEqual(dlock._c.dlock_options_set_min_hold_ms(o, dlock._limits["MAX_LEASE_MS"]), 0)
+            min_too_long = library_says(dlock._c.dlock_options_set_min_hold_ms, o,
+                                        dlock._limits["MAX_LEASE_MS"] + 1)
+        finally:
+            dlock._c.dlock_options_free(o)
+        self.assertIn("lock_delay_ms 60001", too_long)
+        self.assertIn("min_hold_ms", min_too_long)
+        for kw in ({"lock_delay_ms": 60_001}, {"lock_delay": 60.001}):
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)) as cm:
+                c.lock("x", **kw)
+            self.assertEqual(str(cm.exception), too_long)
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            c.lock("x", min_hold_ms=dlock._limits["MAX_LEASE_MS"] + 1)
+        self.assertEqual(str(cm.exception), min_too_long)
+        # a min hold above the max hold: refused at acquire, naming both
+        for call in (lambda: c.acquire(unique(), lease=1, max_hold=1, min_hold=2),
+                     lambda: c.lock(unique(), lease_ms=1000, max_hold_ms=1000, min_hold_ms=2000).acquire(),
+                     lambda: c.campaign(unique(), lease=1, max_hold=1, min_hold=2)):
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                call()
+            self.assertIn("min_hold_ms 2000", str(cm.exception))
+            self.assertIn("max_hold_ms 1000", str(cm.exception))
+
+        async def main():
+            with self.assertRaisesRegex(dlock.InvalidArgument, "min_hold_ms 2000"):
+                await c.aacquire(unique(), lease=1, max_hold=1, min_hold=2)
+            with self.assertRaisesRegex(dlock.InvalidArgument, "lock_delay_ms 60001"):
+                await c.acampaign(unique(), lock_delay_ms=60_001)
+
+        asyncio.run(main())
+        for kw, words in (({"min_hold": -1}, "min_hold -1 s is negative"),
+                          ({"min_hold": 1e300}, "min_hold 1e+300 s is too long"),
+                          ({"min_hold": float("nan")}, "min_hold must be a number of seconds, not NaN"),
+                          ({"min_hold_ms": -1}, "min_hold_ms -1 is negative"),
+                          ({"min_hold_ms": 2**64}, "too long (at most ten years; 0 means no minimum)"),
+                          ({"lock_delay": -1}, "lock_delay -1 s is negative"),
+                          ({"lock_delay": float("nan")}, "lock_delay must be a number of seconds, not NaN"),
+                          ({"lock_delay_ms": -1}, "lock_delay_ms -1 is negative"),
+                          ({"lock_delay_ms": 2**64}, "too long (at most 60000 ms; 0 means none)")):
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)) as cm:
+                c.lock("x", **kw)
+            self.assertIn(words, str(cm.exception))
+        for kw in ({"min_hold": "60"}, {"min_hold": True}, {"min_hold_ms": 1.5},
+                   {"min_hold": 1, "min_hold_ms": 1000}, {"lock_delay": "1"},
+                   {"lock_delay_ms": 1.5}, {"lock_delay": 1, "lock_delay_ms": 1000}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                c.lock("x", **kw)
+
+
 class BreakLock(Base):
     """client.break_lock(name, reason, now): an operator's takeover. The broken holder hears it
     at its next renewal (within its heartbeat period) and is reported lost with the cause
@@ -2052,9 +2188,11 @@ class Kinds(Base):
     def test_capabilities(self):
         caps = self.client.capabilities
         self.assertIsInstance(caps, frozenset)
-        self.assertLessEqual(caps, {"fencing_strict", "notifies", "shared", "permits", "fair", "break"})
-        # what dlock.h promises for Redis
-        self.assertTrue({"fencing_strict", "notifies"} <= caps, caps)
+        self.assertLessEqual(caps, {"fencing_strict", "notifies", "shared", "permits", "fair",
+                                    "observe_push", "break", "min_hold", "lock_delay"})
+        # what dlock.h promises for Redis (one server)
+        self.assertTrue({"fencing_strict", "notifies", "observe_push", "break", "min_hold",
+                         "lock_delay"} <= caps, caps)
 
     def test_kind_and_permits_reach_the_library(self):
         c, caps = self.client, self.client.capabilities

@@ -55,7 +55,7 @@ def sync_part(client: Client, prefix: str) -> None:
     # lock(): not acquired yet; `with` acquires and releases, every time.
     lk: Lock = client.lock(prefix + "sync", lease=5.0, heartbeat=1, retry=(0.01, 0.2),
                            owner="typed-example", on_lost=on_lost, timeout=10, fair=True,
-                           max_hold=3600.0)
+                           max_hold=3600.0, min_hold=0.0, lock_delay=0)
     with lk as held:
         token: Optional[int] = held.fencing_token
         assert token is not None and lk.owned() and lk.locked()
@@ -111,7 +111,8 @@ def sync_part(client: Client, prefix: str) -> None:
             r.release()
     if "permits" in caps:
         sem = client.lock(prefix + "sem", kind="exclusive", permits=3, blocking=True,
-                          heartbeat_ms=0, retry_ms=(10, 100), max_hold_ms=0)
+                          heartbeat_ms=0, retry_ms=(10, 100), max_hold_ms=0,
+                          min_hold_ms=0, lock_delay_ms=0)
         with sem:
             print(describe(client.inspect(prefix + "sem")))
 
@@ -127,7 +128,7 @@ def sync_part(client: Client, prefix: str) -> None:
         valued.set_value(b"")
     leadership: Lock = client.campaign(prefix + "leader", value="10.0.0.7:8080", lease=5,
                                        heartbeat=1, owner="typed-example", on_lost=on_lost,
-                                       fair=True, max_hold=600)
+                                       fair=True, max_hold=600, lock_delay=0.0)
     leadership.set_value(b"10.0.0.7:9090")
     leader: Optional[Holder] = client.leader(prefix + "leader")
     assert leader is not None and leader.fencing_token == leadership.fencing_token

@@ -14,6 +14,8 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     client.lock("jobs", lease="10")  # error: arg-type
     client.lock("jobs", kind="both")  # error: arg-type
     client.lock("jobs", max_hold="60")  # error: arg-type
+    client.lock("jobs", min_hold="60")  # error: arg-type
+    client.lock("jobs", lock_delay_ms=1.5)  # error: arg-type
     client.inspect(42)  # error: arg-type
     client.break_lock("jobs", reason=5)  # error: arg-type
     client.acquire("jobs", lease="10")  # error: arg-type

@@ -7,7 +7,7 @@ import promClient from 'prom-client';
 import { trace, type MeterProvider, type TracerProvider } from '@opentelemetry/api';
 import dlock, {
   Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, Observer, codes, library, version,
-  MAX_VALUE_BYTES, MAX_REASON_BYTES, registerMetrics, type AcquireOptions, type BreakOptions, type LockInfo, type CampaignOptions, type HoldValue, type Leader, type Releaser,
+  MAX_VALUE_BYTES, MAX_REASON_BYTES, MAX_LOCK_DELAY_MS, registerMetrics, type AcquireOptions, type BreakOptions, type LockInfo, type CampaignOptions, type HoldValue, type Leader, type Releaser,
   type DlockEvent, type LossCause, type MetricSample, DlockInstrumentation, type DlockInstrumentationConfig,
 } from 'libdlock';
 
@@ -37,7 +37,7 @@ let outer: Client;
   outer = client;
   let token: bigint;
   {
-    const options: AcquireOptions = { leaseMs: 5000, maxHoldMs: 60_000 };
+    const options: AcquireOptions = { leaseMs: 5000, maxHoldMs: 60_000, minHoldMs: 0, lockDelayMs: 0n };
     await using lock = await client.acquire(name, options);
     token = lock.fencingToken;
     assert.equal(cli('EXISTS', holder), '1');
@@ -73,6 +73,10 @@ let outer: Client;
     assert.equal(closedBy, '');
     assert.equal(MAX_REASON_BYTES, 1024);
     assert.equal((await client.capabilities()).break, true);
+    const caps = await client.capabilities();
+    const jobRules: boolean = caps.minHold && caps.lockDelay;
+    assert.equal(jobRules, true);
+    assert.equal(MAX_LOCK_DELAY_MS, 60_000);
     const released = await victim.release().catch((e: unknown) => e);  // hears of the break
     assert.ok(released instanceof LockLostError, String(released));
     assert.equal(released.cause, 'broken');
@@ -174,6 +178,10 @@ export function refused(c: Client, l: Lock): void {
   const code: 'ERR_DLOCK_NOT_HELD' = new NotAcquiredError('x').code;
   // @ts-expect-error: maxHoldMs is a number of milliseconds
   void c.acquire('x', { maxHoldMs: '5' });
+  // @ts-expect-error: minHoldMs is a number of milliseconds
+  void c.acquire('x', { minHoldMs: '5' });
+  // @ts-expect-error: lockDelayMs is a number of milliseconds
+  void c.campaign('x', { lockDelayMs: '5' });
   // @ts-expect-error: a campaign waits until it leads: no waitMs
   void c.campaign('x', { waitMs: 5 });
   // @ts-expect-error: a leadership is exclusive
