@@ -143,9 +143,11 @@ class DynamoDbBackend : public Backend {
   // Tokens: one counter per name (fence, seeded from the wall clock in µs), kept in the item
   // across releases, raised by every acquisition of every kind. Shared holds and semaphores:
   // a map of holds in the same item (lock_protocol.h). DynamoDB has no release notifications:
-  // waiters use holder_ttl_ms and jittered retries.
+  // waiters use holder_ttl_ms and jittered retries. Job rules: stored with each hold and judged
+  // with its lease on the waiters' clocks; an early release leaves a min-hold marker
+  // (lock_protocol.h).
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapShared | kCapPermits | kCapBreak;
+    return kCapFencingStrict | kCapShared | kCapPermits | kCapBreak | kCapMinHold | kCapLockDelay;
   }
   void Watch(const std::string&, ReleaseWatcher*) override {}
   void Unwatch(const std::string&, ReleaseWatcher*) override {}

@@ -21,6 +21,9 @@ inline constexpr char kLeaseMs[] = "leaseMs";              // N: lease in ms, 0 
 inline constexpr char kRenewedAtMs[] = "renewedAtMs";      // N: holder's wall clock at its last write
 inline constexpr char kFence[] = "fence";                  // N: last fencing token; never removed
 inline constexpr char kData[] = "data";                    // B: the value stored with the hold (absent: none)
+// Job rules (lock_protocol.h), beside a hold's lease, at its top level or in its holds entry:
+inline constexpr char kMinHoldMs[] = "minHoldMs";      // N: what was left of the min hold at the write
+inline constexpr char kLockDelayMs[] = "lockDelayMs";  // N: the lock-delay after its lease
 // Shared and semaphore holds (lock_protocol.h):
 inline constexpr char kHolds[] = "holds";      // M: owner value -> {recordVersion, leaseMs, renewedAtMs, token}
 inline constexpr char kToken[] = "token";      // N: in a hold: its fencing token
@@ -29,7 +32,7 @@ inline constexpr char kWriter[] = "writer";    // M: a waiting writer {owner, re
 inline constexpr char kQueueMs[] = "queueMs";  // N: in writer: how long it stands unchanged
 // Breaks (lock_protocol.h):
 inline constexpr char kClosed[] = "closed";  // M: owner-less marker {recordVersion, leaseMs, renewedAtMs, by}
-inline constexpr char kBy[] = "by";          // S: in closed: what left it ("broken")
+inline constexpr char kBy[] = "by";          // S: in closed: what left it ("broken", "min_hold")
 inline constexpr char kBroken[] = "broken";  // L: break records, newest first: {reason, atMs, tokens}
 inline constexpr char kReason[] = "reason";  // S: in a break record: the operator's words (absent: none)
 inline constexpr char kAtMs[] = "atMs";      // N: in a break record: the breaker's wall clock

@@ -31,6 +31,30 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 constexpr int kMaxBreakWrites = kMaxCleanups + kMaxAcquireRounds;
 // What a break's marker says left it (LockInfo::closed_by, AcquireAttempt::closed_by).
 constexpr char kClosedByBreak[] = "broken";
+// What keeps a name closed by a job rule: an early release's marker, or a hold whose lease ran
+// out while its rules stand.
+constexpr char kClosedByMinHold[] = "min_hold";
+constexpr char kClosedByLockDelay[] = "lock_delay";
+
+// How long a hold must stand unchanged before the name is free of it: its lease, or longer by
+// its job rules (0 = never: a hold with no lease never ends uncleanly). All clamped to
+// kMaxLeaseMs: no overflow.
+uint64_t FreeSpanMs(uint64_t lease_ms, uint64_t min_hold_ms, uint64_t lock_delay_ms) {
+  return lease_ms == 0 ? 0 : std::max(lease_ms + lock_delay_ms, min_hold_ms);
+}
+// Which rule keeps the name closed once the lease has run out: the one that ends last.
+const char* RuleClosing(uint64_t lease_ms, uint64_t min_hold_ms, uint64_t lock_delay_ms) {
+  return lock_delay_ms != 0 && lease_ms + lock_delay_ms >= min_hold_ms ? kClosedByLockDelay : kClosedByMinHold;
+}
+// What is left of a hold's min hold now (0 = over, or none), on the holder's monotonic clock
+// from when its acquire's answer came (LockState::acquired_at, after the write landed): a
+// waiter counts it from when it first sees the write that carries it, later still.
+uint64_t MinHoldLeftMs(const LockState& lock) {
+  if (lock.min_hold_ms == 0) return 0;
+  const int64_t held = std::chrono::duration_cast<std::chrono::milliseconds>(Now() - lock.acquired_at).count();
+  const int64_t left = static_cast<int64_t>(std::min<uint64_t>(lock.min_hold_ms, kMaxLeaseMs)) - std::max<int64_t>(held, 0);
+  return left > 0 ? static_cast<uint64_t>(left) : 0;
+}
 
 int64_t WallClockMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -91,12 +115,15 @@ std::string BinaryAttribute(const Json& item, const char* name) {
   return bytes;
 }
 
-Json HoldValue(const std::string& record_version, uint64_t lease_ms, uint64_t token, const std::string& value) {
+Json HoldValue(const std::string& record_version, uint64_t lease_ms, uint64_t token, const std::string& value,
+               uint64_t min_hold_ms, uint64_t lock_delay_ms) {
   Json fields = {{attr::kRecordVersion, S(record_version)},
                  {attr::kLeaseMs, N(lease_ms)},
                  {attr::kRenewedAtMs, N(WallClockMs())},
                  {attr::kToken, N(token)}};
   if (!value.empty()) fields[attr::kData] = B(value);
+  if (min_hold_ms != 0) fields[attr::kMinHoldMs] = N(min_hold_ms);
+  if (lock_delay_ms != 0) fields[attr::kLockDelayMs] = N(lock_delay_ms);
   return Json{{"M", std::move(fields)}};
 }
 
@@ -262,6 +289,8 @@ void ParseLockItem(const Json& item, LockItem* out) {
   if (NumberAttribute(item, attr::kLeaseMs, &n)) out->lease_ms = std::min<uint64_t>(n, kMaxLeaseMs);
   if (NumberAttribute(item, attr::kRenewedAtMs, &n)) out->renewed_at_ms = ClampWallMs(n);
   out->value = BinaryAttribute(item, attr::kData);
+  if (NumberAttribute(item, attr::kMinHoldMs, &n)) out->min_hold_ms = std::min<uint64_t>(n, kMaxLeaseMs);
+  if (NumberAttribute(item, attr::kLockDelayMs, &n)) out->lock_delay_ms = std::min<uint64_t>(n, kMaxLeaseMs);
   out->has_fence = NumberAttribute(item, attr::kFence, &out->fence);
   auto holds = item.find(attr::kHolds);
   if (holds != item.end()) {
@@ -279,6 +308,8 @@ void ParseLockItem(const Json& item, LockItem* out) {
           if (NumberAttribute(*fields, attr::kRenewedAtMs, &n)) hold.renewed_at_ms = ClampWallMs(n);
           (void)NumberAttribute(*fields, attr::kToken, &hold.token);
           hold.value = BinaryAttribute(*fields, attr::kData);
+          if (NumberAttribute(*fields, attr::kMinHoldMs, &n)) hold.min_hold_ms = std::min<uint64_t>(n, kMaxLeaseMs);
+          if (NumberAttribute(*fields, attr::kLockDelayMs, &n)) hold.lock_delay_ms = std::min<uint64_t>(n, kMaxLeaseMs);
         }
         out->holds.push_back(std::move(hold));
       }
@@ -320,6 +351,8 @@ struct LockProtocol::AcquireOp {
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;
   uint64_t queue_ms = 0;
+  uint64_t min_hold_ms = 0;    // job rules, stored with the hold (none: 0)
+  uint64_t lock_delay_ms = 0;  // 0 with lease 0: a hold that never expires never ends uncleanly
   Json key;
   std::string key_text;
   int rounds = 0;
@@ -349,11 +382,16 @@ struct LockProtocol::AcquireOp {
   }
 };
 
-// What a waiter makes of an item: for each holder, the ms until it may be taken over (<= 0:
-// now, it expired; kNever: it never expires).
+// What a waiter makes of an item: for each holder, the ms until its lease runs out (<= 0: now,
+// it expired; kNever: it never expires), and until the name is free of it (its job rules may
+// keep the name closed past its lease: *_free_in >= *_in; then closed by *_by).
 struct LockProtocol::Judgement {
   int64_t owner_in = kNever;     // the exclusive holder, if the item has one
+  int64_t owner_free_in = kNever;
+  const char* owner_by = kClosedByLockDelay;
   std::vector<int64_t> hold_in;  // item.holds[i]
+  std::vector<int64_t> hold_free_in;
+  std::vector<const char*> hold_by;
   int64_t writer_in = kNever;    // the announcement, if the item has one
   int64_t closed_in = 0;         // the closed marker, if the item has a well-formed one
 };
@@ -399,6 +437,8 @@ void LockProtocol::Acquire(Transport* transport, const LockRequest& request,
   op->kind = request.kind;
   op->permits = request.permits;
   op->queue_ms = std::min<uint64_t>(request.queue_ms, kMaxLeaseMs);
+  op->min_hold_ms = std::min<uint64_t>(request.min_hold_ms, kMaxLeaseMs);
+  op->lock_delay_ms = request.lease_ms == 0 ? 0 : std::min<uint64_t>(request.lock_delay_ms, kMaxLeaseMs);
   op->deadline = CallDeadline();
   op->done = std::move(done);
   Status s = KeyFor(request.name, &op->key);
@@ -433,6 +473,14 @@ Json LockProtocol::ExclusiveBody(const AcquireOp& op, const LockItem* item) {
     u.Remove(u.Name(attr::kData));
   } else {
     u.Set(u.Name(attr::kData) + " = " + u.Value(B(op.value)));
+  }
+  // Nor its job rules: this hold's own, or none.
+  for (auto [a, ms] : {std::pair{attr::kMinHoldMs, op.min_hold_ms}, std::pair{attr::kLockDelayMs, op.lock_delay_ms}}) {
+    if (ms == 0) {
+      u.Remove(u.Name(a));
+    } else {
+      u.Set(u.Name(a) + " = " + u.Value(N(ms)));
+    }
   }
   // An empty map rather than none: a shared acquire's SET holds.<owner> needs it to exist, and
   // `holds` is never removed once there (only an exclusive acquire empties it).
@@ -482,7 +530,7 @@ Status LockProtocol::HoldBody(const AcquireOp& op, const LockItem* item, const J
   *token = has_fence ? fence + 1 : static_cast<uint64_t>(WallClockUs()) + 1;
   u.Condition(has_fence ? f + " = " + u.Value(N(fence)) : "attribute_not_exists(" + f + ")");
   u.Set(f + " = " + u.Value(N(*token)));
-  Json hold = HoldValue(op.record_version, op.lease_ms, *token, op.value);
+  Json hold = HoldValue(op.record_version, op.lease_ms, *token, op.value, op.min_hold_ms, op.lock_delay_ms);
   if (item == nullptr || !item->has_holds) {
     Json map = Json{{"M", Json{{op.owner_value, std::move(hold)}}}};
     u.Set(h + " = " + u.Value(std::move(map)));
@@ -497,14 +545,15 @@ Status LockProtocol::HoldBody(const AcquireOp& op, const LockItem* item, const J
   } else {  // an exclusive holder the judge saw expire
     u.Condition("(attribute_not_exists(" + o + ") OR " + u.Name(attr::kRecordVersion) + " = " +
                 u.Value(S(item->record_version)) + ")");
-    for (const char* a : {attr::kOwner, attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData}) {
+    for (const char* a : {attr::kOwner, attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData,
+                          attr::kMinHoldMs, attr::kLockDelayMs}) {
       u.Remove(u.Name(a));
     }
   }
   if (item != nullptr) {
     size_t removed = 0;
     for (size_t i = 0; i < item->holds.size() && removed < kMaxRemovalsPerWrite; ++i) {
-      if (judged->hold_in[i] > 0) continue;
+      if (judged->hold_free_in[i] > 0) continue;
       const HoldRecord& expired = item->holds[i];
       u.Condition(u.Path({attr::kHolds, expired.owner, attr::kRecordVersion}) + " = " +
                   u.Value(S(expired.record_version)));
@@ -542,7 +591,7 @@ Json LockProtocol::CleanupBody(const AcquireOp& op, const LockItem& item, const 
   Update u;
   size_t removed = 0;
   for (size_t i = 0; i < item.holds.size() && removed < kMaxRemovalsPerWrite; ++i) {
-    if (judged.hold_in[i] > 0) continue;
+    if (judged.hold_free_in[i] > 0) continue;
     const HoldRecord& expired = item.holds[i];
     u.Condition(u.Path({attr::kHolds, expired.owner, attr::kRecordVersion}) + " = " +
                 u.Value(S(expired.record_version)));
@@ -712,15 +761,37 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
     op->NotAcquired(judged.closed_in, item.closed.by);
     return;
   }
-  const bool owner_live = !item.owner.empty() && judged.owner_in > 0;
+  // A holder is live until the name is free of it: its lease, and then its job rules.
+  const bool owner_live = !item.owner.empty() && judged.owner_free_in > 0;
+  bool held = !item.owner.empty() && judged.owner_in > 0;  // some lease has not run out
   std::vector<int64_t> live_in;  // the live holds' expiries
   size_t expired = 0;
-  for (int64_t in : judged.hold_in) {
-    if (in > 0) {
-      live_in.push_back(in);
+  for (size_t i = 0; i < judged.hold_free_in.size(); ++i) {
+    if (judged.hold_in[i] > 0) held = true;
+    if (judged.hold_free_in[i] > 0) {
+      live_in.push_back(judged.hold_free_in[i]);
     } else {
       ++expired;
     }
+  }
+  // Every lease has run out but a hold's job rules stand (a lock-delay after an unclean end, a
+  // min hold a crashed holder did not live out): the name is closed, with no holder, until the
+  // last of them ends.
+  if (!held && (owner_live || !live_in.empty())) {
+    int64_t until = 0;
+    const char* by = kClosedByLockDelay;
+    if (owner_live) {
+      until = judged.owner_free_in;
+      by = judged.owner_by;
+    }
+    for (size_t i = 0; i < judged.hold_free_in.size(); ++i) {
+      if (judged.hold_free_in[i] > until) {
+        until = judged.hold_free_in[i];
+        by = judged.hold_by[i];
+      }
+    }
+    op->NotAcquired(until, by);
+    return;
   }
   const size_t removable = std::min(expired, kMaxRemovalsPerWrite);
   const bool semaphore_live = !live_in.empty() && item.permits != 0;
@@ -745,7 +816,7 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
 
   if (op->kind == LockKind::kExclusive && op->permits == 0) {
     std::vector<int64_t> blockers = live_in;
-    if (owner_live) blockers.push_back(judged.owner_in);
+    if (owner_live) blockers.push_back(judged.owner_free_in);
     if (!blockers.empty()) {
       Announce(transport, op, SoonestExpiry(blockers));
       return;
@@ -756,7 +827,7 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
   }
   if (op->kind == LockKind::kShared) {
     std::vector<int64_t> blockers;
-    if (owner_live) blockers.push_back(judged.owner_in);
+    if (owner_live) blockers.push_back(judged.owner_free_in);
     if (item.has_writer && judged.writer_in > 0) blockers.push_back(judged.writer_in);
     if (!blockers.empty()) {
       op->NotAcquired(SoonestExpiry(blockers));
@@ -804,10 +875,11 @@ void LockProtocol::Announce(Transport* transport, std::shared_ptr<AcquireOp> op,
                   });
 }
 
-int64_t LockProtocol::TakeoverIn(const Observation& o, bool trust_wall_clock) const {
-  int64_t in = CeilMs(o.first_seen + Millis(o.lease_ms) - Now());
+int64_t LockProtocol::TakeoverIn(const Observation& o, bool trust_wall_clock, bool until_free) const {
+  const uint64_t span = until_free ? std::max(o.free_ms, o.lease_ms) : o.lease_ms;
+  int64_t in = CeilMs(o.first_seen + Millis(span) - Now());
   if (trust_wall_clock && api_->config().trust_local_time && o.renewed_at_ms > 0) {
-    in = std::min<int64_t>(in, o.renewed_at_ms + static_cast<int64_t>(o.lease_ms) - WallClockMs());
+    in = std::min<int64_t>(in, o.renewed_at_ms + static_cast<int64_t>(span) - WallClockMs());
   }
   return in;
 }
@@ -829,28 +901,40 @@ LockProtocol::Judgement LockProtocol::Judge(const std::string& key_text, const L
   }
   // One holder's takeover clock: it restarts whenever its record version changes (the holder
   // wrote since we last looked, or we never looked), as far as this waiter can tell.
+  // free_in (optional): the ms until the name is free of it, its job rules (free_ms) included.
   auto observe = [this, seen_at](Observation& o, const std::string& record_version, uint64_t lease_ms,
-                                 int64_t renewed_at_ms, bool trust_wall_clock) -> int64_t {
+                                 int64_t renewed_at_ms, bool trust_wall_clock, uint64_t free_ms = 0,
+                                 int64_t* free_in = nullptr) -> int64_t {
     if (record_version.empty() || lease_ms == 0) {
       o = Observation();
+      if (free_in != nullptr) *free_in = kNever;
       return kNever;
     }
-    if (o.record_version != record_version) o = Observation{record_version, seen_at, lease_ms, renewed_at_ms};
+    if (o.record_version != record_version) o = Observation{record_version, seen_at, lease_ms, renewed_at_ms, free_ms};
+    if (free_in != nullptr) *free_in = TakeoverIn(o, trust_wall_clock, true);
     return TakeoverIn(o, trust_wall_clock);
   };
   Judgement judged;
   if (!item.owner.empty()) {
-    judged.owner_in = observe(seen.owner, item.record_version, item.lease_ms, item.renewed_at_ms, true);
+    judged.owner_in = observe(seen.owner, item.record_version, item.lease_ms, item.renewed_at_ms, true,
+                              FreeSpanMs(item.lease_ms, item.min_hold_ms, item.lock_delay_ms), &judged.owner_free_in);
+    judged.owner_by = RuleClosing(item.lease_ms, item.min_hold_ms, item.lock_delay_ms);
   } else {
     seen.owner = Observation();
   }
   std::unordered_map<std::string, Observation> holds;  // only the holds the item still has
   judged.hold_in.reserve(item.holds.size());
+  judged.hold_free_in.reserve(item.holds.size());
+  judged.hold_by.reserve(item.holds.size());
   for (const HoldRecord& hold : item.holds) {
     Observation o;
     auto it = seen.holds.find(hold.owner);
     if (it != seen.holds.end()) o = it->second;
-    judged.hold_in.push_back(observe(o, hold.record_version, hold.lease_ms, hold.renewed_at_ms, true));
+    int64_t free_in = kNever;
+    judged.hold_in.push_back(observe(o, hold.record_version, hold.lease_ms, hold.renewed_at_ms, true,
+                                     FreeSpanMs(hold.lease_ms, hold.min_hold_ms, hold.lock_delay_ms), &free_in));
+    judged.hold_free_in.push_back(free_in);
+    judged.hold_by.push_back(RuleClosing(hold.lease_ms, hold.min_hold_ms, hold.lock_delay_ms));
     holds[hold.owner] = o;
   }
   seen.holds = std::move(holds);
@@ -878,7 +962,7 @@ std::string LockProtocol::ExpiredRecordVersion(const std::string& key_text) {
   std::lock_guard<std::mutex> lock(observed_mu_);
   auto it = observed_.find(key_text);
   if (it == observed_.end() || it->second.owner.record_version.empty() ||
-      TakeoverIn(it->second.owner, true) > 0) {
+      TakeoverIn(it->second.owner, true, true) > 0) {
     return "";
   }
   return it->second.owner.record_version;
@@ -940,16 +1024,24 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
   const bool hold = IsHold(*lock);
   std::string rv = NewRecordVersion();
   Update u;
+  // The hold's own attributes: at the top level, or in its entry of `holds`.
+  const std::string me = hold ? u.Path({attr::kHolds, lock->owner_value}) + "." : "";
+  u.Set(me + u.Name(attr::kRecordVersion) + " = " + u.Value(S(rv)));
+  u.Set(me + u.Name(attr::kLeaseMs) + " = " + u.Value(N(lease_ms)));
+  u.Set(me + u.Name(attr::kRenewedAtMs) + " = " + u.Value(N(WallClockMs())));
+  // A min hold not yet over: what is left of it, counted by waiters from the new record version
+  // (the lock-delay stays as the acquire stored it: it follows each new lease on its own).
+  if (lock->min_hold_ms != 0) {
+    const uint64_t left = MinHoldLeftMs(*lock);
+    if (left != 0) {
+      u.Set(me + u.Name(attr::kMinHoldMs) + " = " + u.Value(N(left)));
+    } else {
+      u.Remove(me + u.Name(attr::kMinHoldMs));
+    }
+  }
   if (hold) {
-    const std::string me = u.Path({attr::kHolds, lock->owner_value});
-    u.Set(me + "." + u.Name(attr::kRecordVersion) + " = " + u.Value(S(rv)));
-    u.Set(me + "." + u.Name(attr::kLeaseMs) + " = " + u.Value(N(lease_ms)));
-    u.Set(me + "." + u.Name(attr::kRenewedAtMs) + " = " + u.Value(N(WallClockMs())));
-    u.Condition("attribute_exists(" + me + ")");
+    u.Condition("attribute_exists(" + me.substr(0, me.size() - 1) + ")");
   } else {
-    u.Set(u.Name(attr::kRecordVersion) + " = " + u.Value(S(rv)));
-    u.Set(u.Name(attr::kLeaseMs) + " = " + u.Value(N(lease_ms)));
-    u.Set(u.Name(attr::kRenewedAtMs) + " = " + u.Value(N(WallClockMs())));
     u.Condition(u.Name(attr::kOwner) + " = " + u.Value(S(lock->owner_value)));
   }
   CallWithRetries(transport, api_->credentials(), "UpdateItem", u.Body(api_->config().table, key, "NONE"),
@@ -995,8 +1087,11 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
   });
 }
 
-Json LockProtocol::ReleaseBody(const Json& key, const std::string& owner_value, bool is_hold) const {
-  Update u;
+namespace {
+
+// A release's removal of owner_value's hold, conditional on it being ours: with it go its value
+// and its job rules (a release is a clean end: no lock-delay).
+void RemoveHold(Update& u, const std::string& owner_value, bool is_hold) {
   if (is_hold) {
     const std::string me = u.Path({attr::kHolds, owner_value});
     u.Remove(me);
@@ -1004,9 +1099,19 @@ Json LockProtocol::ReleaseBody(const Json& key, const std::string& owner_value, 
   } else {
     const std::string o = u.Name(attr::kOwner);
     u.Remove(o);
-    for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData}) u.Remove(u.Name(a));
+    for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData, attr::kMinHoldMs,
+                          attr::kLockDelayMs}) {
+      u.Remove(u.Name(a));
+    }
     u.Condition(o + " = " + u.Value(S(owner_value)));
   }
+}
+
+}  // namespace
+
+Json LockProtocol::ReleaseBody(const Json& key, const std::string& owner_value, bool is_hold) const {
+  Update u;
+  RemoveHold(u, owner_value, is_hold);
   return u.Body(api_->config().table, key, "NONE");
 }
 
@@ -1049,6 +1154,33 @@ void LockProtocol::SetValue(Transport* transport, std::shared_ptr<const LockStat
   });
 }
 
+// One early release that leaves a min-hold marker (ReleaseWithMarker, below).
+struct LockProtocol::ReleaseOp {
+  std::shared_ptr<const LockState> lock;
+  Json key;
+  std::string key_text;
+  TimePoint deadline;
+  int rounds = 0;
+  bool maybe_landed = false;     // an earlier write may have landed: "not ours" is its doing
+  bool has_marker = false;       // the marker last seen
+  bool marker_malformed = false;
+  std::string marker_version;
+  bool keep_marker = false;      // it outlasts the min hold: left as it stands
+  Json body;                     // the write in flight
+  std::string written_version;   // the marker it sets ("" = none)
+  uint64_t written_ms = 0;
+  int64_t written_wall_ms = 0;
+  std::function<void(Status)> done;
+
+  void Finish(Status s) {
+    auto d = std::move(done);
+    d(std::move(s));
+  }
+  bool Ours(const LockItem& item) const {
+    return IsHold(*lock) ? FindHold(item, lock->owner_value) != nullptr : item.owner == lock->owner_value;
+  }
+};
+
 void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState> lock,
                            std::function<void(Status)> done) {
   Json key;
@@ -1059,6 +1191,16 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
   }
   const TimePoint deadline = CallDeadline();
   const bool hold = IsHold(*lock);
+  if (MinHoldLeftMs(*lock) != 0) {  // an early release: the min hold's marker stays
+    auto op = std::make_shared<ReleaseOp>();
+    op->lock = std::move(lock);
+    op->key = std::move(key);
+    op->key_text = op->key.dump();
+    op->deadline = deadline;
+    op->done = std::move(done);
+    ReleaseWithMarker(transport, std::move(op));
+    return;
+  }
   CallWithRetries(transport, api_->credentials(), "UpdateItem", ReleaseBody(key, lock->owner_value, hold),
                   deadline, [this, transport, lock, key, deadline, hold, done = std::move(done)](ApiResult r) {
     if (r.outcome == Outcome::kOk) {
@@ -1093,6 +1235,109 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
       done(failure);
     });
   });
+}
+
+// An early release (a min hold not over): the hold goes and an owner-less marker, closed by
+// "min_hold" for what is left of the min hold, takes its place, in one write conditional on
+// the hold being ours and on the marker as last seen (none at first). A refusal that finds the
+// hold still ours found a marker (another shared holder's early release): one that outlasts
+// this min hold, as this client judges it, stays as it is; else it is replaced.
+
+void LockProtocol::ReleaseWithMarker(Transport* transport, std::shared_ptr<ReleaseOp> op) {
+  if (++op->rounds > kMaxAcquireRounds) {
+    op->Finish(Status::BackendError("lock '" + op->lock->name + "' kept changing while it was being released (" +
+                                    std::to_string(kMaxAcquireRounds) + " writes refused): try again"));
+    return;
+  }
+  Update u;
+  RemoveHold(u, op->lock->owner_value, IsHold(*op->lock));
+  const uint64_t left = MinHoldLeftMs(*op->lock);
+  op->written_version.clear();
+  if (left != 0 && !op->keep_marker) {
+    const std::string c = u.Name(attr::kClosed);
+    if (!op->has_marker) {
+      u.Condition("attribute_not_exists(" + c + ")");
+    } else if (op->marker_malformed) {
+      u.Condition("attribute_exists(" + c + ")");
+    } else {
+      u.Condition(u.Path({attr::kClosed, attr::kRecordVersion}) + " = " + u.Value(S(op->marker_version)));
+    }
+    op->written_version = NewRecordVersion();
+    op->written_ms = left;
+    op->written_wall_ms = WallClockMs();
+    Json marker = {{attr::kRecordVersion, S(op->written_version)},
+                   {attr::kLeaseMs, N(op->written_ms)},
+                   {attr::kRenewedAtMs, N(op->written_wall_ms)},
+                   {attr::kBy, S(kClosedByMinHold)}};
+    u.Set(c + " = " + u.Value(Json{{"M", std::move(marker)}}));
+  }
+  op->body = u.Body(api_->config().table, op->key, "NONE");
+  op->body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
+  CallWithRetries(transport, api_->credentials(), "UpdateItem", op->body, op->deadline,
+                  [this, transport, op](ApiResult r) {
+    if (r.maybe_applied) op->maybe_landed = true;
+    if (r.outcome == Outcome::kOk) {
+      if (!op->written_version.empty()) {
+        // This client's own acquires count the marker's time from now: no later than any waiter.
+        std::lock_guard<std::mutex> lock(observed_mu_);
+        ObservationsOf(op->key_text).closed =
+            Observation{op->written_version, Now(), op->written_ms, op->written_wall_ms};
+      }
+      op->Finish(Status::Ok());
+      return;
+    }
+    if (r.outcome == Outcome::kConditionFailed || (IsHold(*op->lock) && HoldPathGone(r))) {
+      ReleaseMarkerRefused(transport, op, r.outcome == Outcome::kConditionFailed ? ItemOf(r.body) : Json());
+      return;
+    }
+    // Not confirmed: retried in the background, as a plain release is (the hold keeps its min
+    // hold meanwhile: a waiter that judges it expired waits that out too).
+    Status failure = r.status;
+    if (!r.maybe_applied) {
+      if (failure.code() == Code::kIoError) InBackground("UpdateItem", op->body);
+      op->Finish(failure);
+      return;
+    }
+    Read(transport, op->key, op->deadline, [this, op, failure](Status s, Json json) {
+      if (s.ok()) {
+        LockItem item;
+        ParseLockItem(json, &item);
+        if (!op->Ours(item)) {
+          op->Finish(Status::Ok());  // no longer ours: the release landed
+          return;
+        }
+      }
+      InBackground("UpdateItem", op->body);
+      op->Finish(failure);
+    });
+  });
+}
+
+void LockProtocol::ReleaseMarkerRefused(Transport* transport, std::shared_ptr<ReleaseOp> op, Json old_item) {
+  if (old_item.is_null()) {
+    Read(transport, op->key, op->deadline, [this, transport, op](Status s, Json item) {
+      if (!s.ok()) {
+        op->Finish(s);
+        return;
+      }
+      if (item.is_null()) item = Json::object();  // no item: not ours
+      ReleaseMarkerRefused(transport, op, std::move(item));
+    });
+    return;
+  }
+  LockItem item;
+  ParseLockItem(old_item, &item);
+  if (!op->Ours(item)) {
+    op->Finish(op->maybe_landed ? Status::Ok() : NotHeldStatus(*op->lock));
+    return;
+  }
+  const Judgement judged = Judge(op->key_text, item, Now());
+  op->has_marker = item.has_closed;
+  op->marker_malformed = item.closed_malformed;
+  op->marker_version = item.closed.record_version;
+  op->keep_marker = item.has_closed && !item.closed_malformed &&
+                    judged.closed_in >= static_cast<int64_t>(MinHoldLeftMs(*op->lock));
+  ReleaseWithMarker(transport, std::move(op));
 }
 
 namespace {
@@ -1198,20 +1443,43 @@ void LockProtocol::Inspect(Transport* transport, const std::string& name,
       const int64_t lease = static_cast<int64_t>(lease_ms);  // both clamped by ParseLockItem
       return std::clamp<int64_t>(renewed_at_ms + lease - now, 0, lease);
     };
-    if (!item.owner.empty()) {
+    // A hold whose lease ran out while its job rules stand is no holder: it keeps the name
+    // closed (by the rule that ends last) for what is left of them.
+    int64_t rule_closed_ms = 0;
+    std::string rule_closed_by;
+    auto ruled_out = [&](uint64_t lease_ms, int64_t renewed_at_ms, uint64_t min_hold_ms, uint64_t lock_delay_ms) {
+      if (lease_ms == 0 || remaining(lease_ms, renewed_at_ms) > 0) return false;
+      const uint64_t span = FreeSpanMs(lease_ms, min_hold_ms, lock_delay_ms);
+      const int64_t left = remaining(span, renewed_at_ms);
+      if (left <= 0) return false;
+      if (left > rule_closed_ms) {
+        rule_closed_ms = left;
+        rule_closed_by = RuleClosing(lease_ms, min_hold_ms, lock_delay_ms);
+      }
+      return true;
+    };
+    if (!item.owner.empty() && !ruled_out(item.lease_ms, item.renewed_at_ms, item.min_hold_ms, item.lock_delay_ms)) {
       info.holders.push_back(HolderOf(item.owner, item.has_fence ? item.fence : 0, item.value,
                                       remaining(item.lease_ms, item.renewed_at_ms)));
     }
     // Holds a crashed holder left are listed (with 0 ms left) until a waiter removes them.
     for (const HoldRecord& hold : item.holds) {
+      if (ruled_out(hold.lease_ms, hold.renewed_at_ms, hold.min_hold_ms, hold.lock_delay_ms)) continue;
       info.holders.push_back(HolderOf(hold.owner, hold.token, hold.value, remaining(hold.lease_ms, hold.renewed_at_ms)));
     }
-    DescribeSort(item, &info);
-    // A break's marker, by the breaker's wall clock (a waiter that first sees it now may still
-    // wait its whole time: it judges the marker as a lease, on its own clock).
-    if (info.holders.empty() && item.has_closed) {
-      info.closed_ms = remaining(item.closed.lease_ms, item.closed.renewed_at_ms);
-      if (info.closed_ms > 0) info.closed_by = item.closed.by;
+    if (!info.holders.empty()) DescribeSort(item, &info);
+    // A break's or an early release's marker, by its writer's wall clock (a waiter that first
+    // sees it now may still wait its whole time: it judges the marker as a lease, on its own
+    // clock); or the job rules of holds whose leases ran out.
+    if (info.holders.empty()) {
+      if (item.has_closed) {
+        info.closed_ms = remaining(item.closed.lease_ms, item.closed.renewed_at_ms);
+        if (info.closed_ms > 0) info.closed_by = item.closed.by;
+      }
+      if (rule_closed_ms > info.closed_ms) {
+        info.closed_ms = rule_closed_ms;
+        info.closed_by = rule_closed_by;
+      }
     }
     for (const BreakRecord& record : item.broken) {
       if (!RecordCurrent(record, now)) continue;
@@ -1369,7 +1637,10 @@ void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op,
     u.Condition(item.record_version.empty() ? "attribute_not_exists(" + rv + ")"
                                             : rv + " = " + u.Value(S(item.record_version)));
     u.Remove(o);
-    for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData}) u.Remove(u.Name(a));
+    for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData, attr::kMinHoldMs,
+                          attr::kLockDelayMs}) {
+      u.Remove(u.Name(a));
+    }
     breaks(HolderOf(item.owner, item.has_fence ? item.fence : 0, item.value, remaining(judged.owner_in, item.lease_ms)));
     --room;
   }

@@ -7,13 +7,18 @@
 //   renewedAtMs    its wall clock at its last write (used only by trust_local_time=1)
 //   fence          the last fencing token of the name, of every kind of hold; never removed
 //   data           the value stored with the exclusive hold (binary); absent when none
+//   minHoldMs      the exclusive hold's job rules (LockRequest::min_hold_ms, lock_delay_ms):
+//   lockDelayMs    what was left of its min hold when its record version was written, and its
+//                  lock-delay; absent when none (a hold in `holds` carries them in its entry)
 //   holds          shared holds or semaphore permits: a map from each holder's owner value to
-//                  {recordVersion, leaseMs, renewedAtMs, token[, data]}; may be left empty ({})
+//                  {recordVersion, leaseMs, renewedAtMs, token[, data, minHoldMs, lockDelayMs]};
+//                  may be left empty ({})
 //   permits        the semaphore's size n while `holds` holds permits; absent while it holds
 //                  shared holds. Meaningless (may be stale) while `holds` is empty.
 //   writer         a waiting exclusive acquire's announcement {owner, recordVersion, queueMs}
-//   closed         an owner-less marker left by a break, {recordVersion, leaseMs, renewedAtMs,
-//                  by}: the name stays closed to every acquire until it lapses
+//   closed         an owner-less marker left by a break (by "broken") or an early release
+//                  (by "min_hold"), {recordVersion, leaseMs, renewedAtMs, by}: the name stays
+//                  closed to every acquire until it lapses
 //   broken         break records, newest first: [{reason, atMs, tokens: [N…]}]; never removed
 //                  by an acquire (a broken holder's refused renewal finds its token there)
 //
@@ -78,6 +83,34 @@
 //   meanwhile. Break records: at most kMaxBrokenRecords tokens and kMaxBrokenRecordBytes, the
 //   newest; a record older than kBrokenRecordMs by the wall clocks is dropped (it only words a
 //   loss report).
+// Job rules (kCapMinHold, kCapLockDelay). There is no server clock: "acquire + min hold on the
+//   server's clock" and "lease + lock-delay" are judged by the rule for leases, on each waiter's
+//   own monotonic clock from when it first saw a record version (or by the writer's wall clock
+//   with trust_local_time). A hold stores minHoldMs (what is left of its min hold when that
+//   record version was written: the whole of it at the acquire; at each renewal or extend what
+//   is left of it on the holder's monotonic clock since its acquire's answer came, removed once
+//   over) and lockDelayMs (set at the acquire, untouched by renewals; none with lease 0: such a
+//   hold never ends uncleanly). A waiter takes a hold as live for its lease and then free only
+//   once it saw that record version stand for max(leaseMs + lockDelayMs, minHoldMs): in between,
+//   the hold is no holder but closes the name (closed_by "lock_delay", or "min_hold" when the
+//   min hold ends later), refused acquires hear the time left, and inspect lists no such hold
+//   but reports closed_ms/closed_by by the writer's wall clock. Since each waiter counts from no
+//   earlier than the write, the name is free no earlier than acquire + min hold, or the last
+//   renewal's send + lease + delay, however the hold ends. Renewals and extends carry the
+//   lock-delay past each new lease (a new record version: counted afresh). Shared holds and
+//   permits each carry their own rules: the name is closed while any of them stands, so the
+//   largest applies; while some hold's lease stands the name is held, not closed (a hold in its
+//   rules' time still counts against a semaphore's permits). A release is a clean end: it
+//   removes the hold with its rules (no lock-delay); before the min hold is over it also sets
+//   the `closed` marker (by "min_hold", leaseMs = what is left of the min hold), in the same
+//   write, conditional on the hold being ours and on no marker; refused with the hold still
+//   ours (another shared holder's early release left one), it keeps a marker this client judges
+//   to outlast its min hold, else replaces it (conditional on its record version). That marker
+//   closes the name to every acquire, shared ones included, as a break's does; it has no holder,
+//   so nothing is handed over. A takeover (exclusive or shared acquire) removes the old holder's
+//   rules with it; a give-back of an ambiguous acquire removes the hold with its rules (the
+//   acquire did not happen); a break removes every hold with its rules, and any min-hold marker,
+//   and its own marker counts only the broken holds' leases: a break clears the job rules.
 // A refused condition means not acquired / not held. A failure after which the write may
 // have been applied (timeout, 5xx) is settled by reading the item before deciding.
 //
@@ -86,7 +119,10 @@
 // takes at most 428 bytes: its map key, the owner value (32 hex + '|' + a label of at most 256
 // bytes = 289), 1 + 3 for the entry and its value's map, the field names recordVersion,
 // leaseMs, renewedAtMs, token (36) with 1 each (4), the 32-byte record version, three numbers
-// (63). The rest of the item (keys of up to 1,280 bytes, exclusive holder, writer, fence,
+// (63). A hold with job rules adds minHoldMs and lockDelayMs (20 bytes of names, 2 of entries, and
+// two numbers of at most 7 bytes: at most 12 digits each): it still fits 428, since the three
+// numbers above take at most 26 bytes at their true sizes (DynamoDB stores 1 byte plus 1 per two
+// digits: a lease of at most 12 digits, a wall-clock ms of 13, a token of 20). The rest of the item (keys of up to 1,280 bytes, exclusive holder, writer, fence,
 // permits, the closed marker) takes at most about 4 KB, break records at most
 // kMaxBrokenRecordBytes (12 KB). kMaxHoldsPerName = 900 holds (385 KB) leaves a margin: the
 // 901st concurrent shared hold, or a semaphore of more than 900 permits, is refused with EINVAL
@@ -120,6 +156,8 @@ struct HoldRecord {
   int64_t renewed_at_ms = 0;   // clamped
   uint64_t token = 0;
   std::string value;           // the value stored with it ("" = none)
+  uint64_t min_hold_ms = 0;    // what was left of its min hold at its last write (clamped); 0 = none
+  uint64_t lock_delay_ms = 0;  // its lock-delay (clamped); 0 = none
 };
 
 // A writer's announcement, as stored in `writer`.
@@ -134,7 +172,7 @@ struct ClosedMarker {
   std::string record_version;  // never "" (else the marker is malformed)
   uint64_t lease_ms = 0;       // how long it stands; clamped to kMaxLeaseMs, never 0
   int64_t renewed_at_ms = 0;   // the breaker's wall clock when it wrote it (trust_local_time only)
-  std::string by;              // what left it: "broken"
+  std::string by;              // what left it: "broken", or "min_hold" (an early release)
 };
 
 // One break's record, as stored in `broken`.
@@ -151,6 +189,8 @@ struct LockItem {
   uint64_t lease_ms = 0;
   int64_t renewed_at_ms = 0;
   std::string value;           // the exclusive holder's value ("" = none)
+  uint64_t min_hold_ms = 0;    // the exclusive holder's job rules (as in HoldRecord)
+  uint64_t lock_delay_ms = 0;
   bool has_fence = false;
   uint64_t fence = 0;
   bool has_holds = false;      // the `holds` attribute exists (maybe empty)
@@ -177,6 +217,9 @@ struct Observation {
   TimePoint first_seen;       // monotonic: when this record version was first seen
   uint64_t lease_ms = 0;
   int64_t renewed_at_ms = 0;  // the holder's wall clock (trust_local_time only)
+  // How long it must stand unchanged before the name is free of it: the lease, or longer by
+  // the hold's job rules (max(lease + lock-delay, min hold left)); 0 with lease 0.
+  uint64_t free_ms = 0;
 };
 
 class LockProtocol {
@@ -195,7 +238,8 @@ class LockProtocol {
   // Replaces the value stored with a held lock ("" removes it). Ok, NotHeld, or an error.
   void SetValue(Transport* transport, std::shared_ptr<const LockState> lock, const std::string& value,
                 std::function<void(Status)> done);
-  // Ok, NotHeld, or an error.
+  // Ok, NotHeld, or an error. A hold whose min hold is not over leaves a marker for the rest of
+  // it (closed by "min_hold").
   void Release(Transport* transport, std::shared_ptr<const LockState> lock,
                std::function<void(Status)> done);
   // Who holds name (one ConsistentRead). Remaining leases are estimated from each holder's
@@ -237,6 +281,11 @@ class LockProtocol {
 
   // The conditional write that removes owner_value's hold on key (release, give-back).
   Json ReleaseBody(const Json& key, const std::string& owner_value, bool is_hold) const;
+  // A release that leaves a min-hold marker: a write conditional on the marker as last seen
+  // (marker_version; "" = none), merged after a refusal that found the hold still ours.
+  struct ReleaseOp;
+  void ReleaseWithMarker(Transport* transport, std::shared_ptr<ReleaseOp> op);
+  void ReleaseMarkerRefused(Transport* transport, std::shared_ptr<ReleaseOp> op, Json old_item);
   void InBackground(const std::string& operation, Json body) const {
     if (background_) background_(operation, std::move(body));
   }
@@ -263,8 +312,8 @@ class LockProtocol {
   // Remembers what the item shows and says what has expired, on this waiter's clock.
   Judgement Judge(const std::string& key_text, const LockItem& item, TimePoint seen_at);
   // The ms until a takeover of what was observed is allowed (<= 0: now), with the shortcut of
-  // trust_local_time. mu held.
-  int64_t TakeoverIn(const Observation& observation, bool trust_wall_clock) const;
+  // trust_local_time; until_free: until the name is free of it (free_ms), not its lease. mu held.
+  int64_t TakeoverIn(const Observation& observation, bool trust_wall_clock, bool until_free = false) const;
   // The exclusive holder's record version that has stood for a whole lease, if any.
   std::string ExpiredRecordVersion(const std::string& key_text);
   // The closed marker's record version that has stood for its whole time, if any.
