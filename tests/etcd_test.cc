@@ -483,6 +483,153 @@ TEST_F(EtcdTest, AForeignMarkerOrRecordIsAClearError) {
 
 // TLS: https to every endpoint, the server checked against ca=, and a client certificate
 // where the cluster asks for one.
+// The job rules' markers of NAME (lock_protocol.h, "Job rules"), read behind the client's
+// back: each key's tail after K\0c\0 ("m\0ID" or "d\0ID"), its value and its lease.
+struct Marker {
+  std::string tail, value, lease;
+};
+std::vector<Marker> RuleMarkers(EtcdCluster* etcd, const std::string& name) {
+  const std::string begin = "dlock:" + name + std::string("\0c\0", 3);
+  std::string end = begin;
+  end.back() = '\x01';
+  auto body = etcd->Post("/v3/kv/range", R"({"key":")" + Base64(begin) + R"(","range_end":")" + Base64(end) + R"("})");
+  std::vector<Marker> out;
+  if (!body) return out;
+  std::regex kv(R"re(\{"key":"([^"]*)"[^}]*?"value":"([^"]*)"[^}]*\})re");
+  for (auto it = std::sregex_iterator(body->begin(), body->end(), kv); it != std::sregex_iterator(); ++it) {
+    auto decode = [](const std::string& b64) {
+      std::string out(b64.size(), '\0');
+      int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                              reinterpret_cast<const unsigned char*>(b64.data()), static_cast<int>(b64.size()));
+      out.resize(n < 0 ? 0 : static_cast<size_t>(n));
+      // EVP_DecodeBlock keeps the padding's zero bytes.
+      for (size_t i = b64.size(); i > 0 && b64[i - 1] == '=' && !out.empty(); --i) out.pop_back();
+      return out;
+    };
+    const std::string key = decode((*it)[1].str()), value = decode((*it)[2].str());
+    std::smatch m;
+    const std::string whole = (*it)[0].str();
+    const std::string lease = std::regex_search(whole, m, std::regex(R"re("lease":"(\d+)")re")) ? m[1].str() : "0";
+    out.push_back({key.substr(begin.size()), value, lease});
+  }
+  return out;
+}
+
+// A hold with both rules writes one marker per rule, each on a lease of its own (not the
+// hold's); a release deletes the lock-delay marker and leaves the min hold's, with no holder;
+// a break now clears it and the name is free.
+TEST_F(EtcdTest, JobRuleMarkersAreKeysOnLeasesOfTheirOwn) {
+  const std::string name = "rules-markers";
+  Client holder(etcd_->url()), other(etcd_->url());
+  Options o;
+  o.lease(2000).min_hold(4000).lock_delay(1000);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const std::string hold_lease = LeaseOf(name);
+  std::vector<Marker> markers = RuleMarkers(etcd_, name);
+  ASSERT_EQ(markers.size(), 2u);
+  // "d\0ID" sorts before "m\0ID".
+  EXPECT_EQ(markers[0].tail.substr(0, 2), std::string("d\0", 2));
+  EXPECT_EQ(markers[0].value, "lock_delay");
+  EXPECT_EQ(markers[1].tail.substr(0, 2), std::string("m\0", 2));
+  EXPECT_EQ(markers[1].value, "min_hold");
+  EXPECT_EQ(markers[0].tail.substr(2), markers[1].tail.substr(2)) << "one hold's id";
+  for (const Marker& m : markers) {
+    EXPECT_NE(m.lease, "0");
+    EXPECT_NE(m.lease, hold_lease) << m.value << " is on the hold's lease";
+  }
+  EXPECT_NE(markers[0].lease, markers[1].lease);
+  // While the hold stands, inspect shows the holder, not the markers.
+  dlock_info* info = nullptr;
+  ASSERT_EQ(dlock_inspect(other.get(), name.c_str(), &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(info), 1u);
+  EXPECT_EQ(dlock_info_closed_ms(info), 0);
+  dlock_info_free(info);
+
+  ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  markers = RuleMarkers(etcd_, name);
+  ASSERT_EQ(markers.size(), 1u) << "the release keeps the min hold's marker alone";
+  EXPECT_EQ(markers[0].value, "min_hold");
+  ASSERT_EQ(dlock_inspect(other.get(), name.c_str(), &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(info), 0u);
+  EXPECT_GT(dlock_info_closed_ms(info), 0);
+  EXPECT_LE(dlock_info_closed_ms(info), 5000);
+  EXPECT_STREQ(dlock_info_closed_by(info), "min_hold");
+  dlock_info_free(info);
+  Options once;
+  once.wait(0);
+  dlock_lock* next = nullptr;
+  EXPECT_EQ(dlock_acquire(other.get(), name.c_str(), once.get(), &next), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(std::string(dlock_last_error()).find("min_hold"), std::string::npos) << dlock_last_error();
+  Options once_shared;
+  once_shared.shared().wait(0);
+  EXPECT_EQ(dlock_acquire(other.get(), name.c_str(), once_shared.get(), &next), DLOCK_NOT_ACQUIRED);
+
+  dlock_info* broken = nullptr;
+  ASSERT_EQ(dlock_break_with(other.get(), name.c_str(), "", DLOCK_BREAK_NOW, &broken), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_closed_ms(broken), 0);
+  dlock_info_free(broken);
+  EXPECT_TRUE(RuleMarkers(etcd_, name).empty());
+  ASSERT_EQ(dlock_acquire(other.get(), name.c_str(), once.get(), &next), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(next), DLOCK_OK);
+}
+
+// A holder that crashed with a lease much shorter than its min hold: the name stays closed
+// until acquire + min hold (by the marker, no holder), not the lease's end.
+TEST_F(EtcdTest, AMinHoldOutlivesACrashWithAShortLease) {
+  const std::string name = "rules-crash";
+  Client holder(etcd_->url()), other(etcd_->url());
+  Options o;
+  o.lease(500).heartbeat(0).min_hold(4000);
+  const auto start = Clock::now();
+  dlock_lock* crashed = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), name.c_str(), o.get(), &crashed), DLOCK_OK) << dlock_last_error();
+  // The hold's key goes with its 2 s lease; the marker stands on.
+  ASSERT_TRUE(WaitFor([&] { return LeaseOf(name) == "0"; }, 5000ms));
+  if (MsSince(start) < 3500) {
+    dlock_info* info = nullptr;
+    ASSERT_EQ(dlock_inspect(other.get(), name.c_str(), &info), DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(dlock_info_holders(info), 0u);
+    EXPECT_STREQ(dlock_info_closed_by(info), "min_hold");
+    dlock_info_free(info);
+  }
+  Options patient;
+  patient.wait(10000);
+  dlock_lock* next = nullptr;
+  ASSERT_EQ(dlock_acquire(other.get(), name.c_str(), patient.get(), &next), DLOCK_OK) << dlock_last_error();
+  EXPECT_GE(MsSince(start), 4000 - 20) << "free before acquire + min hold";
+  EXPECT_LT(MsSince(start), 4000 + kSlackMs) << "the marker's end was not heard";
+  EXPECT_GT(dlock_lock_fencing_token(next), dlock_lock_fencing_token(crashed));
+  EXPECT_EQ(dlock_release(next), DLOCK_OK);
+  EXPECT_EQ(dlock_release(crashed), DLOCK_NOT_HELD);
+}
+
+// Shared holders each keep their own lock-delay marker: after both crash, the longest delay
+// closes the name; a shared acquire joins shared holds that stand beside their markers.
+TEST_F(EtcdTest, SharedHoldersCrashedTheLongestLockDelayStands) {
+  const std::string name = "rules-shared";
+  Client a(etcd_->url()), b(etcd_->url()), other(etcd_->url());
+  Options short_delay, long_delay;
+  short_delay.shared().lease(500).heartbeat(0).lock_delay(1000);
+  long_delay.shared().lease(500).heartbeat(0).lock_delay(3000);
+  dlock_lock* la = nullptr;
+  dlock_lock* lb = nullptr;
+  const auto start = Clock::now();
+  ASSERT_EQ(dlock_acquire(a.get(), name.c_str(), short_delay.get(), &la), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(b.get(), name.c_str(), long_delay.get(), &lb), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(RuleMarkers(etcd_, name).size(), 2u);
+  Options patient;
+  patient.wait(15000);
+  dlock_lock* next = nullptr;
+  ASSERT_EQ(dlock_acquire(other.get(), name.c_str(), patient.get(), &next), DLOCK_OK) << dlock_last_error();
+  EXPECT_GE(MsSince(start), 500 + 3000 - 20) << "free before the longer lock-delay ended";
+  EXPECT_LT(MsSince(start), 500 + 3000 + 2000 + 2000 + kSlackMs);
+  EXPECT_GT(dlock_lock_fencing_token(next), dlock_lock_fencing_token(lb));
+  EXPECT_EQ(dlock_release(next), DLOCK_OK);
+  EXPECT_EQ(dlock_release(la), DLOCK_NOT_HELD);
+  EXPECT_EQ(dlock_release(lb), DLOCK_NOT_HELD);
+}
+
 TEST(EtcdTlsTest, ClientCertificatesAndTheServerCheck) {
   TestCertificates certs;
   ASSERT_TRUE(certs.ok());

@@ -475,8 +475,8 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             new holder of a free name is polled on every backend
  *   DLOCK_CAP_BREAK           an operator can break a lock (dlock_break): Redis (every
  *                             topology), DynamoDB, etcd
- *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: Redis (every topology)
- *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: Redis (every topology)
+ *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend
+ *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: every backend
  * docs/guarantees.md has the whole matrix.
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u

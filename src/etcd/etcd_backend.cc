@@ -115,9 +115,10 @@ class EtcdBackend : public Backend {
   }
 
   // Tokens are create revisions (strict); deletions of a held key wake waiters (watches);
-  // shared holds and semaphores (lock_protocol.h, "Kinds"); breaks ("Break").
+  // shared holds and semaphores (lock_protocol.h, "Kinds"); breaks ("Break"); min holds and
+  // lock-delays as markers on leases of their own ("Job rules").
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapBreak;
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapBreak | kCapMinHold | kCapLockDelay;
   }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     watches_.Watch(protocol_.KeyFor(name), watcher);

@@ -35,6 +35,11 @@ constexpr int64_t kMarkerSpareMs = 1000;
 // The records' shared lease lives a day and an hour; it is used for new records only while a
 // whole day of it is left, so each record lives at least kBrokenRecordMs.
 constexpr int64_t kRecordLeaseS = kBrokenRecordMs / 1000 + 3600;
+// Job rules (lock_protocol.h, "Job rules"): the markers' values, and the min hold lease's spare
+// for the time from its grant to the commit of the transaction that puts the marker.
+constexpr char kClosedByMinHold[] = "min_hold";
+constexpr char kClosedByLockDelay[] = "lock_delay";
+constexpr int64_t kRuleSpareMs = 250;
 // A reason is the operator's words, at most this long (the core's limit; more is not dlock's).
 constexpr size_t kMaxStoredReasonBytes = 1024;
 // The digits of a record's token in its key: every uint64 fits, and the keys sort by token.
@@ -72,6 +77,14 @@ class NameKeys {
   std::string Writer(const std::string& id) const { return Under("w") + '\0' + id; }
   // The owner-less marker that keeps the name closed (a break's).
   std::string Closed() const { return Under("c"); }
+  // [MarkersBegin, MarkersEnd): every marker, the break's and the job rules'.
+  std::string MarkersBegin() const { return Under("c"); }
+  std::string MarkersEnd() const { return Under("d"); }
+  // The job rules' markers of hold ID, and [RulesBegin, RulesEnd): every job rule's marker.
+  std::string MinHold(const std::string& id) const { return RulesBegin() + "m" + '\0' + id; }
+  std::string Delay(const std::string& id) const { return RulesBegin() + "d" + '\0' + id; }
+  std::string RulesBegin() const { return Under("c") + '\0'; }
+  std::string RulesEnd() const { return Under("c") + '\x01'; }
   // [HoldsBegin, HoldsEnd): every hold key but K (shared holds and permits).
   std::string HoldsBegin() const { return Under("h"); }
   std::string HoldsEnd() const { return Under("i"); }
@@ -119,6 +132,7 @@ struct NameView {
   std::vector<std::pair<const KeyValue*, uint32_t>> permits;  // and the semaphore's size
   std::vector<const KeyValue*> writers;
   const KeyValue* closed = nullptr;  // the closed marker
+  std::vector<const KeyValue*> rules;  // job rules' markers
   const KeyValue* ours = nullptr;  // the hold key asked about, holding our owner value
 };
 
@@ -126,13 +140,15 @@ NameView Classify(const NameKeys& keys, const std::vector<KeyValue>& kvs, const 
                   const std::string& owner_value) {
   NameView v;
   const std::string shared = keys.Under("hs") + '\0', permit = keys.Under("hp") + '\0',
-                    writer = keys.Under("w") + '\0';
+                    writer = keys.Under("w") + '\0', rules = keys.RulesBegin();
   for (const KeyValue& kv : kvs) {
     if (kv.key == own_key && OwnerPart(kv.value) == owner_value) v.ours = &kv;
     if (kv.key == keys.exclusive()) {
       v.exclusive = &kv;
     } else if (kv.key == keys.Closed()) {
       v.closed = &kv;
+    } else if (kv.key.compare(0, rules.size(), rules) == 0) {
+      v.rules.push_back(&kv);
     } else if (kv.key.compare(0, shared.size(), shared) == 0) {
       v.shared.push_back(&kv);
     } else if (kv.key.compare(0, permit.size(), permit) == 0) {
@@ -348,6 +364,7 @@ struct LockProtocol::AcquireOp {
   TimePoint deadline;
   std::function<void(Status, AcquireAttempt)> done;
   bool lease_retried = false;  // a shared lease etcd had forgotten was replaced once
+  int joins = 0;               // shared acquires' tries to join holds beside markers
   bool Exclusive() const { return request.kind == LockKind::kExclusive && request.permits == 0; }
 };
 
@@ -361,17 +378,128 @@ void LockProtocol::Acquire(Transport* t, const LockRequest& request, TimePoint d
   AcquireRound(t, std::move(op));
 }
 
-void LockProtocol::Won(AcquireOp& op, int64_t sent_lease, int64_t kv_lease, int64_t token) {
+void LockProtocol::Won(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, int64_t kv_lease,
+                       int64_t token) {
   if (kv_lease != sent_lease) {  // an earlier try's lease: count the key where it hangs
-    Uncount(sent_lease, op.key);
-    Count(kv_lease, op.key);
+    Uncount(sent_lease, op->key);
+    Count(kv_lease, op->key);
   }
-  if (op.Exclusive()) WriterDone(op.request.owner_value);
+  if (op->Exclusive()) WriterDone(op->request.owner_value);
   AcquireAttempt attempt;
   attempt.acquired = true;
   attempt.fencing_token = static_cast<uint64_t>(token);
-  attempt.backend_data = std::make_shared<EtcdLockData>(kv_lease, op.key);
-  op.done(Status::Ok(), attempt);
+  attempt.backend_data = std::make_shared<EtcdLockData>(kv_lease, op->key);
+  if (op->request.min_hold_ms != 0 || op->request.lock_delay_ms != 0) return PutRules(t, op, std::move(attempt), token);
+  op->done(Status::Ok(), attempt);
+}
+
+int64_t LockProtocol::DelayTtlSeconds(uint64_t lease_ms, int64_t hold_lease, uint64_t delay_ms) {
+  int64_t hold_s = LeaseTtlSeconds(lease_ms);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& entry : leases_) {
+      if (entry.second.id == hold_lease) hold_s = std::max(hold_s, entry.second.ttl_s);  // as etcd granted it
+    }
+  }
+  return std::min(kMaxLeaseTtlS, hold_s + static_cast<int64_t>((delay_ms + 999) / 1000) + 1);
+}
+
+void LockProtocol::DropLease(int64_t lease) {
+  if (lease != 0 && background_) background_(kRevoke, LeaseIdBody(lease));
+}
+
+void LockProtocol::PutRules(Transport* t, std::shared_ptr<AcquireOp> op, AcquireAttempt attempt, int64_t token) {
+  const LockRequest& request = op->request;
+  auto data = std::static_pointer_cast<EtcdLockData>(attempt.backend_data);
+  const NameKeys keys(KeyFor(request.name));
+  const std::string id = HoldId(request.owner_value);
+  if (request.lock_delay_ms != 0) data->delay_key = keys.Delay(id);
+  struct Grants {
+    int64_t min_lease = 0, min_granted_s = 0, delay_lease = 0, delay_granted_s = 0;
+    Status error;
+    int left = 0;
+    TimePoint sent;
+  };
+  auto g = std::make_shared<Grants>();
+  const int64_t min_ttl_s =
+      request.min_hold_ms == 0
+          ? 0
+          : std::min(kMaxLeaseTtlS, std::max<int64_t>(1, static_cast<int64_t>((request.min_hold_ms + kRuleSpareMs + 999) / 1000)));
+  // A hold that never expires never ends uncleanly: no lock-delay marker (an extend to a lease
+  // puts one: ExtendDelay).
+  const int64_t delay_ttl_s = request.lock_delay_ms == 0 || request.lease_ms == 0
+                                  ? 0
+                                  : DelayTtlSeconds(request.lease_ms, data->lease.load(), request.lock_delay_ms);
+  g->left = (min_ttl_s != 0 ? 1 : 0) + (delay_ttl_s != 0 ? 1 : 0);
+  if (g->left == 0) return op->done(Status::Ok(), attempt);
+  const std::string min_key = keys.MinHold(id);
+  // The hold goes back (with whatever markers landed, and their leases): the attempt failed.
+  auto give_back = [this, op, data, g, min_key, token](Status failed) {
+    if (background_) {
+      Json deletes = Json::array({DeleteRequest(op->key), DeleteRequest(min_key)});
+      if (!data->delay_key.empty()) deletes.push_back(DeleteRequest(data->delay_key));
+      background_(kTxn, TxnBody(Json::array({CompareCreateEqual(op->key, token)}), deletes, Json()));
+    }
+    DropLease(g->min_lease);
+    DropLease(g->delay_lease);
+    if (data->counted.exchange(false)) Uncount(data->lease.load(), op->key);
+    op->done(failed, AcquireAttempt());
+  };
+  auto put = [this, t, op, attempt, data, g, min_key, token, delay_ttl_s, give_back]() {
+    if (!g->error.ok()) return give_back(g->error);
+    Json success = Json::array();
+    if (g->min_lease != 0) success.push_back(PutRequest(min_key, kClosedByMinHold, g->min_lease));
+    if (g->delay_lease != 0) success.push_back(PutRequest(data->delay_key, kClosedByLockDelay, g->delay_lease));
+    t->Call(kTxn, TxnBody(Json::array({CompareCreateEqual(op->key, token)}), success, Json()), op->deadline,
+            [this, t, op, attempt, data, g, delay_ttl_s, give_back](CallResult r) {
+      TxnAnswer txn;
+      if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+      if (!r.status.ok()) return give_back(r.status);
+      if (!txn.succeeded) {  // the hold went meanwhile (a break): not acquired, try again
+        DropLease(g->min_lease);
+        DropLease(g->delay_lease);
+        if (data->counted.exchange(false)) Uncount(data->lease.load(), op->key);
+        AcquireAttempt refused;
+        refused.holder_ttl_ms = 0;
+        return op->done(Status::Ok(), refused);
+      }
+      auto finish = [op, attempt, data, g, delay_ttl_s]() {
+        data->delay_lease = g->delay_lease;
+        data->delay_ttl_s = delay_ttl_s;
+        op->done(Status::Ok(), attempt);
+      };
+      // The min hold's lease was granted for min hold + a spare: a slower commit than the spare
+      // allows has it kept alive once now, which restarts its whole TTL after the commit.
+      const int64_t slack_ms = g->min_granted_s * 1000 - static_cast<int64_t>(op->request.min_hold_ms);
+      if (g->min_lease == 0 || std::chrono::duration_cast<Millis>(Now() - g->sent).count() <= slack_ms) return finish();
+      t->Call(kKeepAlive, LeaseIdBody(g->min_lease), op->deadline, [finish, give_back](CallResult r) {
+        int64_t ttl_s = 0;
+        if (r.status.ok()) r.status = ReadKeepAlive(r.answer, &ttl_s);
+        if (r.status.ok() && ttl_s == 0) r.status = Status::BackendError("the min hold marker's lease ended at once");
+        if (!r.status.ok()) return give_back(r.status);
+        finish();
+      });
+    });
+  };
+  g->sent = Now();
+  auto grant = [this, t, op, g, put](int64_t ttl_s, bool min) {
+    t->Call(kGrant, LeaseGrantBody(ttl_s), op->deadline, [g, put, min](CallResult r) {
+      int64_t id = 0, granted_s = 0;
+      if (r.status.ok()) r.status = ReadGrant(r.answer, &id, &granted_s);
+      if (!r.status.ok()) {
+        if (g->error.ok()) g->error = r.status;
+      } else if (min) {
+        g->min_lease = id;
+        g->min_granted_s = granted_s;
+      } else {
+        g->delay_lease = id;
+        g->delay_granted_s = granted_s;
+      }
+      if (--g->left == 0) put();
+    });
+  };
+  if (min_ttl_s != 0) grant(min_ttl_s, true);
+  if (delay_ttl_s != 0) grant(delay_ttl_s, false);
 }
 
 void LockProtocol::AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op) {
@@ -386,8 +514,8 @@ void LockProtocol::AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op) {
 void LockProtocol::AcquireUnknown(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, CallResult r) {
   // Settle: did our create land?
   ReadOwner(t, op->key, op->request.owner_value, 0, op->deadline,
-            [this, op, lease, failed = r.status](Status s, bool ours, KeyValue kv) {
-    if (s.ok() && ours) return Won(*op, lease, kv.lease, kv.create_revision);
+            [this, t, op, lease, failed = r.status](Status s, bool ours, KeyValue kv) {
+    if (s.ok() && ours) return Won(t, op, lease, kv.lease, kv.create_revision);
     // Not there yet is not never: a proposal queued on a node without a leader commits
     // when the partition heals. See "An acquire whose outcome stays unknown".
     Uncount(lease, op->key);
@@ -419,12 +547,19 @@ bool LockProtocol::SettledFailure(Transport* t, const std::shared_ptr<AcquireOp>
   return true;
 }
 
-void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease) {
+void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, const KeyValue* join) {
   const NameKeys keys(KeyFor(op->request.name));
   const std::string& owner = op->request.owner_value;
-  // Not while a break keeps the name closed: the marker's absence is part of the compare, so no
-  // acquire gets in between a break and its marker.
-  Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0), CompareCreateEqual(keys.Closed(), 0)});
+  // Not while a break or a job rule keeps the name closed: the markers' absence is part of the
+  // compare, so no acquire gets in between a break and its marker, nor past a rule's. A shared
+  // hold joining shared holds beside their markers asks that one of them still stand instead.
+  Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0)});
+  if (join == nullptr) {
+    compare.push_back(CompareRangeEmpty(keys.MarkersBegin(), keys.MarkersEnd()));
+  } else {
+    compare.push_back(CompareCreateEqual(keys.Closed(), 0));
+    compare.push_back(CompareCreateEqual(join->key, join->create_revision));
+  }
   Json success = Json::array({PutRequest(op->key, Stored(owner, op->request.value), lease)});
   if (op->Exclusive()) {
     compare.push_back(CompareRangeEmpty(keys.Under("h"), keys.Under("i")));  // no hold of any kind
@@ -438,17 +573,25 @@ void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t 
   t->Call(kTxn, TxnBody(compare, success, failure), op->deadline, [this, t, op, lease](CallResult r) {
     TxnAnswer txn;
     if (SettledFailure(t, op, lease, r, &txn)) return;
-    if (txn.succeeded) return Won(*op, lease, lease, txn.revision);  // the put's create revision
+    if (txn.succeeded) return Won(t, op, lease, lease, txn.revision);  // the put's create revision
     const NameKeys keys(KeyFor(op->request.name));
     const NameView view = Classify(keys, txn.kvs, op->key, op->request.owner_value);
     if (view.ours != nullptr) {
       // Ours already: an earlier try of this very acquire landed (its answer was lost).
-      return Won(*op, lease, view.ours->lease, view.ours->create_revision);
+      return Won(t, op, lease, view.ours->lease, view.ours->create_revision);
+    }
+    if (view.closed == nullptr && !view.rules.empty() && !op->Exclusive() && view.exclusive == nullptr &&
+        view.permits.empty() && view.writers.empty() && !view.shared.empty() && ++op->joins < kSemaphoreRounds &&
+        Now() < op->deadline) {
+      return LockTxn(t, op, lease, view.shared.front());  // shared holds stand beside their markers: join them
     }
     Uncount(lease, op->key);
     if (view.closed != nullptr) return ClosedRefusal(t, op, *view.closed);
     if (!view.permits.empty()) {
       return op->done(SortMismatch(op->request.name, view.permits[0].second, 0), AcquireAttempt());
+    }
+    if (!view.rules.empty() && view.exclusive == nullptr && view.shared.empty()) {
+      return RulesRefusal(t, op, view.rules);  // no hold stands: the job rules' markers close it
     }
     // What stands in the way: the exclusive holder, and every shared hold (exclusive) or
     // every announcement (shared). None: it went between the compare and the read, which one
@@ -475,7 +618,7 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
     }
     const NameKeys keys(KeyFor(op->request.name));
     const NameView view = Classify(keys, kvs, op->key, op->request.owner_value);
-    if (view.ours != nullptr) return Won(*op, lease, view.ours->lease, view.ours->create_revision);
+    if (view.ours != nullptr) return Won(t, op, lease, view.ours->lease, view.ours->create_revision);
     if (view.closed != nullptr) {
       Uncount(lease, op->key);
       return ClosedRefusal(t, op, *view.closed);
@@ -496,15 +639,26 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
       Uncount(lease, op->key);
       return RefusedBy(t, op, std::move(leases));
     }
-    // Fewer than n at revision: ours, if nothing of the name's holds moved since.
-    Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0), CompareCreateEqual(keys.Closed(), 0),
+    if (!view.rules.empty() && view.permits.empty()) {  // no hold stands: the job rules' markers close it
+      Uncount(lease, op->key);
+      return RulesRefusal(t, op, view.rules);
+    }
+    // Fewer than n at revision: ours, if nothing of the name's holds moved since, and no marker
+    // stands (or, beside permits' markers, one of those permits still does: it joins them).
+    Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0),
                                 CompareRangeEmpty(keys.Under("hs"), keys.Under("ht")),
                                 CompareRangeModAtMost(keys.Under("hp"), keys.Under("hq"), revision)});
+    if (view.rules.empty()) {
+      compare.push_back(CompareRangeEmpty(keys.MarkersBegin(), keys.MarkersEnd()));
+    } else {
+      compare.push_back(CompareCreateEqual(keys.Closed(), 0));
+      compare.push_back(CompareCreateEqual(view.permits.front().first->key, view.permits.front().first->create_revision));
+    }
     Json success = Json::array({PutRequest(op->key, Stored(op->request.owner_value, op->request.value), lease)});
     t->Call(kTxn, TxnBody(compare, success, Json()), op->deadline, [this, t, op, lease, round](CallResult r) {
       TxnAnswer txn;
       if (SettledFailure(t, op, lease, r, &txn)) return;
-      if (txn.succeeded) return Won(*op, lease, lease, txn.revision);
+      if (txn.succeeded) return Won(t, op, lease, lease, txn.revision);
       // Another acquire (or an extend) moved a permit, or a lock came, since the read.
       if (round + 1 < kSemaphoreRounds && Now() < op->deadline) return SemaphoreRound(t, op, lease, round + 1);
       Uncount(lease, op->key);
@@ -552,6 +706,44 @@ void LockProtocol::ClosedRefusal(Transport* t, std::shared_ptr<AcquireOp> op, co
       AcquireAttempt attempt;
       attempt.holder_ttl_ms = ttl_ms;  // -2 when the look failed: the jittered retry then
       attempt.closed_by = by;
+      op->done(Status::Ok(), attempt);
+    });
+  };
+  // A waiting writer keeps its place: when the name opens, it goes before new shared holds.
+  if (op->Exclusive() && op->request.queue_ms > 0) return Announce(t, op, refuse);
+  refuse();
+}
+
+void LockProtocol::RulesRefusal(Transport* t, std::shared_ptr<AcquireOp> op, std::vector<const KeyValue*> markers) {
+  // What each marker says (checked now: the read's kvs do not outlive this call), on which lease.
+  std::vector<std::pair<int64_t, std::string>> rules;
+  for (const KeyValue* marker : markers) {
+    std::string by;
+    Status s = ReadClosedBy(op->request.name, *marker, &by);
+    if (!s.ok()) return op->done(s, AcquireAttempt());
+    rules.emplace_back(marker->lease, std::move(by));
+  }
+  auto refuse = [this, t, op, rules] {
+    std::vector<int64_t> leases;
+    for (const auto& rule : rules) {
+      if (rule.first != 0 && std::find(leases.begin(), leases.end(), rule.first) == leases.end() &&
+          leases.size() < kMaxTtlLookups) {
+        leases.push_back(rule.first);
+      }
+    }
+    LeaseTtls(t, leases, op->deadline, [op, rules](Status, std::map<int64_t, LeaseTime> ttls) {
+      // The name opens when the last marker goes: the longest time, and what left it.
+      AcquireAttempt attempt;
+      attempt.holder_ttl_ms = -2;  // unknown when every look failed: the jittered retry then
+      attempt.closed_by = rules.front().second;
+      for (const auto& rule : rules) {
+        const int64_t ms = rule.first == 0 ? -1 : ttls.count(rule.first) ? ttls[rule.first].remaining_ms : -2;
+        if (attempt.holder_ttl_ms == -1 || ms == -2) continue;
+        if (ms == -1 || ms > attempt.holder_ttl_ms) {
+          attempt.holder_ttl_ms = ms;
+          attempt.closed_by = rule.second;
+        }
+      }
       op->done(Status::Ok(), attempt);
     });
   };
@@ -674,9 +866,88 @@ void LockProtocol::ReadOwner(Transport* t, const std::string& key, const std::st
 
 void LockProtocol::Extend(Transport* t, std::shared_ptr<const LockState> lock, uint64_t lease_ms,
                           TimePoint deadline, Done done) {
-  EnsureLease(t, lease_ms, deadline, [this, t, lock, deadline, done](Status s, int64_t lease) {
+  EnsureLease(t, lease_ms, deadline, [this, t, lock, lease_ms, deadline, done](Status s, int64_t lease) {
     if (!s.ok()) return done(s);
-    ChangeLease(t, lock, lease, deadline, false, done);
+    ChangeLease(t, lock, lease, deadline, false, [this, t, lock, lease_ms, deadline, done](Status s) {
+      if (!s.ok() || DataOf(*lock)->delay_key.empty()) return done(s);
+      ExtendDelay(t, lock, lease_ms, deadline, done);
+    });
+  });
+}
+
+void LockProtocol::ExtendDelay(Transport* t, std::shared_ptr<const LockState> lock, uint64_t lease_ms,
+                               TimePoint deadline, Done done) {
+  EtcdLockData* data = DataOf(*lock);
+  const int64_t old = data->delay_lease.load();
+  const std::string key = KeyOf(*lock);
+  const Json owned = Json::array({CompareCreateEqual(key, TokenOf(*lock))});
+  if (lease_ms == 0) {  // no expiry: the hold never ends uncleanly, and its marker goes
+    if (old == 0) return done(Status::Ok());
+    t->Call(kTxn, TxnBody(owned, Json::array({DeleteRequest(data->delay_key)}), Json()), deadline,
+            [this, lock, old, done](CallResult r) {
+      TxnAnswer txn;
+      if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+      if (!r.status.ok()) return done(r.status);
+      if (!txn.succeeded) return done(NotHeld(*config_, lock->name));
+      DataOf(*lock)->delay_lease = 0;
+      DataOf(*lock)->delay_ttl_s = 0;
+      DropLease(old);
+      done(Status::Ok());
+    });
+    return;
+  }
+  const int64_t ttl_s = DelayTtlSeconds(lease_ms, data->lease.load(), lock->lock_delay_ms);
+  if (old != 0 && ttl_s == data->delay_ttl_s.load()) {  // the same length: kept alive, as a renewal does
+    t->Call(kKeepAlive, LeaseIdBody(old), deadline, [this, lock, done](CallResult r) {
+      int64_t left_s = 0;
+      if (r.status.ok()) r.status = ReadKeepAlive(r.answer, &left_s);
+      if (!r.status.ok()) return done(r.status);
+      if (left_s == 0) {
+        return done(Status::NotHeld(config_->Describe() + ": lock '" + lock->name +
+                                    "' is lost: its lock-delay marker's etcd lease expired"));
+      }
+      done(Status::Ok());
+    });
+    return;
+  }
+  // Another length: the marker moves to a new lease (put over it), then the old one goes.
+  t->Call(kGrant, LeaseGrantBody(ttl_s), deadline, [this, t, lock, owned, old, ttl_s, deadline, done](CallResult r) {
+    int64_t id = 0, granted_s = 0;
+    if (r.status.ok()) r.status = ReadGrant(r.answer, &id, &granted_s);
+    if (!r.status.ok()) return done(r.status);
+    const std::string delay_key = DataOf(*lock)->delay_key;
+    auto moved = [this, lock, old, ttl_s](int64_t now_on) {
+      DataOf(*lock)->delay_lease = now_on;
+      DataOf(*lock)->delay_ttl_s = ttl_s;
+      DropLease(old);
+    };
+    t->Call(kTxn, TxnBody(owned, Json::array({PutRequest(delay_key, kClosedByLockDelay, id)}), Json()), deadline,
+            [this, t, lock, id, delay_key, deadline, moved, done](CallResult r) {
+      TxnAnswer txn;
+      if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+      if (r.status.ok()) {
+        if (!txn.succeeded) {
+          DropLease(id);
+          return done(NotHeld(*config_, lock->name));
+        }
+        moved(id);
+        return done(Status::Ok());
+      }
+      if (!r.maybe_applied) {
+        DropLease(id);
+        return done(r.status);
+      }
+      // Settled by reading the marker: the lease it hangs on is the one renewals keep alive.
+      ReadOwner(t, delay_key, kClosedByLockDelay, 0, deadline,
+                [this, id, moved, failed = r.status, done](Status s, bool, KeyValue kv) {
+        if (s.ok() && kv.lease == id) {
+          moved(id);
+        } else {
+          DropLease(id);
+        }
+        done(failed);
+      });
+    });
   });
 }
 
@@ -742,8 +1013,11 @@ void LockProtocol::Release(Transport* t, std::shared_ptr<const LockState> lock, 
       // The key may still be there: released again in the background, and its lease no longer
       // kept alive by acquires (see "An acquire whose outcome stays unknown").
       Forget(DataOf(*lock)->lease.load());
-      if (background_) background_(kTxn, IfOwnedDeleteTxn(KeyOf(*lock), TokenOf(*lock)));
+      if (background_) background_(kTxn, ReleaseTxn(*lock));
     }
+    // A clean end: the lock-delay marker went with the key, and its lease goes now. (Not held:
+    // the hold ended uncleanly, or was broken; its marker's lease runs out by itself.)
+    if (s.ok()) DropLease(DataOf(*lock)->delay_lease.exchange(0));
     done(s);
   });
 }
@@ -751,7 +1025,7 @@ void LockProtocol::Release(Transport* t, std::shared_ptr<const LockState> lock, 
 void LockProtocol::ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline,
                                 Done done) {
   const std::string key = KeyOf(*lock);
-  t->Call(kTxn, IfOwnedDeleteTxn(key, TokenOf(*lock)), deadline,
+  t->Call(kTxn, ReleaseTxn(*lock), deadline,
           [this, t, lock, deadline, key, done](CallResult r) {
     TxnAnswer txn;
     if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
@@ -765,6 +1039,15 @@ void LockProtocol::ReleaseRound(Transport* t, std::shared_ptr<const LockState> l
       ReleaseRound(t, lock, deadline, done);
     });
   });
+}
+
+std::string LockProtocol::ReleaseTxn(const LockState& lock) const {
+  const EtcdLockData* data = DataOf(lock);
+  const std::string key = KeyOf(lock);
+  if (data == nullptr || data->delay_key.empty()) return IfOwnedDeleteTxn(key, TokenOf(lock));
+  // The lock-delay marker goes with the hold: a clean end (the min hold's marker stays).
+  return TxnBody(Json::array({CompareCreateEqual(key, TokenOf(lock))}),
+                 Json::array({DeleteRequest(key), DeleteRequest(data->delay_key)}), Json());
 }
 
 void LockProtocol::SetValue(Transport* t, std::shared_ptr<const LockState> lock, const std::string& value,
@@ -790,7 +1073,33 @@ void LockProtocol::SetValue(Transport* t, std::shared_ptr<const LockState> lock,
 // ---- Renew ----
 
 void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const LockState>>& locks,
-                         TimePoint deadline, std::function<void(size_t, Status)> done) {
+                         TimePoint deadline, std::function<void(size_t, Status)> reported) {
+  // A lock with a lock-delay marker has its marker's lease kept alive in the same round; its
+  // verdict waits for both (a not-held verdict over an error, an error over ok).
+  struct Verdict {
+    Status status;
+    int left = 1;
+  };
+  auto verdicts = std::make_shared<std::vector<Verdict>>(locks.size());
+  auto done = [verdicts, reported](size_t k, Status s) {
+    Verdict& v = (*verdicts)[k];
+    if (!s.ok() && (v.status.ok() || s.code() == Code::kNotHeld)) v.status = std::move(s);
+    if (--v.left == 0) reported(k, v.status);
+  };
+  for (size_t k = 0; k < locks.size(); ++k) {
+    const int64_t delay_lease = DataOf(*locks[k])->delay_lease.load();
+    if (delay_lease == 0) continue;
+    ++(*verdicts)[k].left;
+    t->Call(kKeepAlive, LeaseIdBody(delay_lease), deadline, [this, k, lock = locks[k], done](CallResult r) {
+      int64_t ttl_s = 0;
+      if (r.status.ok()) r.status = ReadKeepAlive(r.answer, &ttl_s);
+      if (r.status.ok() && ttl_s == 0) {
+        r.status = Status::NotHeld(config_->Describe() + ": lock '" + lock->name +
+                                   "' is lost: its lock-delay marker's etcd lease expired");
+      }
+      done(k, r.status);
+    });
+  }
   std::map<int64_t, std::vector<size_t>> by_lease;
   for (size_t k = 0; k < locks.size(); ++k) by_lease[DataOf(*locks[k])->lease.load()].push_back(k);
   for (const auto& group : by_lease) {
@@ -889,10 +1198,10 @@ Status LockProtocol::ReadRecords(const std::string& name, const std::vector<KeyV
 }
 
 Status LockProtocol::ReadClosedBy(const std::string& name, const KeyValue& marker, std::string* by) const {
-  // dlock writes a short word there ("broken").
+  // dlock writes a short word there ("broken", "min_hold", "lock_delay").
   const std::string& v = marker.value;
   const bool word = !v.empty() && v.size() <= 32 &&
-                    std::all_of(v.begin(), v.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '-'; });
+                    std::all_of(v.begin(), v.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '-' || c == '_'; });
   if (!word) {
     return Status::BackendError(config_->Describe() + ": lock '" + name +
                                 "' is closed by a marker dlock did not write (its value: '" + ServerText(v) + "')");
@@ -933,14 +1242,34 @@ void LockProtocol::Inspect(Transport* t, const std::string& name, TimePoint dead
     std::vector<const KeyValue*> timed = holds;
     const KeyValue* marker = view.closed;
     if (marker != nullptr) timed.push_back(marker);
+    // The job rules' markers close the name only while no hold stands ("Job rules").
+    std::vector<std::pair<const KeyValue*, std::string>> rules;
+    if (holds.empty()) {
+      for (const KeyValue* kv : view.rules) {
+        std::string by;
+        s = ReadClosedBy(name, *kv, &by);
+        if (!s.ok()) return done(s, LockInfo());
+        rules.emplace_back(kv, std::move(by));
+        timed.push_back(kv);
+      }
+    }
     LeaseTtls(t, LeasesOf(timed), deadline,
-              [kvs, holds, marker, closed_by, info, done](Status s, std::map<int64_t, LeaseTime> ttls) {
+              [kvs, holds, marker, closed_by, rules, info, done](Status s, std::map<int64_t, LeaseTime> ttls) {
       if (!s.ok()) return done(s, LockInfo());
       for (const KeyValue* kv : holds) info->holders.push_back(HolderOf(*kv, ttls[kv->lease].remaining_ms));
       if (marker != nullptr) {
         // -1: a marker without a lease (not dlock's) closes it for good; 0: it ended just now.
         info->closed_ms = marker->lease == 0 ? -1 : ttls[marker->lease].remaining_ms;
         if (info->closed_ms != 0) info->closed_by = closed_by;
+      }
+      // The marker that lasts longest says how long the name stays closed, and by what.
+      for (const auto& rule : rules) {
+        if (info->closed_ms == -1) break;
+        const int64_t ms = rule.first->lease == 0 ? -1 : ttls[rule.first->lease].remaining_ms;
+        if (ms == -1 || ms > info->closed_ms) {
+          info->closed_ms = ms;
+          info->closed_by = rule.second;
+        }
       }
       done(Status::Ok(), std::move(*info));
     });
@@ -1074,7 +1403,9 @@ void LockProtocol::BreakTxn(Transport* t, std::shared_ptr<BreakOp> op, std::shar
                                     CompareRangeModAtMost(keys.HoldsBegin(), keys.HoldsEnd(), read_at),
                                     CompareModAtMost(keys.Closed(), read_at),
                                     CompareRangeModAtMost(records_begin, RecordsEnd(op->name), read_at)});
-  Json success = Json::array({DeleteRequest(keys.exclusive()), DeleteRangeRequest(keys.HoldsBegin(), keys.HoldsEnd())});
+  // Every job rule's marker goes too: what keeps the name closed after a break is its own marker.
+  Json success = Json::array({DeleteRequest(keys.exclusive()), DeleteRangeRequest(keys.HoldsBegin(), keys.HoldsEnd()),
+                              DeleteRangeRequest(keys.RulesBegin(), keys.RulesEnd())});
   // The new marker is put over the old one (a transaction may not both delete and put a key);
   // an earlier break's marker that outlasts the broken holds is left as it stands (the compare
   // above holds it as read).
@@ -1216,6 +1547,9 @@ void LockProtocol::ReleaseAll(Transport* t, const std::vector<std::shared_ptr<Lo
     int64_t lease = DataOf(*lock)->lease.load();
     if (lease != 0) {
       leases.insert(lease);
+      // A clean end: the lock-delay marker's own lease goes with it (and the marker).
+      const int64_t delay_lease = DataOf(*lock)->delay_lease.exchange(0);
+      if (delay_lease != 0) leases.insert(delay_lease);
     } else {
       Release(t, lock, deadline, [](Status) {});
     }

@@ -110,6 +110,44 @@
 //   stands, every acquire's transaction fails its compare (the marker's create_revision must
 //   be 0), and the refusal says closed_by and the marker lease's TTL as holder_ttl_ms; the
 //   marker's deletion when its lease ends wakes waiters.
+//   A break also deletes every job rule's marker (below): the name is then closed by its own
+//   marker alone, or free.
+//
+// Job rules (LockRequest::min_hold_ms, lock_delay_ms; kCapMinHold, kCapLockDelay). One marker
+// per hold and rule, with no owner, beside the break's marker (so [K\0c, K\0d) is every marker):
+//   K \0 "c" \0 "m" \0 ID      min hold: value "min_hold", on a lease of its own, never kept alive
+//   K \0 "c" \0 "d" \0 ID      lock-delay: value "lock_delay", on a lease of its own, kept alive
+//                              with the hold's by its renewals, that outlives the hold's
+// (ID: the hold's, as in "Kinds".) A won acquire with rules grants their leases and puts the
+//   markers in a transaction conditional on its hold key still being its own, before it
+//   returns: a holder whose acquire returned has its markers standing. When that transaction
+//   fails or its answer is lost, the hold is given back (deleted with the markers, in the
+//   background, the markers' leases revoked) and the attempt fails: a give-back leaves no marker.
+// Every acquire's transaction asks that no marker stand (a range compare over [K\0c, K\0d)),
+//   so no acquire gets past one; only a shared hold or a permit that joins holds of its sort
+//   standing beside their markers asks instead that the break's marker be absent and that one
+//   of those holds still stand (its create_revision). A refusal where no hold stands in the
+//   way says closed_by (the rule of the marker that lasts longest) and that marker lease's TTL
+//   as holder_ttl_ms; the markers' deletions wake waiters (DELETE events in the watch's range).
+// Min hold: the marker's lease is granted after the acquire's commit, for ceil((min_hold +
+//   kRuleSpareMs) / 1000) s; if the marker's transaction committed later than that lease's
+//   spare allows (grant to answer longer than TTL - min_hold), it is kept alive once after it,
+//   which restarts its whole TTL. So the name is not free before acquire + min_hold on the
+//   server however the hold ends (a release, a lease shorter than the min hold that ran out, a
+//   crash); a release deletes the hold key and leaves the marker: nothing is handed over.
+// Lock-delay: the marker's lease TTL is the hold lease's (as granted, which etcd may have
+//   raised) + ceil(delay / 1000) + 1 s; it is kept alive with the hold's lease by every renewal
+//   (a failed keepalive of it fails the renewal, a lease etcd no longer knows is a lost lock),
+//   and granted anew when an extend changes the lease's length (an extend to no expiry deletes
+//   it: such a hold never ends uncleanly). Once the holder stops renewing (a crash, a lost
+//   lock), both leases run out, the marker's at least the delay after the hold's. A release
+//   deletes the marker with the hold key in one transaction, and revokes its lease: a clean end
+//   leaves no delay. Shared holders each keep their own marker: the longest delay stands last.
+// Rounding: etcd TTLs are whole seconds (and etcd may raise a small one), so the name may stay
+//   closed up to about 1 s (min hold) or 2 s (lock-delay) longer than the rule asks, never less,
+//   plus etcd's expiry pass (up to 500 ms); Inspect and refusals report the marker lease's TTL
+//   (whole seconds, rounded down). Inspect shows the markers as closed_ms / closed_by only while
+//   no hold stands (a hold's key outlives its holder's lease_ms by its own rounding).
 #ifndef DLOCK_ETCD_LOCK_PROTOCOL_H_
 #define DLOCK_ETCD_LOCK_PROTOCOL_H_
 
@@ -134,6 +172,12 @@ struct EtcdLockData : BackendLockData {
   const std::string key;               // the hold's key: K, or a shared hold's or permit's
   std::atomic<int64_t> lease;          // the etcd lease the key hangs on; 0: none
   std::atomic<bool> counted{true};     // in LockProtocol::attached_ (until released or lost)
+  // Lock-delay ("Job rules"): the marker's key and its own lease (0: none), and the TTL that
+  // lease was asked for (an extend to another length grants a new one). Set before the acquire
+  // returns; the lease changes on the heartbeat's turn only (extends and renewals never overlap).
+  std::string delay_key;
+  std::atomic<int64_t> delay_lease{0};
+  std::atomic<int64_t> delay_ttl_s{0};
 };
 
 // The lease length in whole seconds a lock of lease_ms gets (before etcd's own minimum).
@@ -209,7 +253,9 @@ class LockProtocol {
   void Forget(int64_t lease);
   void AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op);
   // Exclusive and shared: one transaction.
-  void LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease);
+  // join: a shared hold standing beside job rules' markers, which this shared acquire joins
+  // ("Job rules"): the compare asks that it still stand instead of that no marker does.
+  void LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, const KeyValue* join = nullptr);
   // Semaphore: a read, then a transaction; round counts lost races.
   void SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, int round);
   // An acquire transaction that failed without an answer: settled by reading the hold key.
@@ -266,8 +312,22 @@ class LockProtocol {
   void ChangeLease(Transport* t, std::shared_ptr<const LockState> lock, int64_t lease, TimePoint deadline,
                    bool retried, Done done);
   void ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
-  // The acquire won: the key hangs on kv_lease (normally the lease it was sent with).
-  void Won(AcquireOp& op, int64_t sent_lease, int64_t kv_lease, int64_t token);
+  // The acquire won: the key hangs on kv_lease (normally the lease it was sent with). A hold
+  // with job rules gets its markers first (PutRules).
+  void Won(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, int64_t kv_lease, int64_t token);
+  // "Job rules": grants the markers' leases and puts the markers if the hold is still ours.
+  void PutRules(Transport* t, std::shared_ptr<AcquireOp> op, AcquireAttempt attempt, int64_t token);
+  // Refused because job rules' markers close the name and no hold stands in the way.
+  void RulesRefusal(Transport* t, std::shared_ptr<AcquireOp> op, std::vector<const KeyValue*> markers);
+  // A lock-delay's TTL for a hold of lease_ms on hold_lease: see "Job rules".
+  int64_t DelayTtlSeconds(uint64_t lease_ms, int64_t hold_lease, uint64_t delay_ms);
+  // After an extend: the lock-delay marker kept alive, or moved to a lease for the new length.
+  void ExtendDelay(Transport* t, std::shared_ptr<const LockState> lock, uint64_t lease_ms, TimePoint deadline,
+                   Done done);
+  // The release transaction of a hold (with its lock-delay marker, when it has one).
+  std::string ReleaseTxn(const LockState& lock) const;
+  // A lease granted for a marker that will not be used (or no longer): revoked in the background.
+  void DropLease(int64_t lease);
   // The client's keys on each lease: held locks, and acquires in flight.
   void Count(int64_t lease, const std::string& key);
   void Uncount(int64_t lease, const std::string& key);
