@@ -82,6 +82,7 @@ void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, Tim
       auto orphan = std::make_shared<LockState>(request.name, request.owner_value,
                                                 attempt.fencing_token, acquisition_.attempts(),
                                                 options_, sent, attempt.backend_data);
+      orphan->given_back.store(true);
       client_->backend()->ReleaseAsync(orphan, [](const Status&) {});
     }
     return;

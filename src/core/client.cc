@@ -561,14 +561,33 @@ Status Client::Release(const std::shared_ptr<LockState>& lock) {
   return s;
 }
 
+namespace {
+// A hold with a lock-delay that ended uncleanly (lost, or past its local deadline) is not
+// released: a release is a clean end, which would cancel the delay that must follow it. Its
+// hold ends with its lease on the server, and the delay after that. Marks it lost (expired) if
+// it was not yet; true when the release must not reach the server.
+bool EndedUncleanlyWithADelay(LockState& lock, Metrics* metrics) {
+  if (lock.lock_delay_ms == 0) return false;
+  if (lock.Phase() == LockPhase::kHeld && Now() < lock.LocalDeadline()) return false;
+  lock.Lose(LossCause::kExpired, "its lease ran out before it was released", metrics);
+  return lock.Phase() == LockPhase::kLost;
+}
+}  // namespace
+
 Status Client::ReleaseHeld(const std::shared_ptr<LockState>& lock) {
+  if (lock->Phase() == LockPhase::kHeld && EndedUncleanlyWithADelay(*lock, &metrics_)) {
+    CountReleaseOfUnheld(*lock);
+    Forget(lock);
+    return NotHeldStatus(*lock);
+  }
   LockPhase phase = lock->Phase();
   if (phase != LockPhase::kHeld) CountReleaseOfUnheld(*lock);
   if (phase == LockPhase::kClosed || phase == LockPhase::kReleased) return NotHeldStatus(*lock);
   if (phase == LockPhase::kLost) {
     Forget(lock);
-    // Lost for a transient reason, the key may still be ours: clean up, best effort.
-    if (!IsClosed()) (void)backend_->Release(*lock);
+    // Lost for a transient reason, the key may still be ours: clean up, best effort (not under
+    // a lock-delay, which the unclean end keeps).
+    if (!IsClosed() && lock->lock_delay_ms == 0) (void)backend_->Release(*lock);
     return NotHeldStatus(*lock);
   }
   lock->releasing.store(true);  // a renewal refused from now on is this release's doing
@@ -609,12 +628,15 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_d
     user_done(s);
   };
   bool posted = StartOnLoop([self = shared_from_this(), lock, done]() mutable {
+    const bool keeps_delay = lock->Phase() == LockPhase::kHeld && EndedUncleanlyWithADelay(*lock, &self->metrics_);
     LockPhase phase = lock->Phase();
     if (phase != LockPhase::kHeld) {
       self->CountReleaseOfUnheld(*lock);
       if (phase == LockPhase::kLost) {
         self->Forget(lock);
-        self->backend_->ReleaseAsync(lock, [](const Status&) {});  // best effort, as above
+        if (!keeps_delay && lock->lock_delay_ms == 0) {
+          self->backend_->ReleaseAsync(lock, [](const Status&) {});  // best effort, as above
+        }
       }
       self->Complete([done = std::move(done), s = self->NotHeldStatus(*lock)] { done(s); });
       return;

@@ -108,6 +108,7 @@ void CompletionQueue::Shutdown() {
 void CompletionQueue::GiveBack(Entry& entry) {
   // An acquisition nobody will ever see must not hold the lock until its lease runs out.
   if (entry.lock == nullptr || entry.client == nullptr || entry.client->IsClosed()) return;
+  entry.lock->given_back.store(true);
   entry.client->ReleaseAsync(std::move(entry.lock), [](const Status&) {});
 }
 

@@ -76,6 +76,9 @@ struct LockState {
   // Set when the server refused this owner, before the look that says why (ClassifyRefusal)
   // answers: the lock is no longer valid from that moment.
   std::atomic<bool> refused{false};
+  // An acquire nobody took (cancelled after it won, or left in a freed queue): its release gives
+  // it back, as if it had not happened, leaving none of its job rules behind.
+  std::atomic<bool> given_back{false};
 
   LockPhase Phase() const { return static_cast<LockPhase>(phase.load()); }
 

@@ -1029,8 +1029,15 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
   u.Set(me + u.Name(attr::kRecordVersion) + " = " + u.Value(S(rv)));
   u.Set(me + u.Name(attr::kLeaseMs) + " = " + u.Value(N(lease_ms)));
   u.Set(me + u.Name(attr::kRenewedAtMs) + " = " + u.Value(N(WallClockMs())));
-  // A min hold not yet over: what is left of it, counted by waiters from the new record version
-  // (the lock-delay stays as the acquire stored it: it follows each new lease on its own).
+  // The lock-delay follows the new lease: none with lease 0 (a hold that never expires never
+  // ends uncleanly), else the hold's own (an acquire with lease 0 stored none).
+  const uint64_t delay_ms = std::min<uint64_t>(lock->lock_delay_ms, kMaxLeaseMs);
+  if (lease_ms != 0 && delay_ms != 0) {
+    u.Set(me + u.Name(attr::kLockDelayMs) + " = " + u.Value(N(delay_ms)));
+  } else if (lock->lock_delay_ms != 0) {
+    u.Remove(me + u.Name(attr::kLockDelayMs));
+  }
+  // A min hold not yet over: what is left of it, counted by waiters from the new record version.
   if (lock->min_hold_ms != 0) {
     const uint64_t left = MinHoldLeftMs(*lock);
     if (left != 0) {
@@ -1165,7 +1172,8 @@ struct LockProtocol::ReleaseOp {
   bool has_marker = false;       // the marker last seen
   bool marker_malformed = false;
   std::string marker_version;
-  bool keep_marker = false;      // it outlasts the min hold: left as it stands
+  uint64_t marker_lease_ms = 0;  // its leaseMs (0 when malformed)
+  std::string marker_by;         // and what left it
   Json body;                     // the write in flight
   std::string written_version;   // the marker it sets ("" = none)
   uint64_t written_ms = 0;
@@ -1240,8 +1248,11 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
 // An early release (a min hold not over): the hold goes and an owner-less marker, closed by
 // "min_hold" for what is left of the min hold, takes its place, in one write conditional on
 // the hold being ours and on the marker as last seen (none at first). A refusal that finds the
-// hold still ours found a marker (another shared holder's early release): one that outlasts
-// this min hold, as this client judges it, stays as it is; else it is replaced.
+// hold still ours found a marker (another shared holder's early release, a break): it is
+// replaced by one with a new record version lasting the longer of what is left of this min
+// hold and the standing marker's leaseMs. (What is left of the standing marker as this client
+// judges it is no bound for waiters that saw it earlier, and a marker left as it stands could
+// be removed, between the read and the write, by an acquirer that judged it lapsed.)
 
 void LockProtocol::ReleaseWithMarker(Transport* transport, std::shared_ptr<ReleaseOp> op) {
   if (++op->rounds > kMaxAcquireRounds) {
@@ -1253,7 +1264,7 @@ void LockProtocol::ReleaseWithMarker(Transport* transport, std::shared_ptr<Relea
   RemoveHold(u, op->lock->owner_value, IsHold(*op->lock));
   const uint64_t left = MinHoldLeftMs(*op->lock);
   op->written_version.clear();
-  if (left != 0 && !op->keep_marker) {
+  if (left != 0) {
     const std::string c = u.Name(attr::kClosed);
     if (!op->has_marker) {
       u.Condition("attribute_not_exists(" + c + ")");
@@ -1262,13 +1273,15 @@ void LockProtocol::ReleaseWithMarker(Transport* transport, std::shared_ptr<Relea
     } else {
       u.Condition(u.Path({attr::kClosed, attr::kRecordVersion}) + " = " + u.Value(S(op->marker_version)));
     }
+    const bool standing_wins = op->has_marker && !op->marker_malformed && op->marker_lease_ms >= left &&
+                               !op->marker_by.empty();
     op->written_version = NewRecordVersion();
-    op->written_ms = left;
+    op->written_ms = std::max(left, op->has_marker && !op->marker_malformed ? op->marker_lease_ms : 0);
     op->written_wall_ms = WallClockMs();
     Json marker = {{attr::kRecordVersion, S(op->written_version)},
                    {attr::kLeaseMs, N(op->written_ms)},
                    {attr::kRenewedAtMs, N(op->written_wall_ms)},
-                   {attr::kBy, S(kClosedByMinHold)}};
+                   {attr::kBy, S(standing_wins ? op->marker_by : std::string(kClosedByMinHold))}};
     u.Set(c + " = " + u.Value(Json{{"M", std::move(marker)}}));
   }
   op->body = u.Body(api_->config().table, op->key, "NONE");
@@ -1331,12 +1344,11 @@ void LockProtocol::ReleaseMarkerRefused(Transport* transport, std::shared_ptr<Re
     op->Finish(op->maybe_landed ? Status::Ok() : NotHeldStatus(*op->lock));
     return;
   }
-  const Judgement judged = Judge(op->key_text, item, Now());
   op->has_marker = item.has_closed;
   op->marker_malformed = item.closed_malformed;
   op->marker_version = item.closed.record_version;
-  op->keep_marker = item.has_closed && !item.closed_malformed &&
-                    judged.closed_in >= static_cast<int64_t>(MinHoldLeftMs(*op->lock));
+  op->marker_lease_ms = item.closed_malformed ? 0 : item.closed.lease_ms;
+  op->marker_by = item.closed_malformed ? "" : item.closed.by;
   ReleaseWithMarker(transport, std::move(op));
 }
 

@@ -63,7 +63,8 @@ struct HoldRef {
   uint64_t lock_delay_ms = 0;  // renewals move its marker
   static HoldRef Of(const LockState& lock) {
     return {lock.name, lock.owner_value, lock.kind == LockKind::kExclusive && lock.permits == 0,
-            lock.has_value.load(), RulesOf(lock.min_hold_ms, lock.lock_delay_ms, Rules::kKept),
+            lock.has_value.load(),
+            RulesOf(lock.min_hold_ms, lock.lock_delay_ms, lock.given_back.load() ? Rules::kGivenBack : Rules::kKept),
             lock.lock_delay_ms};
   }
   static HoldRef Of(const LockRequest& request) {

@@ -228,8 +228,9 @@ TEST_F(DynamoRulesTest, SharedHoldsTheLargestLockDelayApplies) {
   EXPECT_EQ(dlock_release(lb), DLOCK_NOT_HELD);
 }
 
-// Two shared holders released early: the later marker replaces the earlier only when it lasts
-// longer; a live shared hold beside the marker stays held.
+// Two shared holders released early: the later release writes a new marker (new record
+// version) lasting at least as long as the standing one; a live shared hold beside the marker
+// stays held.
 TEST_F(DynamoRulesTest, SharedEarlyReleasesKeepTheLongestMinHold) {
   Client a(url()), b(url()), c(url()), other(url());
   Options shortly, longer, unruled;
@@ -244,12 +245,15 @@ TEST_F(DynamoRulesTest, SharedEarlyReleasesKeepTheLongestMinHold) {
   nlohmann::json item = Item("shared");
   ASSERT_TRUE(item.contains("closed")) << item.dump();
   const std::string first = S(item["closed"]["M"], "recordVersion");
-  EXPECT_GT(N(item["closed"]["M"], "leaseMs"), 1500u);
-  // a's min hold ends sooner than the marker standing: the marker stays as it is.
+  const uint64_t first_ms = N(item["closed"]["M"], "leaseMs");
+  EXPECT_GT(first_ms, 1500u);
+  // a's min hold ends sooner than the marker standing: a new marker, as long as the standing one.
   ASSERT_EQ(dlock_release(la), DLOCK_OK) << dlock_last_error();
   item = Item("shared");
   ASSERT_TRUE(item.contains("closed")) << item.dump();
-  EXPECT_EQ(S(item["closed"]["M"], "recordVersion"), first);
+  EXPECT_NE(S(item["closed"]["M"], "recordVersion"), first);
+  EXPECT_EQ(N(item["closed"]["M"], "leaseMs"), first_ms);
+  EXPECT_EQ(S(item["closed"]["M"], "by"), "min_hold");
   EXPECT_EQ(item["holds"]["M"].size(), 1u) << item.dump();
   // The last holder still holds; its release has no rule.
   EXPECT_EQ(dlock_extend(lc, 10000), DLOCK_OK) << dlock_last_error();
@@ -261,6 +265,77 @@ TEST_F(DynamoRulesTest, SharedEarlyReleasesKeepTheLongestMinHold) {
   EXPECT_NE(error.find("min_hold"), std::string::npos) << error;
   const auto start = Clock::now();
   ASSERT_GE(FirstAcquire(other.get(), "shared", plain, start, 6000ms, &l), 0);
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// A shared early release over a standing marker rewrites it: a waiter that saw the standing
+// marker earlier than the releaser must not find the name free before the releaser's min hold
+// ends (what is left of the marker on the releaser's clock is no bound for that waiter).
+TEST_F(DynamoRulesTest, ASharedEarlyReleaseRewritesAStandingMarkerForEarlierWaiters) {
+  constexpr int64_t kMinHoldMs = 2000;
+  Client a(url()), b(url()), waiter(url());
+  Options o;
+  o.shared().lease(10000).min_hold(kMinHoldMs);
+  dlock_lock *la = nullptr, *lb = nullptr;
+  const auto start = Clock::now();
+  ASSERT_EQ(dlock_acquire(a.get(), "earlier", o.get(), &la), DLOCK_OK) << dlock_last_error();
+  std::this_thread::sleep_until(start + 500ms);
+  ASSERT_EQ(dlock_acquire(b.get(), "earlier", o.get(), &lb), DLOCK_OK) << dlock_last_error();
+  const auto b_acquired = Clock::now();  // b's min hold ends no sooner than b_acquired + kMinHoldMs
+  std::this_thread::sleep_until(start + 600ms);
+  // a's early release leaves a marker of ~1400 ms, which the waiter sees from now.
+  ASSERT_EQ(dlock_release(la), DLOCK_OK) << dlock_last_error();
+  const std::string first = S(Item("earlier")["closed"]["M"], "recordVersion");
+  Options plain;
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(Try(waiter.get(), "earlier", plain, &l), DLOCK_NOT_ACQUIRED);
+  // b releases when what is left of its min hold (~1200 ms) is less than the marker's leaseMs.
+  std::this_thread::sleep_until(start + 1300ms);
+  ASSERT_EQ(dlock_release(lb), DLOCK_OK) << dlock_last_error();
+  nlohmann::json item = Item("earlier");
+  ASSERT_TRUE(item.contains("closed")) << item.dump();
+  EXPECT_NE(S(item["closed"]["M"], "recordVersion"), first) << "the standing marker was kept";
+  const int64_t took = FirstAcquire(waiter.get(), "earlier", plain, b_acquired, 6000ms, &l);
+  ASSERT_GE(took, 0) << "never free";
+  EXPECT_GE(took, kMinHoldMs) << "free before b's min hold ended";
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// An acquire with lease 0 stores no lock-delay; an extend to a finite lease stores it, so a
+// crash after that extend closes the name for lease + delay; an extend back to 0 removes it.
+TEST_F(DynamoRulesTest, AnExtendToAFiniteLeaseStoresTheLockDelay) {
+  constexpr int64_t kLeaseMs = 500, kDelayMs = 1000;
+  Client holder(url()), other(url());
+  Options o;
+  o.lease(0).heartbeat(0).lock_delay(kDelayMs);
+  dlock_lock* crashed = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), "extended", o.get(), &crashed), DLOCK_OK) << dlock_last_error();
+  EXPECT_FALSE(Item("extended").contains("lockDelayMs"));
+  const auto start = Clock::now();
+  ASSERT_EQ(dlock_extend(crashed, kLeaseMs), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(N(Item("extended"), "lockDelayMs"), static_cast<uint64_t>(kDelayMs));
+  // No heartbeat: the holder is as good as crashed.
+  Options plain;
+  dlock_lock* l = nullptr;
+  const int64_t took = FirstAcquire(other.get(), "extended", plain, start, 5000ms, &l);
+  ASSERT_GE(took, 0) << "never free";
+  EXPECT_GE(took, kLeaseMs + kDelayMs) << "taken before lease + lock-delay";
+  EXPECT_LT(took, kLeaseMs + kDelayMs + 1500);
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+  EXPECT_EQ(dlock_release(crashed), DLOCK_NOT_HELD);
+  // A shared hold's entry: set by an extend to a finite lease, removed by one back to 0.
+  Options shared;
+  shared.shared().lease(0).heartbeat(0).lock_delay(700);
+  ASSERT_EQ(dlock_acquire(holder.get(), "extended-shared", shared.get(), &l), DLOCK_OK) << dlock_last_error();
+  auto entry = [this] {
+    nlohmann::json holds = Item("extended-shared")["holds"]["M"];
+    return holds.empty() ? nlohmann::json() : holds.begin().value()["M"];
+  };
+  EXPECT_FALSE(entry().contains("lockDelayMs")) << entry().dump();
+  ASSERT_EQ(dlock_extend(l, 10000), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(N(entry(), "lockDelayMs"), 700u) << entry().dump();
+  ASSERT_EQ(dlock_extend(l, 0), DLOCK_OK) << dlock_last_error();
+  EXPECT_FALSE(entry().contains("lockDelayMs")) << entry().dump();
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
 }
 
