@@ -891,13 +891,16 @@ void LockProtocol::ExtendDelay(Transport* t, std::shared_ptr<const LockState> lo
       if (!txn.succeeded) return done(NotHeld(*config_, lock->name));
       DataOf(*lock)->delay_lease = 0;
       DataOf(*lock)->delay_ttl_s = 0;
+      DataOf(*lock)->delay_unsettled = false;
       DropLease(old);
       done(Status::Ok());
     });
     return;
   }
   const int64_t ttl_s = DelayTtlSeconds(lease_ms, data->lease.load(), lock->lock_delay_ms);
-  if (old != 0 && ttl_s == data->delay_ttl_s.load()) {  // the same length: kept alive, as a renewal does
+  // The same length: kept alive, as a renewal does (unless the marker may hang elsewhere: then
+  // it moves afresh below).
+  if (old != 0 && ttl_s == data->delay_ttl_s.load() && !data->delay_unsettled.load()) {
     t->Call(kKeepAlive, LeaseIdBody(old), deadline, [this, lock, done](CallResult r) {
       int64_t left_s = 0;
       if (r.status.ok()) r.status = ReadKeepAlive(r.answer, &left_s);
@@ -919,10 +922,11 @@ void LockProtocol::ExtendDelay(Transport* t, std::shared_ptr<const LockState> lo
     auto moved = [this, lock, old, ttl_s](int64_t now_on) {
       DataOf(*lock)->delay_lease = now_on;
       DataOf(*lock)->delay_ttl_s = ttl_s;
+      DataOf(*lock)->delay_unsettled = false;
       DropLease(old);
     };
     t->Call(kTxn, TxnBody(owned, Json::array({PutRequest(delay_key, kClosedByLockDelay, id)}), Json()), deadline,
-            [this, t, lock, id, delay_key, deadline, moved, done](CallResult r) {
+            [this, t, lock, id, ttl_s, delay_key, deadline, moved, done](CallResult r) {
       TxnAnswer txn;
       if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
       if (r.status.ok()) {
@@ -939,11 +943,19 @@ void LockProtocol::ExtendDelay(Transport* t, std::shared_ptr<const LockState> lo
       }
       // Settled by reading the marker: the lease it hangs on is the one renewals keep alive.
       ReadOwner(t, delay_key, kClosedByLockDelay, 0, deadline,
-                [this, id, moved, failed = r.status, done](Status s, bool, KeyValue kv) {
+                [this, lock, id, ttl_s, moved, failed = r.status, done](Status s, bool, KeyValue kv) {
         if (s.ok() && kv.lease == id) {
           moved(id);
+        } else if (s.ok()) {
+          DropLease(id);  // the put did not land: the marker stays where it was
         } else {
-          DropLease(id);
+          // Still unknown: neither lease is revoked (revoked, the one the marker hangs on would
+          // take it along). The new one is kept alive from now on, and the next renewal puts the
+          // marker on it for certain; the old one runs out by itself.
+          EtcdLockData* data = DataOf(*lock);
+          data->delay_lease = id;
+          data->delay_ttl_s = ttl_s;
+          data->delay_unsettled = true;
         }
         done(failed);
       });
@@ -1098,6 +1110,20 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
                                    "' is lost: its lock-delay marker's etcd lease expired");
       }
       done(k, r.status);
+    });
+    if (!DataOf(*locks[k])->delay_unsettled.load()) continue;
+    // The marker's last move stayed unknown: put over on the lease kept alive (ExtendDelay).
+    // Until that is known to land, each round tries again; an error here is no verdict.
+    ++(*verdicts)[k].left;
+    const Json owned = Json::array({CompareCreateEqual(KeyOf(*locks[k]), TokenOf(*locks[k]))});
+    const Json put = Json::array({PutRequest(DataOf(*locks[k])->delay_key, kClosedByLockDelay, delay_lease)});
+    t->Call(kTxn, TxnBody(owned, put, Json()), deadline, [this, k, lock = locks[k], delay_lease, done](CallResult r) {
+      TxnAnswer txn;
+      if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+      if (!r.status.ok()) return done(k, Status::Ok());
+      if (!txn.succeeded) return done(k, NotHeld(*config_, lock->name));
+      if (DataOf(*lock)->delay_lease.load() == delay_lease) DataOf(*lock)->delay_unsettled = false;
+      done(k, Status::Ok());
     });
   }
   std::map<int64_t, std::vector<size_t>> by_lease;
@@ -1478,7 +1504,10 @@ void LockProtocol::BreakUnknown(Transport* t, std::shared_ptr<BreakOp> op, std::
       }
     }
     if (applied) return BreakDone(t, op, plan);
-    DropMarkerLease(*plan);
+    // Revoked only when the read shows the break did not land. Unread, it may have: the holds
+    // are gone then, and revoking would take the marker along and free the name at once while
+    // the broken holders may still work; the lease runs out by itself (its length is bounded).
+    if (s.ok()) DropMarkerLease(*plan);
     op->done(failed, BreakResult());
   });
 }

@@ -178,6 +178,10 @@ struct EtcdLockData : BackendLockData {
   std::string delay_key;
   std::atomic<int64_t> delay_lease{0};
   std::atomic<int64_t> delay_ttl_s{0};
+  // A move of the marker to delay_lease whose outcome stayed unknown: the marker may still hang
+  // on an earlier lease (left to run out, never revoked). The next renewal puts it over on
+  // delay_lease again (the put is idempotent); an extend moves it afresh.
+  std::atomic<bool> delay_unsettled{false};
 };
 
 // The lease length in whole seconds a lock of lease_ms gets (before etcd's own minimum).
