@@ -1939,29 +1939,18 @@ class Client:
 
         Returns a LockInfo of what it broke: its holders (owner label, fencing_token, what was
         left of each lease; empty when nobody held it) and closed_ms, how long the name now
-        stays closed (0 with now=True). One round trip, blocking the calling thread, within the
-        URL's timeout_ms. A backend without the "break" capability raises InvalidArgument and
+        stays closed (0 with now=True). Blocks the calling thread, bounded as inspect() is (the
+        URL's timeout_ms; Redlock asks every master at once). A backend without the "break" capability raises InvalidArgument and
         changes nothing, as does a library from before dlock_break."""
-        bname = _name_arg(name)
+        _name_arg(name)  # a bad name is refused before a bad reason
         breason = _reason_arg(reason)
         if not isinstance(now, bool):
             raise TypeError(f"now must be a bool, not {type(now).__name__}")
         if not hasattr(_c, "dlock_break_with"):
             raise InvalidArgument(f"the libdlock loaded ({_library_path}) cannot break a lock "
                                   "(dlock_break_with); install a newer one")
-        out = _lib.c_info_p()
-        h = self._enter()
-        try:
-            status = _c.dlock_break_with(h, bname, breason, _BREAK_NOW if now else 0, ctypes.byref(out))
-            err = _error(status) if status != 0 else None
-        finally:
-            self._leave()
-        if err is not None:
-            raise err
-        try:
-            return _lock_info(out)
-        finally:
-            _c.dlock_info_free(out)
+        flags = _BREAK_NOW if now else 0
+        return self._read_info(lambda h, n, out: _c.dlock_break_with(h, n, breason, flags, out), name)
 
     async def abreak_lock(self, name: _Name, reason: Optional[str] = None, now: bool = False) -> LockInfo:
         """break_lock() without blocking the event loop: the library has no asynchronous break,
