@@ -326,6 +326,21 @@ dlock_status dlock_options_set_on_lost(dlock_options* o, dlock_lost_fn fn, void*
   });
 }
 
+dlock_status dlock_options_set_on_release_requested(dlock_options* o, dlock_release_requested_fn fn,
+                                                    void* arg) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    o->impl.on_release_requested = nullptr;
+    if (fn != nullptr) {
+      o->impl.on_release_requested = [fn, arg](const std::string& name, uint64_t,
+                                               const std::string& reason) {
+        fn(name.c_str(), reason.c_str(), arg);
+      };
+    }
+    return Report(dlock::Status::Ok());
+  });
+}
+
 namespace {
 // dlock_acquire and dlock_campaign: the checks, then Client::Acquire or Client::Campaign.
 using AcquireFn = dlock::Status (dlock::Client::*)(const std::string&, const dlock::AcquireOptions&,
@@ -835,6 +850,24 @@ dlock_status dlock_options_set_on_lost_queued(dlock_options* o, dlock_queue* q, 
   });
 }
 
+dlock_status dlock_options_set_on_release_requested_queued(dlock_options* o, dlock_queue* q,
+                                                           uint64_t tag) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    o->impl.on_release_requested = nullptr;
+    if (q != nullptr) {
+      o->impl.on_release_requested = [queue = q->impl, tag](const std::string&, uint64_t,
+                                                            const std::string& reason) {
+        // The reason is the entry's message: dlock_last_error() after the pop.
+        queue->Push({dlock::CompletionQueue::Kind::kReleaseRequested, tag,
+                     dlock::Status(dlock::Code::kOk, reason), nullptr, nullptr, nullptr, nullptr,
+                     nullptr});
+      };
+    }
+    return Report(dlock::Status::Ok());
+  });
+}
+
 namespace {
 dlock_status CopyError(dlock_status s, char* buf, size_t len) {
   if (s != DLOCK_OK && buf != nullptr && len > 0) {
@@ -951,6 +984,21 @@ dlock_status dlock_break_with_errbuf(dlock_client* c, const char* name, const ch
 
 dlock_status dlock_break(dlock_client* c, const char* name, const char* reason) {
   return dlock_break_with(c, name, reason, 0, nullptr);
+}
+
+dlock_status dlock_request_release(dlock_client* c, const char* name, const char* reason) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    dlock::Status s = dlock::CheckLockName(name);
+    if (!s.ok()) return Report(s);
+    uint32_t asked = 0;
+    return Report(c->impl->RequestRelease(name, reason == nullptr ? "" : reason, &asked));
+  });
+}
+
+dlock_status dlock_request_release_errbuf(dlock_client* c, const char* name, const char* reason,
+                                          char* buf, size_t len) {
+  return CopyError(dlock_request_release(c, name, reason), buf, len);
 }
 
 dlock_status dlock_client_metrics_text(dlock_client* c, char* buf, size_t len, size_t* needed) {

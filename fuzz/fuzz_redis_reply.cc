@@ -56,7 +56,13 @@ void ReadEveryShape(const redisReply* reply) {
     std::string_view waiter;
     uint64_t token = 0;
     (void)dlock::redis::ParseHandOver(std::string_view(reply->str, reply->len), &waiter, &token);
+    std::string id, reason;
+    if (dlock::redis::ParseReleaseRequest(std::string_view(reply->str, reply->len), &id, &reason)) {
+      Require(id.size() <= 64 && reason.size() <= dlock::kMaxReasonBytes);
+    }
   }
+  uint32_t asked = 0;
+  Require(NoControlBytes(dlock::redis::ParseAskedReply(reply, "fuzz", &asked).message()));
   const dlock::redis::NodeAddress asked{"127.0.0.1", 7000};
   std::vector<dlock::redis::SlotRange> ranges;
   Require(NoControlBytes(dlock::redis::ParseClusterSlots(reply, asked, "fuzz", &ranges).message()));

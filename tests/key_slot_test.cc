@@ -132,6 +132,24 @@ TEST(ReplyTest, HandOverMessages) {
   }
 }
 
+TEST(ReplyTest, ReleaseRequestMessages) {
+  std::string id, reason;
+  ASSERT_TRUE(dlock::redis::ParseReleaseRequest("request\n0123abcd\ndeploy 42\nneeds it", &id, &reason));
+  EXPECT_EQ(id, "0123abcd");
+  EXPECT_EQ(reason, "deploy 42\nneeds it");
+  ASSERT_TRUE(dlock::redis::ParseReleaseRequest("request\nid\n", &id, &reason));
+  EXPECT_EQ(reason, "");
+  // A reason longer than any request may carry is cut to the cap.
+  ASSERT_TRUE(dlock::redis::ParseReleaseRequest("request\nid\n" + std::string(5000, 'r'), &id, &reason));
+  EXPECT_EQ(reason.size(), dlock::kMaxReasonBytes);
+  for (const std::string& other : {std::string("released"), std::string("changed"), std::string("request"),
+                                   std::string("request\n"), std::string("request\n\nreason"),
+                                   std::string("request\nid-without-reason"), "request\n" + std::string(65, 'i') + "\nr",
+                                   std::string("Request\nid\nr"), std::string("grant:id:5")}) {
+    EXPECT_FALSE(dlock::redis::ParseReleaseRequest(other, &id, &reason)) << other;
+  }
+}
+
 }  // namespace
 
 namespace {

@@ -65,7 +65,8 @@ inline void PopAll(dlock_queue* q, std::vector<Entry>* out) {
     Entry e;
     e.kind = dlock_queue_pop(q, &e.tag, &e.status, &e.lock);
     if (e.kind == DLOCK_QUEUE_EMPTY) return;
-    if (e.kind != DLOCK_QUEUE_DONE && e.kind != DLOCK_QUEUE_LOST) {
+    if (e.kind != DLOCK_QUEUE_DONE && e.kind != DLOCK_QUEUE_LOST &&
+        e.kind != DLOCK_QUEUE_RELEASE_REQUESTED) {
       ADD_FAILURE() << "dlock_queue_pop returned " << e.kind;
       return;
     }

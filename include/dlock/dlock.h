@@ -365,6 +365,9 @@ typedef struct dlock_queue dlock_queue;
 #define DLOCK_QUEUE_LEADER 3 /* an observer's report (dlock_observe_queued): who leads now */
 #define DLOCK_QUEUE_EVENT 4  /* an event of a client whose events go to this queue
                                 (dlock_client_set_event_queue); read it with dlock_queue_pop_event */
+#define DLOCK_QUEUE_RELEASE_REQUESTED 5 /* someone asked the holder of a lock whose options named
+                                this queue to let go (dlock_options_set_on_release_requested_queued):
+                                status DLOCK_OK, and the message (dlock_last_error) is the reason */
 
 DLOCK_API dlock_status dlock_queue_new(dlock_queue **out);
 /* Frees the queue. Outcomes still to come are dropped, and a lock such an outcome carries is
@@ -477,6 +480,10 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             topology), DynamoDB, etcd
  *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend
  *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: every backend
+ *   DLOCK_CAP_RELEASE_REQUEST dlock_request_release reaches holders that listen
+ *                             (dlock_options_set_on_release_requested): every backend; pushed
+ *                             by Redis (pub/sub) and etcd (a watch), heard at the next renewal
+ *                             on DynamoDB
  * docs/guarantees.md has the whole matrix.
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u
@@ -488,6 +495,7 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
 #define DLOCK_CAP_BREAK 0x40u
 #define DLOCK_CAP_MIN_HOLD 0x80u
 #define DLOCK_CAP_LOCK_DELAY 0x100u
+#define DLOCK_CAP_RELEASE_REQUEST 0x200u
 DLOCK_API uint32_t dlock_client_capabilities(const dlock_client *c);
 
 /* ----- lock kinds -------------------------------------------------------------------------
@@ -740,6 +748,43 @@ DLOCK_API dlock_status dlock_break_with(dlock_client *c, const char *name, const
  * dlock_break_with. 0 and "" for NULL. */
 DLOCK_API int64_t dlock_info_closed_ms(const dlock_info *i);
 DLOCK_API const char *dlock_info_closed_by(const dlock_info *i);
+
+/* ----- asking a holder to let go: a cooperative takeover, short of a break --------------------
+ *
+ * dlock_request_release tells every current holder of name that someone asks it to let go,
+ * with reason. Nothing is taken: each holder is free to release or to ignore it (dlock_break is
+ * for taking by force). A holder hears it only when its acquire's options asked to
+ * (dlock_options_set_on_release_requested or its _queued form), and only while it holds the
+ * lock and its client is open. How it travels: Redis (every topology) publishes it on the
+ * lock's release channel, where the holder's client subscribes from its acquire on; etcd puts
+ * it on a request key the holder's client watches; both reach the holder within a round trip.
+ * DynamoDB stores it on the lock's item, and the holder hears it with its next renewal (within
+ * its heartbeat period; a holder without heartbeats does not hear it). A request sent before
+ * the holder's subscription or watch was live (its first round trip after the acquire) or
+ * while it was down is not heard: ask again. A holder hears one request once (Redlock's
+ * masters each carry it).
+ * reason: at most DLOCK_MAX_REASON_BYTES; NULL or "" = none.
+ * Returns DLOCK_OK when the name had holders to ask, DLOCK_NOT_HELD when nobody holds it
+ * (nothing is sent). A backend without DLOCK_CAP_RELEASE_REQUEST answers DLOCK_EINVAL. Bounded
+ * like dlock_inspect (C + T on Redis, every Redlock master at once; T on DynamoDB and etcd). */
+DLOCK_API dlock_status dlock_request_release(dlock_client *c, const char *name, const char *reason);
+DLOCK_API dlock_status dlock_request_release_errbuf(dlock_client *c, const char *name,
+                                                    const char *reason, char *buf, size_t len);
+/* Called on the client's loop thread (as on_lost) when someone asked the holder of a lock
+ * acquired with these options to let go: the lock's name and the reason ("" when none). It may
+ * release the lock. Once dlock_release returns, it is neither running nor going to run.
+ * fn NULL stops listening; the last of this and the _queued form wins. An acquire with it on a
+ * backend without DLOCK_CAP_RELEASE_REQUEST is DLOCK_EINVAL. */
+typedef void (*dlock_release_requested_fn)(const char *name, const char *reason, void *arg);
+DLOCK_API dlock_status dlock_options_set_on_release_requested(dlock_options *o,
+                                                             dlock_release_requested_fn fn,
+                                                             void *arg);
+/* Instead of the callback: each request queues a DLOCK_QUEUE_RELEASE_REQUESTED entry with tag
+ * in q (status DLOCK_OK; dlock_last_error() after the pop is the reason). As with
+ * DLOCK_QUEUE_LOST, an entry may still wait in the queue after the lock was released: ignore it
+ * for tags you are done with. NULL q stops listening. The options keep q alive. */
+DLOCK_API dlock_status dlock_options_set_on_release_requested_queued(dlock_options *o,
+                                                                    dlock_queue *q, uint64_t tag);
 
 /* ----- events, for logs and traces ------------------------------------------------------------
  *

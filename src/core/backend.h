@@ -28,6 +28,7 @@ constexpr uint32_t kCapObservePush = 0x20;   // observers hear releases, hand-ov
 constexpr uint32_t kCapBreak = 0x40;         // Break: holds deleted, holders told, the name kept closed
 constexpr uint32_t kCapMinHold = 0x80;       // LockRequest::min_hold_ms
 constexpr uint32_t kCapLockDelay = 0x100;    // LockRequest::lock_delay_ms
+constexpr uint32_t kCapReleaseRequest = 0x200;  // RequestRelease reaches holders that listen
 
 // How long a break's record stays on the server, so that a broken holder's next renewal, extend
 // or release can say why it was refused (the cause "broken" and the operator's reason). A holder
@@ -155,6 +156,9 @@ class ReleaseWatcher {
   virtual void OnHandedOver(uint64_t /*fencing_token*/) {}
   // An observer (not a waiter): a hand-over to another is a change it hears of, as a release.
   virtual bool hears_every_change() const { return false; }
+  // A holder's listener (WatchReleaseRequests): someone asked the holders to let go. id tells
+  // one request from another (a request may arrive twice: Redlock's masters each publish it).
+  virtual void OnReleaseRequested(const std::string& /*id*/, const std::string& /*reason*/) {}
 };
 
 // A blocking waiter's ears: what the backend tells it on the loop thread, kept for the waiting
@@ -270,6 +274,21 @@ class Backend {
     return Status::InvalidArgument("this backend cannot break lock '" + name +
                                    "' (no DLOCK_CAP_BREAK in dlock_client_capabilities)");
   }
+  // Release request (kCapReleaseRequest): tells every current holder of name that someone asks
+  // it to let go, with reason and a fresh request id; takes nothing. *asked: how many holds
+  // there were to ask (0: nobody holds the name, and nothing was sent). Blocking; any thread.
+  virtual Status RequestRelease(const std::string& name, const std::string& /*reason*/,
+                                uint32_t* /*asked*/) {
+    return Status::InvalidArgument("this backend cannot ask the holder of lock '" + name +
+                                   "' to let go (no DLOCK_CAP_RELEASE_REQUEST in "
+                                   "dlock_client_capabilities)");
+  }
+  // Any thread: tell watcher (a holder's listener) about release requests for name, through
+  // OnReleaseRequested, until UnwatchReleaseRequests returns. Backends that hear of requests
+  // some other way (DynamoDB: with each renewal, through LockState::request_listener) do
+  // nothing here.
+  virtual void WatchReleaseRequests(const std::string& /*name*/, ReleaseWatcher* /*watcher*/) {}
+  virtual void UnwatchReleaseRequests(const std::string& /*name*/, ReleaseWatcher* /*watcher*/) {}
   // What the backend promises: kCap* bits, the same as the ABI's DLOCK_CAP_* bits.
   virtual uint32_t Capabilities() const = 0;
   // Whether Watch delivers release notifications (e.g. pub/sub). Without them, waiters rely on

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/acquisition.h"
+#include "core/release_requests.h"
 #include "core/waiting.h"
 #include "core/token.h"
 #include "core/url.h"
@@ -69,6 +70,9 @@ void Client::Close() {
     observers.swap(observers_);
     for (auto& [name, lock_state] : held_) {
       if (lock_state->Transition(LockPhase::kClosed)) to_release.push_back(lock_state);
+      if (lock_state->request_listener != nullptr) {
+        backend_->UnwatchReleaseRequests(lock_state->name, lock_state->request_listener.get());
+      }
     }
     held_.clear();
     for (auto& [ptr, op] : pending_) to_cancel.push_back(op);
@@ -176,6 +180,11 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
                                    "': this backend does not offer lock_delay_ms (see "
                                    "dlock_client_capabilities)");
   }
+  if (options.on_release_requested && (caps & kCapReleaseRequest) == 0) {
+    return Status::InvalidArgument("lock '" + name +
+                                   "': this backend cannot deliver release requests "
+                                   "(on_release_requested; see dlock_client_capabilities)");
+  }
   if (options.kind == LockKind::kExclusive && options.permits == 0) {
     // No upgrade: an exclusive acquire would wait for this client's own shared hold forever.
     std::lock_guard<std::mutex> lock(mu_);
@@ -224,6 +233,21 @@ Status Client::Break(const std::string& name, const std::string& reason, bool no
   }
   *out = BreakResult();
   return backend_->Break(name, reason, now, out);
+}
+
+Status Client::RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked) {
+  if (IsClosed()) return Status::InvalidArgument("client is closed");
+  if (reason.size() > kMaxReasonBytes) {
+    return Status::InvalidArgument("release request for '" + name + "': the reason is " +
+                                   std::to_string(reason.size()) + " bytes, more than " +
+                                   std::to_string(kMaxReasonBytes));
+  }
+  *asked = 0;
+  Status s = backend_->RequestRelease(name, reason, asked);
+  if (s.ok() && *asked == 0) {
+    return Status::NotHeld("nobody holds lock '" + name + "': there is no holder to ask");
+  }
+  return s;
 }
 
 Status Client::Campaign(const std::string& name, const AcquireOptions& options,
@@ -328,12 +352,19 @@ Status Client::Adopt(const LockRequest& request, const AcquireAttempt& attempt,
                                              options.lease_ms);
     state->CapDeadline(sent, left);
   }
+  if (state->on_release_requested) {
+    state->request_listener = std::make_shared<ReleaseRequestListener>(weak_from_this(), state);
+  }
   bool registered = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_) {
       held_.emplace(state->name, state);
       registered = true;
+      // Under mu_: Close and Forget unwatch under it too, so never before this.
+      if (state->request_listener != nullptr) {
+        backend_->WatchReleaseRequests(state->name, state->request_listener.get());
+      }
     }
   }
   if (!registered) {  // closed while acquiring: give it back
@@ -481,6 +512,9 @@ void Client::Forget(const std::shared_ptr<LockState>& lock) {
   std::lock_guard<std::mutex> guard(mu_);
   for (auto [it, end] = held_.equal_range(lock->name); it != end; ++it) {
     if (it->second == lock) {
+      if (lock->request_listener != nullptr) {
+        backend_->UnwatchReleaseRequests(lock->name, lock->request_listener.get());
+      }
       held_.erase(it);
       return;
     }

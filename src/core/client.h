@@ -72,6 +72,10 @@ class Client : public std::enable_shared_from_this<Client> {
   // An operator's takeover (dlock_break, Backend::Break): reason at most kMaxReasonBytes.
   // Blocking.
   Status Break(const std::string& name, const std::string& reason, bool now, BreakResult* out);
+  // Asks the holders of name to let go (dlock_request_release, Backend::RequestRelease): reason
+  // at most kMaxReasonBytes; NotHeld when nobody holds it. *asked: how many holds were asked.
+  // Blocking.
+  Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked);
   // Leader election: an exclusive acquire that waits without limit (dlock_campaign); the
   // leader, or no holder (dlock_leader). Blocking.
   Status Campaign(const std::string& name, const AcquireOptions& options, std::shared_ptr<LockState>* out);

@@ -41,7 +41,7 @@ struct EventCopy {
 
 class CompletionQueue {
  public:
-  enum class Kind : int { kDone = 1, kLost = 2, kLeader = 3, kEvent = 4 };
+  enum class Kind : int { kDone = 1, kLost = 2, kLeader = 3, kEvent = 4, kReleaseRequested = 5 };
   // Event entries waiting at most (dlock_client_set_event_queue): more are dropped, so that a
   // consumer that stops popping cannot make the queue grow without bound.
   static constexpr size_t kMaxEvents = 65536;

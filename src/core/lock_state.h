@@ -16,6 +16,8 @@
 
 namespace dlock {
 
+class ReleaseWatcher;
+
 // Base of backend-specific per-lock state (see AcquireAttempt::backend_data).
 struct BackendLockData {
   virtual ~BackendLockData() = default;
@@ -43,6 +45,7 @@ struct LockState {
         min_hold_ms(options.min_hold_ms),
         lock_delay_ms(options.lock_delay_ms),
         on_lost(options.on_lost),
+        on_release_requested(options.on_release_requested),
         has_value(!options.value.empty()),
         lease_ms(options.lease_ms),
         backend_data(std::move(data)),
@@ -61,6 +64,12 @@ struct LockState {
   const uint64_t min_hold_ms;  // 0 = none (LockRequest::min_hold_ms)
   const uint64_t lock_delay_ms;  // 0 = none (LockRequest::lock_delay_ms)
   const LostHandler on_lost;
+  const ReleaseRequestHandler on_release_requested;
+  // Hears release requests for this hold (core/release_requests.h) when on_release_requested is
+  // set: watched through the backend from the acquire until the client forgets the lock. Set
+  // before the heartbeats track the lock, then read only; a backend that hears of requests
+  // with a renewal's answer tells it (DynamoDB).
+  std::shared_ptr<ReleaseWatcher> request_listener;
 
   // Whether the server may keep a value with this hold (set at acquire or since): its
   // release, renewals and extends then look after the value too.

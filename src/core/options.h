@@ -17,6 +17,11 @@ namespace dlock {
 using LostHandler =
     std::function<void(const std::string& name, uint64_t fencing_token, const std::string& reason)>;
 
+// Told that someone asked the holders of a held lock to let go (dlock_request_release), on the
+// loop thread, with their reason ("" = none). The holder may release, or not.
+using ReleaseRequestHandler =
+    std::function<void(const std::string& name, uint64_t fencing_token, const std::string& reason)>;
+
 // Every default and bound of the acquire options, in one place.
 constexpr uint64_t kDefaultLeaseMs = 10000;
 constexpr uint64_t kMinLeaseMs = 10;  // shorter cannot be held: drift alone eats it
@@ -48,6 +53,7 @@ struct AcquireOptions {
   uint64_t min_hold_ms = 0;                  // the name stays taken at least this long; 0 = none
   uint64_t lock_delay_ms = 0;                // closed this long after an unclean end; 0 = none
   LostHandler on_lost;                       // empty = nobody to tell
+  ReleaseRequestHandler on_release_requested;  // empty = requests are not listened for
 
   // Checks the combination (single values are checked by the setters).
   Status Validate() const;

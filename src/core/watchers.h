@@ -53,6 +53,9 @@ class Watchers {
       if (w->hears_every_change()) w->OnReleased();
     }
   }
+  void TellReleaseRequested(const std::string& id, const std::string& reason) const {
+    for (ReleaseWatcher* w : list_) w->OnReleaseRequested(id, reason);
+  }
   void TellHandedOver(std::string_view waiter_id, uint64_t fencing_token) const {
     for (ReleaseWatcher* w : list_) {
       if (w->waiter_id() == waiter_id) {

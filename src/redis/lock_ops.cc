@@ -263,4 +263,16 @@ Op<BreakResult> BreakOp(const std::string& prefix, const std::string& name,
           ReadBreak};
 }
 
+Op<Asked> RequestReleaseOp(const std::string& prefix, const std::string& name,
+                           const std::string& request_id, const std::string& reason, bool sharded) {
+  LockKeys keys(prefix, name);
+  return {{ScriptId::kRequestRelease,
+           {std::move(keys.holder), std::move(keys.holds)},
+           {std::move(keys.channel), sharded ? "1" : "0", "request\n" + request_id + "\n" + reason}},
+          name,
+          [](const redisReply* r, const std::string& server, const std::string&, Asked* out) {
+            return ParseAskedReply(r, server, &out->holds);
+          }};
+}
+
 }  // namespace dlock::redis

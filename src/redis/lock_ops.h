@@ -104,6 +104,15 @@ Op<LockInfo> InspectOp(const std::string& prefix, const std::string& name);
 Op<BreakResult> BreakOp(const std::string& prefix, const std::string& name,
                         const std::string& reason, bool now, bool sharded = false);
 
+// request_release.lua: publishes 'request\n' + id + '\n' + reason on the release channel
+// (SPUBLISH when sharded) when the name has holders; the result is how many.
+struct Asked {
+  uint32_t holds = 0;
+};
+Op<Asked> RequestReleaseOp(const std::string& prefix, const std::string& name,
+                           const std::string& request_id, const std::string& reason,
+                           bool sharded = false);
+
 // Blocking, any thread.
 template <typename R>
 Status Run(Channel* channel, const Op<R>& op, R* out) {

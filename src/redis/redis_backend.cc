@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/token.h"
 #include "redis/topology/cluster_channel.h"
 #include "redis/lock_ops.h"
 #include "redis/topology/node_channel.h"
@@ -104,6 +105,23 @@ class RedisBackend : public Backend {
     return Run(channel_.get(), BreakOp(prefix_, name, reason, now, sharded_), out);
   }
 
+  Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked) override {
+    std::string id;
+    Status s = NewOwnerToken(&id);  // 128 random bits: tells this request from any other
+    if (!s.ok()) return s;
+    Asked out;
+    s = Run(channel_.get(), RequestReleaseOp(prefix_, name, id, reason, sharded_), &out);
+    *asked = out.holds;
+    return s;
+  }
+  // A holder listens on the channel its waiters wake on: one subscription per name.
+  void WatchReleaseRequests(const std::string& name, ReleaseWatcher* watcher) override {
+    Watch(name, watcher);
+  }
+  void UnwatchReleaseRequests(const std::string& name, ReleaseWatcher* watcher) override {
+    Unwatch(name, watcher);
+  }
+
   void InspectAsync(const std::string& name, InspectCallback done) override {
     RunAsync<LockInfo>(channel_.get(), InspectOp(prefix_, name),
                        [done = std::move(done)](const Status& s, LockInfo info) { done(s, std::move(info)); });
@@ -117,7 +135,7 @@ class RedisBackend : public Backend {
   uint32_t Capabilities() const override {
     // Releases, hand-overs and new values are published (release.lua, set_value.lua).
     return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapObservePush |
-           kCapBreak | kCapMinHold | kCapLockDelay;
+           kCapBreak | kCapMinHold | kCapLockDelay | kCapReleaseRequest;
   }
   void LeaveLine(const LockRequest& request) override {
     auto leave = [this, op = LeaveLineOp(prefix_, request, sharded_)] {

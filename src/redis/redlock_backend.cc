@@ -154,6 +154,11 @@ class QuorumWatch {
     Relay(QuorumWatch* owner, size_t master) : owner_(owner), master_(master) {}
     void OnWatchReady(bool live) override { owner_->Ready(master_, live); }
     void OnReleased() override { owner_->Released(); }
+    // Every master carries a request: each is passed on, and the holder's listener hears the
+    // first (it drops repeats by id).
+    void OnReleaseRequested(const std::string& id, const std::string& reason) override {
+      owner_->target_->OnReleaseRequested(id, reason);
+    }
 
    private:
     QuorumWatch* owner_;
@@ -414,6 +419,30 @@ class RedlockBackend : public Backend {
     return Status::Ok();
   }
 
+  // Every master is asked, each publishing the request where the name has holders there (a
+  // holder listens on every master): Ok once one answered; the holds asked are the most any
+  // master has.
+  Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked) override {
+    std::string id;
+    Status s = NewOwnerToken(&id);
+    if (!s.ok()) return s;
+    Votes<Asked> votes = Ask<Asked>(
+        AllMasters(), [&](size_t) { return RequestReleaseOp(prefix_, name, id, reason); },
+        EveryAnswer<Asked>{});
+    Count c = Count::Of(votes, Answered<Asked>, Never<Asked>);
+    if (c.yes == 0) return NoQuorum("release request for lock '" + name + "'", c);
+    for (const Vote<Asked>& v : votes) {
+      if (v.status.ok()) *asked = std::max(*asked, v.out.holds);
+    }
+    return Status::Ok();
+  }
+  void WatchReleaseRequests(const std::string& name, ReleaseWatcher* watcher) override {
+    Watch(name, watcher);
+  }
+  void UnwatchReleaseRequests(const std::string& name, ReleaseWatcher* watcher) override {
+    Unwatch(name, watcher);
+  }
+
   // What the masters' views of a name add up to.
   Status JudgeInspect(const std::string& name, const Votes<LockInfo>& votes, LockInfo* out) const {
     Count c = Count::Of(votes, Answered<LockInfo>, Never<LockInfo>);
@@ -487,7 +516,7 @@ class RedlockBackend : public Backend {
   // master, which refuses one of them; a waiting writer announces itself on every master, so
   // new readers find it on a quorum. Semaphores and a fair line are not (see the top).
   uint32_t Capabilities() const override {
-    return kCapNotifies | kCapShared | kCapBreak | kCapMinHold | kCapLockDelay;
+    return kCapNotifies | kCapShared | kCapBreak | kCapMinHold | kCapLockDelay | kCapReleaseRequest;
   }
 
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {

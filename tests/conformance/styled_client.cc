@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <list>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -33,6 +35,34 @@ LossReport ReportOf(const LostRecorder& lost, bool on_test_thread) {
   return report;
 }
 
+// A release-request callback's record, checking the thread it ran on.
+struct RequestRecorder {
+  std::atomic<int> calls{0};
+  std::atomic<bool> on_caller_thread{false};
+  std::thread::id caller = std::this_thread::get_id();
+  std::mutex mu;
+  std::string first_reason;
+  static void Fn(const char* /*name*/, const char* reason, void* arg) {
+    auto* self = static_cast<RequestRecorder*>(arg);
+    if (std::this_thread::get_id() == self->caller) self->on_caller_thread = true;
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      if (self->calls.load() == 0) self->first_reason = reason;
+    }
+    self->calls++;
+  }
+  RequestReport Report(bool on_test_thread) {
+    RequestReport report;
+    report.count = calls.load();
+    if (report.count > 0) {
+      EXPECT_EQ(on_caller_thread.load(), on_test_thread) << "on_release_requested ran on the wrong thread";
+      std::lock_guard<std::mutex> lock(mu);
+      report.reason = first_reason;
+    }
+    return report;
+  }
+};
+
 dlock_client* OpenWithItsOwnThread(const std::string& url) {
   dlock_client* c = nullptr;
   EXPECT_EQ(dlock_client_open(url.c_str(), &c), DLOCK_OK) << dlock_last_error();
@@ -61,6 +91,13 @@ class BlockingClient : public StyledClient {
     WaitFor([&] { return lost_.calls.load() > 0; }, limit);
     return ReportOf(lost_, false);  // on the client's own thread
   }
+  void HearReleaseRequests(dlock_options* o) override {
+    EXPECT_EQ(dlock_options_set_on_release_requested(o, &RequestRecorder::Fn, &requests_), DLOCK_OK);
+  }
+  RequestReport AwaitReleaseRequest(milliseconds limit) override {
+    WaitFor([&] { return requests_.calls.load() > 0; }, limit);
+    return requests_.Report(false);
+  }
   void Pass(milliseconds d) override { std::this_thread::sleep_for(d); }
 
  private:
@@ -70,6 +107,7 @@ class BlockingClient : public StyledClient {
   }
 
   LostRecorder lost_;
+  RequestRecorder requests_;
 };
 
 // A client on the test's own loop: a libevent base (kAsync) or a poll(2) loop driving it
@@ -116,6 +154,13 @@ class AsyncClient : public StyledClient {
   LossReport AwaitLoss(milliseconds limit) override {
     loop_.RunUntil([&] { return lost_.calls.load() > 0; }, limit);
     return ReportOf(lost_, true);  // on the loop, which runs on the test's thread
+  }
+  void HearReleaseRequests(dlock_options* o) override {
+    EXPECT_EQ(dlock_options_set_on_release_requested(o, &RequestRecorder::Fn, &requests_), DLOCK_OK);
+  }
+  RequestReport AwaitReleaseRequest(milliseconds limit) override {
+    loop_.RunUntil([&] { return requests_.calls.load() > 0; }, limit);
+    return requests_.Report(true);
   }
   void Pass(milliseconds d) override {
     loop_.RunUntil([] { return false; }, d);
@@ -170,6 +215,7 @@ class AsyncClient : public StyledClient {
   TestLoop loop_;
   std::list<Call> calls_;
   LostRecorder lost_;
+  RequestRecorder requests_;
 };
 
 class QueuedClient : public StyledClient {
@@ -206,12 +252,26 @@ class QueuedClient : public StyledClient {
     if (!lost_.empty()) report.says = lost_.front().error;
     return report;
   }
+  void HearReleaseRequests(dlock_options* o) override {
+    EXPECT_EQ(dlock_options_set_on_release_requested_queued(o, queue_.get(), kRequestTag), DLOCK_OK);
+  }
+  RequestReport AwaitReleaseRequest(milliseconds limit) override {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (requests_.empty() && std::chrono::steady_clock::now() < deadline) {
+      Take(Collect(queue_.get(), 1, std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now())));
+    }
+    RequestReport report;
+    report.count = static_cast<int>(requests_.size());
+    if (!requests_.empty()) report.reason = requests_.front().error;  // the entry's message
+    return report;
+  }
   void Pass(milliseconds d) override {
     Take(Collect(queue_.get(), SIZE_MAX, d));
   }
 
  private:
   static constexpr uint64_t kLostTag = UINT64_MAX;
+  static constexpr uint64_t kRequestTag = UINT64_MAX - 1;
 
   // Sets LOST entries aside; any DONE entry here is one nobody waits for.
   void Take(const std::vector<Entry>& entries) {
@@ -220,6 +280,10 @@ class QueuedClient : public StyledClient {
         EXPECT_EQ(e.tag, kLostTag) << e;
         EXPECT_EQ(e.status, DLOCK_NOT_HELD) << e;
         lost_.push_back(e);
+      } else if (e.kind == DLOCK_QUEUE_RELEASE_REQUESTED) {
+        EXPECT_EQ(e.tag, kRequestTag) << e;
+        EXPECT_EQ(e.status, DLOCK_OK) << e;
+        requests_.push_back(e);
       } else {
         ADD_FAILURE() << "an entry nobody waits for: " << e;
       }
@@ -256,6 +320,7 @@ class QueuedClient : public StyledClient {
   Queue queue_;
   uint64_t next_tag_ = 1;
   std::vector<Entry> lost_;
+  std::vector<Entry> requests_;
 };
 
 }  // namespace

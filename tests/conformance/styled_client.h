@@ -32,6 +32,12 @@ struct LossReport {
   uint64_t token = 0;  // the callback's fencing token; 0 from a queue (entries carry none)
 };
 
+// The release requests a holder heard (dlock_options_set_on_release_requested).
+struct RequestReport {
+  int count = 0;
+  std::string reason;  // the first one's
+};
+
 class StyledClient {
  public:
   // Opens a client for url in this style (ADD_FAILURE()s when it cannot).
@@ -53,6 +59,11 @@ class StyledClient {
   virtual void ReportLosses(dlock_options* o) = 0;
   // The reports so far, after waiting up to limit for the first one.
   virtual LossReport AwaitLoss(std::chrono::milliseconds limit) = 0;
+  // Makes locks acquired with o hear release requests the way this style does (a callback, or
+  // DLOCK_QUEUE_RELEASE_REQUESTED entries).
+  virtual void HearReleaseRequests(dlock_options* o) = 0;
+  // The requests heard so far, after letting the client work up to limit for the first one.
+  virtual RequestReport AwaitReleaseRequest(std::chrono::milliseconds limit) = 0;
   // Lets time pass while the client works (an evbase client works only while its loop runs).
   virtual void Pass(std::chrono::milliseconds d) = 0;
   // dlock_client_close, finished (in this style's way).

@@ -290,6 +290,11 @@ bool Subscriber::HandleReply(const redisReply& reply, std::vector<std::string>* 
                         &token)) {
         // Only the waiter the lock was handed to hears of it: the others stay asleep.
         ch.waiters.TellHandedOver(waiter, token);
+      } else if (std::string id, reason;
+                 IsString(reply.element[2]) &&
+                 ParseReleaseRequest(std::string_view(reply.element[2]->str, reply.element[2]->len),
+                                     &id, &reason)) {
+        ch.waiters.TellReleaseRequested(id, reason);  // holders only: waiters sleep on
       } else if (IsString(reply.element[2]) &&
                  std::string_view(reply.element[2]->str, reply.element[2]->len) == "changed") {
         ch.waiters.TellChanged();  // a new value (set_value.lua): for observers only

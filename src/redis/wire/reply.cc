@@ -432,4 +432,26 @@ Status ParseOwnedReply(const redisReply* r, const std::string& server, const std
   return Status::Ok();
 }
 
+bool ParseReleaseRequest(std::string_view message, std::string* id, std::string* reason) {
+  constexpr std::string_view kHead = "request\n";
+  constexpr size_t kMaxIdBytes = 64;  // ours are 32 hex digits
+  if (message.substr(0, kHead.size()) != kHead) return false;
+  message.remove_prefix(kHead.size());
+  const size_t end = message.find('\n');
+  if (end == std::string_view::npos || end == 0 || end > kMaxIdBytes) return false;
+  id->assign(message.substr(0, end));
+  // Whoever published it, the holder is handed no more than a request may carry.
+  reason->assign(message.substr(end + 1, kMaxReasonBytes));
+  return true;
+}
+
+Status ParseAskedReply(const redisReply* r, const std::string& server, uint32_t* asked) {
+  if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, server);
+  if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > UINT32_MAX) {
+    return Garbage(server, "the release request script");
+  }
+  *asked = static_cast<uint32_t>(r->integer);
+  return Status::Ok();
+}
+
 }  // namespace dlock::redis

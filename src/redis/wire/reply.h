@@ -59,6 +59,9 @@ Status NotRedisProtocol(const std::string& server, const redisReader* reader, bo
 // fair waiter ID with that fencing token (never 0). False for anything else ("released"), which
 // wakes every waiter. *waiter points into message.
 bool ParseHandOver(std::string_view message, std::string_view* waiter, uint64_t* token);
+// A release request's message, as request_release.lua publishes it ('request\n' ID '\n'
+// REASON): true, with its id and reason.
+bool ParseReleaseRequest(std::string_view message, std::string* id, std::string* reason);
 bool IsNoScript(const redisReply* r);
 // An error reply as a Status (EAUTH for authentication errors, EBACKEND otherwise). The
 // server's words are capped and their control bytes escaped (core/server_text.h).
@@ -73,6 +76,8 @@ Status ParseAcquireReply(const redisReply* r, const std::string& server, const s
 Status ParseInspectReply(const redisReply* r, const std::string& server, LockInfo* out);
 // break.lua: {sort, closed ms, label, pttl, token, id, ...}.
 Status ParseBreakReply(const redisReply* r, const std::string& server, BreakResult* out);
+// request_release.lua: how many holds were asked (0..2^32-1; more is garbage).
+Status ParseAskedReply(const redisReply* r, const std::string& server, uint32_t* asked);
 // release.lua / extend.lua: 1 -> Ok, 0 -> NotHeld.
 Status ParseOwnedReply(const redisReply* r, const std::string& server, const std::string& name);
 

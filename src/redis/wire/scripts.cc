@@ -32,6 +32,7 @@ const Script& GetScript(ScriptId id) {
   static const Script fence = Load("fence");
   static const Script set_value = Load("set_value");
   static const Script break_lock = Load("break");
+  static const Script request_release = Load("request_release");
   switch (id) {
     case ScriptId::kAcquire: return acquire;
     case ScriptId::kRelease: return release;
@@ -40,6 +41,7 @@ const Script& GetScript(ScriptId id) {
     case ScriptId::kFence: return fence;
     case ScriptId::kSetValue: return set_value;
     case ScriptId::kBreak: return break_lock;
+    case ScriptId::kRequestRelease: return request_release;
   }
   std::abort();
 }

@@ -19,7 +19,8 @@ struct Script {
   std::string sha1;  // lowercase hex, as SCRIPT LOAD returns it
 };
 
-enum class ScriptId { kAcquire, kRelease, kExtend, kInspect, kFence, kSetValue, kBreak };
+enum class ScriptId { kAcquire, kRelease, kExtend, kInspect, kFence, kSetValue, kBreak,
+                      kRequestRelease };
 const Script& GetScript(ScriptId id);
 
 }  // namespace dlock::redis
