@@ -13,6 +13,8 @@
 
 bool g_lost_reported = false;
 char g_lost_reason[512] = "";
+uint64_t g_release_requests = 0;
+char g_release_reason[DLOCK_MAX_REASON_BYTES + 1] = "";
 
 void lost_cause_text(const dlock_lock *lock, char *buf, size_t len) {
   const char *cause = dlock_lock_lost_cause(lock);
@@ -101,6 +103,12 @@ static void note_loss(void) {
   snprintf(g_lost_reason, sizeof g_lost_reason, "%s", dlock_last_error());
 }
 
+/* A RELEASE_REQUESTED entry was just popped: count it and keep its reason (dlock_last_error). */
+static void note_release_request(void) {
+  ++g_release_requests;
+  snprintf(g_release_reason, sizeof g_release_reason, "%s", dlock_last_error());
+}
+
 void drain_queue(dlock_queue *q) {
   uint64_t tag;
   dlock_status status;
@@ -108,6 +116,7 @@ void drain_queue(dlock_queue *q) {
   int kind;
   while ((kind = dlock_queue_pop(q, &tag, &status, &lock)) > 0) {
     if (kind == DLOCK_QUEUE_LOST) note_loss();
+    if (kind == DLOCK_QUEUE_RELEASE_REQUESTED && tag == RELEASE_REQUEST_TAG) note_release_request();
     if (lock) dlock_release(lock); /* not ours to keep: a stray acquire's outcome */
   }
 }
@@ -140,6 +149,9 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   if (s == DLOCK_OK) s = dlock_options_set_owner(opts, o->owner);
   if (s == DLOCK_OK && o->value) s = dlock_options_set_value(opts, o->value, strlen(o->value));
   if (s == DLOCK_OK) s = dlock_options_set_on_lost_queued(opts, q, LOST_TAG);
+  if (s == DLOCK_OK && o->release_request_signal > 0) {
+    s = dlock_options_set_on_release_requested_queued(opts, q, RELEASE_REQUEST_TAG);
+  }
   if (s != DLOCK_OK) {
     say_error(command, "%s", dlock_last_error());
     dlock_options_free(opts);
@@ -184,6 +196,10 @@ static int acquire_interruptibly(const cli_options *o, const char *command, dloc
         note_loss();
         continue;
       }
+      if (kind == DLOCK_QUEUE_RELEASE_REQUESTED) { /* heard before we looked: likewise */
+        if (tag == RELEASE_REQUEST_TAG) note_release_request();
+        continue;
+      }
       if (tag != ACQUIRE_TAG) {
         if (lock) dlock_release(lock);
         continue;
@@ -218,6 +234,13 @@ int take_lock(const cli_options *o, const char *command, const char *name, dlock
   }
   int code = open_client(o, command, client);
   if (code != 0) return code;
+  if (o->release_request_signal > 0 &&
+      (dlock_client_capabilities(*client) & DLOCK_CAP_RELEASE_REQUEST) == 0) {
+    /* As an acquire asking for them would be refused (DLOCK_EINVAL), said before it waits. */
+    say_error(command, "--on-release-request: the backend at %s cannot deliver release requests "
+                       "(no DLOCK_CAP_RELEASE_REQUEST)", shown_url(o->url));
+    return EXIT_USAGE;
+  }
   if (dlock_queue_new(q) != DLOCK_OK) {
     say_error(command, "%s", dlock_last_error());
     return EXIT_OSERR;

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,7 +36,8 @@ static const option_spec kOptions[] = {
     {"lock-delay", 0, CLI_OPT_RULES, true},
     {"status-file", 0, CLI_OPT_EXEC, true},
     {"metrics-textfile", 0, CLI_OPT_EXEC, true},
-    {"reason", 0, CLI_OPT_BREAK, true},
+    {"on-release-request", 0, CLI_OPT_RELEASE_REQUEST, true},
+    {"reason", 0, CLI_OPT_REASON, true},
     {"yes", 'y', CLI_OPT_BREAK, false},
     {"now", 0, CLI_OPT_BREAK, false},
     {"json", 0, CLI_OPT_JSON, false},
@@ -108,6 +111,54 @@ int parse_duration(const char *text, bool allow_forever, int64_t *ms) {
   if (value > limit) return -2;
   *ms = (int64_t)value;
   return 0;
+}
+
+/* The signals by name (Linux's), for --on-release-request and the messages about them. */
+static const struct {
+  const char *name;
+  int number;
+} kSignals[] = {
+    {"HUP", SIGHUP},     {"INT", SIGINT},       {"QUIT", SIGQUIT},   {"ILL", SIGILL},
+    {"TRAP", SIGTRAP},   {"ABRT", SIGABRT},     {"IOT", SIGIOT},     {"BUS", SIGBUS},
+    {"FPE", SIGFPE},     {"KILL", SIGKILL},     {"USR1", SIGUSR1},   {"SEGV", SIGSEGV},
+    {"USR2", SIGUSR2},   {"PIPE", SIGPIPE},     {"ALRM", SIGALRM},   {"TERM", SIGTERM},
+    {"STKFLT", SIGSTKFLT}, {"CHLD", SIGCHLD},   {"CONT", SIGCONT},   {"STOP", SIGSTOP},
+    {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN},     {"TTOU", SIGTTOU},   {"URG", SIGURG},
+    {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ},     {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF},
+    {"WINCH", SIGWINCH}, {"IO", SIGIO},         {"POLL", SIGPOLL},   {"PWR", SIGPWR},
+    {"SYS", SIGSYS},
+};
+
+static bool is_stopping(int sig) {
+  return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+int parse_signal(const char *text) {
+  int sig = 0;
+  if (isdigit((unsigned char)text[0])) {
+    char *end = NULL;
+    errno = 0;
+    const unsigned long v = strtoul(text, &end, 10);
+    if (errno == 0 && *end == '\0' && v >= 1 && v <= (unsigned long)SIGRTMAX) sig = (int)v;
+  } else {
+    const char *name = strncasecmp(text, "SIG", 3) == 0 ? text + 3 : text;
+    for (size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i) {
+      if (strcasecmp(name, kSignals[i].name) == 0) sig = kSignals[i].number;
+    }
+  }
+  return is_stopping(sig) ? 0 : sig;
+}
+
+const char *signal_name(int sig) {
+  static char text[32];
+  for (size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i) {
+    if (kSignals[i].number == sig) {
+      snprintf(text, sizeof text, "SIG%s", kSignals[i].name);
+      return text;
+    }
+  }
+  snprintf(text, sizeof text, "signal %d", sig);
+  return text;
 }
 
 static const option_spec *find_option(const char *name, size_t len, char short_name) {
@@ -229,6 +280,16 @@ static int apply(const char *command, const option_spec *s, const char *value, c
     else if (strcmp(value, "ignore") == 0) o->on_lost = ON_LOST_IGNORE;
     else {
       say_error(command, "--on-lost '%s' is not one of term, kill, ignore", value);
+      return -1;
+    }
+  } else if (strcmp(n, "on-release-request") == 0) {
+    o->release_request_signal = parse_signal(value);
+    if (o->release_request_signal == 0) {
+      say_error(command,
+                "--on-release-request '%s' is not a signal to send CMD: a name (TERM, HUP, "
+                "USR1, SIGTERM, ...) or a number from 1 to %d; not STOP, TSTP, TTIN or TTOU "
+                "(a stopped CMD keeps the lock)",
+                value, SIGRTMAX);
       return -1;
     }
   } else if (strcmp(n, "reason") == 0) {

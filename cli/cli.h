@@ -1,7 +1,8 @@
 /* The dlock command's parts: options (args.c), messages and JSON (output.c), an acquire that a
  * signal can interrupt (acquire.c), `exec` (exec.c, with the descriptors its children keep in
  * fds.c, its guard process in guard.c and --status-file in status_file.c) and `hold`,
- * `inspect`, `prepare` (commands.c). Public ABI only: this is a user's program of libdlock. */
+ * `inspect`, `observe`, `break`, `request-release`, `prepare` (commands.c). Public ABI only:
+ * this is a user's program of libdlock. */
 #ifndef DLOCK_CLI_CLI_H_
 #define DLOCK_CLI_CLI_H_
 
@@ -32,6 +33,7 @@ enum {
   EXIT_OSERR = 71,        /* EX_OSERR: fork, pipe or memory failed here */
   EXIT_NOT_ACQUIRED = 75, /* EX_TEMPFAIL: not acquired within --wait */
   EXIT_NOT_CONFIRMED = 1, /* break: the operator did not confirm; nothing was done */
+  EXIT_NOBODY_HOLDS = 1,  /* request-release: nobody holds the name; nobody was asked */
   EXIT_CANNOT_EXECUTE = 126,
   EXIT_NOT_FOUND = 127
 };
@@ -63,7 +65,9 @@ typedef struct cli_options {
                                without a terminal (default 10 s) */
   const char *status_file;  /* exec --status-file PATH: dlock's own outcome, one line */
   const char *metrics_textfile; /* exec --metrics-textfile PATH: the run's metrics, at the end */
-  const char *reason;       /* break --reason R: told to the broken holders */
+  const char *reason;       /* break, request-release --reason R: told to the holders */
+  int release_request_signal; /* exec, elect --on-release-request SIG: sent to CMD's group when
+                                 someone asks the holder to let go; 0 = not listened for */
   bool yes, now;            /* break --yes (no confirmation), --now (free the name at once) */
   verbosity verbosity;
   bool json;
@@ -82,8 +86,10 @@ enum {
   CLI_OPT_JSON = 1 << 6,
   CLI_OPT_VERBOSITY = 1 << 7, /* --quiet, --verbose */
   CLI_OPT_EXEC = 1 << 8,      /* exec's own: --stopped-grace, --status-file */
-  CLI_OPT_BREAK = 1 << 9,     /* break's own: --reason, --yes, --now */
-  CLI_OPT_RULES = 1 << 10     /* job rules: --min-hold, --lock-delay */
+  CLI_OPT_BREAK = 1 << 9,     /* break's own: --yes, --now */
+  CLI_OPT_RULES = 1 << 10,    /* job rules: --min-hold, --lock-delay */
+  CLI_OPT_REASON = 1 << 11,   /* break, request-release: --reason */
+  CLI_OPT_RELEASE_REQUEST = 1 << 12 /* exec, elect: --on-release-request */
 };
 
 /* args.c */
@@ -101,6 +107,11 @@ int parse_options(const char *command, unsigned allowed, int argc, char **argv, 
  * allow_forever. Returns 0 and sets *ms; -1 when it is not a duration, -2 when it is longer
  * than the library accepts. */
 int parse_duration(const char *text, bool allow_forever, int64_t *ms);
+/* "TERM", "SIGTERM", "term", "15": a signal to send CMD. Returns the signal's number, or 0
+ * when text names none (or a stop signal: a stopped CMD would keep the lock). */
+int parse_signal(const char *text);
+/* "SIGTERM" for 15, "signal 40" for a number without a name; a static buffer for the latter. */
+const char *signal_name(int sig);
 /* Fills in the defaults that depend on other options (the kill grace on the lease, the owner
  * label) and checks combinations. Returns 0, or -1 after printing what was wrong. */
 int finish_options(const char *command, cli_options *o);
@@ -126,6 +137,8 @@ void say_verbose(const cli_options *o, const char *command, const char *fmt, ...
 const char *shown_url(const char *url);
 /* s as a JSON string literal (quotes included) on f: invalid UTF-8 becomes U+FFFD. */
 void json_string(FILE *f, const char *s);
+/* text_string into memory the caller frees (NULL when out of memory). */
+char *text_string_dup(const char *s, bool quote_always);
 /* s for a human on one line: in quotes (always, or only when it is empty or holds a quote,
  * backslash, control byte or invalid UTF-8), with those bytes as \xNN. */
 void text_string(FILE *f, const char *s, bool quote_always);
@@ -175,10 +188,14 @@ bool is_stop_signal(int sig);
 int signals_catch_tstp(void);
 /* The caught signals back to their defaults (a child, before exec). */
 void signals_restore_defaults(void);
-/* Pops what the queue holds; a LOST entry sets g_lost_reported and keeps its message. */
+/* Pops what the queue holds; a LOST entry sets g_lost_reported and keeps its message, a
+ * RELEASE_REQUESTED entry counts in g_release_requests and keeps its reason. */
 void drain_queue(dlock_queue *q);
 extern bool g_lost_reported;
 extern char g_lost_reason[512];
+#define RELEASE_REQUEST_TAG 3
+extern uint64_t g_release_requests;                     /* heard so far */
+extern char g_release_reason[DLOCK_MAX_REASON_BYTES + 1]; /* the last one's reason, "" = none */
 /* Why lock was lost, "CAUSE: details" (dlock_lock_lost_cause), into buf; "" while it is held
  * and valid. Read it before the release, which frees the lock. */
 void lost_cause_text(const dlock_lock *lock, char *buf, size_t len);
@@ -226,5 +243,6 @@ int cmd_hold(cli_options *o, int argc, char **argv);
 int cmd_inspect(cli_options *o, int argc, char **argv);
 int cmd_prepare(cli_options *o, int argc, char **argv);
 int cmd_break(cli_options *o, int argc, char **argv);
+int cmd_request_release(cli_options *o, int argc, char **argv);
 
 #endif /* DLOCK_CLI_CLI_H_ */

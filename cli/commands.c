@@ -1,4 +1,4 @@
-/* dlock hold, inspect and prepare. */
+/* dlock hold, inspect, break, request-release, observe and prepare. */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -286,7 +286,7 @@ static void print_broken(const cli_options *o, const char *name, const dlock_inf
 int cmd_break(cli_options *o, int argc, char **argv) {
   char **words = NULL;
   int nwords = 0;
-  int code = parse_command("break", CLI_OPT_URL | CLI_OPT_JSON | CLI_OPT_VERBOSITY | CLI_OPT_BREAK,
+  int code = parse_command("break", CLI_OPT_URL | CLI_OPT_JSON | CLI_OPT_VERBOSITY | CLI_OPT_BREAK | CLI_OPT_REASON,
                            argc, argv, o, &words, &nwords);
   const char *name = words && nwords > 0 ? words[0] : NULL;
   if (code == 0 && nwords != 1) {
@@ -308,6 +308,49 @@ int cmd_break(cli_options *o, int argc, char **argv) {
       say_error("break", "%s", dlock_last_error());
       code = exit_code_for(s);
     }
+  }
+  fflush(stdout);
+  dlock_client_close(client);
+  return code;
+}
+
+/* dlock request-release NAME: asks the holders of NAME to let go (dlock_request_release). Takes
+ * nothing: a holder that listens (dlock exec --on-release-request) decides; one that does not
+ * never hears it. Exit 0 when NAME had holders to ask, 1 when nobody holds it. */
+int cmd_request_release(cli_options *o, int argc, char **argv) {
+  char **words = NULL;
+  int nwords = 0;
+  int code = parse_command("request-release",
+                           CLI_OPT_URL | CLI_OPT_JSON | CLI_OPT_VERBOSITY | CLI_OPT_REASON, argc,
+                           argv, o, &words, &nwords);
+  const char *name = words && nwords > 0 ? words[0] : NULL;
+  if (code == 0 && nwords != 1) {
+    say_error("request-release", nwords == 0 ? "no lock NAME (dlock request-release [--reason R] NAME)"
+                                             : "one lock NAME, got %d words", nwords);
+    code = EXIT_USAGE;
+  }
+  free(words);
+  if (code != 0) return code < 0 ? 0 : code;
+  dlock_client *client = NULL;
+  if ((code = open_client(o, "request-release", &client)) != 0) return code;
+  const dlock_status s = dlock_request_release(client, name, o->reason);
+  if (s == DLOCK_OK || s == DLOCK_NOT_HELD) {
+    if (o->json) {
+      fputs("{\"name\":", stdout);
+      json_string(stdout, name);
+      printf(",\"asked\":%s}\n", s == DLOCK_OK ? "true" : "false");
+    } else if (s == DLOCK_OK && o->verbosity != QUIET) {
+      fputs("asked the holder of ", stdout);
+      text_string(stdout, name, false);
+      fputs(" to let go\n", stdout);
+    }
+  }
+  if (s == DLOCK_NOT_HELD) {
+    say_error("request-release", "nobody holds lock '%s': there is no holder to ask", name);
+    code = EXIT_NOBODY_HOLDS;
+  } else if (s != DLOCK_OK) {
+    say_error("request-release", "%s", dlock_last_error());
+    code = exit_code_for(s);
   }
   fflush(stdout);
   dlock_client_close(client);

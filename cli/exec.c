@@ -21,6 +21,10 @@
  * Either way dlock exits 70 and says so. Otherwise it releases the lock when CMD exits and exits
  * with CMD's status (128+N when CMD died of signal N).
  *
+ * With --on-release-request SIG, the lock listens for release requests (dlock request-release):
+ * each one heard sends SIG to CMD's group, with a line on stderr. Nothing more: CMD decides
+ * whether to let go, and the lock is released when it exits, as always.
+ *
  * Job control. With a controlling terminal, dlock acts as a shell does for a job: CMD's group
  * gets the terminal when dlock is in the foreground; when CMD stops (Ctrl-Z, SIGTTIN, SIGSTOP),
  * dlock takes the terminal back and stops itself (SIGSTOP), so its heartbeats stop and the
@@ -295,6 +299,40 @@ static void signal_group(const cli_options *o, pid_t group, int sig, const char 
   kill(-group, sig);
 }
 
+/* Release requests heard since the last look (dlock request-release NAME): --on-release-request's
+ * signal to CMD's group, once per look, and one line on stderr (a JSON note under -v --json).
+ * CMD decides: dlock keeps the lock until CMD exits, and releases it then as always. Not passed
+ * on once CMD is being stopped anyway (a loss, --max-hold, --stopped-grace). */
+static void forward_release_requests(const cli_options *o, const char *name, pid_t group,
+                                     uint64_t *seen, bool stopping) {
+  if (o->release_request_signal <= 0 || g_release_requests == *seen) return;
+  const uint64_t heard = g_release_requests - *seen;
+  *seen = g_release_requests;
+  char *reason = g_release_reason[0] ? text_string_dup(g_release_reason, true) : NULL;
+  char count[48] = "";
+  if (heard > 1) snprintf(count, sizeof count, " (%" PRIu64 " requests)", heard);
+  char *line = NULL;
+  int n;
+  if (stopping) {
+    n = asprintf(&line, "asked to let go of lock '%s'%s%s%s; not passed on: CMD is being stopped already",
+                 name, count, reason ? ", reason " : "", reason ? reason : "");
+  } else {
+    n = asprintf(&line, "asked to let go of lock '%s'%s%s%s; sending %s to CMD, which decides (the lock is "
+                 "released when CMD exits)",
+                 name, count, reason ? ", reason " : "", reason ? reason : "",
+                 signal_name(o->release_request_signal));
+  }
+  free(reason);
+  if (!stopping) kill(-group, o->release_request_signal);
+  if (n < 0) return;
+  if (o->verbosity == VERBOSE && o->json) {
+    say_verbose(o, o->command, "%s", line); /* a JSON note, as the other lines are then */
+  } else {
+    say_note(o, o->command, "%s", line);
+  }
+  free(line);
+}
+
 static void wake_within(int64_t *wake, int64_t ms) {
   if (ms < 0) ms = 0;
   if (*wake < 0 || ms < *wake) *wake = ms;
@@ -341,6 +379,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     tick = tick < 10 ? 10 : tick > 1000 ? 1000 : tick;
   }
   const pid_t group = j->group;
+  uint64_t requests_seen = 0; /* g_release_requests already passed on */
   int status = 0;
   for (bool running = true; running;) {
     const int64_t now = monotonic_ms();
@@ -463,6 +502,10 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
       }
     }
     drain_queue(q);
+    if (running) {
+      forward_release_requests(o, name, group, &requests_seen,
+                               lost || term_sent || kill_sent || max_hold_reached || stopped_out);
+    }
   }
   if (j->tty >= 0 && tcgetpgrp(j->tty) == group) hand_terminal(j->tty, getpgrp());
   guard_read(j);
@@ -602,10 +645,14 @@ static int run_and_record(cli_options *o, const char *command, unsigned groups, 
 }
 
 int cmd_exec(cli_options *o, int argc, char **argv) {
-  return run_and_record(o, "exec", ~(unsigned)CLI_OPT_BREAK, argc, argv);
+  return run_and_record(o, "exec", ~(unsigned)(CLI_OPT_BREAK | CLI_OPT_REASON), argc, argv);
 }
 
+/* --on-release-request fits a leader too: `dlock request-release NAME` asks it to step down,
+ * its CMD decides, and dlock resigns when CMD exits. */
 int cmd_elect(cli_options *o, int argc, char **argv) {
   o->wait_ms = -1;  /* a campaign waits until it leads */
-  return run_and_record(o, "elect", ~(unsigned)(CLI_OPT_KIND | CLI_OPT_WAIT | CLI_OPT_BREAK | CLI_OPT_RULES), argc, argv);
+  return run_and_record(o, "elect",
+                        ~(unsigned)(CLI_OPT_KIND | CLI_OPT_WAIT | CLI_OPT_BREAK | CLI_OPT_REASON | CLI_OPT_RULES),
+                        argc, argv);
 }

@@ -16,6 +16,7 @@ static const char kUsage[] =
     "  observe [--json] NAME                who leads NAME, and each change, until a signal\n"
     "  break [--reason R] [--yes] [--now] NAME  an operator's takeover: delete every hold\n"
     "                                       of NAME; its holders are told, with the reason\n"
+    "  request-release [--reason R] NAME    ask the holders of NAME to let go (they decide)\n"
     "  prepare                              create what the backend needs (the DynamoDB table)\n"
     "\n"
     "Options of every command:\n"
@@ -63,7 +64,10 @@ static const char kExecOptions[] =
           "                  backend-error, os-error or usage\n"
           "  --metrics-textfile PATH  when dlock ends, write the run's metrics there (node_exporter's\n"
           "                  textfile format, atomically): outcome (the --status-file word),\n"
-          "                  success, exit code, wait and hold seconds, fencing token, end time\n";
+          "                  success, exit code, wait and hold seconds, fencing token, end time\n"
+          "  --on-release-request SIG  when someone asks the holder to let go (dlock\n"
+          "                  request-release), send SIG (TERM, HUP, USR1, ... or a number) to\n"
+          "                  CMD's group; CMD decides, and the lock is released when it exits\n";
 
 static const char kCommonOptions[] =
     "  --url URL       the backend; default $DLOCK_URL, else redis://127.0.0.1:6379\n"
@@ -141,6 +145,19 @@ void print_help(const char *command, FILE *f) {
           "                  closed_ms}\n",
           f);
     fputs(kCommonOptions, f);
+  } else if (strcmp(command, "request-release") == 0) {
+    fputs("usage: dlock request-release [--reason R] [--json] NAME\n"
+          "Asks the holders of NAME to let go, with the reason: a cooperative takeover, short\n"
+          "of a break. Nothing is taken: a holder that listens (dlock exec\n"
+          "--on-release-request SIG passes SIG on to its CMD) decides whether to release; one\n"
+          "that does not never hears it. A holder hears it within a round trip (Redis, etcd)\n"
+          "or at its next renewal (DynamoDB); a request made before the holder listens (its\n"
+          "first round trip after the acquire) is not heard: ask again. Exits 0 when NAME had\n"
+          "holders to ask, 1 when nobody holds it.\n\n"
+          "  --reason R      told to the holders (at most 1024 bytes)\n"
+          "  --json          print {name, asked (true, or false when nobody holds NAME)}\n",
+          f);
+    fputs(kCommonOptions, f);
   } else if (strcmp(command, "prepare") == 0) {
     fputs("usage: dlock prepare [--wait D]\n"
           "Creates what the backend at --url needs before locks can be taken there (for\n"
@@ -175,12 +192,14 @@ static int run_command(cli_options *o, int first, int argc, char **argv) {
   else if (strcmp(command, "inspect") == 0) run = cmd_inspect;
   else if (strcmp(command, "prepare") == 0) run = cmd_prepare;
   else if (strcmp(command, "break") == 0) run = cmd_break;
+  else if (strcmp(command, "request-release") == 0) run = cmd_request_release;
   else if (strcmp(command, "help") == 0) {
     print_help(first + 1 < argc ? argv[first + 1] : NULL, stdout);
     return 0;
   }
   if (!run) {
-    say_error(NULL, "unknown command '%s' (exec, elect, hold, inspect, observe, break, prepare; dlock --help)", command);
+    say_error(NULL, "unknown command '%s' (exec, elect, hold, inspect, observe, break, request-release, "
+              "prepare; dlock --help)", command);
     return EXIT_USAGE;
   }
   return run(o, argc - first - 1, argv + first + 1);

@@ -194,6 +194,19 @@ void text_string(FILE *f, const char *s, bool quote_always) {
   fputc('\'', f);
 }
 
+char *text_string_dup(const char *s, bool quote_always) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (f == NULL) return NULL;
+  text_string(f, s, quote_always);
+  if (fclose(f) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
 /* Text: valid UTF-8 with no NUL. */
 static bool is_text(const unsigned char *p, size_t len) {
   for (size_t i = 0; i < len;) {

@@ -1,7 +1,8 @@
 // The dlock command on every backend: `prepare` makes the backend ready (DynamoDB: a new
 // table), `exec` runs CMD under the lock with its token, `inspect` shows the holder and then
-// "free", and `--wait 0` on a held lock is exit 75. What the command itself does (signals,
-// exit codes, losses) is in tests/cli_test.cc, against Redis. CMD gets no descriptor of dlock's
+// "free", `--wait 0` on a held lock is exit 75, and `request-release` reaches the CMD of an
+// `exec --on-release-request`. What the command itself does (signals, exit codes, losses) is in
+// tests/cli_test.cc, against Redis. CMD gets no descriptor of dlock's
 // on any backend (only 0, 1 and 2).
 #include <signal.h>
 
@@ -174,6 +175,103 @@ TEST_P(Cli, ObservePrintsEachChangeOfLeader) {
   EXPECT_NE(observer.AwaitLine(name + ": nobody leads", 20s), "") << observer.output();
   observer.Signal(SIGTERM);
   EXPECT_EQ(observer.Wait(20s), 0) << observer.output();
+}
+
+// `dlock exec --on-release-request USR1` passes a release request (`dlock request-release`) on
+// to CMD as SIGUSR1 and nothing more: CMD decides, lets go by exiting 0, and the lock is then
+// free. The holder listens from one round trip after its acquire (DynamoDB: hears at its next
+// renewal), so the request is repeated every 200 ms until CMD has heard it.
+TEST_P(Cli, ReleaseRequestReachesExecsCmdWhichLetsGo) {
+  if ((dlock_client_capabilities(Client(server().url()).get()) & DLOCK_CAP_RELEASE_REQUEST) == 0) {
+    GTEST_SKIP() << "no release requests";
+  }
+  const std::string name = Name("asked");
+  std::string why;
+  const std::filesystem::path dir = MakeTempDir("cli-release", &why);
+  ASSERT_FALSE(dir.empty()) << why;
+  const std::string started = (dir / "started").string(), got = (dir / "got").string();
+  ChildProcess exec({DLOCK_CLI, "--url", server().url(), "exec", "--lease", "4s", "--on-release-request", "USR1",
+                     name, "--", "sh", "-c",
+                     "trap 'echo got > " + got + "; exit 0' USR1; echo $$ > " + started +
+                         "; while :; do sleep 0.05; done"});
+  auto start = Clock::now();
+  while (!std::filesystem::exists(started) && MsSince(start) < 60000) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(std::filesystem::exists(started)) << exec.output();
+
+  std::string first_asked;  // the first request that found the holder
+  Outcome last{-1, ""};
+  start = Clock::now();
+  while (!std::filesystem::exists(got) && MsSince(start) < 15000) {
+    last = Dlock({"--url", server().url(), "request-release", "--reason", "maintenance 7", name});
+    // 1 only once CMD heard an earlier request, exited and dlock released the lock.
+    if (last.code != 0) {
+      EXPECT_TRUE(last.code == 1 && std::filesystem::exists(got)) << last.code << ": " << last.output;
+      break;
+    }
+    if (first_asked.empty()) first_asked = last.output;
+    std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_TRUE(std::filesystem::exists(got)) << "CMD never got SIGUSR1: " << exec.output() << last.output;
+  EXPECT_EQ(first_asked, "asked the holder of " + name + " to let go\n");
+  EXPECT_EQ(exec.Wait(60s), 0) << exec.output();
+  EXPECT_NE(exec.output().find("dlock exec: asked to let go of lock '" + name +
+                               "', reason 'maintenance 7'; sending SIGUSR1 to CMD"),
+            std::string::npos)
+      << exec.output();
+  EXPECT_TRUE(Inspect(Client(server().url()).get(), name).free());
+
+  // Nobody holds it now: exit 1, naming the lock (--json: asked false).
+  Outcome nobody = Dlock({"--url", server().url(), "request-release", name});
+  EXPECT_EQ(nobody.code, 1) << nobody.output;
+  EXPECT_NE(nobody.output.find("dlock request-release: nobody holds lock '" + name + "'"), std::string::npos)
+      << nobody.output;
+  Outcome nobody_json = Dlock({"--url", server().url(), "request-release", "--json", name});
+  EXPECT_EQ(nobody_json.code, 1) << nobody_json.output;
+  EXPECT_NE(nobody_json.output.find("{\"name\":\"" + name + "\",\"asked\":false}\n"), std::string::npos)
+      << nobody_json.output;
+
+  // A holder that does not listen is asked all the same (it never hears): exit 0.
+  Client holder(server().url());
+  Hold held(holder.get(), name, nullptr);
+  ASSERT_EQ(held.status(), DLOCK_OK) << held.error();
+  Outcome json = Dlock({"--url", server().url(), "request-release", "--json", name});
+  EXPECT_EQ(json.code, 0) << json.output;
+  EXPECT_EQ(json.output, "{\"name\":\"" + name + "\",\"asked\":true}\n");
+  EXPECT_TRUE(held.get() && dlock_lock_is_valid(held.get()));
+  std::filesystem::remove_all(dir);
+}
+
+// Bad signals and reasons are usage errors (64) naming the option, before any lock is taken;
+// a signal is a name (with or without SIG, any case) or a number.
+TEST_P(Cli, ReleaseRequestBadInputIsTheUsageCode) {
+  const std::string name = Name("bad");
+  for (const std::string bad : {"NOPE", "SIGNOPE", "0", "65", "-1", "", "USR1x", "STOP", "SIGTSTP", "ttou"}) {
+    Outcome o = Dlock({"--url", server().url(), "exec", "--on-release-request", bad, name, "--", "true"});
+    EXPECT_EQ(o.code, 64) << bad << ": " << o.output;
+    EXPECT_NE(o.output.find("--on-release-request '" + bad + "' is not a signal"), std::string::npos)
+        << bad << ": " << o.output;
+  }
+  Outcome on_hold = Dlock({"--url", server().url(), "hold", "--on-release-request", "USR1", name});
+  EXPECT_EQ(on_hold.code, 64) << on_hold.output;
+  EXPECT_NE(on_hold.output.find("unknown option '--on-release-request'"), std::string::npos) << on_hold.output;
+  // Accepted forms run CMD as usual (exec and elect).
+  for (const std::string good : {"USR2", "SIGHUP", "term", "10"}) {
+    Outcome o = Dlock({"--url", server().url(), "exec", "--on-release-request=" + good, name, "--", "true"});
+    EXPECT_EQ(o.code, 0) << good << ": " << o.output;
+  }
+  Outcome elected = Dlock({"--url", server().url(), "elect", "--on-release-request", "TERM", name, "--", "true"});
+  EXPECT_EQ(elected.code, 0) << elected.output;
+
+  Outcome long_reason = Dlock({"--url", server().url(), "request-release", "--reason", std::string(1025, 'r'), name});
+  EXPECT_EQ(long_reason.code, 64) << long_reason.output;
+  EXPECT_NE(long_reason.output.find("--reason is 1025 bytes, longer than 1024"), std::string::npos)
+      << long_reason.output;
+  Outcome no_name = Dlock({"--url", server().url(), "request-release"});
+  EXPECT_EQ(no_name.code, 64) << no_name.output;
+  EXPECT_NE(no_name.output.find("no lock NAME"), std::string::npos) << no_name.output;
+  EXPECT_EQ(Dlock({"--url", server().url(), "request-release", "a", "b"}).code, 64);
+  EXPECT_EQ(Dlock({"--url", server().url(), "request-release", "--yes", name}).code, 64);
+  EXPECT_EQ(Dlock({"--url", server().url(), "exec", "--reason", "r", name, "--", "true"}).code, 64);
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, Cli, ::testing::ValuesIn(AllBackends()), BackendTestName);

@@ -70,7 +70,7 @@ class DynamoDbServer : public BackendServer {
 
 BackendFactory DynamoDbBackend() {
   (void)kCredentialsSet;
-  return {"dynamodb", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS | DLOCK_CAP_BREAK | DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY,
+  return {"dynamodb", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS | DLOCK_CAP_BREAK | DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY | DLOCK_CAP_RELEASE_REQUEST,
           [] { return std::make_unique<DynamoDbServer>(); }};
 }
 

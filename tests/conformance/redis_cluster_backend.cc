@@ -57,7 +57,7 @@ class RedisClusterBackend : public BackendServer {
 BackendFactory RedisClusterBackendFactory() {
   return {"redis_cluster", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
                 DLOCK_CAP_FAIR | DLOCK_CAP_OBSERVE_PUSH | DLOCK_CAP_BREAK |
-                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY,
+                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY | DLOCK_CAP_RELEASE_REQUEST,
           [] { return std::make_unique<RedisClusterBackend>(); }};
 }
 

@@ -59,14 +59,14 @@ class RedisTlsBackend : public BackendServer {
 BackendFactory RedisTlsBackendFactory() {
   return {"redis_tls", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
                 DLOCK_CAP_FAIR | DLOCK_CAP_OBSERVE_PUSH | DLOCK_CAP_BREAK |
-                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY,
+                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY | DLOCK_CAP_RELEASE_REQUEST,
           [] { return std::make_unique<RedisTlsBackend>(false); }};
 }
 
 BackendFactory RedisTlsClientCertBackendFactory() {
   return {"redis_tls_client_cert", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
                 DLOCK_CAP_FAIR | DLOCK_CAP_OBSERVE_PUSH | DLOCK_CAP_BREAK |
-                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY,
+                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY | DLOCK_CAP_RELEASE_REQUEST,
           [] { return std::make_unique<RedisTlsBackend>(true); }};
 }
 

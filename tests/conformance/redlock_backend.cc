@@ -67,12 +67,12 @@ class RedlockBackend : public BackendServer {
 // Independent masters promise no strictly increasing tokens under every fault, nor semaphores
 // or a fair line (docs/redlock.md); shared holds they do offer.
 BackendFactory Redlock3BackendFactory() {
-  return {"redlock3", DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_BREAK | DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY,
+  return {"redlock3", DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_BREAK | DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY | DLOCK_CAP_RELEASE_REQUEST,
           [] { return std::make_unique<RedlockBackend>(3); }};
 }
 
 BackendFactory Redlock5BackendFactory() {
-  return {"redlock5", DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_BREAK | DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY,
+  return {"redlock5", DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_BREAK | DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY | DLOCK_CAP_RELEASE_REQUEST,
           [] { return std::make_unique<RedlockBackend>(5); }};
 }
 
