@@ -57,6 +57,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // The whole item: exclusive holder, map of holds, permits, writer's announcement.
       dlock::dynamodb::LockItem item;
       dlock::dynamodb::ParseLockItem(*it, &item);
+      // A release request heard with a renewal: its id and reason clamped before any use.
+      dlock::dynamodb::ReleaseRequestRecord request;
+      if (dlock::dynamodb::ParseReleaseRequest(*it, &request)) {
+        Require(!request.id.empty() && request.id.size() <= dlock::dynamodb::kMaxRequestIdBytes &&
+                request.reason.size() <= dlock::kMaxReasonBytes);
+      }
     }
   }
   return 0;

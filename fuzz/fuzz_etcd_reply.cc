@@ -48,5 +48,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     buffer += text.substr(cut);
     (void)TakeWatchLines(&buffer, &messages);
   }
+  // A request key's value, as a watch of puts hands it over (ID \n REASON).
+  std::string id, reason;
+  if (DecodeReleaseRequest(text, &id, &reason) && reason.size() > dlock::kMaxReasonBytes) __builtin_trap();
+  for (const WatchMessage& m : messages) {
+    for (const KeyValue& put : m.puts) {
+      if (DecodeReleaseRequest(put.value, &id, &reason) && reason.size() > dlock::kMaxReasonBytes) {
+        __builtin_trap();
+      }
+    }
+  }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
@@ -628,6 +629,238 @@ TEST_F(EtcdTest, SharedHoldersCrashedTheLongestLockDelayStands) {
   EXPECT_EQ(dlock_release(next), DLOCK_OK);
   EXPECT_EQ(dlock_release(la), DLOCK_NOT_HELD);
   EXPECT_EQ(dlock_release(lb), DLOCK_NOT_HELD);
+}
+
+// ---- Release requests (lock_protocol.h, "Release requests") ----
+
+// Records on_release_requested calls.
+struct RequestsHeard {
+  std::atomic<int> calls{0};
+  static void Fn(const char* name, const char* reason, void* arg) {
+    auto* self = static_cast<RequestsHeard*>(arg);
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      self->name_ = name;
+      self->reason_ = reason;
+    }
+    self->calls++;
+  }
+  std::string name() {
+    std::lock_guard<std::mutex> lock(mu);
+    return name_;
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> lock(mu);
+    return reason_;
+  }
+
+ private:
+  std::mutex mu;
+  std::string name_, reason_;
+};
+
+// Where NAME's release requests are put: "dlock:" NUL "request" NUL NAME.
+std::string RequestKeyOf(const std::string& name) { return std::string("dlock:\0request\0", 15) + name; }
+// Whether key exists, and the lease it hangs on ("0": none).
+bool KeyLease(EtcdCluster* etcd, const std::string& key, std::string* lease) {
+  auto body = etcd->Post("/v3/kv/range", R"({"key":")" + Base64(key) + R"("})");
+  if (!body || body->find("\"kvs\"") == std::string::npos) return false;
+  std::smatch m;
+  *lease = std::regex_search(*body, m, std::regex(R"re("lease":"(\d+)")re")) ? m[1].str() : "0";
+  return true;
+}
+// A listener's handler on options.
+void Listen(Options& o, RequestsHeard* heard) {
+  ASSERT_EQ(dlock_options_set_on_release_requested(o.mutable_get(), &RequestsHeard::Fn, heard), DLOCK_OK);
+}
+// How long a listening holder may take to hear a request: its watch is live one round trip after
+// its acquire, and a request reaches it a round trip after it is put.
+constexpr auto kHearWithin = std::chrono::milliseconds(kUnderSanitizer ? 2000 + kSlackMs : 2000);
+
+// Asks the holders of name every 200 ms until heard counts one more call, up to limit: true
+// once it did.
+bool AskUntilHeard(dlock_client* asker, const std::string& name, const char* reason, RequestsHeard& heard,
+                   std::chrono::milliseconds limit = kHearWithin) {
+  const int before = heard.calls.load();
+  const auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    EXPECT_EQ(dlock_request_release(asker, name.c_str(), reason), DLOCK_OK) << dlock_last_error();
+    if (WaitFor([&] { return heard.calls.load() > before; }, 200ms)) return true;
+  }
+  return heard.calls.load() > before;
+}
+
+// The holder hears the reason through its watch within a round trip or two, and keeps its lock.
+// The request is a key of its own, outside the name's keys, on a lease: it goes by itself.
+TEST_F(EtcdTest, AListeningHolderHearsARequestThroughItsWatch) {
+  Client holder(etcd_->url()), asker(etcd_->url());
+  RequestsHeard heard;
+  Options o;
+  o.lease(10000);
+  Listen(o, &heard);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), "asked", o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const auto acquired = Clock::now();
+  ASSERT_TRUE(AskUntilHeard(asker.get(), "asked", "deploy 7 needs it", heard)) << "never heard";
+  EXPECT_LT(MsSince(acquired), kHearWithin.count());
+  EXPECT_EQ(heard.name(), "asked");
+  EXPECT_EQ(heard.reason(), "deploy 7 needs it");
+  EXPECT_EQ(dlock_lock_is_valid(l), 1) << "a request took the lock";
+
+  std::string lease;
+  ASSERT_TRUE(KeyLease(etcd_, RequestKeyOf("asked"), &lease)) << "no request key";
+  EXPECT_NE(lease, "0") << "the request key would stay forever";
+  EXPECT_EQ(CountKeys(etcd_, "dlock:asked", "dlock:asked\x01"), 1) << "the name's range holds the hold alone";
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// Every shared holder and every permit holder is asked (no exclusive key: the transaction's
+// nested branch finds the holds), and hears it.
+TEST_F(EtcdTest, SharedAndPermitHoldersHear) {
+  Client a(etcd_->url()), b(etcd_->url()), asker(etcd_->url());
+  RequestsHeard heard_a, heard_b;
+  Options oa, ob;
+  oa.lease(10000).shared();
+  ob.lease(10000).shared();
+  Listen(oa, &heard_a);
+  Listen(ob, &heard_b);
+  dlock_lock *la = nullptr, *lb = nullptr;
+  ASSERT_EQ(dlock_acquire(a.get(), "asked-shared", oa.get(), &la), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(b.get(), "asked-shared", ob.get(), &lb), DLOCK_OK) << dlock_last_error();
+  ASSERT_TRUE(AskUntilHeard(asker.get(), "asked-shared", "readers out", heard_a));
+  ASSERT_TRUE(heard_b.calls.load() > 0 || AskUntilHeard(asker.get(), "asked-shared", "readers out", heard_b));
+  EXPECT_EQ(heard_a.reason(), "readers out");
+  EXPECT_EQ(heard_b.reason(), "readers out");
+  EXPECT_EQ(dlock_release(la), DLOCK_OK);
+  EXPECT_EQ(dlock_release(lb), DLOCK_OK);
+
+  RequestsHeard heard_p;
+  Options op;
+  op.lease(10000).permits(2);
+  Listen(op, &heard_p);
+  dlock_lock* lp = nullptr;
+  ASSERT_EQ(dlock_acquire(a.get(), "asked-permit", op.get(), &lp), DLOCK_OK) << dlock_last_error();
+  ASSERT_TRUE(AskUntilHeard(asker.get(), "asked-permit", "scale down", heard_p));
+  EXPECT_EQ(heard_p.reason(), "scale down");
+  EXPECT_EQ(dlock_release(lp), DLOCK_OK);
+}
+
+// A free name has nobody to ask: DLOCK_NOT_HELD, and nothing is put. Markers and waiting
+// writers' announcements are no holds.
+TEST_F(EtcdTest, ARequestForAFreeNameIsNotHeldAndPutsNothing) {
+  Client c(etcd_->url());
+  EXPECT_EQ(dlock_request_release(c.get(), "asked-never", "anyone?"), DLOCK_NOT_HELD);
+  std::string lease;
+  EXPECT_FALSE(KeyLease(etcd_, RequestKeyOf("asked-never"), &lease));
+
+  // Released early under a min hold: the marker keeps the name closed, with no holder.
+  Options o;
+  o.lease(10000).min_hold(5000);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), "asked-marker", o.get(), &l), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_release(l), DLOCK_OK);
+  ASSERT_EQ(CountKeys(etcd_, "dlock:asked-marker", "dlock:asked-marker\x01"), 1) << "the min hold's marker";
+  EXPECT_EQ(dlock_request_release(c.get(), "asked-marker", "anyone?"), DLOCK_NOT_HELD);
+  EXPECT_FALSE(KeyLease(etcd_, RequestKeyOf("asked-marker"), &lease));
+}
+
+// A holder that let go hears nothing of requests made to the name's next holder.
+TEST_F(EtcdTest, AHolderThatReleasedHearsNothing) {
+  Client first(etcd_->url()), next(etcd_->url()), asker(etcd_->url());
+  RequestsHeard heard;
+  Options o, plain;
+  o.lease(10000);
+  Listen(o, &heard);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(first.get(), "asked-gone", o.get(), &l), DLOCK_OK) << dlock_last_error();
+  ASSERT_TRUE(AskUntilHeard(asker.get(), "asked-gone", "first", heard)) << "its watch never became live";
+  ASSERT_EQ(dlock_release(l), DLOCK_OK);
+  EXPECT_EQ(dlock_request_release(asker.get(), "asked-gone", "nobody"), DLOCK_NOT_HELD);
+  dlock_lock* other = nullptr;
+  ASSERT_EQ(dlock_acquire(next.get(), "asked-gone", plain.get(), &other), DLOCK_OK) << dlock_last_error();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(dlock_request_release(asker.get(), "asked-gone", "second"), DLOCK_OK) << dlock_last_error();
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(heard.calls.load(), 1) << "a holder that released heard a request made to the next";
+  EXPECT_EQ(heard.reason(), "first");
+  EXPECT_EQ(dlock_release(other), DLOCK_OK);
+}
+
+// A request is no release: a waiter blocked on the name (woken by deletions only) sleeps on,
+// and the lock stays with its holder until it lets go; then the waiter is woken at once.
+TEST_F(EtcdTest, ARequestWakesNoWaiter) {
+  Client holder(etcd_->url()), waiter(etcd_->url()), asker(etcd_->url());
+  RequestsHeard heard;
+  Options o;
+  o.lease(0);
+  Listen(o, &heard);
+  dlock_lock *l = nullptr, *next = nullptr;
+  ASSERT_EQ(dlock_acquire(holder.get(), "asked-waited", o.get(), &l), DLOCK_OK) << dlock_last_error();
+  const uint64_t token = dlock_lock_fencing_token(l);
+  std::atomic<bool> acquired{false};
+  std::thread waiting([&] {
+    Options patient;
+    patient.wait(20000).retry(15000, 15000);
+    EXPECT_EQ(dlock_acquire(waiter.get(), "asked-waited", patient.get(), &next), DLOCK_OK) << dlock_last_error();
+    acquired = true;
+  });
+  // The waiter was refused once: its announcement stands (lock_protocol.h, "Kinds").
+  const std::string k = "dlock:asked-waited";
+  ASSERT_TRUE(WaitFor([&] { return CountKeys(etcd_, k + '\0' + "w", k + '\0' + "x") == 1; }, 5000ms));
+  ASSERT_TRUE(AskUntilHeard(asker.get(), "asked-waited", "let the waiter in", heard));
+  for (int i = 0; i < 4; ++i) {  // more puts while the waiter's watch stands
+    EXPECT_EQ(dlock_request_release(asker.get(), "asked-waited", "again"), DLOCK_OK) << dlock_last_error();
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_FALSE(acquired.load()) << "a request handed the lock to a waiter";
+  EXPECT_EQ(dlock_lock_is_valid(l), 1);
+  dlock_info* info = nullptr;
+  ASSERT_EQ(dlock_inspect(asker.get(), "asked-waited", &info), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_info_holders(info), 1u);
+  EXPECT_EQ(dlock_info_fencing_token(info, 0), token) << "the lock changed hands";
+  dlock_info_free(info);
+
+  const auto released = Clock::now();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+  waiting.join();
+  EXPECT_TRUE(acquired.load());
+  EXPECT_LT(MsSince(released), 2000) << "the waiter slept through the release";
+  EXPECT_EQ(dlock_release(next), DLOCK_OK);
+}
+
+// A request is for the holders at the time: a later holder, in the same client (whose watch of
+// the request key may still stand) or in another, does not hear one made to an earlier holder;
+// a request made to it, it hears.
+TEST_F(EtcdTest, ALaterHolderDoesNotHearAnEarlierRequest) {
+  Client first(etcd_->url()), second(etcd_->url()), asker(etcd_->url());
+  const char* name = "asked-later";
+  RequestsHeard heard_a, heard_b, heard_c;
+  Options oa, ob, oc;
+  oa.lease(10000);
+  ob.lease(10000);
+  oc.lease(10000);
+  Listen(oa, &heard_a);
+  Listen(ob, &heard_b);
+  Listen(oc, &heard_c);
+  dlock_lock *la = nullptr, *lb = nullptr, *lc = nullptr;
+  ASSERT_EQ(dlock_acquire(first.get(), name, oa.get(), &la), DLOCK_OK) << dlock_last_error();
+  ASSERT_TRUE(AskUntilHeard(asker.get(), name, "for the first", heard_a));
+  ASSERT_EQ(dlock_release(la), DLOCK_OK);
+
+  ASSERT_EQ(dlock_acquire(first.get(), name, ob.get(), &lb), DLOCK_OK) << dlock_last_error();
+  std::this_thread::sleep_for(1000ms);
+  EXPECT_EQ(heard_b.calls.load(), 0) << "the same client's next holder heard an earlier request";
+  ASSERT_EQ(dlock_release(lb), DLOCK_OK);
+
+  ASSERT_EQ(dlock_acquire(second.get(), name, oc.get(), &lc), DLOCK_OK) << dlock_last_error();
+  std::this_thread::sleep_for(1000ms);
+  EXPECT_EQ(heard_c.calls.load(), 0) << "another client's next holder heard an earlier request";
+  ASSERT_TRUE(AskUntilHeard(asker.get(), name, "for the last", heard_c));
+  EXPECT_EQ(heard_c.reason(), "for the last");
+  EXPECT_EQ(heard_a.calls.load(), 1);
+  EXPECT_EQ(heard_b.calls.load(), 0);
+  EXPECT_EQ(dlock_release(lc), DLOCK_OK);
 }
 
 TEST(EtcdTlsTest, ClientCertificatesAndTheServerCheck) {

@@ -46,7 +46,7 @@ TEST_F(RedisBasicTest, CapabilitiesAndPrepare) {
   EXPECT_EQ(dlock_client_capabilities(client.get()),
             DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS |
                 DLOCK_CAP_FAIR | DLOCK_CAP_OBSERVE_PUSH | DLOCK_CAP_BREAK |
-                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY);
+                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY | DLOCK_CAP_RELEASE_REQUEST);
   EXPECT_EQ(dlock_client_capabilities(nullptr), 0u);
   // Redis needs nothing prepared: the URL is checked, nothing is written.
   EXPECT_EQ(dlock_backend_prepare(redis_.url().c_str(), 0), DLOCK_OK) << dlock_last_error();

@@ -90,9 +90,9 @@
  *   endpoint for the region (https, certificates verified unless tls_verify=0). Credentials come
  *   from the AWS chain: environment, ~/.aws/credentials + ~/.aws/config (AWS_PROFILE), container
  *   credentials, EC2 instance metadata (IMDSv2). Besides the key, the protocol writes the
- *   attributes owner, recordVersion, leaseMs, renewedAtMs, fence, holds, permits, writer and
- *   data (partition_key / sort_key may
- *   not use these names). DynamoDB has no release notifications: a waiter wakes when the
+ *   attributes owner, recordVersion, leaseMs, renewedAtMs, fence, holds, permits, writer,
+ *   data, closed, broken, minHoldMs, lockDelayMs and releaseRequest (partition_key / sort_key
+ *   may not use these names). DynamoDB has no release notifications: a waiter wakes when the
  *   holder's lease may have run out or on its jittered retry. A holder that stops heartbeating is
  *   taken over once its recordVersion has stood unchanged for a whole lease on the waiter's
  *   monotonic clock (trust_local_time=1: once renewedAtMs + leaseMs is past the waiter's wall

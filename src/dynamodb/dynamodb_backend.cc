@@ -114,6 +114,18 @@ class DynamoDbBackend : public Backend {
     return status;
   }
 
+  // Release requests: stored on the item, heard by listening holders at their next renewal
+  // (lock_protocol.h, "Release requests"). One write when this client knows the name's fence,
+  // else a read and a write; a race with an acquire costs a round more. Bounded by timeout_ms.
+  Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked) override {
+    Status status;
+    protocol_.RequestRelease(&blocking_, name, reason, [&](Status s, uint32_t n) {
+      status = std::move(s);
+      *asked = n;
+    });
+    return status;
+  }
+
   void SetValueAsync(std::shared_ptr<LockState> lock, std::string value, StatusCallback done) override {
     protocol_.SetValue(&async_, std::move(lock), value, std::move(done));
   }
@@ -145,9 +157,11 @@ class DynamoDbBackend : public Backend {
   // a map of holds in the same item (lock_protocol.h). DynamoDB has no release notifications:
   // waiters use holder_ttl_ms and jittered retries. Job rules: stored with each hold and judged
   // with its lease on the waiters' clocks; an early release leaves a min-hold marker
-  // (lock_protocol.h).
+  // (lock_protocol.h). Release requests: read back by listening holders' renewals (so
+  // WatchReleaseRequests is the base class's nothing).
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapShared | kCapPermits | kCapBreak | kCapMinHold | kCapLockDelay;
+    return kCapFencingStrict | kCapShared | kCapPermits | kCapBreak | kCapMinHold | kCapLockDelay |
+           kCapReleaseRequest;
   }
   void Watch(const std::string&, ReleaseWatcher*) override {}
   void Unwatch(const std::string&, ReleaseWatcher*) override {}

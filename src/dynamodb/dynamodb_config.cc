@@ -37,12 +37,14 @@ Status CheckAttributeName(const std::string& param, const std::string& name) {
   }
   for (const char* reserved : {attr::kOwner, attr::kRecordVersion, attr::kLeaseMs,
                                attr::kRenewedAtMs, attr::kFence, attr::kHolds, attr::kPermits,
-                               attr::kWriter, attr::kData, attr::kClosed, attr::kBroken}) {
+                               attr::kWriter, attr::kData, attr::kClosed, attr::kBroken,
+                               attr::kMinHoldMs, attr::kLockDelayMs, attr::kReleaseRequest}) {
     if (name == reserved) {
       return Status::InvalidArgument(
           "URL parameter " + param + "='" + name + "' collides with an attribute the lock "
           "protocol writes (owner, recordVersion, leaseMs, renewedAtMs, fence, holds, permits, "
-          "writer, data, closed, broken): pick another name");
+          "writer, data, closed, broken, minHoldMs, lockDelayMs, releaseRequest): pick another "
+          "name");
     }
   }
   if (!IsValidUtf8(name)) return Status::InvalidArgument("URL parameter " + param + " is not UTF-8");

@@ -37,6 +37,9 @@ inline constexpr char kBroken[] = "broken";  // L: break records, newest first: 
 inline constexpr char kReason[] = "reason";  // S: in a break record: the operator's words (absent: none)
 inline constexpr char kAtMs[] = "atMs";      // N: in a break record: the breaker's wall clock
 inline constexpr char kTokens[] = "tokens";  // L of N: in a break record: the broken holds' tokens
+// Release requests (lock_protocol.h):
+inline constexpr char kReleaseRequest[] = "releaseRequest";  // M: the last request {id, reason, token}
+inline constexpr char kRequestId[] = "id";  // S: in releaseRequest: the request's id (reason: kReason)
 }  // namespace attr
 
 inline constexpr char kDefaultPartitionKey[] = "id";

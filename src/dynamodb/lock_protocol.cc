@@ -998,6 +998,16 @@ namespace {
 
 bool IsHold(const LockState& lock) { return lock.kind == LockKind::kShared || lock.permits != 0; }
 
+// A listening holder's renewal answered ALL_NEW: a request meant for this hold (recorded at a
+// fence no lower than its token) goes to its listener, which drops one it heard already.
+void HeardRequest(const LockState& lock, const Json& answer) {
+  auto attrs = answer.find("Attributes");
+  ReleaseRequestRecord request;
+  if (attrs == answer.end() || !ParseReleaseRequest(*attrs, &request)) return;
+  if (lock.fencing_token > request.token) return;  // an earlier holder's
+  lock.request_listener->OnReleaseRequested(request.id, request.reason);
+}
+
 Status NotHeldStatus(const LockState& lock) {
   return Status::NotHeld(IsHold(lock) ? "lock '" + lock.name + "' no longer has this hold (released, " +
                                             "deleted, or taken over after its lease)"
@@ -1051,10 +1061,13 @@ void LockProtocol::Renew(Transport* transport, std::shared_ptr<const LockState> 
   } else {
     u.Condition(u.Name(attr::kOwner) + " = " + u.Value(S(lock->owner_value)));
   }
-  CallWithRetries(transport, api_->credentials(), "UpdateItem", u.Body(api_->config().table, key, "NONE"),
-                  std::min(deadline, CallDeadline()),
+  // A holder that listens for release requests reads the item back ("Release requests").
+  const bool listens = lock->request_listener != nullptr;
+  CallWithRetries(transport, api_->credentials(), "UpdateItem",
+                  u.Body(api_->config().table, key, listens ? "ALL_NEW" : "NONE"), std::min(deadline, CallDeadline()),
                   [this, transport, lock, rv, key, deadline, hold, done = std::move(done)](ApiResult r) {
     if (r.outcome == Outcome::kOk) {
+      if (lock->request_listener != nullptr) HeardRequest(*lock, r.body);
       done(Status::Ok());
       return;
     }
@@ -1760,6 +1773,130 @@ void LockProtocol::BreakWritten(Transport* transport, std::shared_ptr<BreakOp> o
   op->result.closed_ms = static_cast<int64_t>(w.marker_ms);
   op->result.closed_by = w.marker_ms > 0 ? kClosedByBreak : "";
   op->Finish(Status::Ok());
+}
+
+// ---- Release requests ----
+
+bool ParseReleaseRequest(const Json& item, ReleaseRequestRecord* out) {
+  *out = ReleaseRequestRecord();
+  if (!item.is_object()) return false;
+  auto it = item.find(attr::kReleaseRequest);
+  if (it == item.end()) return false;
+  const Json* fields = MapOf(*it);
+  if (fields == nullptr) return false;
+  std::string id = StringAttribute(*fields, attr::kRequestId);
+  if (id.empty() || id.size() > kMaxRequestIdBytes || !NumberAttribute(*fields, attr::kToken, &out->token)) {
+    return false;
+  }
+  out->id = std::move(id);
+  out->reason = StringAttribute(*fields, attr::kReason);
+  if (out->reason.size() > kMaxReasonBytes) out->reason.resize(kMaxReasonBytes);
+  return true;
+}
+
+namespace {
+
+// The holds of an item: its exclusive owner, or its entries in `holds` (expired ones too: there
+// is no server clock to judge them by).
+uint32_t HoldCount(const LockItem& item) {
+  return static_cast<uint32_t>(std::min<size_t>((item.owner.empty() ? 0 : 1) + item.holds.size(), UINT32_MAX));
+}
+
+}  // namespace
+
+struct LockProtocol::RequestOp {
+  std::string name;
+  std::string reason;
+  std::string id;
+  Json key;
+  std::string key_text;
+  int rounds = 0;
+  TimePoint deadline;
+  std::function<void(Status, uint32_t)> done;
+};
+
+void LockProtocol::RequestRelease(Transport* transport, const std::string& name, const std::string& reason,
+                                  std::function<void(Status, uint32_t)> done) {
+  auto op = std::make_shared<RequestOp>();
+  op->name = name;
+  op->reason = reason;
+  op->deadline = CallDeadline();
+  op->done = std::move(done);
+  Status s = KeyFor(name, &op->key);
+  if (s.ok() && !IsValidUtf8(reason)) {
+    s = Status::InvalidArgument("the reason of the release request for lock '" + name +
+                                "' is not valid UTF-8, which DynamoDB requires");
+  }
+  if (s.ok()) s = NewOwnerToken(&op->id);  // 128 random bits: tells this request from any other
+  if (!s.ok()) return op->done(s, 0);
+  op->key_text = op->key.dump();
+  uint64_t fence = 0;
+  if (KnownFence(op->key_text, &fence)) return RequestWrite(transport, std::move(op), fence);
+  RequestRead(transport, std::move(op));
+}
+
+void LockProtocol::RequestRead(Transport* transport, std::shared_ptr<RequestOp> op) {
+  Read(transport, op->key, op->deadline, [this, transport, op](Status s, Json item) {
+    if (!s.ok()) return op->done(s, 0);
+    RequestJudge(transport, op, std::move(item));
+  });
+}
+
+void LockProtocol::RequestJudge(Transport* transport, std::shared_ptr<RequestOp> op, Json json) {
+  LockItem item;
+  ParseLockItem(json, &item);
+  if (HoldCount(item) == 0) return op->done(Status::Ok(), 0);  // free: nothing written
+  if (!item.has_fence) {
+    return op->done(Malformed(op->name, api_->config(), attr::kFence, "there while it has holders"), 0);
+  }
+  RequestWrite(transport, std::move(op), item.fence);
+}
+
+void LockProtocol::RequestWrite(Transport* transport, std::shared_ptr<RequestOp> op, uint64_t fence) {
+  if (++op->rounds > kMaxAcquireRounds) {
+    return op->done(Status::BackendError(api_->config().Describe() + ": lock '" + op->name +
+                                         "' was acquired again and again while a release request was written (" +
+                                         std::to_string(kMaxAcquireRounds) + " tries): ask again"),
+                    0);
+  }
+  Update u;
+  Json request = {{attr::kRequestId, S(op->id)}, {attr::kToken, N(fence)}};
+  if (!op->reason.empty()) request[attr::kReason] = S(op->reason);
+  u.Set(u.Name(attr::kReleaseRequest) + " = " + u.Value(Json{{"M", std::move(request)}}));
+  // The fence recorded is the item's: no hold was added since it was read (every acquisition
+  // raises it), so every hold asked has a token up to it and every later one a greater token.
+  u.Condition(u.Name(attr::kFence) + " = " + u.Value(N(fence)));
+  u.Condition("(attribute_exists(" + u.Name(attr::kOwner) + ") OR size(" + u.Name(attr::kHolds) + ") > " +
+              u.Value(N(uint64_t{0})) + ")");
+  Json body = u.Body(api_->config().table, op->key, "ALL_NEW");
+  body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
+  CallWithRetries(transport, api_->credentials(), "UpdateItem", std::move(body), op->deadline,
+                  [this, transport, op](ApiResult r) {
+    if (r.outcome == Outcome::kOk) {
+      LockItem item;
+      auto attrs = r.body.find("Attributes");
+      if (attrs != r.body.end()) ParseLockItem(*attrs, &item);
+      return op->done(Status::Ok(), std::max<uint32_t>(HoldCount(item), 1));  // the condition saw one
+    }
+    if (r.outcome == Outcome::kConditionFailed) {
+      // Released, or acquired again since the fence was seen: judged from the item as it is now.
+      Json old = ItemOf(r.body);
+      if (!old.is_null()) return RequestJudge(transport, op, std::move(old));
+      return RequestRead(transport, op);
+    }
+    if (!r.maybe_applied) return op->done(r.status, 0);
+    // It may have landed: it did when the item holds this request.
+    Status failure = r.status;
+    Read(transport, op->key, op->deadline, [op, failure](Status s, Json json) {
+      ReleaseRequestRecord request;
+      if (s.ok() && ParseReleaseRequest(json, &request) && request.id == op->id) {
+        LockItem item;
+        ParseLockItem(json, &item);
+        return op->done(Status::Ok(), std::max<uint32_t>(HoldCount(item), 1));
+      }
+      op->done(failure, 0);
+    });
+  });
 }
 
 }  // namespace dlock::dynamodb

@@ -21,6 +21,9 @@
 //                  closed to every acquire until it lapses
 //   broken         break records, newest first: [{reason, atMs, tokens: [N…]}]; never removed
 //                  by an acquire (a broken holder's refused renewal finds its token there)
+//   releaseRequest the last release request {id, reason, token}: token is the fence when it
+//                  was written, so it is meant for the holds with tokens up to it; overwritten
+//                  by the next request, never removed (a later holder's token is greater)
 //
 // A name is free of any sort while it has no exclusive owner and no hold in `holds`; it is a
 // lock while it has an exclusive owner or shared holds, a semaphore of `permits` while it has
@@ -111,6 +114,18 @@
 //   rules with it; a give-back of an ambiguous acquire removes the hold with its rules (the
 //   acquire did not happen); a break removes every hold with its rules, and any min-hold marker,
 //   and its own marker counts only the broken holds' leases: a break clears the job rules.
+// Release requests (kCapReleaseRequest; no notifications: heard at the heartbeat). A request is
+//   one UpdateItem that sets releaseRequest = {id, reason, token = fence}, conditional on
+//   `fence` being the one it puts in token and on the name having a hold (an exclusive owner or
+//   a non-empty `holds`); ALL_NEW counts the holds asked. The first write takes the fence this
+//   client last saw (else a ConsistentRead comes first); a refusal is judged from the item (the
+//   refusal's ALL_OLD, or a read): no hold, nothing written (asked 0); else written again with
+//   its fence, a bounded number of rounds. A holder that listens (LockState::request_listener)
+//   asks its renewals and extends for ALL_NEW and tells the listener of a request whose token
+//   is at least its own fencing token (a later holder's token is greater than any fence an
+//   earlier request recorded); the listener drops a request it heard already. A holder that
+//   does not listen renews as before (ReturnValues NONE). A hold without heartbeats hears
+//   nothing.
 // A refused condition means not acquired / not held. A failure after which the write may
 // have been applied (timeout, 5xx) is settled by reading the item before deciding.
 //
@@ -123,7 +138,8 @@
 // two numbers of at most 7 bytes: at most 12 digits each): it still fits 428, since the three
 // numbers above take at most 26 bytes at their true sizes (DynamoDB stores 1 byte plus 1 per two
 // digits: a lease of at most 12 digits, a wall-clock ms of 13, a token of 20). The rest of the item (keys of up to 1,280 bytes, exclusive holder, writer, fence,
-// permits, the closed marker) takes at most about 4 KB, break records at most
+// permits, the closed marker, a release request of at most about 1.2 KB) takes at most about
+// 5 KB, break records at most
 // kMaxBrokenRecordBytes (12 KB). kMaxHoldsPerName = 900 holds (385 KB) leaves a margin: the
 // 901st concurrent shared hold, or a semaphore of more than 900 permits, is refused with EINVAL
 // naming the limit.
@@ -181,6 +197,17 @@ struct BreakRecord {
   int64_t at_ms = 0;            // the breaker's wall clock, clamped
   std::vector<uint64_t> tokens;  // the fencing tokens of the holds it broke
 };
+
+// The last release request, as stored in `releaseRequest`.
+struct ReleaseRequestRecord {
+  std::string id;      // 1 to kMaxRequestIdBytes bytes
+  std::string reason;  // cut at kMaxReasonBytes
+  uint64_t token = 0;  // the fence when it was written
+};
+inline constexpr size_t kMaxRequestIdBytes = 64;
+// Reads `releaseRequest` of an item (or of an UpdateItem's Attributes): false when it has none,
+// or one dlock did not write.
+bool ParseReleaseRequest(const Json& item, ReleaseRequestRecord* out);
 
 // A lock item as read, every field checked and clamped (no arithmetic on raw server numbers).
 struct LockItem {
@@ -249,6 +276,10 @@ class LockProtocol {
   // Breaks name (see above): Ok with what it broke, or an error. Bounded by timeout_ms.
   void Break(Transport* transport, const std::string& name, const std::string& reason, bool now,
              std::function<void(Status, BreakResult)> done);
+  // Backend::RequestRelease (see "Release requests" above): *asked holds were asked (0: none,
+  // nothing written). Bounded by timeout_ms.
+  void RequestRelease(Transport* transport, const std::string& name, const std::string& reason,
+                      std::function<void(Status, uint32_t asked)> done);
   // A ConsistentRead of the item: Ok with *item null when there is none.
   void Read(Transport* transport, const Json& key, TimePoint deadline,
             std::function<void(Status, Json item)> done);
@@ -268,6 +299,7 @@ class LockProtocol {
  private:
   struct AcquireOp;
   struct BreakOp;
+  struct RequestOp;
   struct Judgement;
   // What one waiter remembers of one name.
   struct NameObservations {
@@ -323,6 +355,11 @@ class LockProtocol {
   void BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op, const LockItem& item, TimePoint seen_at);
   // The break's write just sent landed: what it broke joins the result; done when it was the last.
   void BreakWritten(Transport* transport, std::shared_ptr<BreakOp> op);
+  // Release requests: the write with the fence it records; the item that refused it (null: read
+  // it first) judged.
+  void RequestWrite(Transport* transport, std::shared_ptr<RequestOp> op, uint64_t fence);
+  void RequestJudge(Transport* transport, std::shared_ptr<RequestOp> op, Json item);
+  void RequestRead(Transport* transport, std::shared_ptr<RequestOp> op);
   // After an acquisition: remember the fence; an exclusive one also forgets the holders seen.
   void Acquired(const std::string& key_text, uint64_t fence, bool exclusive);
   bool KnownFence(const std::string& key_text, uint64_t* fence);

@@ -114,11 +114,32 @@ class EtcdBackend : public Backend {
     return status;
   }
 
+  // lock_protocol.h, "Release requests": one transaction puts the request key where the name
+  // has holds (after a lease grant when the shared one is due: two round trips at most, three
+  // when etcd lost that lease), bounded by timeout_ms.
+  Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked) override {
+    Status status;
+    protocol_.RequestRelease(&blocking_, name, reason, CallDeadline(), [&](Status s, uint32_t n) {
+      status = std::move(s);
+      *asked = n;
+    });
+    return status;
+  }
+  // A listening holder watches the name's request key for puts (watches.h).
+  void WatchReleaseRequests(const std::string& name, ReleaseWatcher* watcher) override {
+    watches_.WatchPuts(protocol_.RequestKey(name), watcher, &TellRequest);
+  }
+  void UnwatchReleaseRequests(const std::string& name, ReleaseWatcher* watcher) override {
+    watches_.UnwatchPuts(protocol_.RequestKey(name), watcher);
+  }
+
   // Tokens are create revisions (strict); deletions of a held key wake waiters (watches);
   // shared holds and semaphores (lock_protocol.h, "Kinds"); breaks ("Break"); min holds and
-  // lock-delays as markers on leases of their own ("Job rules").
+  // lock-delays as markers on leases of their own ("Job rules"); release requests put on a key
+  // that listening holders watch ("Release requests").
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapBreak | kCapMinHold | kCapLockDelay;
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapBreak | kCapMinHold | kCapLockDelay |
+           kCapReleaseRequest;
   }
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
     watches_.Watch(protocol_.KeyFor(name), watcher);
@@ -139,6 +160,13 @@ class EtcdBackend : public Backend {
   int64_t OpenConnections() const override { return connections_->open(); }
 
  private:
+  // A put of a request key, told to its listening holders (a value dlock did not write is
+  // ignored).
+  static void TellRequest(const Watchers& watchers, const KeyValue& put) {
+    std::string id, reason;
+    if (DecodeReleaseRequest(put.value, &id, &reason)) watchers.TellReleaseRequested(id, reason);
+  }
+
   // Loop thread: a write the protocol sends in the background (a release again, a give-back),
   // sent again every 250 ms while etcd cannot take it (no leader, out of reach), up to `tries`
   // times: an election takes about a second, and until the write lands the key holds its lock.

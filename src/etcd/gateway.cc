@@ -193,6 +193,14 @@ Json CompareModAtMost(const std::string& key, int64_t revision) {
           {"mod_revision", std::to_string(revision < kMaxInt64 ? revision + 1 : revision)}};
 }
 
+Json CompareExists(const std::string& key) {
+  return {{"key", Base64Encode(key)}, {"target", "VERSION"}, {"result", "GREATER"}, {"version", "0"}};
+}
+
+Json CompareRangeNotEmpty(const std::string& key, const std::string& range_end) {
+  return RangeCompare(key, range_end, "VERSION", "GREATER", "version", 0);
+}
+
 Json PutRequest(const std::string& key, const std::string& value, int64_t lease) { return PutOp(key, value, lease); }
 
 Json DeleteRangeRequest(const std::string& key, const std::string& range_end) {
@@ -207,6 +215,12 @@ Json RangeRequest(const std::string& key, const std::string& range_end) {
 
 std::string TxnBody(const Json& compare, const Json& success, const Json& failure) {
   return Txn(compare, success, failure);
+}
+
+Json TxnRequest(const Json& compare, const Json& success, const Json& failure) {
+  Json txn = {{"compare", compare}, {"success", success}};
+  if (!failure.empty()) txn["failure"] = failure;
+  return {{"request_txn", std::move(txn)}};
 }
 
 std::string LeaseGrantBody(int64_t ttl_s) { return Json{{"TTL", std::to_string(ttl_s)}}.dump(); }
@@ -226,6 +240,12 @@ std::string WatchDeletesBody(const std::string& key, const std::string& range_en
                 {"filters", Json::array({"NOPUT"})},
                 {"progress_notify", true}}}}
       .dump();
+}
+
+std::string WatchPutsBody(const std::string& key, int64_t start_revision) {
+  Json create = {{"key", Base64Encode(key)}, {"filters", Json::array({"NODELETE"})}, {"progress_notify", true}};
+  if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
+  return Json{{"create_request", std::move(create)}}.dump();
 }
 
 Status ReadTxn(const Json& answer, TxnAnswer* out) {
@@ -331,7 +351,16 @@ Status ReadWatchMessage(const Json& line, WatchMessage* out) {
   for (const Json& e : *events) {
     if (!e.is_object()) return Malformed("a watch's events");
     ++out->events;
-    if (ReadString(e, "type") == "DELETE") ++out->deletes;
+    if (ReadString(e, "type") == "DELETE") {
+      ++out->deletes;
+      continue;
+    }
+    // A PUT (the type at its zero value is left out).
+    const Json* kv = Field(e, "kv");
+    if (kv == nullptr) continue;
+    KeyValue put;
+    if (!ReadKeyValue(*kv, &put)) return Malformed("a watch's put");
+    out->puts.push_back(std::move(put));
   }
   return Status::Ok();
 }

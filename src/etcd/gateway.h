@@ -81,6 +81,9 @@ std::string LeaseTimeToLiveBody(int64_t lease, bool keys);
 // A watch of the deletions of the keys in [key, range_end) from now on (progress
 // notifications asked for).
 std::string WatchDeletesBody(const std::string& key, const std::string& range_end);
+// A watch of the puts of key alone (progress notifications asked for): from now on when
+// start_revision is 0, else from that revision on (a watch resumed after its stream failed).
+std::string WatchPutsBody(const std::string& key, int64_t start_revision);
 
 // Building blocks for transactions the fixed bodies above do not cover (the lock kinds').
 // A compare on a range [key, range_end) holds when every key in it passes; on an empty range
@@ -92,11 +95,18 @@ Json CompareRangeEmpty(const std::string& key, const std::string& range_end);
 Json CompareRangeModAtMost(const std::string& key, const std::string& range_end, int64_t revision);
 // key was not created or changed after revision (absent counts as unchanged).
 Json CompareModAtMost(const std::string& key, int64_t revision);
+// key exists (its version is above 0).
+Json CompareExists(const std::string& key);
+// Some key lies in [key, range_end): every version there is above 0, which an empty range fails.
+Json CompareRangeNotEmpty(const std::string& key, const std::string& range_end);
 Json PutRequest(const std::string& key, const std::string& value, int64_t lease);
 Json DeleteRequest(const std::string& key);
 // Deletes every key in [key, range_end).
 Json DeleteRangeRequest(const std::string& key, const std::string& range_end);
 Json RangeRequest(const std::string& key, const std::string& range_end);
+// A transaction inside a transaction's branch (etcd 3.3 and later): compares are ANDed, so an
+// "or" is a branch's nested transaction.
+Json TxnRequest(const Json& compare, const Json& success, const Json& failure);
 // {"compare": [...], "success": [...], "failure": [...]} (failure left out when empty).
 std::string TxnBody(const Json& compare, const Json& success, const Json& failure);
 
@@ -129,6 +139,7 @@ struct WatchMessage {
   int64_t revision = 0;
   int deletes = 0;              // DELETE events in it
   int events = 0;
+  std::vector<KeyValue> puts;   // its PUT events' keys and values (a watch of puts)
   std::string cancel_reason;
 };
 Status ReadWatchMessage(const Json& line, WatchMessage* out);

@@ -7,7 +7,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/options.h"
 #include "core/server_text.h"
+#include "core/token.h"
 
 namespace dlock::etcd {
 namespace {
@@ -44,6 +46,12 @@ constexpr int64_t kRuleSpareMs = 250;
 constexpr size_t kMaxStoredReasonBytes = 1024;
 // The digits of a record's token in its key: every uint64 fits, and the keys sort by token.
 constexpr size_t kTokenDigits = 20;
+// Release requests (lock_protocol.h, "Release requests"): the request keys' shared lease lives
+// two minutes and is used for new requests while a minute of it is left, so that a request key
+// stays at least a minute (long after any listening holder's watch delivered it) and then goes
+// by itself, with one grant per minute at most however many requests are made.
+constexpr int64_t kRequestLeaseS = 120;
+constexpr int64_t kRequestKeepMs = 60 * 1000;
 
 int64_t TokenOf(const LockState& lock) { return static_cast<int64_t>(std::min<uint64_t>(lock.fencing_token, INT64_MAX)); }
 
@@ -1564,6 +1572,94 @@ void LockProtocol::RecordLease(Transport* t, TimePoint deadline, std::function<v
 void LockProtocol::ForgetRecordLease(int64_t lease) {
   std::lock_guard<std::mutex> lock(mu_);
   if (record_lease_.id == lease) record_lease_ = SharedLease();
+}
+
+// ---- Release requests ----
+
+std::string EncodeReleaseRequest(const std::string& id, const std::string& reason) { return id + '\n' + reason; }
+
+bool DecodeReleaseRequest(std::string_view value, std::string* id, std::string* reason) {
+  const size_t nl = value.find('\n');
+  if (nl == std::string_view::npos || nl == 0 || nl > kMaxRequestIdBytes) return false;
+  id->assign(value.substr(0, nl));
+  reason->assign(value.substr(nl + 1, kMaxReasonBytes));
+  return true;
+}
+
+std::string LockProtocol::RequestKey(const std::string& name) const {
+  std::string key = config_->params.prefix;
+  key += '\0';
+  key += "request";
+  key += '\0';
+  key += name;
+  return key;
+}
+
+void LockProtocol::RequestRelease(Transport* t, const std::string& name, const std::string& reason,
+                                  TimePoint deadline, std::function<void(Status, uint32_t)> done) {
+  std::string id;
+  Status s = NewOwnerToken(&id);  // 128 random bits: tells this request from any other
+  if (!s.ok()) return done(s, 0);
+  std::string value = EncodeReleaseRequest(id, reason);
+  RequestLease(t, deadline, [this, t, name, value = std::move(value), deadline, done](Status s, int64_t lease) {
+    if (!s.ok()) return done(s, 0);
+    RequestTxn(t, name, value, lease, deadline, false, done);
+  });
+}
+
+void LockProtocol::RequestTxn(Transport* t, const std::string& name, std::string value, int64_t lease,
+                              TimePoint deadline, bool retried, std::function<void(Status, uint32_t)> done) {
+  const NameKeys keys(KeyFor(name));
+  const Json put = PutRequest(RequestKey(name), value, lease);
+  const Json read = RangeRequest(keys.exclusive(), keys.end());
+  // An exclusive holder, or else a shared hold or a permit: either way the request is put, and
+  // the name's keys read at the same revision (to count the holds asked).
+  const Json held_some_other_way =
+      TxnRequest(Json::array({CompareRangeNotEmpty(keys.HoldsBegin(), keys.HoldsEnd())}), Json::array({put}), Json());
+  const std::string body = TxnBody(Json::array({CompareExists(keys.exclusive())}), Json::array({put, read}),
+                                   Json::array({held_some_other_way, read}));
+  t->Call(kTxn, body, deadline,
+          [this, t, name, value = std::move(value), lease, deadline, retried, done](CallResult r) mutable {
+    if (!retried && LeaseNotFound(r)) {  // the shared lease is gone (revoked behind our back): once more
+      ForgetRequestLease(lease);
+      return RequestLease(t, deadline, [this, t, name, value = std::move(value), deadline, done](Status s, int64_t l) {
+        if (!s.ok()) return done(s, 0);
+        RequestTxn(t, name, value, l, deadline, true, done);
+      });
+    }
+    TxnAnswer txn;
+    if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+    // An answer lost on the way (maybe applied): an error all the same; asking again is harmless.
+    if (!r.status.ok()) return done(r.status.Prefixed("release request for lock '" + name + "'"), 0);
+    const NameView view = Classify(NameKeys(KeyFor(name)), txn.kvs, std::string(), std::string());
+    const size_t holds = (view.exclusive != nullptr ? 1 : 0) + view.shared.size() + view.permits.size();
+    done(Status::Ok(), static_cast<uint32_t>(std::min<size_t>(holds, UINT32_MAX)));
+  });
+}
+
+void LockProtocol::RequestLease(Transport* t, TimePoint deadline, std::function<void(Status, int64_t)> done) {
+  SharedLease known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    known = request_lease_;
+  }
+  if (known.id != 0 && known.alive_until - Now() >= Millis(kRequestKeepMs)) return done(Status::Ok(), known.id);
+  const TimePoint sent = Now();
+  t->Call(kGrant, LeaseGrantBody(kRequestLeaseS), deadline, [this, sent, done = std::move(done)](CallResult r) {
+    int64_t id = 0, ttl_s = 0;
+    if (r.status.ok()) r.status = ReadGrant(r.answer, &id, &ttl_s);
+    if (!r.status.ok()) return done(r.status, 0);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      request_lease_ = {id, ttl_s, sent + LeaseSpan(ttl_s)};
+    }
+    done(Status::Ok(), id);
+  });
+}
+
+void LockProtocol::ForgetRequestLease(int64_t lease) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (request_lease_.id == lease) request_lease_ = SharedLease();
 }
 
 // ---- Close, open ----

@@ -148,6 +148,25 @@
 //   plus etcd's expiry pass (up to 500 ms); Inspect and refusals report the marker lease's TTL
 //   (whole seconds, rounded down). Inspect shows the markers as closed_ms / closed_by only while
 //   no hold stands (a hold's key outlives its holder's lease_ms by its own rounding).
+//
+// Release requests (Backend::RequestRelease, kCapReleaseRequest). One more key per name:
+//   P \0 "request" \0 NAME      the last request: value = ID "\n" REASON (ID: a fresh
+//                               NewOwnerToken, 32 hex; REASON: at most kMaxReasonBytes), on a
+//                               shared lease of its own (kRequestLease*: it lives 60 to 120 s)
+// Like a break record it starts with P + NUL, so it lies outside [K, K\x01): putting it, and
+//   its deletion when its lease ends, wakes no waiter and changes no compare of the name.
+//   A request is one transaction: if K exists, put the request key; else, in a nested
+//   transaction (etcd 3.3+: compares are ANDed, so the "or" is a nested branch), put it if
+//   some key lies in [K\0h, K\0i) (a shared hold or a permit: markers and announcements are
+//   no holds). Both branches read [K, K\x01) at the same revision: the holds counted are the
+//   holds asked (0: nothing was put). The put's revision is above every asked hold's token.
+// A holder whose options listen watches that one key for PUT events (watches.h), from when its
+//   watch is created: a request key left for an earlier holder is not delivered (it was put
+//   before). The holders of one client share the watch of a key; one that joins it while it
+//   is live hears what arrives from then on (a put still on its way as it joined included, as
+//   a pub/sub message on Redis may). A watch whose stream failed resumes after the last
+//   revision it saw, so that a request put meanwhile still arrives, unless a new holder joined
+//   the watch meanwhile (it must not hear an older request: that watch starts from now).
 #ifndef DLOCK_ETCD_LOCK_PROTOCOL_H_
 #define DLOCK_ETCD_LOCK_PROTOCOL_H_
 
@@ -158,6 +177,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -187,6 +207,13 @@ struct EtcdLockData : BackendLockData {
 // The lease length in whole seconds a lock of lease_ms gets (before etcd's own minimum).
 int64_t LeaseTtlSeconds(uint64_t lease_ms);
 
+// A release request key's value ("Release requests"), and what a watch reads back from one:
+// false for a value dlock did not write (no id, or an id over kMaxRequestIdBytes); a reason
+// over kMaxReasonBytes is cut there.
+inline constexpr size_t kMaxRequestIdBytes = 64;
+std::string EncodeReleaseRequest(const std::string& id, const std::string& reason);
+bool DecodeReleaseRequest(std::string_view value, std::string* id, std::string* reason);
+
 class LockProtocol {
  public:
   explicit LockProtocol(const EtcdConfig* config) : config_(config) {}
@@ -209,6 +236,11 @@ class LockProtocol {
   // Backend::Break (see "Break" above).
   void Break(Transport* t, const std::string& name, const std::string& reason, bool now, TimePoint deadline,
              std::function<void(Status, BreakResult)> done);
+  // Backend::RequestRelease (see "Release requests" above): *asked holds were asked.
+  void RequestRelease(Transport* t, const std::string& name, const std::string& reason, TimePoint deadline,
+                      std::function<void(Status, uint32_t asked)> done);
+  // The key the requests for name are put at (what a listening holder watches).
+  std::string RequestKey(const std::string& name) const;
   // Revokes the client's leases that locks hang on (and with them their keys), and releases
   // the locks that have none: a closing client's release of everything, in few requests.
   void ReleaseAll(Transport* t, const std::vector<std::shared_ptr<LockState>>& locks, TimePoint deadline);
@@ -307,6 +339,12 @@ class LockProtocol {
   // kBrokenRecordMs to live, so that a name broken in a loop costs few leases.
   void RecordLease(Transport* t, TimePoint deadline, std::function<void(Status, int64_t lease)> done);
   void ForgetRecordLease(int64_t lease);
+  // The lease request keys hang on: one shared lease, reused while it has kRequestKeepMs left.
+  void RequestLease(Transport* t, TimePoint deadline, std::function<void(Status, int64_t lease)> done);
+  void ForgetRequestLease(int64_t lease);
+  // The request's transaction on lease; retried: after a lease etcd no longer knew.
+  void RequestTxn(Transport* t, const std::string& name, std::string value, int64_t lease, TimePoint deadline,
+                  bool retried, std::function<void(Status, uint32_t)> done);
   // Reads the key: *ours when it holds owner_value at create_revision (0: any revision).
   void ReadOwner(Transport* t, const std::string& key, const std::string& owner_value, int64_t create_revision,
                  TimePoint deadline, std::function<void(Status, bool ours, KeyValue kv)> done);
@@ -344,6 +382,7 @@ class LockProtocol {
   std::map<int64_t, std::multiset<std::string>> counted_;  // lease -> the client's keys on it
   std::map<std::string, Announcement> announces_;          // by the waiting writer's owner value
   SharedLease record_lease_;                               // RecordLease's
+  SharedLease request_lease_;                              // RequestLease's
   BackgroundSend background_;
 };
 

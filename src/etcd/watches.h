@@ -8,6 +8,11 @@
 // waiters (they try again, and fall back on the holder's TTL) and is made again on the next
 // endpoint, after a pause that grows to 1 s. A stream without waiters is kept 5 s for the next
 // waiter, then closed.
+// Holders that listen for release requests (lock_protocol.h, "Release requests") are watchers
+// of the other flavor: one watch of the PUT events of one key (the name's request key), each
+// put handed to a PutHandler. It too starts from now; one whose stream failed resumes after the
+// last revision it saw (a put meanwhile still arrives), unless a watcher joined while it was
+// down (which must hear no put older than itself: then from now), or etcd compacted that far.
 #ifndef DLOCK_ETCD_WATCHES_H_
 #define DLOCK_ETCD_WATCHES_H_
 
@@ -20,6 +25,7 @@
 #include "core/backend.h"
 #include "core/watchers.h"
 #include "etcd/etcd_config.h"
+#include "etcd/gateway.h"
 #include "http/async_client.h"
 #include "loop/event_loop.h"
 
@@ -33,22 +39,37 @@ class Watches {
   // inside Watch).
   void Watch(const std::string& key, ReleaseWatcher* watcher);
   void Unwatch(const std::string& key, ReleaseWatcher* watcher);
+  // The other flavor: the puts of key, each told to the watchers through on_put (called on the
+  // loop thread under our lock, as the ReleaseWatcher calls are). A key is watched in one
+  // flavor by everyone (the backend's keys of each flavor never meet).
+  using PutHandler = void (*)(const Watchers& watchers, const KeyValue& put);
+  void WatchPuts(const std::string& key, ReleaseWatcher* watcher, PutHandler on_put);
+  void UnwatchPuts(const std::string& key, ReleaseWatcher* watcher);
   // Loop thread: ends every stream; nothing starts again.
   void Shutdown();
 
  private:
   struct Entry {
     Watchers watchers;
+    PutHandler on_put = nullptr;  // null: a watch of deletions in [key, key + "\x01")
     http::AsyncClient::StreamId stream = 0;  // 0: none
     bool live = false;
     bool starting = false;  // a start is posted or its pause is running
     std::string partial;    // the stream's last line, not yet whole
     Millis pause{0};        // before the next start after a failure
     std::unique_ptr<Timer> retry;  // runs that start
+    // A watch of puts: the last revision its stream is known to have delivered (0: none, the
+    // next start is from now), and whether a watcher joined while it was not live.
+    int64_t seen_revision = 0;
+    bool joined_while_down = false;
+    bool resuming = false;  // the stream in flight started after seen_revision
   };
-  void Start(const std::string& key);                   // loop thread
-  void OnChunk(const std::string& key, std::string_view chunk);
-  void Ended(const std::string& key, const Status& error);
+  void Add(const std::string& id, ReleaseWatcher* watcher, PutHandler on_put);
+  void Remove(const std::string& id, ReleaseWatcher* watcher);
+  // Entries are by id: the flavor ('d' deletes, 'p' puts), then the key.
+  void Start(const std::string& id);                   // loop thread
+  void OnChunk(const std::string& id, std::string_view chunk);
+  void Ended(const std::string& id, const Status& error);
   void Sweep();
 
   const EtcdConfig* config_;

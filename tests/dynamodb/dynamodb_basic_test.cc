@@ -107,7 +107,7 @@ TEST_F(DynamoBasicTest, CreateTableMakesAnActiveTableWithTheUrlsKeySchema) {
   Client client(table_url);
   EXPECT_EQ(dlock_client_capabilities(client.get()),
             DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS | DLOCK_CAP_BREAK |
-                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY);
+                DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY | DLOCK_CAP_RELEASE_REQUEST);
   dlock_lock* l;
   ASSERT_EQ(dlock_acquire(client.get(), "a/b", nullptr, &l), DLOCK_OK) << dlock_last_error();
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
