@@ -67,6 +67,15 @@ std::string Run(const std::string& url) {
   if (b.inspect("hpp/noexc-break", ec).closed_ms() != 0 || ec) return "inspect after break now: " + ec.message();
   broke = b.break_lock("", ec);
   if (ec != DLOCK_EINVAL || !broke.is_free()) return "break_lock of an empty name: " + ec.message();
+  // asking a holder to let go: false with ec clear for a free name, true for a held one
+  if (b.request_release("hpp/noexc-break", "no exceptions", ec) || ec) {
+    return "request_release of a free name: " + ec.message();
+  }
+  lock = a.acquire("hpp/noexc-ask", dlock::Options().lease(5s), ec);
+  if (ec || !lock) return "acquire to ask: " + ec.message();
+  if (!b.request_release("hpp/noexc-ask", ec) || ec) return "request_release of a held name: " + ec.message();
+  lock.release(ec);
+  if (ec) return "release after a request: " + ec.message();
 
   // job rules: a min hold leaves the name closed after an early release; a lock delay above its
   // cap is refused

@@ -582,6 +582,62 @@ TEST_F(HppTest, BreakLockReportsTheHolderLostWithCauseBrokenAndClosesTheName) {
   EXPECT_EQ(ec, DLOCK_EINVAL);
 }
 
+TEST_F(HppTest, RequestReleaseReachesAListeningHolderWhichMayReleaseInItsHandler) {
+  dlock::Client client(redis_.url());
+  dlock::Client asker(redis_.url());
+  EXPECT_NE(asker.capabilities() & DLOCK_CAP_RELEASE_REQUEST, 0u);
+  std::mutex mu;
+  std::optional<dlock::Lock> holder;
+  std::promise<std::string> heard;  // "name|reason|release status"
+  auto heard_future = heard.get_future();
+  std::atomic<int> calls{0};
+  {
+    std::lock_guard<std::mutex> guard(mu);
+    holder = client.acquire(
+        "asked", dlock::Options().on_release_requested([&](std::string_view name, std::string_view reason) {
+          if (calls.fetch_add(1) != 0) return;
+          dlock_status s;
+          {
+            std::lock_guard<std::mutex> guard(mu);
+            s = holder->release(std::nothrow);  // from the handler, on the background thread
+            holder.reset();
+          }
+          heard.set_value(std::string(name) + "|" + std::string(reason) + "|" + dlock_status_str(s));
+        }));
+  }
+  // The holder's subscription is live a round trip after its acquire: ask every 150 ms until
+  // it is heard, at most 5 s. Every ask finds the holder until it has let go.
+  EXPECT_TRUE(asker.request_release("asked", "deploy #42"));
+  for (int i = 0; i < 33 && heard_future.wait_for(150ms) != std::future_status::ready; ++i) {
+    if (!asker.request_release("asked", "deploy #42")) break;
+  }
+  ASSERT_EQ(heard_future.wait_for(1s), std::future_status::ready) << "the handler was not called";
+  EXPECT_EQ(heard_future.get(), "asked|deploy #42|DLOCK_OK");
+  EXPECT_TRUE(asker.inspect("asked").is_free());
+  {
+    std::lock_guard<std::mutex> guard(mu);
+    EXPECT_FALSE(holder.has_value());
+  }
+  EXPECT_FALSE(asker.request_release("asked", "again"));  // free now: nobody to ask
+  EXPECT_EQ(calls.load(), 1);
+
+  // A free name, with and without exceptions; bad input.
+  EXPECT_FALSE(asker.request_release("never-held"));
+  std::error_code ec;
+  EXPECT_FALSE(asker.request_release("never-held", "why", ec));
+  EXPECT_FALSE(ec);
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { asker.request_release("x", std::string(DLOCK_MAX_REASON_BYTES + 1, 'r')); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("reason"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { asker.request_release("x", std::string("a\0b", 3)); }), DLOCK_EINVAL);
+  EXPECT_FALSE(asker.request_release("", ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  asker.close();
+  EXPECT_FALSE(asker.request_release("x", ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+}
+
 TEST_F(HppTest, OnLostHandlerIsOwnedByTheLock) {
   dlock::Client client(redis_.url());
   auto sentinel = std::make_shared<int>(0);

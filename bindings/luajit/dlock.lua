@@ -137,6 +137,9 @@ dlock_status dlock_break_with(dlock_client *c, const char *name, const char *rea
                               dlock_info **broken);
 int64_t dlock_info_closed_ms(const dlock_info *i);
 const char *dlock_info_closed_by(const dlock_info *i);
+dlock_status dlock_request_release(dlock_client *c, const char *name, const char *reason);
+dlock_status dlock_options_set_on_release_requested_queued(dlock_options *o, dlock_queue *q,
+                                                           uint64_t tag);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 -- poll(2) and clock_gettime(2) for client:dispatch, under names of this module's own (a user's
@@ -222,12 +225,18 @@ local HAS_LOCK_DELAY = pcall(function() return C.dlock_options_set_lock_delay_ms
 local HAS_BREAK = pcall(function() return C.dlock_break_with end)
 local HAS_CLOSED = pcall(function() return C.dlock_info_closed_ms, C.dlock_info_closed_by end)
 local BREAK_NOW = 0x1  -- DLOCK_BREAK_NOW
+-- Release requests (dlock_request_release, dlock_options_set_on_release_requested_queued): a
+-- library from before them still loads; client:request_release and on_release_requested then
+-- get nil, message, "EINVAL" saying so.
+local HAS_RELEASE_REQUEST = pcall(function()
+  return C.dlock_request_release, C.dlock_options_set_on_release_requested_queued
+end)
 
 -- The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
 M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
 M.MAX_OWNER_BYTES = tonumber(C.dlock_limit_value(1))  -- DLOCK_LIMIT_OWNER_BYTES
 M.MAX_VALUE_BYTES = tonumber(C.dlock_limit_value(3))  -- DLOCK_LIMIT_VALUE_BYTES
-M.MAX_REASON_BYTES = 1024  -- DLOCK_MAX_REASON_BYTES: the longest reason client:break_lock takes
+M.MAX_REASON_BYTES = 1024  -- DLOCK_MAX_REASON_BYTES: the longest reason break_lock and request_release take
 M.MAX_LOCK_DELAY_MS = 60000  -- DLOCK_MAX_LOCK_DELAY_MS: the longest lock_delay_ms
 
 -- dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
@@ -235,7 +244,7 @@ M.MAX_LOCK_DELAY_MS = 60000  -- DLOCK_MAX_LOCK_DELAY_MS: the longest lock_delay_
 local KINDS = { [0] = "exclusive", "shared" }
 local KIND_NUMBERS = { exclusive = 0, shared = 1 }
 local CAPABILITIES = { fencing_strict = 0x1, notifies = 0x2, shared = 0x4, permits = 0x8, fair = 0x10,
-  observe_push = 0x20, ["break"] = 0x40, min_hold = 0x80, lock_delay = 0x100 }
+  observe_push = 0x20, ["break"] = 0x40, min_hold = 0x80, lock_delay = 0x100, release_request = 0x200 }
 
 function M.version() return ffi.string(C.dlock_version()) end
 
@@ -488,6 +497,27 @@ local function report_lost(lock, why)
   return true
 end
 
+-- Calls lock's on_release_requested(lock, reason) while it still holds (a request queued before
+-- its release or loss is dropped): under nginx in a timer light thread of its own (it may yield,
+-- and release), else here.
+local function call_on_release(lock, reason)
+  if lock._h ~= nil and not lock._lost_reported then
+    call_user("on_release_requested", lock._on_release_requested, lock, reason)
+  end
+end
+
+local function report_release_requested(lock, reason)
+  if lock._h == nil or lock._lost_reported then return false end
+  if not (IN_NGX and ngx.timer.at(0, function() call_on_release(lock, reason) end)) then
+    call_on_release(lock, reason)
+  end
+  return true
+end
+
+-- Under nginx, W.requested[tag] while an acquire that listens for release requests is under
+-- way: requests heard before its lock exists wait in W.early[tag].
+local PENDING = {}
+
 -- Gives back what an outcome nobody waits for carries.
 local function give_back(op)
   if op.lock ~= nil then
@@ -573,6 +603,16 @@ local function drain()
     elseif kind == 3 then  -- DLOCK_QUEUE_LEADER: dropped once its observer is cancelled
       local ob = w.observed[tag]
       if ob and ob._h ~= nil then queue_report(ob, leader) end
+    elseif kind == 5 then  -- DLOCK_QUEUE_RELEASE_REQUESTED: the entry's message is the reason
+      local reason = ffi.string(C.dlock_last_error())
+      local lock = w.requested[tag]
+      if lock == PENDING then
+        local early = w.early[tag] or {}
+        early[#early + 1] = reason
+        w.early[tag] = early
+      elseif lock then
+        report_release_requested(lock, reason)
+      end
     end
   end
 end
@@ -654,6 +694,9 @@ local function worker()
     handed = {},  -- op -> when its semaphore was posted, until its waiter picks it up
     watch = setmetatable({}, { __mode = "v" }),  -- tag -> lock, for DLOCK_QUEUE_LOST
     observed = setmetatable({}, { __mode = "v" }),  -- tag -> observer, for DLOCK_QUEUE_LEADER
+    -- tag -> lock (or PENDING), for DLOCK_QUEUE_RELEASE_REQUESTED
+    requested = setmetatable({}, { __mode = "v" }),
+    early = {},  -- tag -> reasons heard while requested[tag] was PENDING
     clients = setmetatable({}, { __mode = "k" }),
     next_tag = 0,
     busy = false,
@@ -754,6 +797,7 @@ function M.open(url, opts)
     _h = ffi.gc(out[0], gc_client),
     _url = url_shown(url),
     _watched = setmetatable({}, { __mode = "k" }),  -- locks with on_lost -> true
+    _requested = setmetatable({}, { __mode = "v" }),  -- outside nginx: tag -> lock, for release requests
     _observers = {},  -- tag -> observer, until cancelled: the client keeps its observers
     _next_tag = 0,    -- outside nginx: the tags of this client's queue (_q, made on first use)
     _pid = IN_NGX and ngx.worker.pid() or nil,
@@ -797,7 +841,8 @@ end
 
 -- What the client's backend offers: a table of booleans { fencing_strict, notifies, shared,
 -- permits, fair, observe_push (observers told of each change by the server), ["break"]
--- (client:break_lock), min_hold, lock_delay (the acquire options min_hold_ms, lock_delay_ms) }
+-- (client:break_lock), min_hold, lock_delay (the acquire options min_hold_ms, lock_delay_ms),
+-- release_request (client:request_release, the acquire option on_release_requested) }
 -- (dlock_client_capabilities); nil, message, "EINVAL" once closed.
 function Client:capabilities()
   local h = self._h
@@ -905,6 +950,34 @@ function Client:break_lock(name, reason, now)
   return info_table(out[0])
 end
 
+-- Asks every current holder of the lock called name to let go, with reason (optional: nil or
+-- "" for none; at most MAX_REASON_BYTES bytes) (dlock_request_release): a cooperative takeover,
+-- short of break_lock. Nothing is taken: a holder acquired with on_release_requested hears it
+-- (its function gets the reason) and may release, or not; holders acquired without it hear
+-- nothing. Returns true when the name had holders to ask, false, message, "NOT_HELD" when
+-- nobody holds it (nothing is sent), or nil, message, code ("EINVAL" on a backend without the
+-- "release_request" capability). true says the request went out, not that it was heard: on
+-- Redis a holder hears it once its subscription is live, a round trip after its acquire (a
+-- request sent before is missed: ask again). One round trip, within the URL's timeout_ms;
+-- under nginx it blocks the worker for it, as break_lock does.
+function Client:request_release(name, reason)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:request_release(name, reason)") end
+  check_string(name, 1, "request_release", "string")
+  if reason ~= nil then check_string(reason, 2, "request_release", "string") end
+  if self._pid then check_process(self) end
+  local h = self._h
+  if h == nil then return nil, "client is closed", "EINVAL" end
+  if not HAS_RELEASE_REQUEST then
+    return nil, "request_release: libdlock " .. version .. " at " .. library_path
+      .. " cannot ask a holder to let go (dlock_request_release); install a newer one", "EINVAL"
+  end
+  local s = C.dlock_request_release(h, name, reason)
+  if s == 0 then return true end
+  local _, msg, code = fail(s)
+  if code == "NOT_HELD" then return false, msg, code end
+  return nil, msg, code
+end
+
 -- The current leader of the election name (see client:campaign): its holder table { owner,
 -- remaining_ms, fencing_token (the term), value }, or nil when nobody leads; nil, message,
 -- code on failure ("EINVAL" when the name is held shared or is a semaphore: no election).
@@ -936,7 +1009,8 @@ local function client_queue(self)
 end
 
 -- Outside nginx: pops every report in the client's queue (never blocks) and calls each
--- observer's fn, in the order the library made them. Returns how many calls it made.
+-- observer's fn, and each on_release_requested, in the order the library made them. Returns how
+-- many calls it made.
 local function deliver_reports(self)
   local q = self._q
   local n = 0
@@ -945,6 +1019,11 @@ local function deliver_reports(self)
     if kind <= 0 then break end
     local tag = tonumber(tag_p[0])
     local leader = take_report(leader_p[0])
+    if kind == 5 then  -- DLOCK_QUEUE_RELEASE_REQUESTED: the entry's message is the reason
+      local reason = ffi.string(C.dlock_last_error())
+      local lock = self._requested[tag]  -- nil once collected
+      if lock and report_release_requested(lock, reason) then n = n + 1 end
+    end
     local ob = self._observers[tag]  -- nil once cancelled: its report is dropped
     if kind == 3 and ob and ob._h ~= nil then
       n = n + 1
@@ -1033,10 +1112,11 @@ end
 
 -- Outside nginx: waits until there is something to deliver, at most timeout_ms milliseconds
 -- (-1 = no limit, the default; 0 = do not wait), then delivers it as client:poll() does
--- (observer reports, then on_lost calls). Returns how many calls it made: 0 only once
--- timeout_ms has passed with nothing to deliver; nil, message, "EINVAL" for a closed client.
--- Only an observer report ends the wait early: a lock found lost meanwhile is reported when it
--- returns. Under nginx it raises (the worker delivers reports itself).
+-- (observer reports and release requests, then on_lost calls). Returns how many calls it made:
+-- 0 only once timeout_ms has passed with nothing to deliver; nil, message, "EINVAL" for a
+-- closed client. Only an observer report or a release request ends the wait early: a lock
+-- found lost meanwhile is reported when it returns. Under nginx it raises (the worker delivers
+-- reports itself).
 function Client:dispatch(timeout_ms)
   if getmetatable(self) ~= Client then raise("dlock: call it as client:dispatch(timeout_ms)") end
   if timeout_ms == nil then timeout_ms = -1 end
@@ -1065,9 +1145,9 @@ function Client:dispatch(timeout_ms)
   end
 end
 
--- Outside nginx: the fd that becomes readable when observer reports wait to be delivered, for
--- an event loop of your own (luv's uv.new_poll, cqueues, ...): when it is readable, call
--- client:poll(), which also re-arms it. Owned by the client: do not close it, and stop
+-- Outside nginx: the fd that becomes readable when observer reports (or release requests) wait
+-- to be delivered, for an event loop of your own (luv's uv.new_poll, cqueues, ...): when it is
+-- readable, call client:poll(), which also re-arms it. Owned by the client: do not close it, and stop
 -- watching it before client:close(). nil, message, "EINVAL" for a closed client; under nginx
 -- it raises.
 function Client:pollfd()
@@ -1112,9 +1192,9 @@ local NO_OPTS = {}
 -- Options a campaign does not take: a leadership is exclusive and waits without limit.
 local NOT_CAMPAIGN = { wait_ms = true, kind = true, shared = true, permits = true }
 
--- Returns the dlock_options for opts (nil: the defaults), on_lost, and the wait in ms (a number
--- or 64-bit cdata); or false, message, code when the library refuses a value. campaign: opts
--- are a campaign's (no wait_ms, kind, shared or permits).
+-- Returns the dlock_options for opts (nil: the defaults), on_lost, the wait in ms (a number
+-- or 64-bit cdata) and on_release_requested; or false, message, code when the library refuses
+-- a value. campaign: opts are a campaign's (no wait_ms, kind, shared or permits).
 local function build_options(opts, fname, campaign)
   if opts == nil then opts = NO_OPTS end
   if type(opts) ~= "table" then argerror(2, fname, "table expected, got " .. type(opts)) end
@@ -1177,13 +1257,23 @@ local function build_options(opts, fname, campaign)
     local mt = getmetatable(on_lost)
     if not (mt and mt.__call) then argerror(2, fname, "on_lost must be a function") end
   end
+  local on_release = opts.on_release_requested
+  if on_release ~= nil and type(on_release) ~= "function" then
+    local mt = getmetatable(on_release)
+    if not (mt and mt.__call) then argerror(2, fname, "on_release_requested must be a function") end
+  end
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
       and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits"
       and k ~= "fair" and k ~= "value" and k ~= "max_hold_ms" and k ~= "min_hold_ms"
-      and k ~= "lock_delay_ms" then
+      and k ~= "lock_delay_ms" and k ~= "on_release_requested" then
       argerror(2, fname, "unknown option '" .. tostring(k) .. "'")
     end
+  end
+  if on_release and not HAS_RELEASE_REQUEST then
+    return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no release "
+      .. "requests (dlock_options_set_on_release_requested_queued) for on_release_requested; "
+      .. "install a newer one", "EINVAL"
   end
   if max_hold and not HAS_MAX_HOLD then
     return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no max hold "
@@ -1217,32 +1307,83 @@ local function build_options(opts, fname, campaign)
     C.dlock_options_free(ffi.gc(o, nil))
     return false, msg, code
   end
-  return o, on_lost, wait
+  return o, on_lost, wait, on_release
 end
 
--- Wraps a held dlock_lock. tag: its DLOCK_QUEUE_LOST tag (yielding clients).
-local function new_lock(client, l, name, on_lost, tag)
+-- When on_release: makes the acquire's options o queue release requests, under a tag of their
+-- own (the worker's queue under nginx, else the client's, made now), and returns that tag; or
+-- nil, message, code (o is then freed).
+local function listen_for_requests(self, o, on_release)
+  if not on_release then return false end
+  local q, tag
+  if IN_NGX then
+    local w = worker()
+    w.next_tag = w.next_tag + 1
+    q, tag = w.q, w.next_tag
+    w.requested[tag] = PENDING
+  else
+    local msg, code
+    q, msg, code = client_queue(self)
+    if q == nil then
+      C.dlock_options_free(ffi.gc(o, nil))
+      return nil, msg, code
+    end
+    self._next_tag = self._next_tag + 1
+    tag = self._next_tag
+  end
+  local s = C.dlock_options_set_on_release_requested_queued(o, q, tag)
+  if s ~= 0 then
+    if IN_NGX then W.requested[tag] = nil end
+    C.dlock_options_free(ffi.gc(o, nil))
+    return fail(s)
+  end
+  return tag
+end
+
+-- An acquire that listened under rtag (listen_for_requests) failed: forgets the tag.
+local function forget_requests(rtag)
+  if rtag and IN_NGX then W.requested[rtag], W.early[rtag] = nil, nil end
+end
+
+-- Wraps a held dlock_lock. tag: its DLOCK_QUEUE_LOST tag (yielding clients). rtag: the tag of
+-- its release requests (listen_for_requests), with on_release, its on_release_requested.
+local function new_lock(client, l, name, on_lost, tag, on_release, rtag)
   local lock = setmetatable({
     _h = ffi.gc(l, gc_lock),
     _client = client,
     _on_lost = on_lost,
+    _on_release_requested = on_release,
     _token = C.dlock_lock_fencing_token(l),
     name = name,
   }, Lock)
   if on_lost then client._watched[lock] = true end
   if tag then W.watch[tag] = lock end
+  if rtag then
+    if IN_NGX then
+      W.requested[rtag] = lock
+      local early = W.early[rtag]
+      W.early[rtag] = nil
+      for _, reason in ipairs(early or {}) do report_release_requested(lock, reason) end
+    else
+      client._requested[rtag] = lock
+    end
+  end
   return lock
 end
 
 -- acquire through dlock_acquire_queued, waiting on a semaphore (nginx).
-local function acquire_yielding(self, h, name, o, on_lost, wait)
+local function acquire_yielding(self, h, name, o, on_lost, wait, on_release, rtag)
   local w = W
   local tag, op = new_op(w, "acquire", name, true)
   -- Losses come through the queue too: reported by the worker's timer, never silently.
   local s = C.dlock_options_set_on_lost_queued(o, w.q, tag)
   if s == 0 then s = C.dlock_acquire_queued(h, name, o, w.q, tag) end
   C.dlock_options_free(ffi.gc(o, nil))
-  if s ~= 0 then return fail(s) end
+  if s ~= 0 then
+    local _, msg, code = fail(s)
+    forget_requests(rtag)
+    return nil, msg, code
+  end
   started(w, tag, op)
   local grace = self._bound + M.ngx_grace
   if not wait_op(w, op, wait >= 0 and wait / 1000 + grace or nil) then
@@ -1250,15 +1391,17 @@ local function acquire_yielding(self, h, name, o, on_lost, wait)
     if self._h ~= nil then C.dlock_acquire_cancel_queued(self._h, w.q, tag) end
     if not wait_op(w, op, grace) then
       op.abandoned = true  -- whatever comes later is given back
+      forget_requests(rtag)
       return nil, "lock '" .. name .. "': no answer from the library within wait_ms + "
         .. grace .. " s", "EIO"
     end
   end
   if op.status ~= 0 then
     give_back(op)
+    forget_requests(rtag)
     return op_failed(op)
   end
-  return new_lock(self, op.lock, name, on_lost, tag)
+  return new_lock(self, op.lock, name, on_lost, tag, on_release, rtag)
 end
 
 -- Acquires the lock called name (1..MAX_NAME_BYTES bytes; any bytes but NUL), waiting for it
@@ -1272,7 +1415,10 @@ end
 --   long the name stays closed after the lease runs out, closed_by "lock_delay"; a release has
 --   no delay; 0 = none, at most MAX_LOCK_DELAY_MS; both need the backend's "min_hold" /
 --   "lock_delay" capability, else "EINVAL"), retry_ms = { min, max } (default
---   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top), kind =
+--   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top),
+--   on_release_requested = function(lock, reason) (the hold listens for client:request_release
+--   while it holds; called where observer reports are: client:poll / client:dispatch, or under
+--   nginx in a timer light thread; it may release the lock), kind =
 --   "exclusive" (default) or "shared" (shared = true says the same), permits = n (a semaphore
 --   of n holders; 0 = off): the library refuses kinds the backend does not offer, a shared
 --   semaphore, and another n (or a lock kind) than the name's holders have, with "EINVAL";
@@ -1293,15 +1439,24 @@ local function acquire(self, name, opts, fname, campaign)
   self:poll()
   local h = self._h
   if h == nil then return nil, "client is closed", "EINVAL" end
-  local o, on_lost, wait = build_options(opts, fname, campaign)
+  local o, on_lost, wait, on_release = build_options(opts, fname, campaign)
   if o == false then return nil, on_lost, wait end
+  local rtag, msg, code = listen_for_requests(self, o, on_release)
+  if rtag == nil then return nil, msg, code end
+  rtag = rtag or nil  -- false: not listening
   -- A yielding campaign is a queued acquire whose wait has no limit (wait is -1 here).
-  if self._yield then return acquire_yielding(self, h, name, o, on_lost, tonumber(wait)) end
+  if self._yield then
+    return acquire_yielding(self, h, name, o, on_lost, tonumber(wait), on_release, rtag)
+  end
   local out = ffi.new("dlock_lock *[1]")
   local s = (campaign and C.dlock_campaign or C.dlock_acquire)(h, name, o, out)
   C.dlock_options_free(ffi.gc(o, nil))
-  if s ~= 0 then return fail(s) end
-  return new_lock(self, out[0], name, on_lost)
+  if s ~= 0 then
+    local _, fmsg, fcode = fail(s)
+    forget_requests(rtag)
+    return nil, fmsg, fcode
+  end
+  return new_lock(self, out[0], name, on_lost, nil, on_release, rtag)
 end
 
 function Client:acquire(name, opts)
@@ -1322,9 +1477,10 @@ end
 
 -- Calls on_lost(lock) for every lock of this client that stopped being valid (found lost by a
 -- heartbeat, taken over, or past its local deadline) without being released. Each at most
--- once. Outside nginx it first delivers the observer reports waiting (see client:observe),
--- without waiting for any. Returns how many calls it made. Cheap: call it from a timer. Under
--- nginx the worker's timer calls it every dlock.ngx_interval seconds (0.1).
+-- once. Outside nginx it first delivers the observer reports and release requests waiting (see
+-- client:observe, on_release_requested), without waiting for any. Returns how many calls it
+-- made. Cheap: call it from a timer. Under nginx the worker's timer calls it every
+-- dlock.ngx_interval seconds (0.1).
 function Client:poll()
   local n = 0
   if IN_NGX then

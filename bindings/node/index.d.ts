@@ -139,6 +139,13 @@ export interface AcquireOptions {
   signal?: AbortSignal;
   /** Stored with the hold, shown by inspect() and leader(); lock.setValue() replaces it. null: none (the default). */
   value?: HoldValue | null;
+  /**
+   * The hold listens for release requests (Client.requestRelease()) while it is held, and this
+   * is the Lock's first 'releaseRequested' listener: it may release the lock, or not. reason is
+   * '' when the asker gave none. Needs the 'releaseRequest' capability (elsewhere the acquire
+   * rejects with an InvalidArgumentError).
+   */
+  onReleaseRequested?: ((lock: Lock, reason: string) => void) | null;
 }
 
 /**
@@ -205,6 +212,12 @@ export interface BreakOptions {
   now?: boolean;
 }
 
+/** Client.requestRelease()'s options. */
+export interface RequestReleaseOptions {
+  /** Words for the holders (their 'releaseRequested' listeners get them); at most MAX_REASON_BYTES bytes of UTF-8. */
+  reason?: string | null;
+}
+
 /** What a client's backend offers (Client.capabilities()). */
 export interface Capabilities {
   /** Fencing tokens strictly increase under every fault the backend's docs list. */
@@ -225,6 +238,8 @@ export interface Capabilities {
   minHold: boolean;
   /** options.lockDelayMs: the name stays closed that long after a lease runs out. */
   lockDelay: boolean;
+  /** Client.requestRelease() reaches holders acquired with options.onReleaseRequested. */
+  releaseRequest: boolean;
 }
 
 /** One sample of Client.metrics() (docs/metrics.md lists the families). */
@@ -340,6 +355,17 @@ export class Client extends EventEmitter {
   breakLock(name: string | Uint8Array, options: BreakOptions | undefined, callback: Callback<LockInfo>): void;
   breakLock(name: string | Uint8Array, callback: Callback<LockInfo>): void;
 
+  /**
+   * Asks every holder of name to let go, taking nothing: holders acquired with
+   * options.onReleaseRequested hear the reason ('releaseRequested') and may release. Resolves
+   * true when the name had holders to ask, false when nobody holds it. On Redis a holder hears
+   * requests from a round trip after its acquire: one sent earlier is missed (ask again).
+   * InvalidArgumentError on a backend without the 'releaseRequest' capability.
+   */
+  requestRelease(name: string | Uint8Array, options?: RequestReleaseOptions): Promise<boolean>;
+  requestRelease(name: string | Uint8Array, options: RequestReleaseOptions | undefined, callback: Callback<boolean>): void;
+  requestRelease(name: string | Uint8Array, callback: Callback<boolean>): void;
+
   /** What the client's backend offers. */
   capabilities(): Promise<Capabilities>;
 
@@ -391,6 +417,14 @@ export interface Lock {
   off(event: 'lost', listener: (lock: Lock, error: LockLostError) => void): this;
   removeListener(event: 'lost', listener: (lock: Lock, error: LockLostError) => void): this;
   emit(event: 'lost', lock: Lock, error: LockLostError): boolean;
+  /** Someone asked this hold to let go (Client.requestRelease()); only for a hold acquired with options.onReleaseRequested. */
+  on(event: 'releaseRequested', listener: (lock: Lock, reason: string) => void): this;
+  once(event: 'releaseRequested', listener: (lock: Lock, reason: string) => void): this;
+  addListener(event: 'releaseRequested', listener: (lock: Lock, reason: string) => void): this;
+  prependListener(event: 'releaseRequested', listener: (lock: Lock, reason: string) => void): this;
+  off(event: 'releaseRequested', listener: (lock: Lock, reason: string) => void): this;
+  removeListener(event: 'releaseRequested', listener: (lock: Lock, reason: string) => void): this;
+  emit(event: 'releaseRequested', lock: Lock, reason: string): boolean;
 }
 
 /**
@@ -598,7 +632,7 @@ export const MAX_NAME_BYTES: number;
 export const MAX_OWNER_BYTES: number;
 /** The longest value stored with a hold, in bytes (DLOCK_MAX_VALUE_BYTES: 4096). */
 export const MAX_VALUE_BYTES: number;
-/** The longest reason Client.breakLock() takes, in bytes (DLOCK_MAX_REASON_BYTES: 1024). */
+/** The longest reason Client.breakLock() and Client.requestRelease() take, in bytes (DLOCK_MAX_REASON_BYTES: 1024). */
 export const MAX_REASON_BYTES: number;
 /** The longest options.lockDelayMs, in ms (DLOCK_MAX_LOCK_DELAY_MS: 60000). */
 export const MAX_LOCK_DELAY_MS: number;

@@ -54,14 +54,15 @@ const INT64_MAX = 9223372036854775807n;
 const MAX_NAME_BYTES = 1024;
 const MAX_OWNER_BYTES = 256;
 const MAX_VALUE_BYTES = 4096;  // DLOCK_MAX_VALUE_BYTES: the longest value stored with a hold
-const MAX_REASON_BYTES = 1024;  // DLOCK_MAX_REASON_BYTES: the longest reason breakLock() takes
+const MAX_REASON_BYTES = 1024;  // DLOCK_MAX_REASON_BYTES: the longest reason breakLock() and requestRelease() take
 const MAX_LOCK_DELAY_MS = 60000;  // DLOCK_MAX_LOCK_DELAY_MS: the longest options.lockDelayMs
 const BREAK_NOW = 0x1;  // DLOCK_BREAK_NOW
 // dlock_kind and the capability bits of dlock_client_capabilities, by the names this binding
 // gives them (the library has numbers only).
 const KINDS = ['exclusive', 'shared'];
 const CAPABILITIES = [[0x1, 'fencingStrict'], [0x2, 'notifies'], [0x4, 'shared'], [0x8, 'permits'],
-  [0x10, 'fair'], [0x20, 'observePush'], [0x40, 'break'], [0x80, 'minHold'], [0x100, 'lockDelay']];
+  [0x10, 'fair'], [0x20, 'observePush'], [0x40, 'break'], [0x80, 'minHold'], [0x100, 'lockDelay'],
+  [0x200, 'releaseRequest']];
 
 // ----- the library, on first use ---------------------------------------------------------------
 
@@ -251,6 +252,14 @@ function needBreak(what) {
   }
 }
 
+// Release requests need a library that has them (lib/native.js's hasReleaseRequest).
+function needReleaseRequest(what) {
+  if (!native.hasReleaseRequest) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} has no release ` +
+      'requests (dlock_request_release, dlock_options_set_on_release_requested_queued); install a newer one');
+  }
+}
+
 // Values and leader election need a library that has them (lib/native.js's hasValues).
 function needValues(what) {
   if (!native.hasValues) {
@@ -363,10 +372,10 @@ function checkValue(what, v) {
 }
 
 const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'maxHoldMs', 'minHoldMs', 'lockDelayMs',
-  'retryMs', 'owner', 'kind', 'shared', 'permits', 'fair', 'signal', 'value']);
+  'retryMs', 'owner', 'kind', 'shared', 'permits', 'fair', 'signal', 'value', 'onReleaseRequested']);
 // A campaign is an exclusive acquire that waits without limit: no kind, permits or waitMs.
 const CAMPAIGN_KEYS = new Set(['leaseMs', 'heartbeatMs', 'maxHoldMs', 'minHoldMs', 'lockDelayMs', 'retryMs',
-  'owner', 'fair', 'signal', 'value']);
+  'owner', 'fair', 'signal', 'value', 'onReleaseRequested']);
 
 function checkOptions(opts, keys = OPTION_KEYS) {
   if (opts === undefined || opts === null) return {};
@@ -453,20 +462,29 @@ function checkOptions(opts, keys = OPTION_KEYS) {
     o.signal = opts.signal;
   }
   if (opts.value !== undefined && opts.value !== null) o.value = checkValue('options.value', opts.value);
+  if (opts.onReleaseRequested !== undefined && opts.onReleaseRequested !== null) {
+    if (typeof opts.onReleaseRequested !== 'function') {
+      throw typeError('ERR_INVALID_ARG_TYPE',
+        `options.onReleaseRequested must be a function, got ${describe(opts.onReleaseRequested)}`);
+    }
+    o.onReleaseRequested = opts.onReleaseRequested;
+  }
   return o;
 }
 
 const BREAK_KEYS = new Set(['reason', 'now']);
+const REQUEST_KEYS = new Set(['reason']);
 
-// breakLock()'s options: { reason, now } as { reason: a NUL-terminated Buffer or null, flags }.
-function checkBreakOptions(opts) {
+// breakLock()'s options: { reason, now } as { reason: a NUL-terminated Buffer or null, flags };
+// requestRelease()'s ({ reason }: keys REQUEST_KEYS) likewise, flags 0.
+function checkBreakOptions(opts, keys = BREAK_KEYS) {
   if (opts === undefined || opts === null) return { reason: null, flags: 0 };
   if (typeof opts !== 'object' || Array.isArray(opts)) {
     throw typeError('ERR_INVALID_ARG_TYPE', `options must be an object, got ${describe(opts)}`);
   }
   for (const k of Object.keys(opts)) {
-    if (!BREAK_KEYS.has(k)) {
-      throw typeError('ERR_INVALID_ARG_VALUE', `unknown option '${k}' (known: ${[...BREAK_KEYS].join(', ')})`);
+    if (!keys.has(k)) {
+      throw typeError('ERR_INVALID_ARG_VALUE', `unknown option '${k}' (known: ${[...keys].join(', ')})`);
     }
   }
   let reason = null;
@@ -499,7 +517,8 @@ function settle(promise, cb) {
 
 // ----- completions from the library -----------------------------------------------------------
 // One dlock_queue for the process. Every queued call gets an integer tag; these tables turn tags
-// back into JS. A DONE entry settles ops[tag]; a LOST entry tells lostRefs[tag]'s Lock.
+// back into JS. A DONE entry settles ops[tag]; a LOST entry tells lostRefs[tag]'s Lock, and so
+// does a RELEASE_REQUESTED entry (a hold's release requests come under its loss tag).
 
 // Values by tag, the tag made when the value is added: a Map of numbers without a Map's cost
 // (two or three of them are added and deleted per lock cycle, and a Map of ever-growing keys
@@ -548,7 +567,9 @@ class TagTable {
 }
 
 const ops = new TagTable();       // tag -> (status, lockPtr, message, token, attempts) => void: pending operations
-const lostRefs = new TagTable();  // tag -> { ref: WeakRef(Lock) | null, early: message | null }: may still be lost
+// tag -> { ref: WeakRef(Lock) | null, early: message | null, requests: reasons heard before the
+// Lock existed | null, onRequest: options.onReleaseRequested | undefined }: may still be lost
+const lostRefs = new TagTable();
 const observers = new TagTable(); // tag -> Observer: observing (reports come under its tag)
 let queuedObservers = 0;          // koffi path: observers whose reports come through the queue
 
@@ -562,6 +583,7 @@ const QUEUE_DONE = 1;
 const QUEUE_LOST = 2;
 const QUEUE_LEADER = 3;
 const QUEUE_EVENT = 4;
+const QUEUE_RELEASE_REQUESTED = 5;
 const popTag = [0];
 const popStatus = [0];
 const popLock = [null];
@@ -587,6 +609,10 @@ function drain() {
     }
     if (kind === QUEUE_LEADER) {
       leaderNow(tag, popLeader[0]);
+      continue;
+    }
+    if (kind === QUEUE_RELEASE_REQUESTED) {  // status 0; the entry's message is the reason
+      releaseRequestedNow(tag, C.last_error());
       continue;
     }
     const status = popStatus[0];
@@ -630,6 +656,7 @@ function complete(id, status, lockPtr, message, token, attempts) {
 }
 
 const kLost = Symbol('lost');
+const kReleaseRequested = Symbol('releaseRequested');
 // The Observer's own calls, for Client and the reports: not for users.
 const kMake = Symbol('make');
 const kStarted = Symbol('started');
@@ -656,6 +683,23 @@ function lostNow(id, message) {
   lostRefs.delete(id);
   const lock = entry.ref.deref();
   if (lock !== undefined) queueMicrotask(() => lock[kLost](message));  // a throwing listener must not stop the drain
+}
+
+// A release request for a hold that listens (options.onReleaseRequested), under its loss tag.
+function releaseRequestedNow(id, reason) {
+  const entry = lostRefs.get(id);
+  if (entry === undefined) return;  // released or lost meanwhile
+  if (entry.ref === null) {  // heard before its Lock object exists: the constructor tells
+    (entry.requests ??= []).push(reason);
+    return;
+  }
+  const lock = entry.ref.deref();
+  if (lock !== undefined) queueMicrotask(() => lock[kReleaseRequested](reason));
+}
+
+// The loss-report entry of an acquire (lostRefs), carrying its release-request listener.
+function lostEntry(o) {
+  return { ref: null, early: null, requests: null, onRequest: o.onReleaseRequested };
 }
 
 // libuv's thread pool (4 threads unless UV_THREADPOOL_SIZE says otherwise) is shared with fs,
@@ -966,12 +1010,14 @@ class Client extends EventEmitter {
    * Acquires the lock called name, waiting without limit unless options.waitMs bounds it (0 =
    * one try) or options.signal aborts it. Returns a promise of a Lock, or with a callback
    * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, maxHoldMs, minHoldMs,
-   * lockDelayMs, retryMs, owner, kind, shared, permits, fair, signal, value }; shared: true is
+   * lockDelayMs, retryMs, owner, kind, shared, permits, fair, signal, value, onReleaseRequested }; shared: true is
    * kind: 'shared'. maxHoldMs: the longest the heartbeats keep the hold (0 = none); past it the
    * lock ends with its lease and is lost with cause 'max_hold'. minHoldMs: the shortest the name
    * stays taken after the acquire, however the hold ends (an earlier release leaves it closed,
    * closedBy 'min_hold'). lockDelayMs: how long the name stays closed after the lease runs out
    * (closedBy 'lock_delay'; at most MAX_LOCK_DELAY_MS; a release has no delay).
+   * onReleaseRequested: (lock, reason) => void, the Lock's first 'releaseRequested' listener: the
+   * hold listens for release requests (Client.requestRelease()) while it is held.
    */
   acquire(name, options, callback) {
     if (typeof options === 'function' && callback === undefined) {
@@ -1026,6 +1072,7 @@ class Client extends EventEmitter {
     if (o.maxHoldMs !== undefined) needMaxHold(opName(o));
     if (o.minHoldMs !== undefined) needMinHold(opName(o));
     if (o.lockDelayMs !== undefined) needLockDelay(opName(o));
+    if (o.onReleaseRequested !== undefined) needReleaseRequest(opName(o));
     const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
     if (!opts) throw errorFor(S.ENOMEM, 'dlock_options_new: out of memory');
@@ -1041,9 +1088,10 @@ class Client extends EventEmitter {
     if (s === 0 && o.permits !== undefined) s = C.options_set_permits(opts, o.permits);
     if (s === 0 && o.fair !== undefined) s = C.options_set_fair(opts, o.fair ? 1 : 0);
     if (s === 0 && o.value !== undefined) s = C.options_set_value(opts, o.value, o.value.length);
-    const lost = { ref: null, early: null };
-    const id = lostRefs.add(lost);  // the tag of its loss report
+    const lost = lostEntry(o);
+    const id = lostRefs.add(lost);  // the tag of its loss report (and of its release requests)
     if (s === 0) s = C.options_set_on_lost_queued(opts, queue, id);
+    if (s === 0 && o.onReleaseRequested !== undefined) s = C.options_set_on_release_requested_queued(opts, queue, id);
     if (s !== 0) {
       const e = lockError(s, C.last_error(), opName(o), name);
       lostRefs.delete(id);
@@ -1126,7 +1174,8 @@ class Client extends EventEmitter {
     if (o.maxHoldMs !== undefined) needMaxHold(opName(o));
     if (o.minHoldMs !== undefined) needMinHold(opName(o));
     if (o.lockDelayMs !== undefined) needLockDelay(opName(o));
-    const lost = { ref: null, early: null };
+    if (o.onReleaseRequested !== undefined) needReleaseRequest(opName(o));
+    const lost = lostEntry(o);
     const lostTag = lostRefs.add(lost);
     const signal = o.signal;
     // Only an acquire that may wait has a place in a line that close() should give up first.
@@ -1159,8 +1208,11 @@ class Client extends EventEmitter {
     let s;
     try {
       // A value is a 14th argument, a max hold a 15th, a min hold and a lock delay a 16th and
-      // 17th, passed only when there is one.
-      if (o.minHoldMs !== undefined || o.lockDelayMs !== undefined) {
+      // 17th, the tag of release requests an 18th (the loss tag), passed only when there is one.
+      if (o.onReleaseRequested !== undefined) {
+        s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+          o.kind, o.permits, o.fair, o.value, o.maxHoldMs, o.minHoldMs, o.lockDelayMs, lostTag);
+      } else if (o.minHoldMs !== undefined || o.lockDelayMs !== undefined) {
         s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
           o.kind, o.permits, o.fair, o.value, o.maxHoldMs, o.minHoldMs, o.lockDelayMs);
       } else if (o.maxHoldMs !== undefined) {
@@ -1385,6 +1437,73 @@ class Client extends EventEmitter {
   }
 
   /**
+   * Asks every current holder of the lock called name to let go (dlock_request_release): a
+   * cooperative takeover, short of breakLock(). Nothing is taken: a holder acquired with
+   * options.onReleaseRequested hears it (its Lock emits 'releaseRequested' with the reason) and
+   * may release, or not; holders acquired without it hear nothing. options: { reason }, at most
+   * MAX_REASON_BYTES bytes of UTF-8. A promise of true when the name had holders to ask, false
+   * when nobody holds it (nothing is sent); or with a callback (err, asked). true says the
+   * request went out, not that it was heard: on Redis a holder hears it once its subscription
+   * is live, a round trip after its acquire (a request sent before is missed: ask again). One
+   * round trip, run on libuv's pool as inspect(). InvalidArgumentError on a backend without the
+   * 'releaseRequest' capability.
+   */
+  requestRelease(name, options, callback) {
+    if (typeof options === 'function' && callback === undefined) {
+      callback = options;
+      options = undefined;
+    }
+    if (callback !== undefined) {
+      checkCallback(callback);
+      settle(this.#requestRelease(name, checkName(name), checkBreakOptions(options, REQUEST_KEYS)), callback);
+      return undefined;
+    }
+    let cname;
+    let o;
+    try {
+      cname = checkName(name);
+      o = checkBreakOptions(options, REQUEST_KEYS);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.#requestRelease(name, cname, o);
+  }
+
+  async #requestRelease(name, cname, o) {
+    const op = 'requestRelease';
+    await this.#handle();
+    needReleaseRequest(op);
+    const h = this.#h;
+    if (h === null) throw closedError();
+    const rec = this.#rec;
+    rec.busy++;  // close() waits for it
+    let status;
+    let message;
+    try {
+      if (A !== null) {
+        [status, message] = await new Promise((resolve) => A.requestRelease(h, cname, o.reason, (st, m) => resolve([st, m])));
+      } else {
+        // On libuv's pool: dlock_request_release_errbuf copies a failure's message into buf there.
+        poolBusy++;
+        const buf = takeErrbuf();
+        try {
+          status = await new Promise((resolve, reject) => {
+            C.request_release_errbuf.async(h, cname, o.reason, buf, buf.length, (err, st) => (err ? reject(err) : resolve(st)));
+          });
+        } finally {
+          poolBusy--;
+        }
+        message = status === 0 ? (giveErrbuf(buf), '') : errbufMessage(buf);
+      }
+    } finally {
+      this.#leave(rec);
+    }
+    if (status === 0) return true;
+    if (status === S.NOT_HELD) return false;
+    throw lockError(status, message, op, name);
+  }
+
+  /**
    * Stands for leader of the election name and waits, without limit, until this candidate leads:
    * a promise of the leadership, a held Lock whose fencingToken is the term (greater than every
    * earlier term of the name). options: acquire()'s but waitMs, kind, shared and permits: { value,
@@ -1494,8 +1613,9 @@ class Client extends EventEmitter {
 
   /**
    * What the client's backend offers: a promise of { fencingStrict, notifies, shared, permits,
-   * fair, observePush, break, minHold, lockDelay } (booleans; dlock_client_capabilities; break:
-   * breakLock(); minHold, lockDelay: options.minHoldMs, options.lockDelayMs).
+   * fair, observePush, break, minHold, lockDelay, releaseRequest } (booleans;
+   * dlock_client_capabilities; break: breakLock(); minHold, lockDelay: options.minHoldMs,
+   * options.lockDelayMs; releaseRequest: requestRelease(), options.onReleaseRequested).
    */
   async capabilities() {
     await this.#handle();
@@ -1702,6 +1822,8 @@ function report(ob, leader) {
 /**
  * A held lock: an EventEmitter that emits 'lost' (once) if it is found lost in the background,
  * and whose signal aborts then. A loss that nothing listens for becomes a process warning.
+ * Acquired with options.onReleaseRequested, it also emits 'releaseRequested' (lock, reason) each
+ * time someone asks it to let go (Client.requestRelease()); the option is its first listener.
  */
 class Lock extends EventEmitter {
   #st;           // { h: pointer or null, id }: shared with the finalizer
@@ -1731,6 +1853,17 @@ class Lock extends EventEmitter {
       lostRefs.delete(id);
       const message = lost.early;
       setImmediate(() => this[kLost](message));
+    }
+    // options.onReleaseRequested is the first 'releaseRequested' listener; requests heard
+    // before this object existed are told once the caller's code after `await` ran.
+    if (lost.onRequest !== undefined) {
+      this.on('releaseRequested', lost.onRequest);
+      lost.onRequest = undefined;
+    }
+    if (lost.requests !== null) {
+      const reasons = lost.requests;
+      lost.requests = null;
+      setImmediate(() => { for (const reason of reasons) this[kReleaseRequested](reason); });
     }
     if (A !== null && regState[1] === 1) {  // registered when the addon's uv callback ends
       this.#reg = 1;
@@ -1865,6 +1998,11 @@ class Lock extends EventEmitter {
     }
     this.#ac?.abort(err);
     this.emit('lost', this, err);
+  }
+
+  [kReleaseRequested](reason) {
+    if (this.lost || this.#st.h === null) return;  // lost or released meanwhile: nothing to let go
+    this.emit('releaseRequested', this, reason);
   }
 
   #releasedError() {

@@ -81,6 +81,15 @@
 // Exceptions thrown by the handler are caught and dropped (none may cross the C ABI); the loss
 // is still visible through valid() and the next release()/extend().
 //
+// on_release_requested: the same, for Client::request_release. A Lock acquired with
+// Options::on_release_requested(handler) owns a heap copy of the handler, and the hold listens
+// for requests while it is held: the handler is called, on the client's background thread, with
+// the lock's name and the asker's reason ("" for none), each time someone asks the holders to
+// let go. It may release its own Lock there (as long as no other thread uses that Lock object
+// meanwhile: a Lock is for one thread at a time), signal another thread to, or ignore it. Once
+// release() returns it is neither running nor going to run. A Lock acquired without it hears
+// nothing. Exceptions it throws are caught and dropped.
+//
 // Thread safety: as the C ABI. A Client is safe to share between threads; a Lock is not.
 //
 // ---------------------------------------------------------------------------------------------
@@ -103,8 +112,8 @@
 //     options' on_lost handler, on the unlocking thread, unless the handler was already
 //     called for that hold by the heartbeats: once per hold, either way.
 // The options' wait and kind are set by each call (exclusive, or shared for *_shared); the
-// rest (lease, heartbeat, max_hold, min_hold, lock_delay, retry, owner, fair, on_lost) apply to
-// every hold (max_hold and min_hold count from each hold's own acquire).
+// rest (lease, heartbeat, max_hold, min_hold, lock_delay, retry, owner, fair, on_lost,
+// on_release_requested) apply to every hold (max_hold and min_hold count from each hold's own acquire).
 //
 // A Mutex is shared by the threads of a process as a std::mutex is: while one thread holds it
 // through this object, the others wait here, without asking the server. Shared holds through
@@ -365,6 +374,9 @@ inline dlock_status NonNegativeMs(std::chrono::milliseconds d, const char* what,
 
 // Called when a held lock is lost: (lock name, fencing token of the lost acquisition).
 using LostHandler = std::function<void(const std::string& name, uint64_t fencing_token)>;
+// Called when someone asks the holder of a lock to let go (Client::request_release): (lock
+// name, the asker's reason; "" for none). Both views are valid during the call only.
+using ReleaseRequestedHandler = std::function<void(std::string_view name, std::string_view reason)>;
 
 class Client;
 
@@ -391,6 +403,26 @@ struct LostHook : std::enable_shared_from_this<LostHook> {
   LostHandler fn;
 };
 
+// The heap copy of an on_release_requested handler that one Lock owns, as LostHook.
+struct ReleaseRequestHook : std::enable_shared_from_this<ReleaseRequestHook> {
+  explicit ReleaseRequestHook(ReleaseRequestedHandler f) : fn(std::move(f)) {}
+
+  static void Invoke(const char* name, const char* reason, void* arg) noexcept {
+    auto* self = static_cast<ReleaseRequestHook*>(arg);
+    // Held for the call: the handler may release its Lock (dropping the Lock's reference).
+    std::shared_ptr<ReleaseRequestHook> keep = self->weak_from_this().lock();
+    if (!keep) return;
+    DLOCK_HPP_TRY_ {
+      keep->fn(std::string_view(name ? name : ""), std::string_view(reason ? reason : ""));
+    }
+    DLOCK_HPP_CATCH_ALL_ {
+      // Nothing may cross the C ABI.
+    }
+  }
+
+  ReleaseRequestedHandler fn;
+};
+
 struct OptionsDeleter {
   void operator()(dlock_options* o) const noexcept { dlock_options_free(o); }
 };
@@ -400,7 +432,7 @@ using OptionsPtr = std::unique_ptr<dlock_options, OptionsDeleter>;
 
 // Acquire options, as a fluent builder: Options().lease(30s).wait(5s).owner("billing-7").
 // Unset values take the C library's defaults (lease 10 s, heartbeat lease/3, one try, retry
-// 50..1000 ms, no owner label, no on_lost handler).
+// 50..1000 ms, no owner label, no on_lost or on_release_requested handler).
 class Options {
  public:
   using ms = std::chrono::milliseconds;
@@ -455,17 +487,28 @@ class Options {
   // Called once, on the client's background thread, if the lock is lost. See the lifetime
   // notes at the top of this file. An empty function clears it.
   Options& on_lost(LostHandler handler) { on_lost_ = std::move(handler); return *this; }
+  // Listen for release requests (Client::request_release) while the lock is held: handler is
+  // called, on the client's background thread, with the lock's name and the asker's reason,
+  // each time someone asks; it may release the lock, or not. See the lifetime notes at the top
+  // of this file. An empty function clears it. A backend without DLOCK_CAP_RELEASE_REQUEST
+  // refuses the acquire with DLOCK_EINVAL. On Redis a holder hears requests from a round trip
+  // after its acquire on.
+  Options& on_release_requested(ReleaseRequestedHandler handler) {
+    on_release_requested_ = std::move(handler);
+    return *this;
+  }
 
  private:
   friend class Client;
   friend class detail::MutexCore;
 
   // A dlock_options for one acquisition in *out (null when everything is default), calling
-  // hook; the status, its message recorded.
-  dlock_status Build(detail::LostHook* hook, detail::OptionsPtr* out) const noexcept {
+  // hook on a loss and request_hook on a release request; the status, its message recorded.
+  dlock_status Build(detail::LostHook* hook, detail::ReleaseRequestHook* request_hook,
+                     detail::OptionsPtr* out) const noexcept {
     out->reset();
     if (!lease_ && !heartbeat_ && !max_hold_ && !min_hold_ && !lock_delay_ && !wait_ && !retry_ && !owner_ &&
-        !kind_ && !permits_ && !fair_ && !value_ && !hook) {
+        !kind_ && !permits_ && !fair_ && !value_ && !hook && !request_hook) {
       return DLOCK_OK;
     }
     detail::OptionsPtr o(dlock_options_new());
@@ -502,6 +545,10 @@ class Options {
     if (s == DLOCK_OK && hook) {
       s = detail::FromC(dlock_options_set_on_lost(o.get(), &detail::LostHook::Invoke, hook));
     }
+    if (s == DLOCK_OK && request_hook) {
+      s = detail::FromC(dlock_options_set_on_release_requested(
+          o.get(), &detail::ReleaseRequestHook::Invoke, request_hook));
+    }
     if (s == DLOCK_OK) *out = std::move(o);
     return s;
   }
@@ -519,6 +566,7 @@ class Options {
   std::optional<bool> fair_;
   std::optional<std::string> value_;
   LostHandler on_lost_;
+  ReleaseRequestedHandler on_release_requested_;
 };
 
 // ----- inspection ---------------------------------------------------------------------------
@@ -665,13 +713,16 @@ class Lock {
   ~Lock() { reset(); }
 
   Lock(Lock&& other) noexcept
-      : lock_(std::exchange(other.lock_, nullptr)), hook_(std::move(other.hook_)) {}
+      : lock_(std::exchange(other.lock_, nullptr)),
+        hook_(std::move(other.hook_)),
+        request_hook_(std::move(other.request_hook_)) {}
   // Releases what this Lock held (ignoring the result), then takes other's lock.
   Lock& operator=(Lock&& other) noexcept {
     if (this != &other) {
       reset();
       lock_ = std::exchange(other.lock_, nullptr);
       hook_ = std::move(other.hook_);
+      request_hook_ = std::move(other.request_hook_);
     }
     return *this;
   }
@@ -733,8 +784,9 @@ class Lock {
 
  private:
   friend class Client;
-  Lock(dlock_lock* lock, std::shared_ptr<detail::LostHook> hook) noexcept
-      : lock_(lock), hook_(std::move(hook)) {}
+  Lock(dlock_lock* lock, std::shared_ptr<detail::LostHook> hook,
+       std::shared_ptr<detail::ReleaseRequestHook> request_hook) noexcept
+      : lock_(lock), hook_(std::move(hook)), request_hook_(std::move(request_hook)) {}
 
   void reset() noexcept {
     if (lock_) (void)Release();
@@ -745,6 +797,7 @@ class Lock {
     // Its message is read before the handler's captures are destroyed: they may call into dlock.
     dlock_status s = detail::FromC(dlock_release(std::exchange(lock_, nullptr)));
     hook_.reset();  // only after dlock_release: from then on the C side does not call it
+    request_hook_.reset();
     return s;
   }
 
@@ -762,6 +815,7 @@ class Lock {
 
   dlock_lock* lock_ = nullptr;
   std::shared_ptr<detail::LostHook> hook_;  // this lock's on_lost handler, if any
+  std::shared_ptr<detail::ReleaseRequestHook> request_hook_;  // its on_release_requested, if any
 };
 
 // ----- clients ------------------------------------------------------------------------------
@@ -841,6 +895,20 @@ class Client {
     detail::Check(Break(name, reason, now, &info));
     return info;
   }
+  // Asks every current holder of `name` to let go (dlock_request_release): a cooperative
+  // takeover, short of break_lock. Nothing is taken: a holder acquired with
+  // Options::on_release_requested hears it (its handler gets the reason) and may release, or
+  // not; holders acquired without it hear nothing. reason: at most DLOCK_MAX_REASON_BYTES; ""
+  // for none. Returns true when the name had holders to ask, false when nobody holds it
+  // (nothing is sent). true says the request went out, not that it was heard: on Redis a
+  // holder hears it once its subscription is live, a round trip after its acquire (a request
+  // sent before is missed: ask again). One bounded round trip. Throws Error: DLOCK_EINVAL for
+  // a bad name or reason, or on a backend without DLOCK_CAP_RELEASE_REQUEST.
+  bool request_release(const std::string& name, const std::string& reason = "") {
+    bool asked = false;
+    detail::Check(RequestRelease(name, reason, &asked));
+    return asked;
+  }
   // Waits, without limit, until this candidate leads `name`; returns the leadership, whose
   // fencing_token() is the term (see "Values and leader election"). The options' wait is
   // ignored; a shared kind or permits throw DLOCK_EINVAL. Throws Error on failure.
@@ -898,6 +966,15 @@ class Client {
     return break_lock(name, reason, false, ec);
   }
   Info break_lock(const std::string& name, std::error_code& ec) noexcept { return break_lock(name, "", false, ec); }
+  // false, with ec clear, when nobody holds it; false, with ec set, on failure.
+  bool request_release(const std::string& name, const std::string& reason, std::error_code& ec) noexcept {
+    bool asked = false;
+    detail::Set(ec, RequestRelease(name, reason, &asked));
+    return asked;
+  }
+  bool request_release(const std::string& name, std::error_code& ec) noexcept {
+    return request_release(name, "", ec);
+  }
   Lock campaign(const std::string& name, const Options& options, std::error_code& ec) noexcept {
     Lock lock;
     detail::Set(ec, Acquire(name, options, &lock, &dlock_campaign));
@@ -951,12 +1028,16 @@ class Client {
     if (s != DLOCK_OK) return s;
     std::shared_ptr<detail::LostHook> hook;
     if (options.on_lost_) hook = std::make_shared<detail::LostHook>(options.on_lost_);
+    std::shared_ptr<detail::ReleaseRequestHook> request_hook;
+    if (options.on_release_requested_) {
+      request_hook = std::make_shared<detail::ReleaseRequestHook>(options.on_release_requested_);
+    }
     detail::OptionsPtr c_options;
-    s = options.Build(hook.get(), &c_options);
+    s = options.Build(hook.get(), request_hook.get(), &c_options);
     if (s != DLOCK_OK) return s;
     dlock_lock* lock = nullptr;
     s = detail::FromC(acquire_fn(client_, name.c_str(), c_options.get(), &lock));
-    if (s == DLOCK_OK) *out = Lock(lock, std::move(hook));
+    if (s == DLOCK_OK) *out = Lock(lock, std::move(hook), std::move(request_hook));
     return s;
   }
 
@@ -984,6 +1065,19 @@ class Client {
     std::unique_ptr<dlock_info, void (*)(dlock_info*)> owned(raw, &dlock_info_free);
     detail::FillInfo(raw, info);
     return DLOCK_OK;
+  }
+
+  // dlock_request_release: *asked true when the name had holders to ask; DLOCK_NOT_HELD (nobody
+  // holds it) is DLOCK_OK with *asked false.
+  dlock_status RequestRelease(const std::string& name, const std::string& reason, bool* asked) noexcept {
+    *asked = false;
+    dlock_status s = Usable(name);
+    if (s == DLOCK_OK) s = detail::NoNul(reason, "reason");
+    if (s != DLOCK_OK) return s;
+    s = dlock_request_release(client_, name.c_str(), reason.empty() ? nullptr : reason.c_str());
+    if (s == DLOCK_NOT_HELD) return DLOCK_OK;
+    *asked = s == DLOCK_OK;
+    return detail::FromC(s);
   }
 
   dlock_status Inspect(const std::string& name, Info* info) const noexcept {

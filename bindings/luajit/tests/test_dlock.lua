@@ -446,6 +446,41 @@ test("break_lock: the holder is lost with cause broken; the name stays closed, o
   client:close()
 end)
 
+test("request_release: the holder hears the reason and may release; a free name is false", function()
+  local client = assert(dlock.open(URL))
+  local asker = assert(dlock.open(URL))
+  assert(assert(client:capabilities()).release_request == true)
+  local name = unique("ask")
+  local got = {}
+  local lock = assert(client:acquire(name, { on_release_requested = function(l, reason)
+    got[#got + 1] = { l, reason }
+    assert(l:release())
+  end }))
+  -- The holder's subscription is live a round trip after its acquire: ask until it is heard
+  -- (every 150 ms, delivered by dispatch), at most 5 s.
+  local deadline = now() + 5
+  while #got == 0 and now() < deadline do
+    assert(asker:request_release(name, "deploy #42") == true)
+    client:dispatch(150)
+  end
+  assert(#got == 1, "never heard")
+  assert(got[1][1] == lock and got[1][2] == "deploy #42", tostring(got[1][2]))
+  assert(lock:released())
+  assert(#assert(asker:inspect(name)).holders == 0)
+  local r, msg, code = asker:request_release(name, "again")  -- free now: nobody to ask
+  assert(r == false and code == "NOT_HELD" and #msg > 0, tostring(msg))
+  assert(asker:request_release(unique("ask")) == false)
+  r, msg, code = asker:request_release(name, string.rep("r", dlock.MAX_REASON_BYTES + 1))
+  assert(r == nil and code == "EINVAL" and msg:find("reason"), tostring(msg))
+  raises(function() asker:request_release(5) end, "bad argument #1 to 'request_release'")
+  raises(function() asker:request_release(name, 5) end, "bad argument #2 to 'request_release'")
+  raises(function() client:acquire(name, { on_release_requested = 5 }) end, "on_release_requested must be")
+  asker:close()
+  r, msg, code = asker:request_release(name)
+  assert(r == nil and code == "EINVAL" and msg:find("closed"), msg)
+  client:close()
+end)
+
 test("every error kind is mapped", function()
   local expect = { [1] = "NOT_ACQUIRED", [2] = "NOT_HELD", [3] = "EINVAL", [4] = "EIO",
     [5] = "EBACKEND", [6] = "EAUTH", [7] = "ECANCELLED", [8] = "ENOMEM", [9] = "EINTERNAL" }
@@ -778,6 +813,7 @@ test("kind and permits reach the library; capabilities", function()
   local client = assert(dlock.open(URL))
   local caps = assert(client:capabilities())
   assert(caps.fencing_strict == true and caps.notifies == true)  -- what dlock.h says of Redis
+  assert(caps.release_request == true)
   assert(type(caps.shared) == "boolean" and type(caps.permits) == "boolean")
   assert(assert(client:acquire(unique(), { kind = "exclusive", permits = 0 })):release())
   local name = unique("shared")

@@ -37,7 +37,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 7
+#define ADDON_ABI 8
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -89,7 +89,7 @@
   X(void, dlock_observer_cancel, (dlock_observer *))
 
 /* Metrics, loss causes and the event hook (issue 36), the job rules (max hold, min hold, lock
- * delay), and breaking a lock: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
+ * delay), breaking a lock and release requests: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
  * them before calling the functions below that use them). */
 #define DLOCK_OPTIONAL_CALLS(X)                                                                 \
   X(dlock_status, dlock_client_metrics_text, (dlock_client *, char *, size_t, size_t *))         \
@@ -118,7 +118,11 @@
   X(int64_t, dlock_info_closed_ms, (const dlock_info *))                                         \
   X(const char *, dlock_info_closed_by, (const dlock_info *))                                    \
   X(dlock_status, dlock_options_set_min_hold_ms, (dlock_options *, uint64_t))                    \
-  X(dlock_status, dlock_options_set_lock_delay_ms, (dlock_options *, uint64_t))
+  X(dlock_status, dlock_options_set_lock_delay_ms, (dlock_options *, uint64_t))                \
+  X(dlock_status, dlock_request_release_errbuf,                                                  \
+    (dlock_client *, const char *, const char *, char *, size_t))                                \
+  X(dlock_status, dlock_options_set_on_release_requested_queued,                                 \
+    (dlock_options *, dlock_queue *, uint64_t))
 
 #define DECLARE(ret, name, args) static ret(*p_##name) args;
 DLOCK_CALLS(DECLARE)
@@ -847,12 +851,14 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
 }
 
 /* acquire(client, name, id, lostTag, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner,
- *         kind, permits, fair[, value[, maxHoldMs[, minHoldMs, lockDelayMs]]]) -> status: 0 =
- * started (onDone(id, ...) follows), else nothing was (lastError() says why). Losses go to
- * index.js's queue under lostTag. value: a Uint8Array, or undefined for none; maxHoldMs (ABI 5),
- * minHoldMs and lockDelayMs (ABI 7): undefined for none. */
+ *         kind, permits, fair[, value[, maxHoldMs[, minHoldMs, lockDelayMs[, releaseTag]]]])
+ * -> status: 0 = started (onDone(id, ...) follows), else nothing was (lastError() says why).
+ * Losses go to index.js's queue under lostTag. value: a Uint8Array, or undefined for none;
+ * maxHoldMs (ABI 5), minHoldMs and lockDelayMs (ABI 7): undefined for none. releaseTag (ABI 8):
+ * release requests go to index.js's queue under it (DLOCK_QUEUE_RELEASE_REQUESTED); undefined:
+ * the hold does not listen for them. */
 static napi_value js_acquire(napi_env env, napi_callback_info info) {
-  ARGS(17);
+  ARGS(18);
   NEED_STATE();
   dlock_client *c = external_of(env, argv[0]);
   if (c == NULL) return throw_type(env, "client must be a client");
@@ -922,6 +928,14 @@ static napi_value js_acquire(napi_env env, napi_callback_info info) {
     k.lock_delay_ms = u64;
     k.set |= SET_LOCK_DELAY;
   }
+  int64_t release_tag = 0;
+  int listens = is_set(env, argv[17]) && get_i64(env, argv[17], &release_tag);
+  if (listens && p_dlock_options_set_on_release_requested_queued == NULL) { /* index.js says so first */
+    if (name_owned) free(name);
+    napi_throw_error(env, "ERR_DLOCK_ADDON",
+                     "dlock.node: the library lacks dlock_options_set_on_release_requested_queued");
+    return NULL;
+  }
   dlock_options *o = NULL;
   dlock_status s = DLOCK_OK;
   /* An owner label or a value: options of their own. */
@@ -947,6 +961,10 @@ static napi_value js_acquire(napi_env env, napi_callback_info info) {
     }
   }
   if (s == DLOCK_OK) s = p_dlock_options_set_on_lost_queued(o, g->queue, (uint64_t)lost_tag);
+  /* Set or cleared on every acquire: the cached options are shared by acquires with and without. */
+  if (s == DLOCK_OK && p_dlock_options_set_on_release_requested_queued != NULL) {
+    s = p_dlock_options_set_on_release_requested_queued(o, listens ? g->queue : NULL, (uint64_t)release_tag);
+  }
   if (s == DLOCK_OK) s = p_dlock_acquire_async(c, name, o, on_acquired, (void *)(uintptr_t)id);
   if (o != NULL && o != cached_options) p_dlock_options_free(o); /* the acquire keeps its own copy */
   if (name_owned) free(name);
@@ -1181,15 +1199,16 @@ static napi_value js_events(napi_env env, napi_callback_info info) {
 /* ----- inspect and break: blocking calls, on libuv's pool (the library runs them for another
  * thread while this loop turns) ------------------------------------------------------------ */
 
-enum { READ_INSPECT = 0, READ_LEADER = 1, READ_BREAK = 2 };
+enum { READ_INSPECT = 0, READ_LEADER = 1, READ_BREAK = 2, READ_REQUEST = 3 };
 
 typedef struct inspect_work {
   napi_async_work work;
   napi_ref cb;
   dlock_client *client;
   char *name;
-  int what;     /* READ_INSPECT, READ_LEADER (dlock_leader) or READ_BREAK (dlock_break_with) */
-  char *reason; /* READ_BREAK: NULL for none */
+  int what;     /* READ_INSPECT, READ_LEADER (dlock_leader), READ_BREAK (dlock_break_with) or
+                   READ_REQUEST (dlock_request_release_errbuf: no info) */
+  char *reason; /* READ_BREAK, READ_REQUEST: NULL for none */
   uint32_t flags;
   dlock_info *info;
   dlock_status status;
@@ -1202,6 +1221,10 @@ static void inspect_execute(napi_env env, void *data) {
   w->err[0] = '\0';
   if (w->what == READ_INSPECT) {
     w->status = p_dlock_inspect_errbuf(w->client, w->name, &w->info, w->err, sizeof w->err);
+    return;
+  }
+  if (w->what == READ_REQUEST) {
+    w->status = p_dlock_request_release_errbuf(w->client, w->name, w->reason, w->err, sizeof w->err);
     return;
   }
   /* No _errbuf form: the message is this (pool) thread's dlock_last_error(), read here. */
@@ -1218,13 +1241,14 @@ static void inspect_execute(napi_env env, void *data) {
 
 /* cb(status, message) or cb(0, [kind, permits, closedMs, closedBy,
  *                              [owner, remainingMs, token, value], ...]) (ABI 6: closedMs and
- * closedBy, 0 and "" from a library without them) */
+ * closedBy, 0 and "" from a library without them); READ_REQUEST: cb(status, message), the
+ * message "" for DLOCK_OK */
 static void inspect_complete(napi_env env, napi_status status, void *data) {
   inspect_work *w = data;
   napi_value argv[2], fn, recv;
   if (status != napi_ok && w->status == DLOCK_OK) w->status = DLOCK_ECANCELLED;
   napi_create_int32(env, (int32_t)w->status, &argv[0]);
-  if (w->status != DLOCK_OK) {
+  if (w->status != DLOCK_OK || w->what == READ_REQUEST) {
     napi_create_string_utf8(env, w->err, NAPI_AUTO_LENGTH, &argv[1]);
   } else {
     uint32_t n = p_dlock_info_holders(w->info);
@@ -1286,28 +1310,18 @@ static napi_value js_inspect(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-/* breakLock(client, name, reason, flags, cb) (ABI 6): dlock_break_with on libuv's pool, as
- * inspect; cb(status, message | info), info as inspect's: the holds it broke, and closedMs.
- * reason: a string or Buffer, or null/undefined for none. index.js checks that the library has
- * dlock_break_with before asking. */
-static napi_value js_break(napi_env env, napi_callback_info info) {
-  ARGS(5);
-  NEED_STATE();
-  if (p_dlock_break_with == NULL) {
-    napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_break_with");
-    return NULL;
-  }
-  dlock_client *c = external_of(env, argv[0]);
-  if (c == NULL) return throw_type(env, "client must be a client");
-  uint32_t flags = 0;
-  if (napi_get_value_uint32(env, argv[3], &flags) != napi_ok) return throw_type(env, "flags must be a number");
+/* breakLock and requestRelease: a name and an optional reason (strings or Buffers, copied), a
+ * call on libuv's pool (inspect_execute, by `what`), and cb(status, message, ...) after it. */
+static napi_value queue_name_reason_work(napi_env env, dlock_client *c, napi_value name_arg,
+                                         napi_value reason_arg, napi_value cb_arg, int what,
+                                         uint32_t flags, const char *resource) {
   int owned, reason_owned = 0;
-  char *name = get_cstr(env, argv[1], &owned);
+  char *name = get_cstr(env, name_arg, &owned);
   if (name == NULL) return throw_type(env, "name must be a string or Buffer");
   if (!owned && (name = strdup(name)) == NULL) goto nomem;
   char *reason = NULL;
-  if (is_set(env, argv[2])) {
-    reason = get_cstr(env, argv[2], &reason_owned);
+  if (is_set(env, reason_arg)) {
+    reason = get_cstr(env, reason_arg, &reason_owned);
     if (reason == NULL) {
       free(name);
       return throw_type(env, "reason must be a string or Buffer");
@@ -1327,10 +1341,10 @@ static napi_value js_break(napi_env env, napi_callback_info info) {
   w->reason = reason;
   w->flags = flags;
   w->client = c;
-  w->what = READ_BREAK;
+  w->what = what;
   napi_value resource_name;
-  CHECK(napi_create_string_utf8(env, "DLOCK_BREAK", NAPI_AUTO_LENGTH, &resource_name));
-  CHECK(napi_create_reference(env, argv[4], 1, &w->cb));
+  CHECK(napi_create_string_utf8(env, resource, NAPI_AUTO_LENGTH, &resource_name));
+  CHECK(napi_create_reference(env, cb_arg, 1, &w->cb));
   CHECK(napi_create_async_work(env, NULL, resource_name, inspect_execute, inspect_complete, w,
                                &w->work));
   CHECK(napi_queue_async_work(env, w->work));
@@ -1338,6 +1352,41 @@ static napi_value js_break(napi_env env, napi_callback_info info) {
 nomem:
   napi_throw_error(env, "ERR_DLOCK_ADDON", "out of memory");
   return NULL;
+}
+
+/* breakLock(client, name, reason, flags, cb) (ABI 6): dlock_break_with on libuv's pool, as
+ * inspect; cb(status, message | info), info as inspect's: the holds it broke, and closedMs.
+ * reason: a string or Buffer, or null/undefined for none. index.js checks that the library has
+ * dlock_break_with before asking. */
+static napi_value js_break(napi_env env, napi_callback_info info) {
+  ARGS(5);
+  NEED_STATE();
+  if (p_dlock_break_with == NULL) {
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_break_with");
+    return NULL;
+  }
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  uint32_t flags = 0;
+  if (napi_get_value_uint32(env, argv[3], &flags) != napi_ok) return throw_type(env, "flags must be a number");
+  return queue_name_reason_work(env, c, argv[1], argv[2], argv[4], READ_BREAK, flags, "DLOCK_BREAK");
+}
+
+/* requestRelease(client, name, reason, cb) (ABI 8): dlock_request_release_errbuf on libuv's
+ * pool, as breakLock; cb(status, message): 0 when the name had holders to ask, DLOCK_NOT_HELD
+ * when nobody holds it. reason: a string or Buffer, or null/undefined for none. index.js checks
+ * that the library has it before asking. */
+static napi_value js_request_release(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  NEED_STATE();
+  if (p_dlock_request_release_errbuf == NULL) {
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_request_release_errbuf");
+    return NULL;
+  }
+  dlock_client *c = external_of(env, argv[0]);
+  if (c == NULL) return throw_type(env, "client must be a client");
+  return queue_name_reason_work(env, c, argv[1], argv[2], argv[3], READ_REQUEST, 0,
+                                "DLOCK_REQUEST_RELEASE");
 }
 
 /* ----- the module ------------------------------------------------------------------------- */
@@ -1354,7 +1403,7 @@ static napi_value module_init(napi_env env, napi_value exports) {
       {"valid", js_valid},       {"remaining", js_remaining},  {"inspect", js_inspect},
       {"setValue", js_set_value}, {"observe", js_observe},     {"unobserve", js_unobserve},
       {"metricsText", js_metrics_text}, {"metrics", js_metrics}, {"lostCause", js_lost_cause},
-      {"events", js_events},     {"breakLock", js_break},
+      {"events", js_events},     {"breakLock", js_break},      {"requestRelease", js_request_release},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     napi_value f;

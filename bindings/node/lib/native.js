@@ -262,6 +262,19 @@ try {
 } catch (e) {
   hasLockDelay = false;
 }
+// Release requests (dlock_request_release_errbuf, run on libuv's pool, and
+// dlock_options_set_on_release_requested_queued): a library without them still serves locks;
+// requestRelease() and options.onReleaseRequested then say what it lacks (hasReleaseRequest false).
+let hasReleaseRequest = true;
+try {
+  Object.assign(C, {
+    request_release_errbuf: f('int dlock_request_release_errbuf(void *c, const char *name, const char *reason, ' +
+      '_Out_ uint8_t *buf, size_t len)'),
+    options_set_on_release_requested_queued: f('int dlock_options_set_on_release_requested_queued(void *o, void *q, uint64_t tag)'),
+  });
+} catch (e) {
+  hasReleaseRequest = false;
+}
 const version = C.version();
 if (!/^0\./.test(version)) {
   const e = new Error(`libdlock: ${libraryPath} is libdlock ${version}; this binding needs 0.x`);
@@ -271,5 +284,5 @@ if (!/^0\./.test(version)) {
 
 module.exports = {
   koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics, hasQueuedEvents, hasMaxHold,
-  hasBreak, hasBreakErrbuf, hasMinHold, hasLockDelay,
+  hasBreak, hasBreakErrbuf, hasMinHold, hasLockDelay, hasReleaseRequest,
 };

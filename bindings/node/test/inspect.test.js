@@ -60,7 +60,8 @@ test('inspect: bad names and a closed client', async () => {
 test('capabilities: what the Redis backend promises', async () => {
   const caps = await client.capabilities();
   assert.deepEqual(Object.keys(caps).sort(), ['break', 'fair', 'fencingStrict', 'lockDelay', 'minHold', 'notifies',
-    'observePush', 'permits', 'shared']);
+    'observePush', 'permits', 'releaseRequest', 'shared']);
+  assert.equal(caps.releaseRequest, true);
   assert.equal(caps.fair, true);
   assert.equal(caps.break, true);
   assert.equal(caps.minHold, true);

@@ -38,6 +38,9 @@ Metrics: client.metrics() (a Metrics of MetricFamily, no metrics library needed)
 client.metrics_text() (Prometheus text) say what the client counted (docs/metrics.md);
 dlock.prometheus.register(client) exports them through prometheus_client. lock.lost_cause (and
 a NotHeld's or LockLost's cause) says why a hold was lost.
+Release requests: client.request_release(name, reason) asks the holders of name to let go (True
+when there were holders to ask); a hold acquired with on_release_requested=fn hears it as
+fn(lock, reason), where on_lost would run, and may release or ignore it.
 Events: client.on_event(fn) calls fn(event) (an Event: acquiring, acquired, not_acquired,
 released, renewal_failed, lost) as it happens, on the thread that did the work (keep fn quick);
 dlock.log_events(client) logs them through logging.getLogger("dlock").
@@ -178,7 +181,8 @@ def _lock_delay_bound() -> str:
 _KINDS = {"exclusive": 0, "shared": 1}
 _KIND_NAMES = {n: k for k, n in _KINDS.items()}
 _CAPABILITIES = {0x1: "fencing_strict", 0x2: "notifies", 0x4: "shared", 0x8: "permits", 0x10: "fair",
-                 0x20: "observe_push", 0x40: "break", 0x80: "min_hold", 0x100: "lock_delay"}
+                 0x20: "observe_push", 0x40: "break", 0x80: "min_hold", 0x100: "lock_delay",
+                 0x200: "release_request"}
 # dlock_break_with's flags
 _BREAK_NOW = 0x1
 
@@ -235,8 +239,8 @@ def _name_arg(name):
 
 
 def _reason_arg(reason):
-    """break_lock's reason: None, or str as UTF-8 (its length, at most MAX_REASON_BYTES, is
-    the library's to check, in its words)."""
+    """break_lock's and request_release's reason: None, or str as UTF-8 (its length, at most
+    MAX_REASON_BYTES, is the library's to check, in its words)."""
     if reason is None:
         return None
     if not isinstance(reason, str):
@@ -278,6 +282,7 @@ _Name = Union[str, bytes]
 _Kind = Literal["exclusive", "shared"]
 _Value = Union[bytes, str]
 _OnLost = Callable[["Lock"], object]
+_OnReleaseRequested = Callable[["Lock", str], object]
 _DEFAULT_LEASE_MS = 10_000  # the library's default lease (dlock.h), for extend() with no lease
 
 
@@ -449,21 +454,28 @@ _pending: Dict[int, Callable[[int, Any, Any], None]] = {}
 
 
 class _LostSlot:
-    __slots__ = ("id", "callback", "lock_ref", "fired_early", "mu")
+    """One hold's callbacks, under one tag: on_lost (callback) and on_release_requested
+    (on_release); either may be None."""
+    __slots__ = ("id", "callback", "on_release", "lock_ref", "fired_early", "early_requests", "mu")
 
-    def __init__(self, callback):
+    def __init__(self, callback, on_release=None):
         self.id = next(_ids)
         self.callback = callback
+        self.on_release = on_release
         self.lock_ref = None
         self.fired_early = False
+        self.early_requests: List[str] = []  # release requests heard before attach
         self.mu = threading.Lock()
         _lost_slots[self.id] = self
 
     def attach(self, lock):
-        """Called once the Lock object exists; runs a callback that came before it did."""
+        """Called once the Lock object exists; runs the callbacks that came before it did."""
         with self.mu:
             self.lock_ref = weakref.ref(lock)
             early = self.fired_early
+            requests, self.early_requests = self.early_requests, []
+        for reason in requests:
+            self.run_release(lock, reason)
         if early:
             self.run(lock)
 
@@ -476,11 +488,31 @@ class _LostSlot:
         if lock is not None:
             self.run(lock)
 
+    def fire_release(self, reason):
+        with self.mu:
+            if self.lock_ref is None:
+                self.early_requests.append(reason)
+                return
+            lock = self.lock_ref()
+        if lock is not None:
+            self.run_release(lock, reason)
+
     def run(self, lock):
+        if self.callback is None:
+            return
         try:
             self.callback(lock)
         except BaseException:
             _report_callback_exception("on_lost callback")
+
+    def run_release(self, lock, reason):
+        # Only while the Lock still holds this hold (a release under way has taken it out).
+        if self.on_release is None or lock._slot is not self:
+            return
+        try:
+            self.on_release(lock, reason)
+        except BaseException:
+            _report_callback_exception("on_release_requested callback")
 
     def drop(self):
         _lost_slots.pop(self.id, None)
@@ -490,6 +522,12 @@ def _on_lost(arg):
     slot = _lost_slots.get(arg)
     if slot is not None:  # else released meanwhile
         slot.fire()
+
+
+def _on_release_requested(arg, reason):
+    slot = _lost_slots.get(arg)
+    if slot is not None:  # else released meanwhile
+        slot.fire_release(reason)
 
 
 def _on_async_done(status, arg, handle, message, queue):
@@ -517,6 +555,7 @@ def _on_async_done(status, arg, handle, message, queue):
 _QUEUE_DONE = 1
 _QUEUE_LOST = 2
 _QUEUE_LEADER = 3  # an observer's report (dlock_observe_queued)
+_QUEUE_RELEASE_REQUESTED = 5  # a release request for a hold (its message is the reason)
 
 
 class _Events:
@@ -650,6 +689,10 @@ def _drain_forever(ev):
                 _on_lost(tag.value)
             elif kind == _QUEUE_LEADER:
                 _on_leader(tag.value, info.value)
+            elif kind == _QUEUE_RELEASE_REQUESTED:
+                # the reason is the entry's message: dlock_last_error() right after the pop
+                reason = _c.dlock_last_error().decode("utf-8", "replace")
+                _on_release_requested(tag.value, reason)
 
 
 def _deliver(loop, fut, status, value, message, on_unwanted=None):
@@ -960,6 +1003,13 @@ def _lost(name, token, arg):
         _report_callback_exception("on_lost callback")
 
 
+def _release_requested(name, reason, arg):
+    try:
+        _on_release_requested(arg, (reason or b"").decode("utf-8", "replace"))
+    except BaseException:
+        _report_callback_exception("on_release_requested callback")
+
+
 _WATCH_CB = _lib.WATCH_FD_FN(_hook_watch_fd)
 _TIMER_CB = _lib.SET_TIMER_FN(_hook_set_timer)
 _CLEANUP_CB = _lib.CLEANUP_FN(_hook_cleanup)
@@ -968,6 +1018,7 @@ _ACQUIRE_CB = _lib.ACQUIRE_FN(_done_acquire)
 _DONE_CB = _lib.DONE_FN(_done)
 _INFO_CB = _lib.INFO_FN(_done_info)
 _LOST_CB = _lib.LOST_FN(_lost)
+_RELEASE_REQUESTED_CB = _lib.RELEASE_REQUESTED_FN(_release_requested)
 
 
 def _give_back_hooked(h, slot):
@@ -1546,11 +1597,13 @@ class _Spec:
     """A Lock's checked options: everything each acquire passes to the library but the wait."""
 
     __slots__ = ("lease_ms", "heartbeat_ms", "retry_ms", "owner", "on_lost", "kind", "permits",
-                 "fair", "value", "max_hold_ms", "min_hold_ms", "lock_delay_ms")
+                 "fair", "value", "max_hold_ms", "min_hold_ms", "lock_delay_ms",
+                 "on_release_requested")
 
     def __init__(self, lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
                  lease_ms, heartbeat_ms, retry_ms, value=None, max_hold=None, max_hold_ms=None,
-                 min_hold=None, min_hold_ms=None, lock_delay=None, lock_delay_ms=None):
+                 min_hold=None, min_hold_ms=None, lock_delay=None, lock_delay_ms=None,
+                 on_release_requested=None):
         """Checks every option (TypeError / InvalidArgument) before anything reaches C."""
         self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _lease_bound)
         self.heartbeat_ms = _duration("heartbeat", heartbeat, "heartbeat_ms", heartbeat_ms,
@@ -1585,6 +1638,15 @@ class _Spec:
         if on_lost is not None and not callable(on_lost):
             raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
         self.on_lost = on_lost
+        if on_release_requested is not None:
+            if not callable(on_release_requested):
+                raise TypeError("on_release_requested must be callable, not "
+                                f"{type(on_release_requested).__name__}")
+            if not hasattr(_c, "dlock_options_set_on_release_requested"):
+                raise InvalidArgument(f"on_release_requested: libdlock {version()} at "
+                                      f"{_library_path} has no release requests "
+                                      "(dlock_options_set_on_release_requested); install a newer one")
+        self.on_release_requested = on_release_requested
         if kind is not None:
             if not isinstance(kind, str):
                 raise TypeError(f"kind must be a str, not {type(kind).__name__}")
@@ -1615,14 +1677,16 @@ class _Spec:
         self.fair = fair
         self.value = None if value is None else _value_arg(value)
 
-    def build(self, wait_ms, on_lost, hooked=False):
+    def build(self, wait_ms, on_lost, hooked=False, on_release=None):
         """A dlock_options for one acquire, and its on_lost slot: (pointer or None, slot or None).
-        on_lost is this acquire's callback (the spec's, or one that hands it to a loop). hooked:
-        for a _LoopClient, whose on_lost is a C callback on the loop's thread (not the queue)."""
+        on_lost is this acquire's callback (the spec's, or one that hands it to a loop), and
+        on_release its on_release_requested callback (likewise; both go in one slot, under one
+        tag). hooked: for a _LoopClient, whose callbacks are C callbacks on the loop's thread
+        (not the queue)."""
         if (self.lease_ms is None and wait_ms == 0 and self.heartbeat_ms is None
                 and self.max_hold_ms is None and self.min_hold_ms is None
                 and self.lock_delay_ms is None and self.retry_ms is None and self.owner is None
-                and on_lost is None
+                and on_lost is None and on_release is None
                 and self.kind is None and self.permits is None and self.fair is None
                 and self.value is None):
             return None, None
@@ -1655,12 +1719,25 @@ class _Spec:
             if self.value is not None:
                 _check(_c.dlock_options_set_value(o, self.value, len(self.value)))
             slot = None
-            if on_lost is not None:
-                slot = _LostSlot(on_lost)
-                if hooked:
-                    _check(_c.dlock_options_set_on_lost(o, _LOST_CB, slot.id))
-                else:
-                    _check(_c.dlock_options_set_on_lost_queued(o, _queue_now(), slot.id))
+            if on_lost is not None or on_release is not None:
+                slot = _LostSlot(on_lost, on_release)
+            try:
+                if on_lost is not None:
+                    if hooked:
+                        _check(_c.dlock_options_set_on_lost(o, _LOST_CB, slot.id))
+                    else:
+                        _check(_c.dlock_options_set_on_lost_queued(o, _queue_now(), slot.id))
+                if on_release is not None:
+                    if hooked:
+                        _check(_c.dlock_options_set_on_release_requested(
+                            o, _RELEASE_REQUESTED_CB, slot.id))
+                    else:
+                        _check(_c.dlock_options_set_on_release_requested_queued(
+                            o, _queue_now(), slot.id))
+            except BaseException:
+                if slot is not None:
+                    slot.drop()
+                raise
         except BaseException:
             _c.dlock_options_free(o)
             raise
@@ -1882,7 +1959,8 @@ class Client:
         "notifies" (waiters woken by releases), "shared" (kind="shared"), "permits", "fair"
         (waiters served in arrival order), "observe_push" (observers told of every change by
         the server, not by polling), "break" (break_lock), "min_hold" (min_hold=),
-        "lock_delay" (lock_delay=)."""
+        "lock_delay" (lock_delay=), "release_request" (request_release and
+        on_release_requested=)."""
         h = self._enter()
         try:
             bits = _c.dlock_client_capabilities(h)
@@ -1957,6 +2035,42 @@ class Client:
         so it runs in the loop's default executor (a worker thread), as a blocking call."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, functools.partial(self.break_lock, name, reason, now))
+
+    def request_release(self, name: _Name, reason: Optional[str] = None) -> bool:
+        """Asks every current holder of `name` to let go, with `reason` (dlock_request_release):
+        a cooperative takeover, short of break_lock. Nothing is taken: each holder whose lock
+        was acquired with on_release_requested= hears it (its callback gets the reason) and may
+        release, or ignore it; holders acquired without it hear nothing.
+
+        reason  words for the holders (str, at most MAX_REASON_BYTES, bytes as UTF-8); None or
+                "" for none
+
+        Returns True when the name had holders to ask, False when nobody holds it (nothing is
+        sent). True says the request went out, not that anyone heard it or will let go: on
+        Redis a holder hears it once its subscription is live, one round trip after its
+        acquire, and a request sent before then is missed (ask again). Blocks the calling
+        thread, bounded as inspect() is. A backend without the "release_request" capability
+        raises InvalidArgument, as does a library from before dlock_request_release."""
+        bname = _name_arg(name)  # a bad name is refused before a bad reason
+        breason = _reason_arg(reason)
+        if not hasattr(_c, "dlock_request_release"):
+            raise InvalidArgument(f"the libdlock loaded ({_library_path}) cannot ask a holder to "
+                                  "let go (dlock_request_release); install a newer one")
+        h = self._enter()
+        try:
+            status = _c.dlock_request_release(h, bname, breason)
+            err = _error(status) if status not in (0, NotHeld.status) else None
+        finally:
+            self._leave()
+        if err is not None:
+            raise err
+        return status == 0
+
+    async def arequest_release(self, name: _Name, reason: Optional[str] = None) -> bool:
+        """request_release() without blocking the event loop: the library has no asynchronous
+        form, so it runs in the loop's default executor (a worker thread), as abreak_lock()."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(self.request_release, name, reason))
 
     async def _aread_info(self, name, leader):
         """ainspect / aleader's LockInfo."""
@@ -2184,12 +2298,13 @@ class Client:
                    retry_ms: Optional[Sequence[int]], max_hold: Optional[float],
                    max_hold_ms: Optional[int], min_hold: Optional[float],
                    min_hold_ms: Optional[int], lock_delay: Optional[float],
-                   lock_delay_ms: Optional[int]) -> "Lock":
+                   lock_delay_ms: Optional[int],
+                   on_release_requested: Optional[_OnReleaseRequested] = None) -> "Lock":
         """The Lock a campaign acquires: exclusive, waiting without limit."""
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, None, None, None,
                                       fair, lease_ms, heartbeat_ms, retry_ms, value, max_hold,
                                       max_hold_ms, min_hold, min_hold_ms, lock_delay,
-                                      lock_delay_ms), -1, False)
+                                      lock_delay_ms, on_release_requested), -1, False)
 
     def campaign(self, name: _Name, *, value: Optional[_Value] = None,
                  lease: Optional[float] = None, heartbeat: Optional[float] = None,
@@ -2197,6 +2312,7 @@ class Client:
                  on_lost: Optional[_OnLost] = None, fair: Optional[bool] = None,
                  max_hold: Optional[float] = None, min_hold: Optional[float] = None,
                  lock_delay: Optional[float] = None,
+                 on_release_requested: Optional[_OnReleaseRequested] = None,
                  lease_ms: Optional[int] = None, heartbeat_ms: Optional[int] = None,
                  retry_ms: Optional[Sequence[int]] = None,
                  max_hold_ms: Optional[int] = None, min_hold_ms: Optional[int] = None,
@@ -2214,7 +2330,8 @@ class Client:
         timeout=S). Blocks the calling thread only (the GIL is released while waiting)."""
         lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
                                lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms,
-                               min_hold, min_hold_ms, lock_delay, lock_delay_ms)
+                               min_hold, min_hold_ms, lock_delay, lock_delay_ms,
+                               on_release_requested)
         lock._acquire(-1, True, lock._spec.on_lost, campaign=True)
         return lock
 
@@ -2224,6 +2341,7 @@ class Client:
                         owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
                         fair: Optional[bool] = None, max_hold: Optional[float] = None,
                         min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
+                        on_release_requested: Optional[_OnReleaseRequested] = None,
                         lease_ms: Optional[int] = None,
                         heartbeat_ms: Optional[int] = None,
                         retry_ms: Optional[Sequence[int]] = None,
@@ -2234,7 +2352,8 @@ class Client:
         awaiting task withdraws the candidacy. on_lost(lock) runs on this event loop."""
         lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
                                lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms,
-                               min_hold, min_hold_ms, lock_delay, lock_delay_ms)
+                               min_hold, min_hold_ms, lock_delay, lock_delay_ms,
+                               on_release_requested)
         await lock._aacquire(-1, True)
         return lock
 
@@ -2248,6 +2367,7 @@ class Client:
              shared: Optional[bool] = None, fair: Optional[bool] = None,
              value: Optional[_Value] = None, max_hold: Optional[float] = None,
              min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
+             on_release_requested: Optional[_OnReleaseRequested] = None,
              lease_ms: Optional[int] = None, wait_ms: Union[int, None, _Unset] = _UNSET,
              heartbeat_ms: Optional[int] = None,
              retry_ms: Optional[Sequence[int]] = None,
@@ -2290,6 +2410,14 @@ class Client:
                       for an asyncio acquire) if the lock is found lost while held;
                       lock.lost_cause says why ("deleted: ...", "taken_over: ...",
                       "refused: ...", "expired: ..." or "max_hold: ...")
+        on_release_requested
+                      callback(lock, reason): someone asked the holder to let go
+                      (Client.request_release; reason a str, "" for none), run where on_lost
+                      runs, for each request heard while this lock holds. The callback may
+                      release the lock (for an asyncio hold: schedule arelease()), or ignore it.
+                      Only a hold acquired with it hears requests (a subscription while it
+                      holds: backends with the "release_request" capability; elsewhere the
+                      acquire raises InvalidArgument)
         kind          "exclusive" (default) or "shared"; shared=True is kind="shared" (and
                       shared=False kind="exclusive"); permits: a semaphore of that many holders
                       (0 = off). A shared semaphore, or shared= contradicting kind=, is
@@ -2307,7 +2435,7 @@ class Client:
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
                                       shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
                                       max_hold, max_hold_ms, min_hold, min_hold_ms, lock_delay,
-                                      lock_delay_ms),
+                                      lock_delay_ms, on_release_requested),
                           _wait_of(blocking, timeout, wait_ms), True)
 
     def _lock(self, name: _Name, spec: "_Spec", wait_ms: int, check: bool) -> "Lock":
@@ -2323,13 +2451,14 @@ class Client:
         """lock() for a lock acquired at once: the library checks the options then."""
         def parse(*, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None, retry=None,
                   owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None,
-                  value=None, max_hold=None, min_hold=None, lock_delay=None, lease_ms=None,
+                  value=None, max_hold=None, min_hold=None, lock_delay=None,
+                  on_release_requested=None, lease_ms=None,
                   wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None, max_hold_ms=None,
                   min_hold_ms=None, lock_delay_ms=None):
             return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
                                           shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
                                           max_hold, max_hold_ms, min_hold, min_hold_ms,
-                                          lock_delay, lock_delay_ms),
+                                          lock_delay, lock_delay_ms, on_release_requested),
                               _wait_of(blocking, timeout, wait_ms), False)
         return parse(**options)
 
@@ -2783,12 +2912,14 @@ class Lock:
         self._install(h, slot)
         return True
 
-    def _acquire_raw(self, wait_ms, on_lost, campaign=False):
+    def _acquire_raw(self, wait_ms, on_lost, campaign=False, on_release=_UNSET):
         """dlock_acquire (or dlock_campaign): (handle, on_lost slot), or raises; this object is
-        left alone."""
+        left alone. on_release: the on_release_requested callback (default: the spec's)."""
+        if on_release is _UNSET:
+            on_release = self._spec.on_release_requested
         slot = None
         try:
-            opts, slot = self._spec.build(wait_ms, on_lost)
+            opts, slot = self._spec.build(wait_ms, on_lost, on_release=on_release)
             out = ctypes.c_void_p()
             err = None
             try:
@@ -2989,9 +3120,20 @@ class Lock:
                 except RuntimeError:  # loop closed: nobody to tell
                     pass
 
+        on_release = self._spec.on_release_requested
+        if on_release is not None:
+            user_on_release = on_release
+
+            def on_release(lock, reason, _loop=loop, _cb=user_on_release):
+                # As on_lost: on the loop's next turn, outside the dlock call.
+                try:
+                    _loop.call_soon(_cb, lock, reason)
+                except RuntimeError:  # loop closed: nobody to tell
+                    pass
+
         self._begin()
         try:
-            opts, slot = self._spec.build(wait_ms, on_lost, True)
+            opts, slot = self._spec.build(wait_ms, on_lost, True, on_release)
         except BaseException:
             self._end()
             raise
@@ -3065,6 +3207,16 @@ class Lock:
                 except RuntimeError:  # loop closed: nobody to tell
                     pass
 
+        on_release = self._spec.on_release_requested
+        if on_release is not None:
+            user_on_release = on_release
+
+            def on_release(lock, reason, _loop=loop, _cb=user_on_release):
+                try:
+                    _loop.call_soon_threadsafe(_cb, lock, reason)
+                except RuntimeError:  # loop closed: nobody to tell
+                    pass
+
         fut = loop.create_future()
 
         def outcome(status, handle, slot, message):
@@ -3095,7 +3247,7 @@ class Lock:
 
         def run():
             try:
-                h, slot = self._acquire_raw(wait_ms, on_lost)
+                h, slot = self._acquire_raw(wait_ms, on_lost, on_release=on_release)
             except NotAcquired as e:
                 outcome(NotAcquired.status, None, None, e)
             except BaseException as e:  # delivered to the awaiting task

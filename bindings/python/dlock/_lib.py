@@ -123,6 +123,8 @@ ACQUIRE_FN = ctypes.CFUNCTYPE(None, c_status, c_lock_p, ctypes.c_void_p)
 DONE_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_void_p)
 INFO_FN = ctypes.CFUNCTYPE(None, c_status, ctypes.c_void_p, ctypes.c_void_p)  # dlock_info_fn
 LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p)
+# dlock_release_requested_fn: (name, reason, arg), on the loop's thread as LOST_FN
+RELEASE_REQUESTED_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p)
 c_observer_p = ctypes.c_void_p
 OBSERVE_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p, c_info_p, ctypes.c_void_p)
 # dlock_event_fn: runs on the thread that did the work (the caller's, the library's own, or an
@@ -263,3 +265,11 @@ def _declare(lib):
     if hasattr(lib, "dlock_info_closed_ms"):
         _fn(lib, "dlock_info_closed_ms", ctypes.c_int64, [c_info_p])
         _fn(lib, "dlock_info_closed_by", ctypes.c_char_p, [c_info_p])
+    # Release requests: optional too (request_release() and on_release_requested= then say
+    # what the library lacks).
+    if hasattr(lib, "dlock_request_release"):
+        _fn(lib, "dlock_request_release", c_status, [c_client_p, ctypes.c_char_p, ctypes.c_char_p])
+        _fn(lib, "dlock_options_set_on_release_requested", c_status,
+            [c_options_p, RELEASE_REQUESTED_FN, ctypes.c_void_p])
+        _fn(lib, "dlock_options_set_on_release_requested_queued", c_status,
+            [c_options_p, c_queue_p, ctypes.c_uint64])

@@ -996,6 +996,84 @@ class BreakLock(Base):
         asyncio.run(main())
 
 
+class ReleaseRequests(Base):
+    """client.request_release(name, reason): a holder acquired with on_release_requested= hears
+    the reason and may let go. Its subscription is live one round trip after its acquire, and a
+    request sent before then is missed: the tests ask again until it is heard."""
+
+    def ask_until_heard(self, asker, name, reason, heard):
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            self.assertTrue(asker.request_release(name, reason))
+            if heard.wait(0.15):
+                return True
+        return False
+
+    def test_the_holder_hears_the_reason_and_may_release_in_the_handler(self):
+        self.assertIn("release_request", self.client.capabilities)
+        name = unique("ask")
+        heard = threading.Event()
+        seen = []
+
+        def on_request(lk, reason):
+            seen.append((lk, reason, threading.current_thread().name))
+            lk.release()
+            heard.set()
+
+        lock = self.client.acquire(name, on_release_requested=on_request)
+        with dlock.Client(URL) as asker:
+            self.assertTrue(self.ask_until_heard(asker, name, "deploy #42", heard), "never heard")
+            self.assertEqual(seen, [(lock, "deploy #42", "dlock-events")])
+            self.assertTrue(lock.released)
+            self.assertEqual(asker.inspect(name).holders, [])
+            self.assertFalse(asker.request_release(name, "again"))  # free now: nobody to ask
+
+    def test_a_free_name_and_bad_input(self):
+        c = self.client
+        self.assertIs(c.request_release(unique("ask")), False)
+        self.assertIs(c.request_release(unique("ask"), ""), False)
+        with self.assertRaises(dlock.InvalidArgument):
+            c.request_release(unique("ask"), "r" * (dlock.MAX_REASON_BYTES + 1))
+        with self.assertRaises(dlock.InvalidArgument):
+            c.request_release("")
+        for bad in ({"reason": 5}, {"reason": b"bytes"}):
+            with self.assertRaises(TypeError):
+                c.request_release("x", **bad)
+        with self.assertRaises(TypeError):
+            c.lock("x", on_release_requested="not callable")
+        c.close()
+        with self.assertRaises(dlock.InvalidArgument):
+            c.request_release("x")
+
+    def test_asyncio(self):
+        name = unique("ask")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            heard = loop.create_future()
+            releases = []
+
+            def on_request(lk, reason):  # on this event loop
+                self.assertIs(asyncio.get_running_loop(), loop)
+                if not heard.done():
+                    heard.set_result(reason)
+                    releases.append(loop.create_task(lk.arelease()))
+
+            lock = await self.client.aacquire(name, on_release_requested=on_request)
+            with dlock.Client(URL) as asker:
+                for _ in range(30):
+                    self.assertTrue(await asker.arequest_release(name, "async asker"))
+                    await asyncio.wait([heard], timeout=0.15)
+                    if heard.done():
+                        break
+                self.assertEqual(heard.result(), "async asker")
+                await releases[0]
+                self.assertTrue(lock.released)
+                self.assertFalse(await asker.arequest_release(name))
+
+        asyncio.run(main())
+
+
 class SlowCallbacks(Base):
     def test_a_slow_on_lost_holds_up_no_heartbeat(self):
         # on_lost runs on the binding's dlock-events thread, fed by the library's completion
@@ -2189,10 +2267,11 @@ class Kinds(Base):
         caps = self.client.capabilities
         self.assertIsInstance(caps, frozenset)
         self.assertLessEqual(caps, {"fencing_strict", "notifies", "shared", "permits", "fair",
-                                    "observe_push", "break", "min_hold", "lock_delay"})
+                                    "observe_push", "break", "min_hold", "lock_delay",
+                                    "release_request"})
         # what dlock.h promises for Redis (one server)
         self.assertTrue({"fencing_strict", "notifies", "observe_push", "break", "min_hold",
-                         "lock_delay"} <= caps, caps)
+                         "lock_delay", "release_request"} <= caps, caps)
 
     def test_kind_and_permits_reach_the_library(self):
         c, caps = self.client, self.client.capabilities

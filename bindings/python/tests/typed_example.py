@@ -144,6 +144,18 @@ def sync_part(client: Client, prefix: str) -> None:
         print("broke:", describe(broke), dlock.MAX_REASON_BYTES)
         client.break_lock(prefix + "broken")
 
+    # asking a holder to let go: it hears the reason, and may release
+    if "release_request" in caps:
+        def let_go(lock: Lock, reason: str) -> None:
+            print("asked to let go of", lock.name, "because", reason)
+
+        asked_lock = client.acquire(prefix + "asked", on_release_requested=let_go)
+        asked: bool = client.request_release(prefix + "asked", reason="typed example")
+        assert asked
+        asked_lock.release()
+        nobody: bool = client.request_release(prefix + "asked")
+        assert not nobody
+
     # observing who leads: a callback on the dlock-events thread, until cancel()
     reports: "queue.Queue[Optional[Holder]]" = queue.Queue()
     observer: Observer = client.observe(prefix + "leader", reports.put)
@@ -249,6 +261,9 @@ async def async_part(client: Client, prefix: str) -> None:
     if "break" in client.capabilities:
         broke: LockInfo = await client.abreak_lock(prefix + "async", "typed example", now=True)
         print(describe(broke))
+    if "release_request" in client.capabilities:
+        unasked: bool = await client.arequest_release(prefix + "async", "typed example")
+        assert not unasked
     leadership: Lock = await client.acampaign(prefix + "async-leader", value=b"a", lease_ms=5000)
     await leadership.aset_value("b")
     leader: Optional[Holder] = await client.aleader(prefix + "async-leader")

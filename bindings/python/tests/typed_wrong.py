@@ -18,6 +18,8 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     client.lock("jobs", lock_delay_ms=1.5)  # error: arg-type
     client.inspect(42)  # error: arg-type
     client.break_lock("jobs", reason=5)  # error: arg-type
+    client.request_release("jobs", reason=5)  # error: arg-type
+    client.lock("jobs", on_release_requested=lock.release)  # error: arg-type
     client.acquire("jobs", lease="10")  # error: arg-type
     client.acquire("jobs", wait=5)  # error: call-arg
     client.alock("jobs", kind="both")  # error: arg-type

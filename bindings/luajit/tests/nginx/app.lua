@@ -309,6 +309,33 @@ function M.break_lock()
   lock:release()
 end
 
+-- client:request_release in a worker: the holder (the mode's client) acquired with
+-- on_release_requested hears the reason through the worker's queue, in a timer light thread,
+-- and releases there. Its subscription is live a round trip after its acquire: the other client
+-- asks every 150 ms until it is heard (at most 5 s). Then the name is free, and asking is false.
+function M.ask()
+  local a, c = args()
+  local other = a.mode == "block" and clients.yield or clients.block
+  local reason, phase_seen, released
+  local lock, err, code = c:acquire(a.name, { on_release_requested = function(l, why)
+    reason, phase_seen = why, ngx.get_phase()
+    released = l:release()
+  end })
+  if not lock then return failed(code, err) end
+  local asked = 0
+  local heard = until_true(function()
+    if released ~= nil then return true end
+    asked = asked + 1
+    assert(other:request_release(a.name, "deploy #42") == true)
+    ngx.sleep(0.15)
+    return released ~= nil
+  end)
+  local again = other:request_release(a.name, "again")
+  ngx.say("heard=", tostring(heard), " reason=", tostring(reason), " phase=", tostring(phase_seen),
+    " released=", tostring(released), " free=", tostring(#assert(other:inspect(a.name)).holders == 0),
+    " again=", tostring(again))
+end
+
 local function shown(leader)
   if leader == nil then return "timeout" end
   if leader == false then return "nobody" end

@@ -96,6 +96,7 @@ http {
     location = /setvalue { content_by_lua_block { require("app").setvalue() } }
     location = /inspect { content_by_lua_block { require("app").inspect() } }
     location = /break { content_by_lua_block { require("app").break_lock() } }
+    location = /ask { content_by_lua_block { require("app").ask() } }
     location = /observe { content_by_lua_block { require("app").observe() } }
     location = /observe_init { content_by_lua_block { require("app").observe_init() } }
   }

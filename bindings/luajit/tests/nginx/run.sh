@@ -245,6 +245,16 @@ for mode in yield block; do
 done
 
 for mode in yield block; do
+  name="ask-$mode-$$-$RANDOM"
+  out=$(get "/ask?name=$name&mode=$mode")
+  if [[ $out == "heard=true reason=deploy #42 phase=timer released=true free=true again=false" ]]; then
+    ok "client:request_release in a worker ($mode client holds): the holder hears the reason in a timer and releases; the name is free"
+  else
+    fail "request_release in nginx ($mode client): '$out'"
+  fi
+done
+
+for mode in yield block; do
   name="observe-$mode-$$-$RANDOM"
   out=$(get "/observe?name=$name&mode=$mode")
   if [[ $out == "first=nobody campaign=value:v1 proclaim=value:v2 resign=nobody extra=0 after_cancel=0 phase=timer" ]]; then

@@ -7,7 +7,7 @@ import promClient from 'prom-client';
 import { trace, type MeterProvider, type TracerProvider } from '@opentelemetry/api';
 import dlock, {
   Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, Observer, codes, library, version,
-  MAX_VALUE_BYTES, MAX_REASON_BYTES, MAX_LOCK_DELAY_MS, registerMetrics, type AcquireOptions, type BreakOptions, type LockInfo, type CampaignOptions, type HoldValue, type Leader, type Releaser,
+  MAX_VALUE_BYTES, MAX_REASON_BYTES, MAX_LOCK_DELAY_MS, registerMetrics, type AcquireOptions, type BreakOptions, type RequestReleaseOptions, type LockInfo, type CampaignOptions, type HoldValue, type Leader, type Releaser,
   type DlockEvent, type LossCause, type MetricSample, DlockInstrumentation, type DlockInstrumentationConfig,
 } from 'libdlock';
 
@@ -80,6 +80,20 @@ let outer: Client;
     const released = await victim.release().catch((e: unknown) => e);  // hears of the break
     assert.ok(released instanceof LockLostError, String(released));
     assert.equal(released.cause, 'broken');
+  }
+
+  // asking a holder to let go
+  {
+    const asked: Lock = await client.acquire(`${name}-asked`, {
+      onReleaseRequested: (l: Lock, reason: string) => { void l; void reason; },  // heard, or not yet: ignored
+    });
+    asked.on('releaseRequested', (l: Lock, reason: string) => { void l; void reason; });
+    const askOptions: RequestReleaseOptions = { reason: 'typescript' };
+    const some: boolean = await client.requestRelease(`${name}-asked`, askOptions);
+    assert.equal(some, true);
+    assert.equal((await client.capabilities()).releaseRequest, true);
+    await asked.release();
+    assert.equal(await client.requestRelease(`${name}-asked`), false);
   }
 
   // metrics: text, samples, prom-client; events on the addon path
@@ -188,6 +202,10 @@ export function refused(c: Client, l: Lock): void {
   void c.campaign('x', { shared: true });
   // @ts-expect-error: a value is a string or bytes
   void c.acquire('x', { value: 5 });
+  // @ts-expect-error: requestRelease resolves with a boolean
+  void c.requestRelease('x').then((x: LockInfo) => x);
+  // @ts-expect-error: a release request's reason is a string
+  c.acquire('x').then((lk) => lk.on('releaseRequested', (lk2: Lock, reason: number) => reason));
   // @ts-expect-error: setValue takes a value
   void l.setValue();
   // @ts-expect-error: leader() may resolve with null (nobody leads)
