@@ -1212,7 +1212,9 @@ void LockProtocol::Release(Transport* transport, std::shared_ptr<const LockState
   }
   const TimePoint deadline = CallDeadline();
   const bool hold = IsHold(*lock);
-  if (MinHoldLeftMs(*lock) != 0) {  // an early release: the min hold's marker stays
+  // An early release: the min hold's marker stays (unless the hold is given back: an acquire
+  // nobody took leaves no rules behind).
+  if (MinHoldLeftMs(*lock) != 0 && !lock->given_back.load()) {
     auto op = std::make_shared<ReleaseOp>();
     op->lock = std::move(lock);
     op->key = std::move(key);

@@ -459,7 +459,7 @@ void LockProtocol::PutRules(Transport* t, std::shared_ptr<AcquireOp> op, Acquire
     if (g->min_lease != 0) success.push_back(PutRequest(min_key, kClosedByMinHold, g->min_lease));
     if (g->delay_lease != 0) success.push_back(PutRequest(data->delay_key, kClosedByLockDelay, g->delay_lease));
     t->Call(kTxn, TxnBody(Json::array({CompareCreateEqual(op->key, token)}), success, Json()), op->deadline,
-            [this, t, op, attempt, data, g, delay_ttl_s, give_back](CallResult r) {
+            [this, t, op, attempt, data, g, delay_ttl_s, give_back, min_key](CallResult r) {
       TxnAnswer txn;
       if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
       if (!r.status.ok()) return give_back(r.status);
@@ -471,7 +471,8 @@ void LockProtocol::PutRules(Transport* t, std::shared_ptr<AcquireOp> op, Acquire
         refused.holder_ttl_ms = 0;
         return op->done(Status::Ok(), refused);
       }
-      auto finish = [op, attempt, data, g, delay_ttl_s]() {
+      auto finish = [op, attempt, data, g, delay_ttl_s, min_key]() {
+        if (g->min_lease != 0) data->min_key = min_key;
         data->delay_lease = g->delay_lease;
         data->delay_ttl_s = delay_ttl_s;
         op->done(Status::Ok(), attempt);
@@ -1064,10 +1065,14 @@ void LockProtocol::ReleaseRound(Transport* t, std::shared_ptr<const LockState> l
 std::string LockProtocol::ReleaseTxn(const LockState& lock) const {
   const EtcdLockData* data = DataOf(lock);
   const std::string key = KeyOf(lock);
-  if (data == nullptr || data->delay_key.empty()) return IfOwnedDeleteTxn(key, TokenOf(lock));
-  // The lock-delay marker goes with the hold: a clean end (the min hold's marker stays).
-  return TxnBody(Json::array({CompareCreateEqual(key, TokenOf(lock))}),
-                 Json::array({DeleteRequest(key), DeleteRequest(data->delay_key)}), Json());
+  const bool drop_min_hold = data != nullptr && !data->min_key.empty() && lock.given_back.load();
+  if (data == nullptr || (data->delay_key.empty() && !drop_min_hold)) return IfOwnedDeleteTxn(key, TokenOf(lock));
+  // The lock-delay marker goes with the hold: a clean end. The min hold's marker stays, unless
+  // the hold is given back (an acquire nobody took: as if it had not happened).
+  Json deletes = Json::array({DeleteRequest(key)});
+  if (!data->delay_key.empty()) deletes.push_back(DeleteRequest(data->delay_key));
+  if (drop_min_hold) deletes.push_back(DeleteRequest(data->min_key));
+  return TxnBody(Json::array({CompareCreateEqual(key, TokenOf(lock))}), deletes, Json());
 }
 
 void LockProtocol::SetValue(Transport* t, std::shared_ptr<const LockState> lock, const std::string& value,

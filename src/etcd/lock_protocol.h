@@ -196,6 +196,9 @@ struct EtcdLockData : BackendLockData {
   // lease was asked for (an extend to another length grants a new one). Set before the acquire
   // returns; the lease changes on the heartbeat's turn only (extends and renewals never overlap).
   std::string delay_key;
+  // The min hold's marker key ("" = none): a release leaves it, unless the hold is given back
+  // (LockState::given_back: an acquire nobody took leaves no rules behind).
+  std::string min_key;
   std::atomic<int64_t> delay_lease{0};
   std::atomic<int64_t> delay_ttl_s{0};
   // A move of the marker to delay_lease whose outcome stayed unknown: the marker may still hang

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "conformance/conformance.h"
+#include "queue_util.h"
 
 namespace dlock_test {
 namespace {
@@ -276,6 +277,26 @@ TEST_P(JobRules, BadRulesAreRefusedNamingTheOption) {
               std::string::npos)
         << dlock_last_error();
   }
+}
+
+// An acquire nobody took (its queue freed before its outcome was popped) is given back as if it
+// had not happened: its min hold leaves no marker, and the name is free at once.
+TEST_P(JobRules, AnAcquireNobodyTookLeavesNoMinHoldBehind) {
+  if (!Offers(DLOCK_CAP_MIN_HOLD)) GTEST_SKIP() << "no min_hold_ms here";
+  Client c(url()), observer(url());
+  const std::string name = Name("given-back");
+  Options o;
+  o.lease(5000).min_hold(60000);
+  dlock_queue* q = nullptr;
+  ASSERT_EQ(dlock_queue_new(&q), DLOCK_OK);
+  ASSERT_EQ(dlock_acquire_queued(c.get(), name.c_str(), o.get(), q, 1), DLOCK_OK) << dlock_last_error();
+  ASSERT_TRUE(WaitFor([&] { return Inspect(observer.get(), name).holders.size() == 1; }, std::chrono::milliseconds(5000)))
+      << "the queued acquire never held the name";
+  ASSERT_TRUE(Readable(dlock_queue_fd(q), std::chrono::milliseconds(5000))) << "no outcome queued";
+  dlock_queue_free(q);  // the outcome never popped: its lock is given back in the background
+  EXPECT_TRUE(WaitFor([&] { return TryToTake(observer.get(), name).status == DLOCK_OK; },
+                      std::chrono::milliseconds(5000)))
+      << "the name stayed closed by the min hold of an acquire nobody took: " << Inspect(observer.get(), name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, JobRules, ::testing::ValuesIn(AllBackends()), BackendTestName);
