@@ -273,6 +273,16 @@ dlock_status dlock_options_set_retry_ms(dlock_options* o, uint64_t min_ms, uint6
   });
 }
 
+dlock_status dlock_options_set_reentrant(dlock_options* o, const char* context) {
+  return Guard([&] {
+    if (o == nullptr) return Invalid("options is NULL");
+    dlock::Status s = dlock::CheckReentrantContext(context);
+    if (!s.ok()) return Report(s);
+    o->impl.reentrant_context = context == nullptr ? "" : context;
+    return Report(s);
+  });
+}
+
 dlock_status dlock_options_set_owner(dlock_options* o, const char* owner) {
   return Guard([&] {
     if (o == nullptr) return Invalid("options is NULL");

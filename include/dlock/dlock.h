@@ -198,6 +198,18 @@ DLOCK_API dlock_status dlock_options_set_retry_ms(dlock_options *o, uint64_t min
 /* A label stored with the lock for people and tools (not the owner token, which is random and
  * secret). At most DLOCK_MAX_OWNER_BYTES. NULL clears it. */
 DLOCK_API dlock_status dlock_options_set_owner(dlock_options *o, const char *owner);
+/* Reentrancy by a context the caller chooses (a task, a request id, a thread id): an acquire of
+ * a name whose hold this client already has under the same context is a re-entry, not an
+ * acquisition. It waits for nothing, issues no token, and returns a handle of its own on that
+ * hold (the same fencing token, lease and heartbeats; an extend through any handle extends the
+ * hold); only the release of the last handle releases on the server (the others answer
+ * DLOCK_OK, or DLOCK_NOT_HELD once the hold was lost). A re-entry of a hold that was lost or is
+ * past its local deadline is DLOCK_NOT_HELD; one asking another kind or permits is DLOCK_EINVAL.
+ * Another context, or none, acquires as anyone else does (threads sharing a client contend). A
+ * context must be unique while its holds live (thread ids are recycled once a thread ends), and
+ * its acquires of one name made one at a time. NULL (the default) turns reentrancy off; "" and
+ * contexts over 256 bytes are DLOCK_EINVAL. Every backend: the core keeps the count. */
+DLOCK_API dlock_status dlock_options_set_reentrant(dlock_options *o, const char *context);
 /* Called when the lock is lost; see dlock_lost_fn. NULL clears it. */
 DLOCK_API dlock_status dlock_options_set_on_lost(dlock_options *o, dlock_lost_fn fn, void *arg);
 

@@ -339,6 +339,44 @@ Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& 
                              gave_up + hint + ")");
 }
 
+Status Client::Reenter(const std::string& name, const AcquireOptions& options,
+                       std::shared_ptr<LockState>* out) {
+  out->reset();
+  if (options.reentrant_context.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> guard(mu_);
+  for (auto [it, end] = held_.equal_range(name); it != end; ++it) {
+    const std::shared_ptr<LockState>& held = it->second;
+    if (held->reentrant_context != options.reentrant_context || held->entries == 0) continue;
+    const std::string what = "lock '" + name + "' re-entered by context '" + options.reentrant_context + "'";
+    if (!held->IsValid()) {
+      std::string why = held->LostCause();
+      return Status::NotHeld(what + ": the hold is no longer valid" + (why.empty() ? "" : " (" + why + ")"));
+    }
+    if (held->kind != options.kind || held->permits != options.permits) {
+      return Status::InvalidArgument(what + ": the hold is " +
+                                     (held->kind == LockKind::kShared ? "shared" : "exclusive") +
+                                     (held->permits != 0 ? " with permits " + std::to_string(held->permits) : "") +
+                                     "; a re-entry asks for the same kind and permits");
+    }
+    ++held->entries;
+    *out = held;
+    return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+bool Client::LeaveReentry(LockState& lock, Status* answer) {
+  if (lock.reentrant_context.empty()) return false;
+  std::lock_guard<std::mutex> guard(mu_);
+  if (lock.entries > 1) {
+    --lock.entries;
+    *answer = lock.Phase() == LockPhase::kHeld ? Status::Ok() : NotHeldStatus(lock);
+    return true;
+  }
+  lock.entries = 0;  // the last handle: no re-entry from now on
+  return false;
+}
+
 Status Client::Adopt(const LockRequest& request, const AcquireAttempt& attempt,
                      uint32_t attempts, const AcquireOptions& options, TimePoint sent,
                      std::shared_ptr<LockState>* out) {
@@ -403,13 +441,15 @@ Acquisition::Step FeedHeard(Acquisition* acquisition, const WakeSignal::Heard& h
 Status Client::Acquire(const std::string& name, const AcquireOptions& options,
                        std::shared_ptr<LockState>* out) {
   if (IsClosed()) return Status::InvalidArgument("client is closed");
+  Status s = Reenter(name, options, out);  // a re-entry waits for nothing, on any thread
+  if (!s.ok() || *out != nullptr) return s;
   if (options.wait_ms != 0 && loop_->InLoopThread()) {
     return Status::InvalidArgument(
         "dlock_acquire with a wait cannot run on the client's loop thread (in a callback, or on "
         "the event_base's thread): waiting needs that loop; use dlock_acquire_async, or wait_ms 0");
   }
   LockRequest request;
-  Status s = MakeRequest(name, options, &request);
+  s = MakeRequest(name, options, &request);
   if (!s.ok()) return s;
 
   Acquisition acquisition(std::move(request), options, backend_->NotifiesReleases(), Now(), &metrics_);
@@ -458,8 +498,18 @@ Status Client::Acquire(const std::string& name, const AcquireOptions& options,
 Status Client::AcquireAsync(const std::string& name, const AcquireOptions& options, CancelKey key,
                             AcquireDone done) {
   if (IsClosed()) return Status::InvalidArgument("client is closed");
+  std::shared_ptr<LockState> reentered;
+  Status s = Reenter(name, options, &reentered);
+  if (!s.ok()) return s;
+  if (reentered != nullptr) {  // no acquisition: done on the loop, never before this returns
+    bool posted = StartOnLoop([self = shared_from_this(), reentered, done = std::move(done)]() mutable {
+      self->Complete([reentered, done = std::move(done)] { done(Status::Ok(), reentered); });
+    });
+    if (!posted) return Status::InvalidArgument("client is closed");
+    return Status::Ok();
+  }
   LockRequest request;
-  Status s = MakeRequest(name, options, &request);
+  s = MakeRequest(name, options, &request);
   if (!s.ok()) return s;
   auto op = std::make_shared<AsyncAcquire>(this, std::move(request), options, key, std::move(done));
   {
@@ -588,7 +638,9 @@ void Client::CollectMetrics(std::vector<MetricFamily>* families, std::vector<Met
 }
 
 Status Client::Release(const std::shared_ptr<LockState>& lock) {
-  Status s = ReleaseHeld(lock);
+  Status s;
+  if (LeaveReentry(*lock, &s)) return s;
+  s = ReleaseHeld(lock);
   // Wait out an on_lost call in progress: once release returns, the callback is neither running
   // nor going to run, so the caller may free what it uses.
   std::lock_guard<std::recursive_mutex> wait_for_callback(lock->callback_mu);
@@ -661,6 +713,10 @@ void Client::ReleaseAsync(std::shared_ptr<LockState> lock, StatusCallback user_d
     std::lock_guard<std::recursive_mutex> wait_for_callback(lock->callback_mu);
     user_done(s);
   };
+  if (Status s; LeaveReentry(*lock, &s)) {
+    if (!StartOnLoop([self = shared_from_this(), done, s] { self->Complete([done, s] { done(s); }); })) done(s);
+    return;
+  }
   bool posted = StartOnLoop([self = shared_from_this(), lock, done]() mutable {
     const bool keeps_delay = lock->Phase() == LockPhase::kHeld && EndedUncleanlyWithADelay(*lock, &self->metrics_);
     LockPhase phase = lock->Phase();

@@ -98,6 +98,14 @@ class Client : public std::enable_shared_from_this<Client> {
   // For AsyncAcquire and the backends.
   EventLoop* loop() { return loop_.get(); }
   Backend* backend() { return backend_.get(); }
+  // A re-entry (dlock_options_set_reentrant): this client's hold of name under options'
+  // context, with one more handle on it, in *out; *out stays null when there is none (an
+  // acquisition is needed). NotHeld when that hold was lost or is past its local deadline;
+  // InvalidArgument when its kind or permits differ.
+  Status Reenter(const std::string& name, const AcquireOptions& options, std::shared_ptr<LockState>* out);
+  // The release of one handle on a re-entered hold while others remain: true, with the answer,
+  // and the server is not asked. False for the last (or only) handle: its release goes on.
+  bool LeaveReentry(LockState& lock, Status* answer);
   // Registers a newly acquired lock (heartbeats, close); gives it back if the client closed.
   Status Adopt(const LockRequest& request, const AcquireAttempt& attempt, uint32_t attempts,
                const AcquireOptions& options, TimePoint sent, std::shared_ptr<LockState>* out);

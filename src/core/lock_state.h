@@ -46,6 +46,7 @@ struct LockState {
         lock_delay_ms(options.lock_delay_ms),
         on_lost(options.on_lost),
         on_release_requested(options.on_release_requested),
+        reentrant_context(options.reentrant_context),
         has_value(!options.value.empty()),
         lease_ms(options.lease_ms),
         backend_data(std::move(data)),
@@ -65,6 +66,11 @@ struct LockState {
   const uint64_t lock_delay_ms;  // 0 = none (LockRequest::lock_delay_ms)
   const LostHandler on_lost;
   const ReleaseRequestHandler on_release_requested;
+  // Reentrancy (dlock_options_set_reentrant): the context whose acquires of this name re-enter
+  // this hold ("" = none), and the handles on it not yet released; 0 once its last release has
+  // begun (no re-entry then). Under the client's mutex.
+  const std::string reentrant_context;
+  uint32_t entries = 1;
   // Hears release requests for this hold (core/release_requests.h) when on_release_requested is
   // set: watched through the backend from the acquire until the client forgets the lock. Set
   // before the heartbeats track the lock, then read only; a backend that hears of requests

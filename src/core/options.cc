@@ -91,6 +91,19 @@ Status CheckOwner(const char* owner) {
   return Status::Ok();
 }
 
+Status CheckReentrantContext(const char* context) {
+  if (context == nullptr) return Status::Ok();
+  if (context[0] == '\0') {
+    return Status::InvalidArgument("reentrant context is empty: name one (a task, a request id), or "
+                                   "pass NULL to turn reentrancy off");
+  }
+  if (strnlen(context, kMaxContextBytes + 1) > kMaxContextBytes) {
+    return Status::InvalidArgument("reentrant context is longer than " + std::to_string(kMaxContextBytes) +
+                                   " bytes");
+  }
+  return Status::Ok();
+}
+
 Status CheckValue(const void* data, size_t len) {
   if (len > kMaxValueBytes) {
     return Status::InvalidArgument("value is " + std::to_string(len) + " bytes, longer than " +

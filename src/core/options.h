@@ -31,6 +31,7 @@ constexpr uint64_t kDefaultRetryMinMs = 50;
 constexpr uint64_t kDefaultRetryMaxMs = 1000;
 constexpr size_t kMaxNameBytes = 1024;
 constexpr size_t kMaxOwnerBytes = 256;
+constexpr size_t kMaxContextBytes = 256;  // a reentrant context (dlock_options_set_reentrant)
 constexpr size_t kMaxValueBytes = 4096;  // a value stored with a hold (DLOCK_MAX_VALUE_BYTES)
 constexpr size_t kMaxReasonBytes = 1024; // an operator's reason for a break or a release request
 constexpr uint64_t kMaxLockDelayMs = 60000;  // as Chubby's and Consul's lock-delay
@@ -54,6 +55,7 @@ struct AcquireOptions {
   uint64_t lock_delay_ms = 0;                // closed this long after an unclean end; 0 = none
   LostHandler on_lost;                       // empty = nobody to tell
   ReleaseRequestHandler on_release_requested;  // empty = requests are not listened for
+  std::string reentrant_context;             // "" = not reentrant (dlock_options_set_reentrant)
 
   // Checks the combination (single values are checked by the setters).
   Status Validate() const;
@@ -80,6 +82,7 @@ Status CheckHeldLease(uint64_t lease_ms);
 Status CheckLockName(const char* name);
 Status CheckOwner(const char* owner);
 Status CheckValue(const void* data, size_t len);
+Status CheckReentrantContext(const char* context);  // NULL is "off", and fine
 
 // When a wait of wait_ms from start ends: never for -1, or for waits beyond what the clock can
 // add (anything longer than the longest lease counts as no limit).
