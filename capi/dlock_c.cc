@@ -392,6 +392,47 @@ dlock_status dlock_acquire(dlock_client* c, const char* name, const dlock_option
   return BlockingAcquire(&dlock::Client::Acquire, c, name, o, out);
 }
 
+dlock_status dlock_acquire_many(dlock_client* c, const char* const* names, size_t n,
+                                const dlock_options* o, dlock_lock** locks_out) {
+  return Guard([&] {
+    if (c == nullptr) return Invalid("client is NULL");
+    if (n == 0) return Invalid("n is 0: name at least one lock");
+    if (names == nullptr) return Invalid("names is NULL");
+    if (locks_out == nullptr) return Invalid("locks_out is NULL");
+    for (size_t k = 0; k < n; ++k) locks_out[k] = nullptr;
+    const dlock::AcquireOptions* options = nullptr;
+    std::vector<std::string> wanted;
+    wanted.reserve(n);
+    for (size_t k = 0; k < n; ++k) {
+      dlock::Status s = CheckAcquire(names[k], o, &options);
+      if (!s.ok()) return Report(s.Prefixed("names[" + std::to_string(k) + "]"));
+      wanted.emplace_back(names[k]);
+    }
+    std::vector<std::shared_ptr<dlock::LockState>> held;
+    dlock::Status s = c->impl->AcquireMany(wanted, *options, &held);
+    if (!s.ok()) return Report(s);
+    std::vector<std::unique_ptr<dlock_lock>> handles;  // all made before any is handed out
+    for (auto& state : held) handles.emplace_back(new dlock_lock{c->impl, std::move(state), {}});
+    for (size_t k = 0; k < n; ++k) locks_out[k] = handles[k].release();
+    return Report(s);
+  });
+}
+
+dlock_status dlock_release_many(dlock_lock** locks, size_t n) {
+  return Guard([&] {
+    if (locks == nullptr && n != 0) return Invalid("locks is NULL");
+    std::vector<std::unique_ptr<dlock_lock>> owned;  // freed whatever happens
+    std::vector<std::pair<std::shared_ptr<dlock::Client>, std::shared_ptr<dlock::LockState>>> holds;
+    for (size_t k = 0; k < n; ++k) {
+      if (locks[k] == nullptr) continue;
+      owned.emplace_back(locks[k]);
+      locks[k] = nullptr;
+      holds.emplace_back(owned.back()->client, owned.back()->state);
+    }
+    return Report(dlock::Client::ReleaseMany(holds));
+  });
+}
+
 dlock_status dlock_campaign(dlock_client* c, const char* name, const dlock_options* o,
                             dlock_lock** out) {
   return BlockingAcquire(&dlock::Client::Campaign, c, name, o, out);

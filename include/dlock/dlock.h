@@ -198,6 +198,21 @@ DLOCK_API dlock_status dlock_options_set_retry_ms(dlock_options *o, uint64_t min
 /* A label stored with the lock for people and tools (not the owner token, which is random and
  * secret). At most DLOCK_MAX_OWNER_BYTES. NULL clears it. */
 DLOCK_API dlock_status dlock_options_set_owner(dlock_options *o, const char *owner);
+/* Several names, all or none: a transfer between two accounts, a job that touches two shards.
+ * On DLOCK_OK, locks_out[k] is the hold of names[k], each with its own fencing token, lease,
+ * heartbeats and loss report (losing one name is reported as the loss of that name; the others
+ * stay held until released). On any other status nothing is held and every locks_out[k] is
+ * NULL. The names are taken one at a time in one fixed order (bytewise), whatever order they are
+ * given in, so that callers asking for {a, b} and {b, a} at once never wait on each other; what
+ * was taken is released when a later name cannot be. o applies to each name; its wait_ms bounds
+ * the whole call (W + n * (C + T)). A name given twice, n 0 or NULL arrays are DLOCK_EINVAL.
+ * Every backend. */
+DLOCK_API dlock_status dlock_acquire_many(dlock_client *c, const char *const *names, size_t n,
+                                          const dlock_options *o, dlock_lock **locks_out);
+/* Releases every non-NULL locks[k] (each through its own client), frees it and sets locks[k] to
+ * NULL. DLOCK_OK when every release was; DLOCK_NOT_HELD when some hold had been lost (the
+ * message names each one), or the first other error, whose message names every failure. */
+DLOCK_API dlock_status dlock_release_many(dlock_lock **locks, size_t n);
 /* Reentrancy by a context the caller chooses (a task, a request id, a thread id): an acquire of
  * a name whose hold this client already has under the same context is a re-entry, not an
  * acquisition. It waits for nothing, issues no token, and returns a handle of its own on that

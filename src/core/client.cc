@@ -250,6 +250,54 @@ Status Client::RequestRelease(const std::string& name, const std::string& reason
   return s;
 }
 
+Status Client::AcquireMany(const std::vector<std::string>& names, const AcquireOptions& options,
+                           std::vector<std::shared_ptr<LockState>>* out) {
+  out->assign(names.size(), nullptr);
+  std::vector<size_t> order(names.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return names[a] < names[b]; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (names[order[k]] == names[order[k - 1]]) {
+      return Status::InvalidArgument("lock '" + names[order[k]] + "' is named twice");
+    }
+  }
+  const TimePoint start = Now();
+  const TimePoint until = WaitUntil(start, options.wait_ms);
+  AcquireOptions each = options;
+  Status s;
+  size_t taken = 0;
+  for (; taken < order.size(); ++taken) {
+    if (options.wait_ms > 0) {  // what is left of the whole call's wait (at least one try)
+      const int64_t left = std::chrono::duration_cast<Millis>(until - Now()).count();
+      each.wait_ms = left > 0 ? left : 0;
+    }
+    s = Acquire(names[order[taken]], each, &(*out)[order[taken]]);
+    if (!s.ok()) break;
+  }
+  if (s.ok()) return s;
+  // None, then: give back what was taken, last first.
+  while (taken-- > 0) {
+    std::shared_ptr<LockState>& lock = (*out)[order[taken]];
+    (void)Release(lock);
+    lock.reset();
+  }
+  out->assign(names.size(), nullptr);
+  return s;
+}
+
+Status Client::ReleaseMany(
+    const std::vector<std::pair<std::shared_ptr<Client>, std::shared_ptr<LockState>>>& holds) {
+  Status first;
+  std::string failures;
+  for (const auto& [client, lock] : holds) {
+    Status s = client->Release(lock);
+    if (s.ok()) continue;
+    if (first.ok() || (first.code() == Code::kNotHeld && s.code() != Code::kNotHeld)) first = s;
+    failures += (failures.empty() ? "" : "; ") + s.message();
+  }
+  return first.ok() ? first : Status(first.code(), failures);
+}
+
 Status Client::Campaign(const std::string& name, const AcquireOptions& options,
                         std::shared_ptr<LockState>* out) {
   if (options.kind != LockKind::kExclusive || options.permits != 0) {

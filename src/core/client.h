@@ -76,6 +76,17 @@ class Client : public std::enable_shared_from_this<Client> {
   // at most kMaxReasonBytes; NotHeld when nobody holds it. *asked: how many holds were asked.
   // Blocking.
   Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked);
+  // Several names, all or none (dlock_acquire_many): each name is acquired in one fixed order
+  // (bytewise), so that two callers asking for {a, b} and {b, a} never wait on each other; on
+  // any failure what was taken is released, and the failure returned. out[k] holds names[k].
+  // options.wait_ms bounds the whole call. Blocking.
+  Status AcquireMany(const std::vector<std::string>& names, const AcquireOptions& options,
+                     std::vector<std::shared_ptr<LockState>>* out);
+  // dlock_release_many: releases every hold (each through its own client). Ok when all were;
+  // else NotHeld naming each one lost (or released already) when that is all that went wrong,
+  // else the first error, its message naming every name that failed and why.
+  static Status ReleaseMany(
+      const std::vector<std::pair<std::shared_ptr<Client>, std::shared_ptr<LockState>>>& holds);
   // Leader election: an exclusive acquire that waits without limit (dlock_campaign); the
   // leader, or no holder (dlock_leader). Blocking.
   Status Campaign(const std::string& name, const AcquireOptions& options, std::shared_ptr<LockState>* out);
