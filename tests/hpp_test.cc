@@ -480,6 +480,57 @@ TEST_F(HppTest, LockDelayKeepsTheNameClosedAfterAnExpiry) {
   at_cap.release();
 }
 
+TEST_F(HppTest, AReentrantContextReentersAndOnlyTheLastReleaseFrees) {
+  dlock::Client client(redis_.url());
+  dlock::Client other(redis_.url());
+  const dlock::Options mine = dlock::Options().lease(5s).reentrant("task-7");
+  dlock::Lock outer = client.acquire("reentrant", mine);
+  dlock::Lock inner = client.acquire("reentrant", dlock::Options(mine).no_wait());  // at once
+  EXPECT_NE(inner.native_handle(), outer.native_handle());
+  EXPECT_EQ(inner.fencing_token(), outer.fencing_token());
+  EXPECT_FALSE(client.try_acquire("reentrant", dlock::Options().reentrant("task-8")));  // another context
+  EXPECT_FALSE(client.try_acquire("reentrant"));  // none
+  inner.release();
+  EXPECT_FALSE(other.try_acquire("reentrant"));
+  EXPECT_TRUE(outer.valid());
+  outer.release();
+  EXPECT_TRUE(other.try_acquire("reentrant"));
+
+  // "" and contexts over 256 bytes are DLOCK_EINVAL, naming the context; no_reentrancy() is none.
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("reentrant-bad", dlock::Options().reentrant("")); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("reentrant context is empty"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("reentrant-bad", dlock::Options().reentrant(std::string(257, 'c'))); },
+                   &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("reentrant context is longer than 256 bytes"), std::string::npos) << message;
+  dlock::Lock plain = client.acquire("reentrant-off", dlock::Options().reentrant("x").no_reentrancy());
+  EXPECT_FALSE(client.try_acquire("reentrant-off", dlock::Options().reentrant("x")));
+}
+
+// The C side calls the hold's first handler until its last Lock goes: a re-entry keeps it alive
+// when the first Lock is released before it.
+TEST_F(HppTest, AReentrantHoldKeepsItsFirstOnLostAfterTheFirstLockIsReleased) {
+  dlock::Client client(redis_.url());
+  dlock::Client op(redis_.url());
+  std::promise<uint64_t> lost;
+  std::future<uint64_t> heard = lost.get_future();
+  dlock::Lock inner;
+  {
+    dlock::Lock outer = client.acquire(
+        "reentrant-lost", dlock::Options().lease(2s).heartbeat(100ms).reentrant("job-1").on_lost(
+                              [&lost](const std::string&, uint64_t token) { lost.set_value(token); }));
+    inner = client.acquire("reentrant-lost", dlock::Options().reentrant("job-1"));
+    outer.release();  // the hold lives on
+  }
+  EXPECT_TRUE(inner.valid());
+  op.break_lock("reentrant-lost", "", true);
+  ASSERT_EQ(heard.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(heard.get(), inner.fencing_token());
+  EXPECT_EQ(CodeOf([&] { inner.release(); }), DLOCK_NOT_HELD);
+}
+
 TEST_F(HppTest, BreakLockReportsTheHolderLostWithCauseBrokenAndClosesTheName) {
   dlock::Client client(redis_.url());
   dlock::Client op(redis_.url());

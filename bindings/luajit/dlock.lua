@@ -140,6 +140,7 @@ const char *dlock_info_closed_by(const dlock_info *i);
 dlock_status dlock_request_release(dlock_client *c, const char *name, const char *reason);
 dlock_status dlock_options_set_on_release_requested_queued(dlock_options *o, dlock_queue *q,
                                                            uint64_t tag);
+dlock_status dlock_options_set_reentrant(dlock_options *o, const char *context);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 -- poll(2) and clock_gettime(2) for client:dispatch, under names of this module's own (a user's
@@ -231,6 +232,9 @@ local BREAK_NOW = 0x1  -- DLOCK_BREAK_NOW
 local HAS_RELEASE_REQUEST = pcall(function()
   return C.dlock_request_release, C.dlock_options_set_on_release_requested_queued
 end)
+-- Reentrancy by a context (dlock_options_set_reentrant): a library from before it still loads;
+-- an acquire with reentrant then gets nil, message, "EINVAL" saying so.
+local HAS_REENTRANT = pcall(function() return C.dlock_options_set_reentrant end)
 
 -- The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
 M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
@@ -1225,6 +1229,7 @@ local function build_options(opts, fname, campaign)
     rmax = check_ms(opts.retry_ms[2], 2, fname, "retry_ms[2]", 0, 2^53)
   end
   if opts.owner ~= nil then check_string(opts.owner, 2, fname, "owner") end
+  if opts.reentrant ~= nil then check_string(opts.reentrant, 2, fname, "reentrant") end
   if opts.kind ~= nil and KIND_NUMBERS[opts.kind] == nil then
     argerror(2, fname, "kind must be \"exclusive\" or \"shared\"")
   end
@@ -1266,7 +1271,7 @@ local function build_options(opts, fname, campaign)
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
       and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits"
       and k ~= "fair" and k ~= "value" and k ~= "max_hold_ms" and k ~= "min_hold_ms"
-      and k ~= "lock_delay_ms" and k ~= "on_release_requested" then
+      and k ~= "lock_delay_ms" and k ~= "on_release_requested" and k ~= "reentrant" then
       argerror(2, fname, "unknown option '" .. tostring(k) .. "'")
     end
   end
@@ -1274,6 +1279,10 @@ local function build_options(opts, fname, campaign)
     return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no release "
       .. "requests (dlock_options_set_on_release_requested_queued) for on_release_requested; "
       .. "install a newer one", "EINVAL"
+  end
+  if opts.reentrant and not HAS_REENTRANT then
+    return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no "
+      .. "reentrancy (dlock_options_set_reentrant) for reentrant; install a newer one", "EINVAL"
   end
   if max_hold and not HAS_MAX_HOLD then
     return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no max hold "
@@ -1298,6 +1307,7 @@ local function build_options(opts, fname, campaign)
   if s == 0 and lock_delay then s = C.dlock_options_set_lock_delay_ms(o, lock_delay) end
   if s == 0 and rmin then s = C.dlock_options_set_retry_ms(o, rmin, rmax) end
   if s == 0 and opts.owner then s = C.dlock_options_set_owner(o, opts.owner) end
+  if s == 0 and opts.reentrant then s = C.dlock_options_set_reentrant(o, opts.reentrant) end
   if s == 0 and kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[kind]) end
   if s == 0 and permits then s = C.dlock_options_set_permits(o, permits) end
   if s == 0 and opts.fair ~= nil then s = C.dlock_options_set_fair(o, opts.fair and 1 or 0) end
@@ -1415,7 +1425,12 @@ end
 --   long the name stays closed after the lease runs out, closed_by "lock_delay"; a release has
 --   no delay; 0 = none, at most MAX_LOCK_DELAY_MS; both need the backend's "min_hold" /
 --   "lock_delay" capability, else "EINVAL"), retry_ms = { min, max } (default
---   {50, 1000}), owner (a label), on_lost = function(lock) (see the note at the top),
+--   {50, 1000}), owner (a label), reentrant (a context, 1..256 bytes: the request's id under
+--   nginx, say; while this client holds the name under the same context, an acquire of it
+--   re-enters at once, even with wait_ms = 0: a lock of its own on that hold, with the same
+--   fencing token; only the release of the last of them frees the name; a re-entry of a lost
+--   hold is "NOT_HELD", of another kind or permits "EINVAL"; another context, or none, contends;
+--   "" is "EINVAL"), on_lost = function(lock) (see the note at the top),
 --   on_release_requested = function(lock, reason) (the hold listens for client:request_release
 --   while it holds; called where observer reports are: client:poll / client:dispatch, or under
 --   nginx in a timer light thread; it may release the lock), kind =

@@ -117,6 +117,17 @@ export interface AcquireOptions {
   retryMs?: [number | bigint, number | bigint];
   /** A label stored with the lock for people and tools (at most MAX_OWNER_BYTES bytes). */
   owner?: string;
+  /**
+   * A context (1..256 bytes of UTF-8: a request id, a job id) whose acquires re-enter: while this
+   * client holds the name under the same context, another acquire of it waits for nothing (even
+   * with waitMs 0) and resolves with a Lock of its own on that hold, with the same fencingToken;
+   * the name stays held until the last of them is released. A re-entry of a hold that was lost or
+   * is past its local deadline rejects with a LockLostError (NOT_HELD), one asking another kind or
+   * permits with an InvalidArgumentError. Another context, or none, contends as anyone does. The
+   * hold's 'lost' and 'releaseRequested' are told to its first Lock only. '' is a TypeError;
+   * undefined or null (the default): not reentrant.
+   */
+  reentrant?: string | null;
   /** 'exclusive' (default) or 'shared'; EINVAL unless the backend offers it (capabilities()). */
   kind?: LockKind;
   /**

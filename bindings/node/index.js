@@ -252,6 +252,14 @@ function needBreak(what) {
   }
 }
 
+// Reentrancy likewise (lib/native.js's hasReentrant).
+function needReentrant(what) {
+  if (!native.hasReentrant) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} has no reentrancy ` +
+      '(dlock_options_set_reentrant) for options.reentrant; install a newer one');
+  }
+}
+
 // Release requests need a library that has them (lib/native.js's hasReleaseRequest).
 function needReleaseRequest(what) {
   if (!native.hasReleaseRequest) {
@@ -372,10 +380,10 @@ function checkValue(what, v) {
 }
 
 const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'maxHoldMs', 'minHoldMs', 'lockDelayMs',
-  'retryMs', 'owner', 'kind', 'shared', 'permits', 'fair', 'signal', 'value', 'onReleaseRequested']);
+  'retryMs', 'owner', 'reentrant', 'kind', 'shared', 'permits', 'fair', 'signal', 'value', 'onReleaseRequested']);
 // A campaign is an exclusive acquire that waits without limit: no kind, permits or waitMs.
 const CAMPAIGN_KEYS = new Set(['leaseMs', 'heartbeatMs', 'maxHoldMs', 'minHoldMs', 'lockDelayMs', 'retryMs',
-  'owner', 'fair', 'signal', 'value', 'onReleaseRequested']);
+  'owner', 'reentrant', 'fair', 'signal', 'value', 'onReleaseRequested']);
 
 function checkOptions(opts, keys = OPTION_KEYS) {
   if (opts === undefined || opts === null) return {};
@@ -422,6 +430,19 @@ function checkOptions(opts, keys = OPTION_KEYS) {
     }
     if (opts.owner.includes('\0')) throw typeError('ERR_INVALID_ARG_VALUE', 'options.owner must not contain NUL characters');
     o.owner = opts.owner;
+  }
+  if (opts.reentrant !== undefined && opts.reentrant !== null) {
+    if (typeof opts.reentrant !== 'string') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `options.reentrant must be a string, got ${describe(opts.reentrant)}`);
+    }
+    if (opts.reentrant === '') {
+      throw typeError('ERR_INVALID_ARG_VALUE', 'options.reentrant: the reentrant context is empty: name one ' +
+        '(a request id, a job id), or leave it out to turn reentrancy off');
+    }
+    if (opts.reentrant.includes('\0')) {
+      throw typeError('ERR_INVALID_ARG_VALUE', 'options.reentrant must not contain NUL characters');
+    }
+    o.reentrant = opts.reentrant;
   }
   if (opts.kind !== undefined) {
     if (!KINDS.includes(opts.kind)) {
@@ -1010,7 +1031,7 @@ class Client extends EventEmitter {
    * Acquires the lock called name, waiting without limit unless options.waitMs bounds it (0 =
    * one try) or options.signal aborts it. Returns a promise of a Lock, or with a callback
    * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, maxHoldMs, minHoldMs,
-   * lockDelayMs, retryMs, owner, kind, shared, permits, fair, signal, value, onReleaseRequested }; shared: true is
+   * lockDelayMs, retryMs, owner, reentrant, kind, shared, permits, fair, signal, value, onReleaseRequested }; shared: true is
    * kind: 'shared'. maxHoldMs: the longest the heartbeats keep the hold (0 = none); past it the
    * lock ends with its lease and is lost with cause 'max_hold'. minHoldMs: the shortest the name
    * stays taken after the acquire, however the hold ends (an earlier release leaves it closed,
@@ -1018,6 +1039,9 @@ class Client extends EventEmitter {
    * (closedBy 'lock_delay'; at most MAX_LOCK_DELAY_MS; a release has no delay).
    * onReleaseRequested: (lock, reason) => void, the Lock's first 'releaseRequested' listener: the
    * hold listens for release requests (Client.requestRelease()) while it is held.
+   * reentrant: a context (a request id): while this client holds the name under the same
+   * context, an acquire of it re-enters at once (no wait, a Lock of its own, the same fencing
+   * token); only the release of the last of them frees the name.
    */
   acquire(name, options, callback) {
     if (typeof options === 'function' && callback === undefined) {
@@ -1073,6 +1097,7 @@ class Client extends EventEmitter {
     if (o.minHoldMs !== undefined) needMinHold(opName(o));
     if (o.lockDelayMs !== undefined) needLockDelay(opName(o));
     if (o.onReleaseRequested !== undefined) needReleaseRequest(opName(o));
+    if (o.reentrant !== undefined) needReentrant(opName(o));
     const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
     if (!opts) throw errorFor(S.ENOMEM, 'dlock_options_new: out of memory');
@@ -1084,6 +1109,7 @@ class Client extends EventEmitter {
     if (s === 0 && o.lockDelayMs !== undefined) s = C.options_set_lock_delay_ms(opts, o.lockDelayMs);
     if (s === 0 && o.retryMs !== undefined) s = C.options_set_retry_ms(opts, o.retryMs[0], o.retryMs[1]);
     if (s === 0 && o.owner !== undefined) s = C.options_set_owner(opts, o.owner);
+    if (s === 0 && o.reentrant !== undefined) s = C.options_set_reentrant(opts, o.reentrant);
     if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
     if (s === 0 && o.permits !== undefined) s = C.options_set_permits(opts, o.permits);
     if (s === 0 && o.fair !== undefined) s = C.options_set_fair(opts, o.fair ? 1 : 0);
@@ -1175,6 +1201,7 @@ class Client extends EventEmitter {
     if (o.minHoldMs !== undefined) needMinHold(opName(o));
     if (o.lockDelayMs !== undefined) needLockDelay(opName(o));
     if (o.onReleaseRequested !== undefined) needReleaseRequest(opName(o));
+    if (o.reentrant !== undefined) needReentrant(opName(o));
     const lost = lostEntry(o);
     const lostTag = lostRefs.add(lost);
     const signal = o.signal;
@@ -1208,8 +1235,13 @@ class Client extends EventEmitter {
     let s;
     try {
       // A value is a 14th argument, a max hold a 15th, a min hold and a lock delay a 16th and
-      // 17th, the tag of release requests an 18th (the loss tag), passed only when there is one.
-      if (o.onReleaseRequested !== undefined) {
+      // 17th, the tag of release requests an 18th (the loss tag), the reentrant context a 19th,
+      // passed only when there is one.
+      if (o.reentrant !== undefined) {
+        s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+          o.kind, o.permits, o.fair, o.value, o.maxHoldMs, o.minHoldMs, o.lockDelayMs,
+          o.onReleaseRequested !== undefined ? lostTag : undefined, o.reentrant);
+      } else if (o.onReleaseRequested !== undefined) {
         s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
           o.kind, o.permits, o.fair, o.value, o.maxHoldMs, o.minHoldMs, o.lockDelayMs, lostTag);
       } else if (o.minHoldMs !== undefined || o.lockDelayMs !== undefined) {
@@ -1507,7 +1539,7 @@ class Client extends EventEmitter {
    * Stands for leader of the election name and waits, without limit, until this candidate leads:
    * a promise of the leadership, a held Lock whose fencingToken is the term (greater than every
    * earlier term of the name). options: acquire()'s but waitMs, kind, shared and permits: { value,
-   * leaseMs, heartbeatMs, maxHoldMs, minHoldMs, lockDelayMs, retryMs, owner, fair, signal }; value (a string or bytes) is what it
+   * leaseMs, heartbeatMs, maxHoldMs, minHoldMs, lockDelayMs, retryMs, owner, reentrant, fair, signal }; value (a string or bytes) is what it
    * proclaims, lock.setValue() replaces it, lock.release() resigns. options.signal withdraws the
    * candidacy (CancelledError). Or with a callback (err, lock).
    */

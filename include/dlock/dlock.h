@@ -223,7 +223,10 @@ DLOCK_API dlock_status dlock_release_many(dlock_lock **locks, size_t n);
  * Another context, or none, acquires as anyone else does (threads sharing a client contend). A
  * context must be unique while its holds live (thread ids are recycled once a thread ends), and
  * its acquires of one name made one at a time. NULL (the default) turns reentrancy off; "" and
- * contexts over 256 bytes are DLOCK_EINVAL. Every backend: the core keeps the count. */
+ * contexts over 256 bytes are DLOCK_EINVAL. Every backend: the core keeps the count.
+ * Callbacks belong to the hold, as its first acquire set them: a re-entry's own on_lost and
+ * on_release_requested are not used, and the first acquire's run (with their arg) until the
+ * last handle is released, whichever handle that is; keep their arg alive until then. */
 DLOCK_API dlock_status dlock_options_set_reentrant(dlock_options *o, const char *context);
 /* Called when the lock is lost; see dlock_lost_fn. NULL clears it. */
 DLOCK_API dlock_status dlock_options_set_on_lost(dlock_options *o, dlock_lost_fn fn, void *arg);
@@ -234,8 +237,9 @@ DLOCK_API dlock_status dlock_options_set_on_lost(dlock_options *o, dlock_lost_fn
  * lock whose fencing token is greater than every token issued before for this name (under the
  * faults docs/guarantees.md lists for the backend; best effort on redlock://, which lacks
  * DLOCK_CAP_FENCING_STRICT).
- * DLOCK_NOT_ACQUIRED when someone else holds it and the wait ran out. Not reentrant: a second
- * acquire of a name this client holds waits like any other contender. o may be NULL. */
+ * DLOCK_NOT_ACQUIRED when someone else holds it and the wait ran out. Not reentrant unless o
+ * sets a context (dlock_options_set_reentrant): a second acquire of a name this client holds
+ * waits like any other contender. o may be NULL. */
 DLOCK_API dlock_status dlock_acquire(dlock_client *c, const char *name, const dlock_options *o,
                                      dlock_lock **out);
 /* Releases the lock if this owner still holds it and frees l (always, whatever the result).

@@ -90,6 +90,12 @@
 // release() returns it is neither running nor going to run. A Lock acquired without it hears
 // nothing. Exceptions it throws are caught and dropped.
 //
+// Reentrancy (Options::reentrant): a re-entry is a Lock of its own on the hold its context
+// already has, and the hold's on_lost and on_release_requested are its first acquire's (a
+// re-entry's are not called). Every Lock of the hold shares those, so they live until the last
+// of them is released, in whatever order the Locks go: releasing the first Lock while a
+// re-entry still holds does not stop its handlers, which may still run.
+//
 // Thread safety: as the C ABI. A Client is safe to share between threads; a Lock is not.
 //
 // ---------------------------------------------------------------------------------------------
@@ -112,8 +118,11 @@
 //     options' on_lost handler, on the unlocking thread, unless the handler was already
 //     called for that hold by the heartbeats: once per hold, either way.
 // The options' wait and kind are set by each call (exclusive, or shared for *_shared); the
-// rest (lease, heartbeat, max_hold, min_hold, lock_delay, retry, owner, fair, on_lost,
+// rest (lease, heartbeat, max_hold, min_hold, lock_delay, retry, owner, reentrant, fair, on_lost,
 // on_release_requested) apply to every hold (max_hold and min_hold count from each hold's own acquire).
+// A reentrant context makes no Mutex recursive (its threads wait for each other here, before
+// any acquire); it lets another Mutex of the name on the same Client, or Client::acquire,
+// re-enter the hold.
 //
 // A Mutex is shared by the threads of a process as a std::mutex is: while one thread holds it
 // through this object, the others wait here, without asking the server. Shared holds through
@@ -144,7 +153,7 @@
 // returns the leadership: a Lock whose fencing_token() is the term, greater than every earlier
 // term of the name (hand it to whatever the leader writes, and have that refuse writes below the
 // highest term it has seen). The options are an acquire's: lease, heartbeat, max_hold,
-// min_hold, lock_delay, owner, value, on_lost, fair; their wait is ignored (no limit), and a shared kind or permits are
+// min_hold, lock_delay, owner, reentrant, value, on_lost, fair; their wait is ignored (no limit), and a shared kind or permits are
 // DLOCK_EINVAL (a leadership is exclusive). Releasing the Lock resigns: the next candidate leads
 // (in arrival order on backends with DLOCK_CAP_FAIR). Client::leader(name) is the leader's
 // Holder (value, owner, term as fencing_token, lease left), or std::nullopt when nobody leads;
@@ -181,6 +190,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -423,6 +433,41 @@ struct ReleaseRequestHook : std::enable_shared_from_this<ReleaseRequestHook> {
   ReleaseRequestedHandler fn;
 };
 
+// The handlers of one hold, as the Locks on it keep them.
+struct HoldHooks {
+  std::shared_ptr<LostHook> lost;
+  std::shared_ptr<ReleaseRequestHook> request;
+};
+
+// The handlers of the holds one Client acquired with a reentrant context, by name and fencing
+// token. The C side calls the first acquire's for the whole hold, however many re-entries it
+// has, until the last of them is released: a re-entry's Lock keeps the first one's handlers
+// too (Share), so that they outlive the first Lock if it is released before the others.
+class ReentrantHolds {
+ public:
+  // The handlers of the hold (name, token) if a Lock on it still keeps them (this acquire was
+  // a re-entry); otherwise records `mine` (if any) as the hold's, and returns none.
+  HoldHooks Share(const std::string& name, uint64_t token, const HoldHooks& mine) {
+    std::lock_guard<std::mutex> guard(mu_);
+    for (auto it = holds_.begin(); it != holds_.end();) {  // holds whose Locks are all gone
+      it = it->second.lost.expired() && it->second.request.expired() ? holds_.erase(it) : std::next(it);
+    }
+    auto key = std::make_pair(name, token);
+    auto it = holds_.find(key);
+    if (it != holds_.end()) return HoldHooks{it->second.lost.lock(), it->second.request.lock()};
+    if (mine.lost || mine.request) holds_.emplace(std::move(key), Weak{mine.lost, mine.request});
+    return HoldHooks{};
+  }
+
+ private:
+  struct Weak {
+    std::weak_ptr<LostHook> lost;
+    std::weak_ptr<ReleaseRequestHook> request;
+  };
+  std::mutex mu_;
+  std::map<std::pair<std::string, uint64_t>, Weak> holds_;
+};
+
 struct OptionsDeleter {
   void operator()(dlock_options* o) const noexcept { dlock_options_free(o); }
 };
@@ -473,6 +518,17 @@ class Options {
   Options& retry(ms min, ms max) { retry_ = std::make_pair(min, max); return *this; }
   // A label stored with the lock for people and tools ("" clears it).
   Options& owner(std::string label) { owner_ = std::move(label); return *this; }
+  // Reentrancy by a context the caller chooses (a task, a request id; at most 256 bytes): while
+  // this Client holds the name under the same context, another acquire of it waits for nothing
+  // (even with no_wait()) and returns a Lock of its own on that hold, with the same
+  // fencing_token(); only the release of the last of them releases on the server. A re-entry
+  // of a hold that was lost or is past its local deadline is DLOCK_NOT_HELD; one asking another
+  // kind or permits DLOCK_EINVAL. Another context, or none, contends as anyone does (threads
+  // sharing a Client too). A context must be unique while its holds live (thread ids are
+  // recycled once a thread ends). "" is DLOCK_EINVAL at acquire; no_reentrancy() (the default)
+  // turns it off. See "Reentrancy" at the top of this file for the handlers' lifetime.
+  Options& reentrant(std::string_view context) { reentrant_ = std::string(context); return *this; }
+  Options& no_reentrancy() { reentrant_.reset(); return *this; }
   // Exclusive (the default) or shared; a backend without DLOCK_CAP_SHARED refuses shared.
   Options& kind(dlock_kind k) { kind_ = k; return *this; }
   Options& shared() { return kind(DLOCK_SHARED); }
@@ -508,7 +564,7 @@ class Options {
                      detail::OptionsPtr* out) const noexcept {
     out->reset();
     if (!lease_ && !heartbeat_ && !max_hold_ && !min_hold_ && !lock_delay_ && !wait_ && !retry_ && !owner_ &&
-        !kind_ && !permits_ && !fair_ && !value_ && !hook && !request_hook) {
+        !reentrant_ && !kind_ && !permits_ && !fair_ && !value_ && !hook && !request_hook) {
       return DLOCK_OK;
     }
     detail::OptionsPtr o(dlock_options_new());
@@ -538,6 +594,9 @@ class Options {
     if (s == DLOCK_OK && owner_ && (s = detail::NoNul(*owner_, "owner label")) == DLOCK_OK) {
       s = detail::FromC(dlock_options_set_owner(o.get(), owner_->empty() ? nullptr : owner_->c_str()));
     }
+    if (s == DLOCK_OK && reentrant_ && (s = detail::NoNul(*reentrant_, "reentrant context")) == DLOCK_OK) {
+      s = detail::FromC(dlock_options_set_reentrant(o.get(), reentrant_->c_str()));
+    }
     if (s == DLOCK_OK && kind_) s = detail::FromC(dlock_options_set_kind(o.get(), *kind_));
     if (s == DLOCK_OK && permits_) s = detail::FromC(dlock_options_set_permits(o.get(), *permits_));
     if (s == DLOCK_OK && fair_) s = detail::FromC(dlock_options_set_fair(o.get(), *fair_ ? 1 : 0));
@@ -561,6 +620,7 @@ class Options {
   std::optional<int64_t> wait_;
   std::optional<std::pair<ms, ms>> retry_;
   std::optional<std::string> owner_;
+  std::optional<std::string> reentrant_;
   std::optional<dlock_kind> kind_;
   std::optional<uint32_t> permits_;
   std::optional<bool> fair_;
@@ -715,7 +775,8 @@ class Lock {
   Lock(Lock&& other) noexcept
       : lock_(std::exchange(other.lock_, nullptr)),
         hook_(std::move(other.hook_)),
-        request_hook_(std::move(other.request_hook_)) {}
+        request_hook_(std::move(other.request_hook_)),
+        hold_hooks_(std::move(other.hold_hooks_)) {}
   // Releases what this Lock held (ignoring the result), then takes other's lock.
   Lock& operator=(Lock&& other) noexcept {
     if (this != &other) {
@@ -723,6 +784,7 @@ class Lock {
       lock_ = std::exchange(other.lock_, nullptr);
       hook_ = std::move(other.hook_);
       request_hook_ = std::move(other.request_hook_);
+      hold_hooks_ = std::move(other.hold_hooks_);
     }
     return *this;
   }
@@ -785,8 +847,11 @@ class Lock {
  private:
   friend class Client;
   Lock(dlock_lock* lock, std::shared_ptr<detail::LostHook> hook,
-       std::shared_ptr<detail::ReleaseRequestHook> request_hook) noexcept
-      : lock_(lock), hook_(std::move(hook)), request_hook_(std::move(request_hook)) {}
+       std::shared_ptr<detail::ReleaseRequestHook> request_hook, detail::HoldHooks hold_hooks = {}) noexcept
+      : lock_(lock),
+        hook_(std::move(hook)),
+        request_hook_(std::move(request_hook)),
+        hold_hooks_(std::move(hold_hooks)) {}
 
   void reset() noexcept {
     if (lock_) (void)Release();
@@ -798,6 +863,7 @@ class Lock {
     dlock_status s = detail::FromC(dlock_release(std::exchange(lock_, nullptr)));
     hook_.reset();  // only after dlock_release: from then on the C side does not call it
     request_hook_.reset();
+    hold_hooks_ = detail::HoldHooks{};  // a re-entry's: the last release waited for them
     return s;
   }
 
@@ -816,6 +882,7 @@ class Lock {
   dlock_lock* lock_ = nullptr;
   std::shared_ptr<detail::LostHook> hook_;  // this lock's on_lost handler, if any
   std::shared_ptr<detail::ReleaseRequestHook> request_hook_;  // its on_release_requested, if any
+  detail::HoldHooks hold_hooks_;  // a re-entry's: the handlers of its hold's first acquire
 };
 
 // ----- clients ------------------------------------------------------------------------------
@@ -832,11 +899,13 @@ class Client {
   Client(const std::string& url, std::error_code& ec) noexcept { detail::Set(ec, Open(url)); }
   ~Client() { close(); }
 
-  Client(Client&& other) noexcept : client_(std::exchange(other.client_, nullptr)) {}
+  Client(Client&& other) noexcept
+      : client_(std::exchange(other.client_, nullptr)), reentrant_holds_(std::move(other.reentrant_holds_)) {}
   Client& operator=(Client&& other) noexcept {
     if (this != &other) {
       close();
       client_ = std::exchange(other.client_, nullptr);
+      reentrant_holds_ = std::move(other.reentrant_holds_);
     }
     return *this;
   }
@@ -1037,7 +1106,12 @@ class Client {
     if (s != DLOCK_OK) return s;
     dlock_lock* lock = nullptr;
     s = detail::FromC(acquire_fn(client_, name.c_str(), c_options.get(), &lock));
-    if (s == DLOCK_OK) *out = Lock(lock, std::move(hook), std::move(request_hook));
+    if (s != DLOCK_OK) return s;
+    detail::HoldHooks hold_hooks;  // a re-entry keeps its hold's handlers (see ReentrantHolds)
+    if (options.reentrant_ && reentrant_holds_) {
+      hold_hooks = reentrant_holds_->Share(name, dlock_lock_fencing_token(lock), detail::HoldHooks{hook, request_hook});
+    }
+    *out = Lock(lock, std::move(hook), std::move(request_hook), std::move(hold_hooks));
     return s;
   }
 
@@ -1105,6 +1179,8 @@ class Client {
   }
 
   dlock_client* client_ = nullptr;
+  // The handlers of its reentrant holds, shared by their re-entries' Locks.
+  std::shared_ptr<detail::ReentrantHolds> reentrant_holds_ = std::make_shared<detail::ReentrantHolds>();
 };
 
 // ----- mutexes ------------------------------------------------------------------------------

@@ -368,7 +368,8 @@ Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& 
   std::string held_for = holder_ttl_ms == -1   ? " with no expiry"
                          : holder_ttl_ms >= 0 ? " for " + std::to_string(holder_ttl_ms) + " ms more"
                                               : "";
-  // Locks are not reentrant: a caller whose own client holds the name should be told so.
+  // Without a shared context, acquires are not reentrant: a caller whose own client holds the
+  // name should be told so.
   std::string holder = "another owner";
   std::string hint;
   {
@@ -379,7 +380,8 @@ Status Client::NotAcquiredStatus(const std::string& name, const AcquireAttempt& 
       holder = "this client";
       std::string label = OwnerLabel(state->owner_value);
       if (!label.empty()) holder += " (owner '" + label + "')";
-      hint = "; locks are not reentrant: release it first";
+      hint = "; an acquire re-enters a hold only under the same context (dlock_options_set_reentrant): "
+             "release it first, or set one";
       break;
     }
   }

@@ -491,7 +491,7 @@ void LockProtocol::PutRules(Transport* t, std::shared_ptr<AcquireOp> op, Acquire
     });
   };
   g->sent = Now();
-  auto grant = [this, t, op, g, put](int64_t ttl_s, bool min) {
+  auto grant = [t, op, g, put](int64_t ttl_s, bool min) {
     t->Call(kGrant, LeaseGrantBody(ttl_s), op->deadline, [g, put, min](CallResult r) {
       int64_t id = 0, granted_s = 0;
       if (r.status.ok()) r.status = ReadGrant(r.answer, &id, &granted_s);

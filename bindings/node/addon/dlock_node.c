@@ -37,7 +37,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 8
+#define ADDON_ABI 9
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -89,7 +89,7 @@
   X(void, dlock_observer_cancel, (dlock_observer *))
 
 /* Metrics, loss causes and the event hook (issue 36), the job rules (max hold, min hold, lock
- * delay), breaking a lock and release requests: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
+ * delay), breaking a lock, release requests and reentrancy: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
  * them before calling the functions below that use them). */
 #define DLOCK_OPTIONAL_CALLS(X)                                                                 \
   X(dlock_status, dlock_client_metrics_text, (dlock_client *, char *, size_t, size_t *))         \
@@ -122,7 +122,8 @@
   X(dlock_status, dlock_request_release_errbuf,                                                  \
     (dlock_client *, const char *, const char *, char *, size_t))                                \
   X(dlock_status, dlock_options_set_on_release_requested_queued,                                 \
-    (dlock_options *, dlock_queue *, uint64_t))
+    (dlock_options *, dlock_queue *, uint64_t))                                                  \
+  X(dlock_status, dlock_options_set_reentrant, (dlock_options *, const char *))
 
 #define DECLARE(ret, name, args) static ret(*p_##name) args;
 DLOCK_CALLS(DECLARE)
@@ -851,14 +852,16 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
 }
 
 /* acquire(client, name, id, lostTag, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner,
- *         kind, permits, fair[, value[, maxHoldMs[, minHoldMs, lockDelayMs[, releaseTag]]]])
+ *         kind, permits, fair[, value[, maxHoldMs[, minHoldMs, lockDelayMs[, releaseTag[,
+ *         reentrant]]]]])
  * -> status: 0 = started (onDone(id, ...) follows), else nothing was (lastError() says why).
  * Losses go to index.js's queue under lostTag. value: a Uint8Array, or undefined for none;
  * maxHoldMs (ABI 5), minHoldMs and lockDelayMs (ABI 7): undefined for none. releaseTag (ABI 8):
  * release requests go to index.js's queue under it (DLOCK_QUEUE_RELEASE_REQUESTED); undefined:
- * the hold does not listen for them. */
+ * the hold does not listen for them. reentrant (ABI 9): the context (a string) whose acquires
+ * re-enter the hold (dlock_options_set_reentrant); undefined for none. */
 static napi_value js_acquire(napi_env env, napi_callback_info info) {
-  ARGS(18);
+  ARGS(19);
   NEED_STATE();
   dlock_client *c = external_of(env, argv[0]);
   if (c == NULL) return throw_type(env, "client must be a client");
@@ -936,13 +939,19 @@ static napi_value js_acquire(napi_env env, napi_callback_info info) {
                      "dlock.node: the library lacks dlock_options_set_on_release_requested_queued");
     return NULL;
   }
+  int reentrant = is_set(env, argv[18]);
+  if (reentrant && p_dlock_options_set_reentrant == NULL) { /* index.js says so first */
+    if (name_owned) free(name);
+    napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_options_set_reentrant");
+    return NULL;
+  }
   dlock_options *o = NULL;
   dlock_status s = DLOCK_OK;
-  /* An owner label or a value: options of their own. */
+  /* An owner label, a value or a reentrant context: options of their own. */
   const void *value = NULL;
   size_t value_len = 0;
   int has_value = argc > 13 && get_bytes(env, argv[13], &value, &value_len);
-  int own_options = has_value || is_set(env, argv[9]);
+  int own_options = has_value || is_set(env, argv[9]) || reentrant;
   if (!own_options && cached_options != NULL && memcmp(&k, &cached_key, sizeof k) == 0) {
     o = cached_options;
   } else {
@@ -954,6 +963,12 @@ static napi_value js_acquire(napi_env env, napi_callback_info info) {
       if (owner_owned) free(owner);
     }
     if (s == DLOCK_OK && has_value) s = p_dlock_options_set_value(o, value, value_len);
+    if (s == DLOCK_OK && reentrant) {
+      int context_owned;
+      char *context = get_cstr(env, argv[18], &context_owned);
+      s = context != NULL ? p_dlock_options_set_reentrant(o, context) : DLOCK_ENOMEM;
+      if (context_owned) free(context);
+    }
     if (s == DLOCK_OK && !own_options) { /* the cache's from now on */
       if (cached_options != NULL) p_dlock_options_free(cached_options);
       cached_options = o;

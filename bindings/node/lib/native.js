@@ -262,6 +262,16 @@ try {
 } catch (e) {
   hasLockDelay = false;
 }
+// Reentrancy by a context (dlock_options_set_reentrant): as the min hold, a library without it
+// still serves locks; an acquire or campaign with options.reentrant then says what it lacks.
+let hasReentrant = true;
+try {
+  Object.assign(C, {
+    options_set_reentrant: f('int dlock_options_set_reentrant(void *o, const char *context)'),
+  });
+} catch (e) {
+  hasReentrant = false;
+}
 // Release requests (dlock_request_release_errbuf, run on libuv's pool, and
 // dlock_options_set_on_release_requested_queued): a library without them still serves locks;
 // requestRelease() and options.onReleaseRequested then say what it lacks (hasReleaseRequest false).
@@ -284,5 +294,5 @@ if (!/^0\./.test(version)) {
 
 module.exports = {
   koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics, hasQueuedEvents, hasMaxHold,
-  hasBreak, hasBreakErrbuf, hasMinHold, hasLockDelay, hasReleaseRequest,
+  hasBreak, hasBreakErrbuf, hasMinHold, hasLockDelay, hasReleaseRequest, hasReentrant,
 };

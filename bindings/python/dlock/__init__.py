@@ -1598,12 +1598,12 @@ class _Spec:
 
     __slots__ = ("lease_ms", "heartbeat_ms", "retry_ms", "owner", "on_lost", "kind", "permits",
                  "fair", "value", "max_hold_ms", "min_hold_ms", "lock_delay_ms",
-                 "on_release_requested")
+                 "on_release_requested", "reentrant")
 
     def __init__(self, lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
                  lease_ms, heartbeat_ms, retry_ms, value=None, max_hold=None, max_hold_ms=None,
                  min_hold=None, min_hold_ms=None, lock_delay=None, lock_delay_ms=None,
-                 on_release_requested=None):
+                 on_release_requested=None, reentrant=None):
         """Checks every option (TypeError / InvalidArgument) before anything reaches C."""
         self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _lease_bound)
         self.heartbeat_ms = _duration("heartbeat", heartbeat, "heartbeat_ms", heartbeat_ms,
@@ -1635,6 +1635,23 @@ class _Spec:
             if b"\0" in owner:
                 raise InvalidArgument("owner must not contain NUL bytes")
         self.owner = owner
+        if reentrant is not None:
+            if isinstance(reentrant, str):
+                reentrant = reentrant.encode("utf-8")
+            elif isinstance(reentrant, (bytes, bytearray)):
+                reentrant = bytes(reentrant)
+            else:
+                raise TypeError(f"reentrant must be str or bytes (a context), not "
+                                f"{type(reentrant).__name__}")
+            if not reentrant:
+                raise InvalidArgument("reentrant context is empty: name one (a task, a request "
+                                      "id), or reentrant=None to turn reentrancy off")
+            if b"\0" in reentrant:
+                raise InvalidArgument("reentrant context must not contain NUL bytes")
+            if not hasattr(_c, "dlock_options_set_reentrant"):
+                raise InvalidArgument(f"reentrant: libdlock {version()} at {_library_path} has no "
+                                      "reentrancy (dlock_options_set_reentrant); install a newer one")
+        self.reentrant = reentrant
         if on_lost is not None and not callable(on_lost):
             raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
         self.on_lost = on_lost
@@ -1688,7 +1705,7 @@ class _Spec:
                 and self.lock_delay_ms is None and self.retry_ms is None and self.owner is None
                 and on_lost is None and on_release is None
                 and self.kind is None and self.permits is None and self.fair is None
-                and self.value is None):
+                and self.value is None and self.reentrant is None):
             return None, None
         o = _c.dlock_options_new()
         if not o:
@@ -1710,6 +1727,8 @@ class _Spec:
                 _check(_c.dlock_options_set_retry_ms(o, *self.retry_ms))
             if self.owner is not None:
                 _check(_c.dlock_options_set_owner(o, self.owner))
+            if self.reentrant is not None:
+                _check(_c.dlock_options_set_reentrant(o, self.reentrant))
             if self.kind is not None:
                 _check(_c.dlock_options_set_kind(o, _KINDS[self.kind]))
             if self.permits is not None:
@@ -2299,16 +2318,18 @@ class Client:
                    max_hold_ms: Optional[int], min_hold: Optional[float],
                    min_hold_ms: Optional[int], lock_delay: Optional[float],
                    lock_delay_ms: Optional[int],
-                   on_release_requested: Optional[_OnReleaseRequested] = None) -> "Lock":
+                   on_release_requested: Optional[_OnReleaseRequested] = None,
+                   reentrant: Union[str, bytes, None] = None) -> "Lock":
         """The Lock a campaign acquires: exclusive, waiting without limit."""
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, None, None, None,
                                       fair, lease_ms, heartbeat_ms, retry_ms, value, max_hold,
                                       max_hold_ms, min_hold, min_hold_ms, lock_delay,
-                                      lock_delay_ms, on_release_requested), -1, False)
+                                      lock_delay_ms, on_release_requested, reentrant), -1, False)
 
     def campaign(self, name: _Name, *, value: Optional[_Value] = None,
                  lease: Optional[float] = None, heartbeat: Optional[float] = None,
                  retry: Optional[Sequence[float]] = None, owner: Union[str, bytes, None] = None,
+                 reentrant: Union[str, bytes, None] = None,
                  on_lost: Optional[_OnLost] = None, fair: Optional[bool] = None,
                  max_hold: Optional[float] = None, min_hold: Optional[float] = None,
                  lock_delay: Optional[float] = None,
@@ -2331,14 +2352,16 @@ class Client:
         lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
                                lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms,
                                min_hold, min_hold_ms, lock_delay, lock_delay_ms,
-                               on_release_requested)
+                               on_release_requested, reentrant)
         lock._acquire(-1, True, lock._spec.on_lost, campaign=True)
         return lock
 
     async def acampaign(self, name: _Name, *, value: Optional[_Value] = None,
                         lease: Optional[float] = None, heartbeat: Optional[float] = None,
                         retry: Optional[Sequence[float]] = None,
-                        owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
+                        owner: Union[str, bytes, None] = None,
+                        reentrant: Union[str, bytes, None] = None,
+                        on_lost: Optional[_OnLost] = None,
                         fair: Optional[bool] = None, max_hold: Optional[float] = None,
                         min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
                         on_release_requested: Optional[_OnReleaseRequested] = None,
@@ -2353,7 +2376,7 @@ class Client:
         lock = self._candidate(name, value, lease, heartbeat, retry, owner, on_lost, fair,
                                lease_ms, heartbeat_ms, retry_ms, max_hold, max_hold_ms,
                                min_hold, min_hold_ms, lock_delay, lock_delay_ms,
-                               on_release_requested)
+                               on_release_requested, reentrant)
         await lock._aacquire(-1, True)
         return lock
 
@@ -2362,7 +2385,8 @@ class Client:
     def lock(self, name: _Name, *, blocking: Union[bool, _Unset] = _UNSET,
              timeout: Union[float, None, _Unset] = _UNSET, lease: Optional[float] = None,
              heartbeat: Optional[float] = None, retry: Optional[Sequence[float]] = None,
-             owner: Union[str, bytes, None] = None, on_lost: Optional[_OnLost] = None,
+             owner: Union[str, bytes, None] = None, reentrant: Union[str, bytes, None] = None,
+             on_lost: Optional[_OnLost] = None,
              kind: Optional[_Kind] = None, permits: Optional[int] = None,
              shared: Optional[bool] = None, fair: Optional[bool] = None,
              value: Optional[_Value] = None, max_hold: Optional[float] = None,
@@ -2406,6 +2430,18 @@ class Client:
                       acquire raises InvalidArgument
         retry         (min, max) seconds of the fallback retry while waiting (default (0.05, 1))
         owner         a label stored with the lock for people and tools
+        reentrant     a context (str or bytes, 1..256 bytes: a task, a request id) whose
+                      acquires of a name re-enter: while this client holds the name under the
+                      same context, another acquire of it waits for nothing (even with
+                      blocking=False) and returns a Lock of its own on that hold, with the same
+                      fencing_token; only the release of the last of them frees the name. A
+                      re-entry of a hold that was lost or is past its local deadline raises
+                      NotHeld; one asking another kind or permits InvalidArgument. Another
+                      context, or none, contends as anyone does. The hold's on_lost and
+                      on_release_requested are its first acquire's (a re-entry's are not
+                      called). One client: an aacquire (the event loop's client) does not
+                      re-enter a hold of acquire (the blocking API's), nor the reverse.
+                      Default None: not reentrant
         on_lost       callback(lock), run once on the "dlock-events" thread (on the event loop
                       for an asyncio acquire) if the lock is found lost while held;
                       lock.lost_cause says why ("deleted: ...", "taken_over: ...",
@@ -2435,7 +2471,7 @@ class Client:
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
                                       shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
                                       max_hold, max_hold_ms, min_hold, min_hold_ms, lock_delay,
-                                      lock_delay_ms, on_release_requested),
+                                      lock_delay_ms, on_release_requested, reentrant),
                           _wait_of(blocking, timeout, wait_ms), True)
 
     def _lock(self, name: _Name, spec: "_Spec", wait_ms: int, check: bool) -> "Lock":
@@ -2450,7 +2486,8 @@ class Client:
     def _unchecked_lock(self, name: _Name, options: Any) -> "Lock":
         """lock() for a lock acquired at once: the library checks the options then."""
         def parse(*, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None, retry=None,
-                  owner=None, on_lost=None, kind=None, permits=None, shared=None, fair=None,
+                  owner=None, reentrant=None, on_lost=None, kind=None, permits=None,
+                  shared=None, fair=None,
                   value=None, max_hold=None, min_hold=None, lock_delay=None,
                   on_release_requested=None, lease_ms=None,
                   wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None, max_hold_ms=None,
@@ -2458,7 +2495,8 @@ class Client:
             return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
                                           shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
                                           max_hold, max_hold_ms, min_hold, min_hold_ms,
-                                          lock_delay, lock_delay_ms, on_release_requested),
+                                          lock_delay, lock_delay_ms, on_release_requested,
+                                          reentrant),
                               _wait_of(blocking, timeout, wait_ms), False)
         return parse(**options)
 
@@ -2856,7 +2894,7 @@ class Lock:
                     f"this Lock object {held} {self.name!r} already: release it first. A Lock "
                     "is one holder, not reentrant: `with lock:` acquires on entry (so do not "
                     "enter a lock that acquire() took), and each thread or task that wants the "
-                    "lock takes its own client.lock(name)")
+                    "lock takes its own client.lock(name) (with reentrant=, a re-entry too)")
             self._busy = True
 
     def _end(self):

@@ -257,6 +257,9 @@ def _declare(lib):
         _fn(lib, "dlock_options_set_min_hold_ms", c_status, [c_options_p, ctypes.c_uint64])
     if hasattr(lib, "dlock_options_set_lock_delay_ms"):
         _fn(lib, "dlock_options_set_lock_delay_ms", c_status, [c_options_p, ctypes.c_uint64])
+    # reentrant= likewise (only a context needs the library's setter).
+    if hasattr(lib, "dlock_options_set_reentrant"):
+        _fn(lib, "dlock_options_set_reentrant", c_status, [c_options_p, ctypes.c_char_p])
     # Breaking a lock: optional too (break_lock() then says what the library lacks; inspect()
     # shows closed_ms 0 and closed_by "").
     if hasattr(lib, "dlock_break_with"):

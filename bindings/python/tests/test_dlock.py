@@ -1074,6 +1074,60 @@ class ReleaseRequests(Base):
         asyncio.run(main())
 
 
+class Reentrancy(Base):
+    """reentrant="ctx": the same client and context re-enter their hold (a Lock of its own, the
+    same fencing token, no wait); only the last release frees the name."""
+
+    def test_the_same_context_reenters_and_the_last_release_frees(self):
+        name = unique("reentrant")
+        with dlock.Client(URL) as other:
+            outer = self.client.acquire(name, lease=5, reentrant="task-7")
+            inner = self.client.acquire(name, blocking=False, reentrant=b"task-7")
+            self.assertIsNot(inner, outer)
+            self.assertEqual(inner.fencing_token, outer.fencing_token)
+            with self.assertRaises(dlock.NotAcquired):  # another context, or none, contends
+                self.client.acquire(name, blocking=False, reentrant="task-8")
+            with self.assertRaises(dlock.NotAcquired):
+                self.client.acquire(name, blocking=False)
+            inner.release()
+            with self.assertRaises(dlock.NotAcquired):
+                other.acquire(name, blocking=False)
+            self.assertTrue(outer.valid)
+            outer.release()
+            other.acquire(name, blocking=False).release()
+
+    def test_asyncio_tasks(self):
+        name = unique("reentrant")
+
+        async def main():
+            ctx = str(id(asyncio.current_task()))
+            async with self.client.alock(name, reentrant=ctx) as outer:
+                inner = await self.client.aacquire(name, blocking=False, reentrant=ctx)
+                self.assertEqual(inner.fencing_token, outer.fencing_token)
+
+                async def another_task():
+                    return await self.client.aacquire(name, blocking=False,
+                                                      reentrant=str(id(asyncio.current_task())))
+                with self.assertRaises(dlock.NotAcquired):
+                    await asyncio.create_task(another_task())
+                await inner.arelease()
+                self.assertTrue(outer.valid)
+            self.assertEqual(self.client.inspect(name).holders, [])
+
+        asyncio.run(main())
+
+    def test_bad_contexts(self):
+        with self.assertRaises(dlock.InvalidArgument) as cm:
+            self.client.lock("x", reentrant="")
+        self.assertIn("reentrant context is empty", str(cm.exception))
+        with self.assertRaises(dlock.InvalidArgument) as cm:  # the library's check, its words
+            self.client.lock("x", reentrant="c" * 257)
+        self.assertIn("reentrant context is longer than 256 bytes", str(cm.exception))
+        self.client.lock("x", reentrant="c" * 256)
+        with self.assertRaises(TypeError):
+            self.client.lock("x", reentrant=7)
+
+
 class SlowCallbacks(Base):
     def test_a_slow_on_lost_holds_up_no_heartbeat(self):
         # on_lost runs on the binding's dlock-events thread, fed by the library's completion

@@ -55,7 +55,7 @@ def sync_part(client: Client, prefix: str) -> None:
     # lock(): not acquired yet; `with` acquires and releases, every time.
     lk: Lock = client.lock(prefix + "sync", lease=5.0, heartbeat=1, retry=(0.01, 0.2),
                            owner="typed-example", on_lost=on_lost, timeout=10, fair=True,
-                           max_hold=3600.0, min_hold=0.0, lock_delay=0)
+                           max_hold=3600.0, min_hold=0.0, lock_delay=0, reentrant="typed-1")
     with lk as held:
         token: Optional[int] = held.fencing_token
         assert token is not None and lk.owned() and lk.locked()

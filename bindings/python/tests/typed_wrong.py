@@ -16,6 +16,7 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     client.lock("jobs", max_hold="60")  # error: arg-type
     client.lock("jobs", min_hold="60")  # error: arg-type
     client.lock("jobs", lock_delay_ms=1.5)  # error: arg-type
+    client.lock("jobs", reentrant=7)  # error: arg-type
     client.inspect(42)  # error: arg-type
     client.break_lock("jobs", reason=5)  # error: arg-type
     client.request_release("jobs", reason=5)  # error: arg-type

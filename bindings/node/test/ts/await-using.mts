@@ -138,7 +138,7 @@ let outer: Client;
     using observer: Observer = client.observe(election, { signal: AbortSignal.timeout(60000) });
     const seen: (Leader | null)[] = [];
     const value: HoldValue = 'host-a:8080';
-    const options: CampaignOptions = { value, owner: 'a', leaseMs: 5000 };
+    const options: CampaignOptions = { value, owner: 'a', reentrant: 'ts-campaign', leaseMs: 5000 };
     await using leadership = await client.campaign(election, options);
     for await (const leader of observer) {  // nobody (maybe), then this candidate
       seen.push(leader);
@@ -194,6 +194,8 @@ export function refused(c: Client, l: Lock): void {
   void c.acquire('x', { maxHoldMs: '5' });
   // @ts-expect-error: minHoldMs is a number of milliseconds
   void c.acquire('x', { minHoldMs: '5' });
+  // @ts-expect-error: a reentrant context is a string
+  void c.acquire('x', { reentrant: 42 });
   // @ts-expect-error: lockDelayMs is a number of milliseconds
   void c.campaign('x', { lockDelayMs: '5' });
   // @ts-expect-error: a campaign waits until it leads: no waitMs
