@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "core/options.h"
 #include "core/server_text.h"
 #include "etcd/gateway.h"
+#include "etcd/lock_protocol.h"
 
 using namespace dlock::etcd;
 

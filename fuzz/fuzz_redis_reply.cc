@@ -61,8 +61,8 @@ void ReadEveryShape(const redisReply* reply) {
       Require(id.size() <= 64 && reason.size() <= dlock::kMaxReasonBytes);
     }
   }
-  uint32_t asked = 0;
-  Require(NoControlBytes(dlock::redis::ParseAskedReply(reply, "fuzz", &asked).message()));
+  uint32_t holds_asked = 0;
+  Require(NoControlBytes(dlock::redis::ParseAskedReply(reply, "fuzz", &holds_asked).message()));
   const dlock::redis::NodeAddress asked{"127.0.0.1", 7000};
   std::vector<dlock::redis::SlotRange> ranges;
   Require(NoControlBytes(dlock::redis::ParseClusterSlots(reply, asked, "fuzz", &ranges).message()));
