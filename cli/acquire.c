@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -13,8 +14,10 @@
 
 bool g_lost_reported = false;
 char g_lost_reason[512] = "";
+size_t g_lost_index = 0;
 uint64_t g_release_requests = 0;
 char g_release_reason[DLOCK_MAX_REASON_BYTES + 1] = "";
+size_t g_release_index = 0;
 
 void lost_cause_text(const dlock_lock *lock, char *buf, size_t len) {
   const char *cause = dlock_lock_lost_cause(lock);
@@ -96,16 +99,20 @@ int open_client(const cli_options *o, const char *command, dlock_client **out) {
   return exit_code_for(s);
 }
 
-/* A LOST entry was just popped: keep its message (dlock_last_error) for the report. */
-static void note_loss(void) {
+/* A LOST entry was just popped: keep its message (dlock_last_error) for the report, and which
+ * lock it was (its tag's index; 0 for a tag of no lock of ours). */
+static void note_loss(uint64_t tag) {
   if (g_lost_reported) return;
   g_lost_reported = true;
+  g_lost_index = TAG_KIND(tag) == LOST_TAG ? TAG_INDEX(tag) : 0;
   snprintf(g_lost_reason, sizeof g_lost_reason, "%s", dlock_last_error());
 }
 
-/* A RELEASE_REQUESTED entry was just popped: count it and keep its reason (dlock_last_error). */
-static void note_release_request(void) {
+/* A RELEASE_REQUESTED entry was just popped: count it and keep its reason (dlock_last_error)
+ * and its lock's index. */
+static void note_release_request(uint64_t tag) {
   ++g_release_requests;
+  g_release_index = TAG_INDEX(tag);
   snprintf(g_release_reason, sizeof g_release_reason, "%s", dlock_last_error());
 }
 
@@ -115,8 +122,10 @@ void drain_queue(dlock_queue *q) {
   dlock_lock *lock;
   int kind;
   while ((kind = dlock_queue_pop(q, &tag, &status, &lock)) > 0) {
-    if (kind == DLOCK_QUEUE_LOST) note_loss();
-    if (kind == DLOCK_QUEUE_RELEASE_REQUESTED && tag == RELEASE_REQUEST_TAG) note_release_request();
+    if (kind == DLOCK_QUEUE_LOST) note_loss(tag);
+    if (kind == DLOCK_QUEUE_RELEASE_REQUESTED && TAG_KIND(tag) == RELEASE_REQUEST_TAG) {
+      note_release_request(tag);
+    }
     if (lock) dlock_release(lock); /* not ours to keep: a stray acquire's outcome */
   }
 }
@@ -131,8 +140,9 @@ static uint64_t heartbeat_for(const cli_options *o) {
   return period < 1 ? 1 : (uint64_t)period;
 }
 
-static int set_options(const cli_options *o, const char *command, dlock_queue *q,
-                       dlock_options **out) {
+/* o as the library's options for the lock at index (its queue tags), waiting up to wait_ms. */
+static int set_options(const cli_options *o, const char *command, dlock_queue *q, size_t index,
+                       int64_t wait_ms, dlock_options **out) {
   dlock_options *opts = dlock_options_new();
   if (!opts) {
     say_error(command, "out of memory");
@@ -140,7 +150,7 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   }
   dlock_status s = dlock_options_set_lease_ms(opts, (uint64_t)o->lease_ms);
   if (s == DLOCK_OK) s = dlock_options_set_heartbeat_ms(opts, heartbeat_for(o));
-  if (s == DLOCK_OK) s = dlock_options_set_wait_ms(opts, o->wait_ms);
+  if (s == DLOCK_OK) s = dlock_options_set_wait_ms(opts, wait_ms);
   if (s == DLOCK_OK && o->max_hold_ms > 0) s = dlock_options_set_max_hold_ms(opts, (uint64_t)o->max_hold_ms);
   if (s == DLOCK_OK && o->min_hold_ms > 0) s = dlock_options_set_min_hold_ms(opts, (uint64_t)o->min_hold_ms);
   if (s == DLOCK_OK && o->lock_delay_ms > 0) s = dlock_options_set_lock_delay_ms(opts, (uint64_t)o->lock_delay_ms);
@@ -148,9 +158,9 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   if (s == DLOCK_OK && o->permits) s = dlock_options_set_permits(opts, o->permits);
   if (s == DLOCK_OK) s = dlock_options_set_owner(opts, o->owner);
   if (s == DLOCK_OK && o->value) s = dlock_options_set_value(opts, o->value, strlen(o->value));
-  if (s == DLOCK_OK) s = dlock_options_set_on_lost_queued(opts, q, LOST_TAG);
+  if (s == DLOCK_OK) s = dlock_options_set_on_lost_queued(opts, q, LOCK_TAG(LOST_TAG, index));
   if (s == DLOCK_OK && o->release_request_signal > 0) {
-    s = dlock_options_set_on_release_requested_queued(opts, q, RELEASE_REQUEST_TAG);
+    s = dlock_options_set_on_release_requested_queued(opts, q, LOCK_TAG(RELEASE_REQUEST_TAG, index));
   }
   if (s != DLOCK_OK) {
     say_error(command, "%s", dlock_last_error());
@@ -161,12 +171,17 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   return 0;
 }
 
+/* Acquires name (the lock at index) waiting up to wait_ms, interruptibly. Returns 0 with *out
+ * held, or the exit code; a DLOCK_NOT_ACQUIRED is said (a note) unless not_acquired_said is
+ * NULL, and then its message is copied there instead (len bytes) for the caller to say. */
 static int acquire_interruptibly(const cli_options *o, const char *command, dlock_client *c,
-                                 const char *name, dlock_queue *q, dlock_lock **out) {
+                                 const char *name, size_t index, int64_t wait_ms, dlock_queue *q,
+                                 dlock_lock **out, char *not_acquired_said, size_t len) {
+  const uint64_t acquire_tag = LOCK_TAG(ACQUIRE_TAG, index);
   dlock_options *opts = NULL;
-  int rc = set_options(o, command, q, &opts);
+  int rc = set_options(o, command, q, index, wait_ms, &opts);
   if (rc != 0) return rc;
-  dlock_status s = dlock_acquire_queued(c, name, opts, q, ACQUIRE_TAG);
+  dlock_status s = dlock_acquire_queued(c, name, opts, q, acquire_tag);
   dlock_options_free(opts); /* copied by the call */
   if (s != DLOCK_OK) {
     say_error(command, "%s", dlock_last_error());
@@ -184,7 +199,7 @@ static int acquire_interruptibly(const cli_options *o, const char *command, dloc
     for (int sig; (sig = signals_next()) != 0;) {
       if (is_stop_signal(sig) && !stop_signal) {
         stop_signal = sig;
-        dlock_acquire_cancel_queued(c, q, ACQUIRE_TAG);
+        dlock_acquire_cancel_queued(c, q, acquire_tag);
       }
     }
     uint64_t tag;
@@ -193,14 +208,14 @@ static int acquire_interruptibly(const cli_options *o, const char *command, dloc
     int kind;
     while ((kind = dlock_queue_pop(q, &tag, &status, &lock)) > 0) {
       if (kind == DLOCK_QUEUE_LOST) { /* lost before we looked: the caller sees it */
-        note_loss();
+        note_loss(tag);
         continue;
       }
       if (kind == DLOCK_QUEUE_RELEASE_REQUESTED) { /* heard before we looked: likewise */
-        if (tag == RELEASE_REQUEST_TAG) note_release_request();
+        if (TAG_KIND(tag) == RELEASE_REQUEST_TAG) note_release_request(tag);
         continue;
       }
-      if (tag != ACQUIRE_TAG) {
+      if (tag != acquire_tag) {
         if (lock) dlock_release(lock);
         continue;
       }
@@ -217,7 +232,11 @@ static int acquire_interruptibly(const cli_options *o, const char *command, dloc
         return 0;
       }
       if (status == DLOCK_NOT_ACQUIRED) {
-        say_note(o, command, "%s", dlock_last_error());
+        if (not_acquired_said) {
+          snprintf(not_acquired_said, len, "%s", dlock_last_error());
+        } else {
+          say_note(o, command, "%s", dlock_last_error());
+        }
         return EXIT_NOT_ACQUIRED;
       }
       say_error(command, "%s", dlock_last_error());
@@ -226,8 +245,77 @@ static int acquire_interruptibly(const cli_options *o, const char *command, dloc
   }
 }
 
+static int bytewise(const void *a, const void *b) {
+  const char *const *x = a, *const *y = b;
+  return strcmp(*x, *y); /* as unsigned char: std::string's order in dlock_acquire_many */
+}
+
+/* "'a', 'b', 'c'": the names for a message, in memory the caller frees (NULL: out of memory). */
+char *quoted_names(const char *const *names, size_t n) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return NULL;
+  for (size_t k = 0; k < n; ++k) fprintf(f, "%s'%s'", k ? ", " : "", names[k]);
+  if (fclose(f) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+/* Several names: each in turn in bytewise order, each waiting for what is left of o->wait_ms
+ * (one try at least), as dlock_acquire_many does, but through the queue so that a stop signal
+ * can cancel the wait (dlock_acquire_many blocks, and cannot be cancelled). */
+static int acquire_all(const cli_options *o, const char *command, dlock_client *c,
+                       const char *const *names, size_t n, dlock_queue *q, dlock_lock **locks,
+                       int64_t *first_held_ms) {
+  const char **order = malloc(n * sizeof *order);
+  if (!order) {
+    say_error(command, "out of memory");
+    return EXIT_OSERR;
+  }
+  memcpy(order, names, n * sizeof *order);
+  qsort(order, n, sizeof *order, bytewise);
+  const int64_t start = monotonic_ms();
+  char why[1024] = "";
+  int code = 0;
+  for (size_t taken = 0; taken < n && code == 0; ++taken) {
+    size_t index = 0; /* order[taken]'s place on the command line: the names are distinct */
+    while (strcmp(names[index], order[taken]) != 0) ++index;
+    int64_t wait = o->wait_ms;
+    if (wait > 0) {
+      wait = o->wait_ms - (monotonic_ms() - start);
+      if (wait < 0) wait = 0;
+    }
+    code = acquire_interruptibly(o, command, c, names[index], index, wait, q, &locks[index], why, sizeof why);
+    if (code == 0 && taken == 0 && first_held_ms) *first_held_ms = monotonic_ms();
+  }
+  free(order);
+  if (code == 0) return 0;
+  /* None, then: what was taken is given back (a NOT_HELD here is a hold lost meanwhile, which
+   * is given back all the same). */
+  bool gave_back = false;
+  for (size_t k = 0; k < n; ++k) gave_back |= locks[k] != NULL;
+  if (gave_back && dlock_release_many(locks, n) != DLOCK_OK) {
+    say_verbose(o, command, "giving back what was taken: %s", dlock_last_error());
+  }
+  if (code == EXIT_NOT_ACQUIRED) {
+    char *all = quoted_names(names, n);
+    say_note(o, command, "%s; none of locks %s is held (all or none)", why, all ? all : "");
+    free(all);
+  }
+  return code;
+}
+
 int take_lock(const cli_options *o, const char *command, const char *name, dlock_client **client,
               dlock_queue **q, dlock_lock **lock) {
+  return take_locks(o, command, &name, 1, client, q, lock, NULL);
+}
+
+int take_locks(const cli_options *o, const char *command, const char *const *names, size_t n,
+               dlock_client **client, dlock_queue **q, dlock_lock **locks, int64_t *first_held_ms) {
+  for (size_t k = 0; k < n; ++k) locks[k] = NULL;
   if (signals_install() != 0) {
     say_error(command, "signals: %s", strerror(errno));
     return EXIT_OSERR;
@@ -245,5 +333,10 @@ int take_lock(const cli_options *o, const char *command, const char *name, dlock
     say_error(command, "%s", dlock_last_error());
     return EXIT_OSERR;
   }
-  return acquire_interruptibly(o, command, *client, name, *q, lock);
+  if (n == 1) {
+    const int code = acquire_interruptibly(o, command, *client, names[0], 0, o->wait_ms, *q, locks, NULL, 0);
+    if (code == 0 && first_held_ms) *first_held_ms = monotonic_ms();
+    return code;
+  }
+  return acquire_all(o, command, *client, names, n, *q, locks, first_held_ms);
 }

@@ -151,12 +151,13 @@ void text_value(FILE *f, const void *data, size_t len);
  * "attempts", "elapsed_ms", "fencing_token", "status", "detail", "unix_ms"}. Any thread. */
 void print_event_json(const dlock_event *e, void *arg);
 /* What one exec or elect run did, for --metrics-textfile (status_file.c). Times: monotonic ms,
- * 0 = never. */
+ * 0 = never. Several names (exec a b -- CMD): one sample per name, each with its own token. */
 typedef struct run_record {
-  const char *name;
+  char **names;             /* the lock names as given (argv's); NULL before they are known */
+  size_t nnames;
   int64_t started_ms, acquired_ms, ended_ms;
-  uint64_t fencing_token;
-  char outcome[32]; /* the last --status-file word */
+  uint64_t *fencing_tokens; /* nnames of them once all were acquired; else NULL (0 each) */
+  char outcome[32];         /* the last --status-file word */
 } run_record;
 extern run_record g_run;
 /* Writes o->metrics_textfile (if set) for g_run ending with exit code `code`. 0, or -1 after
@@ -181,6 +182,23 @@ int open_client(const cli_options *o, const char *command, dlock_client **out);
 #define LOST_TAG 2
 int take_lock(const cli_options *o, const char *command, const char *name, dlock_client **client,
               dlock_queue **q, dlock_lock **lock);
+/* Queue tags: the kind in the low byte (ACQUIRE_TAG, LOST_TAG, RELEASE_REQUEST_TAG), the lock's
+ * index among several names above it (0 for one name: the tags are the kinds themselves). */
+#define LOCK_TAG(kind, index) ((uint64_t)(kind) | ((uint64_t)(index) << 8))
+#define TAG_KIND(tag) ((tag) & 0xff)
+#define TAG_INDEX(tag) ((size_t)((tag) >> 8))
+/* take_lock for n names, all or none (exec a b -- CMD), as dlock_acquire_many takes them: one
+ * at a time in one fixed order (bytewise), whatever order they are given in, so that {a, b} and
+ * {b, a} never wait on each other; o->wait_ms bounds the whole call; what was taken is given
+ * back when a later name cannot be, or when a stop signal cancels the wait. Each name's options
+ * are o's, its loss and release requests queued under LOCK_TAG(kind, k). On 0, locks[k] holds
+ * names[k] and *first_held_ms (may be NULL) is when the first of them was taken (monotonic ms:
+ * --max-hold runs from there); otherwise every locks[k] is NULL. n == 1 is take_lock. The
+ * names were checked already: none empty, too long or given twice. */
+int take_locks(const cli_options *o, const char *command, const char *const *names, size_t n,
+               dlock_client **client, dlock_queue **q, dlock_lock **locks, int64_t *first_held_ms);
+/* "'a', 'b'": names for a message, in memory the caller frees; NULL when out of memory. */
+char *quoted_names(const char *const *names, size_t n);
 /* A signal that stops a waiting or holding dlock (TERM, INT, HUP, QUIT). */
 bool is_stop_signal(int sig);
 /* SIGTSTP to the self-pipe too (exec, once CMD runs: it is passed on to CMD's group), and
@@ -188,14 +206,17 @@ bool is_stop_signal(int sig);
 int signals_catch_tstp(void);
 /* The caught signals back to their defaults (a child, before exec). */
 void signals_restore_defaults(void);
-/* Pops what the queue holds; a LOST entry sets g_lost_reported and keeps its message, a
- * RELEASE_REQUESTED entry counts in g_release_requests and keeps its reason. */
+/* Pops what the queue holds; a LOST entry sets g_lost_reported and keeps its message (and
+ * its lock's index), a RELEASE_REQUESTED entry counts in g_release_requests and keeps its
+ * reason (and its lock's index). */
 void drain_queue(dlock_queue *q);
 extern bool g_lost_reported;
 extern char g_lost_reason[512];
+extern size_t g_lost_index; /* the index (TAG_INDEX) of the lock whose loss came first */
 #define RELEASE_REQUEST_TAG 3
 extern uint64_t g_release_requests;                     /* heard so far */
 extern char g_release_reason[DLOCK_MAX_REASON_BYTES + 1]; /* the last one's reason, "" = none */
+extern size_t g_release_index; /* the index of the lock the last one asked for */
 /* Why lock was lost, "CAUSE: details" (dlock_lock_lost_cause), into buf; "" while it is held
  * and valid. Read it before the release, which frees the lock. */
 void lost_cause_text(const dlock_lock *lock, char *buf, size_t len);

@@ -1,4 +1,5 @@
-/* dlock exec [options] NAME -- CMD [ARG...]: run CMD while holding the lock.
+/* dlock exec [options] NAME [NAME...] -- CMD [ARG...]: run CMD while holding the lock (or
+ * every one of several: all or none).
  *
  * The processes. dlock forks a guard (guard.c), then CMD; both are dlock's children, in one
  * process group whose leader (and id) is the guard's pid:
@@ -35,7 +36,16 @@
  *
  * CMD gets descriptors 0, 1, 2 and those dlock inherited, nothing dlock opened (the library's
  * sockets and pipes): the child closes the rest before execve. Its environment is dlock's
- * without DLOCK_URL and DLOCK_URL_FILE, with DLOCK_NAME, DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS.
+ * without DLOCK_URL and DLOCK_URL_FILE, with DLOCK_NAME, DLOCK_FENCING_TOKEN, DLOCK_LEASE_MS,
+ * DLOCK_NAMES and DLOCK_FENCING_TOKENS.
+ *
+ * Several names (exec only): taken all or none by take_locks (acquire.c), in bytewise order so
+ * that `exec a b` and `exec b a` never deadlock, --wait bounding the whole acquire. Every rule
+ * above applies to each of them: the loss of any one is a loss (the message names it), the
+ * guard's deadline is the earliest of their deadlines, a release request for any one is passed
+ * on, and all are released together (dlock_release_many) when CMD exits. DLOCK_NAME and
+ * DLOCK_FENCING_TOKEN are the first name's (as given); DLOCK_NAMES and DLOCK_FENCING_TOKENS
+ * list every name and token, one per line, in the order given.
  *
  * --status-file PATH gets dlock's own outcome, one line (status_file.c). */
 #include <errno.h>
@@ -89,14 +99,70 @@ static char *resolve_command(const char *cmd, int *code) {
   }
 }
 
+/* The locks CMD runs under: names[k] (as given) held by locks[k], k < n, n >= 1. */
+typedef struct lockset {
+  const char *const *names;
+  dlock_lock **locks;
+  size_t n;
+  int64_t held_since; /* monotonic ms when the first was taken: several names' --max-hold */
+  const char *what;   /* "lock 'a'", or "locks 'a', 'b'", for messages */
+} lockset;
+
+static bool all_valid(const lockset *ls) {
+  for (size_t k = 0; k < ls->n; ++k) {
+    if (!dlock_lock_is_valid(ls->locks[k])) return false;
+  }
+  return true;
+}
+
+/* The least time left before one of the locks' local deadlines, and whose (which may be NULL). */
+static int64_t least_remaining(const lockset *ls, size_t *which) {
+  size_t least = 0;
+  int64_t remaining = dlock_lock_remaining_ms(ls->locks[0]);
+  for (size_t k = 1; k < ls->n; ++k) {
+    const int64_t r = dlock_lock_remaining_ms(ls->locks[k]);
+    if (r < remaining) {
+      remaining = r;
+      least = k;
+    }
+  }
+  if (which) *which = least;
+  return remaining;
+}
+
+/* The lock a loss is about: the one whose loss was reported first, else the first that is no
+ * longer valid, else the one with the least time left. */
+static size_t lost_one(const lockset *ls) {
+  if (g_lost_reported && g_lost_index < ls->n) return g_lost_index;
+  for (size_t k = 0; k < ls->n; ++k) {
+    if (!dlock_lock_is_valid(ls->locks[k])) return k;
+  }
+  size_t k;
+  least_remaining(ls, &k);
+  return k;
+}
+
+/* Releases every lock now (CMD never ran): dlock_release for one, dlock_release_many for
+ * several. */
+static void release_all(lockset *ls) {
+  if (ls->n == 1) {
+    dlock_release(ls->locks[0]);
+  } else {
+    dlock_release_many(ls->locks, ls->n);
+  }
+}
+
 /* The environment CMD gets: ours without DLOCK_URL and DLOCK_URL_FILE (the backend's address
- * and password are dlock's, not CMD's), with DLOCK_NAME, DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS
- * set (the last three entries, which free_environment frees). */
+ * and password are dlock's, not CMD's), with DLOCK_NAME, DLOCK_FENCING_TOKEN, DLOCK_LEASE_MS,
+ * DLOCK_NAMES and DLOCK_FENCING_TOKENS set (the last kSet entries, which free_environment
+ * frees). */
+enum { kSet = 5 };
+
 static void free_environment(char **env) {
   if (!env) return;
   size_t n = 0;
   while (env[n]) ++n;
-  for (size_t i = n >= 3 ? n - 3 : 0; i < n; ++i) free(env[i]);
+  for (size_t i = n >= kSet ? n - kSet : 0; i < n; ++i) free(env[i]);
   free(env);
 }
 
@@ -105,12 +171,35 @@ static bool has_name(const char *entry, const char *name) {
   return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
-static char **child_environment(const char *name, uint64_t token, int64_t lease_ms) {
+/* "NAME=v0\nv1...": the values one per line (no newline after the last). */
+static char *list_variable(const char *variable, const lockset *ls, bool tokens) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return NULL;
+  fprintf(f, "%s=", variable);
+  for (size_t k = 0; k < ls->n; ++k) {
+    if (k) fputc('\n', f);
+    if (tokens) {
+      fprintf(f, "%" PRIu64, dlock_lock_fencing_token(ls->locks[k]));
+    } else {
+      fputs(ls->names[k], f);
+    }
+  }
+  if (fclose(f) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+static char **child_environment(const lockset *ls, int64_t lease_ms) {
   static const char *const kDropped[] = {"DLOCK_NAME", "DLOCK_FENCING_TOKEN", "DLOCK_LEASE_MS",
+                                         "DLOCK_NAMES", "DLOCK_FENCING_TOKENS",
                                          "DLOCK_URL", "DLOCK_URL_FILE"};
   size_t n = 0;
   while (environ[n]) ++n;
-  char **env = calloc(n + 4, sizeof *env);
+  char **env = calloc(n + kSet + 1, sizeof *env);
   if (!env) return NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -118,12 +207,16 @@ static char **child_environment(const char *name, uint64_t token, int64_t lease_
     for (size_t d = 0; d < sizeof kDropped / sizeof kDropped[0]; ++d) dropped |= has_name(environ[i], kDropped[d]);
     if (!dropped) env[k++] = environ[i];
   }
-  if (asprintf(&env[k], "DLOCK_NAME=%s", name) < 0) env[k] = NULL;
-  if (env[k] && asprintf(&env[k + 1], "DLOCK_FENCING_TOKEN=%" PRIu64, token) < 0) env[k + 1] = NULL;
-  if (env[k + 1] && asprintf(&env[k + 2], "DLOCK_LEASE_MS=%" PRId64, lease_ms) < 0) env[k + 2] = NULL;
-  if (!env[k + 2]) {
-    free(env[k]);
-    free(env[k + 1]);
+  char **set = env + k;
+  if (asprintf(&set[0], "DLOCK_NAME=%s", ls->names[0]) < 0) set[0] = NULL;
+  if (asprintf(&set[1], "DLOCK_FENCING_TOKEN=%" PRIu64, dlock_lock_fencing_token(ls->locks[0])) < 0) set[1] = NULL;
+  if (asprintf(&set[2], "DLOCK_LEASE_MS=%" PRId64, lease_ms) < 0) set[2] = NULL;
+  set[3] = list_variable("DLOCK_NAMES", ls, false);
+  set[4] = list_variable("DLOCK_FENCING_TOKENS", ls, true);
+  bool complete = true;
+  for (int i = 0; i < kSet; ++i) complete &= set[i] != NULL;
+  if (!complete) {
+    for (int i = 0; i < kSet; ++i) free(set[i]);
     free(env);
     return NULL;
   }
@@ -160,18 +253,18 @@ static void guard_read(job *j) {
 
 /* The lock's local deadline for the guard (CLOCK_MONOTONIC ms), or GUARD_NO_DEADLINE when the
  * guard is to act only on dlock's death (--on-lost ignore, --lease 0, a lock already lost). */
-static int64_t guard_deadline(const cli_options *o, dlock_lock *lock) {
+static int64_t guard_deadline(const cli_options *o, const lockset *ls) {
   if (o->on_lost == ON_LOST_IGNORE || o->lease_ms <= 0) return GUARD_NO_DEADLINE;
   const int64_t now = monotonic_ms(); /* before remaining: the sum can only be early, never late */
-  const int64_t remaining = dlock_lock_remaining_ms(lock);
+  const int64_t remaining = least_remaining(ls, NULL); /* several: the earliest deadline */
   if (remaining <= 0 || remaining == INT64_MAX) return GUARD_NO_DEADLINE;
   return now + remaining;
 }
 
 /* Sends the guard the lock's local deadline when it moved later (after a renewal). */
-static void guard_update(job *j, const cli_options *o, dlock_lock *lock) {
+static void guard_update(job *j, const cli_options *o, const lockset *ls) {
   if (j->guard_sock < 0) return;
-  const int64_t deadline = guard_deadline(o, lock);
+  const int64_t deadline = guard_deadline(o, ls);
   if (deadline == GUARD_NO_DEADLINE || deadline <= j->sent_deadline) return;
   if (send(j->guard_sock, &deadline, sizeof deadline, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof deadline) {
     j->sent_deadline = deadline;
@@ -199,7 +292,7 @@ static void end_job(job *j) {
 
 /* Starts the guard and CMD (see the top of this file). Returns 0, or the exit code after
  * saying why (nothing is left running then). */
-static int start_job(const cli_options *o, dlock_lock *lock, const char *path, char **argv, char **env,
+static int start_job(const cli_options *o, const lockset *ls, const char *path, char **argv, char **env,
                      job *j) {
   *j = (job){.cmd = -1, .group = -1, .guard_sock = -1, .tty = -1, .sent_deadline = 0};
   j->tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
@@ -223,7 +316,7 @@ static int start_job(const cli_options *o, dlock_lock *lock, const char *path, c
   const unsigned max_fd = fallback_max_fd();
   const int64_t guard_grace = o->kill_grace_ms;
   /* The guard starts with the deadline: CMD never runs before the guard has one. */
-  const int64_t first_deadline = guard_deadline(o, lock);
+  const int64_t first_deadline = guard_deadline(o, ls);
   j->sent_deadline = first_deadline;
   const pid_t parent = getpid();
   sigset_t all, old;
@@ -303,9 +396,11 @@ static void signal_group(const cli_options *o, pid_t group, int sig, const char 
  * signal to CMD's group, once per look, and one line on stderr (a JSON note under -v --json).
  * CMD decides: dlock keeps the lock until CMD exits, and releases it then as always. Not passed
  * on once CMD is being stopped anyway (a loss, --max-hold, --stopped-grace). */
-static void forward_release_requests(const cli_options *o, const char *name, pid_t group,
+static void forward_release_requests(const cli_options *o, const lockset *ls, pid_t group,
                                      uint64_t *seen, bool stopping) {
   if (o->release_request_signal <= 0 || g_release_requests == *seen) return;
+  /* Several names: the lock the last request asked for. */
+  const char *name = ls->names[g_release_index < ls->n ? g_release_index : 0];
   const uint64_t heard = g_release_requests - *seen;
   *seen = g_release_requests;
   char *reason = g_release_reason[0] ? text_string_dup(g_release_reason, true) : NULL;
@@ -342,8 +437,7 @@ static void wake_within(int64_t *wake, int64_t ms) {
  * dlock (its heartbeats stop with it); once continued, continues CMD (with the terminal, when
  * dlock is in the foreground) if the lock still holds, or SIGKILLs the stopped group. Returns
  * true when CMD was continued. */
-static bool follow_stop(const cli_options *o, const char *name, dlock_lock *lock, dlock_queue *q,
-                        job *j, int sig) {
+static bool follow_stop(const cli_options *o, const lockset *ls, dlock_queue *q, job *j, int sig) {
   if (tcgetpgrp(j->tty) == j->group) hand_terminal(j->tty, getpgrp());
   say_verbose(o, o->command, "CMD stopped (%s): dlock stops too; the lock's lease runs out unless it is continued in time",
               strsignal(sig));
@@ -351,9 +445,9 @@ static bool follow_stop(const cli_options *o, const char *name, dlock_lock *lock
   /* Continued (fg or bg). */
   drain_queue(q);
   guard_read(j);
-  const bool valid = !g_lost_reported && dlock_lock_is_valid(lock) && !j->guard_fired;
+  const bool valid = !g_lost_reported && all_valid(ls) && !j->guard_fired;
   if (!valid && o->on_lost != ON_LOST_IGNORE) {
-    say_error(o->command, "lock '%s' ran out while CMD was stopped; killing CMD", name);
+    say_error(o->command, "lock '%s' ran out while CMD was stopped; killing CMD", ls->names[lost_one(ls)]);
     kill(-j->group, SIGKILL);
     return false;
   }
@@ -363,12 +457,14 @@ static bool follow_stop(const cli_options *o, const char *name, dlock_lock *lock
   return true;
 }
 
-/* Runs CMD under the lock until it exits; returns the exit code and writes the status file.
- * Releases the lock. */
-static int supervise(const cli_options *o, const char *name, dlock_lock *lock, dlock_queue *q, job *j) {
+/* Runs CMD under the locks until it exits; returns the exit code and writes the status file.
+ * Releases the locks. */
+static int supervise(const cli_options *o, lockset *ls, dlock_queue *q, job *j) {
   bool lost = false, about_to_lose = false, term_sent = false, kill_sent = false;
   bool cmd_stopped = false, stopped_out = false, max_hold_reached = false;
-  const int64_t started = monotonic_ms(); /* for --max-hold: the lock was acquired just before */
+  /* For --max-hold: one lock was acquired just before; of several, the first was taken when
+   * the acquire of the others began, and its --max-hold runs from then. */
+  const int64_t started = ls->n > 1 ? ls->held_since : monotonic_ms();
   int64_t kill_at = -1;    /* monotonic ms of the SIGKILL that follows a SIGTERM */
   int64_t stopped_at = -1; /* when dlock saw CMD stop (without a terminal) */
   int64_t tick = -1;       /* how often the guard's deadline is brought up to date */
@@ -384,11 +480,13 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
   for (bool running = true; running;) {
     const int64_t now = monotonic_ms();
     int64_t wake = tick; /* ms until something must be checked; -1 = only on an event */
-    guard_update(j, o, lock);
-    if (!lost && !stopped_out && (g_lost_reported || !dlock_lock_is_valid(lock))) {
+    guard_update(j, o, ls);
+    if (!lost && !stopped_out && (g_lost_reported || !all_valid(ls))) {
       lost = true;
+      const size_t k = lost_one(ls); /* of several, the loss of any one is a loss */
+      const char *name = ls->names[k];
       /* "CAUSE: details" (dlock_lock_lost_cause: deleted, taken_over, refused, expired). */
-      const char *cause = dlock_lock_lost_cause(lock);
+      const char *cause = dlock_lock_lost_cause(ls->locks[k]);
       const char *reason = cause         ? cause
                            : g_lost_reported ? g_lost_reason
                                              : "its lease ran out before a renewal got through";
@@ -410,10 +508,10 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
        * so the lock ends with its lease even if this process hangs. */
       max_hold_reached = true;
       if (o->on_lost == ON_LOST_IGNORE) {
-        say_error(o->command, "lock '%s' reached --max-hold (%" PRId64 " ms) while CMD ran (--on-lost=ignore: CMD keeps running, the lock ends with its lease)",
-                  name, o->max_hold_ms);
+        say_error(o->command, "%s reached --max-hold (%" PRId64 " ms) while CMD ran (--on-lost=ignore: CMD keeps running, the lock ends with its lease)",
+                  ls->what, o->max_hold_ms);
       } else {
-        say_error(o->command, "lock '%s' reached --max-hold (%" PRId64 " ms) while CMD ran; stopping CMD", name, o->max_hold_ms);
+        say_error(o->command, "%s reached --max-hold (%" PRId64 " ms) while CMD ran; stopping CMD", ls->what, o->max_hold_ms);
         if (o->on_lost == ON_LOST_KILL) {
           if (!kill_sent) signal_group(o, group, SIGKILL, "--max-hold was reached");
           kill_sent = true;
@@ -421,15 +519,16 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
           signal_group(o, group, SIGTERM, "--max-hold was reached");
           term_sent = true;
           /* The kill grace, or what is left of the lease if less: CMD never outlives the lock. */
-          const int64_t left = dlock_lock_remaining_ms(lock);
+          const int64_t left = least_remaining(ls, NULL);
           kill_at = now + (left < o->kill_grace_ms ? left : o->kill_grace_ms);
         }
       }
     } else if (!lost && !term_sent && !kill_sent && o->lease_ms > 0 && o->on_lost != ON_LOST_IGNORE) {
-      const int64_t remaining = dlock_lock_remaining_ms(lock);
+      size_t k;
+      const int64_t remaining = least_remaining(ls, &k);
       if (remaining <= o->kill_grace_ms) {
         about_to_lose = true;
-        say_error(o->command, "renewals of lock '%s' are failing, %" PRId64 " ms of its lease left; stopping CMD before it runs out", name, remaining);
+        say_error(o->command, "renewals of lock '%s' are failing, %" PRId64 " ms of its lease left; stopping CMD before it runs out", ls->names[k], remaining);
         if (o->on_lost == ON_LOST_KILL) {
           signal_group(o, group, SIGKILL, "the lease is about to run out");
           kill_sent = true;
@@ -453,8 +552,8 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     }
     if (cmd_stopped && j->tty < 0 && !kill_sent) { /* no terminal: at most --stopped-grace */
       if (now - stopped_at >= o->stopped_grace_ms) {
-        say_error(o->command, "CMD stayed stopped for longer than --stopped-grace (%" PRId64 " ms); killing it and releasing lock '%s'",
-                  o->stopped_grace_ms, name);
+        say_error(o->command, "CMD stayed stopped for longer than --stopped-grace (%" PRId64 " ms); killing it and releasing %s",
+                  o->stopped_grace_ms, ls->what);
         signal_group(o, group, SIGKILL, "stopped for longer than --stopped-grace");
         kill_sent = true;
         stopped_out = true;
@@ -486,7 +585,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
                       strsignal(WSTOPSIG(st)), o->stopped_grace_ms);
         } else if (!kill_sent) {
           drain_queue(q);
-          if (follow_stop(o, name, lock, q, j, WSTOPSIG(st))) {
+          if (follow_stop(o, ls, q, j, WSTOPSIG(st))) {
             cmd_stopped = false;
           } else {
             kill_sent = true;
@@ -503,7 +602,7 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
     }
     drain_queue(q);
     if (running) {
-      forward_release_requests(o, name, group, &requests_seen,
+      forward_release_requests(o, ls, group, &requests_seen,
                                lost || term_sent || kill_sent || max_hold_reached || stopped_out);
     }
   }
@@ -511,44 +610,55 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
   guard_read(j);
   if (j->guard_fired && !lost && !stopped_out && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
     /* Its kill, not CMD's own end: dlock was stopped while the lease ran out. */
-    say_error(o->command, "CMD was killed by its guard: dlock was stopped while the lease of lock '%s' ran out", name);
+    say_error(o->command, "CMD was killed by its guard: dlock was stopped while the lease of lock '%s' ran out",
+              ls->names[lost_one(ls)]);
     lost = true;
   }
   const int cmd_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   say_verbose(o, o->command, "CMD exited with %d", cmd_code);
-  if (lost || (stopped_out && !dlock_lock_is_valid(lock))) {
+  if (lost || (stopped_out && !all_valid(ls))) {
     /* Best-effort cleanup in the background: the lease ends on the server within a drift of
      * now anyway, and dlock's exit must not wait on a server that stopped answering. */
-    dlock_release_async(lock, NULL, NULL);
+    for (size_t k = 0; k < ls->n; ++k) dlock_release_async(ls->locks[k], NULL, NULL);
     write_status(o, !lost ? "stopped" : max_hold_reached ? "max-hold" : "lost");
     return EXIT_LOST;
   }
-  char cause_before[512]; /* the release frees the lock: its loss cause is read first */
-  lost_cause_text(lock, cause_before, sizeof cause_before);
-  const dlock_status s = dlock_release(lock);
-  if (stopped_out) {
-    write_status(o, "stopped");
+  /* The release frees the locks: their loss causes are read first. */
+  char(*cause_before)[512] = calloc(ls->n, sizeof *cause_before);
+  for (size_t k = 0; cause_before && k < ls->n; ++k) {
+    lost_cause_text(ls->locks[k], cause_before[k], sizeof cause_before[k]);
+  }
+  const dlock_status s = ls->n == 1 ? dlock_release(ls->locks[0]) : dlock_release_many(ls->locks, ls->n);
+  const char *outcome = stopped_out ? "stopped" : about_to_lose ? "lost" : max_hold_reached ? "max-hold" : NULL;
+  if (!outcome && s == DLOCK_NOT_HELD) {
+    /* Each lock that knew its cause is named with it; else the release's message names each. */
+    bool named = false;
+    for (size_t k = 0; cause_before && k < ls->n; ++k) {
+      if (!cause_before[k][0]) continue;
+      say_error(o->command, "lock '%s' was lost before CMD finished: %s", ls->names[k], cause_before[k]);
+      named = true;
+    }
+    if (!named && ls->n == 1) {
+      say_error(o->command, "lock '%s' was lost before CMD finished: %s", ls->names[0], release_refusal());
+    } else if (!named) {
+      say_error(o->command, "a lock of %s was lost before CMD finished: %s", ls->what + strlen("locks "),
+                release_refusal());
+    }
+    outcome = "lost";
+  }
+  free(cause_before);
+  if (outcome) {
+    write_status(o, "%s", outcome);
     return EXIT_LOST;
   }
-  if (about_to_lose) {
-    write_status(o, "lost");
-    return EXIT_LOST;
-  }
-  if (max_hold_reached) {
-    write_status(o, "max-hold");
-    return EXIT_LOST;
-  }
-  if (s == DLOCK_NOT_HELD) {
-    say_error(o->command, "lock '%s' was lost before CMD finished: %s", name,
-              cause_before[0] ? cause_before : release_refusal());
-    write_status(o, "lost");
-    return EXIT_LOST;
-  }
-  if (s != DLOCK_OK) {
+  if (s != DLOCK_OK && ls->n == 1) {
     say_note(o, o->command, "releasing lock '%s' failed, it stays held until its lease runs out: %s",
-             name, dlock_last_error());
+             ls->names[0], dlock_last_error());
+  } else if (s != DLOCK_OK) {
+    say_note(o, o->command, "releasing %s failed, each one not released stays held until its lease runs out: %s",
+             ls->what, dlock_last_error());
   } else {
-    say_verbose(o, o->command, "released lock '%s'", name);
+    say_verbose(o, o->command, "released %s", ls->what);
   }
   if (WIFEXITED(status)) {
     write_status(o, "cmd-exited %d", WEXITSTATUS(status));
@@ -558,13 +668,45 @@ static int supervise(const cli_options *o, const char *name, dlock_lock *lock, d
   return cmd_code;
 }
 
+/* Several names (exec): each one 1..DLOCK_MAX_NAME_BYTES bytes, without a newline (CMD gets them
+ * one per line in DLOCK_NAMES), and none given twice. Checked before any is taken: a bad one
+ * must not leave the others held. 0, or -1 after saying what was wrong. */
+static int check_names(const char *command, char **names, int n) {
+  for (int k = 0; k < n; ++k) {
+    const size_t len = strnlen(names[k], DLOCK_MAX_NAME_BYTES + 1);
+    char *shown = text_string_dup(names[k], true);
+    int bad = 1;
+    if (len == 0) {
+      say_error(command, "lock NAME %d is empty", k + 1);
+    } else if (len > DLOCK_MAX_NAME_BYTES) {
+      say_error(command, "lock NAME %d is longer than %d bytes", k + 1, DLOCK_MAX_NAME_BYTES);
+    } else if (strchr(names[k], '\n')) {
+      say_error(command, "lock name %s holds a newline: with several names, CMD gets them one per line in DLOCK_NAMES",
+                shown ? shown : "");
+    } else {
+      bad = 0;
+      for (int e = 0; e < k && !bad; ++e) {
+        if (strcmp(names[e], names[k]) != 0) continue;
+        say_error(command, "lock %s is named twice (all or none of several distinct names)", shown ? shown : "");
+        bad = 1;
+      }
+    }
+    free(shown);
+    if (bad) return -1;
+  }
+  return 0;
+}
+
 /* exec and elect: elect is exec with no wait limit (a campaign) and no shared kind or permits
- * (a leadership is exclusive). */
+ * (a leadership is exclusive), and one name. The names stay in g_run.names (argv's words) for
+ * --metrics-textfile; run_and_record frees them. */
 static int run_under_lock(cli_options *o, const char *command, unsigned groups, int argc, char **argv) {
   o->command = command;
   char **words = calloc((size_t)argc + 1, sizeof *words);
   int nwords = 0;
   if (!words) return EXIT_OSERR;
+  const bool several = strcmp(command, "exec") == 0; /* may take several names */
+  const char *names_usage = several ? "NAME [NAME...]" : "NAME";
   const int dashes = parse_options(command, groups, argc, argv, STOP_AT_DASHES, o, words, &nwords);
   int code = 0;
   if (dashes < 0) {
@@ -572,23 +714,25 @@ static int run_under_lock(cli_options *o, const char *command, unsigned groups, 
   } else if (o->help) {
     print_help(command, stdout);
   } else if (nwords == 0) {
-    say_error(command, "no lock NAME (dlock %s [options] NAME -- CMD [ARG...])", command);
+    say_error(command, "no lock NAME (dlock %s [options] %s -- CMD [ARG...])", command, names_usage);
     code = EXIT_USAGE;
   } else if (dashes == argc) {
-    say_error(command, "CMD must follow '--' (dlock %s [options] NAME -- CMD [ARG...])", command);
+    say_error(command, "CMD must follow '--' (dlock %s [options] %s -- CMD [ARG...])", command, names_usage);
     code = EXIT_USAGE;
-  } else if (nwords > 1) {
+  } else if (nwords > 1 && !several) {
     say_error(command, "one lock NAME before '--', got %d words ('%s', '%s', ...)", nwords, words[0], words[1]);
     code = EXIT_USAGE;
   } else if (dashes + 1 >= argc) {
-    say_error(command, "no CMD after '--' (dlock %s [options] NAME -- CMD [ARG...])", command);
+    say_error(command, "no CMD after '--' (dlock %s [options] %s -- CMD [ARG...])", command, names_usage);
+    code = EXIT_USAGE;
+  } else if (nwords > 1 && check_names(command, words, nwords) != 0) {
     code = EXIT_USAGE;
   } else if (finish_options(command, o) != 0) {
     code = EXIT_USAGE;
   }
-  const char *name = words[0];
-  free(words);
-  g_run.name = name;
+  const size_t n = !several && nwords > 1 ? 1 : (size_t)nwords;
+  g_run.names = words;
+  g_run.nnames = n;
   g_run.started_ms = monotonic_ms();
   if (code != 0) write_failure_status(o, code);
   if (code != 0 || o->help) return code;
@@ -606,26 +750,37 @@ static int run_under_lock(cli_options *o, const char *command, unsigned groups, 
   }
   dlock_client *client = NULL;
   dlock_queue *q = NULL;
-  dlock_lock *lock = NULL;
   char **env = NULL;
   job j;
-  if ((code = take_lock(o, command, name, &client, &q, &lock)) != 0) {
-    write_failure_status(o, code);
-  } else if (!(env = child_environment(name, dlock_lock_fencing_token(lock), o->lease_ms))) {
+  lockset ls = {.names = (const char *const *)words, .locks = calloc(n, sizeof(dlock_lock *)), .n = n};
+  char *what = NULL, *listed = n > 1 ? quoted_names(ls.names, n) : NULL;
+  g_run.fencing_tokens = calloc(n, sizeof *g_run.fencing_tokens);
+  if (n == 1 ? asprintf(&what, "lock '%s'", words[0]) < 0 : !listed || asprintf(&what, "locks %s", listed) < 0) {
+    what = NULL;
+  }
+  ls.what = what;
+  if (!ls.locks || !what || !g_run.fencing_tokens) {
     say_error(command, "out of memory");
     code = EXIT_OSERR;
     write_failure_status(o, code);
-    dlock_release(lock);
+  } else if ((code = take_locks(o, command, ls.names, n, &client, &q, ls.locks, &ls.held_since)) != 0) {
+    write_failure_status(o, code);
+  } else if (!(env = child_environment(&ls, o->lease_ms))) {
+    say_error(command, "out of memory");
+    code = EXIT_OSERR;
+    write_failure_status(o, code);
+    release_all(&ls);
   } else {
     g_run.acquired_ms = monotonic_ms();
-    g_run.fencing_token = dlock_lock_fencing_token(lock);
-    write_status(o, "acquired %" PRIu64, dlock_lock_fencing_token(lock));
-    if ((code = start_job(o, lock, path, cmd, env, &j)) != 0) {
+    for (size_t k = 0; k < n; ++k) g_run.fencing_tokens[k] = dlock_lock_fencing_token(ls.locks[k]);
+    /* Several names: the first one's token, as DLOCK_FENCING_TOKEN. */
+    write_status(o, "acquired %" PRIu64, g_run.fencing_tokens[0]);
+    if ((code = start_job(o, &ls, path, cmd, env, &j)) != 0) {
       write_failure_status(o, code);
-      dlock_release(lock);
+      release_all(&ls);
     } else {
       signals_catch_tstp(); /* from now on, a TSTP to dlock stops CMD's group */
-      code = supervise(o, name, lock, q, &j);
+      code = supervise(o, &ls, q, &j);
       g_run.ended_ms = monotonic_ms();
       end_job(&j);
     }
@@ -634,14 +789,23 @@ static int run_under_lock(cli_options *o, const char *command, unsigned groups, 
   dlock_queue_free(q);
   free_environment(env);
   free(path);
+  free(ls.locks);
+  free(what);
+  free(listed);
   return code;
 }
 
 /* run_under_lock, then --metrics-textfile (a run that failed to start writes one too). */
 static int run_and_record(cli_options *o, const char *command, unsigned groups, int argc, char **argv) {
   const int code = run_under_lock(o, command, groups, argc, argv);
+  const bool written = o->help || write_metrics_textfile(o, code) == 0;
+  free(g_run.names);
+  free(g_run.fencing_tokens);
+  g_run.names = NULL;
+  g_run.fencing_tokens = NULL;
+  g_run.nnames = 0;
   if (o->help) return code;
-  return write_metrics_textfile(o, code) == 0 || code != 0 ? code : EXIT_OSERR;
+  return written || code != 0 ? code : EXIT_OSERR;
 }
 
 int cmd_exec(cli_options *o, int argc, char **argv) {

@@ -8,7 +8,9 @@ static const char kUsage[] =
     "usage: dlock [--url URL] COMMAND [options] ...\n"
     "\n"
     "Commands:\n"
-    "  exec [options] NAME -- CMD [ARG...]  run CMD while holding lock NAME\n"
+    "  exec [options] NAME [NAME...] -- CMD [ARG...]\n"
+    "                                       run CMD while holding lock NAME (several\n"
+    "                                       names: all of them, or none)\n"
     "  elect [options] NAME -- CMD [ARG...] wait to lead NAME, then run CMD while leading\n"
     "  hold [options] NAME                  take lock NAME, print its fencing token, hold it\n"
     "                                       until SIGINT or SIGTERM\n"
@@ -79,12 +81,16 @@ void print_help(const char *command, FILE *f) {
   if (!command) {
     fputs(kUsage, f);
   } else if (strcmp(command, "exec") == 0) {
-    fputs("usage: dlock exec [options] NAME -- CMD [ARG...]\n"
+    fputs("usage: dlock exec [options] NAME [NAME...] -- CMD [ARG...]\n"
           "Runs CMD (no shell, in its own process group) while holding lock NAME; releases it\n"
           "when CMD exits and exits with CMD's status. CMD's environment has DLOCK_NAME,\n"
           "DLOCK_FENCING_TOKEN and DLOCK_LEASE_MS (not DLOCK_URL). TERM, INT, HUP, QUIT, USR1,\n"
           "USR2 and TSTP sent to dlock reach CMD's group; if dlock dies, that group is killed.\n"
-          "On a terminal, CMD's group is the foreground job and dlock stops when CMD stops.\n\n",
+          "On a terminal, CMD's group is the foreground job and dlock stops when CMD stops.\n"
+          "Several names: all or none, taken in one fixed order (exec a b and exec b a never\n"
+          "deadlock), --wait bounding the whole acquire and the options applying to each; the\n"
+          "loss of any one stops CMD. DLOCK_NAME and DLOCK_FENCING_TOKEN are the first name's;\n"
+          "DLOCK_NAMES and DLOCK_FENCING_TOKENS list every name and token, one per line.\n\n",
           f);
     fputs(kLockOptions, f);
     fputs(kExecOptions, f);

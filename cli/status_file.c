@@ -3,7 +3,8 @@
  * "cmd-exited N", "cmd-signalled N", "lost", "stopped", "not-acquired", "interrupted N",
  * "not-found", "not-executable", "backend-error", "os-error", "usage". And exec
  * --metrics-textfile PATH: the run's metrics when it ends, in node_exporter's textfile format
- * (Prometheus text), written the same way. */
+ * (Prometheus text), written the same way: one sample per lock name (several names: each with its
+ * own fencing token, the other values the run's). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -74,22 +75,37 @@ static void label_value(FILE *f, const char *s) {
   }
 }
 
-static void metric(FILE *f, const char *name, const char *type, const char *help, const char *lock,
-                   const char *extra_label, const char *extra_value, double value) {
-  fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s{name=\"", name, help, name, type, name);
-  label_value(f, lock);
-  fputc('"', f);
-  if (extra_label) {
-    fprintf(f, ",%s=\"", extra_label);
-    label_value(f, extra_value);
-    fputc('"', f);
+/* Whether g_run.names[k] was given before (a usage error's duplicate: one series per name). */
+static bool named_before(size_t k) {
+  for (size_t e = 0; e < k; ++e) {
+    if (strcmp(g_run.names[e], g_run.names[k]) == 0) return true;
   }
-  /* Whole numbers (a fencing token: up to 2^53 - 1, exact) in full; times to the ms. */
-  fprintf(f, value == (double)(int64_t)value ? "} %.0f\n" : "} %.3f\n", value);
+  return false;
+}
+
+/* One family: its HELP and TYPE, then a sample per lock name (value, or each[k] for the lock
+ * at k when each is not NULL). */
+static void metric(FILE *f, const char *name, const char *type, const char *help,
+                   const char *extra_label, const char *extra_value, double value, const uint64_t *each) {
+  fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  for (size_t k = 0; k < g_run.nnames; ++k) {
+    if (named_before(k)) continue;
+    fprintf(f, "%s{name=\"", name);
+    label_value(f, g_run.names[k]);
+    fputc('"', f);
+    if (extra_label) {
+      fprintf(f, ",%s=\"", extra_label);
+      label_value(f, extra_value);
+      fputc('"', f);
+    }
+    const double v = each ? (double)each[k] : value;
+    /* Whole numbers (a fencing token: up to 2^53 - 1, exact) in full; times to the ms. */
+    fprintf(f, v == (double)(int64_t)v ? "} %.0f\n" : "} %.3f\n", v);
+  }
 }
 
 int write_metrics_textfile(const cli_options *o, int code) {
-  if (!o->metrics_textfile || !g_run.name) return 0;
+  if (!o->metrics_textfile || g_run.nnames == 0) return 0;
   const int64_t end = g_run.ended_ms ? g_run.ended_ms : monotonic_ms();
   const double waited = ((g_run.acquired_ms ? g_run.acquired_ms : end) - g_run.started_ms) / 1000.0;
   const double held = g_run.acquired_ms ? (end - g_run.acquired_ms) / 1000.0 : 0;
@@ -102,22 +118,22 @@ int write_metrics_textfile(const cli_options *o, int code) {
     say_error("exec", "cannot write --metrics-textfile %s: out of memory", o->metrics_textfile);
     return -1;
   }
-  const char *lock = g_run.name;
+  /* Several names (exec a b -- CMD): a sample per name, the same values but each fencing token. */
   const bool success = strcmp(g_run.outcome, "cmd-exited") == 0 && code == 0;
   metric(f, "dlock_exec_success", "gauge", "1 when the last run took the lock, held it to the end and CMD exited 0.",
-         lock, NULL, NULL, success ? 1 : 0);
+         NULL, NULL, success ? 1 : 0, NULL);
   metric(f, "dlock_exec_outcome", "gauge",
          "The last run's outcome, as --status-file words it (cmd-exited, lost, not-acquired, ...).",
-         lock, "outcome", g_run.outcome[0] ? g_run.outcome : "unknown", 1);
-  metric(f, "dlock_exec_exit_code", "gauge", "dlock's exit status for the last run.", lock, NULL, NULL, code);
-  metric(f, "dlock_exec_wait_seconds", "gauge", "How long the last run waited for the lock.", lock, NULL, NULL,
-         waited);
+         "outcome", g_run.outcome[0] ? g_run.outcome : "unknown", 1, NULL);
+  metric(f, "dlock_exec_exit_code", "gauge", "dlock's exit status for the last run.", NULL, NULL, code, NULL);
+  metric(f, "dlock_exec_wait_seconds", "gauge", "How long the last run waited for the lock.", NULL, NULL, waited,
+         NULL);
   metric(f, "dlock_exec_hold_seconds", "gauge", "How long the last run held the lock (0 when it did not).",
-         lock, NULL, NULL, held);
+         NULL, NULL, held, NULL);
   metric(f, "dlock_exec_fencing_token", "gauge", "The last run's fencing token (0 when it did not acquire).",
-         lock, NULL, NULL, (double)g_run.fencing_token);
+         NULL, NULL, 0, g_run.fencing_tokens);
   metric(f, "dlock_exec_end_timestamp_seconds", "gauge", "When the last run ended, in seconds since the epoch.",
-         lock, NULL, NULL, (double)now.tv_sec + now.tv_nsec / 1e9);
+         NULL, NULL, (double)now.tv_sec + now.tv_nsec / 1e9, NULL);
   if (fclose(f) != 0 || text == NULL) {
     free(text);
     say_error("exec", "cannot write --metrics-textfile %s: out of memory", o->metrics_textfile);

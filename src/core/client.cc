@@ -275,9 +275,11 @@ Status Client::AcquireMany(const std::vector<std::string>& names, const AcquireO
     if (!s.ok()) break;
   }
   if (s.ok()) return s;
-  // None, then: give back what was taken, last first.
+  // None, then: give back what was taken, last first, as if it had not been (no job rule's
+  // marker stays).
   while (taken-- > 0) {
     std::shared_ptr<LockState>& lock = (*out)[order[taken]];
+    lock->given_back.store(true);
     (void)Release(lock);
     lock.reset();
   }

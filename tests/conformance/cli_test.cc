@@ -3,7 +3,8 @@
 // "free", `--wait 0` on a held lock is exit 75, and `request-release` reaches the CMD of an
 // `exec --on-release-request`. What the command itself does (signals, exit codes, losses) is in
 // tests/cli_test.cc, against Redis. CMD gets no descriptor of dlock's
-// on any backend (only 0, 1 and 2).
+// on any backend (only 0, 1 and 2). `exec a b -- CMD` holds both names while CMD runs, takes
+// none when one is held elsewhere, and two such execs naming them in either order never deadlock.
 #include <signal.h>
 
 #include <algorithm>
@@ -30,6 +31,20 @@ Outcome Dlock(std::vector<std::string> args) {
   ChildProcess p(args);
   const int code = p.Wait(std::chrono::seconds(120));
   return {code, p.output()};
+}
+
+std::string Slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// "'a'": a path or name as one word of a POSIX shell's command line.
+std::string ShellQuoted(const std::string& word) {
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
 }
 
 class Cli : public BackendTest {};
@@ -272,6 +287,179 @@ TEST_P(Cli, ReleaseRequestBadInputIsTheUsageCode) {
   EXPECT_EQ(Dlock({"--url", server().url(), "request-release", "a", "b"}).code, 64);
   EXPECT_EQ(Dlock({"--url", server().url(), "request-release", "--yes", name}).code, 64);
   EXPECT_EQ(Dlock({"--url", server().url(), "exec", "--reason", "r", name, "--", "true"}).code, 64);
+}
+
+// `dlock exec A B -- CMD`: CMD runs while both are held (dlock inspect from CMD shows both,
+// with the tokens CMD got), DLOCK_NAME and DLOCK_FENCING_TOKEN are the first name's as given,
+// DLOCK_NAMES and DLOCK_FENCING_TOKENS list every name and token one per line in the order
+// given (not the bytewise order they are taken in; a name may hold spaces), and both are free
+// once CMD exited.
+TEST_P(Cli, ExecHoldsSeveralNamesWhileCmdRuns) {
+  const std::string first = Name("several z, first"), second = Name("several a, second");  // z > a
+  std::string why;
+  const std::filesystem::path dir = MakeTempDir("cli-several", &why);
+  ASSERT_FALSE(dir.empty()) << why;
+  const std::string script =
+      "printf '%s' \"$DLOCK_NAMES\" > " + ShellQuoted((dir / "names").string()) +
+      "; printf '%s' \"$DLOCK_FENCING_TOKENS\" > " + ShellQuoted((dir / "tokens").string()) +
+      "; printf '%s\\n%s' \"$DLOCK_NAME\" \"$DLOCK_FENCING_TOKEN\" > " + ShellQuoted((dir / "first").string()) +
+      "; " + ShellQuoted(DLOCK_CLI) + " --url " + ShellQuoted(server().url()) + " inspect --json \"$1\" \"$2\" > " +
+      ShellQuoted((dir / "seen").string());
+  Outcome ran = Dlock({"--url", server().url(), "exec", "--owner", "both", first, second, "--", "sh", "-c", script,
+                       "sh", first, second});
+  ASSERT_EQ(ran.code, 0) << ran.output;
+  EXPECT_EQ(Slurp(dir / "names"), first + "\n" + second);
+  std::istringstream tokens_in(Slurp(dir / "tokens"));
+  std::vector<uint64_t> tokens;
+  for (std::string line; std::getline(tokens_in, line);) tokens.push_back(std::stoull(line));
+  ASSERT_EQ(tokens.size(), 2u) << Slurp(dir / "tokens");
+  EXPECT_GT(tokens[0], 0u);
+  EXPECT_GT(tokens[1], 0u);
+  EXPECT_EQ(Slurp(dir / "first"), first + "\n" + std::to_string(tokens[0]));
+  std::istringstream seen_in(Slurp(dir / "seen"));
+  std::vector<nlohmann::json> seen;
+  for (std::string line; std::getline(seen_in, line);) seen.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(seen.size(), 2u) << Slurp(dir / "seen");
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(seen[k]["name"], k == 0 ? first : second) << seen[k];
+    EXPECT_EQ(seen[k]["held"], true) << seen[k];
+    ASSERT_EQ(seen[k]["holders"].size(), 1u) << seen[k];
+    EXPECT_EQ(seen[k]["holders"][0]["owner"], "both") << seen[k];
+    EXPECT_EQ(seen[k]["holders"][0]["fencing_token"].get<uint64_t>(), tokens[k]) << seen[k];
+  }
+  Client c(server().url());
+  EXPECT_TRUE(Inspect(c.get(), first).free()) << Inspect(c.get(), first);
+  EXPECT_TRUE(Inspect(c.get(), second).free()) << Inspect(c.get(), second);
+  std::filesystem::remove_all(dir);
+}
+
+// All or none: with B held by another, `exec --wait 0 A B` exits 75 naming both, CMD never
+// runs, A is left free and B with its holder. Once B is free, the same exec runs. A name given
+// twice is a usage error (64) before anything is taken; elect and hold take one name.
+TEST_P(Cli, ExecOfSeveralNamesTakesNoneWhenOneIsHeld) {
+  const std::string a = Name("none a"), b = Name("none b");
+  std::string why;
+  const std::filesystem::path dir = MakeTempDir("cli-none", &why);
+  ASSERT_FALSE(dir.empty()) << why;
+  const std::string ran = (dir / "ran").string();
+  Client c(server().url());
+  {
+    HeldElsewhere held(server().url(), b);
+    ASSERT_TRUE(held.held());
+    Outcome refused = Dlock({"--url", server().url(), "exec", "--wait", "0", a, b, "--", "touch", ran});
+    EXPECT_EQ(refused.code, 75) << refused.output;
+    EXPECT_NE(refused.output.find("none of locks '" + a + "', '" + b + "' is held"), std::string::npos)
+        << refused.output;
+    EXPECT_FALSE(std::filesystem::exists(ran)) << "CMD ran without every lock";
+    EXPECT_TRUE(Inspect(c.get(), a).free()) << Inspect(c.get(), a);
+    EXPECT_TRUE(held.Undisturbed());
+    // The other order gives up the same way (b is taken second either way).
+    Outcome reversed = Dlock({"--url", server().url(), "exec", "--wait", "0", b, a, "--", "touch", ran});
+    EXPECT_EQ(reversed.code, 75) << reversed.output;
+    EXPECT_FALSE(std::filesystem::exists(ran));
+    EXPECT_TRUE(Inspect(c.get(), a).free()) << Inspect(c.get(), a);
+  }
+  Outcome taken = Dlock({"--url", server().url(), "exec", "--wait", "0", a, b, "--", "touch", ran});
+  EXPECT_EQ(taken.code, 0) << taken.output;
+  EXPECT_TRUE(std::filesystem::exists(ran));
+  std::filesystem::remove(ran);
+
+  for (const auto& twice : {std::vector<std::string>{a, a}, std::vector<std::string>{a, b, a}}) {
+    std::vector<std::string> args{"--url", server().url(), "exec", "--wait", "0"};
+    args.insert(args.end(), twice.begin(), twice.end());
+    args.insert(args.end(), {"--", "touch", ran});
+    Outcome dup = Dlock(args);
+    EXPECT_EQ(dup.code, 64) << dup.output;
+    EXPECT_NE(dup.output.find("dlock exec: lock '" + a + "' is named twice"), std::string::npos) << dup.output;
+    EXPECT_FALSE(std::filesystem::exists(ran));
+  }
+  Outcome elect = Dlock({"--url", server().url(), "elect", a, b, "--", "touch", ran});
+  EXPECT_EQ(elect.code, 64) << elect.output;
+  EXPECT_NE(elect.output.find("one lock NAME before '--'"), std::string::npos) << elect.output;
+  Outcome hold = Dlock({"--url", server().url(), "hold", a, b});
+  EXPECT_EQ(hold.code, 64) << hold.output;
+  EXPECT_FALSE(std::filesystem::exists(ran));
+  EXPECT_TRUE(Inspect(c.get(), a).free()) << Inspect(c.get(), a);
+  EXPECT_TRUE(Inspect(c.get(), b).free()) << Inspect(c.get(), b);
+  std::filesystem::remove_all(dir);
+}
+
+// The loss of any one of several names is a loss: `dlock break --now B` while `exec A B` runs
+// reaches B's holder at its next renewal; CMD gets SIGTERM (--on-lost term), dlock exits 70
+// naming B, and A is given back.
+TEST_P(Cli, ExecOfSeveralNamesStopsCmdWhenAnyIsLost) {
+  const std::string a = Name("lost a"), b = Name("lost b");
+  std::string why;
+  const std::filesystem::path dir = MakeTempDir("cli-lost", &why);
+  ASSERT_FALSE(dir.empty()) << why;
+  const std::string started = (dir / "started").string(), termed = (dir / "termed").string();
+  ChildProcess exec({DLOCK_CLI, "--url", server().url(), "exec", "--lease", "2s", a, b, "--", "sh", "-c",
+                     "trap 'echo term > " + ShellQuoted(termed) + "; exit 0' TERM; echo $$ > " + ShellQuoted(started) +
+                         "; while :; do sleep 0.05; done"});
+  auto start = Clock::now();
+  while (!std::filesystem::exists(started) && MsSince(start) < 60000) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(std::filesystem::exists(started)) << exec.output();
+  Outcome broke = Dlock({"--url", server().url(), "break", "--yes", "--now", "--reason", "test", b});
+  ASSERT_EQ(broke.code, 0) << broke.output;
+  EXPECT_EQ(exec.Wait(30s), 70) << exec.output();
+  EXPECT_TRUE(std::filesystem::exists(termed)) << "CMD was not sent SIGTERM: " << exec.output();
+  EXPECT_NE(exec.output().find("dlock exec: lock '" + b + "' was lost while CMD ran; stopping CMD: broken: "),
+            std::string::npos)
+      << exec.output();
+  Client c(server().url());
+  Snapshot seen;
+  EXPECT_TRUE(WaitFor([&] { return (seen = Inspect(c.get(), a)).free(); }, 5s)) << seen;
+  std::filesystem::remove_all(dir);
+}
+
+// `dlock exec A B` and `dlock exec B A` made to meet: both names are held elsewhere while the
+// two start, so both wait, and then both are released at once. Taken in one fixed order, both
+// execs wait for A first (-v says which lock each waits for), neither can hold B while waiting
+// for A, and both finish (taken in the order given, each would win its first name and wait for
+// the other's forever: --wait 20s turns that into a failure). Their CMDs never overlap: each
+// writes a start and an end mark, and the marks never interleave.
+TEST_P(Cli, ExecsOfSeveralNamesInEitherOrderNeverDeadlock) {
+  const int rounds = 3;
+  const std::string a = Name("order a"), b = Name("order b");  // a < b: a is taken first
+  std::string why;
+  const std::filesystem::path dir = MakeTempDir("cli-order", &why);
+  ASSERT_FALSE(dir.empty()) << why;
+  const std::string marks = ShellQuoted((dir / "marks").string());
+  const std::string cmd = "echo \"start $0\" >> " + marks + "; sleep 0.1; echo \"end $0\" >> " + marks;
+  auto exec = [&](const std::string& first, const std::string& second, const std::string& id) {
+    return std::make_unique<ChildProcess>(std::vector<std::string>{
+        DLOCK_CLI, "--url", server().url(), "-v", "exec", "--wait", "20s", "--lease", "5s", first, second, "--",
+        "sh", "-c", cmd, id});
+  };
+  for (int round = 0; round < rounds; ++round) {
+    auto held_a = std::make_unique<HeldElsewhere>(server().url(), a);
+    auto held_b = std::make_unique<HeldElsewhere>(server().url(), b);
+    ASSERT_TRUE(held_a->held() && held_b->held());
+    auto forward = exec(a, b, "ab"), backward = exec(b, a, "ba");
+    const std::string waits_for_a = "dlock exec: waiting for lock '" + a + "'";
+    EXPECT_NE(forward->AwaitLine(waits_for_a, 30s), "") << forward->output();
+    EXPECT_NE(backward->AwaitLine(waits_for_a, 30s), "") << "not the fixed order: " << backward->output();
+    std::thread release_b([&] { held_b->Release(); });
+    held_a->Release();
+    release_b.join();
+    EXPECT_EQ(forward->Wait(60s), 0) << forward->output();
+    EXPECT_EQ(backward->Wait(60s), 0) << backward->output();
+  }
+  std::istringstream in(Slurp(dir / "marks"));
+  std::vector<std::string> seen;
+  for (std::string line; std::getline(in, line);) seen.push_back(line);
+  ASSERT_EQ(seen.size(), static_cast<size_t>(4 * rounds));
+  int forward_runs = 0;
+  for (size_t k = 0; k + 1 < seen.size(); k += 2) {
+    const bool paired = seen[k].rfind("start ", 0) == 0 && seen[k + 1] == "end " + seen[k].substr(6);
+    EXPECT_TRUE(paired) << "marks interleave at line " << k << ": " << seen[k] << " / " << seen[k + 1];
+    forward_runs += seen[k] == "start ab";
+  }
+  EXPECT_EQ(forward_runs, rounds);
+  Client c(server().url());
+  EXPECT_TRUE(Inspect(c.get(), a).free()) << Inspect(c.get(), a);
+  EXPECT_TRUE(Inspect(c.get(), b).free()) << Inspect(c.get(), b);
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Conformance, Cli, ::testing::ValuesIn(AllBackends()), BackendTestName);

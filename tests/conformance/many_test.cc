@@ -29,11 +29,14 @@ TEST_P(AcquireMany, AllOrNone) {
   ASSERT_TRUE(blocker.held()) << blocker.error();
   const char* names[] = {a.c_str(), b.c_str()};
   dlock_lock* locks[2] = {reinterpret_cast<dlock_lock*>(1), reinterpret_cast<dlock_lock*>(1)};
-  EXPECT_EQ(dlock_acquire_many(c.get(), names, 2, o.get(), locks), DLOCK_NOT_ACQUIRED);
+  Options ruled;  // what is given back leaves no rule behind
+  ruled.lease(5000).min_hold(60000);
+  EXPECT_EQ(dlock_acquire_many(c.get(), names, 2, ruled.get(), locks), DLOCK_NOT_ACQUIRED);
   EXPECT_NE(std::string(dlock_last_error()).find(b), std::string::npos) << dlock_last_error();
   EXPECT_EQ(locks[0], nullptr);
   EXPECT_EQ(locks[1], nullptr);
   EXPECT_TRUE(Inspect(other.get(), a).free()) << "the first name was kept: " << Inspect(other.get(), a);
+  EXPECT_EQ(TryToTake(other.get(), a).status, DLOCK_OK) << "the first name was given back with its min hold";
   ASSERT_EQ(blocker.Release(), DLOCK_OK);
 
   const char* reversed[] = {b.c_str(), a.c_str()};
