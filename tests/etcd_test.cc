@@ -633,31 +633,6 @@ TEST_F(EtcdTest, SharedHoldersCrashedTheLongestLockDelayStands) {
 
 // ---- Release requests (lock_protocol.h, "Release requests") ----
 
-// Records on_release_requested calls.
-struct RequestsHeard {
-  std::atomic<int> calls{0};
-  static void Fn(const char* name, const char* reason, void* arg) {
-    auto* self = static_cast<RequestsHeard*>(arg);
-    {
-      std::lock_guard<std::mutex> lock(self->mu);
-      self->name_ = name;
-      self->reason_ = reason;
-    }
-    self->calls++;
-  }
-  std::string name() {
-    std::lock_guard<std::mutex> lock(mu);
-    return name_;
-  }
-  std::string reason() {
-    std::lock_guard<std::mutex> lock(mu);
-    return reason_;
-  }
-
- private:
-  std::mutex mu;
-  std::string name_, reason_;
-};
 
 // Where NAME's release requests are put: "dlock:" NUL "request" NUL NAME.
 std::string RequestKeyOf(const std::string& name) { return std::string("dlock:\0request\0", 15) + name; }

@@ -124,6 +124,32 @@ struct LostRecorder {
   std::string first_name;
 };
 
+// Records dlock_options_set_on_release_requested calls: how many, and the last name and reason.
+struct RequestsHeard {
+  std::atomic<int> calls{0};
+  static void Fn(const char* name, const char* reason, void* arg) {
+    auto* self = static_cast<RequestsHeard*>(arg);
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      self->name_ = name;
+      self->reason_ = reason;
+    }
+    self->calls++;
+  }
+  std::string name() {
+    std::lock_guard<std::mutex> lock(mu);
+    return name_;
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> lock(mu);
+    return reason_;
+  }
+
+ private:
+  std::mutex mu;
+  std::string name_, reason_;
+};
+
 // Polls cond every 5 ms for up to `limit`; true once it holds.
 template <typename Cond>
 bool WaitFor(Cond cond, std::chrono::milliseconds limit) {

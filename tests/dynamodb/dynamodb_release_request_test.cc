@@ -17,31 +17,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// Records on_release_requested calls.
-struct RequestsHeard {
-  std::atomic<int> calls{0};
-  static void Fn(const char* name, const char* reason, void* arg) {
-    auto* self = static_cast<RequestsHeard*>(arg);
-    {
-      std::lock_guard<std::mutex> lock(self->mu);
-      self->name_ = name;
-      self->reason_ = reason;
-    }
-    self->calls++;
-  }
-  std::string name() {
-    std::lock_guard<std::mutex> lock(mu);
-    return name_;
-  }
-  std::string reason() {
-    std::lock_guard<std::mutex> lock(mu);
-    return reason_;
-  }
-
- private:
-  std::mutex mu;
-  std::string name_, reason_;
-};
 
 // Renewals every 300 ms: a request is heard within that, plus a round trip and the loop's turn.
 constexpr uint64_t kHeartbeatMs = 300;
