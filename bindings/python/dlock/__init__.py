@@ -2759,6 +2759,21 @@ class _Guard:
 
 
 
+
+def _on_loop_later(schedule, cb):
+    """cb (a lock callback, or None) made to run through schedule (loop.call_soon, or
+    call_soon_threadsafe from another thread), with the same arguments; dropped once the loop
+    is closed (nobody to tell)."""
+    if cb is None:
+        return None
+
+    def later(*args):
+        try:
+            schedule(cb, *args)
+        except RuntimeError:  # loop closed
+            pass
+    return later
+
 class Lock:
     """One distributed lock, by name: made by Client.lock(name, ...) NOT acquired, and reusable.
 
@@ -3147,27 +3162,10 @@ class Lock:
         if not _use_async_c:
             return await self._aacquire_in_thread(loop, wait_ms, must, on_lost)
         lc = self._client._loop_client(loop)
-        if on_lost is not None:
-            user_on_lost = on_lost
-
-            def on_lost(lock, _loop=loop, _cb=user_on_lost):
-                # On the loop's thread already, inside a dlock call: the user's callback runs
-                # on the loop's next turn, outside it.
-                try:
-                    _loop.call_soon(_cb, lock)
-                except RuntimeError:  # loop closed: nobody to tell
-                    pass
-
-        on_release = self._spec.on_release_requested
-        if on_release is not None:
-            user_on_release = on_release
-
-            def on_release(lock, reason, _loop=loop, _cb=user_on_release):
-                # As on_lost: on the loop's next turn, outside the dlock call.
-                try:
-                    _loop.call_soon(_cb, lock, reason)
-                except RuntimeError:  # loop closed: nobody to tell
-                    pass
+        # On the loop's thread already, inside a dlock call: the user's callbacks run on the
+        # loop's next turn, outside it.
+        on_lost = _on_loop_later(loop.call_soon, on_lost)
+        on_release = _on_loop_later(loop.call_soon, self._spec.on_release_requested)
 
         self._begin()
         try:
@@ -3236,24 +3234,8 @@ class Lock:
         """The DLOCK_PY_FORCE_THREADS=1 path: a worker thread of its own waits in dlock_acquire
         (the sync API's client), and hands the outcome to the loop (a thread pool's workers
         could all end up waiting)."""
-        if on_lost is not None:
-            user_on_lost = on_lost
-
-            def on_lost(lock, _loop=loop, _cb=user_on_lost):
-                try:
-                    _loop.call_soon_threadsafe(_cb, lock)
-                except RuntimeError:  # loop closed: nobody to tell
-                    pass
-
-        on_release = self._spec.on_release_requested
-        if on_release is not None:
-            user_on_release = on_release
-
-            def on_release(lock, reason, _loop=loop, _cb=user_on_release):
-                try:
-                    _loop.call_soon_threadsafe(_cb, lock, reason)
-                except RuntimeError:  # loop closed: nobody to tell
-                    pass
+        on_lost = _on_loop_later(loop.call_soon_threadsafe, on_lost)
+        on_release = _on_loop_later(loop.call_soon_threadsafe, self._spec.on_release_requested)
 
         fut = loop.create_future()
 
