@@ -250,6 +250,19 @@ static long dlock_cycles(unc_ctx *x, double until) {
   return n;
 }
 
+/* Two names at once, all or none, then both released: one call each way on one Redis. */
+static long dlock_many_cycles(unc_ctx *x, double until) {
+  static const char *const names[] = {"bench:uncontended:a", "bench:uncontended:b"};
+  long n = 0;
+  do {
+    dlock_lock *l[2];
+    check(dlock_acquire_many(x->c, names, 2, NULL, l), "dlock_acquire_many");
+    check(dlock_release_many(l, 2), "dlock_release_many");
+    n++;
+  } while (now_s() < until);
+  return n;
+}
+
 /* The same as dlock_cycles with a shared hold: what a reader pays. */
 static long dlock_shared_cycles(unc_ctx *x, double until) {
   long n = 0;
@@ -370,10 +383,10 @@ static unc_sample measure(cycle_fn fn, unc_ctx *x, double secs, redisContext *mo
 }
 
 static int bench_uncontended(double secs, int rounds) {
-  enum { kVariants = 5, kMaxRounds = 15 };
-  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts", "shared", "rawmulti"};
+  enum { kVariants = 6, kMaxRounds = 15 };
+  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts", "shared", "rawmulti", "many"};
   const cycle_fn fns[kVariants] = {dlock_cycles, raw_cycles, raw_dlock_scripts_cycles,
-                                   dlock_shared_cycles, raw_multi_cycles};
+                                   dlock_shared_cycles, raw_multi_cycles, dlock_many_cycles};
   if (rounds < 1 || rounds > kMaxRounds) die("rounds must be 1..%d", kMaxRounds);
 
   unc_ctx x = {0};
@@ -397,7 +410,7 @@ static int bench_uncontended(double secs, int rounds) {
    * dlock/raw, rawscripts/raw, dlock/rawscripts, and the µs per cycle that dlock adds. */
   double ratio[kMaxRounds], scripts_ratio[kMaxRounds], lib_ratio[kMaxRounds],
       added_us[kMaxRounds], scripts_added_us[kMaxRounds], shared_ratio[kMaxRounds],
-      multi_ratio[kMaxRounds];
+      multi_ratio[kMaxRounds], many_ratio[kMaxRounds];
   for (int r = 0; r < rounds; r++) {
     for (int i = 0; i < kVariants; i++) {
       int v = r % 2 ? kVariants - 1 - i : i;
@@ -412,6 +425,7 @@ static int bench_uncontended(double secs, int rounds) {
     scripts_added_us[r] = 1e6 / rate[2][r] - 1e6 / rate[1][r];
     shared_ratio[r] = rate[3][r] / rate[0][r];
     multi_ratio[r] = rate[4][r] / rate[1][r];
+    many_ratio[r] = rate[5][r] / rate[0][r];
   }
   printf("unc_seconds=%g\nunc_rounds=%d\n", secs, rounds);
   printf("unc_ratio_rounds=");
@@ -423,6 +437,9 @@ static int bench_uncontended(double secs, int rounds) {
   for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", shared_ratio[r]);
   printf("\nunc_shared_ratio=%.3f\n", median(shared_ratio, rounds));
   printf("unc_multi_ratio=%.3f\n", median(multi_ratio, rounds));
+  printf("unc_many_ratio_rounds=");
+  for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", many_ratio[r]);
+  printf("\nunc_many_ratio=%.3f\n", median(many_ratio, rounds));
   printf("unc_added_us=%.1f\nunc_scripts_added_us=%.1f\n", median(added_us, rounds),
          median(scripts_added_us, rounds));
   for (int v = 0; v < kVariants; v++) {

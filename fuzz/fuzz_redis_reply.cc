@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "redis/topology/cluster_map.h"
+#include "redis/lock_ops.h"
 #include "redis/wire/reply.h"
 
 namespace {
@@ -63,6 +64,17 @@ void ReadEveryShape(const redisReply* reply) {
   }
   uint32_t holds_asked = 0;
   Require(NoControlBytes(dlock::redis::ParseAskedReply(reply, "fuzz", &holds_asked).message()));
+  std::vector<dlock::LockRequest> requests(2);
+  requests[0].name = "a";
+  requests[1].name = "b";
+  dlock::redis::ManyAttempt many;
+  Require(NoControlBytes(dlock::redis::ReadAcquireMany(reply, "fuzz", requests, &many).message()));
+  Require(many.attempts.size() == requests.size() && many.refused < requests.size());
+  std::vector<dlock::redis::HoldRef> holds(2);
+  std::vector<dlock::Status> each;
+  Require(NoControlBytes(dlock::redis::ReadReleaseMany(reply, "fuzz", holds, &each).message()));
+  Require(each.size() == holds.size());
+  for (const dlock::Status& s : each) Require(NoControlBytes(s.message()));
   const dlock::redis::NodeAddress asked{"127.0.0.1", 7000};
   std::vector<dlock::redis::SlotRange> ranges;
   Require(NoControlBytes(dlock::redis::ParseClusterSlots(reply, asked, "fuzz", &ranges).message()));

@@ -239,8 +239,26 @@ class Backend {
   virtual Status Check() = 0;
   // One acquire attempt. Blocking; any thread.
   virtual Status TryAcquire(const LockRequest& request, AcquireAttempt* out) = 0;
+  // Several names in one call, all or none, where one server keeps them all (one Redis): true
+  // when TryAcquireMany does that. Elsewhere names are taken one at a time (Client::AcquireMany).
+  virtual bool AcquiresManyAtOnce() const { return false; }
+  // One try at every request at once. On Ok, either every (*out)[k] is acquired, or none is
+  // held and (*out)[*refused] says why the first one refused was not (those before it were
+  // given back, as given back: no job rule's marker stays). An error may have taken some: the
+  // backend gives them back. Blocking; any thread.
+  virtual Status TryAcquireMany(const std::vector<LockRequest>& /*requests*/,
+                                std::vector<AcquireAttempt>* /*out*/, size_t* /*refused*/) {
+    return Status::InvalidArgument("this backend takes several names one at a time");
+  }
   // Ok, NotHeld when the owner no longer holds it, or an error. Blocking; any thread.
   virtual Status Release(const LockState& lock) = 0;
+  // Releases several, each answered in (*out)[k] as Release answers (dlock_release_many): in one
+  // call where the backend takes several names at once (AcquiresManyAtOnce). Blocking; any
+  // thread.
+  virtual void ReleaseMany(const std::vector<const LockState*>& locks, std::vector<Status>* out) {
+    out->clear();
+    for (const LockState* l : locks) out->push_back(Release(*l));
+  }
   // Releases several, best effort (client close). Blocking; any thread.
   virtual void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) {
     for (const auto& l : locks) (void)Release(*l);

@@ -262,6 +262,11 @@ Status Client::AcquireMany(const std::vector<std::string>& names, const AcquireO
     }
   }
   const TimePoint start = Now();
+  if (order.size() > 1 && backend_->AcquiresManyAtOnce() && options.reentrant_context.empty()) {
+    bool one_at_a_time = false;
+    Status s = AcquireAllAtOnce(names, order, options, out, &one_at_a_time);
+    if (!one_at_a_time) return s;
+  }
   const TimePoint until = WaitUntil(start, options.wait_ms);
   AcquireOptions each = options;
   Status s;
@@ -287,12 +292,95 @@ Status Client::AcquireMany(const std::vector<std::string>& names, const AcquireO
   return s;
 }
 
+Status Client::AcquireAllAtOnce(const std::vector<std::string>& names,
+                                const std::vector<size_t>& order, const AcquireOptions& options,
+                                std::vector<std::shared_ptr<LockState>>* out,
+                                bool* then_one_at_a_time) {
+  *then_one_at_a_time = false;
+  if (IsClosed()) return Status::InvalidArgument("client is closed");
+  const TimePoint start = Now();
+  std::vector<std::unique_ptr<Acquisition>> acquisitions;
+  acquisitions.reserve(order.size());
+  for (size_t k : order) {
+    LockRequest request;
+    Status s = MakeRequest(names[k], options, &request);
+    if (!s.ok()) return s;
+    request.waiter_id.clear();  // one try: it takes no place in line
+    acquisitions.push_back(std::make_unique<Acquisition>(std::move(request), options,
+                                                         /*notifies=*/false, start, &metrics_));
+    (void)acquisitions.back()->Start();  // an attempt, watching nothing
+  }
+  const TimePoint sent = Now();
+  std::vector<LockRequest> requests;
+  requests.reserve(order.size());
+  for (auto& acquisition : acquisitions) {
+    requests.push_back(acquisition->NextAttempt(sent));
+    requests.back().queue_ms = 0;  // and announces no waiting writer
+  }
+  std::vector<AcquireAttempt> answers;
+  size_t refused = 0;
+  Status s = backend_->TryAcquireMany(requests, &answers, &refused);
+  const TimePoint now = Now();
+  if (!s.ok()) {
+    for (auto& acquisition : acquisitions) (void)acquisition->Answered(s, AcquireAttempt(), now);
+    return s;
+  }
+  if (!answers[refused].acquired) {
+    // Nothing is held. A call that waits goes on one name at a time (this try is not counted
+    // as finished for the others: their acquires go on).
+    if (options.wait_ms != 0) {
+      *then_one_at_a_time = true;
+      return Status::Ok();
+    }
+    Acquisition& last = *acquisitions[refused];
+    (void)last.Answered(s, answers[refused], now);
+    return NotAcquiredStatus(last.request().name, answers[refused], last.attempts(), start);
+  }
+  Status failed;
+  for (size_t k = 0; k < order.size(); ++k) {
+    (void)acquisitions[k]->Answered(s, answers[k], now);
+    // Every one is adopted, or given back by Adopt (a client closed meanwhile).
+    Status adopted = Adopt(acquisitions[k]->request(), answers[k], acquisitions[k]->attempts(),
+                           options, sent, &(*out)[order[k]]);
+    if (!adopted.ok() && failed.ok()) failed = adopted;
+  }
+  if (failed.ok()) return failed;
+  for (std::shared_ptr<LockState>& lock : *out) {
+    if (lock == nullptr) continue;
+    lock->given_back.store(true);
+    (void)Release(lock);
+    lock.reset();
+  }
+  return failed;
+}
+
 Status Client::ReleaseMany(
     const std::vector<std::pair<std::shared_ptr<Client>, std::shared_ptr<LockState>>>& holds) {
+  // Each client's holds together: one call for them all where its backend takes several at
+  // once (one Redis), one release at a time elsewhere.
+  std::vector<Status> answers(holds.size());
+  std::vector<bool> done(holds.size(), false);
+  for (size_t k = 0; k < holds.size(); ++k) {
+    if (done[k]) continue;
+    Client* client = holds[k].first.get();
+    std::vector<size_t> mine;
+    std::vector<std::shared_ptr<LockState>> locks;
+    for (size_t j = k; j < holds.size(); ++j) {
+      if (done[j] || holds[j].first.get() != client) continue;
+      mine.push_back(j);
+      locks.push_back(holds[j].second);
+      done[j] = true;
+    }
+    if (locks.size() == 1) {
+      answers[k] = client->Release(locks[0]);
+      continue;
+    }
+    std::vector<Status> theirs = client->ReleaseSeveral(locks);
+    for (size_t i = 0; i < mine.size(); ++i) answers[mine[i]] = std::move(theirs[i]);
+  }
   Status first;
   std::string failures;
-  for (const auto& [client, lock] : holds) {
-    Status s = client->Release(lock);
+  for (const Status& s : answers) {
     if (s.ok()) continue;
     if (first.ok() || (first.code() == Code::kNotHeld && s.code() != Code::kNotHeld)) first = s;
     failures += (failures.empty() ? "" : "; ") + s.message();
@@ -713,25 +801,56 @@ bool EndedUncleanlyWithADelay(LockState& lock, Metrics* metrics) {
 }  // namespace
 
 Status Client::ReleaseHeld(const std::shared_ptr<LockState>& lock) {
+  Status answer;
+  if (AnsweredWithoutServer(lock, &answer)) return answer;
+  lock->releasing.store(true);  // a renewal refused from now on is this release's doing
+  return ReleaseAnswered(lock, backend_->Release(*lock));
+}
+
+bool Client::AnsweredWithoutServer(const std::shared_ptr<LockState>& lock, Status* answer) {
   if (lock->Phase() == LockPhase::kHeld && EndedUncleanlyWithADelay(*lock, &metrics_)) {
     CountReleaseOfUnheld(*lock);
     Forget(lock);
-    return NotHeldStatus(*lock);
+    *answer = NotHeldStatus(*lock);
+    return true;
   }
   LockPhase phase = lock->Phase();
-  if (phase != LockPhase::kHeld) CountReleaseOfUnheld(*lock);
-  if (phase == LockPhase::kClosed || phase == LockPhase::kReleased) return NotHeldStatus(*lock);
+  if (phase == LockPhase::kHeld) return false;
+  CountReleaseOfUnheld(*lock);
   if (phase == LockPhase::kLost) {
     Forget(lock);
     // Lost for a transient reason, the key may still be ours: clean up, best effort (not under
     // a lock-delay, which the unclean end keeps).
     if (!IsClosed() && lock->lock_delay_ms == 0) (void)backend_->Release(*lock);
-    return NotHeldStatus(*lock);
   }
-  lock->releasing.store(true);  // a renewal refused from now on is this release's doing
-  const Status answer = backend_->Release(*lock);
+  *answer = NotHeldStatus(*lock);
+  return true;
+}
+
+Status Client::ReleaseAnswered(const std::shared_ptr<LockState>& lock, const Status& answer) {
   if (answer.code() == Code::kNotHeld) LoseExplained(lock);
   return SettleRelease(lock, answer);
+}
+
+std::vector<Status> Client::ReleaseSeveral(const std::vector<std::shared_ptr<LockState>>& locks) {
+  std::vector<Status> answers(locks.size());
+  std::vector<size_t> sent;
+  std::vector<const LockState*> to_send;
+  for (size_t k = 0; k < locks.size(); ++k) {
+    if (LeaveReentry(*locks[k], &answers[k]) || AnsweredWithoutServer(locks[k], &answers[k])) continue;
+    locks[k]->releasing.store(true);  // as in ReleaseHeld
+    sent.push_back(k);
+    to_send.push_back(locks[k].get());
+  }
+  std::vector<Status> server_answers;
+  if (!to_send.empty()) backend_->ReleaseMany(to_send, &server_answers);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    answers[sent[i]] = ReleaseAnswered(locks[sent[i]], server_answers[i]);
+  }
+  for (const auto& lock : locks) {  // as in Release: on_lost is neither running nor to run
+    std::lock_guard<std::recursive_mutex> wait_for_callback(lock->callback_mu);
+  }
+  return answers;
 }
 
 void Client::LoseExplained(const std::shared_ptr<LockState>& lock) {

@@ -76,10 +76,12 @@ class Client : public std::enable_shared_from_this<Client> {
   // at most kMaxReasonBytes; NotHeld when nobody holds it. *asked: how many holds were asked.
   // Blocking.
   Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked);
-  // Several names, all or none (dlock_acquire_many): each name is acquired in one fixed order
-  // (bytewise), so that two callers asking for {a, b} and {b, a} never wait on each other; on
-  // any failure what was taken is released, and the failure returned. out[k] holds names[k].
-  // options.wait_ms bounds the whole call. Blocking.
+  // Several names, all or none (dlock_acquire_many). Where one server keeps every name
+  // (Backend::AcquiresManyAtOnce), the first try takes them all in one call. Otherwise, and
+  // while waiting, each name is acquired in one fixed order (bytewise), so that two callers
+  // asking for {a, b} and {b, a} never wait on each other; on any failure what was taken is
+  // released, and the failure returned. out[k] holds names[k]. options.wait_ms bounds the
+  // whole call. Blocking.
   Status AcquireMany(const std::vector<std::string>& names, const AcquireOptions& options,
                      std::vector<std::shared_ptr<LockState>>* out);
   // dlock_release_many: releases every hold (each through its own client). Ok when all were;
@@ -120,6 +122,12 @@ class Client : public std::enable_shared_from_this<Client> {
   // Registers a newly acquired lock (heartbeats, close); gives it back if the client closed.
   Status Adopt(const LockRequest& request, const AcquireAttempt& attempt, uint32_t attempts,
                const AcquireOptions& options, TimePoint sent, std::shared_ptr<LockState>* out);
+  // AcquireMany's first try, where the backend takes every name in one call: all of them, or
+  // none. *then_one_at_a_time: refused, and the call may wait (nothing is held): the names are
+  // then taken one at a time. order: names' indexes, bytewise.
+  Status AcquireAllAtOnce(const std::vector<std::string>& names, const std::vector<size_t>& order,
+                          const AcquireOptions& options, std::vector<std::shared_ptr<LockState>>* out,
+                          bool* then_one_at_a_time);
   // The last attempt's refusal, as the caller is told it.
   Status NotAcquiredStatus(const std::string& name, const AcquireAttempt& last, uint32_t attempts,
                            TimePoint start) const;
@@ -179,6 +187,13 @@ class Client : public std::enable_shared_from_this<Client> {
                      LockRequest* out) const;
   // Settles a release/extend answer into the lock's phase; returns what the caller sees.
   Status SettleRelease(const std::shared_ptr<LockState>& lock, const Status& s);
+  // A release that needs no server (the hold was lost, released, or ended under a lock-delay):
+  // true, with its answer. Else the server is asked, and ReleaseAnswered settles its answer.
+  bool AnsweredWithoutServer(const std::shared_ptr<LockState>& lock, Status* answer);
+  Status ReleaseAnswered(const std::shared_ptr<LockState>& lock, const Status& answer);
+  // Several of this client's holds released together (Backend::ReleaseMany), each answered as
+  // Release answers.
+  std::vector<Status> ReleaseSeveral(const std::vector<std::shared_ptr<LockState>>& locks);
   // A release or set_value the server refused: the lock is lost, with the cause one look at
   // the name finds (ClassifyRefusal). The caller's thread (a blocking Inspect), or on the loop
   // after an answer (then runs once the look answered, or at once when answer is not NOT_HELD).

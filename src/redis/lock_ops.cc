@@ -160,6 +160,106 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
           single_exclusive_try ? WidenAcquire : nullptr};
 }
 
+ScriptCall AcquireManyCall(const std::string& prefix, const std::vector<LockRequest>& requests,
+                           int wait_replicas) {
+  ScriptCall call{ScriptId::kAcquireMany, {}, {std::to_string(requests.size())}, wait_replicas};
+  call.keys.reserve(8 * requests.size());
+  call.args.reserve(1 + 10 * requests.size());
+  for (const LockRequest& request : requests) {
+    // Each name as acquire.lua's widest call: every key, its nine arguments.
+    const std::string holder = LockKeys::Holder(prefix, request.name);
+    std::vector<std::string> keys = AcquireKeys(holder, /*in_line=*/true,
+                                                /*single_exclusive_try=*/false, /*with_value=*/true);
+    for (std::string& key : keys) call.keys.push_back(std::move(key));
+    call.args.push_back(request.owner_value);
+    call.args.push_back(std::to_string(request.lease_ms));
+    call.args.push_back(ScriptSort(request.kind, request.permits));
+    call.args.push_back(std::to_string(request.queue_ms));
+    call.args.push_back(request.waiter_id);
+    call.args.push_back(request.value);
+    call.args.push_back("1");
+    call.args.push_back(std::to_string(request.min_hold_ms));
+    call.args.push_back(std::to_string(request.lock_delay_ms));
+    call.args.push_back(holder + LockKeys::kChannel);
+  }
+  return call;
+}
+
+Status ReadAcquireMany(const redisReply* r, const std::string& server,
+                       const std::vector<LockRequest>& requests, ManyAttempt* out) {
+  out->attempts.assign(requests.size(), AcquireAttempt());
+  out->refused = 0;
+  // acquire.lua's error (a counter past 2^53 - 1), the names before it given back.
+  if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, server);
+  const auto garbage = [&] {
+    return Status::BackendError(server + " sent an unexpected reply to the acquire_many script");
+  };
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
+    return garbage();
+  }
+  if (r->element[0]->integer == 1) {
+    if (r->elements != requests.size() + 1) return garbage();
+    for (size_t k = 0; k < requests.size(); ++k) {
+      Status s = ReadAcquire(r->element[k + 1], server, requests[k].name, &out->attempts[k]);
+      if (!s.ok()) return s;
+      if (!out->attempts[k].acquired) return garbage();
+    }
+    return Status::Ok();
+  }
+  // {0, k, refusal}: k counts from 1, within the names sent.
+  if (r->element[0]->integer != 0 || r->elements != 3 || r->element[1]->type != REDIS_REPLY_INTEGER ||
+      r->element[1]->integer < 1 || static_cast<unsigned long long>(r->element[1]->integer) > requests.size()) {
+    return garbage();
+  }
+  out->refused = static_cast<size_t>(r->element[1]->integer - 1);
+  AcquireAttempt& refusal = out->attempts[out->refused];
+  Status s = ReadAcquire(r->element[2], server, requests[out->refused].name, &refusal);
+  if (s.ok() && refusal.acquired) return garbage();
+  return s;
+}
+
+ScriptCall ReleaseManyCall(const std::string& prefix, const std::vector<HoldRef>& holds) {
+  ScriptCall call{ScriptId::kReleaseMany, {}, {std::to_string(holds.size())}};
+  call.keys.reserve(7 * holds.size());
+  call.args.reserve(1 + 8 * holds.size());
+  for (const HoldRef& hold : holds) {
+    // Each hold with release.lua's widest keys and all seven arguments: no {3} can follow.
+    const std::string holder = LockKeys::Holder(prefix, hold.name);
+    std::vector<std::string> keys;
+    if (hold.exclusive) {
+      keys = ReleaseKeys(holder, /*with_value=*/true);
+      keys.push_back(holder + LockKeys::kHolds);
+    } else {
+      keys = {holder + LockKeys::kHolds, holder + LockKeys::kHoldData, holder + LockKeys::kValue};
+    }
+    call.args.push_back(std::to_string(keys.size()));
+    for (std::string& key : keys) call.keys.push_back(std::move(key));
+    call.args.push_back(hold.owner_value);
+    call.args.push_back(holder + LockKeys::kChannel);
+    call.args.push_back("0");  // PUBLISH: one server
+    call.args.push_back(HoldSort(hold));
+    call.args.push_back("");  // no waiter leaves the line
+    call.args.push_back(hold.has_value ? "1" : "0");
+    call.args.push_back(hold.rules == HoldRef::Rules::kNone   ? ""
+                        : hold.rules == HoldRef::Rules::kKept ? "1"
+                                                               : "2");
+  }
+  return call;
+}
+
+Status ReadReleaseMany(const redisReply* r, const std::string& server,
+                       const std::vector<HoldRef>& holds, std::vector<Status>* each) {
+  each->assign(holds.size(), Status::Ok());
+  if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(r, server);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != holds.size()) {
+    return Status::BackendError(server + " sent an unexpected reply to the release_many script");
+  }
+  for (size_t k = 0; k < holds.size(); ++k) {
+    (*each)[k] = ParseOwnedReply(r->element[k], server, holds[k].name);
+  }
+  return Status::Ok();
+}
+
 Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool sharded) {
   std::string holder = LockKeys::Holder(prefix, hold.name);
   std::vector<std::string> args;

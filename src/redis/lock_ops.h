@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "redis/topology/channel.h"
@@ -112,6 +113,24 @@ struct Asked {
 Op<Asked> RequestReleaseOp(const std::string& prefix, const std::string& name,
                            const std::string& request_id, const std::string& reason,
                            bool sharded = false);
+
+// acquire_many.lua: one try at every request at once, all or none, where one server keeps every
+// name. Read, either every attempts[k] is acquired, or none is held and attempts[refused] says
+// why the first one refused was not (the names before it were given back).
+struct ManyAttempt {
+  std::vector<AcquireAttempt> attempts;
+  size_t refused = 0;
+};
+ScriptCall AcquireManyCall(const std::string& prefix, const std::vector<LockRequest>& requests,
+                           int wait_replicas = 0);
+Status ReadAcquireMany(const redisReply* reply, const std::string& server,
+                       const std::vector<LockRequest>& requests, ManyAttempt* out);
+
+// release_many.lua: every hold released in one call, where one server keeps every name; each
+// hold's answer (Ok, or NotHeld) in (*each)[k].
+ScriptCall ReleaseManyCall(const std::string& prefix, const std::vector<HoldRef>& holds);
+Status ReadReleaseMany(const redisReply* reply, const std::string& server,
+                       const std::vector<HoldRef>& holds, std::vector<Status>* each);
 
 // Blocking, any thread.
 template <typename R>

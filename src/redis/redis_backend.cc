@@ -16,13 +16,16 @@ namespace {
 // channel; nothing here knows how many servers answer.
 class RedisBackend : public Backend {
  public:
-  RedisBackend(EventLoop* loop, const RedisConfig& config, std::unique_ptr<Channel> channel)
+  // one_server: every key lives on the one server the channel talks to (not a cluster).
+  RedisBackend(EventLoop* loop, const RedisConfig& config, std::unique_ptr<Channel> channel,
+               bool one_server)
       : loop_(loop),
         prefix_(config.params.prefix),
         wait_replicas_(config.wait_replicas),
         channel_(std::move(channel)),
         sharded_(channel_->sharded_pubsub()),
-        connections_(config.connections) {}
+        connections_(config.connections),
+        one_server_(one_server) {}
 
   Status Check() override { return channel_->Ping(); }
 
@@ -36,6 +39,24 @@ class RedisBackend : public Backend {
     return s;
   }
 
+  bool AcquiresManyAtOnce() const override { return one_server_; }
+
+  Status TryAcquireMany(const std::vector<LockRequest>& requests, std::vector<AcquireAttempt>* out,
+                        size_t* refused) override {
+    if (!one_server_) return Backend::TryAcquireMany(requests, out, refused);
+    ReplyPtr reply;
+    Status s = channel_->Eval(AcquireManyCall(prefix_, requests, wait_replicas_), &reply);
+    ManyAttempt many;
+    if (s.ok()) s = ReadAcquireMany(reply.get(), channel_->server(), requests, &many);
+    // As in TryAcquire: it may have won before the reply was lost.
+    if (!s.ok() && s.code() != Code::kInvalidArgument) {
+      for (const LockRequest& request : requests) PostGiveBack(HoldRef::Of(request));
+    }
+    *out = std::move(many.attempts);
+    *refused = many.refused;
+    return s;
+  }
+
   Status Release(const LockState& lock) override {
     NoResult none;
     Status s =
@@ -44,6 +65,20 @@ class RedisBackend : public Backend {
     // key stays until its lease runs out (never, without one).
     if (!s.ok()) PostGiveBack(HoldRef::Of(lock));
     return s;
+  }
+
+  void ReleaseMany(const std::vector<const LockState*>& locks, std::vector<Status>* out) override {
+    if (!one_server_) return Backend::ReleaseMany(locks, out);
+    std::vector<HoldRef> holds;
+    holds.reserve(locks.size());
+    for (const LockState* lock : locks) holds.push_back(HoldRef::Of(*lock));
+    ReplyPtr reply;
+    Status s = channel_->Eval(ReleaseManyCall(prefix_, holds), &reply);
+    if (s.ok()) s = ReadReleaseMany(reply.get(), channel_->server(), holds, out);
+    if (s.ok()) return;
+    // As in Release: not confirmed, so tried once more in the background.
+    out->assign(locks.size(), s);
+    for (HoldRef& hold : holds) PostGiveBack(std::move(hold));
   }
 
   void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
@@ -185,6 +220,7 @@ class RedisBackend : public Backend {
   std::unique_ptr<Channel> channel_;
   const bool sharded_;
   const std::shared_ptr<ConnectionCount> connections_;
+  const bool one_server_;
 };
 
 }  // namespace
@@ -199,7 +235,7 @@ Status PrepareRedis(const Url& url, int64_t) {
 Status NewRedisBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
   return redis::OpenFromUrl(url, redis::ParseRedisUrl, [loop](const redis::RedisConfig& config) {
     auto channel = std::make_unique<redis::NodeChannel>(loop, config);
-    return std::make_unique<redis::RedisBackend>(loop, config, std::move(channel));
+    return std::make_unique<redis::RedisBackend>(loop, config, std::move(channel), /*one_server=*/true);
   }, out);
 }
 
@@ -210,7 +246,7 @@ Status PrepareRedisCluster(const Url& url, int64_t) {
 Status NewRedisClusterBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
   return redis::OpenFromUrl(url, redis::ParseRedisClusterUrl, [loop](const redis::RedisClusterConfig& config) {
     auto channel = std::make_unique<redis::ClusterChannel>(loop, config);
-    return std::make_unique<redis::RedisBackend>(loop, config.node, std::move(channel));
+    return std::make_unique<redis::RedisBackend>(loop, config.node, std::move(channel), /*one_server=*/false);
   }, out);
 }
 
@@ -221,7 +257,7 @@ Status PrepareRedisSentinel(const Url& url, int64_t) {
 Status NewRedisSentinelBackend(const Url& url, EventLoop* loop, std::unique_ptr<Backend>* out) {
   return redis::OpenFromUrl(url, redis::ParseRedisSentinelUrl, [loop](const redis::RedisSentinelConfig& config) {
     auto channel = std::make_unique<redis::SentinelChannel>(loop, config);
-    return std::make_unique<redis::RedisBackend>(loop, config.node, std::move(channel));
+    return std::make_unique<redis::RedisBackend>(loop, config.node, std::move(channel), /*one_server=*/true);
   }, out);
 }
 

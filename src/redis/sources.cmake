@@ -15,7 +15,9 @@ set(DLOCK_LUA_SCRIPTS ${PROJECT_SOURCE_DIR}/lua/acquire.lua
                       ${PROJECT_SOURCE_DIR}/lua/fence.lua
                       ${PROJECT_SOURCE_DIR}/lua/set_value.lua
                       ${PROJECT_SOURCE_DIR}/lua/break.lua
-                      ${PROJECT_SOURCE_DIR}/lua/request_release.lua)
+                      ${PROJECT_SOURCE_DIR}/lua/request_release.lua
+                      ${PROJECT_SOURCE_DIR}/lua/acquire_many.lua
+                      ${PROJECT_SOURCE_DIR}/lua/release_many.lua)
 set(DLOCK_LUA_GEN ${PROJECT_BINARY_DIR}/generated/lua_scripts.cc)
 add_custom_command(
   OUTPUT ${DLOCK_LUA_GEN}

@@ -1,6 +1,7 @@
 // Several names at once, all or none (issue 38 part 1, dlock_acquire_many), on every backend:
 // a caller holds every name or none, two callers asking in opposite orders never deadlock nor
 // overlap, and a loss names the lock it hit.
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -53,6 +54,59 @@ TEST_P(AcquireMany, AllOrNone) {
   EXPECT_TRUE(Inspect(other.get(), b).free());
 }
 
+// Shared and semaphore holds of several names, with a value each: taken together and alongside
+// another caller's, refused together when one name is held the other way (the name before it
+// left as it was: its holders and their values), freed together.
+TEST_P(AcquireMany, SharedAndSemaphoreHoldsWithTheirValues) {
+  Client c(url()), other(url());
+  if ((dlock_client_capabilities(c.get()) & DLOCK_CAP_SHARED) == 0) GTEST_SKIP() << "no shared holds";
+  const std::string a = Name("many-shared-a"), b = Name("many-shared-b");
+  const char* names[] = {a.c_str(), b.c_str()};
+  Options readers;
+  readers.lease(5000).shared().value("first");
+  dlock_lock* mine[2] = {nullptr, nullptr};
+  ASSERT_EQ(dlock_acquire_many(c.get(), names, 2, readers.get(), mine), DLOCK_OK) << dlock_last_error();
+  Options more;
+  more.lease(5000).shared().value("second");
+  dlock_lock* theirs[2] = {nullptr, nullptr};
+  ASSERT_EQ(dlock_acquire_many(other.get(), names, 2, more.get(), theirs), DLOCK_OK) << dlock_last_error();
+  for (const std::string& name : {a, b}) {
+    Snapshot s = Inspect(c.get(), name);
+    ASSERT_EQ(s.holders.size(), 2u) << s;
+    std::vector<std::string> values{s.holders[0].value, s.holders[1].value};
+    std::sort(values.begin(), values.end());
+    EXPECT_EQ(values, (std::vector<std::string>{"first", "second"})) << s;
+  }
+  ASSERT_EQ(dlock_release_many(theirs, 2), DLOCK_OK) << dlock_last_error();
+
+  // b exclusive elsewhere: a shared acquire of {a, b} is refused, and a keeps only c's hold.
+  ASSERT_EQ(dlock_release(mine[1]), DLOCK_OK) << dlock_last_error();
+  Options writer;
+  writer.lease(5000);
+  Hold blocker(other.get(), b, writer.get());
+  ASSERT_TRUE(blocker.held()) << blocker.error();
+  EXPECT_EQ(dlock_acquire_many(other.get(), names, 2, more.get(), theirs), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(std::string(dlock_last_error()).find(b), std::string::npos) << dlock_last_error();
+  Snapshot left = Inspect(c.get(), a);
+  ASSERT_EQ(left.holders.size(), 1u) << "a's hold taken for the refused call stayed: " << left;
+  EXPECT_EQ(left.holders[0].value, "first") << left;
+  ASSERT_EQ(blocker.Release(), DLOCK_OK);
+  ASSERT_EQ(dlock_release(mine[0]), DLOCK_OK) << dlock_last_error();
+
+  if ((dlock_client_capabilities(c.get()) & DLOCK_CAP_PERMITS) == 0) return;
+  // A semaphore of one permit on each name: the second caller gets neither.
+  Options one;
+  one.lease(5000).permits(1);
+  ASSERT_EQ(dlock_acquire_many(c.get(), names, 2, one.get(), mine), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire_many(other.get(), names, 2, one.get(), theirs), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(theirs[0], nullptr);
+  ASSERT_EQ(dlock_release_many(mine, 2), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire_many(other.get(), names, 2, one.get(), theirs), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_release_many(theirs, 2), DLOCK_OK) << dlock_last_error();
+  EXPECT_TRUE(Inspect(c.get(), a).free());
+  EXPECT_TRUE(Inspect(c.get(), b).free());
+}
+
 // Two clients take {a, b} and {b, a} at once, waiting, round after round: both finish, and
 // their holds never overlap.
 TEST_P(AcquireMany, OppositeOrdersNeverDeadlockNorOverlap) {
@@ -87,6 +141,33 @@ TEST_P(AcquireMany, OppositeOrdersNeverDeadlockNorOverlap) {
   two.join();
   EXPECT_EQ(failures.load(), 0) << first_error;
   EXPECT_EQ(overlaps.load(), 0) << "two callers held both names at once";
+}
+
+// Released together, each hold ends as a single release ends it, cleanly: a lock-delay does not
+// follow (both names free at once), and a min hold stays (both names closed until it ends).
+TEST_P(AcquireMany, ReleasedTogetherEachEndsCleanly) {
+  Client c(url()), other(url());
+  const uint32_t caps = dlock_client_capabilities(c.get());
+  if ((caps & DLOCK_CAP_MIN_HOLD) == 0 || (caps & DLOCK_CAP_LOCK_DELAY) == 0) GTEST_SKIP() << "no job rules";
+  const std::string a = Name("many-rules-a"), b = Name("many-rules-b");
+  const char* names[] = {a.c_str(), b.c_str()};
+  dlock_lock* locks[2] = {nullptr, nullptr};
+  Options delayed;
+  delayed.lease(5000).lock_delay(60000);
+  ASSERT_EQ(dlock_acquire_many(c.get(), names, 2, delayed.get(), locks), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_release_many(locks, 2), DLOCK_OK) << dlock_last_error();
+  for (const std::string& name : {a, b}) {
+    EXPECT_EQ(TryToTake(other.get(), name).status, DLOCK_OK) << name << ": a clean end kept its lock-delay";
+  }
+  Options ruled;
+  ruled.lease(5000).min_hold(60000);
+  ASSERT_EQ(dlock_acquire_many(c.get(), names, 2, ruled.get(), locks), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_release_many(locks, 2), DLOCK_OK) << dlock_last_error();
+  for (const std::string& name : {a, b}) {
+    EXPECT_EQ(TryToTake(other.get(), name).status, DLOCK_NOT_ACQUIRED) << name << " opened before its min hold ended";
+    EXPECT_EQ(dlock_break_with(other.get(), name.c_str(), "test", DLOCK_BREAK_NOW, nullptr), DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(TryToTake(other.get(), name).status, DLOCK_OK) << dlock_last_error();
+  }
 }
 
 // A hold broken under one name is that name's loss: release_many says which, and still

@@ -20,7 +20,7 @@ struct Script {
 };
 
 enum class ScriptId { kAcquire, kRelease, kExtend, kInspect, kFence, kSetValue, kBreak,
-                      kRequestRelease };
+                      kRequestRelease, kAcquireMany, kReleaseMany };
 const Script& GetScript(ScriptId id);
 
 }  // namespace dlock::redis
