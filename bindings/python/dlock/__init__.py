@@ -26,6 +26,9 @@ asyncio: `async with client.lock(...)`, `await lock.aacquire()`, `await lock.are
 `await client.ainspect()` and `aleader()` never block the event loop, and run on it: the loop
 drives a client of its own (dlock_client_open_hooks), with no thread hop (README.md).
 `async with lock.guard():` also cancels the block if the lock is lost (it leaves with LockLost).
+Several names, all or none: `with client.lock_many(["acct/1", "acct/2"], timeout=5) as (a, b):`
+(a LockGroup of Locks, each with its own fencing token; taken in one fixed order, so no two
+groups deadlock); `async with client.alock_many([...]) as (a, b):` for asyncio.
 Values and leaders: value= stores bytes with a hold (Holder.value shows them, lock.set_value
 replaces them); client.campaign(name, value=...) waits until this candidate leads and returns
 the leadership (a Lock whose fencing token is the term), client.leader(name) the current
@@ -68,8 +71,9 @@ import traceback
 import warnings
 import weakref
 from types import TracebackType
-from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, FrozenSet, Generator, Iterator, List,
-                    Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, FrozenSet, Generator, Iterable,
+                    Iterator, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, Type,
+                    TypeVar, Union, overload)
 
 from . import _lib
 from ._errors import (AlreadyHeld, AuthError, BackendError, Cancelled, Error, ForkedClient,
@@ -81,7 +85,8 @@ from ._errors import make as _errors_make
 from ._errors import name_codes as _name_codes
 
 __all__ = [
-    "Client", "Lock", "LockInfo", "Holder", "Observer", "AsyncObserver", "version", "library_path",
+    "Client", "Lock", "LockGroup", "LockInfo", "Holder", "Observer", "AsyncObserver", "version",
+    "library_path",
     "Metrics", "MetricFamily", "MetricSample",
     "Event", "log_events",
     # Not "ConnectionError": `from dlock import *` must not shadow the builtin (which catches
@@ -448,7 +453,8 @@ def _with_cause(err, cause):
 # The library gets small integer tags, never Python objects; these dicts map the tags back.
 
 _ids = itertools.count(1)
-_lost_slots: "Dict[int, _LostSlot]" = {}  # id -> _LostSlot, from acquire until release has returned
+# id -> _LostSlot (or a LockGroup acquire's _GroupSlot), from acquire until release has returned
+_lost_slots: "Dict[int, Union[_LostSlot, _GroupSlot]]" = {}
 # id -> callable(status, handle, message), for async completions
 _pending: Dict[int, Callable[[int, Any, Any], None]] = {}
 
@@ -518,10 +524,78 @@ class _LostSlot:
         _lost_slots.pop(self.id, None)
 
 
-def _on_lost(arg):
+class _MemberSlot(_LostSlot):
+    """The on_lost slot of one Lock of a LockGroup. The library has one tag for the group (one
+    dlock_options serves every name of a dlock_acquire_many); its _GroupSlot hands each loss to
+    the member it names. Registered under an id of its own too, which C never sees."""
+    __slots__ = ("group", "dropped")
+
+    def __init__(self, callback, group):
+        super().__init__(callback)
+        self.group = group
+        self.dropped = False
+
+    def drop(self):
+        with self.mu:
+            if self.dropped:
+                return
+            self.dropped = True
+        super().drop()
+        self.group.member_dropped()
+
+
+class _GroupSlot:
+    """One LockGroup acquire's on_lost tag: a loss reported under it goes to the member whose
+    name the entry's message names ("lock 'NAME' (fencing token N) was lost..."; the names of
+    one group are distinct). Gone from _lost_slots once every member's slot is dropped."""
+    __slots__ = ("id", "members", "left", "mu")
+
+    def __init__(self, callback, bnames):
+        self.id = next(_ids)
+        self.members = [(bname, _MemberSlot(callback, self)) for bname in bnames]
+        self.left = len(bnames)
+        self.mu = threading.Lock()
+        _lost_slots[self.id] = self
+
+    def fire(self, message=None):
+        found = None
+        if message:
+            for bname, member in self.members:
+                if (message.startswith(b"lock '" + bname + b"' (fencing token ")
+                        and (found is None or len(bname) > len(found[0]))):
+                    found = (bname, member)
+        if found is not None:
+            targets = [found[1]]
+        else:  # no name to go by: every member whose hold is no longer valid
+            targets = []
+            for _, member in self.members:
+                lock = member.lock_ref() if member.lock_ref is not None else None
+                if lock is not None and not lock.valid:
+                    targets.append(member)
+        for member in targets:
+            if not member.dropped:
+                member.fire()
+
+    def member_dropped(self):
+        with self.mu:
+            self.left -= 1
+            done = self.left == 0
+        if done:
+            _lost_slots.pop(self.id, None)
+
+    def drop(self):
+        for _, member in self.members:
+            member.drop()
+
+
+def _on_lost(arg, message=None):
+    """A lost lock's report under tag arg; message (bytes): the entry's, naming the lock."""
     slot = _lost_slots.get(arg)
     if slot is not None:  # else released meanwhile
-        slot.fire()
+        if isinstance(slot, _GroupSlot):
+            slot.fire(message)
+        else:
+            slot.fire()
 
 
 def _on_release_requested(arg, reason):
@@ -686,7 +760,8 @@ def _drain_forever(ev):
                 message = _c.dlock_last_error().decode("utf-8", "replace") if status.value else None
                 _on_async_done(status.value, tag.value, handle.value, message, queue)
             elif kind == _QUEUE_LOST:
-                _on_lost(tag.value)
+                # the message names the lock: one tag may serve a LockGroup's names
+                _on_lost(tag.value, _c.dlock_last_error())
             elif kind == _QUEUE_LEADER:
                 _on_leader(tag.value, info.value)
             elif kind == _QUEUE_RELEASE_REQUESTED:
@@ -2531,6 +2606,87 @@ class Client:
         return self.lock(name, **options)
 
 
+    # -- several names, all or none
+
+    def lock_many(self, names: Iterable[_Name], *, blocking: Union[bool, _Unset] = _UNSET,
+                  timeout: Union[float, None, _Unset] = _UNSET, lease: Optional[float] = None,
+                  heartbeat: Optional[float] = None, retry: Optional[Sequence[float]] = None,
+                  owner: Union[str, bytes, None] = None,
+                  reentrant: Union[str, bytes, None] = None,
+                  on_lost: Optional[_OnLost] = None,
+                  kind: Optional[_Kind] = None, permits: Optional[int] = None,
+                  shared: Optional[bool] = None, fair: Optional[bool] = None,
+                  value: Optional[_Value] = None, max_hold: Optional[float] = None,
+                  min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
+                  lease_ms: Optional[int] = None, wait_ms: Union[int, None, _Unset] = _UNSET,
+                  heartbeat_ms: Optional[int] = None,
+                  retry_ms: Optional[Sequence[int]] = None,
+                  max_hold_ms: Optional[int] = None, min_hold_ms: Optional[int] = None,
+                  lock_delay_ms: Optional[int] = None) -> "LockGroup":
+        """A LockGroup for several names (a list or any iterable of str or bytes, at least one,
+        each once), NOT acquired yet: `with client.lock_many(["acct/1", "acct/2"]) as (a, b):`
+        takes every name or none (dlock_acquire_many) on entry and releases them all on exit,
+        every time the block runs; group.acquire() / group.release() do the same by hand. The
+        group is a sequence of one Lock per name, in the order given, each with its own fencing
+        token, lease, heartbeats and on_lost. The names are taken in one fixed order
+        (bytewise), whatever order they are given in, so callers asking for {a, b} and {b, a}
+        at once never deadlock; what was taken is given back when a later name cannot be.
+
+        The options are lock()'s, and apply to every name. timeout= (or wait_ms=) bounds the
+        whole call, not each name; a wait that runs out is a NotAcquired on `with` and False
+        from acquire(), as for lock(), with nothing held. on_lost(lock) runs with the Lock that
+        was lost. on_release_requested= is not taken (TypeError): the library's queued report
+        of a request does not say which name it was for. Nothing is sent to the server here;
+        every option is checked here, and so are the names: a name given twice (str and bytes
+        alike) or none at all is an InvalidArgument, a single str or bytes instead of a list a
+        TypeError."""
+        spec = _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
+                     lease_ms, heartbeat_ms, retry_ms, value, max_hold, max_hold_ms, min_hold,
+                     min_hold_ms, lock_delay, lock_delay_ms, None, reentrant)
+        return self._lock_many(names, spec, _wait_of(blocking, timeout, wait_ms))
+
+    def _lock_many(self, names, spec, wait_ms):
+        self._check_process()
+        if isinstance(names, (str, bytes, bytearray, memoryview)):
+            raise TypeError(f"names must be a list (or any iterable) of lock names, not one "
+                            f"{type(names).__name__}: lock_many([name, ...])")
+        try:
+            given = list(names)
+        except TypeError:
+            raise TypeError("names must be a list (or any iterable) of lock names, not "
+                            f"{type(names).__name__}") from None
+        if not given:
+            raise InvalidArgument("lock_many: no names given: name at least one lock")
+        locks = tuple(Lock(self, name, spec, wait_ms) for name in given)  # each name checked
+        seen = set()
+        for lock in locks:
+            if lock._bname in seen:
+                shown = lock._bname.decode("utf-8", "replace")
+                raise InvalidArgument(f"lock '{shown}' is named twice: give each name once")
+            seen.add(lock._bname)
+        if not hasattr(_c, "dlock_acquire_many"):
+            raise InvalidArgument(f"lock_many: libdlock {version()} at {_library_path} cannot "
+                                  "take several names at once (dlock_acquire_many); install a "
+                                  "newer one")
+        opts, _ = spec.build(wait_ms, None)  # the library's checks of the options (its words)
+        if opts:
+            _c.dlock_options_free(opts)
+        return LockGroup(self, locks, spec, wait_ms)
+
+    @_options_of(lock_many)
+    def alock_many(self, names: Iterable[_Name], **options: Any) -> "LockGroup":
+        """The same as lock_many(): `async with client.alock_many(names, ...) as (a, b):`
+        acquires every name or none without blocking the event loop, and releases them on the
+        way out; `a, b = await client.alock_many(names)` acquires too. The library has no
+        asynchronous dlock_acquire_many: each acquire waits in a worker thread of its own, on
+        the blocking API's client (opened then if this Client has none yet), and its on_lost
+        callbacks run on the event loop. Cancelling the awaiting task returns at once and
+        leaves nothing held, but the worker stays in the library until its call returns (within
+        timeout=; with no limit, until it has every name) and then gives them back: give a
+        timeout where tasks are cancelled. Releases run on the loop's default executor."""
+        return self.lock_many(names, **options)
+
+
 # ----- Observer --------------------------------------------------------------------------------
 
 class Observer:
@@ -2760,6 +2916,19 @@ class _Guard:
 
 
 
+def _acquire_wait(wait_ms, blocking, timeout):
+    """The wait of acquire(blocking, timeout) on a Lock (or LockGroup) told wait_ms."""
+    # acquire() and acquire(blocking=True) wait as the lock was told (its timeout=), as
+    # redis-py's acquire falls back to the lock's blocking_timeout.
+    if timeout is None and blocking is not False and wait_ms != 0:
+        return wait_ms
+    if blocking is None and timeout is None:
+        return wait_ms
+    if blocking is None:
+        blocking = True
+    return _wait_of(blocking, _UNSET if timeout is None else timeout, _UNSET)
+
+
 def _on_loop_later(schedule, cb):
     """cb (a lock callback, or None) made to run through schedule (loop.call_soon, or
     call_soon_threadsafe from another thread), with the same arguments; dropped once the loop
@@ -2927,15 +3096,7 @@ class Lock:
             slot.attach(self)
 
     def _wait_arg(self, blocking, timeout):
-        # acquire() and acquire(blocking=True) wait as the lock was told (its timeout=), as
-        # redis-py's acquire falls back to the lock's blocking_timeout.
-        if timeout is None and blocking is not False and self._wait_ms != 0:
-            return self._wait_ms
-        if blocking is None and timeout is None:
-            return self._wait_ms
-        if blocking is None:
-            blocking = True
-        return _wait_of(blocking, _UNSET if timeout is None else timeout, _UNSET)
+        return _acquire_wait(self._wait_ms, blocking, timeout)
 
     def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = None) -> bool:
         """Acquires the lock: True once held, False when the wait ran out (blocking=True,
@@ -3461,6 +3622,349 @@ class Lock:
         if self._h is None:
             return f"<dlock.Lock {self.name!r} {'acquiring' if self._busy else 'not held'}>"
         return f"<dlock.Lock {self.name!r} token={self._token} {'held' if self.valid else 'lost'}>"
+
+
+# ----- LockGroup -------------------------------------------------------------------------------
+
+class LockGroup(Sequence[Lock]):
+    """Several locks taken together, all or none: what Client.lock_many(names, ...) returns, NOT
+    acquired yet, and reusable, like a Lock. It is a sequence of its Lock objects, in the order
+    the names were given:
+
+        with client.lock_many(["acct/1", "acct/2"], timeout=5) as (src, dst):
+            transfer(src.fencing_token, dst.fencing_token)
+
+    acquire(blocking=True, timeout=-1) -> bool   takes every name, or none (dlock_acquire_many):
+                   True once all are held, False when the wait ran out (or the one try of
+                   blocking=False failed), and then nothing is held. No argument: the wait given
+                   to client.lock_many(...), which bounds the whole call, not each name. The
+                   names are taken in one fixed order (bytewise), whatever order they are given
+                   in, so groups asking for {a, b} and {b, a} at once never deadlock.
+    release()      releases every hold it still has, each one even when some were lost
+                   (dlock_release_many); raises NotHeld naming each lost name if any was, and
+                   NotHeld if it held nothing
+    `with group as (a, b):`   acquires on entry (NotAcquired when the wait ran out, as
+                   `with client.lock(...)`), releases on exit; a loss is never silent (NotHeld
+                   on exit, unless the block is raising)
+    aacquire(), arelease(), `async with`, `await group`   the same for asyncio (see alock_many)
+    names, valid, released
+
+    Each Lock is a Lock like any other, with its own fencing token, lease, heartbeats and
+    on_lost: extend() or release() one alone (the group's release then skips it), read its
+    fencing_token, valid and lost_cause. A loss is the loss of that name only; the others stay
+    held until released.
+    """
+
+    __slots__ = ("_client", "_locks", "_spec", "_wait_ms", "__weakref__")
+
+    def __init__(self, client: Client, locks: Tuple[Lock, ...], spec: _Spec, wait_ms: int) -> None:
+        self._client = client
+        self._locks = locks
+        self._spec = spec
+        self._wait_ms = wait_ms
+
+    # -- the sequence
+
+    @overload
+    def __getitem__(self, index: int) -> Lock: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Tuple[Lock, ...]: ...
+
+    def __getitem__(self, index: Union[int, slice]) -> Union[Lock, Tuple[Lock, ...]]:
+        return self._locks[index]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    def __iter__(self) -> Iterator[Lock]:
+        return iter(self._locks)
+
+    # -- state
+
+    @property
+    def names(self) -> Tuple[_Name, ...]:
+        """The names, as given, in that order."""
+        return tuple(lock.name for lock in self._locks)
+
+    @property
+    def valid(self) -> bool:
+        """True while every Lock of the group holds its name, validly (Lock.valid)."""
+        return all(lock.valid for lock in self._locks)
+
+    @property
+    def released(self) -> bool:
+        """True while no Lock of the group holds anything."""
+        return all(lock.released for lock in self._locks)
+
+    def __repr__(self) -> str:
+        names = [lock.name for lock in self._locks]
+        if self.released:
+            state = "not held"
+        elif all(lock._h is not None for lock in self._locks):
+            state = "held" if self.valid else "held, some lost"
+        else:
+            state = "partly held"
+        return f"<dlock.LockGroup {names!r} {state}>"
+
+    # -- acquire
+
+    def _begin(self):
+        begun = []
+        try:
+            for lock in self._locks:
+                lock._begin()
+                begun.append(lock)
+        except AlreadyHeld:
+            for lock in begun:
+                lock._end()
+            lock = self._locks[len(begun)]
+            raise AlreadyHeld(
+                f"lock {lock.name!r} of this LockGroup is held (or being acquired) by its Lock "
+                "object already: release it (or the group) first. A group takes every name or "
+                "none; threads and tasks that each want the names take their own "
+                "client.lock_many(names)") from None
+        except BaseException:
+            for lock in begun:
+                lock._end()
+            raise
+
+    def _end(self):
+        for lock in self._locks:
+            lock._end()
+
+    def _acquire_raw(self, wait_ms, on_lost):
+        """dlock_acquire_many: (the handles, in the names' order; the on_lost _GroupSlot or
+        None), or raises; the Locks are left alone."""
+        bnames = [lock._bname for lock in self._locks]
+        n = len(bnames)
+        slot = None
+        opts = None
+        err = None
+        out = (_lib.c_lock_p * n)()
+        try:
+            opts, _ = self._spec.build(wait_ms, None)
+            if on_lost is not None:
+                if not opts:
+                    opts = _c.dlock_options_new()
+                    if not opts:
+                        raise MemoryError("dlock_options_new")
+                # One options object, so one tag for every name: the _GroupSlot hands each loss
+                # to the Lock its entry names.
+                slot = _GroupSlot(on_lost, bnames)
+                _check(_c.dlock_options_set_on_lost_queued(opts, _queue_now(), slot.id))
+            names = (ctypes.c_char_p * n)(*bnames)
+            h = self._client._enter()
+            try:
+                status = _c.dlock_acquire_many(h, names, n, opts, out)
+                if status != 0:
+                    err = _error(status)  # this thread's message: read it at once
+            finally:
+                self._client._leave()
+        except BaseException:
+            if slot is not None:
+                slot.drop()
+            raise
+        finally:
+            if opts:
+                _c.dlock_options_free(opts)
+        if err is not None:
+            if slot is not None:
+                slot.drop()
+            raise err
+        return [out[k] for k in range(n)], slot
+
+    def _install(self, handles, slot):
+        for k, (lock, h) in enumerate(zip(self._locks, handles)):
+            lock._install(h, slot.members[k][1] if slot is not None else None)
+
+    def _give_back(self, handles, slot):
+        """Releases holds nobody wants (an acquire whose awaiting task is gone), without waiting
+        or raising."""
+        for k, h in enumerate(handles):
+            _give_back(h, slot.members[k][1] if slot is not None else None)
+
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = None) -> bool:
+        """Acquires every name, or none: True once all are held; False when the wait ran out
+        (blocking=True, timeout=S seconds for the whole call; -1 = no limit) or the one try
+        failed (blocking=False), and then none is held. With no argument, waits as
+        client.lock_many(...) said (by default without limit). Raises AlreadyHeld if a Lock of
+        the group holds its name already, and the library's errors (ConnectionError, ...)."""
+        return self._acquire(_acquire_wait(self._wait_ms, blocking, timeout), False)
+
+    def _acquire(self, wait_ms, must):
+        self._client._check_process()
+        self._begin()
+        try:
+            handles, slot = self._acquire_raw(wait_ms, self._spec.on_lost)
+        except NotAcquired:
+            self._end()
+            if must:
+                raise
+            return False
+        except BaseException:
+            self._end()
+            raise
+        self._install(handles, slot)
+        return True
+
+    # -- release
+
+    def _take(self):
+        """Takes every hold out of its Lock: [(lock, handle, slot)], in the names' order."""
+        for lock in self._locks:
+            lc = lock._lc  # a hold one Lock took alone through asyncio, since
+            if lock._h and lc is not None and not lc.blocking_ok():
+                raise _not_on_loop(lock, lc, "release")
+        taken = []
+        for lock in self._locks:
+            h, slot, _ = lock._take()
+            if h:
+                taken.append((lock, h, slot))
+        return taken
+
+    def release(self) -> None:
+        """Releases every hold the group still has (one released alone is skipped), each one
+        even when others fail (dlock_release_many). Raises NotHeld when some hold had been lost
+        (expired, taken over, broken, released by Client.close): its message names each lost
+        name, and the others were released all the same; or NotHeld when the group held
+        nothing. Every Lock holds nothing afterwards either way, and the group may acquire
+        again."""
+        taken = self._take()
+        if not taken:
+            raise NotHeld(f"none of the locks {[lock.name for lock in self._locks]!r} is held by "
+                          "this LockGroup (never acquired, or already released)")
+        n = len(taken)
+        handles = (_lib.c_lock_p * n)(*(h for _, h, _ in taken))
+        status = _c.dlock_release_many(handles, n)
+        err = _error(status) if status != 0 else None
+        for _, _, slot in taken:  # released: on_lost is neither running nor going to run
+            if slot is not None:
+                slot.drop()
+        if err is not None:
+            causes = [lock._lost_cause for lock, _, _ in taken if lock._lost_cause]
+            raise _with_cause(err, causes[0] if causes else None)
+
+    def _release_quietly(self):
+        """Releases without waiting and without raising (for holds nobody wants)."""
+        for lock in self._locks:
+            lock._release_async_quietly()
+
+    # -- asyncio
+
+    async def aacquire(self, blocking: Optional[bool] = None,
+                       timeout: Optional[float] = None) -> bool:
+        """acquire() for asyncio, without blocking the event loop: the library has no
+        asynchronous dlock_acquire_many, so a worker thread of its own waits in it (on the
+        blocking API's client, whose dlock-events thread hands on_lost to this loop). True once
+        all are held, False when the wait ran out. Cancelling the awaiting task returns at once
+        and acquires nothing, but the worker stays in the library until its call returns
+        (within the wait: with no limit, until it gets every name) and then gives back what it
+        got."""
+        return await self._aacquire(_acquire_wait(self._wait_ms, blocking, timeout), False)
+
+    async def _aacquire(self, wait_ms, must):
+        self._client._check_process()
+        loop = asyncio.get_running_loop()
+        on_lost = _on_loop_later(loop.call_soon_threadsafe, self._spec.on_lost)
+        fut = loop.create_future()
+
+        def outcome(handles, slot, error):
+            """From the worker: settles fut on its loop, installing the holds in the Locks,
+            or giving them back when the awaiting task is gone."""
+            def settle():
+                if fut.done():  # the awaiting task was cancelled meanwhile
+                    if handles is not None:
+                        self._give_back(handles, slot)
+                elif handles is not None:
+                    self._install(handles, slot)
+                    fut.set_result(True)
+                else:
+                    self._end()
+                    if isinstance(error, NotAcquired) and not must:
+                        fut.set_result(False)
+                    else:
+                        fut.set_exception(error)
+
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop is closed
+                self._end()
+                if handles is not None:
+                    self._give_back(handles, slot)
+
+        def run():
+            try:
+                handles, slot = self._acquire_raw(wait_ms, on_lost)
+            except BaseException as e:  # delivered to the awaiting task
+                outcome(None, None, e)
+            else:
+                outcome(handles, slot, None)
+
+        self._begin()
+        try:
+            threading.Thread(target=run, name="dlock-acquire-many", daemon=True).start()
+        except BaseException:
+            self._end()
+            raise
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                # granted, but the task was cancelled before it resumed: nobody holds them
+                if fut.exception() is None and fut.result():
+                    self._release_quietly()
+            else:
+                fut.cancel()  # settle() gives back what comes later
+                self._end()
+            raise
+
+    async def arelease(self) -> None:
+        """release() without blocking the event loop (dlock_release_many on the loop's default
+        executor)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.release)
+
+    # -- context managers: acquire on entry, release on exit, every time
+
+    def __enter__(self) -> "LockGroup":
+        self._acquire(self._wait_ms, True)
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
+        if self.released:  # released inside the block
+            return False
+        try:
+            self.release()
+        except Error:
+            if exc_type is None:
+                raise  # a lost lock is never silent
+        return False
+
+    async def __aenter__(self) -> "LockGroup":
+        await self._aacquire(self._wait_ms, True)
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> Literal[False]:
+        if self.released:
+            return False
+        try:
+            await self.arelease()
+        except Error:
+            if exc_type is None:
+                raise
+        return False
+
+    def __await__(self) -> Generator[Any, None, "LockGroup"]:
+        """`a, b = await client.alock_many([...])`: acquires (as `async with` does) and returns
+        the group."""
+        return self._await_acquired().__await__()
+
+    async def _await_acquired(self) -> "LockGroup":
+        await self._aacquire(self._wait_ms, True)
+        return self
 
 
 # ----- logging -----------------------------------------------------------------------------------

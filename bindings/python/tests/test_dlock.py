@@ -608,6 +608,307 @@ class Lost(Base):
             lock.release()
 
 
+class LockMany(Base):
+    """client.lock_many(names, ...): several names, all or none (dlock_acquire_many), a
+    LockGroup of one Lock per name; its release is dlock_release_many's."""
+
+    def setUp(self):
+        super().setUp()
+        self.other = dlock.Client(URL)   # holds names in the way
+        self.third = dlock.Client(URL)   # looks from outside
+        self.addCleanup(self.third.close)
+        self.addCleanup(self.other.close)
+
+    def names(self, prefix="many"):
+        # "-a" sorts before "-b": the library takes a first, so a busy b makes it give a back
+        base = unique(prefix)
+        return base + "-a", base + "-b"
+
+    def assert_free(self, *names):
+        for name in names:
+            self.assertEqual(self.third.inspect(name).holders, [], f"{name} is held")
+            self.assertEqual(cli("EXISTS", f"dlock:{{{name}}}"), "0", name)
+
+    def test_all_or_none(self):
+        a, b = self.names()
+        blocker = self.other.acquire(b, lease=10)
+        group = self.client.lock_many([a, b], lease=10)
+        self.assertIsInstance(group, dlock.LockGroup)
+        self.assertEqual(len(group), 2)
+        self.assertEqual([lock.name for lock in group], [a, b])
+        self.assertEqual(group.names, (a, b))
+        self.assertTrue(group.released)
+        # one try: nothing held, the free name given back
+        self.assertFalse(group.acquire(blocking=False))
+        self.assert_free(a)
+        self.assertTrue(group.released)
+        self.assertEqual([lock.fencing_token for lock in group], [None, None])
+        # a bounded wait: the same, after the timeout, whatever order the names come in
+        for order in ([a, b], [b, a]):
+            started = time.monotonic()
+            self.assertFalse(self.client.lock_many(order).acquire(timeout=0.3))
+            self.assertGreaterEqual(time.monotonic() - started, 0.25)
+            self.assert_free(a)
+        # `with` raises as a single lock's `with` does, naming the busy name; nothing held
+        with self.assertRaises(dlock.NotAcquired) as cm:
+            with self.client.lock_many([a, b], blocking=False):
+                self.fail("entered without the names")
+        self.assertIn(b, str(cm.exception))
+        self.assertIsInstance(cm.exception, TimeoutError)
+        with self.assertRaises(dlock.NotAcquired):
+            with self.client.lock_many([b, a], timeout=0.2):
+                self.fail("entered without the names")
+        self.assert_free(a)
+        # the free name is really free: someone else takes it at once
+        self.other.acquire(a, blocking=False).release()
+        self.assertEqual(self.third.inspect(b).holders[0].fencing_token, blocker.fencing_token)
+        blocker.release()
+        # free now: both held, each by its Lock
+        with group as (x, y):
+            self.assertIs(x, group[0])
+            self.assertIs(y, group[1])
+            self.assertTrue(group.valid and x.valid and y.valid)
+            self.assertEqual(self.third.inspect(a).holders[0].fencing_token, x.fencing_token)
+            self.assertEqual(self.third.inspect(b).holders[0].fencing_token, y.fencing_token)
+            self.assertIn("held", repr(group))
+            with self.assertRaises(dlock.NotAcquired):
+                self.other.acquire(a, blocking=False)
+        self.assert_free(a, b)
+        self.assertTrue(group.released)
+        self.assertEqual(dlock._lost_slots, {})
+
+    def test_each_lock_has_its_own_token_and_tokens_rise(self):
+        a, b = self.names("tokens")
+        last = {a: 0, b: 0}
+        group = self.client.lock_many([b, a], lease=5)  # given out of order: kept in it
+        for _ in range(10):
+            with group as (lb, la):
+                self.assertEqual((lb.name, la.name), (b, a))
+                self.assertIsNot(la, lb)
+                for lock in (la, lb):
+                    self.assertIsInstance(lock.fencing_token, int)
+                    self.assertGreater(lock.fencing_token, last[lock.name])
+                    last[lock.name] = lock.fencing_token
+                    self.assertEqual(
+                        self.third.inspect(lock.name).holders[0].fencing_token, lock.fencing_token)
+                self.assertNotEqual(la.fencing_token, lb.fencing_token)
+        # a single lock afterwards goes on above them, and a group above that
+        with self.client.lock(a) as single:
+            self.assertGreater(single.fencing_token, last[a])
+            last[a] = single.fencing_token
+        la, lb = group[1], group[0]
+        self.assertTrue(group.acquire(timeout=5))
+        self.assertGreater(la.fencing_token, last[a])
+        # each Lock is a Lock: extended, and released alone; the group's release skips it
+        la.extend(20)
+        self.assertGreater(int(cli("PTTL", f"dlock:{{{a}}}")), 10_000)
+        self.assertLess(int(cli("PTTL", f"dlock:{{{b}}}")), 6_000)
+        la.release()
+        self.assert_free(a)
+        self.assertTrue(lb.valid)
+        self.assertIn("partly held", repr(group))
+        with self.assertRaises(dlock.AlreadyHeld):
+            group.acquire(blocking=False)  # b's Lock holds
+        self.assertTrue(la.acquire(blocking=False))  # ... and the others were left alone
+        la.release()
+        group.release()
+        self.assert_free(a, b)
+        with self.assertRaises(dlock.NotHeld):
+            group.release()  # holds nothing
+        with group:
+            group[0].release()
+            group[1].release()  # all released inside: leaving is fine
+        self.assertEqual(dlock._lost_slots, {})
+
+    def test_opposite_orders_never_overlap_nor_deadlock(self):
+        a, b = self.names("orders")
+        rounds = 25
+        state = {"inside": 0, "counter": 0, "overlaps": 0, "contended": 0}
+        acquiring = [False, False]
+        errors = []
+        start = threading.Barrier(2)
+
+        def worker(k, order):
+            try:
+                with dlock.Client(URL) as c:
+                    group = c.lock_many(order, timeout=30, lease=10)
+                    start.wait(10)
+                    for _ in range(rounds):
+                        acquiring[k] = True
+                        with group:
+                            acquiring[k] = False
+                            if acquiring[1 - k]:
+                                state["contended"] += 1  # the other one waits for us now
+                            state["inside"] += 1
+                            if state["inside"] != 1:
+                                state["overlaps"] += 1
+                            seen = state["counter"]
+                            time.sleep(0.002)  # a lost update if the other got in meanwhile
+                            state["counter"] = seen + 1
+                            state["inside"] -= 1
+                        time.sleep(0.001)
+            except BaseException as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(0, [a, b])),
+                   threading.Thread(target=worker, args=(1, [b, a]))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        self.assertFalse(any(t.is_alive() for t in threads), "deadlocked")
+        self.assertEqual(errors, [])
+        self.assertEqual(state["overlaps"], 0)
+        self.assertEqual(state["counter"], 2 * rounds)
+        self.assertGreater(state["contended"], 0, "the two never contended")
+        self.assert_free(a, b)
+
+    def test_a_lost_hold_is_named_by_the_groups_release(self):
+        a, b = self.names("lost")
+        got = []
+        heard = threading.Event()
+
+        def on_lost(lock):
+            got.append((lock, lock.lost_cause))
+            heard.set()
+
+        group = self.client.lock_many([a, b], lease=1, heartbeat=0.25, on_lost=on_lost)
+        with self.assertRaises(dlock.NotHeld) as cm:
+            with group as (la, lb):
+                self.other.break_lock(b, "maintenance", now=True)
+                self.assertTrue(heard.wait(5), "on_lost never ran")
+                self.assertIs(got[0][0], lb)  # the Lock of the name lost, not the group's first
+                self.assertTrue(got[0][1].startswith("broken"), got)
+                self.assertFalse(lb.valid)
+                self.assertTrue(la.valid)
+                self.assertFalse(group.valid)
+                self.assertIn("some lost", repr(group))
+        self.assertIn(f"'{b}'", str(cm.exception))
+        self.assertNotIn(f"'{a}'", str(cm.exception))
+        self.assertEqual(cm.exception.cause, "broken")
+        self.assert_free(a)  # released all the same
+        self.assertTrue(group.released)
+        time.sleep(0.3)
+        self.assertEqual(len(got), 1, "on_lost ran more than once")
+        self.assertTrue(wait_for(lambda: not dlock._lost_slots), dlock._lost_slots)
+        # ... but never masks the block's own exception
+        with self.assertRaises(KeyError):
+            with group:
+                cli("DEL", f"dlock:{{{a}}}")
+                raise KeyError("mine")
+        self.assert_free(a, b)
+
+        # leases that lapse without heartbeats: both lost, both named
+        group = self.client.lock_many([a, b], lease=0.15, heartbeat=0)
+        self.assertTrue(group.acquire(blocking=False))
+        self.assertTrue(wait_for(lambda: not group[0].valid and not group[1].valid, 3))
+        self.assertTrue(wait_for(lambda: cli("EXISTS", f"dlock:{{{a}}}") == "0"
+                                 and cli("EXISTS", f"dlock:{{{b}}}") == "0", 3))
+        with self.assertRaises(dlock.NotHeld) as cm:
+            group.release()
+        self.assertIn(f"'{a}'", str(cm.exception))
+        self.assertIn(f"'{b}'", str(cm.exception))
+        self.assertTrue(group.released)
+
+    def test_bad_input(self):
+        a, b = self.names("bad")
+        c = self.client
+        for names in ([], (), iter([])):
+            with self.assertRaises(dlock.InvalidArgument):
+                c.lock_many(names)
+        for names in ([a, a], [a, b, a], [a, a.encode()]):
+            with self.assertRaises(dlock.InvalidArgument) as cm:
+                c.lock_many(names)
+            self.assertIn("twice", str(cm.exception))
+            self.assertIsInstance(cm.exception, ValueError)
+        with self.assertRaises(dlock.InvalidArgument):
+            c.lock_many([a, "x\0y"])
+        for names in (a, a.encode(), 5, None, [a, 5]):
+            with self.assertRaises(TypeError, msg=repr(names)):
+                c.lock_many(names)
+        with self.assertRaises(TypeError):
+            c.lock_many([a, b], on_release_requested=lambda lock, reason: None)
+        with self.assertRaises(TypeError):
+            c.alock_many([a, b], wait=5)
+        with self.assertRaises(dlock.InvalidArgument):
+            c.lock_many([a, b], lease=-1)
+        with self.assertRaises(ValueError):
+            c.lock_many([a, b], blocking=False, timeout=5)
+        too_long = "x" * (dlock.MAX_NAME_BYTES + 1)
+        with self.assertRaises(dlock.InvalidArgument):  # the library's check, at acquire
+            c.lock_many([a, too_long]).acquire(blocking=False)
+        # the library itself refuses what the binding checks first
+        h = c._enter()
+        try:
+            out = (dlock._lib.c_lock_p * 2)()
+            twice = (ctypes.c_char_p * 2)(a.encode(), a.encode())
+            self.assertEqual(dlock._c.dlock_acquire_many(h, twice, 2, None, out),
+                             dlock.InvalidArgument.status)
+            self.assertEqual(dlock._c.dlock_acquire_many(h, twice, 0, None, out),
+                             dlock.InvalidArgument.status)
+        finally:
+            c._leave()
+        self.assert_free(a, b)
+        self.assertEqual(dlock._lost_slots, {})
+
+    def test_asyncio(self):
+        a, b = self.names("async")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            lost = loop.create_future()
+
+            def on_lost(lock):
+                if not lost.done():
+                    lost.set_result((lock, threading.current_thread() is threading.main_thread()))
+
+            async with self.client.alock_many([b, a], timeout=5, lease=1, heartbeat=0.25,
+                                              on_lost=on_lost) as (lb, la):
+                self.assertEqual((lb.name, la.name), (b, a))
+                self.assertNotEqual(lb.fencing_token, la.fencing_token)
+                self.assertEqual((await self.client.ainspect(a)).holders[0].fencing_token,
+                                 la.fencing_token)
+                with self.assertRaises(dlock.NotAcquired):
+                    async with self.client.alock_many([a], blocking=False):
+                        self.fail("entered a held name")
+                await la.aextend(5)
+            self.assert_free(a, b)
+            # awaitable; a lost hold named on the way out of `async with`
+            group = self.client.alock_many([a, b], lease=1, heartbeat=0.25, on_lost=on_lost)
+            x, y = await group
+            self.other.break_lock(a, now=True)
+            lock, on_main = await asyncio.wait_for(lost, 5)
+            self.assertIs(lock, x)
+            self.assertTrue(on_main, "on_lost did not run on the loop's thread")
+            with self.assertRaises(dlock.NotHeld) as cm:
+                await group.arelease()
+            self.assertIn(f"'{a}'", str(cm.exception))
+            self.assertNotIn(f"'{b}'", str(cm.exception))
+            self.assert_free(a, b)
+            # not acquired: False / NotAcquired, and nothing held
+            blocker = self.other.acquire(b)
+            self.assertFalse(await group.aacquire(blocking=False))
+            self.assertFalse(await group.aacquire(timeout=0.2))
+            self.assert_free(a)
+            # a cancelled wait returns at once; the worker gives back what it gets later
+            task = asyncio.ensure_future(group.aacquire(timeout=2))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            self.assertTrue(group.released)
+            blocker.release()
+            await asyncio.sleep(0.3)  # the worker takes both, then gives them back
+            self.assertTrue(wait_for(lambda: not self.third.inspect(a).holders
+                                     and not self.third.inspect(b).holders, 5))
+            self.assertTrue(await group.aacquire(timeout=5))  # usable again
+            await group.arelease()
+
+        asyncio.run(main())
+        self.assert_free(a, b)
+        self.assertTrue(wait_for(lambda: not dlock._lost_slots), dlock._lost_slots)
+
+
 class MaxHold(Base):
     """max_hold=: the heartbeats keep the lock past its first lease, then stop at max_hold; the
     lock ends with its lease and is reported lost with the cause "max_hold"."""

@@ -16,9 +16,9 @@ import dlock
 import dlock.prometheus
 from dlock import (MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_VALUE_BYTES, AlreadyHeld, AsyncObserver,
                    AuthError, BackendError, Cancelled, Client, Error, Event, ForkedClient, Holder,
-                   InternalError, InvalidArgument, Lock, LockInfo, LockLost, MetricFamily, Metrics,
-                   MetricSample, NotAcquired, NotHeld, Observer, OutOfMemory, library_path,
-                   log_events, version)
+                   InternalError, InvalidArgument, Lock, LockGroup, LockInfo, LockLost,
+                   MetricFamily, Metrics, MetricSample, NotAcquired, NotHeld, Observer,
+                   OutOfMemory, library_path, log_events, version)
 
 # Every status class, each a dlock.Error (dlock.ConnectionError is not in __all__).
 ERRORS: Tuple[Type[Error], ...] = (
@@ -100,6 +100,21 @@ def sync_part(client: Client, prefix: str) -> None:
     except NotHeld as e:
         why: Optional[str] = e.cause  # None: released already, not lost
         print("not held:", e.code, why, busy.lost_cause)
+
+    # several names, all or none: a sequence of Locks, in the order given
+    pair: LockGroup = client.lock_many([prefix + "acct/2", prefix + "acct/1"], timeout=5.0,
+                                       lease=5, on_lost=on_lost, owner="typed-example")
+    with pair as (dst, src):
+        dst_token: Optional[int] = dst.fencing_token
+        first_lock: Lock = pair[0]
+        both: Tuple[Lock, ...] = pair[:]
+        names: Tuple[Union[str, bytes], ...] = pair.names
+        assert first_lock is dst and len(both) == 2 and pair.valid and src.valid
+        print("pair:", names, dst_token, src.fencing_token)
+    if pair.acquire(blocking=False):
+        pair.release()
+    none_held: bool = pair.released
+    assert none_held
 
     # kinds and permits, where the backend offers them.
     if "shared" in caps:
@@ -256,6 +271,12 @@ async def async_part(client: Client, prefix: str) -> None:
             pass
     except LockLost:
         print("lost while the block ran")
+    async with client.alock_many([prefix + "async", prefix + "async-2"], timeout=5) as (one, two):
+        print("async pair:", one.fencing_token, two.fencing_token)
+    group: LockGroup = await client.alock_many([prefix + "async"], lease=5.0)
+    await group.arelease()
+    if await group.aacquire(timeout=1.0):
+        await group.arelease()
     info: LockInfo = await client.ainspect(prefix + "async")
     print(describe(info))
     if "break" in client.capabilities:

@@ -24,6 +24,10 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     client.acquire("jobs", lease="10")  # error: arg-type
     client.acquire("jobs", wait=5)  # error: call-arg
     client.alock("jobs", kind="both")  # error: arg-type
+    client.lock_many(["a", "b"], lease="10")  # error: arg-type
+    client.lock_many(["a", "b"], on_release_requested=lock.release)  # error: call-arg
+    client.alock_many(["a", "b"], kind="both")  # error: arg-type
+    first: str = client.lock_many(["a", "b"])[0]  # error: assignment
     token: str = lock.fencing_token  # error: assignment
     held: str = lock.owned()  # error: assignment
     lock.release(True)  # error: call-arg
