@@ -77,6 +77,41 @@ std::string Run(const std::string& url) {
   lock.release(ec);
   if (ec) return "release after a request: " + ec.message();
 
+  // several names at once: all or none, each its own token, a group release naming a lost name
+  dlock::LockGroup group = a.acquire_many({"hpp/noexc-m2", "hpp/noexc-m1"}, dlock::Options().lease(5s), ec);
+  if (ec || !group || group.size() != 2 || group[0].name() != "hpp/noexc-m2" ||
+      group[0].fencing_token() == 0 || group[1].fencing_token() == 0 ||
+      group[0].fencing_token() == group[1].fencing_token()) {
+    return "acquire_many: " + ec.message();
+  }
+  dlock::LockGroup theirs = b.acquire_many({"hpp/noexc-m0", "hpp/noexc-m1"}, ec);
+  if (ec != DLOCK_NOT_ACQUIRED || theirs) return "acquire_many of a held name: " + ec.message();
+  if (dlock::last_error().find("hpp/noexc-m1") == std::string::npos) return "acquire_many: " + dlock::last_error();
+  theirs = b.try_acquire_many({"hpp/noexc-m0", "hpp/noexc-m1"}, ec);
+  if (ec || theirs) return "try_acquire_many of a held name: " + ec.message();
+  if (!b.inspect("hpp/noexc-m0", ec).is_free() || ec) return "acquire_many left hpp/noexc-m0 held";
+  theirs = b.acquire_many({"hpp/noexc-m0", "hpp/noexc-m0"}, ec);
+  if (ec != DLOCK_EINVAL || theirs) return "acquire_many of a name given twice: " + ec.message();
+  b.break_lock("hpp/noexc-m1", "", true, ec);
+  if (ec) return "break of a group's lock: " + ec.message();
+  group.release(ec);
+  if (ec != DLOCK_NOT_HELD || group) return "release of a group with a lost lock: " + ec.message();
+  if (dlock::last_error().find("hpp/noexc-m1") == std::string::npos ||
+      dlock::last_error().find("hpp/noexc-m2") != std::string::npos) {
+    return "the group release's message: " + dlock::last_error();
+  }
+  if (!b.inspect("hpp/noexc-m2", ec).is_free() || ec) return "release of a group left hpp/noexc-m2 held";
+  group.release(ec);
+  if (ec != DLOCK_EINVAL) return "second release of a group: " + ec.message();
+  {
+    dlock::LockGroup scoped = a.acquire_many({"hpp/noexc-m1", "hpp/noexc-m2"}, ec);
+    if (ec || !scoped) return "acquire_many again: " + ec.message();
+  }
+  theirs = b.try_acquire_many({"hpp/noexc-m2", "hpp/noexc-m1"}, ec);
+  if (ec || !theirs) return "try_acquire_many after a group's destructor: " + ec.message();
+  theirs.release(ec);
+  if (ec) return "release of a group: " + ec.message();
+
   // job rules: a min hold leaves the name closed after an early release; a lock delay above its
   // cap is refused
   lock = a.acquire("hpp/noexc-min-hold", dlock::Options().lease(5s).min_hold(5s), ec);

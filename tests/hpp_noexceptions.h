@@ -8,8 +8,9 @@ namespace hpp_noexceptions {
 
 // Whether that unit was really built without exceptions (DLOCK_HPP_EXCEPTIONS == 0).
 bool BuiltWithoutExceptions();
-// Uses the std::error_code overloads, Mutex and SharedMutex with the standard's lock types
-// against the Redis at url; "" if all went as expected, else what did not.
+// Uses the std::error_code overloads (acquire_many and LockGroup's release among them), Mutex
+// and SharedMutex with the standard's lock types against the Redis at url; "" if all went as
+// expected, else what did not.
 std::string Run(const std::string& url);
 
 }  // namespace hpp_noexceptions

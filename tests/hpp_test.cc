@@ -13,6 +13,7 @@
 #include <system_error>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,17 @@ static_assert(std::is_nothrow_move_constructible_v<dlock::Observer> &&
               std::is_nothrow_move_assignable_v<dlock::Observer>);
 static_assert(!std::is_convertible_v<dlock::Observer, bool>, "operator bool must be explicit");
 static_assert(noexcept(std::declval<dlock::Observer&>().cancel()));
+static_assert(!std::is_copy_constructible_v<dlock::LockGroup> && !std::is_copy_assignable_v<dlock::LockGroup>);
+static_assert(std::is_nothrow_move_constructible_v<dlock::LockGroup> &&
+              std::is_nothrow_move_assignable_v<dlock::LockGroup>);
+static_assert(!std::is_convertible_v<dlock::LockGroup, bool>, "operator bool must be explicit");
+static_assert(std::is_same_v<decltype(std::declval<dlock::LockGroup&>()[0]), dlock::Lock&>);
+static_assert(noexcept(std::declval<dlock::Client&>().acquire_many(
+    std::declval<const std::vector<std::string>&>(), std::declval<std::error_code&>())));
+static_assert(noexcept(std::declval<dlock::Client&>().try_acquire_many(
+    std::declval<const std::vector<std::string>&>(), std::declval<const dlock::Options&>(),
+    std::declval<std::error_code&>())));
+static_assert(noexcept(std::declval<dlock::LockGroup&>().release(std::declval<std::error_code&>())));
 static_assert(noexcept(std::declval<dlock::Client&>().observe(
     std::declval<const std::string&>(), std::declval<dlock::LeaderHandler>(), std::declval<std::error_code&>())));
 
@@ -322,6 +334,234 @@ TEST_F(HppTest, LockMayOutliveItsClient) {
   }  // closing the client releases the lock on the server
   EXPECT_EQ(redis_.Cli({"EXISTS", Key("orphan")}), "0");
   EXPECT_EQ(CodeOf([&] { lock.release(); }), DLOCK_NOT_HELD);
+}
+
+// ----- several names at once (acquire_many, LockGroup) ---------------------------------------
+
+TEST_F(HppTest, AcquireManyGivesEachNameItsOwnLockAndToken) {
+  dlock::Client client(redis_.url());
+  // Given out of order: the group keeps the order given, whatever order they were taken in.
+  dlock::LockGroup group = client.acquire_many({"hpp/many-b", "hpp/many-a", "hpp/many-c"},
+                                               dlock::Options().lease(5s).owner("hpp-many"));
+  ASSERT_TRUE(group);
+  ASSERT_EQ(group.size(), 3u);
+  EXPECT_EQ(group[0].name(), "hpp/many-b");
+  EXPECT_EQ(group[1].name(), "hpp/many-a");
+  EXPECT_EQ(group[2].name(), "hpp/many-c");
+  std::vector<uint64_t> tokens;
+  for (const dlock::Lock& lock : group) {
+    EXPECT_TRUE(lock.valid()) << lock.name();
+    EXPECT_GT(lock.fencing_token(), 0u) << lock.name();
+    EXPECT_LE(lock.remaining(), 5000ms);
+    EXPECT_EQ(redis_.Cli({"EXISTS", Key(lock.name())}), "1") << lock.name();
+    tokens.push_back(lock.fencing_token());
+  }
+  // Each its own hold: what inspect shows of each name is that Lock's token.
+  for (size_t k = 0; k < group.size(); ++k) {
+    dlock::Info info = client.inspect(group[k].name());
+    ASSERT_EQ(info.holders.size(), 1u);
+    EXPECT_EQ(info.holders[0].fencing_token, tokens[k]);
+    EXPECT_EQ(info.holders[0].owner, "hpp-many");
+  }
+  EXPECT_NE(tokens[0], tokens[1]);
+  EXPECT_NE(tokens[1], tokens[2]);
+  // One may be extended alone.
+  group[1].extend(30s);
+  EXPECT_GT(group[1].remaining(), 10s);
+  EXPECT_LE(group[0].remaining(), 5000ms);
+
+  group.release();
+  EXPECT_FALSE(group);
+  EXPECT_EQ(group.size(), 0u);
+  for (const char* name : {"hpp/many-a", "hpp/many-b", "hpp/many-c"}) {
+    EXPECT_EQ(redis_.Cli({"EXISTS", Key(name)}), "0") << name;
+  }
+  // Releasing an empty group is an error, not a crash.
+  EXPECT_EQ(CodeOf([&] { group.release(); }), DLOCK_EINVAL);
+  EXPECT_EQ(group.release(std::nothrow), DLOCK_EINVAL);
+  // Taken again: each name's token is greater than its last.
+  dlock::LockGroup again = client.acquire_many({"hpp/many-b", "hpp/many-a", "hpp/many-c"});
+  for (size_t k = 0; k < again.size(); ++k) EXPECT_GT(again[k].fencing_token(), tokens[k]);
+}
+
+TEST_F(HppTest, AcquireManyIsAllOrNoneWhenOneNameIsHeldElsewhere) {
+  dlock::Client client(redis_.url()), other(redis_.url());
+  dlock::Lock held = other.acquire("hpp/aon-b");
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { client.acquire_many({"hpp/aon-c", "hpp/aon-b", "hpp/aon-a"}); }, &message),
+            DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(message.find("hpp/aon-b"), std::string::npos) << message;
+  // Nothing held: neither hpp/aon-a (before hpp/aon-b, bytewise) nor hpp/aon-c.
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/aon-a")}), "0");
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/aon-c")}), "0");
+  EXPECT_TRUE(other.inspect("hpp/aon-a").is_free());
+  // try_acquire_many: an empty group, also after a bounded wait.
+  dlock::LockGroup none = client.try_acquire_many({"hpp/aon-a", "hpp/aon-b"});
+  EXPECT_FALSE(none);
+  EXPECT_EQ(none.size(), 0u);
+  const auto start = std::chrono::steady_clock::now();
+  none = client.try_acquire_many({"hpp/aon-a", "hpp/aon-b"}, dlock::Options().wait(200ms));
+  EXPECT_FALSE(none);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/aon-a")}), "0");
+  std::error_code ec;
+  none = client.acquire_many({"hpp/aon-a", "hpp/aon-b"}, ec);
+  EXPECT_EQ(ec, DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(dlock::last_error().find("hpp/aon-b"), std::string::npos) << dlock::last_error();
+  ec = DLOCK_EIO;
+  none = client.try_acquire_many({"hpp/aon-a", "hpp/aon-b"}, ec);
+  EXPECT_FALSE(ec);  // held is not an error for try_acquire_many
+  EXPECT_FALSE(none);
+  EXPECT_TRUE(held.valid());
+
+  // A waiting acquire_many gets them all once the other holder lets go.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(200ms);
+    held.release();
+  });
+  dlock::LockGroup all = client.acquire_many({"hpp/aon-c", "hpp/aon-b", "hpp/aon-a"},
+                                             dlock::Options().wait(10s).retry(10ms, 100ms));
+  releaser.join();
+  ASSERT_EQ(all.size(), 3u);
+  for (const dlock::Lock& lock : all) EXPECT_TRUE(lock.valid()) << lock.name();
+}
+
+TEST_F(HppTest, LockGroupReleaseNamesTheLostNameAndReleasesTheOthers) {
+  dlock::Client client(redis_.url()), op(redis_.url());
+  dlock::LockGroup group = client.acquire_many({"hpp/lost-a", "hpp/lost-b", "hpp/lost-c"},
+                                               dlock::Options().lease(10s).no_heartbeat());
+  ASSERT_EQ(group.size(), 3u);
+  op.break_lock("hpp/lost-b", "taken for the test", true);
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { group.release(); }, &message), DLOCK_NOT_HELD);
+  EXPECT_NE(message.find("hpp/lost-b"), std::string::npos) << message;
+  EXPECT_EQ(message.find("hpp/lost-a"), std::string::npos) << message;
+  EXPECT_EQ(message.find("hpp/lost-c"), std::string::npos) << message;
+  EXPECT_FALSE(group);  // empty whatever the outcome
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/lost-a")}), "0");
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/lost-c")}), "0");
+
+  // Two lost: the message names both; through the std::error_code overload.
+  group = client.acquire_many({"hpp/lost-a", "hpp/lost-b", "hpp/lost-c"},
+                              dlock::Options().lease(10s).no_heartbeat());
+  op.break_lock("hpp/lost-a", "", true);
+  ASSERT_EQ(redis_.Cli({"DEL", Key("hpp/lost-c")}), "1");
+  std::error_code ec;
+  group.release(ec);
+  EXPECT_EQ(ec, DLOCK_NOT_HELD);
+  EXPECT_EQ(ec, std::errc::operation_not_permitted);
+  const std::string both = dlock::last_error();
+  EXPECT_NE(both.find("hpp/lost-a"), std::string::npos) << both;
+  EXPECT_NE(both.find("hpp/lost-c"), std::string::npos) << both;
+  EXPECT_EQ(both.find("hpp/lost-b"), std::string::npos) << both;
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/lost-b")}), "0");
+  group.release(ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+
+  // A Lock released alone is skipped by the group's release.
+  group = client.acquire_many({"hpp/lost-a", "hpp/lost-b"});
+  group[0].release();
+  EXPECT_TRUE(group);
+  EXPECT_NO_THROW(group.release());
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/lost-b")}), "0");
+}
+
+TEST_F(HppTest, AcquireManyRefusesADuplicateNameAndNoNames) {
+  dlock::Client client(redis_.url());
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { client.acquire_many({"hpp/dup-x", "hpp/dup-y", "hpp/dup-x"}); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("hpp/dup-x"), std::string::npos) << message;
+  // try_acquire_many reports it too; nothing was taken.
+  EXPECT_EQ(CodeOf([&] { client.try_acquire_many({"hpp/dup-x", "hpp/dup-x"}); }), DLOCK_EINVAL);
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/dup-x")}), "0");
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/dup-y")}), "0");
+  EXPECT_EQ(CodeOf([&] { client.acquire_many({}); }), DLOCK_EINVAL);
+  EXPECT_EQ(CodeOf([&] { client.acquire_many({"hpp/dup-x", ""}); }), DLOCK_EINVAL);
+  EXPECT_EQ(CodeOf([&] { client.acquire_many({"hpp/dup-x", std::string("a\0b", 3)}); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("names[1]"), std::string::npos) << message;
+  EXPECT_EQ(CodeOf([&] { client.acquire_many({"hpp/dup-x"}, dlock::Options().lease(-1ms)); }), DLOCK_EINVAL);
+  std::error_code ec;
+  dlock::LockGroup none = client.acquire_many({"hpp/dup-x", "hpp/dup-x"}, ec);
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  EXPECT_FALSE(none);
+  none = client.try_acquire_many({"hpp/dup-x", "hpp/dup-x"}, ec);
+  EXPECT_EQ(ec, std::errc::invalid_argument);
+  dlock::Client moved(std::move(client));
+  EXPECT_EQ(CodeOf([&] { client.acquire_many({"hpp/dup-x"}); }), DLOCK_EINVAL);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/dup-x")}), "0");
+}
+
+TEST_F(HppTest, LockGroupDestructorAndMoveAssignmentRelease) {
+  dlock::Client first(redis_.url()), second(redis_.url());
+  std::vector<uint64_t> tokens;
+  {
+    dlock::LockGroup group = first.acquire_many({"hpp/scoped-a", "hpp/scoped-b"});
+    for (const dlock::Lock& lock : group) tokens.push_back(lock.fencing_token());
+    // Held: another client gets neither, in either order.
+    EXPECT_FALSE(second.try_acquire_many({"hpp/scoped-b", "hpp/scoped-a"}));
+    EXPECT_FALSE(second.try_acquire("hpp/scoped-a"));
+    EXPECT_FALSE(second.try_acquire("hpp/scoped-b"));
+    // A move leaves the moved-from group empty and the holds held.
+    dlock::LockGroup moved(std::move(group));
+    EXPECT_FALSE(group);  // NOLINT(bugprone-use-after-move): moved-from is documented as empty
+    EXPECT_EQ(group.size(), 0u);
+    ASSERT_EQ(moved.size(), 2u);
+    EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/scoped-a")}), "1");
+  }  // released here
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/scoped-a")}), "0");
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/scoped-b")}), "0");
+  dlock::LockGroup theirs = second.try_acquire_many({"hpp/scoped-b", "hpp/scoped-a"});  // one try
+  ASSERT_TRUE(theirs);
+  EXPECT_GT(theirs[0].fencing_token(), tokens[1]);
+  EXPECT_GT(theirs[1].fencing_token(), tokens[0]);
+
+  // Move-assigning over a held group releases it.
+  dlock::LockGroup other = second.acquire_many({"hpp/scoped-c"});
+  theirs = std::move(other);
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/scoped-a")}), "0");
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/scoped-b")}), "0");
+  EXPECT_EQ(redis_.Cli({"EXISTS", Key("hpp/scoped-c")}), "1");
+  theirs = std::move(theirs);  // self-move leaves it alone
+  EXPECT_EQ(theirs.size(), 1u);
+  EXPECT_TRUE(first.try_acquire_many({"hpp/scoped-a", "hpp/scoped-b"}));
+}
+
+TEST_F(HppTest, AcquireManyInOppositeOrdersDoesNotDeadlockAndOnLostNamesTheLostLock) {
+  dlock::Client a(redis_.url()), b(redis_.url());
+  std::atomic<int> done{0};
+  auto run = [&](dlock::Client& c, std::vector<std::string> names) {
+    for (int i = 0; i < 10; ++i) {
+      dlock::LockGroup g = c.acquire_many(names, dlock::Options().wait(10s).retry(5ms, 20ms));
+      std::this_thread::sleep_for(2ms);
+    }
+    done.fetch_add(1);
+  };
+  std::thread one([&] { run(a, {"hpp/order-x", "hpp/order-y"}); });
+  std::thread two([&] { run(b, {"hpp/order-y", "hpp/order-x"}); });
+  one.join();
+  two.join();
+  EXPECT_EQ(done.load(), 2);
+
+  // One handler for the group, called with the name of the lock lost; the other stays held.
+  std::promise<std::string> lost;
+  auto lost_future = lost.get_future();
+  std::atomic<int> calls{0};
+  dlock::LockGroup group = a.acquire_many(
+      {"hpp/order-x", "hpp/order-y"},
+      dlock::Options().lease(600ms).heartbeat(150ms).on_lost([&](const std::string& name, uint64_t) {
+        if (calls.fetch_add(1) == 0) lost.set_value(name);
+      }));
+  ASSERT_EQ(redis_.Cli({"DEL", Key("hpp/order-y")}), "1");
+  ASSERT_EQ(lost_future.wait_for(10s), std::future_status::ready) << "on_lost was not called";
+  EXPECT_EQ(lost_future.get(), "hpp/order-y");
+  EXPECT_TRUE(group[0].valid());
+  EXPECT_FALSE(group[1].valid());
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { group.release(); }, &message), DLOCK_NOT_HELD);
+  EXPECT_NE(message.find("hpp/order-y"), std::string::npos) << message;
+  EXPECT_EQ(calls.load(), 1);
 }
 
 TEST_F(HppTest, OnLostIsCalledWhenTheKeyIsDeleted) {

@@ -16,6 +16,11 @@
 //     write_with_fence(accounts.fencing_token());
 //   }
 //
+//   {
+//     dlock::LockGroup both = client.acquire_many({"accounts", "ledger"});  // all or none
+//     write_with_fence(both[0].fencing_token(), both[1].fencing_token());
+//   }  // both released here: see "Several names at once"
+//
 //   dlock::Lock leadership = client.campaign("services/api", dlock::Options().value(my_address));
 //   std::optional<dlock::Holder> leader = client.leader("services/api");  // from anywhere
 //   // leader->value == my_address, leader->fencing_token == leadership.fencing_token() (the term)
@@ -38,7 +43,8 @@
 // std::errc::operation_canceled, DLOCK_ENOMEM == std::errc::not_enough_memory.
 //
 // The one expected outcome that is not an error has a non-throwing form: Client::try_acquire
-// returns an empty Lock (false in a boolean context) instead of throwing DLOCK_NOT_ACQUIRED.
+// returns an empty Lock (false in a boolean context) instead of throwing DLOCK_NOT_ACQUIRED,
+// and Client::try_acquire_many an empty LockGroup.
 // Everything else -- bad URL or options (DLOCK_EINVAL), unreachable server (DLOCK_EIO), a lock
 // found lost at release or extend (DLOCK_NOT_HELD) -- throws. Destructors never throw: ~Lock
 // releases and ignores the result (call release() first to learn it), ~Client closes.
@@ -62,8 +68,8 @@
 // Ownership and lifetimes
 // ---------------------------------------------------------------------------------------------
 // Client, Lock and Observer are move-only owners of a dlock_client / dlock_lock /
-// dlock_observer. A moved-from object is empty; using an empty one throws DLOCK_EINVAL (the
-// queries return 0/false/""). A Lock may outlive its Client: the client's close releases what
+// dlock_observer; a LockGroup, of the Locks Client::acquire_many took. A moved-from object is
+// empty; using an empty one throws DLOCK_EINVAL (the queries return 0/false/""). A Lock may outlive its Client: the client's close releases what
 // it still holds, and the Lock then only frees its handle (its release() throws DLOCK_NOT_HELD).
 // So may an Observer: the close ends its observation.
 //
@@ -137,6 +143,22 @@
 // fencing_token() is the token of the current hold (0 while not held), to pass to what the
 // holder writes. An error while std::condition_variable_any::wait re-locks ends the program
 // (the standard's rule): use wait_for / wait_until with a Mutex whose server may go away.
+//
+// ---------------------------------------------------------------------------------------------
+// Several names at once
+// ---------------------------------------------------------------------------------------------
+// Client::acquire_many(names, options) takes every name or none (dlock_acquire_many), in
+// bytewise order whatever order they are given in (no deadlock between {a, b} and {b, a}),
+// giving back what it took when a later name cannot be taken. options apply to each name
+// (lease, heartbeats, owner, value, on_lost: a handler shared by the group's Locks, called with
+// the name lost); their wait bounds the whole call. No names, or a name given twice, is
+// DLOCK_EINVAL. It returns a dlock::LockGroup, which owns one dlock::Lock per name, in the order
+// given, each with its own fencing token, and releases them all in its destructor, as
+// std::scoped_lock does its mutexes. LockGroup::release() releases them at once
+// (dlock_release_many) and throws DLOCK_NOT_HELD when any hold had been lost, naming each lost
+// name, after releasing the others. While it waits for a name, the names before it in that
+// order are held (std::scoped_lock over Mutexes, std::lock's try-and-back-off, holds none
+// while it waits for one).
 //
 // ---------------------------------------------------------------------------------------------
 // Values and leader election
@@ -846,6 +868,7 @@ class Lock {
 
  private:
   friend class Client;
+  friend class LockGroup;
   Lock(dlock_lock* lock, std::shared_ptr<detail::LostHook> hook,
        std::shared_ptr<detail::ReleaseRequestHook> request_hook, detail::HoldHooks hold_hooks = {}) noexcept
       : lock_(lock),
@@ -883,6 +906,100 @@ class Lock {
   std::shared_ptr<detail::LostHook> hook_;  // this lock's on_lost handler, if any
   std::shared_ptr<detail::ReleaseRequestHook> request_hook_;  // its on_release_requested, if any
   detail::HoldHooks hold_hooks_;  // a re-entry's: the handlers of its hold's first acquire
+};
+
+// ----- several names at once ----------------------------------------------------------------
+
+// The Locks of several names taken all or none (Client::acquire_many), or nothing
+// (default-constructed, moved from, released, or an unsuccessful try_acquire_many). Like a
+// std::scoped_lock over several mutexes, it releases them all in its destructor, ignoring the
+// result (call release() first to learn it); unlike it, it is movable (not copyable).
+// (*this)[k] is the hold of names[k], as acquire_many was given them: a dlock::Lock of its own,
+// with its own fencing token, lease, heartbeats and on_lost report (a loss of one name is
+// reported as the loss of that name; the others stay held). One may be extended or given a
+// value alone, and even released or moved out alone: the group's release() skips the Locks
+// left empty.
+//
+//   dlock::LockGroup both = client.acquire_many({"accounts/alice", "accounts/bob"});
+//   transfer(both[0].fencing_token(), both[1].fencing_token());
+//   both.release();  // or let the destructor do it
+class LockGroup {
+ public:
+  using iterator = std::vector<Lock>::iterator;
+  using const_iterator = std::vector<Lock>::const_iterator;
+
+  LockGroup() noexcept = default;
+  ~LockGroup() { reset(); }
+
+  LockGroup(LockGroup&& other) noexcept : locks_(std::exchange(other.locks_, std::vector<Lock>())) {}
+  // Releases what this group held (ignoring the result), then takes other's Locks.
+  LockGroup& operator=(LockGroup&& other) noexcept {
+    if (this != &other) {
+      reset();
+      locks_ = std::exchange(other.locks_, std::vector<Lock>());
+    }
+    return *this;
+  }
+  LockGroup(const LockGroup&) = delete;
+  LockGroup& operator=(const LockGroup&) = delete;
+
+  // True while one of its Locks owns a lock handle (acquired, not yet released or moved from).
+  // It does not ask whether they are still valid: see each Lock's valid().
+  explicit operator bool() const noexcept {
+    for (const Lock& l : locks_) {
+      if (l) return true;
+    }
+    return false;
+  }
+
+#if DLOCK_HPP_EXCEPTIONS
+  // Releases every Lock of the group that still holds (dlock_release_many, each through its own
+  // client); the group is empty afterwards whatever happens. Throws DLOCK_NOT_HELD when some
+  // hold had been lost (expired, taken over, broken, or released by its client's close), its
+  // message naming each lost one ("lock 'a' was lost: ..."; "; " between them), and the others
+  // are released all the same; the first other error when there was one (DLOCK_EIO...), its
+  // message naming every failure; DLOCK_EINVAL when no Lock of the group held anything.
+  void release() { detail::Check(Release()); }
+#endif
+  // The same, setting ec instead of throwing (dlock::last_error() names the lost names).
+  void release(std::error_code& ec) noexcept { detail::Set(ec, Release()); }
+  // Releases, returning the status instead of throwing (DLOCK_EINVAL if it held nothing).
+  dlock_status release(const std::nothrow_t&) noexcept { return Release(); }
+
+  // How many Locks: as many as names were given to acquire_many; 0 when empty.
+  size_t size() const noexcept { return locks_.size(); }
+  bool empty() const noexcept { return locks_.empty(); }
+  // The Lock of names[k] (k < size()).
+  Lock& operator[](size_t k) noexcept { return locks_[k]; }
+  const Lock& operator[](size_t k) const noexcept { return locks_[k]; }
+  iterator begin() noexcept { return locks_.begin(); }
+  iterator end() noexcept { return locks_.end(); }
+  const_iterator begin() const noexcept { return locks_.begin(); }
+  const_iterator end() const noexcept { return locks_.end(); }
+
+ private:
+  friend class Client;
+  explicit LockGroup(std::vector<Lock> locks) noexcept : locks_(std::move(locks)) {}
+
+  void reset() noexcept {
+    if (*this) (void)Release();
+    locks_.clear();
+  }
+
+  dlock_status Release() noexcept {
+    std::vector<Lock> locks = std::exchange(locks_, std::vector<Lock>());
+    std::vector<dlock_lock*> handles;
+    handles.reserve(locks.size());
+    for (Lock& l : locks) {
+      if (l.lock_) handles.push_back(std::exchange(l.lock_, nullptr));
+    }
+    if (handles.empty()) return detail::Fail(DLOCK_EINVAL, "dlock::LockGroup::release: the LockGroup holds no lock");
+    // Its message is read before the Locks (and their handlers' captures) are destroyed, which
+    // happens only after dlock_release_many: from then on the C side calls none of them.
+    return detail::FromC(dlock_release_many(handles.data(), handles.size()));
+  }
+
+  std::vector<Lock> locks_;
 };
 
 // ----- clients ------------------------------------------------------------------------------
@@ -927,6 +1044,27 @@ class Client {
     dlock_status s = Acquire(name, options, &lock);
     if (s != DLOCK_NOT_ACQUIRED) detail::Check(s);
     return lock;
+  }
+  // Acquires every name, all or none (dlock_acquire_many): a transfer between two accounts, a
+  // job that touches two shards. Returns a LockGroup whose [k] is the hold of names[k], each
+  // with its own fencing token. The names are taken in one fixed order (bytewise), whatever
+  // order they are given in, so that callers asking for {a, b} and {b, a} at once never wait
+  // on each other; what was taken is given back when a later name cannot be. options apply to each name; their wait bounds the whole call. Throws Error:
+  // DLOCK_NOT_ACQUIRED when a name is held elsewhere and the wait ran out (nothing is held
+  // then; the message names it), DLOCK_EINVAL for no names, a name given twice, a bad name or
+  // options, ...
+  LockGroup acquire_many(const std::vector<std::string>& names, const Options& options = Options()) {
+    LockGroup group;
+    detail::Check(AcquireMany(names, options, &group));
+    return group;
+  }
+  // The same, but returns an empty LockGroup instead of throwing DLOCK_NOT_ACQUIRED. It still
+  // waits as long as options.wait() says (default: one try). Other errors still throw.
+  LockGroup try_acquire_many(const std::vector<std::string>& names, const Options& options = Options()) {
+    LockGroup group;
+    dlock_status s = AcquireMany(names, options, &group);
+    if (s != DLOCK_NOT_ACQUIRED) detail::Check(s);
+    return group;
   }
   // This client's metrics in the Prometheus text format (docs/metrics.md). No round trip.
   std::string metrics_text() const {
@@ -1021,6 +1159,27 @@ class Client {
   Lock try_acquire(const std::string& name, std::error_code& ec) noexcept {
     return try_acquire(name, Options(), ec);
   }
+  // acquire_many / try_acquire_many, setting ec instead of throwing: an empty LockGroup when
+  // not acquired (ec DLOCK_NOT_ACQUIRED for acquire_many, clear for try_acquire_many) or on
+  // failure.
+  LockGroup acquire_many(const std::vector<std::string>& names, const Options& options, std::error_code& ec) noexcept {
+    LockGroup group;
+    detail::Set(ec, AcquireMany(names, options, &group));
+    return group;
+  }
+  LockGroup acquire_many(const std::vector<std::string>& names, std::error_code& ec) noexcept {
+    return acquire_many(names, Options(), ec);
+  }
+  LockGroup try_acquire_many(const std::vector<std::string>& names, const Options& options,
+                             std::error_code& ec) noexcept {
+    LockGroup group;
+    dlock_status s = AcquireMany(names, options, &group);
+    detail::Set(ec, s == DLOCK_NOT_ACQUIRED ? DLOCK_OK : s);
+    return group;
+  }
+  LockGroup try_acquire_many(const std::vector<std::string>& names, std::error_code& ec) noexcept {
+    return try_acquire_many(names, Options(), ec);
+  }
   Info inspect(const std::string& name, std::error_code& ec) const noexcept {
     Info info;
     if (!detail::Set(ec, Inspect(name, &info))) info = Info();
@@ -1090,19 +1249,26 @@ class Client {
   using AcquireFn = dlock_status (*)(dlock_client*, const char*, const dlock_options*, dlock_lock**);
   using ReadFn = dlock_status (*)(dlock_client*, const char*, dlock_info**);
 
+  // The C options, with the handlers the acquired Locks will own.
+  static dlock_status Build(const Options& options, std::shared_ptr<detail::LostHook>* hook,
+                            std::shared_ptr<detail::ReleaseRequestHook>* request_hook,
+                            detail::OptionsPtr* c_options) noexcept {
+    if (options.on_lost_) *hook = std::make_shared<detail::LostHook>(options.on_lost_);
+    if (options.on_release_requested_) {
+      *request_hook = std::make_shared<detail::ReleaseRequestHook>(options.on_release_requested_);
+    }
+    return options.Build(hook->get(), request_hook->get(), c_options);
+  }
+
   // dlock_acquire, or dlock_campaign.
   dlock_status Acquire(const std::string& name, const Options& options, Lock* out,
                        AcquireFn acquire_fn = &dlock_acquire) noexcept {
     dlock_status s = Usable(name);
     if (s != DLOCK_OK) return s;
     std::shared_ptr<detail::LostHook> hook;
-    if (options.on_lost_) hook = std::make_shared<detail::LostHook>(options.on_lost_);
     std::shared_ptr<detail::ReleaseRequestHook> request_hook;
-    if (options.on_release_requested_) {
-      request_hook = std::make_shared<detail::ReleaseRequestHook>(options.on_release_requested_);
-    }
     detail::OptionsPtr c_options;
-    s = options.Build(hook.get(), request_hook.get(), &c_options);
+    s = Build(options, &hook, &request_hook, &c_options);
     if (s != DLOCK_OK) return s;
     dlock_lock* lock = nullptr;
     s = detail::FromC(acquire_fn(client_, name.c_str(), c_options.get(), &lock));
@@ -1112,6 +1278,40 @@ class Client {
       hold_hooks = reentrant_holds_->Share(name, dlock_lock_fencing_token(lock), detail::HoldHooks{hook, request_hook});
     }
     *out = Lock(lock, std::move(hook), std::move(request_hook), std::move(hold_hooks));
+    return s;
+  }
+
+  // dlock_acquire_many. The Locks share one copy of each handler (the C side calls it with
+  // the name of the lock concerned).
+  dlock_status AcquireMany(const std::vector<std::string>& names, const Options& options, LockGroup* out) noexcept {
+    if (!client_) return detail::Fail(DLOCK_EINVAL, "dlock::Client: the Client is empty (moved from or closed)");
+    std::vector<const char*> c_names;
+    c_names.reserve(names.size());
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (names[k].find('\0') != std::string::npos) {
+        return detail::Fail(DLOCK_EINVAL, "names[" + std::to_string(k) + "]: lock name contains a NUL byte");
+      }
+      c_names.push_back(names[k].c_str());
+    }
+    std::shared_ptr<detail::LostHook> hook;
+    std::shared_ptr<detail::ReleaseRequestHook> request_hook;
+    detail::OptionsPtr c_options;
+    dlock_status s = Build(options, &hook, &request_hook, &c_options);
+    if (s != DLOCK_OK) return s;
+    std::vector<dlock_lock*> held(names.size(), nullptr);
+    s = detail::FromC(dlock_acquire_many(client_, c_names.data(), c_names.size(), c_options.get(), held.data()));
+    if (s != DLOCK_OK) return s;
+    std::vector<Lock> locks;
+    locks.reserve(held.size());
+    for (size_t k = 0; k < held.size(); ++k) {
+      detail::HoldHooks hold_hooks;  // a re-entry keeps its hold's handlers (see ReentrantHolds)
+      if (options.reentrant_ && reentrant_holds_) {
+        hold_hooks = reentrant_holds_->Share(names[k], dlock_lock_fencing_token(held[k]),
+                                             detail::HoldHooks{hook, request_hook});
+      }
+      locks.push_back(Lock(held[k], hook, request_hook, std::move(hold_hooks)));
+    }
+    *out = LockGroup(std::move(locks));
     return s;
   }
 
