@@ -141,6 +141,9 @@ dlock_status dlock_request_release(dlock_client *c, const char *name, const char
 dlock_status dlock_options_set_on_release_requested_queued(dlock_options *o, dlock_queue *q,
                                                            uint64_t tag);
 dlock_status dlock_options_set_reentrant(dlock_options *o, const char *context);
+dlock_status dlock_acquire_many(dlock_client *c, const char *const *names, size_t n,
+                                const dlock_options *o, dlock_lock **locks_out);
+dlock_status dlock_release_many(dlock_lock **locks, size_t n);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 -- poll(2) and clock_gettime(2) for client:dispatch, under names of this module's own (a user's
@@ -235,6 +238,10 @@ end)
 -- Reentrancy by a context (dlock_options_set_reentrant): a library from before it still loads;
 -- an acquire with reentrant then gets nil, message, "EINVAL" saying so.
 local HAS_REENTRANT = pcall(function() return C.dlock_options_set_reentrant end)
+-- Several names at once (dlock_acquire_many, dlock_release_many): a library from before them
+-- still loads; client:acquire_many then gets nil, message, "EINVAL" saying so (dlock.release_many
+-- releases lock by lock).
+local HAS_MANY = pcall(function() return C.dlock_acquire_many, C.dlock_release_many end)
 
 -- The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
 M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
@@ -401,6 +408,8 @@ local Client = {}
 Client.__index = Client
 local Lock = {}
 Lock.__index = Lock
+local Group = {}  -- the locks of client:acquire_many
+Group.__index = Group
 local Observer = {}
 Observer.__index = Observer
 
@@ -1490,6 +1499,115 @@ function Client:campaign(name, opts)
   return acquire(self, name, opts, "campaign", true)
 end
 
+-- ----- several names at once -------------------------------------------------------------------
+
+-- Under nginx, the pause between two one-try attempts of a yielding acquire_many, in ms: jittered,
+-- growing from the first to the second, unless opts.retry_ms gives the bounds.
+M.ngx_many_retry_ms = { 20, 500 }
+
+-- acquire_many under nginx (a yielding client): the library has no queued dlock_acquire_many, so
+-- each attempt is one try of every name (wait_ms 0: the worker waits for those round trips, at
+-- most one per name, as for break_lock), and the light thread sleeps (ngx.sleep, yielding) between attempts until wait
+-- ms (-1: no limit) have passed. The status, and the message read right after the call.
+local function acquire_many_yielding(self, c_names, n, o, wait, retry, out)
+  local s = C.dlock_options_set_wait_ms(o, 0)
+  if s ~= 0 then return s, ffi.string(C.dlock_last_error()) end
+  ngx.update_time()
+  local deadline = wait >= 0 and ngx.now() + wait / 1000 or nil
+  local pause = retry[1]
+  while true do
+    local h = self._h
+    if h == nil then return M.status.EINVAL, "client is closed" end
+    s = C.dlock_acquire_many(h, c_names, n, o, out)
+    if s == 0 then return s end
+    local msg = ffi.string(C.dlock_last_error())  -- before a yield lets other calls reset it
+    if s ~= M.status.NOT_ACQUIRED then return s, msg end
+    ngx.update_time()
+    local t = pause * (0.5 + 0.5 * math.random()) / 1000
+    if deadline then
+      local left = deadline - ngx.now()
+      if left <= 0 then return s, msg end
+      if t > left then t = left end
+    end
+    ngx.sleep(t)
+    pause = math.min(pause * 2, retry[2])
+  end
+end
+
+-- Acquires every name of names (an array of 1 or more strings, each as acquire's name), all or
+-- none (dlock_acquire_many): a transfer between two accounts, a job that touches two shards.
+-- Returns the group, an array whose [k] is the lock of names[k], each with its own fencing
+-- token, lease, heartbeats and on_lost report (a loss of one name is reported as the loss of that
+-- lock; the others stay held), with group:release() (dlock.release_many) to release them all;
+-- or nil, message, code, with nothing held: "NOT_ACQUIRED" when a name was held elsewhere until
+-- the wait ran out (the message names it), "EINVAL" for an empty array, a name given twice
+-- (the message names it) and what acquire refuses. The names are taken in one fixed order
+-- (bytewise), whatever order they are given in, so that callers asking for {a, b}
+-- and {b, a} at once never wait on each other; what was taken is given back when a later name
+-- cannot be. opts as for acquire (they apply to each name; wait_ms bounds the whole call) but
+-- on_release_requested (raises: a request does not say which lock of the group it is for).
+-- Under nginx (a yielding client) it makes one-try attempts with ngx.sleep between them
+-- (dlock.ngx_many_retry_ms, or opts.retry_ms) until wait_ms has passed: the worker keeps
+-- serving other requests while it waits, but not during an attempt's round trips (at most one
+-- per name, as the library's blocking calls take); it raises in phases that cannot yield, like acquire.
+function Client:acquire_many(names, opts)
+  if getmetatable(self) ~= Client then raise("dlock: call it as client:acquire_many(names, opts)") end
+  local fname = "acquire_many"
+  if type(names) ~= "table" then argerror(1, fname, "table of names expected, got " .. type(names)) end
+  local n = #names
+  local wanted = {}  -- the names, kept alive while the library reads them
+  for k = 1, n do
+    local v = names[k]
+    if type(v) ~= "string" then argerror(1, fname, "names[" .. k .. "] must be a string, got " .. type(v)) end
+    if v:find("\0", 1, true) then argerror(1, fname, "names[" .. k .. "] contains a NUL byte") end
+    wanted[k] = v
+  end
+  if type(opts) == "table" and opts.on_release_requested ~= nil then
+    argerror(2, fname, "acquire_many takes no option 'on_release_requested' (a request does not say "
+      .. "which lock of the group it is for: acquire those names one by one)")
+  end
+  if self._pid then check_process(self) end
+  if self._yield then yielding_phase("client:" .. fname) end
+  self:poll()
+  local h = self._h
+  if h == nil then return nil, "client is closed", "EINVAL" end
+  local o, on_lost, wait = build_options(opts, fname)
+  if o == false then return nil, on_lost, wait end
+  if not HAS_MANY then
+    C.dlock_options_free(ffi.gc(o, nil))
+    return nil, fname .. ": libdlock " .. version .. " at " .. library_path .. " cannot acquire "
+      .. "several names at once (dlock_acquire_many); install a newer one", "EINVAL"
+  end
+  local c_names = ffi.new("const char *[?]", n + 1)
+  for k = 1, n do c_names[k - 1] = wanted[k] end
+  local out = ffi.new("dlock_lock *[?]", n + 1)
+  local s, msg
+  if self._yield then
+    local retry = M.ngx_many_retry_ms
+    if type(opts) == "table" and opts.retry_ms ~= nil then
+      retry = { tonumber(opts.retry_ms[1]), tonumber(opts.retry_ms[2]) }
+    end
+    s, msg = acquire_many_yielding(self, c_names, n, o, tonumber(wait), retry, out)
+  else
+    s = C.dlock_acquire_many(h, c_names, n, o, out)
+    if s ~= 0 then msg = ffi.string(C.dlock_last_error()) end
+  end
+  C.dlock_options_free(ffi.gc(o, nil))
+  if s ~= 0 then
+    local code = M.code(s)
+    return nil, (msg ~= nil and msg ~= "") and msg or "DLOCK_" .. code, code
+  end
+  local group = {}
+  for k = 1, n do
+    local lock = new_lock(self, out[k - 1], wanted[k], on_lost)
+    -- Under nginx a loss is never silent: the worker's timer finds it (client:poll) and calls
+    -- on_lost, or says so in the error log.
+    if IN_NGX then self._watched[lock] = true end
+    group[k] = lock
+  end
+  return setmetatable(group, Group)
+end
+
 -- Calls on_lost(lock) for every lock of this client that stopped being valid (found lost by a
 -- heartbeat, taken over, or past its local deadline) without being released. Each at most
 -- once. Outside nginx it first delivers the observer reports and release requests waiting (see
@@ -1725,5 +1843,135 @@ function Lock:__tostring()
   return string.format("dlock.lock(%q, token=%s, %s)", self.name, self:fencing_token_string(), state)
 end
 
-M.Client, M.Lock, M.Observer = Client, Lock, Observer
+-- ----- releasing several locks at once ----------------------------------------------------------
+
+-- The outcome of several releases, as dlock_release_many gives it: true when every one was;
+-- else nil, every failure's message ("; " between them), and the code of the first failure that
+-- is not "NOT_HELD", or "NOT_HELD" when all were losses. failures: { { msg, code }, ... }.
+local function merge_failures(failures)
+  if failures[1] == nil then return true end
+  local first, msgs = nil, {}
+  for i, f in ipairs(failures) do
+    if first == nil or (first[2] == "NOT_HELD" and f[2] ~= "NOT_HELD") then first = f end
+    msgs[i] = f[1]
+  end
+  return nil, table.concat(msgs, "; "), first[2]
+end
+
+-- Releases every lock of locks (an array: a group from client:acquire_many, or any locks) that
+-- is not yet released, each through its own client (dlock_release_many): true, or nil, message,
+-- code: "NOT_HELD" when some hold had been lost (the message names each lost lock: "lock 'a' was
+-- lost: ..."; "; " between them), and the others are released all the same; the first other
+-- failure's code when there was one ("EIO", ...), its message naming every failure. Locks
+-- already released are skipped; when all were, nil, message, "NOT_HELD", as lock:release
+-- says again. Under nginx the locks of a yielding client are released as lock:release does them
+-- (all at once, yielding while it waits; in a phase that cannot yield, started and true at once).
+function M.release_many(locks)
+  if type(locks) ~= "table" then argerror(1, "release_many", "table of locks expected, got " .. type(locks)) end
+  local n = #locks
+  for k = 1, n do
+    if getmetatable(locks[k]) ~= Lock then
+      argerror(1, "release_many", "locks[" .. k .. "] is not a lock (got " .. type(locks[k]) .. ")")
+    end
+  end
+  local blocking, queued, names = {}, {}, {}
+  for k = 1, n do
+    local lock = locks[k]
+    if lock._h ~= nil then
+      local client = lock._client
+      if client._pid then check_process(client) end
+      if client._yield then queued[#queued + 1] = lock else blocking[#blocking + 1] = lock end
+    end
+    names[#names + 1] = "'" .. lock.name .. "'"
+  end
+  if blocking[1] == nil and queued[1] == nil then
+    if n == 0 then return true end
+    return nil, (n == 1 and "lock " or "locks ") .. table.concat(names, ", ")
+      .. (n == 1 and " was" or " were") .. " already released", "NOT_HELD"
+  end
+  local failures = {}
+  if blocking[1] ~= nil then
+    local handles = ffi.new("dlock_lock *[?]", #blocking)
+    for i, lock in ipairs(blocking) do
+      local h = lock._h
+      lock._h = nil
+      ffi.gc(h, nil)
+      handles[i - 1] = h
+    end
+    local s
+    if HAS_MANY then
+      s = C.dlock_release_many(handles, #blocking)
+      if s ~= 0 then
+        local _, msg, code = fail(s)
+        failures[1] = { msg, code }
+      end
+    else  -- a library from before dlock_release_many: one by one
+      for i = 0, #blocking - 1 do
+        s = C.dlock_release(handles[i])
+        if s ~= 0 then
+          local _, msg, code = fail(s)
+          failures[#failures + 1] = { msg, code }
+        end
+      end
+    end
+  end
+  if queued[1] ~= nil then
+    local can_wait = yielding_phase("dlock.release_many", true)
+    local w = W
+    local started_ops = {}
+    for _, lock in ipairs(queued) do
+      local h = lock._h
+      lock._h = nil
+      ffi.gc(h, nil)
+      local tag, op = new_op(w, "release", lock.name, can_wait)
+      local s = C.dlock_release_queued(h, w.q, tag)  -- frees h, whatever comes of it
+      if s ~= 0 then
+        local _, msg, code = fail(s)
+        failures[#failures + 1] = { msg, code }
+      else
+        started(w, tag, op)
+        started_ops[#started_ops + 1] = { lock, op }
+      end
+    end
+    if can_wait then
+      for _, p in ipairs(started_ops) do
+        local ok, msg, code = lock_op_outcome(p[1], w, p[2])
+        if not ok then failures[#failures + 1] = { msg, code } end
+      end
+    end
+  end
+  return merge_failures(failures)
+end
+
+-- The group's locks: group[k] is the lock of names[k] (#group of them).
+-- group:release(): dlock.release_many(group) (see above).
+function Group:release()
+  if getmetatable(self) ~= Group then raise("dlock: call it as group:release()") end
+  return M.release_many(self)
+end
+
+-- true once every lock of the group is released.
+function Group:released()
+  for k = 1, #self do
+    if self[k]._h ~= nil then return false end
+  end
+  return true
+end
+
+-- true while every lock of the group is held and valid (see lock:valid()).
+function Group:valid()
+  if self[1] == nil then return false end
+  for k = 1, #self do
+    if not self[k]:valid() then return false end
+  end
+  return true
+end
+
+function Group:__tostring()
+  local parts = {}
+  for k = 1, #self do parts[k] = tostring(self[k]) end
+  return "dlock.group(" .. table.concat(parts, ", ") .. ")"
+end
+
+M.Client, M.Lock, M.Observer, M.Group = Client, Lock, Observer, Group
 return M

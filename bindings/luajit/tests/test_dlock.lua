@@ -1389,6 +1389,162 @@ test("limits are the library's; a client shows its URL without the password", fu
     tostring(c))
 end)
 
+-- ----- several names at once ---------------------------------------------------------------
+
+test("acquire_many: all or none while one name is held elsewhere; then each lock its own token", function()
+  local a = assert(dlock.open(URL))
+  local b = assert(dlock.open(URL))
+  local base = unique("many")
+  local n1, n2, n3 = base .. "/1", base .. "/2", base .. "/3"
+  local held = assert(a:acquire(n2))
+  -- n2 is refused: nothing is held, neither n1 (before it, bytewise) nor n3.
+  local group, msg, code = b:acquire_many({ n3, n2, n1 }, { wait_ms = 0 })
+  assert(group == nil and code == "NOT_ACQUIRED", tostring(msg))
+  assert(msg:find(n2, 1, true), msg)
+  assert(cli("EXISTS", key(n1)) == "0" and cli("EXISTS", key(n3)) == "0")
+  local t0 = now()
+  group, msg, code = b:acquire_many({ n3, n2, n1 }, { wait_ms = 200 })
+  assert(group == nil and code == "NOT_ACQUIRED", tostring(msg))
+  assert(now() - t0 >= 0.15, "did not wait")
+  assert(cli("EXISTS", key(n1)) == "0" and cli("EXISTS", key(n3)) == "0")
+  assert(#a:inspect(n1).holders == 0)
+  assert(held:release())
+
+  group = assert(b:acquire_many({ n3, n2, n1 }, { lease_ms = 5000, owner = "many" }))
+  assert(getmetatable(group) == dlock.Group and #group == 3)
+  assert(group[1].name == n3 and group[2].name == n2 and group[3].name == n1)
+  assert(group:valid() and not group:released())
+  local seen = {}
+  for k, lock in ipairs(group) do
+    assert(lock:valid() and lock:remaining_ms() <= 5000)
+    local token = lock:fencing_token()
+    assert(ffi.istype("uint64_t", token) and token > 0)
+    assert(not seen[lock:fencing_token_string()], "two locks with one token")
+    seen[lock:fencing_token_string()] = true
+    local info = a:inspect(lock.name)
+    assert(#info.holders == 1 and info.holders[1].fencing_token == token and info.holders[1].owner == "many",
+      "inspect of names[" .. k .. "]")
+  end
+  assert(group[2]:fencing_token() > held:fencing_token())
+  assert(group[1]:extend(30000))  -- one lock alone
+  assert(tonumber(cli("PTTL", key(n3))) > 10000 and tonumber(cli("PTTL", key(n2))) <= 5000)
+  assert(tostring(group):find("dlock.group(", 1, true))
+  -- Held: the other client gets none of them, in any order.
+  local group2
+  group2, msg, code = a:acquire_many({ n1, n2 }, { wait_ms = 0 })
+  assert(group2 == nil and code == "NOT_ACQUIRED", tostring(msg))
+  assert(group:release() == true)
+  assert(group:released() and not group:valid())
+  for _, n in ipairs({ n1, n2, n3 }) do assert(cli("EXISTS", key(n)) == "0", n) end
+  local ok
+  ok, msg, code = group:release()
+  assert(ok == nil and code == "NOT_HELD" and msg:find("already released", 1, true), tostring(msg))
+  -- Another client takes them all now, each with a greater token.
+  local again = assert(a:acquire_many({ n1, n3 }, { wait_ms = 0 }))
+  assert(again[1]:fencing_token() > group[3]:fencing_token())
+  assert(dlock.release_many(again))
+  a:close()
+  b:close()
+end)
+
+test("acquire_many: a group release names the lost lock and releases the others", function()
+  local c = assert(dlock.open(URL))
+  local op = assert(dlock.open(URL))
+  local base = unique("many-lost")
+  local na, nb, nc = base .. "/a", base .. "/b", base .. "/c"
+  local group = assert(c:acquire_many({ na, nb, nc }, { lease_ms = 10000, heartbeat_ms = 0 }))
+  assert(op:break_lock(nb, "taken for the test", true))
+  local ok, msg, code = group:release()
+  assert(ok == nil and code == "NOT_HELD", tostring(msg))
+  assert(msg:find(nb, 1, true), msg)
+  assert(not msg:find(na, 1, true) and not msg:find(nc, 1, true), msg)
+  assert(cli("EXISTS", key(na)) == "0" and cli("EXISTS", key(nc)) == "0")
+  assert(group:released())
+  -- Two lost: the message names both; dlock.release_many on a plain array of locks.
+  group = assert(c:acquire_many({ na, nb, nc }, { lease_ms = 10000, heartbeat_ms = 0 }))
+  assert(op:break_lock(na, "", true))
+  assert(cli("DEL", key(nc)) == "1")
+  ok, msg, code = dlock.release_many({ group[1], group[2], group[3] })
+  assert(ok == nil and code == "NOT_HELD", tostring(msg))
+  assert(msg:find(na, 1, true) and msg:find(nc, 1, true) and not msg:find(nb, 1, true), msg)
+  assert(cli("EXISTS", key(nb)) == "0")
+  -- A lock released alone is skipped by the group's release.
+  group = assert(c:acquire_many({ na, nb }))
+  assert(group[1]:release())
+  assert(group:release() == true)
+  assert(cli("EXISTS", key(nb)) == "0")
+  assert(dlock.release_many({}) == true)
+  -- on_lost: one function for the group, called with the lock lost; the others stay held.
+  local lost = {}
+  group = assert(c:acquire_many({ na, nb }, { lease_ms = 2000, heartbeat_ms = 150,
+    on_lost = function(l) lost[#lost + 1] = l end }))
+  cli("DEL", key(nb))
+  assert(wait_for(function() c:poll() return #lost > 0 end, 5), "on_lost never ran")
+  assert(lost[1] == group[2] and group[1]:valid() and not group[2]:valid())
+  ok, msg, code = group:release()
+  assert(ok == nil and code == "NOT_HELD" and msg:find(nb, 1, true), tostring(msg))
+  assert(#lost == 1)
+  -- Locks of a closed client: every one is reported.
+  group = assert(c:acquire_many({ na, nb }))
+  c:close()
+  ok, msg, code = group:release()
+  assert(ok == nil and code == "NOT_HELD" and msg:find(na, 1, true) and msg:find(nb, 1, true), tostring(msg))
+  op:close()
+end)
+
+test("acquire_many: a name given twice or no names are EINVAL; wrong arguments raise", function()
+  local c = assert(dlock.open(URL))
+  local base = unique("many-dup")
+  local x, y = base .. "/x", base .. "/y"
+  local group, msg, code = c:acquire_many({ x, y, x })
+  assert(group == nil and code == "EINVAL" and msg:find(x, 1, true), tostring(msg))
+  assert(cli("EXISTS", key(x)) == "0" and cli("EXISTS", key(y)) == "0")
+  group, msg, code = c:acquire_many({})
+  assert(group == nil and code == "EINVAL", tostring(msg))
+  group, msg, code = c:acquire_many({ x, "" })
+  assert(group == nil and code == "EINVAL", tostring(msg))
+  group, msg, code = c:acquire_many({ x, y }, { lease_ms = 1000, heartbeat_ms = 1000 })
+  assert(group == nil and code == "EINVAL", tostring(msg))
+  assert(cli("EXISTS", key(x)) == "0")
+  raises(function() c:acquire_many(x) end, "bad argument #1 to 'acquire_many' %(table of names expected")
+  raises(function() c:acquire_many({ x, 5 }) end, "names%[2%] must be a string")
+  raises(function() c:acquire_many({ "a\0b" }) end, "NUL")
+  raises(function() c:acquire_many({ x }, { leaseMs = 5 }) end, "unknown option 'leaseMs'")
+  raises(function() c:acquire_many({ x }, { on_release_requested = function() end }) end, "on_release_requested")
+  raises(function() c.acquire_many({ x }) end, "client:acquire_many")
+  raises(function() dlock.release_many("x") end, "bad argument #1 to 'release_many'")
+  raises(function() dlock.release_many({ 5 }) end, "locks%[1%] is not a lock")
+  c:close()
+  group, msg, code = c:acquire_many({ x })
+  assert(group == nil and code == "EINVAL" and msg:find("closed"), tostring(msg))
+end)
+
+test("acquire_many: {a, b} and {b, a} in two processes at once never deadlock", function()
+  local base = unique("many-order")
+  local x, y = base .. "/x", base .. "/y"
+  -- Each holds both for 1 ms a round: the two runs overlap (the other process starts in ~30 ms).
+  local rounds = 200
+  local p = spawn(x, string.format([[
+    ffi.cdef("int usleep(unsigned int usec);")
+    for i = 1, %d do
+      local g = assert(c:acquire_many({ %q, %q }, { wait_ms = 20000 }))
+      ffi.C.usleep(1000)
+      assert(g:release())
+    end
+    print("DONE")]], rounds, x, y))
+  local c = assert(dlock.open(URL))
+  for _ = 1, rounds do
+    local g = assert(c:acquire_many({ y, x }, { wait_ms = 20000 }))
+    sleep(0.001)
+    assert(g:release())
+  end
+  local out = p:read("*a")
+  p:close()
+  assert(out:find("DONE"), "the other process: " .. out)
+  assert(cli("EXISTS", key(x)) == "0" and cli("EXISTS", key(y)) == "0")
+  c:close()
+end)
+
 test("close releases what the client holds", function()
   local client = assert(dlock.open(URL))
   local name = unique()

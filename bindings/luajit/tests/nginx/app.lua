@@ -399,6 +399,62 @@ function M.observe_init()
   ngx.say(table.concat(out, " "))
 end
 
+-- client:acquire_many in a worker (with the mode's client; the holder of /b is the yielding
+-- one): all or none while /b is held (the message names it, /a was given back), a bounded wait,
+-- a wait that ends when the holder lets go in a light thread of its own (which runs only if the
+-- waiter yields: with the block client it runs after the wait ran out), each lock its own token,
+-- a group release naming the lost lock alone, a name given twice, nothing left held.
+function M.many()
+  local a, c = args()
+  local na, nb, nc = a.name .. "/a", a.name .. "/b", a.name .. "/c"
+  local held = assert(clients.yield:acquire(nb, { lease_ms = 10000 }))
+  local out = {}
+  local function say(k, ...) out[#out + 1] = k .. "=" .. table.concat({ ... }, ",") end
+  local g, err, code = c:acquire_many({ nc, nb, na }, { wait_ms = 0 })
+  say("none", tostring(code), tostring(g == nil and err:find(nb, 1, true) ~= nil),
+    tostring(#assert(c:inspect(na)).holders == 0))
+  ngx.update_time()
+  local t0 = ngx.now()
+  g, err, code = c:acquire_many({ nc, nb, na }, { wait_ms = 300 })
+  ngx.update_time()
+  say("bounded", tostring(code), tostring(g == nil and ngx.now() - t0 >= 0.25))
+  local releaser = ngx.thread.spawn(function()
+    ngx.sleep(0.2)
+    return held:release()
+  end)
+  g = c:acquire_many({ nc, nb, na }, { wait_ms = 1500 })
+  say("handed", tostring(g ~= nil))
+  assert(ngx.thread.wait(releaser))
+  if not g then g = assert(c:acquire_many({ nc, nb, na }, { wait_ms = 0 })) end
+  local t1, t2, t3 = g[1]:fencing_token(), g[2]:fencing_token(), g[3]:fencing_token()
+  say("tokens", #g, tostring(g[2].name == nb and t1 ~= t2 and t2 ~= t3 and t1 ~= t3),
+    tostring(t2 > held:fencing_token()))
+  assert(clients.block:break_lock(nb, "", true))
+  local ok, rerr, rcode = g:release()
+  say("lost", tostring(rcode), tostring(ok == nil and rerr:find(nb, 1, true) ~= nil),
+    tostring(ok == nil and not rerr:find(na, 1, true) and not rerr:find(nc, 1, true)))
+  g, err, code = c:acquire_many({ na, na })
+  say("dup", tostring(code))
+  local free = true
+  for _, n in ipairs({ na, nb, nc }) do
+    if #assert(c:inspect(n)).holders ~= 0 then free = false end
+  end
+  say("free", tostring(free))
+  ngx.say(table.concat(out, " "))
+end
+
+-- Waits for name and name/x at once (without limit, the default, unless wait_ms is given); says
+-- what it got.
+function M.wait_many()
+  local a, c = args()
+  local g, err, code = c:acquire_many({ a.name, a.name .. "/x" }, { wait_ms = a.wait_ms and tonumber(a.wait_ms) })
+  if not g then return failed(code, err) end
+  local holder = state[a.name] or "none"
+  local ok, rerr = g:release()
+  ngx.say("locks=", #g, " token=", g[1]:fencing_token_string(), " holder=", holder,
+    " release=", ok and "ok" or rerr)
+end
+
 -- A lock left to the GC: released late, without blocking.
 local function forget(c, name) assert(c:acquire(name, { lease_ms = 0 })) end
 

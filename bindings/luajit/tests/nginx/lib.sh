@@ -99,6 +99,8 @@ http {
     location = /ask { content_by_lua_block { require("app").ask() } }
     location = /observe { content_by_lua_block { require("app").observe() } }
     location = /observe_init { content_by_lua_block { require("app").observe_init() } }
+    location = /many { content_by_lua_block { require("app").many() } }
+    location = /wait_many { content_by_lua_block { require("app").wait_many() } }
   }
 }
 CONF

@@ -271,6 +271,49 @@ else
   fail "observer from init_worker: '$out'"
 fi
 
+for mode in yield block; do
+  handed=true
+  [[ $mode == block ]] && handed=false
+  name="many-$mode-$$-$RANDOM"
+  out=$(get "/many?name=$name&mode=$mode")
+  if [[ $out == "none=NOT_ACQUIRED,true,true bounded=NOT_ACQUIRED,true handed=$handed tokens=3,true,true lost=NOT_HELD,true,true dup=EINVAL free=true" ]]; then
+    ok "client:acquire_many in a worker ($mode client): all or none, bounded, handed=$handed (the holder's light thread runs only while a yielding waiter sleeps), own tokens, a group release naming the lost lock, a name given twice refused"
+  else
+    fail "acquire_many in nginx ($mode client): '$out'"
+  fi
+done
+
+# A request waiting in acquire_many (one-try attempts, ngx.sleep between them) leaves the worker
+# free: /ping answers meanwhile, and the waiter gets both names once the holder lets go.
+name="pingmany-$$-$RANDOM"
+curl -s --max-time 30 "$NGINX_URL/hold?mode=yield&name=$name" >"$dir/hold.out" &
+hold_pid=$!
+if wait_until 5 key_is "dlock:{$name}" 1; then
+  curl -s --max-time 30 "$NGINX_URL/wait_many?mode=yield&name=$name" >"$dir/wait.out" &
+  wait_pid=$!
+  sleep 0.2
+  PINGS_MS=()
+  for i in 1 2 3; do
+    t=$(curl -s -o /dev/null -w '%{time_total}' --max-time 30 "$NGINX_URL/ping")
+    PINGS_MS+=("$(ms "$t")")
+  done
+  waited=no
+  if kill -0 "$wait_pid" 2>/dev/null; then waited=yes; fi
+  get "/letgo?name=$name" >/dev/null
+  wait "$hold_pid" || true
+  wait "$wait_pid" || true
+  median=$(printf '%s\n' "${PINGS_MS[@]}" | sort -g | sed -n 2p)
+  out=$(cat "$dir/wait.out")
+  if [[ $waited == yes && $out == "locks=2 "*" holder=releasing release=ok" ]] && lt "$median" 50; then
+    ok "acquire_many waits without blocking the worker: /ping answered in ${PINGS_MS[*]} ms (median $median < 50) while it waited, and it got both names once the holder let go"
+  else
+    fail "acquire_many's wait: /ping took ${PINGS_MS[*]} ms (median $median), waiter still waiting: $waited, waiter: '$out'"
+  fi
+else
+  fail "the holder never held $name"
+  wait "$hold_pid" || true
+fi
+
 if grep -E '\[(error|crit|alert|emerg)\]' "$dir/error.log" >"$dir/errors" 2>/dev/null; then
   fail "nginx's error log has errors: $(head -3 "$dir/errors")"
 else
