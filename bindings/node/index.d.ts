@@ -32,6 +32,11 @@ export class DlockError extends Error {
   code: DlockErrorCode;
   /** The dlock_status number (1..9; codes maps names to numbers). */
   status: number;
+  /**
+   * Client.releaseMany() (and using() with several names): each lock's own error, in the order
+   * the locks were given, when some of them failed; undefined otherwise.
+   */
+  errors?: DlockError[];
 }
 /** Someone else holds the lock and the wait ran out. code: 'ERR_DLOCK_NOT_ACQUIRED'. */
 export class NotAcquiredError extends DlockError {
@@ -164,6 +169,19 @@ export interface AcquireOptions {
  * it leads (no waitMs, kind, shared or permits: a TypeError).
  */
 export type CampaignOptions = Omit<AcquireOptions, 'waitMs' | 'kind' | 'shared' | 'permits'>;
+
+/**
+ * lockMany()'s options (and using()'s with several names): an acquire's, applied to every name,
+ * but minHoldMs (a TypeError: a name given back when a later one cannot be had would stay closed
+ * for it). waitMs bounds the whole call; signal cancels it, a wait included.
+ */
+export type LockManyOptions = Omit<AcquireOptions, 'minHoldMs'>;
+
+/** Lock names for lockMany(): strings (UTF-8) or bytes, each given once. */
+export type LockNames = readonly (string | Uint8Array)[];
+
+/** lockMany()'s Locks for names N: one per name, in the same order (a tuple for a tuple of names). */
+export type LocksOf<N extends LockNames> = { -readonly [K in keyof N]: Lock };
 
 /** observe()'s options. */
 export interface ObserveOptions {
@@ -308,6 +326,12 @@ export interface RegisterMetricsOptions {
  */
 export type HoldingFn<T> = (lock: Lock, signal: AbortSignal) => T | Promise<T>;
 
+/**
+ * What using() runs with several names: locks in the order the names were given; signal aborts,
+ * with that lock's LockLostError as its reason, when any of them is lost.
+ */
+export type HoldingManyFn<T, L extends readonly Lock[] = Lock[]> = (locks: L, signal: AbortSignal) => T | Promise<T>;
+
 export interface Client {
   /**
    * What happens to its locks (acquiring, acquired, not_acquired, released, renewal_failed,
@@ -345,6 +369,37 @@ export class Client extends EventEmitter {
    */
   using<T>(name: string | Uint8Array, options: AcquireOptions | undefined, fn: HoldingFn<T>): Promise<T>;
   using<T>(name: string | Uint8Array, fn: HoldingFn<T>): Promise<T>;
+  /**
+   * Several names, all or none (lockMany()), then fn(locks, signal), signal aborting when any of
+   * them is lost; always releases them all. Rejects with a LockLostError naming each lock lost
+   * while fn ran (and fn did not throw).
+   */
+  using<T, N extends LockNames | []>(names: N, options: LockManyOptions | undefined, fn: HoldingManyFn<T, LocksOf<N>>): Promise<T>;
+  using<T, N extends LockNames | []>(names: N, fn: HoldingManyFn<T, LocksOf<N>>): Promise<T>;
+
+  /**
+   * Several names, all or none: their Locks in the order given, each with its own fencing token
+   * (released alone, or with releaseMany(); close() releases them). The names are taken one at a
+   * time in bytewise order, whatever order they come in (no deadlock between [a, b] and [b, a]).
+   * Otherwise none is held, given back before it rejects with the failing name's error
+   * (NotAcquiredError when the wait ran out, CancelledError for options.signal, ...). A name given
+   * twice, or no name, is an InvalidArgumentError; names not an array, a TypeError.
+   */
+  lockMany<N extends LockNames | []>(names: N, options?: LockManyOptions): Promise<LocksOf<N>>;
+  lockMany<N extends LockNames | []>(names: N, callback: Callback<LocksOf<N>>): void;
+  lockMany<N extends LockNames | []>(names: N, options: LockManyOptions | undefined, callback: Callback<LocksOf<N>>): void;
+
+  /** Client.releaseMany(locks), as a method (each lock is released through its own client). */
+  releaseMany(locks: readonly Lock[]): Promise<void>;
+  releaseMany(locks: readonly Lock[], callback: Callback<void>): void;
+  /**
+   * Releases every lock (each through its own client, at once) and resolves when all were
+   * released. Otherwise every lock was let go all the same, and it rejects with a LockLostError
+   * naming each one that was not held (lost, or released already), or with the class of another
+   * failure, naming every failure; err.errors has each lock's own error.
+   */
+  static releaseMany(locks: readonly Lock[]): Promise<void>;
+  static releaseMany(locks: readonly Lock[], callback: Callback<void>): void;
 
   /** A Mutex over the lock called name; options apply to each of its acquires. */
   mutex(name: string | Uint8Array, options?: AcquireOptions): Mutex;

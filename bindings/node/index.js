@@ -493,6 +493,55 @@ function checkOptions(opts, keys = OPTION_KEYS) {
   return o;
 }
 
+// lockMany()'s arguments: [the names (a copy), what checkName made of each, the options].
+function checkMany(names, options) {
+  if (!Array.isArray(names)) {
+    throw typeError('ERR_INVALID_ARG_TYPE', `names must be an array of lock names, got ${describe(names)}`);
+  }
+  const list = Array.from(names);  // holes read as undefined: refused below
+  const cnames = list.map((name, k) => {
+    try {
+      return checkName(name);
+    } catch (e) {
+      throw typeError(e.code, `names[${k}]: ${e.message}`);
+    }
+  });
+  const o = checkOptions(options);
+  if (o.minHoldMs !== undefined) {
+    throw typeError('ERR_INVALID_ARG_VALUE', 'lockMany takes no option \'minHoldMs\': when a later name cannot ' +
+      'be had, the names taken before are given back, and a min hold would leave them closed (all or none would ' +
+      'not hold); take such names with acquire() one by one');
+  }
+  return [list, cnames, o];
+}
+
+// A name's bytes, as the library orders and compares them (UTF-8 for a string).
+function nameBytes(name) {
+  return typeof name === 'string' ? Buffer.from(name, 'utf8') : Buffer.from(name.buffer, name.byteOffset, name.byteLength);
+}
+
+// What is left of lockMany's wait (options.waitMs, started at `started`) for its next name: as
+// dlock_acquire_many counts it, one try at least; 0 (one try) and -1 (no limit) stay as they are.
+function waitLeft(waitMs, started) {
+  if (waitMs === undefined) return -1;
+  const spent = Math.floor(performance.now() - started);
+  if (typeof waitMs === 'bigint') {
+    if (waitMs <= 0n) return waitMs;
+    const left = waitMs - BigInt(spent);
+    return left > 0n ? left : 0n;
+  }
+  if (waitMs <= 0) return waitMs;
+  return Math.max(0, waitMs - spent);
+}
+
+// lockMany's failure: the error of the name that could not be had, saying that none is held.
+function allOrNone(e, names) {
+  if (!(e instanceof DlockError)) return e;
+  const all = names.map((name) => `'${short(name)}'`).join(', ');
+  return errorFor(e.status, `${e.message}; none of locks ${all} is held (all or none)`,
+    e.cause !== undefined ? { cause: e.cause } : undefined);
+}
+
 const BREAK_KEYS = new Set(['reason', 'now']);
 const REQUEST_KEYS = new Set(['reason']);
 
@@ -1661,6 +1710,11 @@ class Client extends EventEmitter {
    * it. Resolves with fn's result. signal (lock.signal) aborts with a LockLostError when the lock
    * is found lost, so fn can hand it to fetch() or a database call. If fn succeeded but the lock
    * was lost meanwhile, rejects with LockLostError (never silent); if fn threw, with fn's error.
+   *
+   * With an array of names: lockMany(names, options), then fn(locks, signal), signal aborting
+   * (with that lock's LockLostError) when any of them is lost; always releases them all
+   * (Client.releaseMany), and if fn succeeded but some were lost meanwhile, rejects with the
+   * LockLostError naming each lost one.
    */
   async using(name, options, fn) {
     if (typeof options === 'function' && fn === undefined) {
@@ -1670,8 +1724,106 @@ class Client extends EventEmitter {
     if (typeof fn !== 'function') {
       throw typeError('ERR_INVALID_ARG_TYPE', `fn must be a function, got ${describe(fn)}`);
     }
+    if (Array.isArray(name)) return runHoldingMany(await this.lockMany(name, options), fn);
     const lock = await this.acquire(name, options);
     return runHolding(lock, () => lock.release(), fn);
+  }
+
+  /**
+   * Several names, all or none: a promise of their Locks, in the order the names were given, each
+   * a Lock as acquire() makes it (its own fencing token, lease, heartbeats, 'lost' event and
+   * signal; released alone or with Client.releaseMany; released by close()). Rejects when any
+   * name cannot be had, and then holds none of them: what it had taken is given back before it
+   * rejects, and the error (of the class the failing name's acquire had: NotAcquiredError,
+   * CancelledError, ...) says so. The names are taken one at a time in one fixed order, bytewise
+   * (their UTF-8 bytes), whatever order they are given in, so that callers asking for [a, b]
+   * and [b, a] at once never wait on each other: dlock_acquire_many's order and rules. options:
+   * acquire()'s, for every name, but minHoldMs (a name given back would stay closed for it);
+   * waitMs bounds the whole call (each name waits for what is left of it, one try at least);
+   * signal cancels it, a wait included. A name given twice (also as a string and as its bytes)
+   * or none is an InvalidArgumentError. Or with a callback (err, locks).
+   *
+   * Built on this binding's own acquire rather than on the blocking dlock_acquire_many: that
+   * call would hold one of libuv's threads for the whole wait, could be neither cancelled nor
+   * outwaited by close(), leaves its message on that thread (it has no _errbuf form), and
+   * reports every name's loss under one tag.
+   */
+  lockMany(names, options, callback) {
+    if (typeof options === 'function' && callback === undefined) {
+      callback = options;
+      options = undefined;
+    }
+    if (callback !== undefined) {
+      checkCallback(callback);
+      const [list, cnames, o] = checkMany(names, options);
+      settle(this.#lockMany(list, cnames, o), callback);
+      return undefined;
+    }
+    let list;
+    let cnames;
+    let o;
+    try {
+      [list, cnames, o] = checkMany(names, options);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.#lockMany(list, cnames, o);
+  }
+
+  async #lockMany(names, cnames, o) {
+    const n = names.length;
+    if (n === 0) throw new InvalidArgumentError('lockMany: no lock names: name at least one lock');
+    const keys = names.map(nameBytes);
+    const order = keys.map((_, k) => k).sort((a, b) => Buffer.compare(keys[a], keys[b]));
+    for (let k = 1; k < n; k++) {
+      if (keys[order[k]].equals(keys[order[k - 1]])) {
+        const twice = typeof names[order[k]] === 'string' ? names[order[k]] : names[order[k - 1]];
+        throw new InvalidArgumentError(`lockMany: lock '${short(twice)}' is named twice`);
+      }
+    }
+    const started = performance.now();
+    const locks = new Array(n).fill(null);
+    const taken = [];
+    try {
+      for (const k of order) {
+        locks[k] = await this.#acquire(names[k], cnames[k], { ...o, waitMs: waitLeft(o.waitMs, started) });
+        taken.push(locks[k]);
+      }
+    } catch (e) {
+      // None, then: what was taken is given back, last first, before the caller hears of it (a
+      // hold lost meanwhile is given back all the same).
+      while (taken.length > 0) await taken.pop().release().catch(() => {});
+      throw allOrNone(e, names);
+    }
+    return locks;
+  }
+
+  /**
+   * Client.releaseMany(locks): releases every Lock of the array (each through its own client,
+   * all at once) and resolves once all were released. When some were not held (lost, or
+   * released already), rejects with one LockLostError whose message names each of them; when
+   * some release failed otherwise, with an error of that failure's class naming every failure.
+   * Either way every lock was let go (each Lock is released, as by its own release()), and
+   * err.errors lists each lock's own error. Or with a callback (err).
+   */
+  static releaseMany(locks, callback) {
+    if (callback !== undefined) {
+      checkCallback(callback);
+      settle(releaseGroup(checkLocks(locks)), callback);
+      return undefined;
+    }
+    let list;
+    try {
+      list = checkLocks(locks);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return releaseGroup(list);
+  }
+
+  /** Client.releaseMany(locks), as a method: each lock is released through its own client. */
+  releaseMany(locks, callback) {
+    return Client.releaseMany(locks, callback);
   }
 
   /**
@@ -1791,6 +1943,81 @@ async function runHolding(lock, release, fn) {
   }
   if (!lock.released) await release();
   return result;
+}
+
+// using([names], ...): fn(locks, signal), signal aborting (with that lock's LockLostError) when
+// any lock is lost; then every lock fn did not release itself is released: fn's error if it
+// threw (the releases' dropped), else the releases' (a LockLostError naming each lock lost
+// meanwhile: never silent).
+async function runHoldingMany(locks, fn) {
+  const held = [...locks];
+  const signal = groupSignal(held);
+  let result;
+  try {
+    result = await fn(locks, signal);
+  } catch (e) {
+    await releaseGroup(held.filter((l) => !l.released)).catch(() => {});
+    throw e;
+  }
+  await releaseGroup(held.filter((l) => !l.released));
+  return result;
+}
+
+// One AbortSignal for several locks: aborts, with the reason of the first lock's signal to
+// abort, when any of them is lost.
+function groupSignal(locks) {
+  const ac = new AbortController();
+  for (const lock of locks) {
+    const s = lock.signal;
+    if (s.aborted) {
+      ac.abort(s.reason);
+      break;
+    }
+    s.addEventListener('abort', () => ac.abort(s.reason), { once: true });
+  }
+  return ac.signal;
+}
+
+// releaseMany()'s argument: an array of distinct Locks (a copy).
+function checkLocks(locks) {
+  if (!Array.isArray(locks)) {
+    throw typeError('ERR_INVALID_ARG_TYPE', `locks must be an array of Locks, got ${describe(locks)}`);
+  }
+  const list = Array.from(locks);
+  const seen = new Set();
+  list.forEach((lock, k) => {
+    if (!(lock instanceof Lock)) {
+      throw typeError('ERR_INVALID_ARG_TYPE', `locks[${k}] must be a Lock, got ${describe(lock)}`);
+    }
+    if (seen.has(lock)) throw typeError('ERR_INVALID_ARG_VALUE', `locks[${k}] is given twice (${lock})`);
+    seen.add(lock);
+  });
+  return list;
+}
+
+// Releases every lock at once, each by its own release(); rejects once all are done when some
+// failed: with a LockLostError naming each lock that was not held when that is all that went
+// wrong, else with the first other failure's class naming every failure (dlock_release_many's
+// rules). err.errors: each lock's own error, in the order given.
+async function releaseGroup(locks) {
+  const outcomes = await Promise.allSettled(locks.map((l) => l.release()));
+  const errors = outcomes.filter((r) => r.status === 'rejected').map((r) => r.reason);
+  if (errors.length === 0) return;
+  const words = errors.map((e) => e.message).join('; ');
+  const other = errors.find((e) => !(e instanceof LockLostError));
+  let err;
+  if (other === undefined) {
+    const causes = new Set(errors.map((e) => e.cause));
+    const [cause] = causes;
+    err = new LockLostError(`${errors.length} of ${locks.length} locks were not held: ${words}`,
+      causes.size === 1 && cause !== undefined ? { cause } : undefined);
+  } else if (other instanceof DlockError) {
+    err = errorFor(other.status, `releasing ${locks.length} locks, ${errors.length} failed: ${words}`);
+  } else {
+    throw other;
+  }
+  err.errors = errors;
+  throw err;
 }
 
 // url as the library shows it: any password replaced by "***" (dlock_url_redact).

@@ -9,6 +9,7 @@ import dlock, {
   Client, Lock, LockLostError, NotAcquiredError, CancelledError, Mutex, Semaphore, Observer, codes, library, version,
   MAX_VALUE_BYTES, MAX_REASON_BYTES, MAX_LOCK_DELAY_MS, registerMetrics, type AcquireOptions, type BreakOptions, type RequestReleaseOptions, type LockInfo, type CampaignOptions, type HoldValue, type Leader, type Releaser,
   type DlockEvent, type LossCause, type MetricSample, DlockInstrumentation, type DlockInstrumentationConfig,
+  type LockManyOptions, type LockNames,
 } from 'libdlock';
 
 // @opentelemetry/instrumentation's Instrumentation interface, which registerInstrumentations()
@@ -125,6 +126,23 @@ let outer: Client;
     return lock.fencingToken;
   });
   assert.ok(t > token);
+  // several names, all or none: a tuple of names gives a tuple of Locks
+  {
+    const manyOptions: LockManyOptions = { waitMs: 0, leaseMs: 5000 };
+    const [first, second]: [Lock, Lock] = await client.lockMany([`${name}-m1`, `${name}-m2`], manyOptions);
+    assert.equal(second.name, `${name}-m2`);
+    assert.ok(first.fencingToken > 0n && second.fencingToken > 0n);
+    await Client.releaseMany([first, second]);
+    const both: string = await client.using([`${name}-m1`, `${name}-m2`], async (locks, signal: AbortSignal) => {
+      const [a, b]: [Lock, Lock] = locks;
+      return `${String(a.name)},${String(b.name)},${signal.aborted}`;
+    });
+    assert.equal(both, `${name}-m1,${name}-m2,false`);
+    const names: LockNames = [`${name}-m1`, Buffer.from(`${name}-m2`)];
+    const some: Lock[] = await client.lockMany(names);
+    await client.releaseMany(some);
+  }
+
   const mutex: Mutex = client.mutex(name);
   const release: Releaser = await mutex.acquire();
   assert.ok(release.lock.fencingToken > t);
@@ -230,6 +248,16 @@ export function refused(c: Client, l: Lock): void {
   void new DlockInstrumentation({ enabled: 'yes' });
   // @ts-expect-error: a tracer provider has getTracer()
   void new DlockInstrumentation({ tracerProvider: {} });
+  // @ts-expect-error: lockMany takes an array of names
+  void c.lockMany('x');
+  // @ts-expect-error: lockMany has no minHoldMs (a name given back would stay closed)
+  void c.lockMany(['x', 'y'], { minHoldMs: 5 });
+  // @ts-expect-error: two names give two Locks
+  void c.lockMany(['x', 'y']).then((locks) => { const three: [Lock, Lock, Lock] = locks; return three; });
+  // @ts-expect-error: using() with several names hands fn an array of Locks
+  void c.using(['x', 'y'], async (lock: Lock) => lock);
+  // @ts-expect-error: releaseMany takes Locks
+  void Client.releaseMany(['x']);
   // @ts-expect-error: metricsText() is synchronous
   void c.metricsText().then(() => 0);
   void why;
