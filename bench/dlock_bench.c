@@ -263,6 +263,20 @@ static long dlock_many_cycles(unc_ctx *x, double until) {
   return n;
 }
 
+/* The same two names one at a time, as a caller without acquire_many takes them. */
+static long dlock_two_cycles(unc_ctx *x, double until) {
+  long n = 0;
+  do {
+    dlock_lock *a, *b;
+    check(dlock_acquire(x->c, "bench:uncontended:a", NULL, &a), "dlock_acquire a");
+    check(dlock_acquire(x->c, "bench:uncontended:b", NULL, &b), "dlock_acquire b");
+    check(dlock_release(b), "dlock_release b");
+    check(dlock_release(a), "dlock_release a");
+    n++;
+  } while (now_s() < until);
+  return n;
+}
+
 /* The same as dlock_cycles with a shared hold: what a reader pays. */
 static long dlock_shared_cycles(unc_ctx *x, double until) {
   long n = 0;
@@ -383,10 +397,11 @@ static unc_sample measure(cycle_fn fn, unc_ctx *x, double secs, redisContext *mo
 }
 
 static int bench_uncontended(double secs, int rounds) {
-  enum { kVariants = 6, kMaxRounds = 15 };
-  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts", "shared", "rawmulti", "many"};
+  enum { kVariants = 7, kMaxRounds = 15 };
+  static const char *const names[kVariants] = {"dlock", "raw", "rawscripts", "shared", "rawmulti", "many", "two"};
   const cycle_fn fns[kVariants] = {dlock_cycles, raw_cycles, raw_dlock_scripts_cycles,
-                                   dlock_shared_cycles, raw_multi_cycles, dlock_many_cycles};
+                                   dlock_shared_cycles, raw_multi_cycles, dlock_many_cycles,
+                                   dlock_two_cycles};
   if (rounds < 1 || rounds > kMaxRounds) die("rounds must be 1..%d", kMaxRounds);
 
   unc_ctx x = {0};
@@ -410,7 +425,7 @@ static int bench_uncontended(double secs, int rounds) {
    * dlock/raw, rawscripts/raw, dlock/rawscripts, and the µs per cycle that dlock adds. */
   double ratio[kMaxRounds], scripts_ratio[kMaxRounds], lib_ratio[kMaxRounds],
       added_us[kMaxRounds], scripts_added_us[kMaxRounds], shared_ratio[kMaxRounds],
-      multi_ratio[kMaxRounds], many_ratio[kMaxRounds];
+      multi_ratio[kMaxRounds], many_ratio[kMaxRounds], many_two_ratio[kMaxRounds];
   for (int r = 0; r < rounds; r++) {
     for (int i = 0; i < kVariants; i++) {
       int v = r % 2 ? kVariants - 1 - i : i;
@@ -426,6 +441,7 @@ static int bench_uncontended(double secs, int rounds) {
     shared_ratio[r] = rate[3][r] / rate[0][r];
     multi_ratio[r] = rate[4][r] / rate[1][r];
     many_ratio[r] = rate[5][r] / rate[0][r];
+    many_two_ratio[r] = rate[5][r] / rate[6][r];
   }
   printf("unc_seconds=%g\nunc_rounds=%d\n", secs, rounds);
   printf("unc_ratio_rounds=");
@@ -440,6 +456,7 @@ static int bench_uncontended(double secs, int rounds) {
   printf("unc_many_ratio_rounds=");
   for (int r = 0; r < rounds; r++) printf("%s%.2f", r ? "/" : "", many_ratio[r]);
   printf("\nunc_many_ratio=%.3f\n", median(many_ratio, rounds));
+  printf("unc_many_two_ratio=%.3f\n", median(many_two_ratio, rounds));
   printf("unc_added_us=%.1f\nunc_scripts_added_us=%.1f\n", median(added_us, rounds),
          median(scripts_added_us, rounds));
   for (int v = 0; v < kVariants; v++) {
