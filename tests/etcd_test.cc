@@ -108,6 +108,48 @@ TEST_F(EtcdTest, LocksShareOneLeasePerLengthAndNoLeaseMeansNone) {
   EXPECT_EQ(dlock_release(unleased), DLOCK_OK);
 }
 
+// Several exclusive names at once are one transaction: every key is created at its revision (one
+// token for all, each name's still rising), on the client's one lease, renewed with it; a name
+// held elsewhere refuses the lot, and the names one at a time then say which.
+TEST_F(EtcdTest, SeveralNamesAreTakenInOneTransaction) {
+  Client c(etcd_->url()), other(etcd_->url());
+  Options o, now;
+  o.lease(2000);
+  now.lease(2000).wait(0);
+  const char* names[] = {"many-c", "many-a", "many-b"};
+  dlock_lock* locks[3] = {nullptr, nullptr, nullptr};
+  ASSERT_EQ(dlock_acquire_many(c.get(), names, 3, o.get(), locks), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_lock_fencing_token(locks[0]), dlock_lock_fencing_token(locks[1]));
+  EXPECT_EQ(dlock_lock_fencing_token(locks[1]), dlock_lock_fencing_token(locks[2]));
+  EXPECT_EQ(LeaseOf("many-a"), LeaseOf("many-c"));
+  EXPECT_NE(LeaseOf("many-a"), "0");
+  // Past the lease's TTL (2 s, rounded up, + 1): the renewals kept every key (none is a stray).
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  for (dlock_lock* l : locks) EXPECT_TRUE(dlock_lock_is_valid(l)) << dlock_lock_name(l);
+  for (const char* name : names) {
+    dlock_lock* taken = nullptr;
+    EXPECT_EQ(dlock_acquire(other.get(), name, now.get(), &taken), DLOCK_NOT_ACQUIRED) << name;
+    if (taken != nullptr) dlock_release(taken);
+  }
+  const uint64_t first = dlock_lock_fencing_token(locks[0]);
+  ASSERT_EQ(dlock_release_many(locks, 3), DLOCK_OK) << dlock_last_error();
+
+  dlock_lock* blocker = nullptr;
+  ASSERT_EQ(dlock_acquire(other.get(), "many-b", now.get(), &blocker), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_acquire_many(c.get(), names, 3, now.get(), locks), DLOCK_NOT_ACQUIRED);
+  EXPECT_NE(std::string(dlock_last_error()).find("many-b"), std::string::npos) << dlock_last_error();
+  for (const char* name : {"many-a", "many-c"}) {
+    dlock_info* info = nullptr;
+    ASSERT_EQ(dlock_inspect(other.get(), name, &info), DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(dlock_info_holders(info), 0u) << name << " was kept from a refused call";
+    dlock_info_free(info);
+  }
+  ASSERT_EQ(dlock_release(blocker), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire_many(c.get(), names, 3, o.get(), locks), DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(dlock_lock_fencing_token(locks[0]), first);
+  EXPECT_EQ(dlock_release_many(locks, 3), DLOCK_OK) << dlock_last_error();
+}
+
 // A keepalive answered without a TTL means etcd no longer has the lease: every lock on it is
 // lost, and reported.
 TEST_F(EtcdTest, ARevokedLeaseIsALostLockReported) {

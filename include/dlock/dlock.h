@@ -203,7 +203,9 @@ DLOCK_API dlock_status dlock_options_set_owner(dlock_options *o, const char *own
  * heartbeats and loss report (losing one name is reported as the loss of that name; the others
  * stay held until released). On any other status nothing is held and every locks_out[k] is
  * NULL. On one Redis server (redis://, rediss://, redis+unix://, redis-sentinel://) the first
- * try takes every name in one atomic script call, all or none. Elsewhere, and while waiting, the
+ * try takes every name in one atomic script call, all or none; on etcd, exclusive holds without
+ * job rules in one transaction (they share its revision as their token). Elsewhere, and while
+ * waiting, the
  * names are taken one at a time in one fixed order (bytewise), whatever order they are given in,
  * so that callers asking for {a, b} and {b, a} at once never wait on each other; what was taken
  * is given back (no job rule's marker stays) when a later name cannot be. o applies to each
@@ -212,8 +214,9 @@ DLOCK_API dlock_status dlock_options_set_owner(dlock_options *o, const char *own
 DLOCK_API dlock_status dlock_acquire_many(dlock_client *c, const char *const *names, size_t n,
                                           const dlock_options *o, dlock_lock **locks_out);
 /* Releases every non-NULL locks[k] (each through its own client; one script call for a
- * client's holds on one Redis server), frees it and sets locks[k] to NULL. DLOCK_OK when every release was; DLOCK_NOT_HELD when some hold had been lost (the
- * message names each one), or the first other error, whose message names every failure. */
+ * client's holds on one Redis server), frees it and sets locks[k] to NULL. DLOCK_OK when every
+ * release was; DLOCK_NOT_HELD when some hold had been lost (the message names each one), or the
+ * first other error, whose message names every failure. */
 DLOCK_API dlock_status dlock_release_many(dlock_lock **locks, size_t n);
 /* Reentrancy by a context the caller chooses (a task, a request id, a thread id): an acquire of
  * a name whose hold this client already has under the same context is a re-entry, not an

@@ -244,8 +244,9 @@ class Backend {
   virtual bool AcquiresManyAtOnce() const { return false; }
   // One try at every request at once. On Ok, either every (*out)[k] is acquired, or none is
   // held and (*out)[*refused] says why the first one refused was not (those before it were
-  // given back, as given back: no job rule's marker stays). An error may have taken some: the
-  // backend gives them back. Blocking; any thread.
+  // given back, as given back: no job rule's marker stays); *refused == requests.size() when
+  // it cannot say (the names one at a time will). An error may have taken some: the backend
+  // gives them back. Blocking; any thread.
   virtual Status TryAcquireMany(const std::vector<LockRequest>& /*requests*/,
                                 std::vector<AcquireAttempt>* /*out*/, size_t* /*refused*/) {
     return Status::InvalidArgument("this backend takes several names one at a time");

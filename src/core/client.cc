@@ -325,10 +325,13 @@ Status Client::AcquireAllAtOnce(const std::vector<std::string>& names,
     for (auto& acquisition : acquisitions) (void)acquisition->Answered(s, AcquireAttempt(), now);
     return s;
   }
-  if (!answers[refused].acquired) {
+  const bool all = answers.size() == order.size() &&
+                   std::all_of(answers.begin(), answers.end(), [](const AcquireAttempt& a) { return a.acquired; });
+  if (!all) {
     // Nothing is held. A call that waits goes on one name at a time (this try is not counted
-    // as finished for the others: their acquires go on).
-    if (options.wait_ms != 0) {
+    // as finished for the others: their acquires go on), as does one whose refusal did not say
+    // which name was in the way.
+    if (options.wait_ms != 0 || refused >= answers.size()) {
       *then_one_at_a_time = true;
       return Status::Ok();
     }

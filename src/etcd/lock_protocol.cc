@@ -386,6 +386,56 @@ void LockProtocol::Acquire(Transport* t, const LockRequest& request, TimePoint d
   AcquireRound(t, std::move(op));
 }
 
+void LockProtocol::AcquireMany(Transport* t, std::vector<LockRequest> requests, TimePoint deadline,
+                               std::function<void(Status, std::vector<AcquireAttempt>)> done) {
+  const uint64_t lease_ms = requests.empty() ? 0 : requests.front().lease_ms;
+  EnsureLease(t, lease_ms, deadline, [this, t, requests = std::move(requests), deadline,
+                                      done = std::move(done)](Status s, int64_t lease) mutable {
+    if (!s.ok()) return done(s, {});
+    Json compare = Json::array();
+    Json success = Json::array();
+    std::vector<std::string> keys;
+    for (const LockRequest& request : requests) {
+      const NameKeys names(KeyFor(request.name));
+      keys.push_back(names.exclusive());
+      Count(lease, keys.back());  // before it is sent, as in AcquireRound
+      compare.push_back(CompareCreateEqual(names.exclusive(), 0));
+      compare.push_back(CompareRangeEmpty(names.MarkersBegin(), names.MarkersEnd()));
+      compare.push_back(CompareRangeEmpty(names.HoldsBegin(), names.HoldsEnd()));
+      success.push_back(PutRequest(names.exclusive(), Stored(request.owner_value, request.value), lease));
+      success.push_back(DeleteRequest(names.Writer(HoldId(request.owner_value))));
+    }
+    t->Call(kTxn, TxnBody(compare, success, Json::array()), deadline,
+            [this, requests = std::move(requests), keys = std::move(keys), lease,
+             done = std::move(done)](CallResult r) {
+      TxnAnswer txn;
+      if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
+      if (r.status.ok() && txn.succeeded) {
+        std::vector<AcquireAttempt> won(requests.size());
+        for (size_t k = 0; k < requests.size(); ++k) {
+          WriterDone(requests[k].owner_value);
+          won[k].acquired = true;
+          won[k].fencing_token = static_cast<uint64_t>(txn.revision);  // every put's create revision
+          won[k].backend_data = std::make_shared<EtcdLockData>(lease, keys[k]);
+        }
+        return done(Status::Ok(), std::move(won));
+      }
+      for (const std::string& key : keys) Uncount(lease, key);
+      if (r.status.ok() || LeaseNotFound(r)) {
+        if (!r.status.ok()) Forget(lease);  // the names one at a time grant a new one
+        return done(Status::Ok(), {});
+      }
+      if (r.maybe_applied) {  // as AcquireUnknown: not there yet is not never
+        Forget(lease);
+        for (size_t k = 0; lease == 0 && background_ && k < requests.size(); ++k) {
+          background_(kTxn, IfValueDeleteTxn(keys[k], Stored(requests[k].owner_value, requests[k].value)));
+        }
+      }
+      done(r.status, {});
+    });
+  });
+}
+
 void LockProtocol::Won(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, int64_t kv_lease,
                        int64_t token) {
   if (kv_lease != sent_lease) {  // an earlier try's lease: count the key where it hangs

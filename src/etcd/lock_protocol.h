@@ -72,6 +72,14 @@
 //   Waiting: the watch covers [K, K\x01): a hold's or an announcement's deletion wakes waiters.
 //   Mixing with a dlock built before kinds: its exclusive acquires do not look at hold keys.
 //
+// Several names (Backend::TryAcquireMany): exclusive holds without job rules, all or none, in one
+//   transaction: for every name LockTxn's exclusive compare (K absent, no marker, no hold key),
+//   then a put of every K on the shared lease, and the deletion of every announcement of ours.
+//   Every key is created at the transaction's revision: the holds share one token (tokens are
+//   per name; each name's still rises). A refusal reads nothing: the caller takes the names one
+//   at a time, in bytewise order, which says who is in the way. An unknown outcome is given back
+//   as a single acquire's is (its lease no longer used for new locks).
+//
 // Break (an operator's takeover; Backend::Break). Two more kinds of key:
 //   K \0 "c"                    the closed marker: no owner, value = what left it ("broken"),
 //                               on a lease of its own whose TTL is the closed time
@@ -224,6 +232,12 @@ class LockProtocol {
   using Done = std::function<void(Status)>;
   void Acquire(Transport* t, const LockRequest& request, TimePoint deadline,
                std::function<void(Status, AcquireAttempt)> done);
+  // Several exclusive holds without job rules, all or none, in one transaction (see "Several
+  // names" above): done(Ok, one acquired attempt per request), or done(Ok, {}) when it was
+  // refused (or etcd had forgotten the shared lease), nothing held: the caller takes the names
+  // one at a time, which says who is in the way.
+  void AcquireMany(Transport* t, std::vector<LockRequest> requests, TimePoint deadline,
+                   std::function<void(Status, std::vector<AcquireAttempt>)> done);
   void Extend(Transport* t, std::shared_ptr<const LockState> lock, uint64_t lease_ms, TimePoint deadline,
               Done done);
   void Release(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
