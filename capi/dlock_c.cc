@@ -316,6 +316,13 @@ dlock_status dlock_options_set_permits(dlock_options* o, uint32_t n) {
   return DLOCK_OK;
 }
 
+dlock_status dlock_options_set_take(dlock_options* o, uint32_t k) {
+  if (o == nullptr) return Invalid("options is NULL");
+  if (k == 0) return Invalid("take must be at least 1 permit");
+  o->impl.take = k;
+  return DLOCK_OK;
+}
+
 dlock_status dlock_options_set_fair(dlock_options* o, int fair) {
   if (o == nullptr) return Invalid("options is NULL");
   if (fair != 0 && fair != 1) return Invalid("fair must be 0 or 1");

@@ -21,7 +21,16 @@
 -- acquire announces itself waiting, ms ('0': it will not wait); ARGV[5] a fair waiter's id
 -- ('' or absent: not in line); ARGV[6] the value to store with the hold ('' or absent: none);
 -- ARGV[7] '1' when the last key is the value key; ARGV[8] min hold, ms ('0' or absent: none);
--- ARGV[9] lock-delay, ms ('0' or absent: none)
+-- ARGV[9] lock-delay, ms ('0' or absent: none); ARGV[10] how many permits a semaphore hold
+-- takes ('1' or absent: one)
+-- A semaphore hold that takes k > 1 permits keeps k in the hold data (owner .. ' k' -> k), and
+-- '~take' -> '1' marks that some hold does: the permits in use are then the sum of the holds'
+-- takes rather than their count.
+-- Semaphores wait in line too: a refused semaphore acquire with a waiter's id takes its place
+-- (id .. ' k' -> its take, when more than 1), and while a live waiter stands in line no other
+-- acquire takes permits before it (a large take is not overtaken by small ones);
+-- release.lua hands freed permits to the first live waiters whose takes fit, in order.
+-- Semaphore calls name the line keys (KEYS[6], KEYS[7]) always, waiter or not.
 -- Job rules live in the holds key as markers with no owner: members '~min_hold' and
 -- '~lock_delay' (owner values start with hex digits), scored by when they end in server ms.
 -- While one stands and no hold does, the name is closed: {4, ms left, 'min_hold' or
@@ -45,6 +54,7 @@ local id = ARGV[5] or ''
 local value = ARGV[6] or ''
 local vkey = ARGV[7] == '1' and KEYS[#KEYS] or nil
 local min_hold, delay = tonumber(ARGV[8] or '0') or 0, tonumber(ARGV[9] or '0') or 0
+local take = tonumber(ARGV[10] or '1') or 1
 if lease == '0' then delay = 0 end  -- a hold that never expires never ends uncleanly
 
 local function ms(x) return string.format('%.0f', x) end  -- no exponent: Lua would print 1.7e+12
@@ -111,6 +121,34 @@ local function micros(now)
   return now[1] .. us
 end
 
+-- Takes a place in line under id (kept on a retry), or renews it: it lasts `queue` ms from now,
+-- with what the hand-over needs (release.lua): the attempt's time, the span, the lease, the
+-- owner value, and the value and take when there are.
+local function join_line(now)
+  if id == '' or queue == '0' then return end
+  redis.call('ZADD', KEYS[6], 'NX', micros(now), id)
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('HSET', KEYS[7], id, string.format('%.0f', now_ms) .. ' ' .. queue .. ' ' .. lease .. ' ' .. owner)
+  if value ~= '' then redis.call('HSET', KEYS[7], id .. ' v', value) end
+  if take > 1 then redis.call('HSET', KEYS[7], id .. ' k', take) end
+  -- The line ends with its last place, so that a crowd that crashed leaves nothing.
+  for k = 6, 7 do redis.call('PEXPIRE', KEYS[k], queue, 'GT') redis.call('PEXPIRE', KEYS[k], queue, 'NX') end
+end
+
+-- The first live waiter in line (its place and lease not run out), and how long its place
+-- lasts; nil when none of the first 16 is live.
+local function first_in_line(now_ms)
+  for _, waiter in ipairs(redis.call('ZRANGE', KEYS[6], 0, 15)) do
+    local entry = redis.call('HGET', KEYS[7], waiter)
+    local t, span, held_for
+    if entry then t, span, held_for = string.match(entry, '^(%d+) (%d+) (%d+) ') end
+    if t and tonumber(t) + tonumber(span) > now_ms and (held_for == '0' or tonumber(t) + tonumber(held_for) > now_ms) then
+      return waiter, tonumber(t) + tonumber(span) - now_ms
+    end
+  end
+  return nil
+end
+
 -- The next fencing token, written to the counter and returned as a decimal string: max(counter
 -- + 1, now_us). It rises across releases and expiries through the counter, and across a
 -- restart that lost the counter through the clock. Tokens follow the clock, so the counter is
@@ -153,16 +191,7 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   if prev and not ours then  -- another holder (or a key of another type: not ours either)
     if queue ~= '0' then
       redis.call('SET', KEYS[5], owner, 'PX', queue)
-      if id ~= '' then
-        -- Take a place in line (kept on a retry), or renew it: it lasts `queue` ms from now.
-        local now = redis.call('TIME')
-        redis.call('ZADD', KEYS[6], 'NX', micros(now), id)
-        local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-        redis.call('HSET', KEYS[7], id, string.format('%.0f', now_ms) .. ' ' .. queue .. ' ' .. lease .. ' ' .. owner)
-        if value ~= '' then redis.call('HSET', KEYS[7], id .. ' v', value) end
-        -- The line ends with its last place, so that a crowd that crashed leaves nothing.
-        for k = 6, 7 do redis.call('PEXPIRE', KEYS[k], queue, 'GT') redis.call('PEXPIRE', KEYS[k], queue, 'NX') end
-      end
+      join_line(redis.call('TIME'))
     end
     if type(prev) == 'string' and string.byte(prev, 1) == 126 then  -- '~': a marker (break.lua)
       return {4, redis.call('PTTL', KEYS[1]), string.sub(prev, 2)}
@@ -228,7 +257,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     local g = gone[i]
     if string.byte(g, 1) ~= 126 then
       mark_unclean_end(g, tonumber(gone[i + 1]), now_ms)
-      redis.call('HDEL', KEYS[4], g)
+      redis.call('HDEL', KEYS[4], g, g .. ' k')
       if vkey then redis.call('HDEL', vkey, g) end
     end
   end
@@ -254,7 +283,13 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     local held_sort = redis.call('HGET', KEYS[4], '~sort') or 'shared'
     if sort_of(held_sort) ~= sort_of(sort) then return {2, sort_of(held_sort), sort_of(sort)} end
     local mine = redis.call('HGET', KEYS[4], owner)
-    if mine then return {1, mine} end  -- a retry after a lost reply
+    if mine then
+      -- A retry after a lost reply, or permits handed over in line (release.lua): what is left
+      -- of its lease, which a hand-over counted from the waiter's last attempt.
+      if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v', id .. ' k') end
+      local ends = redis.call('ZSCORE', KEYS[3], owner)
+      return {1, mine, (not ends or ends == 'inf') and -1 or math.max(tonumber(ends) - now_ms, 0)}
+    end
     -- The hint: when the first hold may end (markers, at most three, are not holds).
     local first
     local lowest = redis.call('ZRANGE', KEYS[3], 0, markers, 'WITHSCORES')
@@ -266,13 +301,37 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
       announce()
       return {0, wait}
     end
-    if sort ~= 'shared' and held >= tonumber(string.sub(sort, 9)) then return {0, wait} end
+    if sort ~= 'shared' then
+      -- The permits in use: one per hold, or each hold's take once one took more (see the top).
+      local taken = held
+      if redis.call('HEXISTS', KEYS[4], '~take') == 1 then
+        taken = 0
+        for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+          if string.byte(member, 1) ~= 126 then
+            taken = taken + (tonumber(redis.call('HGET', KEYS[4], member .. ' k') or '1') or 1)
+          end
+        end
+      end
+      if taken + take > tonumber(string.sub(sort, 9)) then
+        join_line(now)
+        return {0, wait}
+      end
+    end
     others = held
   end
 end
 if sort == 'shared' then
   local writer = redis.call('PTTL', KEYS[5])
   if writer ~= -2 then return {0, writer} end
+end
+
+-- Room for it, but not before a live waiter in line (unless it is that waiter).
+if sort ~= 'shared' and sort ~= 'exclusive' and KEYS[7] then
+  local first, left = first_in_line(now_ms)
+  if first and first ~= id then
+    join_line(now)
+    return {0, left}
+  end
 end
 
 local token, refused = next_token(micros(now))
@@ -293,6 +352,8 @@ end
 local expiry = lease == '0' and 'inf' or ms(now_ms + tonumber(lease))
 redis.call('ZADD', KEYS[3], expiry, owner)
 redis.call('HSET', KEYS[4], owner, token, '~sort', sort)
+if take > 1 then redis.call('HSET', KEYS[4], owner .. ' k', take, '~take', '1') end
+if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v', id .. ' k') end
 keep_rules(now_ms)
 if vkey then
   if others == 0 then redis.call('DEL', vkey) end  -- no live hold: every field is stale

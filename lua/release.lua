@@ -17,6 +17,12 @@
 -- the line (KEYS[6]: what was handed to it is released, and may be handed on), and by an
 -- exclusive release called again because the waiter it hands the lock to stored a value,
 -- which goes there.
+-- A semaphore's hold names the line keys too: KEYS holds, hold data, value, line, fence, line
+-- data (acquire.lua). Its release hands the permits it freed to the first live waiters in line
+-- whose takes fit, in order, each with a token and what is left of the lease it asked for
+-- counted from its last attempt, and tells each one ('grant:ID:TOKEN'); it wakes every waiter
+-- ('released') when nobody waits in line. Not while a job rule's marker stands: the waiters,
+-- woken, meet it. A waiter leaving the line (ARGV[5]) hands on what it would have blocked.
 -- ARGV[7] '1' when the hold has job rules (a min hold, a lock-delay: acquire.lua's markers), '2'
 -- when such a hold is given back (an acquire that did not happen: an exclusive one's markers
 -- go with it); an exclusive one then names all five keys, the value key and the holds key, last. A release is a
@@ -55,6 +61,85 @@ local function publish(message)
   else
     redis.call('PUBLISH', channel, message)
   end
+end
+
+-- A token for a hand-over, as acquire.lua's next_token issues one: the clock's value, or counter
+-- + 1 when the counter is not below the clock; nil past 2^53 - 1 (the counter left as it was),
+-- or an error reply when the counter is another type (nothing written).
+local function issue_token(counter, now)
+  local us = now[2]
+  if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+  local token = now[1] .. us
+  local before = redis.pcall('SET', counter, token, 'GET')
+  if before and not (#before == #token and before < token and string.find(before, '^[1-9]%d*$')) then
+    if type(before) == 'table' then return nil, before end
+    local count = (before == '0' or string.find(before, '^%-?[1-9]%d*$')) and tonumber(before)
+    if not count or count + 1 >= 9007199254740992 then
+      redis.call('SET', counter, before)
+      return nil
+    elseif count + 1 > tonumber(token) then
+      token = string.format('%.0f', count + 1)
+      redis.call('SET', counter, token)
+    end
+  end
+  return token
+end
+
+-- A semaphore's freed permits, to the first live waiters in line whose takes fit, in order
+-- (see the top; KEYS: holds, hold data, value, line, fence, line data). sort: the name's
+-- ('permits:N'), read before the release. True when it told whom it had to: those it served,
+-- or nobody while the first live waiter's take does not fit yet (a later release serves it,
+-- and a waiter outside the line, woken, would meet the line). False: wake every waiter.
+local function hand_on(sort)
+  local n = sort and tonumber(string.match(sort, '^permits:(%d+)$'))
+  if not n or not KEYS[6] or redis.call('EXISTS', KEYS[4]) == 0 then return false end
+  local now = redis.call('TIME')
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local free = n
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf')) do
+    if member == '~min_hold' or member == '~lock_delay' then return false end  -- the waiters meet it
+    if string.byte(member, 1) ~= 126 then
+      free = free - (tonumber(redis.call('HGET', KEYS[2], member .. ' k') or '1') or 1)
+    end
+  end
+  if free <= 0 then return false end
+  local gone, granted, waiting = {}, {}, false
+  for _, waiter in ipairs(redis.call('ZRANGE', KEYS[4], 0, 15)) do
+    local entry = redis.call('HGET', KEYS[6], waiter)
+    local t, span, lease, holder
+    if entry then t, span, lease, holder = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$') end
+    if not (t and tonumber(t) + tonumber(span) > now_ms and (lease == '0' or tonumber(t) + tonumber(lease) > now_ms)) then
+      gone[#gone + 1] = waiter  -- its place or lease ran out
+    else
+      local wants = tonumber(redis.call('HGET', KEYS[6], waiter .. ' k') or '1') or 1
+      if wants > free then  -- it waits first: nobody behind it goes ahead
+        waiting = true
+        break
+      end
+      local token = issue_token(KEYS[5], now)
+      if not token then break end
+      redis.call('ZADD', KEYS[1], lease == '0' and 'inf' or string.format('%.0f', tonumber(t) + tonumber(lease)), holder)
+      redis.call('HSET', KEYS[2], holder, token, '~sort', sort)
+      if wants > 1 then redis.call('HSET', KEYS[2], holder .. ' k', wants, '~take', '1') end
+      local stored = redis.call('HGET', KEYS[6], waiter .. ' v')
+      if stored then redis.call('HSET', KEYS[3], holder, stored) end
+      free = free - wants
+      gone[#gone + 1] = waiter
+      granted[#granted + 1] = 'grant:' .. waiter .. ':' .. token
+    end
+  end
+  for _, waiter in ipairs(gone) do
+    redis.call('ZREM', KEYS[4], waiter)
+    redis.call('HDEL', KEYS[6], waiter, waiter .. ' v', waiter .. ' k')
+  end
+  if #granted == 0 then return waiting end
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3]}) do
+    if last == 'inf' then redis.call('PERSIST', key) else redis.call('PEXPIREAT', key, string.format('%.0f', tonumber(last) + 1)) end
+  end
+  for _, message in ipairs(granted) do publish(message) end
+  if free > 0 and redis.call('ZCARD', KEYS[4]) == 0 then publish('released') end
+  return true
 end
 
 if ARGV[4] == 'exclusive' then
@@ -105,21 +190,9 @@ if ARGV[4] == 'exclusive' then
     -- woken; their own attempts meet the refusal.
     local token
     if next_id then
-      local us = now[2]
-      if #us < 6 then us = string.rep('0', 6 - #us) .. us end
-      token = now[1] .. us
-      local before = redis.pcall('SET', KEYS[3], token, 'GET')
-      if before and not (#before == #token and before < token and string.find(before, '^[1-9]%d*$')) then
-        if type(before) == 'table' then return before end  -- another type: the line is as it was
-        local counter = (before == '0' or string.find(before, '^%-?[1-9]%d*$')) and tonumber(before)
-        if not counter or counter + 1 >= 9007199254740992 then
-          redis.call('SET', KEYS[3], before)
-          token = nil
-        elseif counter + 1 > tonumber(token) then
-          token = string.format('%.0f', counter + 1)
-          redis.call('SET', KEYS[3], token)
-        end
-      end
+      local failed
+      token, failed = issue_token(KEYS[3], now)
+      if failed then return failed end  -- another type: the line is as it was
     end
     if next_id then gone[#gone + 1] = next_id end
     local fields = {}
@@ -154,9 +227,17 @@ if ARGV[4] == 'exclusive' then
   redis.call('DEL', KEYS[1])
   if has_value and vkey then redis.call('DEL', vkey) end
 else
+  local leaving = ARGV[5] or ''
+  if leaving ~= '' and KEYS[6] and redis.call('ZREM', KEYS[4], leaving) == 1 then
+    redis.call('HDEL', KEYS[6], leaving, leaving .. ' v', leaving .. ' k')
+  end
+  local sort = KEYS[6] and redis.pcall('HGET', KEYS[2], '~sort')
+  if type(sort) ~= 'string' then sort = nil end
   local vkey = has_value and KEYS[3] or nil
   local expiry = redis.pcall('ZSCORE', KEYS[1], owner)
   if type(expiry) ~= 'string' then
+    -- A waiter that leaves may have been what the others waited behind.
+    if leaving ~= '' and not hand_on(sort) then publish('released') end
     return 0
   end
   local now = now_ms()
@@ -166,7 +247,7 @@ else
   if rules then min_end, hold_delay = string.match(rules, '^(%d+) (%d+)$') end
   local late = expiry ~= 'inf' and tonumber(expiry) <= now
   redis.call('ZREM', KEYS[1], owner)
-  redis.call('HDEL', KEYS[2], owner, owner .. ' r')
+  redis.call('HDEL', KEYS[2], owner, owner .. ' r', owner .. ' k')
   if vkey then redis.call('HDEL', vkey, owner) end
   if min_end and not given_back then
     -- A release is a clean end: the min hold left stays. A late one (its lease had run out)
@@ -196,6 +277,7 @@ else
     end
   end
   if late then return 0 end  -- its lease had run out: it was not held any more
+  if hand_on(sort) then return 1 end
 end
 publish('released')
 return 1

@@ -267,6 +267,76 @@ TEST_F(EtcdTest, MinorityFailsWithinTimeoutThenHeals) {
   }, 15s)) << "not healed: " << dlock_last_error();
 }
 
+// ---- Semaphore takes (lock_protocol.h, "Kinds") ----
+
+// The keys in [begin, begin + "\xff"), read behind the client's back: each key's tail after begin.
+std::vector<std::string> KeyTails(EtcdCluster* etcd, const std::string& begin) {
+  auto body = etcd->Post("/v3/kv/range", R"({"key":")" + Base64(begin) + R"(","range_end":")" +
+                                             Base64(begin + '\xff') + R"(","keys_only":true})");
+  std::vector<std::string> tails;
+  if (!body) return tails;
+  std::regex key(R"re("key":"([^"]*)")re");
+  for (auto it = std::sregex_iterator(body->begin(), body->end(), key); it != std::sregex_iterator(); ++it) {
+    const std::string b64 = (*it)[1].str();
+    std::string out(b64.size(), '\0');
+    int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                            reinterpret_cast<const unsigned char*>(b64.data()), static_cast<int>(b64.size()));
+    out.resize(n < 0 ? 0 : static_cast<size_t>(n));
+    for (size_t i = b64.size(); i > 0 && b64[i - 1] == '=' && !out.empty(); --i) out.pop_back();  // padding
+    tails.push_back(out.substr(begin.size()));
+  }
+  return tails;
+}
+
+// A permit that took k > 1 keeps its take at its key's end (K\0hp\0n\0ID\0k), one key per hold;
+// a permit of one is K\0hp\0n\0ID as before. The weighted key is renewed, extended, given a
+// value, inspected (once), counted by every client, and broken like any other.
+TEST_F(EtcdTest, APermitKeyEndsInItsTakeWhenItTookMoreThanOne) {
+  const std::string name = "take-layout";
+  Client c(etcd_->url()), other(etcd_->url());
+  LostRecorder lost;
+  Options three, one, once;
+  three.permits(4).take(3).lease(2000).heartbeat(200).on_lost(&LostRecorder::Fn, &lost);
+  one.permits(4).lease(10000);
+  once.permits(4).wait(0);
+  dlock_lock *l3 = nullptr, *l1 = nullptr, *none = nullptr;
+  ASSERT_EQ(dlock_acquire(c.get(), name.c_str(), three.get(), &l3), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(c.get(), name.c_str(), one.get(), &l1), DLOCK_OK) << dlock_last_error();
+  const std::string permits = "dlock:" + name + std::string("\0hp\0", 4);
+  std::vector<std::string> tails = KeyTails(etcd_, permits);
+  ASSERT_EQ(tails.size(), 2u);
+  const std::regex plain("4\\x00[0-9a-f]{32}"), weighted("4\\x00[0-9a-f]{32}\\x003");
+  const std::string weighted_tail = std::regex_match(tails[0], weighted) ? tails[0] : tails[1];
+  const std::string plain_tail = weighted_tail == tails[0] ? tails[1] : tails[0];
+  EXPECT_TRUE(std::regex_match(weighted_tail, weighted)) << "no key ends in its take";
+  EXPECT_TRUE(std::regex_match(plain_tail, plain)) << "a permit of one keeps the old layout";
+  EXPECT_EQ(dlock_acquire(other.get(), name.c_str(), once.get(), &none), DLOCK_NOT_ACQUIRED) << "3 + 1 of 4";
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the lease: renewals kept it
+  EXPECT_EQ(lost.calls.load(), 0) << "the weighted hold was lost: " << dlock_last_error();
+  ASSERT_EQ(dlock_extend(l3, 3000), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_lock_set_value(l3, "v", 1), DLOCK_OK) << dlock_last_error();
+  tails = KeyTails(etcd_, permits);
+  ASSERT_EQ(tails.size(), 2u);
+  EXPECT_TRUE(tails[0] == weighted_tail || tails[1] == weighted_tail) << "the key moved";
+
+  dlock_info* info = nullptr;
+  ASSERT_EQ(dlock_inspect(other.get(), name.c_str(), &info), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(info), 2u) << "each hold once";
+  EXPECT_EQ(dlock_info_permits(info), 4u);
+  dlock_info_free(info);
+
+  ASSERT_EQ(dlock_release(l1), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(other.get(), name.c_str(), once.get(), &none), DLOCK_OK) << dlock_last_error();
+  dlock_info* broken = nullptr;
+  ASSERT_EQ(dlock_break_with(other.get(), name.c_str(), "", DLOCK_BREAK_NOW, &broken), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_info_holders(broken), 2u);
+  dlock_info_free(broken);
+  EXPECT_TRUE(KeyTails(etcd_, permits).empty());
+  EXPECT_EQ(dlock_release(l3), DLOCK_NOT_HELD);
+  EXPECT_EQ(dlock_release(none), DLOCK_NOT_HELD);
+}
+
 // ---- Break (lock_protocol.h, "Break") ----
 
 // The keys in [key, end) on the server, read behind the client's back (-1: unreadable).

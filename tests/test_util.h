@@ -89,6 +89,7 @@ class Options {
   Options& min_hold(uint64_t ms) { EXPECT_EQ(dlock_options_set_min_hold_ms(o_, ms), DLOCK_OK); return *this; }
   Options& lock_delay(uint64_t ms) { EXPECT_EQ(dlock_options_set_lock_delay_ms(o_, ms), DLOCK_OK); return *this; }
   Options& permits(uint32_t n) { EXPECT_EQ(dlock_options_set_permits(o_, n), DLOCK_OK); return *this; }
+  Options& take(uint32_t k) { EXPECT_EQ(dlock_options_set_take(o_, k), DLOCK_OK); return *this; }
   Options& on_lost(dlock_lost_fn fn, void* arg) { EXPECT_EQ(dlock_options_set_on_lost(o_, fn, arg), DLOCK_OK); return *this; }
   const dlock_options* get() const { return o_; }
   dlock_options* mutable_get() { return o_; }

@@ -551,12 +551,19 @@ DLOCK_API dlock_status dlock_options_set_kind(dlock_options *o, dlock_kind kind)
 /* A counting semaphore of n permits; 0 = off (default). Exclusive kind only: a shared semaphore
  * is DLOCK_EINVAL at acquire. DynamoDB keeps at most 900 holds per name (its 400 KB item). */
 DLOCK_API dlock_status dlock_options_set_permits(dlock_options *o, uint32_t n);
+/* How many of the semaphore's permits one acquire takes at once (default 1), all or none: a hold
+ * that took k counts k against the n permits until it ends, and its release frees all k (one
+ * fencing token, lease and heartbeat). 0 is DLOCK_EINVAL here; more than 1 without permits, or
+ * more than the permits, is DLOCK_EINVAL at acquire. Every backend with DLOCK_CAP_PERMITS. */
+DLOCK_API dlock_status dlock_options_set_take(dlock_options *o, uint32_t k);
 /* Fair waiting (default 1), for exclusive acquires that wait, on backends with DLOCK_CAP_FAIR:
  * a refused acquire takes its place in a line kept on the server with the lock (its place
  * lapses unless it keeps waiting), and each release hands the lock straight to the first live
  * acquire in line and wakes only it: no herd, no waiter starved. 0 = unfair: every release
  * wakes every unfair waiter and the first to retry wins (a waiter that does not join the line
- * is served after those in it). Shared holds and semaphores always wait unfairly. */
+ * is served after those in it). Semaphores wait in line too, with their takes: a release hands
+ * the permits it freed to the first waiters whose takes fit, in order, and nobody goes ahead of
+ * a waiter in line. Shared holds always wait unfairly. */
 DLOCK_API dlock_status dlock_options_set_fair(dlock_options *o, int fair);
 
 /* ----- inspection --------------------------------------------------------------------------

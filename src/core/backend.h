@@ -43,6 +43,7 @@ struct LockRequest {
   std::string name;
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;     // semaphore of n permits; 0 = not a semaphore
+  uint32_t take = 1;        // permits this hold counts for, 1..permits (dlock_options_set_take)
   std::string owner_label;  // for people and tools ("" = none)
   std::string owner_value;  // what the server stores and checks: secret token [+ "|" + label]
   std::string value;        // stored with the hold (any bytes, at most kMaxValueBytes); "" = none

@@ -201,6 +201,7 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   out->name = name;
   out->kind = options.kind;
   out->permits = options.permits;
+  out->take = options.take;
   out->owner_label = options.owner;
   out->lease_ms = options.lease_ms;
   out->min_hold_ms = options.min_hold_ms;
@@ -210,8 +211,9 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   if (!s.ok()) return s;
   if (!options.owner.empty()) out->owner_value += "|" + options.owner;
   // A hand-over carries no job rules: an acquire with them waits without a place in line.
+  // Semaphores wait in line too (permits handed to the first whose takes fit).
   if (options.fair && options.wait_ms != 0 && options.kind == LockKind::kExclusive &&
-      options.permits == 0 && options.min_hold_ms == 0 && options.lock_delay_ms == 0 &&
+      options.min_hold_ms == 0 && options.lock_delay_ms == 0 &&
       (caps & kCapFair) != 0 && (caps & kCapNotifies) != 0) {
     out->waiter_id = WaiterId(out->owner_value);
   }
@@ -495,11 +497,12 @@ Status Client::Reenter(const std::string& name, const AcquireOptions& options,
       std::string why = held->LostCause();
       return Status::NotHeld(what + ": the hold is no longer valid" + (why.empty() ? "" : " (" + why + ")"));
     }
-    if (held->kind != options.kind || held->permits != options.permits) {
+    if (held->kind != options.kind || held->permits != options.permits || held->take != options.take) {
       return Status::InvalidArgument(what + ": the hold is " +
                                      (held->kind == LockKind::kShared ? "shared" : "exclusive") +
                                      (held->permits != 0 ? " with permits " + std::to_string(held->permits) : "") +
-                                     "; a re-entry asks for the same kind and permits");
+                                     (held->take > 1 ? " taking " + std::to_string(held->take) : "") +
+                                     "; a re-entry asks for the same kind, permits and take");
     }
     ++held->entries;
     *out = held;

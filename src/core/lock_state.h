@@ -40,6 +40,7 @@ struct LockState {
         attempts(tries),
         kind(options.kind),
         permits(options.permits),
+        take(options.take),
         heartbeat_explicit(options.heartbeat_ms.has_value()),
         max_hold_ms(options.max_hold_ms),
         min_hold_ms(options.min_hold_ms),
@@ -60,6 +61,7 @@ struct LockState {
   const uint32_t attempts;
   const LockKind kind;
   const uint32_t permits;  // semaphore size; 0 = not a semaphore
+  const uint32_t take;     // permits this hold counts for (1 but for a semaphore's take)
   const bool heartbeat_explicit;
   const uint64_t max_hold_ms;  // 0 = none
   const uint64_t min_hold_ms;  // 0 = none (LockRequest::min_hold_ms)

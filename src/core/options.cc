@@ -140,6 +140,14 @@ Status AcquireOptions::Validate() const {
                                    " is more than max_hold_ms " + std::to_string(max_hold_ms) +
                                    ": the name would stay taken after the hold must end");
   }
+  if (take > 1 && permits == 0) {
+    return Status::InvalidArgument("take " + std::to_string(take) +
+                                   " needs a semaphore: set permits (dlock_options_set_permits)");
+  }
+  if (take > permits && permits != 0) {
+    return Status::InvalidArgument("take " + std::to_string(take) + " is more than the semaphore's " +
+                                   std::to_string(permits) + " permits: it could never be granted");
+  }
   if (kind == LockKind::kShared && permits != 0) {
     return Status::InvalidArgument("a lock is shared or a semaphore of " + std::to_string(permits) +
                                    " permits, not both (set kind exclusive, or permits 0)");

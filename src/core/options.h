@@ -49,6 +49,7 @@ struct AcquireOptions {
   std::string value;                         // stored with the hold, any bytes; "" = none
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;                      // semaphore of n permits; 0 = not a semaphore
+  uint32_t take = 1;                         // permits one acquire takes (a semaphore's), >= 1
   bool fair = true;                          // waiting exclusive acquires: in arrival order
   uint64_t max_hold_ms = 0;                  // heartbeats stop renewing after this; 0 = none
   uint64_t min_hold_ms = 0;                  // the name stays taken at least this long; 0 = none

@@ -36,8 +36,8 @@ inline TimePoint NextWake(TimePoint now, int64_t holder_ttl_ms, const AcquireOpt
 // writer that gave up or crashed keeps readers out briefly. 0 for shared holds, semaphores and
 // single tries.
 inline uint64_t WriterQueueMs(const AcquireOptions& options, TimePoint now, TimePoint wait_until) {
-  if (options.kind != LockKind::kExclusive || options.permits != 0 || options.wait_ms == 0 ||
-      now >= wait_until) {
+  // A shared acquire never announces itself; a semaphore's uses the span for its place in line.
+  if (options.kind != LockKind::kExclusive || options.wait_ms == 0 || now >= wait_until) {
     return 0;
   }
   uint64_t span = options.lease_ms == 0 ? 10000 : std::clamp<uint64_t>(options.lease_ms, 1000, 10000);

@@ -79,8 +79,12 @@ class NameKeys {
     return key;
   }
   std::string Shared(const std::string& id) const { return Under("hs") + '\0' + id; }
-  std::string Permit(uint32_t n, const std::string& id) const {
-    return Under("hp") + '\0' + std::to_string(n) + '\0' + id;
+  // A permit of a semaphore of n, of a hold that takes `take` of them (a weight > 1 ends the
+  // key: K\0hp\0n\0ID\0take).
+  std::string Permit(uint32_t n, const std::string& id, uint32_t take = 1) const {
+    std::string key = Under("hp") + '\0' + std::to_string(n) + '\0' + id;
+    if (take > 1) key += '\0' + std::to_string(take);
+    return key;
   }
   std::string Writer(const std::string& id) const { return Under("w") + '\0' + id; }
   // The owner-less marker that keeps the name closed (a break's).
@@ -133,11 +137,19 @@ std::string_view ValuePart(std::string_view stored) {
   return nul == std::string_view::npos ? std::string_view() : stored.substr(nul + 1);
 }
 
+// A permit key as a read shows it.
+struct PermitHold {
+  const KeyValue* kv;
+  uint32_t n;     // the semaphore's size
+  uint32_t take;  // the permits this hold counts for (1 unless its key ends in \0take)
+};
+
 // What a read of [K, K\x01) shows.
 struct NameView {
   const KeyValue* exclusive = nullptr;
   std::vector<const KeyValue*> shared;
-  std::vector<std::pair<const KeyValue*, uint32_t>> permits;  // and the semaphore's size
+  std::vector<PermitHold> permits;
+  uint64_t taken = 0;  // the permits' takes, summed
   std::vector<const KeyValue*> writers;
   const KeyValue* closed = nullptr;  // the closed marker
   std::vector<const KeyValue*> rules;  // job rules' markers
@@ -164,7 +176,18 @@ NameView Classify(const NameKeys& keys, const std::vector<KeyValue>& kvs, const 
       const char* end = kv.key.data() + kv.key.size();
       uint32_t n = 0;
       auto [stop, ec] = std::from_chars(begin, end, n);
-      if (ec == std::errc() && stop != end && *stop == '\0' && n > 0) v.permits.emplace_back(&kv, n);
+      if (ec != std::errc() || stop == end || *stop != '\0' || n == 0) continue;
+      // After n: ID, then NUL and the take when the hold took more than one (an ID holds no NUL).
+      uint32_t take = 1;
+      const std::string_view rest(stop + 1, static_cast<size_t>(end - stop - 1));
+      const size_t nul = rest.find('\0');
+      if (nul != std::string_view::npos) {
+        const char* t = rest.data() + nul + 1;
+        auto [t_stop, t_ec] = std::from_chars(t, end, take);
+        if (t_ec != std::errc() || t_stop != end || take == 0) take = 1;  // not dlock's: one
+      }
+      v.permits.push_back({&kv, n, take});
+      v.taken += take;
     } else if (kv.key.compare(0, writer.size(), writer) == 0) {
       v.writers.push_back(&kv);
     }
@@ -183,8 +206,8 @@ std::vector<const KeyValue*> HoldsOf(const NameView& view, LockInfo* info) {
     holds.insert(holds.end(), view.shared.begin(), view.shared.end());
   }
   for (const auto& permit : view.permits) {
-    if (holds.empty()) info->permits = permit.second;
-    holds.push_back(permit.first);
+    if (holds.empty()) info->permits = permit.n;
+    holds.push_back(permit.kv);
   }
   std::sort(holds.begin(), holds.end(),
             [](const KeyValue* a, const KeyValue* b) { return a->create_revision < b->create_revision; });
@@ -228,10 +251,10 @@ int64_t LeaseTtlSeconds(uint64_t lease_ms) {
   return static_cast<int64_t>((lease_ms + 999) / 1000) + 1;
 }
 
-std::string LockProtocol::HoldKey(const std::string& name, LockKind kind, uint32_t permits,
+std::string LockProtocol::HoldKey(const std::string& name, LockKind kind, uint32_t permits, uint32_t take,
                                   const std::string& owner_value) const {
   NameKeys keys(KeyFor(name));
-  if (permits != 0) return keys.Permit(permits, HoldId(owner_value));
+  if (permits != 0) return keys.Permit(permits, HoldId(owner_value), take);
   if (kind == LockKind::kShared) return keys.Shared(HoldId(owner_value));
   return keys.exclusive();
 }
@@ -239,7 +262,7 @@ std::string LockProtocol::HoldKey(const std::string& name, LockKind kind, uint32
 std::string LockProtocol::KeyOf(const LockState& lock) const {
   const EtcdLockData* data = DataOf(lock);
   if (data != nullptr && !data->key.empty()) return data->key;
-  return HoldKey(lock.name, lock.kind, lock.permits, lock.owner_value);
+  return HoldKey(lock.name, lock.kind, lock.permits, lock.take, lock.owner_value);
 }
 
 // ---- Leases ----
@@ -380,7 +403,7 @@ void LockProtocol::Acquire(Transport* t, const LockRequest& request, TimePoint d
                            std::function<void(Status, AcquireAttempt)> done) {
   auto op = std::make_shared<AcquireOp>();
   op->request = request;
-  op->key = HoldKey(request.name, request.kind, request.permits, request.owner_value);
+  op->key = HoldKey(request.name, request.kind, request.permits, request.take, request.owner_value);
   op->deadline = deadline;
   op->done = std::move(done);
   AcquireRound(t, std::move(op));
@@ -647,7 +670,7 @@ void LockProtocol::LockTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t 
     Uncount(lease, op->key);
     if (view.closed != nullptr) return ClosedRefusal(t, op, *view.closed);
     if (!view.permits.empty()) {
-      return op->done(SortMismatch(op->request.name, view.permits[0].second, 0), AcquireAttempt());
+      return op->done(SortMismatch(op->request.name, view.permits[0].n, 0), AcquireAttempt());
     }
     if (!view.rules.empty() && view.exclusive == nullptr && view.shared.empty()) {
       return RulesRefusal(t, op, view.rules);  // no hold stands: the job rules' markers close it
@@ -687,14 +710,14 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
     if (view.exclusive != nullptr || !view.shared.empty()) sort = SortMismatch(op->request.name, 0, n);
     std::vector<int64_t> leases;
     for (const auto& permit : view.permits) {
-      if (permit.second != n && sort.ok()) sort = SortMismatch(op->request.name, permit.second, n);
-      leases.push_back(permit.first->lease);
+      if (permit.n != n && sort.ok()) sort = SortMismatch(op->request.name, permit.n, n);
+      leases.push_back(permit.kv->lease);
     }
     if (!sort.ok()) {
       Uncount(lease, op->key);
       return op->done(sort, AcquireAttempt());
     }
-    if (view.permits.size() >= n) {
+    if (view.taken + op->request.take > n) {  // the holds' takes and ours: more than n
       Uncount(lease, op->key);
       return RefusedBy(t, op, std::move(leases));
     }
@@ -702,8 +725,8 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
       Uncount(lease, op->key);
       return RulesRefusal(t, op, view.rules);
     }
-    // Fewer than n at revision: ours, if nothing of the name's holds moved since, and no marker
-    // stands (or, beside permits' markers, one of those permits still does: it joins them).
+    // Room for our take at revision: ours, if nothing of the name's holds moved since, and no
+    // marker stands (or, beside permits' markers, one of those permits still does: it joins them).
     Json compare = Json::array({CompareCreateEqual(keys.exclusive(), 0),
                                 CompareRangeEmpty(keys.Under("hs"), keys.Under("ht")),
                                 CompareRangeModAtMost(keys.Under("hp"), keys.Under("hq"), revision)});
@@ -711,7 +734,7 @@ void LockProtocol::SemaphoreRound(Transport* t, std::shared_ptr<AcquireOp> op, i
       compare.push_back(CompareRangeEmpty(keys.MarkersBegin(), keys.MarkersEnd()));
     } else {
       compare.push_back(CompareCreateEqual(keys.Closed(), 0));
-      compare.push_back(CompareCreateEqual(view.permits.front().first->key, view.permits.front().first->create_revision));
+      compare.push_back(CompareCreateEqual(view.permits.front().kv->key, view.permits.front().kv->create_revision));
     }
     Json success = Json::array({PutRequest(op->key, Stored(op->request.owner_value, op->request.value), lease)});
     t->Call(kTxn, TxnBody(compare, success, Json()), op->deadline, [this, t, op, lease, round](CallResult r) {

@@ -44,21 +44,28 @@
 // the range [K, K + "\x01") is exactly NAME's keys):
 //   K \0 "hs" \0 ID              a shared hold
 //   K \0 "hp" \0 n \0 ID         a permit of a semaphore of n (n in decimal)
+//   K \0 "hp" \0 n \0 ID \0 k    the permit of a hold that took k > 1 of the n at once
+//                                (LockRequest::take, k in decimal; a hold of one has no suffix)
 //   K \0 "w"  \0 ID              a waiting writer's announcement
 // ID = the first 16 bytes of SHA-256(owner value), in hex: one key per hold, unguessable. Each
 // hold key carries its owner value and hangs on its holder's (shared) lease like K; its token
 // is its create_revision, so tokens rise across every kind of a name (one revision counter).
-// Extend, release and renew work on a hold's key exactly as on K.
+// Extend, release and renew work on a hold's key exactly as on K. A hold's take lives in its
+// key's name, fixed for the hold's life, so that every write of the key (renew, extend, value,
+// release, break) is the same for any k and the value stays owner [+ NUL + value].
 //   Exclusive: the transaction also asks that no hold key exist (a range compare: every
 //     version in [K\0h, K\0i) is 0), and deletes this writer's own announcement.
 //   Shared: one transaction: K absent, no permit key, no announcement key (range compares),
 //     our hold key absent; then put the hold key. Refused: the transaction reads [K, K\x01).
 //   Semaphore of n: a read of [K, K\x01) at revision R decides (K or a shared hold: EINVAL,
-//     a permit of another size: EINVAL naming both, n permits already: refused), then a
-//     transaction puts our permit if K is absent, no shared hold exists and no permit key was
-//     created or changed after R (a range compare: every mod_revision in [K\0hp, K\0hq) <= R).
+//     a permit of another size: EINVAL naming both; the permit keys' takes summed (1 for a key
+//     without one) plus our take more than n: refused), then a transaction puts our permit
+//     (its key ending in our take when that is > 1) if K is absent, no shared hold exists and
+//     no permit key was created or changed after R (a range compare: every mod_revision in
+//     [K\0hp, K\0hq) <= R).
 //     etcd compares cannot count, but they can tell that nothing in a range moved since the
-//     count was made: two acquires that both counted n-1 cannot both pass. A lost race reads
+//     count was made: two acquires that both counted room for their take cannot both pass.
+//     (A dlock built before takes counts a weighted key as one permit.) A lost race reads
 //     again (up to 16 rounds per attempt).
 //   Writer announcement: a refused exclusive acquire with queue_ms > 0 puts K\0w\0ID (its
 //     owner value) on a lease of its own, ceil(queue_ms / 1000) s (or etcd's minimum), kept
@@ -266,7 +273,8 @@ class LockProtocol {
 
   std::string KeyFor(const std::string& name) const { return config_->params.prefix + name; }
   // The key a hold of request / of lock lives at (K for an exclusive lock).
-  std::string HoldKey(const std::string& name, LockKind kind, uint32_t permits, const std::string& owner_value) const;
+  std::string HoldKey(const std::string& name, LockKind kind, uint32_t permits, uint32_t take,
+                      const std::string& owner_value) const;
   std::string KeyOf(const LockState& lock) const;
 
   // How the protocol sends a write in the background, its answer ignored (a give-back, a

@@ -117,6 +117,11 @@ std::vector<std::string> ReleaseKeys(std::string holder, bool with_value) {
   keys[0] = std::move(holder);
   return keys;
 }
+// release.lua's keys for a semaphore's hold: holds, hold data, value, line, fence, line data.
+std::vector<std::string> SemaphoreReleaseKeys(const std::string& holder) {
+  return {holder + LockKeys::kHolds, holder + LockKeys::kHoldData, holder + LockKeys::kValue,
+          holder + LockKeys::kLine,  holder + LockKeys::kFence,    holder + LockKeys::kLineData};
+}
 ScriptCall WidenRelease(ScriptCall call) {
   // ReleaseKeys without the value key: it follows, last.
   call.keys.push_back(call.keys[0] + LockKeys::kValue);
@@ -136,8 +141,10 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
   const bool names_value = !single_exclusive_try || !request.value.empty();
   // A single try at the exclusive hold needs the holder, the counter, and the holds only to
   // see that there are none.
+  // A semaphore's acquire names the line always: no acquire goes ahead of a waiter in it.
   std::vector<std::string> keys = AcquireKeys(LockKeys::Holder(prefix, request.name),
-                                              !request.waiter_id.empty(), single_exclusive_try,
+                                              !request.waiter_id.empty() || request.permits != 0,
+                                              single_exclusive_try,
                                               !request.value.empty());
   std::vector<std::string> args;
   args.reserve(names_value ? 9 : 5);
@@ -150,10 +157,11 @@ Op<AcquireAttempt> AcquireOp(const std::string& prefix, const LockRequest& reque
   } else if (!request.waiter_id.empty()) {
     args.push_back(request.waiter_id);
   }
-  if (ruled) {
+  if (ruled || request.take > 1) {
     args.push_back(std::to_string(request.min_hold_ms));
     args.push_back(std::to_string(request.lock_delay_ms));
   }
+  if (request.take > 1) args.push_back(std::to_string(request.take));  // a semaphore's: names_value
   return {{ScriptId::kAcquire, std::move(keys), std::move(args), wait_replicas},
           request.name,
           ReadAcquire,
@@ -164,9 +172,9 @@ ScriptCall AcquireManyCall(const std::string& prefix, const std::vector<LockRequ
                            int wait_replicas) {
   ScriptCall call{ScriptId::kAcquireMany, {}, {std::to_string(requests.size())}, wait_replicas};
   call.keys.reserve(8 * requests.size());
-  call.args.reserve(1 + 10 * requests.size());
+  call.args.reserve(1 + 11 * requests.size());
   for (const LockRequest& request : requests) {
-    // Each name as acquire.lua's widest call: every key, its nine arguments.
+    // Each name as acquire.lua's widest call: every key, its ten arguments.
     const std::string holder = LockKeys::Holder(prefix, request.name);
     std::vector<std::string> keys = AcquireKeys(holder, /*in_line=*/true,
                                                 /*single_exclusive_try=*/false, /*with_value=*/true);
@@ -180,6 +188,7 @@ ScriptCall AcquireManyCall(const std::string& prefix, const std::vector<LockRequ
     call.args.push_back("1");
     call.args.push_back(std::to_string(request.min_hold_ms));
     call.args.push_back(std::to_string(request.lock_delay_ms));
+    call.args.push_back(std::to_string(request.take));
     call.args.push_back(holder + LockKeys::kChannel);
   }
   return call;
@@ -229,6 +238,8 @@ ScriptCall ReleaseManyCall(const std::string& prefix, const std::vector<HoldRef>
     if (hold.exclusive) {
       keys = ReleaseKeys(holder, /*with_value=*/true);
       keys.push_back(holder + LockKeys::kHolds);
+    } else if (hold.semaphore) {
+      keys = SemaphoreReleaseKeys(holder);
     } else {
       keys = {holder + LockKeys::kHolds, holder + LockKeys::kHoldData, holder + LockKeys::kValue};
     }
@@ -274,6 +285,12 @@ Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool shar
     args.push_back(hold.has_value ? "1" : "0");
   }
   if (ruled) args.push_back(hold.rules == HoldRef::Rules::kKept ? "1" : "2");
+  if (hold.semaphore) {
+    // Every key a hand-over of permits needs (release.lua): the value key third, always.
+    args.resize(7);
+    args[5] = hold.has_value ? "1" : "0";
+    return {{ScriptId::kRelease, SemaphoreReleaseKeys(holder), std::move(args)}, hold.name, ReadOwned};
+  }
   if (!hold.exclusive) {
     return {{ScriptId::kRelease, HoldKeys(prefix, hold), std::move(args)}, hold.name, ReadOwned};
   }

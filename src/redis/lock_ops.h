@@ -62,17 +62,19 @@ struct HoldRef {
   bool has_value = false; // the server may keep a value with it
   Rules rules = Rules::kNone;
   uint64_t lock_delay_ms = 0;  // renewals move its marker
+  // A semaphore's: its release names the line, to hand the permits it frees to waiters in it.
+  bool semaphore = false;
   static HoldRef Of(const LockState& lock) {
     return {lock.name, lock.owner_value, lock.kind == LockKind::kExclusive && lock.permits == 0,
             lock.has_value.load(),
             RulesOf(lock.min_hold_ms, lock.lock_delay_ms, lock.given_back.load() ? Rules::kGivenBack : Rules::kKept),
-            lock.lock_delay_ms};
+            lock.lock_delay_ms, lock.permits != 0};
   }
   static HoldRef Of(const LockRequest& request) {
     return {request.name, request.owner_value,
             request.kind == LockKind::kExclusive && request.permits == 0, !request.value.empty(),
             RulesOf(request.min_hold_ms, request.lock_delay_ms, Rules::kGivenBack),
-            request.lock_delay_ms};
+            request.lock_delay_ms, request.permits != 0};
   }
   static Rules RulesOf(uint64_t min_hold_ms, uint64_t lock_delay_ms, Rules some) {
     return min_hold_ms != 0 || lock_delay_ms != 0 ? some : Rules::kNone;

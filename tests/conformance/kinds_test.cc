@@ -236,6 +236,98 @@ TEST_P(Kinds, SemaphoreOfThreeNeverHasAFourthHolderAcrossSixProcesses) {
   std::filesystem::remove_all(dir);
 }
 
+// One acquire takes k of the n permits at once, or none: a hold that took 3 of 4 leaves room for
+// one more permit, not for two; its release frees all three; a waiter for two is let in once
+// two are free.
+TEST_P(Kinds, OneAcquireTakesSeveralPermitsAllOrNone) {
+  const std::string name = Name("take");
+  Client c1(url()), c2(url()), c3(url());
+  Options three, two, one;
+  three.permits(4).take(3).lease(10000);
+  two.permits(4).take(2).lease(10000);
+  one.permits(4).lease(10000);
+  Hold big(c1.get(), name, three.get());
+  ASSERT_TRUE(big.held()) << big.error();
+  Hold pair(c2.get(), name, two.get());
+  EXPECT_EQ(pair.status(), DLOCK_NOT_ACQUIRED) << "3 + 2 permits of 4";
+  Hold single(c2.get(), name, one.get());
+  ASSERT_TRUE(single.held()) << single.error();
+  Hold fifth(c3.get(), name, one.get());
+  EXPECT_EQ(fifth.status(), DLOCK_NOT_ACQUIRED) << "a 5th permit of 4";
+  Snapshot snap = Inspect(c3.get(), name);
+  EXPECT_EQ(snap.permits, 4u) << snap;
+  EXPECT_EQ(snap.holders.size(), 2u) << snap;
+
+  ASSERT_EQ(big.Release(), DLOCK_OK) << big.error();
+  Hold again(c3.get(), name, three.get());
+  ASSERT_TRUE(again.held()) << "1 + 3 permits of 4: " << again.error();
+  EXPECT_GT(again.token(), single.token());
+
+  Options waiting;
+  waiting.permits(4).take(2).lease(10000).wait(20000);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    again.Release();
+  });
+  const auto start = Clock::now();
+  Hold waited(c1.get(), name, waiting.get());
+  releaser.join();
+  ASSERT_EQ(waited.status(), DLOCK_OK) << waited.error();
+  EXPECT_LT(MsSince(start), 300 + 1000 + kCallBoundMs + kSlackMs);
+  EXPECT_EQ(Inspect(c3.get(), name).holders.size(), 2u);
+}
+
+// A hold that took every permit and was never released frees them all when its lease ends.
+TEST_P(Kinds, AHoldThatTookSeveralPermitsFreesThemWithItsLease) {
+  const std::string name = Name("take-lapse");
+  Client c1(url()), c2(url());
+  Options all;
+  all.permits(3).take(3).lease(800).heartbeat(0);
+  Hold doomed(c1.get(), name, all.get());
+  ASSERT_TRUE(doomed.held()) << doomed.error();
+  Options one;
+  one.permits(3).lease(5000);
+  Hold none(c2.get(), name, one.get());
+  EXPECT_EQ(none.status(), DLOCK_NOT_ACQUIRED) << "all 3 permits were taken";
+  Options patient;
+  patient.permits(3).take(3).lease(5000).wait(20000).retry(50, 200);
+  const auto start = Clock::now();
+  Hold after(c2.get(), name, patient.get());
+  ASSERT_EQ(after.status(), DLOCK_OK) << after.error();
+  EXPECT_LT(MsSince(start), kTakeoverBoundMs(800));
+  EXPECT_GT(after.token(), doomed.token());
+}
+
+// take is checked: 0 by its setter; more than 1 without permits, or more than the permits, at
+// the acquire; a re-entry asking another take is refused.
+TEST_P(Kinds, TakeIsCheckedAgainstThePermits) {
+  const std::string name = Name("take-bad");
+  Client c(url());
+  dlock_options* raw = dlock_options_new();
+  EXPECT_EQ(dlock_options_set_take(raw, 0), DLOCK_EINVAL);
+  dlock_options_free(raw);
+  Options no_semaphore, too_many;
+  no_semaphore.take(2);
+  too_many.permits(4).take(5);
+  Hold a(c.get(), name, no_semaphore.get());
+  EXPECT_EQ(a.status(), DLOCK_EINVAL);
+  EXPECT_NE(a.error().find("take 2"), std::string::npos) << a.error();
+  Hold b(c.get(), name, too_many.get());
+  EXPECT_EQ(b.status(), DLOCK_EINVAL);
+  EXPECT_NE(b.error().find("4 permits"), std::string::npos) << b.error();
+  EXPECT_TRUE(Inspect(c.get(), name).free());
+  Options two, three;
+  two.permits(4).take(2);
+  three.permits(4).take(3);
+  ASSERT_EQ(dlock_options_set_reentrant(two.mutable_get(), "task"), DLOCK_OK);
+  ASSERT_EQ(dlock_options_set_reentrant(three.mutable_get(), "task"), DLOCK_OK);
+  Hold first(c.get(), name, two.get());
+  ASSERT_TRUE(first.held()) << first.error();
+  Hold other(c.get(), name, three.get());
+  EXPECT_EQ(other.status(), DLOCK_EINVAL);
+  EXPECT_NE(other.error().find("take"), std::string::npos) << other.error();
+}
+
 TEST_P(Kinds, SortsAndSizesAreNeverMixed) {
   const std::string name = Name("mixed");
   Client c(url()), other(url());

@@ -165,6 +165,82 @@ TEST_P(Waiting, FairWaitersAreServedInArrivalOrder) {
   for (int i = 1; i < kWaiters; ++i) EXPECT_GT(tokens[i], tokens[i - 1]);
 }
 
+// Backends with DLOCK_CAP_FAIR: semaphore waiters wait in line too. Permits a release frees go to
+// the first waiters whose takes fit, in arrival order: a waiter for 2 is not overtaken by a
+// newcomer for 1 while only 1 is free, and one release may serve two waiters of 1.
+TEST_P(Waiting, FairSemaphoreWaitersAreServedInLineWithTheirTakes) {
+  auto probe = Open();
+  if ((dlock_client_capabilities(probe->get()) & (DLOCK_CAP_FAIR | DLOCK_CAP_PERMITS)) !=
+      (DLOCK_CAP_FAIR | DLOCK_CAP_PERMITS)) {
+    GTEST_SKIP() << "this backend does not queue semaphore waiters";
+  }
+  const std::string name = Name("permit-line");
+  BackendServer& srv = server();
+  Client h1(url()), h2(url()), newcomer(url());
+  Options one;
+  one.permits(2).lease(20000);
+  Hold first(h1.get(), name, one.get()), second(h2.get(), name, one.get());
+  ASSERT_TRUE(first.held() && second.held()) << first.error() << second.error();
+
+  const uint32_t takes[] = {2, 1, 1};
+  constexpr int kWaiters = 3;
+  std::vector<std::unique_ptr<StyledClient>> clients;
+  for (int i = 0; i < kWaiters; ++i) clients.push_back(Open());
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<uint32_t> attempts(kWaiters, 0);
+  std::vector<dlock_lock*> held(kWaiters, nullptr);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&, i] {
+      Options o;
+      // Retries this slow cannot be what serves a waiter within the test's time: releases do.
+      o.permits(2).take(takes[i]).wait(60000).retry(20000, 30000).lease(20000);
+      dlock_lock* l = nullptr;
+      dlock_status s = clients[i]->Acquire(name.c_str(), o.get(), &l);
+      ASSERT_EQ(s, DLOCK_OK) << clients[i]->last_error();
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+      attempts[i] = dlock_lock_attempts(l);
+      held[i] = l;
+    });
+    if (!WaitFor([&] { return srv.InLine(name) == i + 1; }, 20000ms)) {
+      ADD_FAILURE() << "waiter " << i << " never took its place in line: " << srv.InLine(name);
+      break;
+    }
+  }
+  // One permit free, the first in line wants two: it waits, and nobody goes ahead of it.
+  ASSERT_EQ(first.Release(), DLOCK_OK) << first.error();
+  Options try_one;
+  try_one.permits(2).lease(20000);
+  Hold overtaker(newcomer.get(), name, try_one.get());
+  EXPECT_EQ(overtaker.status(), DLOCK_NOT_ACQUIRED) << "a newcomer went ahead of the line";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(order.empty()) << "served with one permit free for a take of two";
+  }
+  const auto released = Clock::now();
+  ASSERT_EQ(second.Release(), DLOCK_OK) << second.error();
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !order.empty();
+  }, 20000ms)) << "the release handed nothing over";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(order.size(), 1u) << "a take of two is both permits: nobody beside it";
+    EXPECT_EQ(order[0], 0);
+  }
+  // Its release serves both waiters of one.
+  ASSERT_EQ(clients[0]->Release(held[0]), DLOCK_OK) << clients[0]->last_error();
+  for (auto& t : waiters) t.join();
+  EXPECT_LT(MsSince(released), 10000) << "the line moved by retries, not by hand-overs";
+  ASSERT_EQ(order.size(), static_cast<size_t>(kWaiters));
+  for (int i = 0; i < kWaiters; ++i) {
+    EXPECT_LE(attempts[i], 2u) << "waiter " << i << " retried: a release woke it for nothing";
+  }
+  for (int i = 1; i < kWaiters; ++i) EXPECT_EQ(clients[i]->Release(held[i]), DLOCK_OK) << clients[i]->last_error();
+}
+
 // A second waiter of one client finds the name watched already (the first waiter's watch is
 // live): its first attempt cannot miss a release, so it is its only one, and the release before
 // its turn hands the lock over without another try. (A watch that went live after the attempt
