@@ -25,8 +25,9 @@ inline constexpr char kData[] = "data";                    // B: the value store
 inline constexpr char kMinHoldMs[] = "minHoldMs";      // N: what was left of the min hold at the write
 inline constexpr char kLockDelayMs[] = "lockDelayMs";  // N: the lock-delay after its lease
 // Shared and semaphore holds (lock_protocol.h):
-inline constexpr char kHolds[] = "holds";      // M: owner value -> {recordVersion, leaseMs, renewedAtMs, token}
+inline constexpr char kHolds[] = "holds";      // M: owner value -> {recordVersion, leaseMs, renewedAtMs, token[, take]}
 inline constexpr char kToken[] = "token";      // N: in a hold: its fencing token
+inline constexpr char kTake[] = "take";        // N: in a hold: the permits it took, when more than 1
 inline constexpr char kPermits[] = "permits";  // N: the semaphore's size while holds are permits
 inline constexpr char kWriter[] = "writer";    // M: a waiting writer {owner, recordVersion, queueMs}
 inline constexpr char kQueueMs[] = "queueMs";  // N: in writer: how long it stands unchanged

@@ -116,7 +116,7 @@ std::string BinaryAttribute(const Json& item, const char* name) {
 }
 
 Json HoldValue(const std::string& record_version, uint64_t lease_ms, uint64_t token, const std::string& value,
-               uint64_t min_hold_ms, uint64_t lock_delay_ms) {
+               uint64_t min_hold_ms, uint64_t lock_delay_ms, uint32_t take) {
   Json fields = {{attr::kRecordVersion, S(record_version)},
                  {attr::kLeaseMs, N(lease_ms)},
                  {attr::kRenewedAtMs, N(WallClockMs())},
@@ -124,6 +124,8 @@ Json HoldValue(const std::string& record_version, uint64_t lease_ms, uint64_t to
   if (!value.empty()) fields[attr::kData] = B(value);
   if (min_hold_ms != 0) fields[attr::kMinHoldMs] = N(min_hold_ms);
   if (lock_delay_ms != 0) fields[attr::kLockDelayMs] = N(lock_delay_ms);
+  // A semaphore hold of k > 1 permits says so; absent, it counts for one.
+  if (take > 1) fields[attr::kTake] = N(uint64_t{take});
   return Json{{"M", std::move(fields)}};
 }
 
@@ -132,6 +134,20 @@ int64_t SoonestExpiry(const std::vector<int64_t>& ins) {
   int64_t soonest = kNever;
   for (int64_t in : ins) soonest = std::min(soonest, in);
   return soonest == kNever ? -1 : std::max<int64_t>(soonest, 0);
+}
+
+// When enough of a semaphore's permits may be free for a hold that needs `short_by` more than
+// are free now: the soonest expiry by which the live holds ({expiry, take}) that end first have
+// freed that many (-1: never, the holds in the way do not expire).
+int64_t RoomIn(std::vector<std::pair<int64_t, uint32_t>> live, uint64_t short_by) {
+  std::sort(live.begin(), live.end());
+  uint64_t freed = 0;
+  for (const auto& [in, take] : live) {
+    if (in == kNever) break;
+    freed += take;
+    if (freed >= short_by) return std::max<int64_t>(in, 0);
+  }
+  return -1;
 }
 
 // A write to holds.<owner> refused because `holds` is gone (the item was deleted): DynamoDB
@@ -310,6 +326,9 @@ void ParseLockItem(const Json& item, LockItem* out) {
           hold.value = BinaryAttribute(*fields, attr::kData);
           if (NumberAttribute(*fields, attr::kMinHoldMs, &n)) hold.min_hold_ms = std::min<uint64_t>(n, kMaxLeaseMs);
           if (NumberAttribute(*fields, attr::kLockDelayMs, &n)) hold.lock_delay_ms = std::min<uint64_t>(n, kMaxLeaseMs);
+          if (NumberAttribute(*fields, attr::kTake, &n) && n > 1) {
+            hold.take = static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX));
+          }
         }
         out->holds.push_back(std::move(hold));
       }
@@ -350,6 +369,7 @@ struct LockProtocol::AcquireOp {
   uint64_t lease_ms = 0;
   LockKind kind = LockKind::kExclusive;
   uint32_t permits = 0;
+  uint32_t take = 1;           // the permits a semaphore hold takes (1..permits)
   uint64_t queue_ms = 0;
   uint64_t min_hold_ms = 0;    // job rules, stored with the hold (none: 0)
   uint64_t lock_delay_ms = 0;  // 0 with lease 0: a hold that never expires never ends uncleanly
@@ -436,6 +456,7 @@ void LockProtocol::Acquire(Transport* transport, const LockRequest& request,
   op->lease_ms = request.lease_ms;
   op->kind = request.kind;
   op->permits = request.permits;
+  op->take = request.permits == 0 ? 1 : request.take;
   op->queue_ms = std::min<uint64_t>(request.queue_ms, kMaxLeaseMs);
   op->min_hold_ms = std::min<uint64_t>(request.min_hold_ms, kMaxLeaseMs);
   op->lock_delay_ms = request.lease_ms == 0 ? 0 : std::min<uint64_t>(request.lock_delay_ms, kMaxLeaseMs);
@@ -450,6 +471,12 @@ void LockProtocol::Acquire(Transport* transport, const LockRequest& request,
         "lock '" + request.name + "': a DynamoDB semaphore has at most " +
         std::to_string(kMaxHoldsPerName) + " permits (every hold of a name lives in its one item " +
         "of at most 400 KB); this acquire asked for " + std::to_string(request.permits));
+  }
+  if (s.ok() && request.permits != 0 && (request.take == 0 || request.take > request.permits)) {
+    // The core checks it (AcquireOptions::Validate): a request built elsewhere still never
+    // writes a hold that could not fit.
+    s = Status::InvalidArgument("lock '" + request.name + "': take " + std::to_string(request.take) +
+                                " is not within the semaphore's " + std::to_string(request.permits) + " permits");
   }
   if (!s.ok()) {
     op->Finish(s, AcquireAttempt());
@@ -530,7 +557,7 @@ Status LockProtocol::HoldBody(const AcquireOp& op, const LockItem* item, const J
   *token = has_fence ? fence + 1 : static_cast<uint64_t>(WallClockUs()) + 1;
   u.Condition(has_fence ? f + " = " + u.Value(N(fence)) : "attribute_not_exists(" + f + ")");
   u.Set(f + " = " + u.Value(N(*token)));
-  Json hold = HoldValue(op.record_version, op.lease_ms, *token, op.value, op.min_hold_ms, op.lock_delay_ms);
+  Json hold = HoldValue(op.record_version, op.lease_ms, *token, op.value, op.min_hold_ms, op.lock_delay_ms, op.take);
   if (item == nullptr || !item->has_holds) {
     Json map = Json{{"M", Json{{op.owner_value, std::move(hold)}}}};
     u.Set(h + " = " + u.Value(std::move(map)));
@@ -844,13 +871,30 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
     next_round(sort_changes || item.holds.size() - removable + 1 > kMaxHoldsPerName);
     return;
   }
-  // A semaphore of op->permits.
-  if (live_in.size() >= op->permits) {
-    op->NotAcquired(SoonestExpiry(live_in));
+  // A semaphore of op->permits: admitted while the live holds' takes (each 1 unless its entry
+  // says more) and this one's make at most n. The write is conditional on the fence read, so
+  // no hold (no take) was added meanwhile: the sum can only have fallen when it lands.
+  uint64_t taken = 0;
+  std::vector<std::pair<int64_t, uint32_t>> live_takes;  // {until free, take}
+  uint64_t kept = 0;  // the takes still in the item after this write (it removes a share of the expired)
+  size_t removed = 0;
+  for (size_t i = 0; i < item.holds.size(); ++i) {
+    const uint32_t take = item.holds[i].take;
+    if (judged.hold_free_in[i] > 0) {
+      taken += take;
+      live_takes.emplace_back(judged.hold_free_in[i], take);
+    } else if (removed < kMaxRemovalsPerWrite) {
+      ++removed;  // as HoldBody picks them: the first expired ones, in token order
+      continue;
+    }
+    kept += take;
+  }
+  if (taken + op->take > op->permits) {
+    op->NotAcquired(RoomIn(std::move(live_takes), taken + op->take - op->permits));
     return;
   }
   // Expired holds beyond one write's share still count: removed first.
-  next_round(sort_changes || item.holds.size() - removable >= op->permits);
+  next_round(sort_changes || kept + op->take > op->permits);
 }
 
 void LockProtocol::Announce(Transport* transport, std::shared_ptr<AcquireOp> op, int64_t holder_ttl_ms) {

@@ -11,8 +11,9 @@
 //   lockDelayMs    what was left of its min hold when its record version was written, and its
 //                  lock-delay; absent when none (a hold in `holds` carries them in its entry)
 //   holds          shared holds or semaphore permits: a map from each holder's owner value to
-//                  {recordVersion, leaseMs, renewedAtMs, token[, data, minHoldMs, lockDelayMs]};
-//                  may be left empty ({})
+//                  {recordVersion, leaseMs, renewedAtMs, token[, data, minHoldMs, lockDelayMs,
+//                  take]}; may be left empty ({}). take: the permits a semaphore hold took
+//                  (LockRequest::take), written only when more than 1; absent = 1
 //   permits        the semaphore's size n while `holds` holds permits; absent while it holds
 //                  shared holds. Meaningless (may be stale) while `holds` is empty.
 //   writer         a waiting exclusive acquire's announcement {owner, recordVersion, queueMs}
@@ -45,8 +46,11 @@
 // Shared and semaphore acquire: one UpdateItem built from the item as last read (the first try
 //   guesses a free item and the fence last seen), conditional on `fence` being what was read:
 //   every acquisition of every kind changes `fence`, so no hold was added meanwhile (holds
-//   only go away between two acquisitions), and a semaphore never gets an (n+1)th holder: the
-//   count checked against n on the read item can only have fallen when the write lands. It
+//   only go away between two acquisitions), and a semaphore never has more than n permits
+//   taken: a semaphore acquire is judged admitted when the live holds' takes (each entry's
+//   `take`, absent = 1) plus its own make at most n, and that sum, on the read item, can only
+//   have fallen when the write lands (a hold's take is written once, by its acquire, which
+//   changes `fence`; renewals never touch it). It
 //   sets fence = read + 1 and the hold with that token, removes the holds (and an exclusive
 //   holder) the waiter saw expire, each conditional on its recordVersion, and sets or removes
 //   `permits`. A shared acquire is also conditional on no `writer` (or the one the waiter saw
@@ -134,12 +138,15 @@
 // takes at most 428 bytes: its map key, the owner value (32 hex + '|' + a label of at most 256
 // bytes = 289), 1 + 3 for the entry and its value's map, the field names recordVersion,
 // leaseMs, renewedAtMs, token (36) with 1 each (4), the 32-byte record version, three numbers
-// (63). A hold with job rules adds minHoldMs and lockDelayMs (20 bytes of names, 2 of entries, and
-// two numbers of at most 7 bytes: at most 12 digits each): it still fits 428, since the three
-// numbers above take at most 26 bytes at their true sizes (DynamoDB stores 1 byte plus 1 per two
-// digits: a lease of at most 12 digits, a wall-clock ms of 13, a token of 20). The rest of the item (keys of up to 1,280 bytes, exclusive holder, writer, fence,
-// permits, the closed marker, a release request of at most about 1.2 KB) takes at most about
-// 5 KB, break records at most
+// (63). A hold with job rules adds minHoldMs and lockDelayMs (20 bytes of names, 2 of entries,
+// and two numbers of at most 7 bytes: at most 12 digits each): it still fits 428, since the
+// three numbers above take at most 26 bytes at their true sizes (DynamoDB stores 1 byte plus 1
+// per two digits: a lease of at most 12 digits, a wall-clock ms of 13, a token of 20). A
+// semaphore hold that took k > 1 permits adds take (4 bytes of name, 1 of entry, a number of at
+// most 3 bytes: 8), perhaps past 428, but it counts for k >= 2 of the at most 900 permits: the
+// item has k - 1 holds fewer, and 900 x 428 still bounds them. The rest of the item (keys of up
+// to 1,280 bytes, exclusive holder, writer, fence, permits, the closed marker, a release request
+// of at most about 1.2 KB) takes at most about 5 KB, break records at most
 // kMaxBrokenRecordBytes (12 KB). kMaxHoldsPerName = 900 holds (385 KB) leaves a margin: the
 // 901st concurrent shared hold, or a semaphore of more than 900 permits, is refused with EINVAL
 // naming the limit.
@@ -174,6 +181,7 @@ struct HoldRecord {
   std::string value;           // the value stored with it ("" = none)
   uint64_t min_hold_ms = 0;    // what was left of its min hold at its last write (clamped); 0 = none
   uint64_t lock_delay_ms = 0;  // its lock-delay (clamped); 0 = none
+  uint32_t take = 1;           // the semaphore permits it counts for (absent, 0 or unreadable: 1)
 };
 
 // A writer's announcement, as stored in `writer`.

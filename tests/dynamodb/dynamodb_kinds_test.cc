@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -168,6 +169,134 @@ void PutHolds(DynaliteServer& ddb, const std::string& name, int count, uint64_t 
   if (permits != 0) item["permits"] = {{"N", std::to_string(permits)}};
   RawResponse put = ddb.Call("PutItem", nlohmann::json({{"TableName", "locks"}, {"Item", item}}).dump());
   ASSERT_EQ(put.status, 200) << put.body.substr(0, 300);
+}
+
+// The permits an item's holds take, as stored (each entry's `take`, absent = 1).
+uint64_t StoredTakes(const nlohmann::json& item) {
+  uint64_t sum = 0;
+  if (!item.contains("holds")) return 0;
+  for (const nlohmann::json& entry : item["holds"]["M"]) {
+    sum += entry["M"].contains("take") ? std::stoull(entry["M"]["take"]["N"].get<std::string>()) : 1;
+  }
+  return sum;
+}
+
+// A permit hold that took k > 1 stores k as `take` in its entry (a hold of one stores none);
+// renewals leave it alone; a waiter counts each entry's take against n, a foreign one's too.
+TEST_F(DynamoKindsTest, AHoldsTakeIsStoredInItsEntryAndCountedAgainstThePermits) {
+  Client a(url()), b(url()), c(url());
+  Options three, one, two;
+  three.permits(5).take(3).owner("three").lease(900).heartbeat(100);
+  one.permits(5).owner("one");
+  two.permits(5).take(2);
+  dlock_lock *l3, *l1, *l2 = nullptr;
+  ASSERT_EQ(dlock_acquire(a.get(), "weights", three.get(), &l3), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(b.get(), "weights", one.get(), &l1), DLOCK_OK) << dlock_last_error();
+  auto check_entries = [&] {
+    nlohmann::json holds = Item("weights")["holds"]["M"];
+    ASSERT_EQ(holds.size(), 2u);
+    for (auto it = holds.begin(); it != holds.end(); ++it) {
+      const std::string& owner = it.key();
+      const nlohmann::json& entry = it.value();
+      if (owner.size() > 6 && owner.substr(owner.size() - 6) == "|three") {
+        ASSERT_TRUE(entry["M"].contains("take")) << entry.dump();
+        EXPECT_EQ(entry["M"]["take"]["N"], "3");
+      } else {
+        EXPECT_FALSE(entry["M"].contains("take")) << "a hold of one permit stores none: " << entry.dump();
+      }
+    }
+  };
+  check_entries();
+  EXPECT_EQ(N(Item("weights"), "permits"), 5u);
+  EXPECT_EQ(dlock_acquire(c.get(), "weights", two.get(), &l2), DLOCK_NOT_ACQUIRED) << "3 + 1 + 2 of 5";
+  ASSERT_EQ(dlock_extend(l3, 20000), DLOCK_OK) << dlock_last_error();
+  std::this_thread::sleep_for(300ms);  // a few heartbeats
+  check_entries();
+  EXPECT_EQ(dlock_acquire(c.get(), "weights", two.get(), &l2), DLOCK_NOT_ACQUIRED);
+  ASSERT_EQ(dlock_release(l3), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(c.get(), "weights", two.get(), &l2), DLOCK_OK) << "1 + 2 of 5: " << dlock_last_error();
+  EXPECT_EQ(StoredTakes(Item("weights")), 3u);
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+  EXPECT_EQ(dlock_release(l2), DLOCK_OK);
+
+  // A hold written by another client (a crashed one: lease 0, never expires) with take 2, in a
+  // semaphore of 3: room for one permit, not two.
+  nlohmann::json item = {
+      {"id", {{"S", "dlock:foreign-take"}}},
+      {"fence", {{"N", "1000"}}},
+      {"permits", {{"N", "3"}}},
+      {"holds",
+       {{"M",
+         {{"0123456789abcdef0123456789abcdef|gone",
+           {{"M",
+             {{"recordVersion", {{"S", "v1"}}},
+              {"leaseMs", {{"N", "0"}}},
+              {"renewedAtMs", {{"N", "1"}}},
+              {"token", {{"N", "1000"}}},
+              {"take", {{"N", "2"}}}}}}}}}}}};
+  RawResponse put = ddb_.Call("PutItem", nlohmann::json({{"TableName", "locks"}, {"Item", item}}).dump());
+  ASSERT_EQ(put.status, 200) << put.body;
+  Options pair, single;
+  pair.permits(3).take(2);
+  single.permits(3);
+  dlock_lock *p = nullptr, *s1, *s2 = nullptr;
+  EXPECT_EQ(dlock_acquire(c.get(), "foreign-take", pair.get(), &p), DLOCK_NOT_ACQUIRED) << "2 + 2 of 3";
+  ASSERT_EQ(dlock_acquire(c.get(), "foreign-take", single.get(), &s1), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_lock_fencing_token(s1), 1001u);
+  EXPECT_EQ(dlock_acquire(c.get(), "foreign-take", single.get(), &s2), DLOCK_NOT_ACQUIRED) << "2 + 1 + 1 of 3";
+  EXPECT_EQ(StoredTakes(Item("foreign-take")), 3u);
+  EXPECT_EQ(dlock_release(s1), DLOCK_OK);
+}
+
+// Two acquires that both saw room for their take on the item as read cannot both land: the
+// write is conditional on the fence read, which the other's acquisition changed. Of a
+// semaphore of 4 with 1 permit taken, A and B (2 each) both judge 1 + 2 <= 4; B lands first,
+// A's write is refused, and A, judging again (1 + 2 + 2 > 4), is not admitted.
+TEST_F(DynamoKindsTest, TwoAcquiresThatBothSawRoomForTheirTakeCannotBothLand) {
+  Client first(url()), b(url());
+  Options one, two;
+  one.permits(4).lease(10000);
+  two.permits(4).take(2).lease(10000);
+  dlock_lock *l1, *lb = nullptr, *la = nullptr;
+  ASSERT_EQ(dlock_acquire(first.get(), "race", one.get(), &l1), DLOCK_OK) << dlock_last_error();
+  std::mutex mu;
+  int updates = 0;
+  dlock_status b_status = DLOCK_EIO;
+  std::string a_write, a_refusal;
+  const uint64_t fence = N(Item("race"), "fence");
+  FakeHttpServer proxy([&](const FakeRequest& r) {
+    auto target = r.headers.find("x-amz-target");
+    const bool update = target != r.headers.end() && target->second.find(".UpdateItem") != std::string::npos;
+    std::lock_guard<std::mutex> lock(mu);
+    if (update && ++updates == 2) {
+      // A's write judged from the item it read (its first one guessed a free item): B, which
+      // saw the same item, lands first.
+      b_status = dlock_acquire(b.get(), "race", two.get(), &lb);
+      a_write = r.body;
+      FakeResponse answer = ForwardTo(ddb_.endpoint(), r);
+      a_refusal = answer.body;
+      return answer;
+    }
+    return ForwardTo(ddb_.endpoint(), r);
+  });
+  Client a("dynamodb://locks?region=us-east-1&endpoint=" + proxy.url());
+  EXPECT_EQ(dlock_acquire(a.get(), "race", two.get(), &la), DLOCK_NOT_ACQUIRED) << dlock_last_error();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(b_status, DLOCK_OK) << "B saw 1 of 4 taken";
+  // The write held back was A's hold of 2, conditional on the fence A read.
+  nlohmann::json write = nlohmann::json::parse(a_write, nullptr, false);
+  ASSERT_TRUE(write.is_object()) << a_write;
+  bool fence_value = false, take_value = false;
+  for (const nlohmann::json& value : write["ExpressionAttributeValues"]) {
+    if (value == nlohmann::json({{"N", std::to_string(fence)}})) fence_value = true;
+    if (value.contains("M") && value["M"].contains("take")) take_value = value["M"]["take"]["N"] == "2";
+  }
+  EXPECT_TRUE(fence_value && take_value) << a_write;
+  EXPECT_NE(a_refusal.find("ConditionalCheckFailed"), std::string::npos) << a_refusal;
+  EXPECT_EQ(StoredTakes(Item("race")), 3u);
+  EXPECT_EQ(Item("race")["holds"]["M"].size(), 2u);
+  EXPECT_EQ(dlock_release(l1), DLOCK_OK);
+  EXPECT_EQ(dlock_release(lb), DLOCK_OK);
 }
 
 TEST_F(DynamoKindsTest, ManyExpiredHoldsAreClearedAcrossSeveralWrites) {
