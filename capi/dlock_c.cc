@@ -1007,6 +1007,11 @@ dlock_kind dlock_info_kind(const dlock_info* i) {
 
 uint32_t dlock_info_permits(const dlock_info* i) { return i == nullptr ? 0 : i->impl.permits; }
 
+uint32_t dlock_info_take(const dlock_info* i, uint32_t k) {
+  const dlock::HolderInfo* h = Holder(i, k);
+  return h == nullptr ? 0 : h->take;
+}
+
 const void* dlock_info_value(const dlock_info* i, uint32_t k, size_t* len) {
   const dlock::HolderInfo* h = Holder(i, k);
   if (len != nullptr) *len = h == nullptr ? 0 : h->value.size();

@@ -156,6 +156,7 @@ static int set_options(const cli_options *o, const char *command, dlock_queue *q
   if (s == DLOCK_OK && o->lock_delay_ms > 0) s = dlock_options_set_lock_delay_ms(opts, (uint64_t)o->lock_delay_ms);
   if (s == DLOCK_OK && o->shared) s = dlock_options_set_kind(opts, DLOCK_SHARED);
   if (s == DLOCK_OK && o->permits) s = dlock_options_set_permits(opts, o->permits);
+  if (s == DLOCK_OK && o->take) s = dlock_options_set_take(opts, o->take);
   if (s == DLOCK_OK) s = dlock_options_set_owner(opts, o->owner);
   if (s == DLOCK_OK && o->value) s = dlock_options_set_value(opts, o->value, strlen(o->value));
   if (s == DLOCK_OK) s = dlock_options_set_on_lost_queued(opts, q, LOCK_TAG(LOST_TAG, index));

@@ -26,6 +26,7 @@ static const option_spec kOptions[] = {
     {"wait", 0, CLI_OPT_WAIT, true},
     {"shared", 0, CLI_OPT_KIND, false},
     {"permits", 0, CLI_OPT_KIND, true},
+    {"take", 0, CLI_OPT_KIND, true},
     {"owner", 0, CLI_OPT_OWNER, true},
     {"value", 0, CLI_OPT_OWNER, true},
     {"on-lost", 0, CLI_OPT_ON_LOST, true},
@@ -266,6 +267,14 @@ static int apply(const char *command, const option_spec *s, const char *value, c
       return -1;
     }
     o->permits = (uint32_t)v;
+  } else if (strcmp(n, "take") == 0) {
+    char *end = NULL;
+    unsigned long long v = isdigit((unsigned char)value[0]) ? strtoull(value, &end, 10) : 0;
+    if (!end || *end || v == 0 || v > UINT32_MAX) {
+      say_error(command, "--take '%s' is not a number of permits to take (1 to %u)", value, UINT32_MAX);
+      return -1;
+    }
+    o->take = (uint32_t)v;
   } else if (strcmp(n, "owner") == 0) {
     o->owner = value;
   } else if (strcmp(n, "value") == 0) {
@@ -427,6 +436,15 @@ int finish_options(const char *command, cli_options *o) {
   if (o->shared && o->permits) {
     say_error(command, "--shared and --permits cannot be combined: a semaphore's holds are "
                        "counted, not shared");
+    return -1;
+  }
+  if (o->take && !o->permits) {
+    say_error(command, "--take needs --permits: it takes K of a semaphore's N permits at once");
+    return -1;
+  }
+  if (o->take > o->permits) {
+    say_error(command, "--take %" PRIu32 " is more than --permits %" PRIu32 ": it could never be granted",
+              o->take, o->permits);
     return -1;
   }
   if (o->kill_grace_given) {

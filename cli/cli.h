@@ -53,6 +53,7 @@ typedef struct cli_options {
   bool wait_given, kill_grace_given;
   bool shared;       /* --shared */
   uint32_t permits;  /* --permits N, 0 = off */
+  uint32_t take;     /* --take K: permits one acquire takes at once; 0 = not given (1) */
   const char *owner; /* --owner, default "HOST:PID" */
   const char *value; /* --value: stored with the hold, shown by inspect; NULL = none */
   const char *command; /* the command running (exec, elect), for its messages */
@@ -80,7 +81,7 @@ enum {
   CLI_OPT_URL = 1 << 0,
   CLI_OPT_LEASE = 1 << 1,
   CLI_OPT_WAIT = 1 << 2,
-  CLI_OPT_KIND = 1 << 3, /* --shared, --permits */
+  CLI_OPT_KIND = 1 << 3, /* --shared, --permits, --take */
   CLI_OPT_OWNER = 1 << 4,
   CLI_OPT_ON_LOST = 1 << 5, /* --on-lost, --kill-grace */
   CLI_OPT_JSON = 1 << 6,

@@ -106,6 +106,7 @@ static void print_info_json(const char *name, const dlock_info *info) {
     json_string(stdout, dlock_info_owner(info, k));
     printf(",\"fencing_token\":%" PRIu64 ",\"remaining_ms\":%" PRId64,
            dlock_info_fencing_token(info, k), dlock_info_remaining_ms(info, k));
+    if (dlock_info_permits(info) > 0) printf(",\"take\":%" PRIu32, dlock_info_take(info, k));
     size_t len = 0;
     const void *value = dlock_info_value(info, k, &len);
     json_value(stdout, value, len);
@@ -139,7 +140,9 @@ static void print_info_text(FILE *f, const char *name, const dlock_info *info) {
   if (one_line) {
     fputs(": held by ", f);
   } else if (permits > 0) {
-    fprintf(f, ": semaphore, %" PRIu32 " of %" PRIu32 " permits held\n", n, permits);
+    uint32_t taken = 0;  /* a hold may take several (dlock_options_set_take) */
+    for (uint32_t k = 0; k < n; ++k) taken += dlock_info_take(info, k);
+    fprintf(f, ": semaphore, %" PRIu32 " of %" PRIu32 " permits held\n", taken, permits);
   } else {
     fprintf(f, ": shared by %" PRIu32 "\n", n);
   }
@@ -147,6 +150,7 @@ static void print_info_text(FILE *f, const char *name, const dlock_info *info) {
     if (!one_line) fputs("  ", f);
     text_string(f, dlock_info_owner(info, k), true);
     fprintf(f, ", fencing token %" PRIu64 ", ", dlock_info_fencing_token(info, k));
+    if (dlock_info_take(info, k) > 1) fprintf(f, "%" PRIu32 " permits, ", dlock_info_take(info, k));
     print_remaining(f, dlock_info_remaining_ms(info, k));
     size_t len = 0;
     const void *value = dlock_info_value(info, k, &len);

@@ -697,8 +697,8 @@ static int check_names(const char *command, char **names, int n) {
   return 0;
 }
 
-/* exec and elect: elect is exec with no wait limit (a campaign) and no shared kind or permits
- * (a leadership is exclusive), and one name. The names stay in g_run.names (argv's words) for
+/* exec and elect: elect is exec with no wait limit (a campaign) and no shared kind, permits or
+ * take (a leadership is exclusive), and one name. The names stay in g_run.names (argv's words) for
  * --metrics-textfile; run_and_record frees them. */
 static int run_under_lock(cli_options *o, const char *command, unsigned groups, int argc, char **argv) {
   o->command = command;

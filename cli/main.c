@@ -48,6 +48,8 @@ static const char kLockOptions[] =
     "  --wait D        how long to wait for the lock (default -1 = no limit; 0 = one try)\n"
     "  --shared        a shared (read) hold: any number at once, no exclusive one meanwhile\n"
     "  --permits N     one of N permits of a counting semaphore\n"
+    "  --take K        with --permits: take K of the N permits at once, all or none\n"
+    "                  (default 1)\n"
     LABEL_OPTIONS RULE_OPTIONS;
 static const char kLeaderOptions[] = LEASE_OPTION LABEL_OPTIONS;
 static const char kExecOptions[] =
@@ -102,8 +104,8 @@ void print_help(const char *command, FILE *f) {
           "term is DLOCK_FENCING_TOKEN: greater than every earlier term of NAME. Losing the\n"
           "leadership stops CMD as --on-lost says; dlock exits with CMD's status, and\n"
           "resigns (the next candidate leads). --value stores the leader's value (its\n"
-          "address), which dlock inspect shows. Takes exec's options but --wait, --shared\n"
-          "and --permits.\n\n",
+          "address), which dlock inspect shows. Takes exec's options but --wait, --shared,\n"
+          "--permits and --take.\n\n",
           f);
     fputs(kLeaderOptions, f);
     fputs(kExecOptions, f);

@@ -4,7 +4,9 @@
 -- Returns {0} when free; {1, label, pttl, token, value} for the exclusive holder (label "" when
 -- none; pttl -1 for no expiry; token: the fence counter, which is the holder's token since no
 -- acquire succeeds while it holds; value '' when none); {2, sort, label, pttl, token, value,
--- ...} for shared or semaphore holders (sort 'shared' or 'permits:N'), at most 10000 of them.
+-- ...} for shared or semaphore holders (sort 'shared' or 'permits:N'), at most 10000 of them;
+-- {3, sort, label, pttl, token, value, take, ...} for a semaphore some hold of which took more
+-- than one permit (acquire.lua's '~take').
 -- When a marker closes the name (the holder key holds '~' .. what left it, e.g. '~broken'; or
 -- the holds key has '~min_hold' or '~lock_delay' members: acquire.lua) or holds were broken lately, that reply comes wrapped: {-1, reply, closed ms (0 = none), closed
 -- by ('' = none), {token, reason, ...}}.
@@ -40,7 +42,8 @@ local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local holds = redis.pcall('ZRANGEBYSCORE', KEYS[3], '(' .. string.format('%.0f', now_ms), '+inf',
                           'WITHSCORES', 'LIMIT', 0, 10000)
 if type(holds) ~= 'table' then holds = {} end
-local out = {2, redis.call('HGET', KEYS[4], '~sort') or 'shared'}
+local takes = redis.call('HEXISTS', KEYS[4], '~take') == 1
+local out = {takes and 3 or 2, redis.call('HGET', KEYS[4], '~sort') or 'shared'}
 for i = 1, #holds, 2 do
   local left = holds[i + 1] == 'inf' and -1 or tonumber(holds[i + 1]) - now_ms
   if string.byte(holds[i], 1) == 126 then  -- '~': a job rule's marker (acquire.lua)
@@ -50,6 +53,7 @@ for i = 1, #holds, 2 do
     out[#out + 1] = left
     out[#out + 1] = redis.call('HGET', KEYS[4], holds[i]) or '0'
     out[#out + 1] = value_of(holds[i])
+    if takes then out[#out + 1] = tonumber(redis.call('HGET', KEYS[4], holds[i] .. ' k') or '1') or 1 end
   end
 end
 if #out == 2 then return with_extras({0}) end

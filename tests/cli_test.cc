@@ -467,6 +467,33 @@ TEST_F(CliTest, SharedHoldsAndPermitsFromTheCommandLine) {
   EXPECT_EQ(Run({"exec", "--wait", "0", "table", "--", "true"}).code, 75) << "a writer among readers";
 }
 
+TEST_F(CliTest, TakeSeveralPermitsFromTheCommandLine) {
+  // One exec takes both permits of 2 while its CMD waits for `go`, which the test creates only
+  // once the other calls returned: no timing decides what they see.
+  const std::string started = Path("started"), go = Path("go");
+  ChildProcess both(Args({"exec", "--permits", "2", "--take", "2", "pool", "--", "sh", "-c",
+                          "echo $$ > " + started + "; while [ ! -e " + go + " ]; do sleep 0.05; done"}),
+                    ChildOptions::Env(Env()));
+  ASSERT_TRUE(WaitForFile(started, 20s)) << both.output();
+  Outcome one = Run({"exec", "--wait", "0", "--permits", "2", "--take", "1", "pool", "--", "true"});
+  EXPECT_EQ(one.code, 75) << one.output;  // none left for a take of 1
+  EXPECT_EQ(Run({"exec", "--wait", "0", "--permits", "2", "pool", "--", "true"}).code, 75);
+  nlohmann::json info = nlohmann::json::parse(Run({"inspect", "--json", "pool"}).output);
+  EXPECT_EQ(info["permits"], 2);
+  EXPECT_EQ(info["holders"].size(), 1u) << info.dump();  // one hold for the 2
+  EXPECT_EQ(info["holders"][0]["take"], 2) << info.dump();
+  Outcome shown = Run({"inspect", "pool"});
+  EXPECT_EQ(shown.output.rfind("pool: semaphore, 2 of 2 permits held\n", 0), 0u) << shown.output;
+  EXPECT_NE(shown.output.find("2 permits, "), std::string::npos) << shown.output;
+  std::ofstream(go).close();
+  EXPECT_EQ(both.Wait(20s), 0) << both.output();
+  EXPECT_FALSE(Held("pool"));
+  // Its release freed both: a take of 2 gets them at once.
+  EXPECT_EQ(Run({"exec", "--wait", "0", "--permits", "2", "--take", "2", "pool", "--", "true"}).code, 0);
+  // --take 1 is the default said aloud.
+  EXPECT_EQ(Run({"exec", "--wait", "0", "--permits", "2", "--take", "1", "pool", "--", "true"}).code, 0);
+}
+
 TEST_F(CliTest, BadInputIsOneLineAndTheUsageCode) {
   struct Case {
     std::vector<std::string> args;
@@ -485,6 +512,13 @@ TEST_F(CliTest, BadInputIsOneLineAndTheUsageCode) {
       {{"exec", "--on-lost", "maybe", "job", "--", "true"}, "not one of term, kill, ignore"},
       {{"exec", "--permits", "0", "job", "--", "true"}, "--permits '0'"},
       {{"exec", "--shared", "--permits", "2", "job", "--", "true"}, "cannot be combined"},
+      {{"exec", "--permits", "2", "--take", "0", "job", "--", "true"}, "--take '0' is not a number"},
+      {{"exec", "--permits", "2", "--take", "two", "job", "--", "true"}, "--take 'two' is not a number"},
+      {{"exec", "--permits", "2", "--take", "4294967296", "job", "--", "true"}, "--take '4294967296'"},
+      {{"exec", "--take", "2", "job", "--", "true"}, "--take needs --permits"},
+      {{"hold", "--take", "1", "job"}, "--take needs --permits"},
+      {{"exec", "--permits", "2", "--take", "3", "job", "--", "true"}, "--take 3 is more than --permits 2"},
+      {{"elect", "--take", "2", "job", "--", "true"}, "--take"},
       {{"exec", "--frob", "job", "--", "true"}, "unknown option '--frob'"},
       {{"exec", "", "--", "true"}, "name"},
       {{"exec", long_name, "--", "true"}, "1024"},

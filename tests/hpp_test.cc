@@ -159,6 +159,60 @@ TEST_F(HppTest, SharedHoldsAndPermitsThroughTheWrapper) {
   EXPECT_EQ(info.holders[0].fencing_token, permit.fencing_token());
 }
 
+TEST_F(HppTest, TakeSeveralPermitsThroughTheWrapper) {
+  dlock::Client client(redis_.url()), other(redis_.url()), observer(redis_.url());
+  const auto of4 = [] { return dlock::Options().permits(4); };
+  dlock::Lock three = client.acquire("hpp/take", of4().take(3).owner("three"));
+  dlock::Info info = observer.inspect("hpp/take");
+  EXPECT_EQ(info.permits, 4u);
+  ASSERT_EQ(info.holders.size(), 1u);  // one hold for the 3
+  EXPECT_EQ(info.holders[0].owner, "three");
+  EXPECT_FALSE(other.try_acquire("hpp/take", of4().take(2)));  // 2 do not fit in the 1 left
+  dlock::Lock one = other.try_acquire("hpp/take", of4().take(1));
+  ASSERT_TRUE(one);
+  EXPECT_FALSE(observer.try_acquire("hpp/take", of4()));  // none left
+  three.release();  // frees all 3
+  dlock::Lock again = observer.try_acquire("hpp/take", of4().take(3));
+  ASSERT_TRUE(again);
+  EXPECT_GT(again.fencing_token(), one.fencing_token());
+  again.release();
+  one.release();
+  EXPECT_TRUE(observer.inspect("hpp/take").is_free());
+
+  // 0 at the setter, more than the permits or more than 1 without any at acquire: DLOCK_EINVAL,
+  // naming take (and permits); nothing taken.
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { client.acquire("hpp/take", of4().take(0)); }, &message), DLOCK_EINVAL);
+  EXPECT_NE(message.find("take"), std::string::npos) << message;
+  for (const dlock::Options& bad : {of4().take(5), dlock::Options().take(2)}) {
+    EXPECT_EQ(CodeOf([&] { client.acquire("hpp/take", bad); }, &message), DLOCK_EINVAL);
+    EXPECT_NE(message.find("take"), std::string::npos) << message;
+    EXPECT_NE(message.find("permits"), std::string::npos) << message;
+  }
+  std::error_code ec;
+  EXPECT_FALSE(client.acquire("hpp/take", of4().take(5), ec));
+  EXPECT_EQ(ec, DLOCK_EINVAL);
+  EXPECT_TRUE(observer.inspect("hpp/take").is_free());
+  // take(1) alone builds options (no fast path past it) and is the default said aloud.
+  client.acquire("hpp/take", dlock::Options().take(1)).release();
+
+  // A re-entry asks the same take.
+  dlock::Lock held = client.acquire("hpp/take", of4().take(2).reentrant("job"));
+  dlock::Lock inner = client.acquire("hpp/take", of4().take(2).reentrant("job"));
+  EXPECT_EQ(inner.fencing_token(), held.fencing_token());
+  EXPECT_EQ(CodeOf([&] { client.acquire("hpp/take", of4().take(3).reentrant("job")); }, &message),
+            DLOCK_EINVAL);
+  EXPECT_NE(message.find("take"), std::string::npos) << message;
+  inner.release();
+  held.release();
+
+  // Several names, each taking 3.
+  dlock::LockGroup group = client.acquire_many({"hpp/take-a", "hpp/take-b"}, of4().take(3));
+  EXPECT_FALSE(other.try_acquire("hpp/take-a", of4().take(2)));
+  EXPECT_TRUE(other.try_acquire("hpp/take-b", of4()));
+  group.release();
+}
+
 TEST_F(HppTest, TokensIncreaseAcrossAcquisitions) {
   dlock::Client client(redis_.url());
   uint64_t last = 0;

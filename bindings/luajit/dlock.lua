@@ -144,6 +144,7 @@ dlock_status dlock_options_set_reentrant(dlock_options *o, const char *context);
 dlock_status dlock_acquire_many(dlock_client *c, const char *const *names, size_t n,
                                 const dlock_options *o, dlock_lock **locks_out);
 dlock_status dlock_release_many(dlock_lock **locks, size_t n);
+dlock_status dlock_options_set_take(dlock_options *o, uint32_t k);
 ]]
 ffi.cdef [[ char *getcwd(char *buf, size_t size); ]]  -- redeclaring it elsewhere is harmless
 -- poll(2) and clock_gettime(2) for client:dispatch, under names of this module's own (a user's
@@ -242,6 +243,9 @@ local HAS_REENTRANT = pcall(function() return C.dlock_options_set_reentrant end)
 -- still loads; client:acquire_many then gets nil, message, "EINVAL" saying so (dlock.release_many
 -- releases lock by lock).
 local HAS_MANY = pcall(function() return C.dlock_acquire_many, C.dlock_release_many end)
+-- Taking several of a semaphore's permits at once (dlock_options_set_take): a library from
+-- before it still loads; a take other than 1 then gets nil, message, "EINVAL" saying so.
+local HAS_TAKE = pcall(function() return C.dlock_options_set_take end)
 
 -- The library's limits (dlock_limit_value): the longest lock name and owner label, in bytes.
 M.MAX_NAME_BYTES = tonumber(C.dlock_limit_value(0))   -- DLOCK_LIMIT_NAME_BYTES
@@ -1203,11 +1207,11 @@ local DEFAULT_WAIT_MS = -1
 local NO_OPTS = {}
 
 -- Options a campaign does not take: a leadership is exclusive and waits without limit.
-local NOT_CAMPAIGN = { wait_ms = true, kind = true, shared = true, permits = true }
+local NOT_CAMPAIGN = { wait_ms = true, kind = true, shared = true, permits = true, take = true }
 
 -- Returns the dlock_options for opts (nil: the defaults), on_lost, the wait in ms (a number
 -- or 64-bit cdata) and on_release_requested; or false, message, code when the library refuses
--- a value. campaign: opts are a campaign's (no wait_ms, kind, shared or permits).
+-- a value. campaign: opts are a campaign's (no wait_ms, kind, shared, permits or take).
 local function build_options(opts, fname, campaign)
   if opts == nil then opts = NO_OPTS end
   if type(opts) ~= "table" then argerror(2, fname, "table expected, got " .. type(opts)) end
@@ -1260,6 +1264,12 @@ local function build_options(opts, fname, campaign)
     or permits > 2^32 - 1) then
     argerror(2, fname, "permits must be an integer from 0 to 4294967295")
   end
+  -- 0 goes to the library, whose "EINVAL" says why; 1 (the default) needs nothing of it.
+  local take = opts.take
+  if take ~= nil and (type(take) ~= "number" or take % 1 ~= 0 or take < 0 or take > 2^32 - 1) then
+    argerror(2, fname, "take must be an integer from 1 to 4294967295")
+  end
+  if take == 1 then take = nil end
   if opts.fair ~= nil and type(opts.fair) ~= "boolean" then
     argerror(2, fname, "fair must be a boolean, got " .. type(opts.fair))
   end
@@ -1279,7 +1289,7 @@ local function build_options(opts, fname, campaign)
   for k in pairs(opts) do
     if k ~= "lease_ms" and k ~= "wait_ms" and k ~= "heartbeat_ms" and k ~= "retry_ms"
       and k ~= "owner" and k ~= "on_lost" and k ~= "kind" and k ~= "shared" and k ~= "permits"
-      and k ~= "fair" and k ~= "value" and k ~= "max_hold_ms" and k ~= "min_hold_ms"
+      and k ~= "take" and k ~= "fair" and k ~= "value" and k ~= "max_hold_ms" and k ~= "min_hold_ms"
       and k ~= "lock_delay_ms" and k ~= "on_release_requested" and k ~= "reentrant" then
       argerror(2, fname, "unknown option '" .. tostring(k) .. "'")
     end
@@ -1292,6 +1302,10 @@ local function build_options(opts, fname, campaign)
   if opts.reentrant and not HAS_REENTRANT then
     return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no "
       .. "reentrancy (dlock_options_set_reentrant) for reentrant; install a newer one", "EINVAL"
+  end
+  if take and not HAS_TAKE then
+    return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " cannot take "
+      .. "several permits at once (dlock_options_set_take) for take; install a newer one", "EINVAL"
   end
   if max_hold and not HAS_MAX_HOLD then
     return false, fname .. ": libdlock " .. version .. " at " .. library_path .. " has no max hold "
@@ -1319,6 +1333,7 @@ local function build_options(opts, fname, campaign)
   if s == 0 and opts.reentrant then s = C.dlock_options_set_reentrant(o, opts.reentrant) end
   if s == 0 and kind then s = C.dlock_options_set_kind(o, KIND_NUMBERS[kind]) end
   if s == 0 and permits then s = C.dlock_options_set_permits(o, permits) end
+  if s == 0 and take then s = C.dlock_options_set_take(o, take) end
   if s == 0 and opts.fair ~= nil then s = C.dlock_options_set_fair(o, opts.fair and 1 or 0) end
   if s == 0 and opts.value ~= nil then s = C.dlock_options_set_value(o, opts.value, #opts.value) end
   if s ~= 0 then
@@ -1438,14 +1453,16 @@ end
 --   nginx, say; while this client holds the name under the same context, an acquire of it
 --   re-enters at once, even with wait_ms = 0: a lock of its own on that hold, with the same
 --   fencing token; only the release of the last of them frees the name; a re-entry of a lost
---   hold is "NOT_HELD", of another kind or permits "EINVAL"; another context, or none, contends;
+--   hold is "NOT_HELD", of another kind, permits or take "EINVAL"; another context, or none, contends;
 --   "" is "EINVAL"), on_lost = function(lock) (see the note at the top),
 --   on_release_requested = function(lock, reason) (the hold listens for client:request_release
 --   while it holds; called where observer reports are: client:poll / client:dispatch, or under
 --   nginx in a timer light thread; it may release the lock), kind =
 --   "exclusive" (default) or "shared" (shared = true says the same), permits = n (a semaphore
---   of n holders; 0 = off): the library refuses kinds the backend does not offer, a shared
---   semaphore, and another n (or a lock kind) than the name's holders have, with "EINVAL";
+--   of n holders; 0 = off), take = k (how many of the n permits this acquire takes at once, all
+--   or none; default 1): the library refuses kinds the backend does not offer, a shared
+--   semaphore, another n (or a lock kind) than the name's holders have, a take of 0, and one
+--   above 1 without permits or above the permits, with "EINVAL";
 --   fair = true (default: a waiting exclusive acquire takes a place in line and a release hands
 --   it the lock, in arrival order, where the backend has the "fair" capability) or false (it
 --   competes with every other waiter at each release), value (a string of any bytes, NUL
@@ -1491,7 +1508,7 @@ end
 -- Stands for leader of the election name and waits, without limit, until this candidate leads
 -- (dlock_campaign); returns the leadership, a lock whose fencing token is the term (greater
 -- than every earlier term of the name), or nil, message, code. opts as for acquire but wait_ms,
--- kind, shared and permits (a leadership is exclusive and waits without limit: those raise):
+-- kind, shared, permits and take (a leadership is exclusive and waits without limit: those raise):
 -- value is what the leader proclaims (its address, say), shown by client:leader;
 -- lock:set_value replaces it, lock:release resigns. Under nginx it yields while it waits.
 function Client:campaign(name, opts)

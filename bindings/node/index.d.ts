@@ -127,8 +127,8 @@ export interface AcquireOptions {
    * client holds the name under the same context, another acquire of it waits for nothing (even
    * with waitMs 0) and resolves with a Lock of its own on that hold, with the same fencingToken;
    * the name stays held until the last of them is released. A re-entry of a hold that was lost or
-   * is past its local deadline rejects with a LockLostError (NOT_HELD), one asking another kind or
-   * permits with an InvalidArgumentError. Another context, or none, contends as anyone does. The
+   * is past its local deadline rejects with a LockLostError (NOT_HELD), one asking another kind,
+   * permits or take with an InvalidArgumentError. Another context, or none, contends as anyone does. The
    * hold's 'lost' and 'releaseRequested' are told to its first Lock only. '' is a TypeError;
    * undefined or null (the default): not reentrant.
    */
@@ -145,6 +145,13 @@ export interface AcquireOptions {
    * it, with a shared kind, or when the name is held with another number of permits (or as a lock).
    */
   permits?: number;
+  /**
+   * How many of the semaphore's permits this acquire takes at once, all or none (default 1): the
+   * hold counts take against permits until it ends, and its release frees them all (one Lock, one
+   * fencing token, lease and heartbeat). 0 is an InvalidArgumentError, as is more than 1 without
+   * permits or more than permits (at acquire); not an integer from 0 to 2^32 - 1, a RangeError.
+   */
+  take?: number;
   /**
    * true (default): a waiting exclusive acquire takes a place in line and a release hands it the
    * lock, in arrival order (backends with the fair capability); false: it competes with every
@@ -166,9 +173,9 @@ export interface AcquireOptions {
 
 /**
  * A campaign's options: an acquire's, but a leadership is exclusive and its campaign waits until
- * it leads (no waitMs, kind, shared or permits: a TypeError).
+ * it leads (no waitMs, kind, shared, permits or take: a TypeError).
  */
-export type CampaignOptions = Omit<AcquireOptions, 'waitMs' | 'kind' | 'shared' | 'permits'>;
+export type CampaignOptions = Omit<AcquireOptions, 'waitMs' | 'kind' | 'shared' | 'permits' | 'take'>;
 
 /**
  * lockMany()'s options (and using()'s with several names): an acquire's, applied to every name,
@@ -621,7 +628,10 @@ export class Mutex {
   cancel(): void;
 }
 
-/** A Mutex whose acquires each take one of permits (at most permits holders at once). */
+/**
+ * A Mutex whose acquires each take one of permits (at most permits holders at once), or
+ * options.take of them (given to the constructor, or to one acquire).
+ */
 export class Semaphore extends Mutex {
   /** Also client.semaphore(name, permits, options). */
   constructor(client: Client, name: string | Uint8Array, permits: number, options?: Omit<AcquireOptions, 'permits'>);

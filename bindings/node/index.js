@@ -260,6 +260,14 @@ function needReentrant(what) {
   }
 }
 
+// Taking several permits at once likewise (lib/native.js's hasTake).
+function needTake(what) {
+  if (!native.hasTake) {
+    throw errorFor(S.EINVAL, `${what}: libdlock ${native.version} at ${native.libraryPath} cannot take several ` +
+      'permits at once (dlock_options_set_take) for options.take; install a newer one');
+  }
+}
+
 // Release requests need a library that has them (lib/native.js's hasReleaseRequest).
 function needReleaseRequest(what) {
   if (!native.hasReleaseRequest) {
@@ -380,8 +388,9 @@ function checkValue(what, v) {
 }
 
 const OPTION_KEYS = new Set(['leaseMs', 'waitMs', 'heartbeatMs', 'maxHoldMs', 'minHoldMs', 'lockDelayMs',
-  'retryMs', 'owner', 'reentrant', 'kind', 'shared', 'permits', 'fair', 'signal', 'value', 'onReleaseRequested']);
-// A campaign is an exclusive acquire that waits without limit: no kind, permits or waitMs.
+  'retryMs', 'owner', 'reentrant', 'kind', 'shared', 'permits', 'take', 'fair', 'signal', 'value',
+  'onReleaseRequested']);
+// A campaign is an exclusive acquire that waits without limit: no kind, permits, take or waitMs.
 const CAMPAIGN_KEYS = new Set(['leaseMs', 'heartbeatMs', 'maxHoldMs', 'minHoldMs', 'lockDelayMs', 'retryMs',
   'owner', 'reentrant', 'fair', 'signal', 'value', 'onReleaseRequested']);
 
@@ -469,6 +478,17 @@ function checkOptions(opts, keys = OPTION_KEYS) {
       throw rangeError(`options.permits must be an integer from 0 to ${0xffffffff}, got ${opts.permits}`);
     }
     o.permits = opts.permits;
+  }
+  if (opts.take !== undefined) {
+    if (typeof opts.take !== 'number') {
+      throw typeError('ERR_INVALID_ARG_TYPE', `options.take must be a number, got ${describe(opts.take)}`);
+    }
+    if (!Number.isInteger(opts.take) || opts.take < 0 || opts.take > 0xffffffff) {
+      throw rangeError(`options.take must be an integer from 1 to ${0xffffffff}, got ${opts.take}`);
+    }
+    // 0 goes to the library, whose InvalidArgumentError says why; 1 (the default) is left out,
+    // so that it needs nothing of the library.
+    if (opts.take !== 1) o.take = opts.take;
   }
   if (opts.fair !== undefined) {
     if (typeof opts.fair !== 'boolean') {
@@ -1080,8 +1100,9 @@ class Client extends EventEmitter {
    * Acquires the lock called name, waiting without limit unless options.waitMs bounds it (0 =
    * one try) or options.signal aborts it. Returns a promise of a Lock, or with a callback
    * (err, lock) returns undefined. options: { leaseMs, waitMs, heartbeatMs, maxHoldMs, minHoldMs,
-   * lockDelayMs, retryMs, owner, reentrant, kind, shared, permits, fair, signal, value, onReleaseRequested }; shared: true is
-   * kind: 'shared'. maxHoldMs: the longest the heartbeats keep the hold (0 = none); past it the
+   * lockDelayMs, retryMs, owner, reentrant, kind, shared, permits, take, fair, signal, value, onReleaseRequested };
+   * shared: true is kind: 'shared'. take: how many of the semaphore's permits this acquire takes at
+   * once, all or none (default 1). maxHoldMs: the longest the heartbeats keep the hold (0 = none); past it the
    * lock ends with its lease and is lost with cause 'max_hold'. minHoldMs: the shortest the name
    * stays taken after the acquire, however the hold ends (an earlier release leaves it closed,
    * closedBy 'min_hold'). lockDelayMs: how long the name stays closed after the lease runs out
@@ -1147,6 +1168,7 @@ class Client extends EventEmitter {
     if (o.lockDelayMs !== undefined) needLockDelay(opName(o));
     if (o.onReleaseRequested !== undefined) needReleaseRequest(opName(o));
     if (o.reentrant !== undefined) needReentrant(opName(o));
+    if (o.take !== undefined) needTake(opName(o));
     const waitMs = o.waitMs ?? -1;  // like `dlock exec` and flock: wait until it comes
     const opts = C.options_new();
     if (!opts) throw errorFor(S.ENOMEM, 'dlock_options_new: out of memory');
@@ -1161,6 +1183,7 @@ class Client extends EventEmitter {
     if (s === 0 && o.reentrant !== undefined) s = C.options_set_reentrant(opts, o.reentrant);
     if (s === 0 && o.kind !== undefined) s = C.options_set_kind(opts, o.kind);
     if (s === 0 && o.permits !== undefined) s = C.options_set_permits(opts, o.permits);
+    if (s === 0 && o.take !== undefined) s = C.options_set_take(opts, o.take);
     if (s === 0 && o.fair !== undefined) s = C.options_set_fair(opts, o.fair ? 1 : 0);
     if (s === 0 && o.value !== undefined) s = C.options_set_value(opts, o.value, o.value.length);
     const lost = lostEntry(o);
@@ -1251,6 +1274,7 @@ class Client extends EventEmitter {
     if (o.lockDelayMs !== undefined) needLockDelay(opName(o));
     if (o.onReleaseRequested !== undefined) needReleaseRequest(opName(o));
     if (o.reentrant !== undefined) needReentrant(opName(o));
+    if (o.take !== undefined) needTake(opName(o));
     const lost = lostEntry(o);
     const lostTag = lostRefs.add(lost);
     const signal = o.signal;
@@ -1285,8 +1309,12 @@ class Client extends EventEmitter {
     try {
       // A value is a 14th argument, a max hold a 15th, a min hold and a lock delay a 16th and
       // 17th, the tag of release requests an 18th (the loss tag), the reentrant context a 19th,
-      // passed only when there is one.
-      if (o.reentrant !== undefined) {
+      // the take a 20th, passed only when there is one.
+      if (o.take !== undefined) {
+        s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
+          o.kind, o.permits, o.fair, o.value, o.maxHoldMs, o.minHoldMs, o.lockDelayMs,
+          o.onReleaseRequested !== undefined ? lostTag : undefined, o.reentrant, o.take);
+      } else if (o.reentrant !== undefined) {
         s = A.acquire(h, cname, id, lostTag, o.waitMs ?? -1, o.leaseMs, o.heartbeatMs, r?.[0], r?.[1], o.owner,
           o.kind, o.permits, o.fair, o.value, o.maxHoldMs, o.minHoldMs, o.lockDelayMs,
           o.onReleaseRequested !== undefined ? lostTag : undefined, o.reentrant);
@@ -1587,7 +1615,7 @@ class Client extends EventEmitter {
   /**
    * Stands for leader of the election name and waits, without limit, until this candidate leads:
    * a promise of the leadership, a held Lock whose fencingToken is the term (greater than every
-   * earlier term of the name). options: acquire()'s but waitMs, kind, shared and permits: { value,
+   * earlier term of the name). options: acquire()'s but waitMs, kind, shared, permits and take: { value,
    * leaseMs, heartbeatMs, maxHoldMs, minHoldMs, lockDelayMs, retryMs, owner, reentrant, fair, signal }; value (a string or bytes) is what it
    * proclaims, lock.setValue() replaces it, lock.release() resigns. options.signal withdraws the
    * candidacy (CancelledError). Or with a callback (err, lock).
@@ -1834,7 +1862,10 @@ class Client extends EventEmitter {
     return new Mutex(this, name, options);
   }
 
-  /** A Semaphore of permits holders over name: a Mutex whose acquires take one of the permits. */
+  /**
+   * A Semaphore of permits holders over name: a Mutex whose acquires take one of the permits
+   * (options.take of them, given here or to one acquire).
+   */
   semaphore(name, permits, options) {
     return new Semaphore(this, name, permits, options);
   }

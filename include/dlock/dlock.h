@@ -592,6 +592,9 @@ DLOCK_API uint64_t dlock_info_fencing_token(const dlock_info *i, uint32_t k);
 DLOCK_API dlock_kind dlock_info_kind(const dlock_info *i);
 /* The semaphore's number of permits while the name is one; 0 for a lock, a free name or NULL. */
 DLOCK_API uint32_t dlock_info_permits(const dlock_info *i);
+/* How many of the semaphore's permits holder k took (dlock_options_set_take): 1 for every other
+ * hold, 0 when k is out of range. The permits in use are the sum over the holders. */
+DLOCK_API uint32_t dlock_info_take(const dlock_info *i, uint32_t k);
 /* dlock_inspect, asynchronously (see "event-loop integration"): done runs once on the client's
  * loop thread, never inside the call, with the snapshot (the callee's to free with
  * dlock_info_free) or NULL and the error. A closed client is DLOCK_EINVAL, done not called. */

@@ -175,8 +175,9 @@
 // returns the leadership: a Lock whose fencing_token() is the term, greater than every earlier
 // term of the name (hand it to whatever the leader writes, and have that refuse writes below the
 // highest term it has seen). The options are an acquire's: lease, heartbeat, max_hold,
-// min_hold, lock_delay, owner, reentrant, value, on_lost, fair; their wait is ignored (no limit), and a shared kind or permits are
-// DLOCK_EINVAL (a leadership is exclusive). Releasing the Lock resigns: the next candidate leads
+// min_hold, lock_delay, owner, reentrant, value, on_lost, fair; their wait is ignored (no limit),
+// and a shared kind, permits or a take above 1 are DLOCK_EINVAL (a leadership is exclusive).
+// Releasing the Lock resigns: the next candidate leads
 // (in arrival order on backends with DLOCK_CAP_FAIR). Client::leader(name) is the leader's
 // Holder (value, owner, term as fencing_token, lease left), or std::nullopt when nobody leads;
 // DLOCK_EINVAL when the name is held shared or is a semaphore. A lost leadership is reported as
@@ -545,7 +546,7 @@ class Options {
   // (even with no_wait()) and returns a Lock of its own on that hold, with the same
   // fencing_token(); only the release of the last of them releases on the server. A re-entry
   // of a hold that was lost or is past its local deadline is DLOCK_NOT_HELD; one asking another
-  // kind or permits DLOCK_EINVAL. Another context, or none, contends as anyone does (threads
+  // kind, permits or take DLOCK_EINVAL. Another context, or none, contends as anyone does (threads
   // sharing a Client too). A context must be unique while its holds live (thread ids are
   // recycled once a thread ends). "" is DLOCK_EINVAL at acquire; no_reentrancy() (the default)
   // turns it off. See "Reentrancy" at the top of this file for the handlers' lifetime.
@@ -556,6 +557,11 @@ class Options {
   Options& shared() { return kind(DLOCK_SHARED); }
   // One of n permits of a counting semaphore; 0 = not a semaphore (DLOCK_CAP_PERMITS).
   Options& permits(uint32_t n) { permits_ = n; return *this; }
+  // How many of the semaphore's permits one acquire takes at once, all or none (default 1): the
+  // hold counts k against the permits until it ends, and its release frees all k (one Lock,
+  // fencing token, lease and heartbeat). 0 is DLOCK_EINVAL; more than 1 without permits, or
+  // more than the permits, is DLOCK_EINVAL at acquire.
+  Options& take(uint32_t k) { take_ = k; return *this; }
   // false: wait unfairly, woken by every release (DLOCK_CAP_FAIR; default true).
   Options& fair(bool f) { fair_ = f; return *this; }
   // A value stored on the server with the hold: any bytes, at most DLOCK_MAX_VALUE_BYTES
@@ -586,7 +592,7 @@ class Options {
                      detail::OptionsPtr* out) const noexcept {
     out->reset();
     if (!lease_ && !heartbeat_ && !max_hold_ && !min_hold_ && !lock_delay_ && !wait_ && !retry_ && !owner_ &&
-        !reentrant_ && !kind_ && !permits_ && !fair_ && !value_ && !hook && !request_hook) {
+        !reentrant_ && !kind_ && !permits_ && !take_ && !fair_ && !value_ && !hook && !request_hook) {
       return DLOCK_OK;
     }
     detail::OptionsPtr o(dlock_options_new());
@@ -621,6 +627,7 @@ class Options {
     }
     if (s == DLOCK_OK && kind_) s = detail::FromC(dlock_options_set_kind(o.get(), *kind_));
     if (s == DLOCK_OK && permits_) s = detail::FromC(dlock_options_set_permits(o.get(), *permits_));
+    if (s == DLOCK_OK && take_) s = detail::FromC(dlock_options_set_take(o.get(), *take_));
     if (s == DLOCK_OK && fair_) s = detail::FromC(dlock_options_set_fair(o.get(), *fair_ ? 1 : 0));
     if (s == DLOCK_OK && value_) s = detail::FromC(dlock_options_set_value(o.get(), value_->data(), value_->size()));
     if (s == DLOCK_OK && hook) {
@@ -645,6 +652,7 @@ class Options {
   std::optional<std::string> reentrant_;
   std::optional<dlock_kind> kind_;
   std::optional<uint32_t> permits_;
+  std::optional<uint32_t> take_;
   std::optional<bool> fair_;
   std::optional<std::string> value_;
   LostHandler on_lost_;
@@ -1118,7 +1126,8 @@ class Client {
   }
   // Waits, without limit, until this candidate leads `name`; returns the leadership, whose
   // fencing_token() is the term (see "Values and leader election"). The options' wait is
-  // ignored; a shared kind or permits throw DLOCK_EINVAL. Throws Error on failure.
+  // ignored; a shared kind, permits or a take above 1 throw DLOCK_EINVAL. Throws Error on
+  // failure.
   Lock campaign(const std::string& name, const Options& options = Options()) {
     Lock lock;
     detail::Check(Acquire(name, options, &lock, &dlock_campaign));

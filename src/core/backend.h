@@ -77,6 +77,7 @@ struct HolderInfo {
   uint64_t fencing_token = 0; // 0 = unknown
   std::string value;          // stored with the hold; "" = none
   std::string hold_id;        // the hold's public id, alike on every server ("" = not given)
+  uint32_t take = 1;          // the permits a semaphore's hold took (dlock_options_set_take)
 };
 // A hold that Break removed, remembered for its owner (see kBrokenRecordMs).
 struct BrokenRecord {

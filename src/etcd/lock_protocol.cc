@@ -1351,6 +1351,10 @@ void LockProtocol::Inspect(Transport* t, const std::string& name, TimePoint dead
               [](const BrokenRecord& a, const BrokenRecord& b) { return a.fencing_token > b.fencing_token; });
     if (info->broken.size() > kMaxBrokenRecords) info->broken.resize(kMaxBrokenRecords);
     const std::vector<const KeyValue*> holds = HoldsOf(view, info.get());
+    std::map<const KeyValue*, uint32_t> takes;  // a permit's, when it took more than one
+    for (const auto& permit : view.permits) {
+      if (permit.take > 1) takes[permit.kv] = permit.take;
+    }
     std::vector<const KeyValue*> timed = holds;
     const KeyValue* marker = view.closed;
     if (marker != nullptr) timed.push_back(marker);
@@ -1366,9 +1370,12 @@ void LockProtocol::Inspect(Transport* t, const std::string& name, TimePoint dead
       }
     }
     LeaseTtls(t, LeasesOf(timed), deadline,
-              [kvs, holds, marker, closed_by, rules, info, done](Status s, std::map<int64_t, LeaseTime> ttls) {
+              [kvs, holds, takes, marker, closed_by, rules, info, done](Status s, std::map<int64_t, LeaseTime> ttls) {
       if (!s.ok()) return done(s, LockInfo());
-      for (const KeyValue* kv : holds) info->holders.push_back(HolderOf(*kv, ttls[kv->lease].remaining_ms));
+      for (const KeyValue* kv : holds) {
+        info->holders.push_back(HolderOf(*kv, ttls[kv->lease].remaining_ms));
+        if (auto it = takes.find(kv); it != takes.end()) info->holders.back().take = it->second;
+      }
       if (marker != nullptr) {
         // -1: a marker without a lease (not dlock's) closes it for good; 0: it ended just now.
         info->closed_ms = marker->lease == 0 ? -1 : ttls[marker->lease].remaining_ms;

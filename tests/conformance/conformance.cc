@@ -63,7 +63,8 @@ Snapshot Inspect(dlock_client* c, const std::string& name) {
     const void* value = dlock_info_value(info, k, &len);
     snap.holders.push_back({owner ? owner : "(null)", dlock_info_remaining_ms(info, k),
                             dlock_info_fencing_token(info, k),
-                            value ? std::string(static_cast<const char*>(value), len) : "(null)"});
+                            value ? std::string(static_cast<const char*>(value), len) : "(null)",
+                            dlock_info_take(info, k)});
   }
   dlock_info_free(info);
   return snap;

@@ -40,6 +40,7 @@ struct Holder {
   int64_t remaining_ms = 0;
   uint64_t token = 0;
   std::string value;  // stored with the hold ("" = none)
+  uint32_t take = 1;  // the permits it took (dlock_info_take)
 };
 
 // Who holds a lock, read through c with dlock_inspect.

@@ -256,7 +256,10 @@ TEST_P(Kinds, OneAcquireTakesSeveralPermitsAllOrNone) {
   EXPECT_EQ(fifth.status(), DLOCK_NOT_ACQUIRED) << "a 5th permit of 4";
   Snapshot snap = Inspect(c3.get(), name);
   EXPECT_EQ(snap.permits, 4u) << snap;
-  EXPECT_EQ(snap.holders.size(), 2u) << snap;
+  ASSERT_EQ(snap.holders.size(), 2u) << snap;
+  std::set<std::pair<uint64_t, uint32_t>> takes;  // each hold's token and the permits it took
+  for (const Holder& h : snap.holders) takes.insert({h.token, h.take});
+  EXPECT_EQ(takes, (std::set<std::pair<uint64_t, uint32_t>>{{big.token(), 3}, {single.token(), 1}}));
 
   ASSERT_EQ(big.Release(), DLOCK_OK) << big.error();
   Hold again(c3.get(), name, three.get());

@@ -997,6 +997,64 @@ test("permits: a semaphore of 2 admits 2 and refuses a 3rd; another size is EINV
   client:close() other:close() third:close()
 end)
 
+test("take: a semaphore of 4, one hold takes 3; 2 more are refused, 1 is not", function()
+  local client = assert(dlock.open(URL))
+  local other = assert(dlock.open(URL))
+  local third = assert(dlock.open(URL))
+  local name = unique("take")
+  local three = assert(client:acquire(name, { permits = 4, take = 3, owner = "three" }))
+  local info = assert(third:inspect(name))
+  assert(info.permits == 4 and #info.holders == 1 and info.holders[1].owner == "three")
+  local lock, msg, code = other:acquire(name, { permits = 4, take = 2, wait_ms = 0 })
+  assert(lock == nil and code == "NOT_ACQUIRED", msg)  -- 2 more do not fit in the 1 left ...
+  local one = assert(other:acquire(name, { permits = 4, take = 1, wait_ms = 0 }))  -- ... 1 does
+  lock, msg, code = third:acquire(name, { permits = 4, wait_ms = 0 })
+  assert(lock == nil and code == "NOT_ACQUIRED", msg)  -- and none is left
+  assert(three:release())  -- frees all 3
+  local again = assert(third:acquire(name, { permits = 4, take = 3, wait_ms = 0 }))
+  assert(again:fencing_token() > one:fencing_token())
+  assert(again:release() and one:release())
+  assert(#assert(third:inspect(name)).holders == 0)
+  -- several names, all or none, each taking 3
+  local names = { unique("take-a"), unique("take-b") }
+  local group = assert(client:acquire_many(names, { permits = 4, take = 3 }))
+  for _, n in ipairs(names) do
+    lock, msg, code = other:acquire(n, { permits = 4, take = 2, wait_ms = 0 })
+    assert(lock == nil and code == "NOT_ACQUIRED", msg)
+    assert(assert(other:acquire(n, { permits = 4, wait_ms = 0 })):release())
+  end
+  assert(group:release())
+  -- a re-entry asks the same take
+  local held = assert(client:acquire(name, { permits = 4, take = 2, reentrant = "job" }))
+  local inner = assert(client:acquire(name, { permits = 4, take = 2, reentrant = "job" }))
+  assert(inner:fencing_token() == held:fencing_token())
+  lock, msg, code = client:acquire(name, { permits = 4, take = 3, reentrant = "job" })
+  assert(lock == nil and code == "EINVAL" and msg:find("take", 1, true), msg)
+  assert(inner:release() and held:release())
+  client:close() other:close() third:close()
+end)
+
+test("take: 0, or more than the permits, is EINVAL in the library's words; bad types raise", function()
+  local client = assert(dlock.open(URL))
+  local name = unique("take")
+  local lock, msg, code = client:acquire(name, { permits = 4, take = 0 })
+  assert(lock == nil and code == "EINVAL" and msg:find("take", 1, true), msg)
+  for _, opts in ipairs({ { permits = 4, take = 5 }, { take = 2 } }) do
+    lock, msg, code = client:acquire(name, opts)
+    assert(lock == nil and code == "EINVAL", msg)
+    assert(msg:find("take", 1, true) and msg:find("permits", 1, true), msg)
+  end
+  assert(#assert(client:inspect(name)).holders == 0)  -- nothing taken
+  raises(function() client:acquire(name, { permits = 4, take = -1 }) end, "take must be")
+  raises(function() client:acquire(name, { permits = 4, take = 1.5 }) end, "take must be")
+  raises(function() client:acquire(name, { permits = 4, take = "2" }) end, "take must be")
+  raises(function() client:campaign(name, { take = 2 }) end, "a campaign takes no option 'take'")
+  -- 1 is the default said aloud, with or without permits; all of them is fine
+  assert(assert(client:acquire(name, { take = 1 })):release())
+  assert(assert(client:acquire(name, { permits = 4, take = 4 })):release())
+  client:close()
+end)
+
 test("tokens rise across kinds; shared with permits or against kind is refused", function()
   local client = assert(dlock.open(URL))
   local name = unique("tokens")

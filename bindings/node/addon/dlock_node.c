@@ -37,7 +37,7 @@
 #include "dlock/dlock.h"
 
 /* Raised with each change of what this file asks of index.js or of the library. */
-#define ADDON_ABI 9
+#define ADDON_ABI 10
 
 /* ----- the library's calls, found with dlsym --------------------------------------------- */
 
@@ -89,7 +89,7 @@
   X(void, dlock_observer_cancel, (dlock_observer *))
 
 /* Metrics, loss causes and the event hook (issue 36), the job rules (max hold, min hold, lock
- * delay), breaking a lock, release requests and reentrancy: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
+ * delay), breaking a lock, release requests, reentrancy and a semaphore's take: optional, so that an older library still serves locks (index.js asks lib/native.js whether the library has
  * them before calling the functions below that use them). */
 #define DLOCK_OPTIONAL_CALLS(X)                                                                 \
   X(dlock_status, dlock_client_metrics_text, (dlock_client *, char *, size_t, size_t *))         \
@@ -123,7 +123,8 @@
     (dlock_client *, const char *, const char *, char *, size_t))                                \
   X(dlock_status, dlock_options_set_on_release_requested_queued,                                 \
     (dlock_options *, dlock_queue *, uint64_t))                                                  \
-  X(dlock_status, dlock_options_set_reentrant, (dlock_options *, const char *))
+  X(dlock_status, dlock_options_set_reentrant, (dlock_options *, const char *))                  \
+  X(dlock_status, dlock_options_set_take, (dlock_options *, uint32_t))
 
 #define DECLARE(ret, name, args) static ret(*p_##name) args;
 DLOCK_CALLS(DECLARE)
@@ -800,10 +801,10 @@ static napi_value js_capabilities(napi_env env, napi_callback_info info) {
 typedef struct options_key {
   int64_t wait_ms;
   uint64_t lease_ms, heartbeat_ms, retry_min, retry_max, max_hold_ms, min_hold_ms, lock_delay_ms;
-  int64_t kind, permits;
+  int64_t kind, permits, take;
   int fair;
   unsigned set; /* which of lease, heartbeat, retry, kind, permits, fair, max hold, min hold,
-                 * lock delay were given */
+                 * lock delay, take were given */
 } options_key;
 
 static dlock_options *cached_options;
@@ -818,7 +819,8 @@ enum {
   SET_FAIR = 32,
   SET_MAX_HOLD = 64,
   SET_MIN_HOLD = 128,
-  SET_LOCK_DELAY = 256
+  SET_LOCK_DELAY = 256,
+  SET_TAKE = 512
 };
 
 static dlock_status options_for(const options_key *k, dlock_options **out) {
@@ -836,6 +838,8 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
   if (s == DLOCK_OK && (k->set & SET_PERMITS)) {
     s = p_dlock_options_set_permits(o, (uint32_t)k->permits);
   }
+  /* js_acquire checked that the library has it */
+  if (s == DLOCK_OK && (k->set & SET_TAKE)) s = p_dlock_options_set_take(o, (uint32_t)k->take);
   if (s == DLOCK_OK && (k->set & SET_FAIR)) s = p_dlock_options_set_fair(o, k->fair);
   /* js_acquire checked that the library has it */
   if (s == DLOCK_OK && (k->set & SET_MAX_HOLD)) s = p_dlock_options_set_max_hold_ms(o, k->max_hold_ms);
@@ -853,15 +857,16 @@ static dlock_status options_for(const options_key *k, dlock_options **out) {
 
 /* acquire(client, name, id, lostTag, waitMs, leaseMs, heartbeatMs, retryMin, retryMax, owner,
  *         kind, permits, fair[, value[, maxHoldMs[, minHoldMs, lockDelayMs[, releaseTag[,
- *         reentrant]]]]])
+ *         reentrant[, take]]]]]])
  * -> status: 0 = started (onDone(id, ...) follows), else nothing was (lastError() says why).
  * Losses go to index.js's queue under lostTag. value: a Uint8Array, or undefined for none;
  * maxHoldMs (ABI 5), minHoldMs and lockDelayMs (ABI 7): undefined for none. releaseTag (ABI 8):
  * release requests go to index.js's queue under it (DLOCK_QUEUE_RELEASE_REQUESTED); undefined:
  * the hold does not listen for them. reentrant (ABI 9): the context (a string) whose acquires
- * re-enter the hold (dlock_options_set_reentrant); undefined for none. */
+ * re-enter the hold (dlock_options_set_reentrant); undefined for none. take (ABI 10): how many
+ * of the semaphore's permits the acquire takes (dlock_options_set_take); undefined for 1. */
 static napi_value js_acquire(napi_env env, napi_callback_info info) {
-  ARGS(19);
+  ARGS(20);
   NEED_STATE();
   dlock_client *c = external_of(env, argv[0]);
   if (c == NULL) return throw_type(env, "client must be a client");
@@ -897,6 +902,15 @@ static napi_value js_acquire(napi_env env, napi_callback_info info) {
   if (is_set(env, argv[11]) && get_i64(env, argv[11], &i64)) {
     k.permits = i64;
     k.set |= SET_PERMITS;
+  }
+  if (is_set(env, argv[19]) && get_i64(env, argv[19], &i64)) {
+    if (p_dlock_options_set_take == NULL) { /* index.js says so before asking */
+      if (name_owned) free(name);
+      napi_throw_error(env, "ERR_DLOCK_ADDON", "dlock.node: the library lacks dlock_options_set_take");
+      return NULL;
+    }
+    k.take = i64;
+    k.set |= SET_TAKE;
   }
   if (is_set(env, argv[12])) {
     bool fair = true;

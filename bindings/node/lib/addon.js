@@ -17,7 +17,7 @@
 const fs = require('node:fs');
 const path = require('node:path');
 
-const ABI = 9;  // dlock_node.c's ADDON_ABI
+const ABI = 10;  // dlock_node.c's ADDON_ABI
 const FILE = 'dlock.node';
 const PREBUILDS = path.join(__dirname, '..', 'prebuilds', `${process.platform}-${process.arch}`);
 

@@ -127,7 +127,10 @@ function makeMutex({ Client, checkName, checkOptions, typeError, rangeError, des
     }
   }
 
-  /** A counting semaphore over name: each acquire takes one of permits (at most permits holders). */
+  /**
+   * A counting semaphore over name: each acquire takes one of permits (at most permits holders),
+   * or options.take of them (the constructor's options, or one acquire's).
+   */
   class Semaphore extends Mutex {
     #permits;
 

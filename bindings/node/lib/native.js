@@ -272,6 +272,16 @@ try {
 } catch (e) {
   hasReentrant = false;
 }
+// Taking several of a semaphore's permits at once (dlock_options_set_take): a library without it
+// still serves locks; options.take other than 1 then says what it lacks (hasTake false).
+let hasTake = true;
+try {
+  Object.assign(C, {
+    options_set_take: f('int dlock_options_set_take(void *o, uint32_t k)'),
+  });
+} catch (e) {
+  hasTake = false;
+}
 // Release requests (dlock_request_release_errbuf, run on libuv's pool, and
 // dlock_options_set_on_release_requested_queued): a library without them still serves locks;
 // requestRelease() and options.onReleaseRequested then say what it lacks (hasReleaseRequest false).
@@ -294,5 +304,5 @@ if (!/^0\./.test(version)) {
 
 module.exports = {
   koffi, C, libraryPath, version, hasQueue, hasErrbuf, hasValues, hasMetrics, hasQueuedEvents, hasMaxHold,
-  hasBreak, hasBreakErrbuf, hasMinHold, hasLockDelay, hasReleaseRequest, hasReentrant,
+  hasBreak, hasBreakErrbuf, hasMinHold, hasLockDelay, hasReleaseRequest, hasReentrant, hasTake,
 };

@@ -219,8 +219,8 @@ test('campaign: a signal withdraws the candidacy; options that make no election 
     await leader.release();
   }
   assert.equal(await c.leader(name), null);  // the withdrawn candidate took nothing
-  for (const opt of ['waitMs', 'kind', 'shared', 'permits']) {
-    const options = { waitMs: 5, kind: 'shared', shared: true, permits: 2 };
+  for (const opt of ['waitMs', 'kind', 'shared', 'permits', 'take']) {
+    const options = { waitMs: 5, kind: 'shared', shared: true, permits: 2, take: 2 };
     await assert.rejects(a.campaign(name, { [opt]: options[opt] }), {
       name: 'TypeError', code: 'ERR_INVALID_ARG_VALUE', message: new RegExp(`campaign takes no option '${opt}'`),
     });

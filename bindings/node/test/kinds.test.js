@@ -104,6 +104,90 @@ test('a semaphore of 2 admits 2 and refuses a 3rd; another size is EINVAL naming
   await (await third.acquire(name, { permits: 3 })).release();  // and any size once free
 });
 
+test('take: a semaphore of 4, one hold takes 3; 2 more are refused, 1 is not', async () => {
+  const name = unique('take');
+  const three = await client.acquire(name, { permits: 4, take: 3, owner: 'three' });
+  const info = await third.inspect(name);
+  assert.equal(info.permits, 4);
+  assert.deepEqual(info.holders.map((h) => h.owner), ['three']);  // one hold for the 3
+  await assert.rejects(other.acquire(name, { permits: 4, take: 2, waitMs: 0 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });
+  const one = await other.acquire(name, { permits: 4, take: 1, waitMs: 0 });
+  await assert.rejects(third.acquire(name, { permits: 4, waitMs: 0 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });  // none left
+  await three.release();  // frees all 3
+  const again = await third.acquire(name, { permits: 4, take: 3, waitMs: 0 });
+  assert.ok(again.fencingToken > one.fencingToken);
+  await again.release();
+  await one.release();
+  assert.deepEqual((await third.inspect(name)).holders, []);
+});
+
+test('take: two acquires asking the same take count it each (options reused), one asking none counts 1', async () => {
+  const name = unique('take');
+  const a = await client.acquire(name, { permits: 4, take: 2, waitMs: 0 });
+  const b = await client.acquire(name, { permits: 4, take: 2, waitMs: 0 });
+  await assert.rejects(client.acquire(name, { permits: 4, waitMs: 0 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });
+  await a.release();
+  const c = await client.acquire(name, { permits: 4, waitMs: 0 });
+  const d = await client.acquire(name, { permits: 4, waitMs: 0 });
+  await assert.rejects(client.acquire(name, { permits: 4, waitMs: 0 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });
+  for (const l of [b, c, d]) await l.release();
+});
+
+test('take is checked: 0 and more than the permits are InvalidArgumentError, in the library\'s words', async () => {
+  const name = unique('take');
+  for (const waitMs of [0, 100, undefined]) {  // one try (the pool) and a wait (the async call)
+    const zero = await client.acquire(name, { permits: 4, take: 0, waitMs }).catch((x) => x);
+    assert.ok(zero instanceof dlock.InvalidArgumentError, String(zero));
+    assert.equal(zero.code, 'ERR_DLOCK_EINVAL');
+    assert.match(zero.message, /take/);
+    for (const o of [{ permits: 4, take: 5 }, { take: 2 }]) {
+      const e = await client.acquire(name, { ...o, waitMs }).catch((x) => x);
+      assert.ok(e instanceof dlock.InvalidArgumentError, `${JSON.stringify(o)}: ${e}`);
+      assert.match(e.message, /\btake\b/);
+      assert.match(e.message, /\bpermits\b/);
+    }
+  }
+  assert.deepEqual((await client.inspect(name)).holders, []);  // nothing taken
+  await assert.rejects(client.acquire(name, { permits: 4, take: '2' }), { code: 'ERR_INVALID_ARG_TYPE' });
+  for (const take of [-1, 1.5, 2 ** 32]) {
+    await assert.rejects(client.acquire(name, { permits: 4, take }), { code: 'ERR_OUT_OF_RANGE', message: /options\.take/ });
+  }
+  // 1 is the default said aloud, with or without permits; all of them is fine
+  await (await client.acquire(name, { take: 1 })).release();
+  await (await client.acquire(name, { permits: 4, take: 4 })).release();
+});
+
+test('take with a Semaphore, lockMany and a re-entry', async () => {
+  const name = unique('take');
+  const pool = client.semaphore(name, 4, { take: 3 });
+  const release = await pool.acquire();
+  assert.equal(await other.semaphore(name, 4, { take: 2 }).tryAcquire(), false);
+  const single = other.semaphore(name, 4);
+  assert.equal(await single.tryAcquire(), true);
+  assert.equal(await single.tryAcquire(), false);  // all 4 taken
+  await single.release();
+  await release();
+  assert.equal(await single.tryAcquire({ take: 4 }), true);  // one acquire's own take
+  await single.release();
+
+  const names = [unique('take-a'), unique('take-b')];
+  const locks = await client.lockMany(names, { permits: 4, take: 3 });
+  for (const n of names) {
+    await assert.rejects(other.acquire(n, { permits: 4, take: 2, waitMs: 0 }), { code: 'ERR_DLOCK_NOT_ACQUIRED' });
+    await (await other.acquire(n, { permits: 4, waitMs: 0 })).release();
+  }
+  await Client.releaseMany(locks);
+
+  const held = await client.acquire(name, { permits: 4, take: 2, reentrant: 'job' });
+  const again = await client.acquire(name, { permits: 4, take: 2, reentrant: 'job' });
+  assert.equal(again.fencingToken, held.fencingToken);
+  await assert.rejects(client.acquire(name, { permits: 4, take: 3, reentrant: 'job' }),
+    { code: 'ERR_DLOCK_EINVAL', message: /take/ });
+  await again.release();
+  await held.release();
+  assert.deepEqual((await third.inspect(name)).holders, []);
+});
+
 test('fencing tokens rise across kinds', async () => {
   const name = unique('tokens');
   const tokens = [];

@@ -1672,13 +1672,13 @@ class _Spec:
     """A Lock's checked options: everything each acquire passes to the library but the wait."""
 
     __slots__ = ("lease_ms", "heartbeat_ms", "retry_ms", "owner", "on_lost", "kind", "permits",
-                 "fair", "value", "max_hold_ms", "min_hold_ms", "lock_delay_ms",
+                 "take", "fair", "value", "max_hold_ms", "min_hold_ms", "lock_delay_ms",
                  "on_release_requested", "reentrant")
 
     def __init__(self, lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
                  lease_ms, heartbeat_ms, retry_ms, value=None, max_hold=None, max_hold_ms=None,
                  min_hold=None, min_hold_ms=None, lock_delay=None, lock_delay_ms=None,
-                 on_release_requested=None, reentrant=None):
+                 on_release_requested=None, reentrant=None, take=None):
         """Checks every option (TypeError / InvalidArgument) before anything reaches C."""
         self.lease_ms = _duration("lease", lease, "lease_ms", lease_ms, _lease_bound)
         self.heartbeat_ms = _duration("heartbeat", heartbeat, "heartbeat_ms", heartbeat_ms,
@@ -1748,6 +1748,16 @@ class _Spec:
             permits = _ms_arg("permits", permits, "a count")
             if not 0 <= permits <= _U32_MAX:
                 raise InvalidArgument(f"permits {permits} is out of range (0..{_U32_MAX}; 0 means off)")
+        if take is not None:
+            take = _ms_arg("take", take, "a count of permits")
+            if not 1 <= take <= _U32_MAX:
+                raise InvalidArgument(f"take {take} is out of range (1..{_U32_MAX} permits; "
+                                      "1 is the default)")
+            # 1 (the default) is what any library does; anything else needs the setter.
+            if take != 1 and not hasattr(_c, "dlock_options_set_take"):
+                raise InvalidArgument(f"take: libdlock {version()} at {_library_path} cannot "
+                                      "take several permits at once (dlock_options_set_take); "
+                                      "install a newer one")
         if shared is not None:
             # shared=True is kind="shared", shared=False kind="exclusive"; saying both must agree.
             if not isinstance(shared, bool):
@@ -1763,7 +1773,7 @@ class _Spec:
             # the library refuses it too, but only at acquire: lock() says so at once
             raise InvalidArgument(f"kind='shared' and permits={permits}: a name is shared or a "
                                   "semaphore, not both (drop kind, or permits=0)")
-        self.kind, self.permits = kind, permits
+        self.kind, self.permits, self.take = kind, permits, take
         if fair is not None and not isinstance(fair, bool):
             raise TypeError(f"fair must be a bool, not {type(fair).__name__}")
         self.fair = fair
@@ -1779,7 +1789,8 @@ class _Spec:
                 and self.max_hold_ms is None and self.min_hold_ms is None
                 and self.lock_delay_ms is None and self.retry_ms is None and self.owner is None
                 and on_lost is None and on_release is None
-                and self.kind is None and self.permits is None and self.fair is None
+                and self.kind is None and self.permits is None and self.take is None
+                and self.fair is None
                 and self.value is None and self.reentrant is None):
             return None, None
         o = _c.dlock_options_new()
@@ -1808,6 +1819,8 @@ class _Spec:
                 _check(_c.dlock_options_set_kind(o, _KINDS[self.kind]))
             if self.permits is not None:
                 _check(_c.dlock_options_set_permits(o, self.permits))
+            if self.take is not None and (self.take != 1 or hasattr(_c, "dlock_options_set_take")):
+                _check(_c.dlock_options_set_take(o, self.take))
             if self.fair is not None:
                 _check(_c.dlock_options_set_fair(o, 1 if self.fair else 0))
             if self.value is not None:
@@ -2463,6 +2476,7 @@ class Client:
              owner: Union[str, bytes, None] = None, reentrant: Union[str, bytes, None] = None,
              on_lost: Optional[_OnLost] = None,
              kind: Optional[_Kind] = None, permits: Optional[int] = None,
+             take: Optional[int] = None,
              shared: Optional[bool] = None, fair: Optional[bool] = None,
              value: Optional[_Value] = None, max_hold: Optional[float] = None,
              min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
@@ -2511,7 +2525,7 @@ class Client:
                       blocking=False) and returns a Lock of its own on that hold, with the same
                       fencing_token; only the release of the last of them frees the name. A
                       re-entry of a hold that was lost or is past its local deadline raises
-                      NotHeld; one asking another kind or permits InvalidArgument. Another
+                      NotHeld; one asking another kind, permits or take InvalidArgument. Another
                       context, or none, contends as anyone does. The hold's on_lost and
                       on_release_requested are its first acquire's (a re-entry's are not
                       called). One client: an aacquire (the event loop's client) does not
@@ -2533,6 +2547,12 @@ class Client:
                       shared=False kind="exclusive"); permits: a semaphore of that many holders
                       (0 = off). A shared semaphore, or shared= contradicting kind=, is
                       InvalidArgument; so are kinds the backend does not offer (capabilities).
+        take          how many of the semaphore's permits each acquire takes at once, all or
+                      none (default 1): a hold that took k counts k against the permits until
+                      it ends, and its release frees all k (one fencing token, lease and
+                      heartbeat). 0 is InvalidArgument here; more than 1 without permits, or
+                      more than the permits, InvalidArgument at acquire; a re-entry asking
+                      another take likewise
         fair          True (default): a waiting exclusive acquire takes a place in line and is
                       handed the lock by a release, in arrival order (backends with the "fair"
                       capability); False: it competes with every other waiter at each release
@@ -2546,7 +2566,7 @@ class Client:
         return self._lock(name, _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits,
                                       shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
                                       max_hold, max_hold_ms, min_hold, min_hold_ms, lock_delay,
-                                      lock_delay_ms, on_release_requested, reentrant),
+                                      lock_delay_ms, on_release_requested, reentrant, take),
                           _wait_of(blocking, timeout, wait_ms), True)
 
     def _lock(self, name: _Name, spec: "_Spec", wait_ms: int, check: bool) -> "Lock":
@@ -2562,7 +2582,7 @@ class Client:
         """lock() for a lock acquired at once: the library checks the options then."""
         def parse(*, blocking=_UNSET, timeout=_UNSET, lease=None, heartbeat=None, retry=None,
                   owner=None, reentrant=None, on_lost=None, kind=None, permits=None,
-                  shared=None, fair=None,
+                  take=None, shared=None, fair=None,
                   value=None, max_hold=None, min_hold=None, lock_delay=None,
                   on_release_requested=None, lease_ms=None,
                   wait_ms=_UNSET, heartbeat_ms=None, retry_ms=None, max_hold_ms=None,
@@ -2571,7 +2591,7 @@ class Client:
                                           shared, fair, lease_ms, heartbeat_ms, retry_ms, value,
                                           max_hold, max_hold_ms, min_hold, min_hold_ms,
                                           lock_delay, lock_delay_ms, on_release_requested,
-                                          reentrant),
+                                          reentrant, take),
                               _wait_of(blocking, timeout, wait_ms), False)
         return parse(**options)
 
@@ -2615,6 +2635,7 @@ class Client:
                   reentrant: Union[str, bytes, None] = None,
                   on_lost: Optional[_OnLost] = None,
                   kind: Optional[_Kind] = None, permits: Optional[int] = None,
+                  take: Optional[int] = None,
                   shared: Optional[bool] = None, fair: Optional[bool] = None,
                   value: Optional[_Value] = None, max_hold: Optional[float] = None,
                   min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
@@ -2642,7 +2663,7 @@ class Client:
         TypeError."""
         spec = _Spec(lease, heartbeat, retry, owner, on_lost, kind, permits, shared, fair,
                      lease_ms, heartbeat_ms, retry_ms, value, max_hold, max_hold_ms, min_hold,
-                     min_hold_ms, lock_delay, lock_delay_ms, None, reentrant)
+                     min_hold_ms, lock_delay, lock_delay_ms, None, reentrant, take)
         return self._lock_many(names, spec, _wait_of(blocking, timeout, wait_ms))
 
     def _lock_many(self, names, spec, wait_ms):

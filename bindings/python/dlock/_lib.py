@@ -257,6 +257,9 @@ def _declare(lib):
         _fn(lib, "dlock_options_set_min_hold_ms", c_status, [c_options_p, ctypes.c_uint64])
     if hasattr(lib, "dlock_options_set_lock_delay_ms"):
         _fn(lib, "dlock_options_set_lock_delay_ms", c_status, [c_options_p, ctypes.c_uint64])
+    # take= likewise (only a take other than 1 needs the library's setter).
+    if hasattr(lib, "dlock_options_set_take"):
+        _fn(lib, "dlock_options_set_take", c_status, [c_options_p, ctypes.c_uint32])
     # reentrant= likewise (only a context needs the library's setter).
     if hasattr(lib, "dlock_options_set_reentrant"):
         _fn(lib, "dlock_options_set_reentrant", c_status, [c_options_p, ctypes.c_char_p])

@@ -2781,6 +2781,75 @@ class SharedAndPermits(Base):
         self.assertEqual(self.third.inspect(name).permits, 0)  # free: a lock again
         self.third.acquire(name, permits=3).release()  # and any size once free
 
+    def test_take_several_permits_at_once(self):
+        name = unique("take")
+        three = self.client.acquire(name, permits=4, take=3, owner="three")
+        info = self.third.inspect(name)
+        self.assertEqual((info.permits, [h.owner for h in info.holders]), (4, ["three"]))
+        with self.assertRaises(dlock.NotAcquired):  # 2 more do not fit in the 1 left ...
+            self.other.acquire(name, permits=4, take=2, blocking=False)
+        one = self.other.acquire(name, permits=4, take=1, blocking=False)  # ... 1 does
+        with self.assertRaises(dlock.NotAcquired):  # and now none is left
+            self.third.acquire(name, permits=4, blocking=False)
+        three.release()  # frees all 3
+        again = self.third.acquire(name, permits=4, take=3, blocking=False)
+        self.assertGreater(again.fencing_token, one.fencing_token)
+        again.release()
+        one.release()
+        self.assertEqual(self.third.inspect(name).holders, [])
+
+    def test_take_is_checked(self):
+        name = unique("take")
+        for kw in ({"take": 0}, {"take": 0, "permits": 4}, {"take": -1}, {"take": 2**32}):
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)) as cm:
+                self.client.lock(name, **kw)
+            self.assertIn("take", str(cm.exception))
+        for kw in ({"take": "2"}, {"take": 2.0}, {"take": True}):
+            with self.assertRaises(TypeError, msg=str(kw)):
+                self.client.lock(name, permits=4, **kw)
+        # more than the permits, or more than 1 without any: refused at acquire, in the
+        # library's words, naming take and permits
+        for kw in ({"take": 5, "permits": 4}, {"take": 2}):
+            with self.assertRaises(dlock.InvalidArgument, msg=str(kw)) as cm:
+                self.client.acquire(name, **kw)
+            self.assertIn("take", str(cm.exception))
+            self.assertIn("permits", str(cm.exception))
+        lock = self.client.lock(name, permits=4, take=5)
+        with self.assertRaises(dlock.InvalidArgument):
+            lock.acquire()
+        self.assertEqual(self.client.inspect(name).holders, [])  # nothing taken
+        # take=1 is the default said aloud, with or without permits
+        self.client.acquire(name, take=1).release()
+        self.client.acquire(name, permits=4, take=1).release()
+        self.client.acquire(name, permits=4, take=4).release()
+
+    def test_take_on_reentry_and_lock_many(self):
+        name = unique("take")
+        held = self.client.acquire(name, permits=4, take=2, reentrant="job")
+        again = self.client.acquire(name, permits=4, take=2, reentrant="job")
+        self.assertEqual(again.fencing_token, held.fencing_token)
+        with self.assertRaises(dlock.InvalidArgument) as cm:  # a re-entry asking another take
+            self.client.acquire(name, permits=4, take=3, reentrant="job")
+        self.assertIn("take", str(cm.exception))
+        again.release()
+        held.release()
+        names = [unique("take-a"), unique("take-b")]
+        with self.client.lock_many(names, permits=4, take=3):
+            for n in names:
+                with self.assertRaises(dlock.NotAcquired):
+                    self.other.acquire(n, permits=4, take=2, blocking=False)
+                self.other.acquire(n, permits=4, blocking=False).release()
+        with self.assertRaises(dlock.InvalidArgument):
+            self.client.lock_many(names, permits=4, take=0)
+
+        async def main():
+            a = await self.client.aacquire(name, permits=4, take=4)
+            with self.assertRaises(dlock.NotAcquired):
+                await self.other.aacquire(name, permits=4, blocking=False)
+            await a.arelease()
+
+        asyncio.run(main())
+
     def test_tokens_rise_across_kinds(self):
         name = unique("tokens")
         tokens = []

@@ -130,6 +130,8 @@ def sync_part(client: Client, prefix: str) -> None:
                           min_hold_ms=0, lock_delay_ms=0)
         with sem:
             print(describe(client.inspect(prefix + "sem")))
+        several: Lock = client.acquire(prefix + "sem", permits=3, take=2, blocking=False)
+        several.release()
 
     try:
         client.lock(prefix + "bad", lease=-1)

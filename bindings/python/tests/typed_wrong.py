@@ -17,6 +17,7 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     client.lock("jobs", min_hold="60")  # error: arg-type
     client.lock("jobs", lock_delay_ms=1.5)  # error: arg-type
     client.lock("jobs", reentrant=7)  # error: arg-type
+    client.lock("jobs", permits=4, take="2")  # error: arg-type
     client.inspect(42)  # error: arg-type
     client.break_lock("jobs", reason=5)  # error: arg-type
     client.request_release("jobs", reason=5)  # error: arg-type
@@ -33,6 +34,7 @@ def wrong(client: dlock.Client, lock: dlock.Lock) -> None:
     lock.release(True)  # error: call-arg
     lock.set_value(5)  # error: arg-type
     client.campaign("jobs", shared=True)  # error: call-arg
+    client.campaign("jobs", take=2)  # error: call-arg
     leader: dlock.Holder = client.leader("jobs")  # error: assignment
     client.observe("jobs", 5)  # error: arg-type
     cause: int = lock.lost_cause  # error: assignment

@@ -237,15 +237,18 @@ Status ParseHolders(const redisReply* r, const std::string& server, LockInfo* ou
   const long long shape = r->element[0]->integer;
   if (shape == 0 && r->elements == 1) return Status::Ok();  // free
   // {1, label, pttl, token, value}, or {2, sort} followed by (label, pttl, token, value) per
-  // holder.
-  size_t first = shape == 1 ? 1 : 2;
-  if ((shape != 1 && shape != 2) || (shape == 1 && r->elements != 5) ||
-      (shape == 2 && (r->elements < 6 || (r->elements - 2) % 4 != 0 ||
-                      !SortPermits(r->element[1], &out->permits)))) {
+  // holder, or {3, sort} followed by (label, pttl, token, value, take): a semaphore's holds,
+  // some of which took more than one permit.
+  const size_t first = shape == 1 ? 1 : 2;
+  const size_t each = shape == 3 ? 5 : 4;
+  if ((shape != 1 && shape != 2 && shape != 3) || (shape == 1 && r->elements != 5) ||
+      (shape != 1 && (r->elements < 2 + each || (r->elements - 2) % each != 0 ||
+                      !SortPermits(r->element[1], &out->permits))) ||
+      (shape == 3 && out->permits == 0)) {
     return Garbage(server, "the inspect script");
   }
-  out->kind = shape == 2 && out->permits == 0 ? LockKind::kShared : LockKind::kExclusive;
-  for (size_t k = first; k + 3 < r->elements; k += 4) {
+  out->kind = shape != 1 && out->permits == 0 ? LockKind::kShared : LockKind::kExclusive;
+  for (size_t k = first; k + each - 1 < r->elements; k += each) {
     const redisReply* label = r->element[k];
     const redisReply* ttl = r->element[k + 1];
     const redisReply* token = r->element[k + 2];
@@ -262,6 +265,11 @@ Status ParseHolders(const redisReply* r, const std::string& server, LockInfo* ou
     // -1 no expiry; anything else below 0 (gone meanwhile) reads as expiring now.
     holder.remaining_ms = ServerTtl(ttl->integer);
     holder.fencing_token = TokenOrZero(token);
+    if (shape == 3) {
+      const redisReply* take = r->element[k + 4];
+      if (take->type != REDIS_REPLY_INTEGER) return Garbage(server, "the inspect script (take)");
+      holder.take = static_cast<uint32_t>(std::clamp<long long>(take->integer, 1, out->permits));
+    }
     out->holders.push_back(std::move(holder));
   }
   return Status::Ok();

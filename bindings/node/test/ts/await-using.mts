@@ -147,7 +147,7 @@ let outer: Client;
   const release: Releaser = await mutex.acquire();
   assert.ok(release.lock.fencingToken > t);
   await release();
-  const semaphore: Semaphore = client.semaphore(`${name}-sem`, 2);
+  const semaphore: Semaphore = client.semaphore(`${name}-sem`, 2, { take: 2 });
   assert.equal(await semaphore.runExclusive(async (lock) => lock.name), `${name}-sem`);
 
   // leader election: campaign, proclaim, observe, resign
@@ -220,6 +220,10 @@ export function refused(c: Client, l: Lock): void {
   void c.campaign('x', { waitMs: 5 });
   // @ts-expect-error: a leadership is exclusive
   void c.campaign('x', { shared: true });
+  // @ts-expect-error: a leadership takes no permits
+  void c.campaign('x', { take: 2 });
+  // @ts-expect-error: take is a number of permits
+  void c.acquire('x', { permits: 4, take: '2' });
   // @ts-expect-error: a value is a string or bytes
   void c.acquire('x', { value: 5 });
   // @ts-expect-error: requestRelease resolves with a boolean
