@@ -418,14 +418,15 @@ static void forward_release_requests(const cli_options *o, const lockset *ls, pi
                  signal_name(o->release_request_signal));
   }
   free(reason);
-  if (!stopping) kill(-group, o->release_request_signal);
-  if (n < 0) return;
-  if (o->verbosity == VERBOSE && o->json) {
-    say_verbose(o, o->command, "%s", line); /* a JSON note, as the other lines are then */
-  } else {
-    say_note(o, o->command, "%s", line);
+  if (n >= 0) {  /* said before it is sent: CMD's own output about it comes after */
+    if (o->verbosity == VERBOSE && o->json) {
+      say_verbose(o, o->command, "%s", line); /* a JSON note, as the other lines are then */
+    } else {
+      say_note(o, o->command, "%s", line);
+    }
+    free(line);
   }
-  free(line);
+  if (!stopping) kill(-group, o->release_request_signal);
 }
 
 static void wake_within(int64_t *wake, int64_t ms) {

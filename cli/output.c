@@ -10,14 +10,20 @@
 
 const char *g_program = "dlock";
 
+static void put_line(char *line, size_t len);
+
+/* One write for the whole line: a message of CMD's (a shell reporting a signal) or of the
+ * library's thread never lands inside it (CI saw "dlock exec: " cut by a shell's "User defined
+ * signal 1"). */
 static void say(const char *command, const char *fmt, va_list ap) {
-  if (command) {
-    fprintf(stderr, "%s %s: ", g_program, command);
-  } else {
-    fprintf(stderr, "%s: ", g_program);
-  }
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  char *message = NULL;
+  if (vasprintf(&message, fmt, ap) < 0) return;
+  char *line = NULL;
+  const int n = command ? asprintf(&line, "%s %s: %s\n", g_program, command, message)
+                        : asprintf(&line, "%s: %s\n", g_program, message);
+  free(message);
+  if (n < 0) return;
+  put_line(line, (size_t)n);
 }
 
 void say_error(const char *command, const char *fmt, ...) {
