@@ -52,7 +52,7 @@ const LockRequest& Acquisition::NextAttempt(TimePoint sent) {
     if (metrics_ != nullptr) metrics_->AttemptSent(kind_index_);
   }
   sent_ = sent;
-  request_.queue_ms = WriterQueueMs(options_, sent, wait_until_);
+  request_.queue_ms = WriterQueueMs(options_, in_line_, sent, wait_until_);
   return request_;
 }
 

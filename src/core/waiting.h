@@ -33,11 +33,12 @@ inline TimePoint NextWake(TimePoint now, int64_t holder_ttl_ms, const AcquireOpt
 
 // How long a refused exclusive acquire at `now` announces itself (LockRequest::queue_ms): its
 // lease, between 1 s and 10 s (10 s without one), and never past the end of its wait, so that a
-// writer that gave up or crashed keeps readers out briefly. 0 for shared holds, semaphores and
+// writer that gave up or crashed keeps readers out briefly. A semaphore's acquire in line uses
+// the span for its place there (fair waiting). 0 for shared holds, semaphores not in line and
 // single tries.
-inline uint64_t WriterQueueMs(const AcquireOptions& options, TimePoint now, TimePoint wait_until) {
-  // A shared acquire never announces itself; a semaphore's uses the span for its place in line.
-  if (options.kind != LockKind::kExclusive || options.wait_ms == 0 || now >= wait_until) {
+inline uint64_t WriterQueueMs(const AcquireOptions& options, bool in_line, TimePoint now, TimePoint wait_until) {
+  if (options.kind != LockKind::kExclusive || (options.permits != 0 && !in_line) || options.wait_ms == 0 ||
+      now >= wait_until) {
     return 0;
   }
   uint64_t span = options.lease_ms == 0 ? 10000 : std::clamp<uint64_t>(options.lease_ms, 1000, 10000);

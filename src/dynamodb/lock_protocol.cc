@@ -1537,7 +1537,8 @@ void LockProtocol::Inspect(Transport* transport, const std::string& name,
     for (const HoldRecord& hold : item.holds) {
       if (ruled_out(hold.lease_ms, hold.renewed_at_ms, hold.min_hold_ms, hold.lock_delay_ms)) continue;
       info.holders.push_back(HolderOf(hold.owner, hold.token, hold.value, remaining(hold.lease_ms, hold.renewed_at_ms)));
-      info.holders.back().take = hold.take;
+      // The item's: at most the permits (a server's number is clamped before it is shown).
+      info.holders.back().take = std::clamp<uint32_t>(hold.take, 1, std::max<uint32_t>(item.permits, 1));
     }
     if (!info.holders.empty()) DescribeSort(item, &info);
     // A break's or an early release's marker, by its writer's wall clock (a waiter that first

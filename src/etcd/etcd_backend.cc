@@ -51,6 +51,10 @@ class EtcdBackend : public Backend {
                         size_t* refused) override {
     out->assign(requests.size(), AcquireAttempt());
     *refused = requests.size();  // refused, by whom unknown: the names one at a time say
+    // Three compares per name: etcd refuses a transaction of more than --max-txn-ops (128 by
+    // default) of them; more names go one at a time.
+    constexpr size_t kMaxNamesPerTxn = 32;
+    if (requests.size() > kMaxNamesPerTxn) return Status::Ok();
     for (const LockRequest& r : requests) {
       if (r.kind != LockKind::kExclusive || r.permits != 0 || r.min_hold_ms != 0 || r.lock_delay_ms != 0) {
         return Status::Ok();

@@ -1353,7 +1353,7 @@ void LockProtocol::Inspect(Transport* t, const std::string& name, TimePoint dead
     const std::vector<const KeyValue*> holds = HoldsOf(view, info.get());
     std::map<const KeyValue*, uint32_t> takes;  // a permit's, when it took more than one
     for (const auto& permit : view.permits) {
-      if (permit.take > 1) takes[permit.kv] = permit.take;
+      if (permit.take > 1) takes[permit.kv] = std::min(permit.take, permit.n);  // the key's: clamped
     }
     std::vector<const KeyValue*> timed = holds;
     const KeyValue* marker = view.closed;

@@ -83,7 +83,8 @@
 //   transaction: for every name LockTxn's exclusive compare (K absent, no marker, no hold key),
 //   then a put of every K on the shared lease, and the deletion of every announcement of ours.
 //   Every key is created at the transaction's revision: the holds share one token (tokens are
-//   per name; each name's still rises). A refusal reads nothing: the caller takes the names one
+//   per name; each name's still rises). At most 32 names (three compares each, under etcd's
+//   --max-txn-ops of 128 by default). A refusal reads nothing: the caller takes the names one
 //   at a time, in bytewise order, which says who is in the way. An unknown outcome is given back
 //   as a single acquire's is (its lease no longer used for new locks).
 //
