@@ -16,14 +16,24 @@ static void put_line(char *line, size_t len);
  * library's thread never lands inside it (CI saw "dlock exec: " cut by a shell's "User defined
  * signal 1"). */
 static void say(const char *command, const char *fmt, va_list ap) {
+  va_list again;
+  va_copy(again, ap);
   char *message = NULL;
-  if (vasprintf(&message, fmt, ap) < 0) return;
   char *line = NULL;
-  const int n = command ? asprintf(&line, "%s %s: %s\n", g_program, command, message)
-                        : asprintf(&line, "%s: %s\n", g_program, message);
-  free(message);
-  if (n < 0) return;
-  put_line(line, (size_t)n);
+  int n = -1;
+  if (vasprintf(&message, fmt, ap) >= 0) {
+    n = command ? asprintf(&line, "%s %s: %s\n", g_program, command, message)
+                : asprintf(&line, "%s: %s\n", g_program, message);
+    free(message);
+  }
+  if (n >= 0) {
+    put_line(line, (size_t)n);
+  } else {  /* out of memory: piece by piece rather than not at all */
+    fprintf(stderr, command ? "%s %s: " : "%s: ", g_program, command);
+    vfprintf(stderr, fmt, again);
+    fputc('\n', stderr);
+  }
+  va_end(again);
 }
 
 void say_error(const char *command, const char *fmt, ...) {

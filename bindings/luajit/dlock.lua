@@ -1267,7 +1267,7 @@ local function build_options(opts, fname, campaign)
   -- 0 goes to the library, whose "EINVAL" says why; 1 (the default) needs nothing of it.
   local take = opts.take
   if take ~= nil and (type(take) ~= "number" or take % 1 ~= 0 or take < 0 or take > 2^32 - 1) then
-    argerror(2, fname, "take must be an integer from 1 to 4294967295")
+    argerror(2, fname, "take must be an integer from 0 to 4294967295 (0: the library says why not)")
   end
   if take == 1 then take = nil end
   if opts.fair ~= nil and type(opts.fair) ~= "boolean" then

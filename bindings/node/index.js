@@ -39,7 +39,7 @@
 const { EventEmitter, getEventListeners } = require('node:events');
 const net = require('node:net');
 const errors = require('./lib/errors');
-const { makeMutex } = require('./lib/mutex');
+const { makeMutex, anySignal } = require('./lib/mutex');
 const metricsLib = require('./lib/metrics');
 const tracing = require('./lib/tracing');
 
@@ -484,7 +484,7 @@ function checkOptions(opts, keys = OPTION_KEYS) {
       throw typeError('ERR_INVALID_ARG_TYPE', `options.take must be a number, got ${describe(opts.take)}`);
     }
     if (!Number.isInteger(opts.take) || opts.take < 0 || opts.take > 0xffffffff) {
-      throw rangeError(`options.take must be an integer from 1 to ${0xffffffff}, got ${opts.take}`);
+      throw rangeError(`options.take must be an integer from 0 to ${0xffffffff} (0: the library says why not), got ${opts.take}`);
     }
     // 0 goes to the library, whose InvalidArgumentError says why; 1 (the default) is left out,
     // so that it needs nothing of the library.
@@ -1765,7 +1765,8 @@ class Client extends EventEmitter {
    * rejects, and the error (of the class the failing name's acquire had: NotAcquiredError,
    * CancelledError, ...) says so. The names are taken one at a time in one fixed order, bytewise
    * (their UTF-8 bytes), whatever order they are given in, so that callers asking for [a, b]
-   * and [b, a] at once never wait on each other: dlock_acquire_many's order and rules. options:
+   * and [b, a] at once never wait on each other: dlock_acquire_many's order (not its one-call
+   * first try on one Redis server or etcd: others may see some names taken meanwhile). options:
    * acquire()'s, for every name, but minHoldMs (a name given back would stay closed for it);
    * waitMs bounds the whole call (each name waits for what is left of it, one try at least);
    * signal cancels it, a wait included. A name given twice (also as a string and as its bytes)
@@ -1982,7 +1983,7 @@ async function runHolding(lock, release, fn) {
 // meanwhile: never silent).
 async function runHoldingMany(locks, fn) {
   const held = [...locks];
-  const signal = groupSignal(held);
+  const signal = anySignal(held.map((l) => l.signal));  // aborts when any of them is lost
   let result;
   try {
     result = await fn(locks, signal);
@@ -1994,20 +1995,6 @@ async function runHoldingMany(locks, fn) {
   return result;
 }
 
-// One AbortSignal for several locks: aborts, with the reason of the first lock's signal to
-// abort, when any of them is lost.
-function groupSignal(locks) {
-  const ac = new AbortController();
-  for (const lock of locks) {
-    const s = lock.signal;
-    if (s.aborted) {
-      ac.abort(s.reason);
-      break;
-    }
-    s.addEventListener('abort', () => ac.abort(s.reason), { once: true });
-  }
-  return ac.signal;
-}
 
 // releaseMany()'s argument: an array of distinct Locks (a copy).
 function checkLocks(locks) {

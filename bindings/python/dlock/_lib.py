@@ -271,14 +271,14 @@ def _declare(lib):
     if hasattr(lib, "dlock_info_closed_ms"):
         _fn(lib, "dlock_info_closed_ms", ctypes.c_int64, [c_info_p])
         _fn(lib, "dlock_info_closed_by", ctypes.c_char_p, [c_info_p])
-    # Release requests: optional too (request_release() and on_release_requested= then say
-    # what the library lacks).
     # Several names, all or none: optional too (lock_many() then says what the library lacks).
     if hasattr(lib, "dlock_acquire_many"):
         _fn(lib, "dlock_acquire_many", c_status,
             [c_client_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, c_options_p,
              ctypes.POINTER(c_lock_p)])
         _fn(lib, "dlock_release_many", c_status, [ctypes.POINTER(c_lock_p), ctypes.c_size_t])
+    # Release requests: optional too (request_release() and on_release_requested= then say
+    # what the library lacks).
     if hasattr(lib, "dlock_request_release"):
         _fn(lib, "dlock_request_release", c_status, [c_client_p, ctypes.c_char_p, ctypes.c_char_p])
         _fn(lib, "dlock_options_set_on_release_requested", c_status,
