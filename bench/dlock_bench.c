@@ -10,6 +10,10 @@
  *       PROCS forked processes loop acquire(wait_ms=-1) + release on one name for SECONDS,
  *       waiting fairly (the default: in line, handed the lock) or not (dlock_options_set_fair).
  *       Attempts per acquisition, and the wait of every acquisition (p50, p99, max).
+ *   dlock_bench readers PORT SECONDS READERS HOLD_US
+ *       READERS processes loop shared acquire + hold HOLD_US + release on one name, beside one
+ *       process doing the same with the exclusive hold: acquisitions per second of each, their
+ *       attempts, and their waits (p50, p99, max).
  *   dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S
  *       One client acquires LOCKS distinct locks (heartbeat = lease/3) and holds them for
  *       HOLD_S: background-thread and whole-process CPU, RSS per lock, bytes on the wire, and
@@ -483,12 +487,13 @@ static int bench_uncontended(double secs, int rounds) {
 /* Each contender's waits (µs per acquire), in memory shared with the parent. */
 enum { kMaxWaitSamples = 200000 };
 
-static void contender(double secs, int fair, int index, float *waits, int ready_fd, int go_fd,
-                      int result_fd) {
+static void contender(double secs, int fair, dlock_kind kind, int hold_us, const char *name, int index,
+                      float *waits, int ready_fd, int go_fd, int result_fd) {
   dlock_client *c = open_client();
   dlock_options *o = dlock_options_new();
   check(dlock_options_set_wait_ms(o, -1), "set_wait_ms");
   check(dlock_options_set_fair(o, fair), "set_fair");
+  check(dlock_options_set_kind(o, kind), "set_kind");
   dlock_lock *l;
   check(dlock_acquire(c, "bench:contended:warm", o, &l), "warm-up acquire"); /* opens a connection */
   check(dlock_release(l), "warm-up release");
@@ -500,8 +505,9 @@ static void contender(double secs, int fair, int index, float *waits, int ready_
   long count = 0, attempts_sum = 0, attempts_max = 0;
   for (;;) {
     double asked = now_s();
-    check(dlock_acquire(c, "bench:contended", o, &l), "contended acquire");
+    check(dlock_acquire(c, name, o, &l), "contended acquire");
     double got = now_s();
+    if (hold_us > 0) sleep_s(hold_us / 1e6);
     int in_time = got < end;
     if (in_time) {
       long a = (long)dlock_lock_attempts(l);
@@ -524,11 +530,25 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int bench_contended(double secs, int procs, int fair) {
+/* What one run of contenders measured: each process's acquisitions and attempts, and its waits
+ * (µs per acquisition) in memory shared with the parent (kMaxWaitSamples per process). */
+typedef struct {
+  int procs;
+  long counts[64], attempts[64], attempts_max[64];
+  float *waits;
+  size_t wait_bytes;
+} contenders;
+
+/* Forks `procs` contenders on `name`, process i taking kinds[i], each holding hold_us, starts
+ * them together, and collects what they measured. */
+static void run_contenders(double secs, int procs, int fair, const dlock_kind *kinds, int hold_us,
+                           const char *name, contenders *out) {
   if (procs < 2 || procs > 64) die("procs must be 2..64");
-  size_t wait_bytes = sizeof(float) * kMaxWaitSamples * (size_t)procs;
-  float *waits = mmap(NULL, wait_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (waits == MAP_FAILED) die("mmap: %s", strerror(errno));
+  memset(out, 0, sizeof *out);
+  out->procs = procs;
+  out->wait_bytes = sizeof(float) * kMaxWaitSamples * (size_t)procs;
+  out->waits = mmap(NULL, out->wait_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (out->waits == MAP_FAILED) die("mmap: %s", strerror(errno));
   /* Fork before this process opens anything: no threads are copied into the children. */
   int ready[2], go[2], result[2];
   if (pipe(ready) || pipe(go) || pipe(result)) die("pipe: %s", strerror(errno));
@@ -539,7 +559,8 @@ static int bench_contended(double secs, int procs, int fair) {
     if (pids[i] < 0) die("fork: %s", strerror(errno));
     if (pids[i] == 0) {
       close(ready[0]), close(go[1]), close(result[0]);
-      contender(secs, fair, i, waits + (size_t)i * kMaxWaitSamples, ready[1], go[0], result[1]);
+      contender(secs, fair, kinds[i], hold_us, name, i, out->waits + (size_t)i * kMaxWaitSamples,
+                ready[1], go[0], result[1]);
       _exit(0);
     }
   }
@@ -551,21 +572,13 @@ static int bench_contended(double secs, int procs, int fair) {
   close(go[1]); /* EOF: every contender starts now */
 
   FILE *res = fdopen(result[0], "r");
-  long total = 0, attempts = 0, attempts_max = 0, min = -1, max = 0, samples = 0;
-  long counts[64] = {0};
-  float *all = malloc(wait_bytes);
-  if (all == NULL) die("out of memory");
   for (int i = 0; i < procs; i++) {
     long n, a, am;
     int index;
     if (fscanf(res, "%d %ld %ld %ld", &index, &n, &a, &am) != 4 || index < 0 || index >= procs) {
       die("a contender failed (see above)");
     }
-    counts[index] = n;
-    total += n, attempts += a;
-    if (am > attempts_max) attempts_max = am;
-    if (min < 0 || n < min) min = n;
-    if (n > max) max = n;
+    out->counts[index] = n, out->attempts[index] = a, out->attempts_max[index] = am;
   }
   fclose(res);
   for (int i = 0; i < procs; i++) {
@@ -573,22 +586,69 @@ static int bench_contended(double secs, int procs, int fair) {
     waitpid(pids[i], &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("contender %d exited badly", i);
   }
-  /* Every acquisition's wait, all processes together (each wrote its own slice). */
-  for (int i = 0; i < procs; i++) {
-    const float *mine = waits + (size_t)i * kMaxWaitSamples;
-    for (long k = 0; k < kMaxWaitSamples && k < counts[i]; k++) all[samples++] = mine[k];
+}
+
+typedef struct {
+  long total, attempts, attempts_max, min, max;
+  double p50, p99, wmax;
+} contender_totals;
+
+/* Totals over processes [from, to): acquisitions, attempts, and the waits' percentiles. */
+static contender_totals sum_contenders(const contenders *c, int from, int to) {
+  contender_totals t = {0, 0, 0, -1, 0, 0, 0, 0};
+  float *all = malloc(c->wait_bytes);
+  if (all == NULL) die("out of memory");
+  long samples = 0;
+  for (int i = from; i < to; i++) {
+    long n = c->counts[i];
+    t.total += n, t.attempts += c->attempts[i];
+    if (c->attempts_max[i] > t.attempts_max) t.attempts_max = c->attempts_max[i];
+    if (t.min < 0 || n < t.min) t.min = n;
+    if (n > t.max) t.max = n;
+    const float *mine = c->waits + (size_t)i * kMaxWaitSamples;
+    for (long k = 0; k < kMaxWaitSamples && k < n; k++) all[samples++] = mine[k];
   }
   qsort(all, (size_t)samples, sizeof *all, cmp_float);
-  double p50 = samples ? all[samples / 2] : 0, p99 = samples ? all[(samples * 99) / 100] : 0,
-         wmax = samples ? all[samples - 1] : 0;
+  if (samples > 0) t.p50 = all[samples / 2], t.p99 = all[(samples * 99) / 100], t.wmax = all[samples - 1];
   free(all);
-  munmap(waits, wait_bytes);
-  printf("con_procs=%d\ncon_seconds=%g\ncon_total=%ld\ncon_rate=%.1f\n", procs, secs, total,
-         (double)total / secs);
-  printf("con_min=%ld\ncon_max=%ld\ncon_attempts_mean=%.2f\ncon_attempts_max=%ld\n", min, max,
-         total ? (double)attempts / (double)total : 0.0, attempts_max);
+  return t;
+}
+
+static int bench_contended(double secs, int procs, int fair) {
+  dlock_kind kinds[64];
+  for (int i = 0; i < 64; i++) kinds[i] = DLOCK_EXCLUSIVE;
+  contenders c;
+  run_contenders(secs, procs, fair, kinds, 0, "bench:contended", &c);
+  contender_totals t = sum_contenders(&c, 0, procs);
+  munmap(c.waits, c.wait_bytes);
+  printf("con_procs=%d\ncon_seconds=%g\ncon_total=%ld\ncon_rate=%.1f\n", procs, secs, t.total,
+         (double)t.total / secs);
+  printf("con_min=%ld\ncon_max=%ld\ncon_attempts_mean=%.2f\ncon_attempts_max=%ld\n", t.min, t.max,
+         t.total ? (double)t.attempts / (double)t.total : 0.0, t.attempts_max);
   printf("con_fair=%d\ncon_wait_p50_us=%.0f\ncon_wait_p99_us=%.0f\ncon_wait_max_us=%.0f\n", fair,
-         p50, p99, wmax);
+         t.p50, t.p99, t.wmax);
+  return 0;
+}
+
+/* Readers and one writer on one name: process 0 takes the exclusive hold, the others shared
+ * holds, each holding hold_us. Prints rw_* lines: acquisitions per second of each, their
+ * attempts, and their waits. */
+static int bench_readers(double secs, int readers, int hold_us) {
+  dlock_kind kinds[64];
+  kinds[0] = DLOCK_EXCLUSIVE;
+  for (int i = 1; i < 64; i++) kinds[i] = DLOCK_SHARED;
+  contenders c;
+  run_contenders(secs, readers + 1, 1, kinds, hold_us, "bench:readers", &c);
+  contender_totals w = sum_contenders(&c, 0, 1), r = sum_contenders(&c, 1, readers + 1);
+  munmap(c.waits, c.wait_bytes);
+  printf("rw_readers=%d\nrw_hold_us=%d\nrw_seconds=%g\n", readers, hold_us, secs);
+  printf("rw_rate=%.1f\nrw_reader_rate=%.1f\nrw_writer_rate=%.1f\n", (double)(w.total + r.total) / secs,
+         (double)r.total / secs, (double)w.total / secs);
+  printf("rw_reader_min=%ld\nrw_reader_max=%ld\n", r.min, r.max);
+  printf("rw_reader_attempts_mean=%.2f\nrw_writer_attempts_mean=%.2f\n",
+         r.total ? (double)r.attempts / (double)r.total : 0.0, w.total ? (double)w.attempts / (double)w.total : 0.0);
+  printf("rw_writer_wait_p50_us=%.0f\nrw_writer_wait_p99_us=%.0f\nrw_writer_wait_max_us=%.0f\n", w.p50, w.p99, w.wmax);
+  printf("rw_reader_wait_p50_us=%.0f\nrw_reader_wait_p99_us=%.0f\nrw_reader_wait_max_us=%.0f\n", r.p50, r.p99, r.wmax);
   return 0;
 }
 
@@ -792,6 +852,11 @@ int main(int argc, char **argv) {
     if (argc == 6 && fair && strcmp(argv[5], "fair") != 0) die("contended: fair or unfair");
     return bench_contended(atof(argv[3]), atoi(argv[4]), fair);
   }
+  if (argc == 6 && strcmp(argv[1], "readers") == 0) {
+    int readers = atoi(argv[4]);
+    if (readers < 1 || readers > 63) die("readers must be 1..63");
+    return bench_readers(atof(argv[3]), readers, atoi(argv[5]));
+  }
   if ((argc == 6 || argc == 7) && strcmp(argv[1], "heartbeat") == 0) {
     if (argc == 7) g_url = argv[6];
     return bench_heartbeat(atoi(argv[3]), strtoull(argv[4], NULL, 10), atof(argv[5]));
@@ -809,6 +874,7 @@ int main(int argc, char **argv) {
   fprintf(stderr,
           "usage: dlock_bench uncontended PORT SECONDS ROUNDS\n"
           "       dlock_bench contended PORT SECONDS PROCS\n"
+          "       dlock_bench readers PORT SECONDS READERS HOLD_US\n"
           "       dlock_bench heartbeat PORT LOCKS LEASE_MS HOLD_S [URL]\n"
           "       dlock_bench routing PORT SECONDS ROUNDS\n"
           "       dlock_bench tls PORT SECONDS ROUNDS URL\n"

@@ -31,6 +31,10 @@
 -- acquire takes permits before it (a large take is not overtaken by small ones);
 -- release.lua hands freed permits to the first live waiters whose takes fit, in order.
 -- Semaphore calls name the line keys (KEYS[6], KEYS[7]) always, waiter or not.
+-- Shared and exclusive waiters share the lock's line (id .. ' s' -> '1' marks a shared one): a
+-- refused acquire with a waiter's id takes its place, whatever stood in its way, and a shared
+-- one also waits behind a live exclusive waiter ahead of it (the writer preference);
+-- release.lua serves the line in order.
 -- Job rules live in the holds key as markers with no owner: members '~min_hold' and
 -- '~lock_delay' (owner values start with hex digits), scored by when they end in server ms.
 -- While one stands and no hold does, the name is closed: {4, ms left, 'min_hold' or
@@ -131,20 +135,41 @@ local function join_line(now)
   redis.call('HSET', KEYS[7], id, string.format('%.0f', now_ms) .. ' ' .. queue .. ' ' .. lease .. ' ' .. owner)
   if value ~= '' then redis.call('HSET', KEYS[7], id .. ' v', value) end
   if take > 1 then redis.call('HSET', KEYS[7], id .. ' k', take) end
+  if sort == 'shared' then redis.call('HSET', KEYS[7], id .. ' s', '1') end
   -- The line ends with its last place, so that a crowd that crashed leaves nothing.
   for k = 6, 7 do redis.call('PEXPIRE', KEYS[k], queue, 'GT') redis.call('PEXPIRE', KEYS[k], queue, 'NX') end
 end
 
--- The first live waiter in line (its place and lease not run out), and how long its place
--- lasts; nil when none of the first 16 is live.
+-- How long a waiter's place in line lasts, when it is live (its place and lease not run out).
+local function place_left(waiter, now_ms)
+  local entry = redis.call('HGET', KEYS[7], waiter)
+  local t, span, held_for
+  if entry then t, span, held_for = string.match(entry, '^(%d+) (%d+) (%d+) ') end
+  if t and tonumber(t) + tonumber(span) > now_ms and (held_for == '0' or tonumber(t) + tonumber(held_for) > now_ms) then
+    return tonumber(t) + tonumber(span) - now_ms
+  end
+  return nil
+end
+
+-- The first live waiter in line, and how long its place lasts; nil when none of the first 16
+-- is live.
 local function first_in_line(now_ms)
   for _, waiter in ipairs(redis.call('ZRANGE', KEYS[6], 0, 15)) do
-    local entry = redis.call('HGET', KEYS[7], waiter)
-    local t, span, held_for
-    if entry then t, span, held_for = string.match(entry, '^(%d+) (%d+) (%d+) ') end
-    if t and tonumber(t) + tonumber(span) > now_ms and (held_for == '0' or tonumber(t) + tonumber(held_for) > now_ms) then
-      return waiter, tonumber(t) + tonumber(span) - now_ms
-    end
+    local left = place_left(waiter, now_ms)
+    if left then return waiter, left end
+  end
+  return nil
+end
+
+-- A shared waiter's: the first live exclusive waiter ahead of it in line, and how long its
+-- place lasts; nil when there is none among the first 16, or when it is not in line (the
+-- writer's announcement stands for those).
+local function exclusive_ahead(now_ms)
+  if id == '' or not KEYS[7] then return nil end
+  for _, waiter in ipairs(redis.call('ZRANGE', KEYS[6], 0, 15)) do
+    if waiter == id then return nil end
+    local left = place_left(waiter, now_ms)
+    if left and redis.call('HEXISTS', KEYS[7], waiter .. ' s') == 0 then return waiter, left end
   end
   return nil
 end
@@ -209,7 +234,7 @@ if sort == 'exclusive' and redis.call('EXISTS', KEYS[3]) == 0 then
   end
   -- Only an acquire that waits can have announced itself (a single try sends queue '0').
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
-  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v') end
+  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v', id .. ' s') end
   store_exclusive_value()
   if ours then return {1, token, redis.call('PTTL', KEYS[1])} end
   if min_hold > 0 or delay > 0 then mark_rules(now_ms_of(redis.call('TIME'))) end
@@ -241,6 +266,7 @@ if ttl ~= -2 then
   end
   if sort_of(sort) ~= 'lock' then return {2, 'lock', sort} end
   announce()
+  join_line(redis.call('TIME'))
   return {0, ttl}
 end
 
@@ -286,7 +312,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     if mine then
       -- A retry after a lost reply, or permits handed over in line (release.lua): what is left
       -- of its lease, which a hand-over counted from the waiter's last attempt.
-      if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v', id .. ' k') end
+      if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v', id .. ' k', id .. ' s') end
       local ends = redis.call('ZSCORE', KEYS[3], owner)
       return {1, mine, (not ends or ends == 'inf') and -1 or math.max(tonumber(ends) - now_ms, 0)}
     end
@@ -299,6 +325,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     local wait = first == 'inf' and -1 or tonumber(first) - now_ms
     if sort == 'exclusive' then
       announce()
+      join_line(now)
       return {0, wait}
     end
     if sort ~= 'shared' then
@@ -321,11 +348,18 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   end
 end
 if sort == 'shared' then
+  -- Writer preference: no new shared hold while an exclusive acquire waits, announced or in
+  -- line ahead of this one (shared waiters ahead of it go in together: release.lua).
   local writer = redis.call('PTTL', KEYS[5])
-  if writer ~= -2 then return {0, writer} end
+  local ahead, left = exclusive_ahead(now_ms)
+  if writer ~= -2 or ahead then
+    join_line(now)
+    return {0, ahead and left or writer}
+  end
 end
 
--- Room for it, but not before a live waiter in line (unless it is that waiter).
+-- Room for a semaphore's permits, but not before a live waiter in line (unless it is that
+-- waiter).
 if sort ~= 'shared' and sort ~= 'exclusive' and KEYS[7] then
   local first, left = first_in_line(now_ms)
   if first and first ~= id then
@@ -344,7 +378,7 @@ if sort == 'exclusive' then
   end
   -- Only an acquire that waits can have announced itself (a single try sends queue '0').
   if queue ~= '0' and redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
-  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v') end
+  if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v', id .. ' s') end
   store_exclusive_value()
   mark_rules(now_ms)
   return {1, token}
@@ -353,7 +387,7 @@ local expiry = lease == '0' and 'inf' or ms(now_ms + tonumber(lease))
 redis.call('ZADD', KEYS[3], expiry, owner)
 redis.call('HSET', KEYS[4], owner, token, '~sort', sort)
 if take > 1 then redis.call('HSET', KEYS[4], owner .. ' k', take, '~take', '1') end
-if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v', id .. ' k') end
+if id ~= '' and redis.call('ZREM', KEYS[6], id) == 1 then redis.call('HDEL', KEYS[7], id, id .. ' v', id .. ' k', id .. ' s') end
 keep_rules(now_ms)
 if vkey then
   if others == 0 then redis.call('DEL', vkey) end  -- no live hold: every field is stale

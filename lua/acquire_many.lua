@@ -25,15 +25,17 @@ local function give_back(k)
   local keys, args = slice(KEYS, 8 * (k - 1), 8), slice(ARGV, 1 + 11 * (k - 1), 11)
   local has_value = args[6] ~= '' and '1' or '0'
   if args[3] == 'exclusive' then
-    -- holder, line, fence, line data, writer, value; the holds key (its markers) last
-    release_one({keys[1], keys[6], keys[2], keys[7], keys[5], keys[8], keys[3]},
+    -- holder, line, fence, line data, writer, value, holds, hold data
+    release_one({keys[1], keys[6], keys[2], keys[7], keys[5], keys[8], keys[3], keys[4]},
                 {args[1], args[11], '0', 'exclusive', '', has_value, '2'})
   elseif args[3] ~= 'shared' then
     -- a semaphore's: holds, hold data, value, line, fence, line data
     release_one({keys[3], keys[4], keys[8], keys[6], keys[2], keys[7]},
                 {args[1], args[11], '0', 'hold', '', has_value, '2'})
   else
-    release_one({keys[3], keys[4], keys[8]}, {args[1], args[11], '0', 'hold', '', has_value, '2'})
+    -- a shared hold's: a semaphore's, then the holder and the writer announcement
+    release_one({keys[3], keys[4], keys[8], keys[6], keys[2], keys[7], keys[1], keys[5]},
+                {args[1], args[11], '0', 'hold', '', has_value, '2'})
   end
 end
 

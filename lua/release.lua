@@ -1,38 +1,32 @@
--- Release a hold by this owner and wake the lock's waiters: an exclusive hold is handed straight
--- to the first live fair waiter in line, if any, and only that one is told; otherwise every
--- waiter is woken.
--- KEYS: for the exclusive hold, the holder and the line, the fence counter, the line data and
--- the writer announcement (holder, line, fence, line data, writer: a hand-over needs the last
--- three); for a shared or semaphore hold, holds and hold data (see acquire.lua). A key named but
--- missing makes Redis Cluster refuse a script while its slot migrates (TRYAGAIN): a call names
--- only the keys it may use, and a shared hold hands nothing over.
+-- Release a hold by this owner and serve the lock's line: the first live fair waiters are handed
+-- what was freed, and only they are told; with nobody in line every waiter is woken.
+-- KEYS, by the hold's kind (a call names a prefix of its list; a key named but missing makes
+-- Redis Cluster refuse a script while its slot migrates, TRYAGAIN, so the common case names
+-- only what it may use, and the script answers {3}, having written nothing, when it needs more):
+-- - the exclusive hold: holder, line, fence, line data, writer announcement, value, holds, hold
+--   data. Its release names the first five, and the value key when the hold has one; a hold
+--   with job rules, a waiter leaving the line and a call answered {3} name all eight.
+-- - a shared hold: holds, hold data, value, line, fence, line data, holder, writer. Its release
+--   names the first four; the script asks for all eight when someone waits in line.
+-- - a semaphore's hold: holds, hold data, value, line, fence, line data.
+-- (The keys are acquire.lua's.)
 -- ARGV[1] owner value; ARGV[2] release channel <prefix>{NAME}:released; ARGV[3] "1" to publish
 -- on the sharded channel (Redis Cluster: SPUBLISH reaches the slot's nodes only, where PUBLISH
 -- goes to every node of the cluster); ARGV[4] 'exclusive' or 'hold' (shared or semaphore);
--- ARGV[5] (exclusive, with all five keys) a fair waiter's id that leaves the line: it stopped
--- waiting, and what was handed to it meanwhile is released ('' or absent: none); ARGV[6] '1'
--- when the hold has a value to remove. The value key <prefix>{NAME}:value (acquire.lua) is
--- named last, and only when a value may be involved: by a release whose hold has a value
--- (KEYS[6] for the exclusive hold, KEYS[3] for a shared or semaphore one), by a waiter leaving
--- the line (KEYS[6]: what was handed to it is released, and may be handed on), and by an
--- exclusive release called again because the waiter it hands the lock to stored a value,
--- which goes there.
--- A semaphore's hold names the line keys too: KEYS holds, hold data, value, line, fence, line
--- data (acquire.lua). Its release hands the permits it freed to the first live waiters in line
--- whose takes fit, in order, each with a token and what is left of the lease it asked for
--- counted from its last attempt, and tells each one ('grant:ID:TOKEN'); it wakes every waiter
--- ('released') when nobody waits in line. Not while a job rule's marker stands: the waiters,
--- woken, meet it. A waiter leaving the line (ARGV[5]) hands on what it would have blocked.
--- ARGV[7] '1' when the hold has job rules (a min hold, a lock-delay: acquire.lua's markers), '2'
--- when such a hold is given back (an acquire that did not happen: an exclusive one's markers
--- go with it); an exclusive one then names all five keys, the value key and the holds key, last. A release is a
--- clean end: the lock-delay marker goes once no hold stands; a min hold marker that still
--- stands keeps the name closed (nothing is handed over, and the waiters, woken, meet it).
--- Publishes 'released' to wake every waiter, or 'grant:ID:TOKEN' to the waiter ID it handed the
--- lock to. Returns 1 when released, 0 when this owner no longer held it, {3} (nothing was
--- written; call again with all five keys and the value key) when a line waits and it was given
--- the holder and the line alone, or when the waiter it would hand the lock to stored a value
--- and the value key was not named.
+-- ARGV[5] a fair waiter's id that leaves the line (with every key): it stopped waiting, and
+-- what was handed to it meanwhile is released and handed on ('' or absent: none); ARGV[6] '1'
+-- when the hold has a value to remove; ARGV[7] '1' when the hold has job rules (a min hold, a
+-- lock-delay: acquire.lua's markers), '2' when such a hold is given back (an acquire that did
+-- not happen: an exclusive one's markers go with it).
+-- A lock's line (exclusive and shared waiters, serve_lock_line) is served in order: an
+-- exclusive waiter once nothing is held, shared waiters while no exclusive hold stands, up to
+-- the first exclusive waiter. A semaphore's (hand_on) goes to the first live waiters whose
+-- takes fit, in order. Each one served gets a token and what is left of the lease it asked
+-- for, counted from its last attempt, and is told ('grant:ID:TOKEN'). Not while a job rule's
+-- marker stands: the waiters, woken ('released'), meet it. A release is a clean end: the
+-- lock-delay marker goes once no hold stands; a min hold marker that still stands keeps the
+-- name closed.
+-- Returns 1 when released, 0 when this owner no longer held it, {3} as above.
 -- pcall: a key overwritten with another type is simply not ours.
 local owner, channel = ARGV[1], ARGV[2]
 local has_value = ARGV[6] == '1'
@@ -142,102 +136,186 @@ local function hand_on(sort)
   return true
 end
 
+-- The line of a lock (exclusive and shared waiters, acquire.lua), served from its head: the
+-- first live waiter, and when it waits for shared holds, every live shared waiter after it up
+-- to the first exclusive one (readers ahead of a writer go in together; readers behind it wait:
+-- the writer preference). An exclusive waiter is served only when nothing is held, a shared one
+-- while no exclusive hold stands. Each gets a token and what is left of the lease it asked for
+-- counted from its last attempt, and is told ('grant:ID:TOKEN'). K names the keys (holder,
+-- line, fence, linedata, writer, value, holds, holddata: some may be nil). after_grants, when
+-- given, is this release's own write (the exclusive holder's), made once nothing can refuse,
+-- after the grants: it is told what was served (nil, 'exclusive' or 'shared'). (A script
+-- must not touch a key it deleted while its slot migrates: Redis Cluster then refuses the
+-- access half-way, the writes before it made.)
+-- Returns 'asked' (nothing written) when it needs a key not named; an error reply when the
+-- counter is another type (nothing written); true when it told whom it had to (those served,
+-- or nobody while the first live waiter waits for holds to end); false when nobody waits in
+-- line (then every waiter outside it is woken).
+local function serve_lock_line(K, after_grants)
+  local line = K.line and redis.call('ZRANGE', K.line, 0, 15) or {}
+  if #line == 0 then  -- the common case: nobody in line
+    if after_grants then after_grants(nil) end
+    return false
+  end
+  if not (K.fence and K.linedata and K.writer) then return 'asked' end
+  local now = redis.call('TIME')
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  -- What stands: an exclusive holder (this release's own is going), a closing marker, the live
+  -- shared holds.
+  local exclusive_held = not after_grants and K.holder and redis.call('EXISTS', K.holder) == 1
+  local shared_held = 0
+  if K.holds and redis.call('EXISTS', K.holds) == 1 then
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', K.holds, '(' .. now_ms, '+inf')) do
+      if member == '~min_hold' or member == '~lock_delay' then line = {} break end  -- the waiters meet it
+      if string.byte(member, 1) ~= 126 then shared_held = shared_held + 1 end
+    end
+  end
+  -- Read first, written after: the places to drop, and those served.
+  local gone, plan, waiting = {}, {}, false
+  for _, id in ipairs(line) do
+    -- Its entry, whether it waits for a shared hold, and its value: one call.
+    local fields = redis.call('HMGET', K.linedata, id, id .. ' s', id .. ' v')
+    local entry, shared, value = fields[1], fields[2] ~= false, fields[3]
+    local t, span, lease, holder
+    if entry then t, span, lease, holder = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$') end
+    if not (t and tonumber(t) + tonumber(span) > now_ms and (lease == '0' or tonumber(t) + tonumber(lease) > now_ms)) then
+      gone[#gone + 1] = id  -- its place or lease ran out
+    else
+      if exclusive_held or (not shared and (shared_held > 0 or #plan > 0)) then
+        waiting = true  -- it waits first: nobody behind it goes ahead
+        break
+      end
+      if (shared and not (K.holds and K.holddata)) or (value and not K.value) then return 'asked' end
+      plan[#plan + 1] = {id = id, t = t, lease = lease, holder = holder, shared = shared, value = value}
+      if not shared then break end
+      shared_held = shared_held + 1
+    end
+  end
+  -- The first token before any write: a counter of another type leaves everything as it was.
+  local first
+  if #plan > 0 then
+    local failed
+    first, failed = issue_token(K.fence, now)
+    if failed then return failed end
+  end
+  local granted, served = {}, nil
+  for k, next in ipairs(plan) do
+    local token = k == 1 and first or issue_token(K.fence, now)
+    if not token then break end  -- past 2^53 - 1: the waiters left, woken, meet the refusal
+    local until_ms = string.format('%.0f', tonumber(next.t) + tonumber(next.lease))
+    if next.shared then
+      redis.call('ZADD', K.holds, next.lease == '0' and 'inf' or until_ms, next.holder)
+      redis.call('HSET', K.holddata, next.holder, token, '~sort', 'shared')
+      if next.value then redis.call('HSET', K.value, next.holder, next.value) end
+    else
+      if next.lease == '0' then
+        redis.call('SET', K.holder, next.holder)
+      else
+        redis.call('SET', K.holder, next.holder, 'PXAT', until_ms)
+      end
+      -- The next holder's own value, expiring with it.
+      if next.value then
+        redis.call('HSET', K.value, next.holder, next.value)
+        if next.lease ~= '0' then redis.call('PEXPIREAT', K.value, until_ms) end
+      end
+      if redis.call('GET', K.writer) == next.holder then redis.call('DEL', K.writer) end
+    end
+    gone[#gone + 1] = next.id
+    granted[#granted + 1] = 'grant:' .. next.id .. ':' .. token
+    served = next.shared and 'shared' or 'exclusive'
+  end
+  if after_grants then after_grants(served) end
+  if #gone > 0 then
+    local fields = {}
+    for _, id in ipairs(gone) do
+      for _, suffix in ipairs({'', ' v', ' k', ' s'}) do fields[#fields + 1] = id .. suffix end
+    end
+    redis.call('ZREM', K.line, unpack(gone))
+    redis.call('HDEL', K.linedata, unpack(fields))
+  end
+  if #granted > 0 and K.holds and redis.call('EXISTS', K.holds) == 1 then
+    -- Shared holds served: their keys end with the last hold's lease, as acquire.lua's do.
+    local last = redis.call('ZRANGE', K.holds, -1, -1, 'WITHSCORES')[2]
+    for _, key in ipairs({K.holds, K.holddata, K.value}) do
+      if last == 'inf' then redis.call('PERSIST', key) else redis.call('PEXPIREAT', key, string.format('%.0f', tonumber(last) + 1)) end
+    end
+  end
+  for _, message in ipairs(granted) do publish(message) end
+  return #granted > 0 or waiting
+end
+
+-- serve_lock_line's keys, as an exclusive hold's release names them.
+local function exclusive_keys()
+  return {holder = KEYS[1], line = KEYS[2], fence = KEYS[3], linedata = KEYS[4], writer = KEYS[5],
+          value = KEYS[6], holds = KEYS[7], holddata = KEYS[8]}
+end
+
 if ARGV[4] == 'exclusive' then
   local leaving = ARGV[5] or ''
   local vkey = KEYS[6]  -- nil when no value is involved
-  -- A waiter leaving the line names every key, the value key too: no {3} follows this write.
-  if leaving ~= '' and redis.call('ZREM', KEYS[2], leaving) == 1 then redis.call('HDEL', KEYS[4], leaving, leaving .. ' v') end
+  -- The holder's own key and value go; served: who was served in its place (serve_lock_line),
+  -- whose writes stay.
+  local function let_go(served)
+    if served ~= 'exclusive' then redis.call('DEL', KEYS[1]) end
+    if has_value and vkey then
+      if served then redis.call('HDEL', vkey, owner) else redis.call('DEL', vkey) end
+    end
+  end
+  -- A waiter leaving the line names every key: no {3} follows this write. Its announcement
+  -- goes with it, and what it kept waiting may be served now.
+  if leaving ~= '' and redis.call('ZREM', KEYS[2], leaving) == 1 then
+    redis.call('HDEL', KEYS[4], leaving, leaving .. ' v', leaving .. ' s')
+    if redis.call('GET', KEYS[5]) == owner then redis.call('DEL', KEYS[5]) end
+  end
   if redis.pcall('GET', KEYS[1]) ~= owner then
+    if leaving ~= '' then
+      local served = serve_lock_line(exclusive_keys(), nil)
+      if type(served) == 'table' then return served end
+    end
     return 0
   end
-  if given_back then redis.call('ZREM', KEYS[#KEYS], '~min_hold', '~lock_delay') end
-  if ruled and min_hold_stands(KEYS[#KEYS]) then
+  if given_back then redis.call('ZREM', KEYS[7], '~min_hold', '~lock_delay') end
+  if ruled and min_hold_stands(KEYS[7]) then
     -- Closed until the min hold ends: the marker, with no owner, is what stays.
-    redis.call('DEL', KEYS[1])
-    if has_value and vkey then redis.call('DEL', vkey) end
+    let_go()
     publish('released')
     return 1
   end
-  -- The first live waiter in line gets the lock, with what is left of the lease it asked for
-  -- counted from its last attempt (it counts its local deadline from when it sent that one).
-  -- Places whose time ran out are dropped on the way. (KEYS[2] is absent from callers that
-  -- predate the line.)
-  local waiting = KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1
-  if waiting and #KEYS < 5 then return {3} end
-  local line = waiting and redis.call('ZRANGE', KEYS[2], 0, 15) or {}
-  if #line > 0 then
-    local now = redis.call('TIME')
-    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    -- Read first, written after: the places to drop, and the live one.
-    local gone, next_id, t, lease, next_owner = {}
-    for _, id in ipairs(line) do
-      local entry = redis.call('HGET', KEYS[4], id)
-      local et, es, el, eo
-      if entry then et, es, el, eo = string.match(entry, '^(%d+) (%d+) (%d+) (.+)$') end
-      if et and tonumber(et) + tonumber(es) > now_ms and (el == '0' or tonumber(et) + tonumber(el) > now_ms) then
-        next_id, t, lease, next_owner = id, et, el, eo
-        break
-      end
-      gone[#gone + 1] = id
-    end
-    local next_value = next_id and redis.call('HGET', KEYS[4], next_id .. ' v')
-    -- Its value is stored with the lock it is handed: that needs the value key.
-    if next_value and not vkey then return {3} end
-    -- Its token, issued before the line is written to, as acquire.lua's next_token issues one
-    -- (KEYS[3] is the counter here): it takes the clock's value, or counter + 1 when the
-    -- counter is not below the clock. Past
-    -- 2^53 - 1 no token is issued: nothing is handed over. The lock is freed and every waiter
-    -- woken; their own attempts meet the refusal.
-    local token
-    if next_id then
-      local failed
-      token, failed = issue_token(KEYS[3], now)
-      if failed then return failed end  -- another type: the line is as it was
-    end
-    if next_id then gone[#gone + 1] = next_id end
-    local fields = {}
-    for _, id in ipairs(gone) do
-      fields[#fields + 1] = id
-      fields[#fields + 1] = id .. ' v'
-    end
-    if #gone > 0 then
-      redis.call('ZREM', KEYS[2], unpack(gone))
-      redis.call('HDEL', KEYS[4], unpack(fields))
-    end
-    if token then
-      local until_ms = string.format('%.0f', tonumber(t) + tonumber(lease))
-      if lease == '0' then
-        redis.call('SET', KEYS[1], next_owner)
-      else
-        redis.call('SET', KEYS[1], next_owner, 'PXAT', until_ms)
-      end
-      -- The next holder's own value, expiring with it.
-      if vkey then
-        if has_value then redis.call('DEL', vkey) end
-        if next_value then
-          redis.call('HSET', vkey, next_owner, next_value)
-          if lease ~= '0' then redis.call('PEXPIREAT', vkey, until_ms) end
-        end
-      end
-      if redis.call('GET', KEYS[5]) == next_owner then redis.call('DEL', KEYS[5]) end
-      publish('grant:' .. next_id .. ':' .. token)
-      return 1
-    end
+  if not KEYS[2] or redis.call('EXISTS', KEYS[2]) == 0 then  -- the common case: nobody in line
+    let_go()
+    publish('released')
+    return 1
   end
-  redis.call('DEL', KEYS[1])
-  if has_value and vkey then redis.call('DEL', vkey) end
+  local served = serve_lock_line(exclusive_keys(), let_go)
+  if served == 'asked' then return {3} end
+  if type(served) == 'table' then return served end  -- the counter is another type: as it was
+  if served then return 1 end
 else
+  -- A shared hold's release given its first four keys: the rest when someone waits in line.
+  if #KEYS == 4 and redis.call('EXISTS', KEYS[4]) == 1 then return {3} end
   local leaving = ARGV[5] or ''
   if leaving ~= '' and KEYS[6] and redis.call('ZREM', KEYS[4], leaving) == 1 then
-    redis.call('HDEL', KEYS[6], leaving, leaving .. ' v', leaving .. ' k')
+    redis.call('HDEL', KEYS[6], leaving, leaving .. ' v', leaving .. ' k', leaving .. ' s')
   end
-  local sort = KEYS[6] and redis.pcall('HGET', KEYS[2], '~sort')
+  local sort = KEYS[6] and not KEYS[8] and redis.pcall('HGET', KEYS[2], '~sort')  -- a semaphore's
   if type(sort) ~= 'string' then sort = nil end
+  -- A shared hold's line is the lock's (KEYS[7] and KEYS[8] named: serve_lock_line); a
+  -- semaphore's is its permits' (hand_on). True when it told whom it had to.
+  local function serve()
+    if not KEYS[8] then return hand_on(sort) end
+    if redis.call('EXISTS', KEYS[4]) == 0 then return false end  -- the common case: nobody in line
+    return serve_lock_line({holds = KEYS[1], holddata = KEYS[2], value = KEYS[3], line = KEYS[4],
+                            fence = KEYS[5], linedata = KEYS[6], holder = KEYS[7], writer = KEYS[8]}, nil)
+  end
   local vkey = has_value and KEYS[3] or nil
   local expiry = redis.pcall('ZSCORE', KEYS[1], owner)
   if type(expiry) ~= 'string' then
     -- A waiter that leaves may have been what the others waited behind.
-    if leaving ~= '' and not hand_on(sort) then publish('released') end
+    if leaving ~= '' then
+      local served = serve()
+      if type(served) == 'table' then return served end
+      if not served then publish('released') end
+    end
     return 0
   end
   local now = now_ms()
@@ -277,7 +355,9 @@ else
     end
   end
   if late then return 0 end  -- its lease had run out: it was not held any more
-  if hand_on(sort) then return 1 end
+  local served = serve()
+  if type(served) == 'table' then return served end
+  if served then return 1 end
 end
 publish('released')
 return 1

@@ -4,9 +4,7 @@
 -- (src/redis/wire/scripts.cc), so that each hold goes through exactly what a single release
 -- runs. The holds are independent: each one's answer is its own.
 -- ARGV[1] n, how many holds. For each, in order: ARGV its key count c and release.lua's seven
--- arguments; KEYS the next c keys, release.lua's widest set for that hold (an exclusive hold:
--- holder, line, fence, line data, writer, value, holds; a shared or semaphore hold: holds, hold
--- data, value).
+-- arguments; KEYS the next c keys, release.lua's widest set for that hold (see its keys).
 -- Returns release.lua's answer for each: 1 released, 0 this owner no longer held it.
 local n = tonumber(ARGV[1])
 local answers = {}

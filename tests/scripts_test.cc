@@ -309,6 +309,46 @@ TEST(ScriptsTest, AHandOverOfAValueAsksForTheValueKey) {
   EXPECT_EQ(redis.Cli({"EXISTS", k.value}), "0");
 }
 
+// An exclusive release whose line starts with readers serves them together, up to the first
+// writer, as shared holds: it asks for the holds keys first ({3}, nothing written) when it was
+// given five keys.
+TEST(ScriptsTest, AWritersReleaseServesTheReadersAtTheHeadOfTheLine) {
+  dlock_test::RedisServer redis;
+  const LockKeys k("dlock:", "n");
+  const std::string now_ms = std::to_string(NowMicros() / 1000);
+  ASSERT_EQ(redis.Cli({"SET", k.holder, "holder", "PX", "10000"}), "OK");
+  ASSERT_EQ(redis.Cli({"ZADD", k.line, "1", "r1", "2", "r2", "3", "w", "4", "r3"}), "4");
+  ASSERT_EQ(redis.Cli({"HSET", k.line_data, "r1", now_ms + " 10000 10000 reader1", "r1 s", "1", "r2",
+                       now_ms + " 10000 10000 reader2", "r2 s", "1", "w", now_ms + " 10000 10000 writer", "r3",
+                       now_ms + " 10000 10000 reader3", "r3 s", "1"}),
+            "7");
+  const std::vector<std::string> five{k.holder, k.line, k.fence, k.line_data, k.writer};
+  const std::vector<std::string> args{"holder", k.channel, "0", "exclusive"};
+  EXPECT_EQ(Eval(redis, ScriptId::kRelease, five, args), "3");
+  EXPECT_EQ(redis.Cli({"GET", k.holder}), "holder") << "written before asking";
+  EXPECT_EQ(redis.Cli({"ZCARD", k.line}), "4") << "written before asking";
+  EXPECT_EQ(redis.Cli({"EXISTS", k.fence, k.holds}), "0") << "written before asking";
+  const std::vector<std::string> all{k.holder, k.line, k.fence, k.line_data, k.writer, k.value, k.holds, k.hold_data};
+  EXPECT_EQ(Eval(redis, ScriptId::kRelease, all, args), "1");
+  EXPECT_EQ(redis.Cli({"EXISTS", k.holder}), "0");
+  EXPECT_EQ(redis.Cli({"ZRANGE", k.holds, "0", "-1"}), "reader1\nreader2");
+  EXPECT_EQ(redis.Cli({"HGET", k.hold_data, "~sort"}), "shared");
+  const uint64_t t1 = std::stoull(redis.Cli({"HGET", k.hold_data, "reader1"}));
+  const uint64_t t2 = std::stoull(redis.Cli({"HGET", k.hold_data, "reader2"}));
+  EXPECT_GT(t2, t1) << "each reader its own token";
+  EXPECT_NE(redis.Cli({"PTTL", k.holds}), "-1") << "the holds key must end with its holds";
+  EXPECT_EQ(redis.Cli({"ZRANGE", k.line, "0", "-1"}), "w\nr3") << "the writer and the reader behind it wait";
+  EXPECT_EQ(redis.Cli({"HEXISTS", k.line_data, "r1 s"}), "0");
+  // The first reader's release leaves the writer waiting; the last one's hands it the lock.
+  const std::vector<std::string> shared{k.holds, k.hold_data, k.value, k.line, k.fence, k.line_data, k.holder, k.writer};
+  EXPECT_EQ(Eval(redis, ScriptId::kRelease, shared, {"reader1", k.channel, "0", "hold", "", "0", ""}), "1");
+  EXPECT_EQ(redis.Cli({"EXISTS", k.holder}), "0");
+  EXPECT_EQ(Eval(redis, ScriptId::kRelease, shared, {"reader2", k.channel, "0", "hold", "", "0", ""}), "1");
+  EXPECT_EQ(redis.Cli({"GET", k.holder}), "writer");
+  EXPECT_GT(std::stoull(redis.Cli({"GET", k.fence})), t2);
+  EXPECT_EQ(redis.Cli({"ZRANGE", k.line, "0", "-1"}), "r3");
+}
+
 TEST(ScriptsTest, AnExclusiveReleaseNamesTheValueKeyOnlyWithAValue) {
   const std::string value_key = LockKeys("dlock:", "n").value;
   HoldRef hold{"n", "owner", true, false};
@@ -316,9 +356,13 @@ TEST(ScriptsTest, AnExclusiveReleaseNamesTheValueKeyOnlyWithAValue) {
   EXPECT_EQ(plain.call.keys.size(), 5u);
   EXPECT_EQ(plain.call.args.size(), 4u);
   ASSERT_NE(plain.widen, nullptr);
+  // Widened ({3}: a waiter's value, or shared waiters to serve), every key: the value key, then
+  // the holds and the hold data.
   ScriptCall widened = plain.widen(plain.call);
-  ASSERT_EQ(widened.keys.size(), 6u);
-  EXPECT_EQ(widened.keys.back(), value_key);
+  ASSERT_EQ(widened.keys.size(), 8u);
+  EXPECT_EQ(widened.keys[5], value_key);
+  EXPECT_EQ(widened.keys[6], LockKeys("dlock:", "n").holds);
+  EXPECT_EQ(widened.keys[7], LockKeys("dlock:", "n").hold_data);
   EXPECT_EQ(widened.args, plain.call.args);
   hold.has_value = true;
   Op<NoResult> valued = ReleaseOp("dlock:", hold);
@@ -331,8 +375,8 @@ TEST(ScriptsTest, AnExclusiveReleaseNamesTheValueKeyOnlyWithAValue) {
   request.owner_value = "owner";
   request.waiter_id = "w1";
   Op<NoResult> leave = LeaveLineOp("dlock:", request);
-  ASSERT_EQ(leave.call.keys.size(), 6u);
-  EXPECT_EQ(leave.call.keys.back(), value_key);
+  ASSERT_EQ(leave.call.keys.size(), 8u);
+  EXPECT_EQ(leave.call.keys[5], value_key);
   EXPECT_EQ(leave.call.args, (std::vector<std::string>{"owner", "dlock:{n}:released", "0", "exclusive", "w1", "0"}));
 }
 

@@ -505,8 +505,8 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             etcd
  *   DLOCK_CAP_PERMITS         counting semaphores (dlock_options_set_permits): Redis, DynamoDB,
  *                             etcd
- *   DLOCK_CAP_FAIR            waiting exclusive acquires are served in arrival order, each
- *                             release handing the lock to the first in line
+ *   DLOCK_CAP_FAIR            waiting acquires of every kind are served in arrival order,
+ *                             each release handing the lock to the first in line
  *                             (dlock_options_set_fair): Redis (one server, Cluster, Sentinel)
  *   DLOCK_CAP_OBSERVE_PUSH    observers (dlock_observe) are told of every release, hand-over
  *                             and new value by the server, not by polling: Redis (one server,
@@ -556,14 +556,16 @@ DLOCK_API dlock_status dlock_options_set_permits(dlock_options *o, uint32_t n);
  * fencing token, lease and heartbeat). 0 is DLOCK_EINVAL here; more than 1 without permits, or
  * more than the permits, is DLOCK_EINVAL at acquire. Every backend with DLOCK_CAP_PERMITS. */
 DLOCK_API dlock_status dlock_options_set_take(dlock_options *o, uint32_t k);
-/* Fair waiting (default 1), for exclusive acquires that wait, on backends with DLOCK_CAP_FAIR:
+/* Fair waiting (default 1), for acquires that wait, on backends with DLOCK_CAP_FAIR:
  * a refused acquire takes its place in a line kept on the server with the lock (its place
  * lapses unless it keeps waiting), and each release hands the lock straight to the first live
  * acquire in line and wakes only it: no herd, no waiter starved. 0 = unfair: every release
  * wakes every unfair waiter and the first to retry wins (a waiter that does not join the line
  * is served after those in it). Semaphores wait in line too, with their takes: a release hands
  * the permits it freed to the first waiters whose takes fit, in order, and nobody goes ahead of
- * a waiter in line. Shared holds always wait unfairly. */
+ * a waiter in line. Shared acquires share the exclusive ones' line: a release serves the
+ * shared waiters at its head together, up to the first exclusive waiter, and an exclusive
+ * waiter once nothing is held. */
 DLOCK_API dlock_status dlock_options_set_fair(dlock_options *o, int fair);
 
 /* ----- inspection --------------------------------------------------------------------------

@@ -211,8 +211,9 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   if (!s.ok()) return s;
   if (!options.owner.empty()) out->owner_value += "|" + options.owner;
   // A hand-over carries no job rules: an acquire with them waits without a place in line.
-  // Semaphores wait in line too (permits handed to the first whose takes fit).
-  if (options.fair && options.wait_ms != 0 && options.kind == LockKind::kExclusive &&
+  // Shared holds and semaphores wait in line too (shared waiters served together, permits
+  // handed to the first whose takes fit).
+  if (options.fair && options.wait_ms != 0 &&
       options.min_hold_ms == 0 && options.lock_delay_ms == 0 &&
       (caps & kCapFair) != 0 && (caps & kCapNotifies) != 0) {
     out->waiter_id = WaiterId(out->owner_value);

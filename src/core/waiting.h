@@ -33,12 +33,12 @@ inline TimePoint NextWake(TimePoint now, int64_t holder_ttl_ms, const AcquireOpt
 
 // How long a refused exclusive acquire at `now` announces itself (LockRequest::queue_ms): its
 // lease, between 1 s and 10 s (10 s without one), and never past the end of its wait, so that a
-// writer that gave up or crashed keeps readers out briefly. A semaphore's acquire in line uses
-// the span for its place there (fair waiting). 0 for shared holds, semaphores not in line and
-// single tries.
+// writer that gave up or crashed keeps readers out briefly. A waiter in line, of any kind, uses
+// the span for its place there (fair waiting). 0 for shared holds and semaphores not in line,
+// and for single tries.
 inline uint64_t WriterQueueMs(const AcquireOptions& options, bool in_line, TimePoint now, TimePoint wait_until) {
-  if (options.kind != LockKind::kExclusive || (options.permits != 0 && !in_line) || options.wait_ms == 0 ||
-      now >= wait_until) {
+  const bool writer = options.kind == LockKind::kExclusive && options.permits == 0;
+  if ((!writer && !in_line) || options.wait_ms == 0 || now >= wait_until) {
     return 0;
   }
   uint64_t span = options.lease_ms == 0 ? 10000 : std::clamp<uint64_t>(options.lease_ms, 1000, 10000);

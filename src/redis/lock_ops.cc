@@ -1,5 +1,7 @@
 #include "redis/lock_ops.h"
 
+#include <cstring>
+
 namespace dlock::redis {
 namespace {
 
@@ -102,29 +104,46 @@ ScriptCall WidenAcquire(ScriptCall call) {
 }
 
 // release.lua's keys for an exclusive hold: the holder and the line, and to hand the lock over,
-// the counter, the line's data and the writer announcement; the value key last when a value
-// is involved (the hold has one, a waiter leaves the line, or the waiter handed the lock has
-// one: the script then asks for it, {3}).
-std::vector<std::string> ReleaseKeys(std::string holder, bool with_value) {
+// the counter, the line's data and the writer announcement; then the value key (the hold has a
+// value) and the holds and hold data (job rules' markers, shared waiters served): `count` of
+// these eight. The script asks for all eight ({3}) when it needs more than it was given.
+std::vector<std::string> ReleaseKeys(std::string holder, size_t count) {
   std::vector<std::string> keys;
-  keys.reserve(6);
+  keys.reserve(count);
   keys.emplace_back();  // the holder, moved in last
-  keys.push_back(holder + LockKeys::kLine);
-  keys.push_back(holder + LockKeys::kFence);
-  keys.push_back(holder + LockKeys::kLineData);
-  keys.push_back(holder + LockKeys::kWriter);
-  if (with_value) keys.push_back(holder + LockKeys::kValue);
+  for (const char* suffix : {LockKeys::kLine, LockKeys::kFence, LockKeys::kLineData, LockKeys::kWriter,
+                             LockKeys::kValue, LockKeys::kHolds, LockKeys::kHoldData}) {
+    if (keys.size() == count) break;
+    keys.push_back(holder + suffix);
+  }
   keys[0] = std::move(holder);
   return keys;
 }
-// release.lua's keys for a semaphore's hold: holds, hold data, value, line, fence, line data.
-std::vector<std::string> SemaphoreReleaseKeys(const std::string& holder) {
-  return {holder + LockKeys::kHolds, holder + LockKeys::kHoldData, holder + LockKeys::kValue,
-          holder + LockKeys::kLine,  holder + LockKeys::kFence,    holder + LockKeys::kLineData};
+constexpr size_t kReleaseKeysBare = 5, kReleaseKeysWithValue = 6, kReleaseKeysAll = 8;
+// release.lua's keys for a semaphore's hold: holds, hold data, value, line, fence, line data;
+// a shared hold's add the holder and the writer announcement (its line is the lock's).
+std::vector<std::string> HoldReleaseKeys(const std::string& holder, bool shared) {
+  std::vector<std::string> keys{holder + LockKeys::kHolds, holder + LockKeys::kHoldData,
+                                holder + LockKeys::kValue, holder + LockKeys::kLine,
+                                holder + LockKeys::kFence, holder + LockKeys::kLineData};
+  if (shared) {
+    keys.push_back(holder);
+    keys.push_back(holder + LockKeys::kWriter);
+  }
+  return keys;
 }
 ScriptCall WidenRelease(ScriptCall call) {
-  // ReleaseKeys without the value key: it follows, last.
-  call.keys.push_back(call.keys[0] + LockKeys::kValue);
+  call.keys = ReleaseKeys(call.keys[0], kReleaseKeysAll);
+  return call;
+}
+// A shared hold's release names holds, hold data, value and line first: the script asks for
+// the rest ({3}) when someone waits in line. (Eight keys every time cost the uncontended shared
+// cycle 4 %.)
+constexpr size_t kSharedReleaseKeysFirst = 4;
+ScriptCall WidenSharedRelease(ScriptCall call) {
+  const std::string holds = call.keys[0];
+  const std::string holder = holds.substr(0, holds.size() - std::strlen(LockKeys::kHolds));
+  call.keys = HoldReleaseKeys(holder, /*shared=*/true);
   return call;
 }
 
@@ -229,20 +248,13 @@ Status ReadAcquireMany(const redisReply* r, const std::string& server,
 
 ScriptCall ReleaseManyCall(const std::string& prefix, const std::vector<HoldRef>& holds) {
   ScriptCall call{ScriptId::kReleaseMany, {}, {std::to_string(holds.size())}};
-  call.keys.reserve(7 * holds.size());
+  call.keys.reserve(8 * holds.size());
   call.args.reserve(1 + 8 * holds.size());
   for (const HoldRef& hold : holds) {
     // Each hold with release.lua's widest keys and all seven arguments: no {3} can follow.
     const std::string holder = LockKeys::Holder(prefix, hold.name);
     std::vector<std::string> keys;
-    if (hold.exclusive) {
-      keys = ReleaseKeys(holder, /*with_value=*/true);
-      keys.push_back(holder + LockKeys::kHolds);
-    } else if (hold.semaphore) {
-      keys = SemaphoreReleaseKeys(holder);
-    } else {
-      keys = {holder + LockKeys::kHolds, holder + LockKeys::kHoldData, holder + LockKeys::kValue};
-    }
+    keys = hold.exclusive ? ReleaseKeys(holder, kReleaseKeysAll) : HoldReleaseKeys(holder, !hold.semaphore);
     call.args.push_back(std::to_string(keys.size()));
     for (std::string& key : keys) call.keys.push_back(std::move(key));
     call.args.push_back(hold.owner_value);
@@ -289,36 +301,40 @@ Op<NoResult> ReleaseOp(const std::string& prefix, const HoldRef& hold, bool shar
     // Every key a hand-over of permits needs (release.lua): the value key third, always.
     args.resize(7);
     args[5] = hold.has_value ? "1" : "0";
-    return {{ScriptId::kRelease, SemaphoreReleaseKeys(holder), std::move(args)}, hold.name, ReadOwned};
+    return {{ScriptId::kRelease, HoldReleaseKeys(holder, false), std::move(args)}, hold.name, ReadOwned};
   }
   if (!hold.exclusive) {
-    return {{ScriptId::kRelease, HoldKeys(prefix, hold), std::move(args)}, hold.name, ReadOwned};
+    std::vector<std::string> keys = HoldReleaseKeys(holder, true);
+    keys.resize(kSharedReleaseKeysFirst);
+    return {{ScriptId::kRelease, std::move(keys), std::move(args)}, hold.name, ReadOwned, WidenSharedRelease};
   }
   if (ruled) {
-    // Every key at once, the value key and then the holds key (its markers) last.
-    std::vector<std::string> keys = ReleaseKeys(holder, true);
-    keys.push_back(holder + LockKeys::kHolds);
-    return {{ScriptId::kRelease, std::move(keys), std::move(args)}, hold.name, ReadOwned};
+    // Every key at once: the holds key keeps the markers.
+    return {{ScriptId::kRelease, ReleaseKeys(std::move(holder), kReleaseKeysAll), std::move(args)},
+            hold.name, ReadOwned};
   }
   // Every key a hand-over needs at once: a contended fair release then costs one round trip,
   // not two (the script answering {3} for the rest). Measured: hand-overs +12 % with 4 waiters
   // and +4 % with 32, uncontended cycles -1 % (bench/README.md). The value key only when the
-  // hold has a value: a hand-over to a waiter that stored one asks for it ({3}, WidenRelease).
-  return {{ScriptId::kRelease, ReleaseKeys(std::move(holder), hold.has_value), std::move(args)},
+  // hold has a value: a hand-over to a waiter that stored one, or to shared waiters, asks for
+  // the rest ({3}, WidenRelease).
+  return {{ScriptId::kRelease,
+           ReleaseKeys(std::move(holder), hold.has_value ? kReleaseKeysWithValue : kReleaseKeysBare),
+           std::move(args)},
           hold.name,
           ReadOwned,
-          hold.has_value ? nullptr : WidenRelease};
+          WidenRelease};
 }
 
 Op<NoResult> LeaveLineOp(const std::string& prefix, const LockRequest& request, bool sharded) {
-  // Every key, the value key too: it may release what was handed to it, and hand it on.
-  HoldRef hold = HoldRef::Of(request);
-  hold.has_value = true;
-  Op<NoResult> op = ReleaseOp(prefix, hold, sharded);
-  op.call.args.resize(4);
-  op.call.args.push_back(request.waiter_id);
-  op.call.args.push_back(request.value.empty() ? "0" : "1");
-  return op;
+  // Every key: it may release what was handed to it, and serve the line behind it.
+  const HoldRef hold = HoldRef::Of(request);
+  std::string holder = LockKeys::Holder(prefix, hold.name);
+  std::vector<std::string> args{hold.owner_value, holder + LockKeys::kChannel, sharded ? "1" : "0",
+                                HoldSort(hold), request.waiter_id, request.value.empty() ? "0" : "1"};
+  std::vector<std::string> keys = hold.exclusive ? ReleaseKeys(std::move(holder), kReleaseKeysAll)
+                                                 : HoldReleaseKeys(holder, !hold.semaphore);
+  return {{ScriptId::kRelease, std::move(keys), std::move(args)}, hold.name, ReadOwned};
 }
 
 bool AsksForAllKeys(const redisReply* r) {

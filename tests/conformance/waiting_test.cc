@@ -1,8 +1,10 @@
 // Waiting for a lock another holds, in every style: one try, a bounded wait, a wait without
 // limit handed the lock by the release, and (where a style can) cancelling a wait.
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -239,6 +241,100 @@ TEST_P(Waiting, FairSemaphoreWaitersAreServedInLineWithTheirTakes) {
     EXPECT_LE(attempts[i], 2u) << "waiter " << i << " retried: a release woke it for nothing";
   }
   for (int i = 1; i < kWaiters; ++i) EXPECT_EQ(clients[i]->Release(held[i]), DLOCK_OK) << clients[i]->last_error();
+}
+
+// Backends with DLOCK_CAP_FAIR: readers and writers share one line. A release serves its head:
+// the readers at the head together, up to the first writer; a writer once nothing is held. A
+// reader that comes after a waiting writer waits behind it (the writer preference), and nobody
+// is woken for nothing.
+TEST_P(Waiting, FairReadersAndWritersAreServedInLine) {
+  auto probe = Open();
+  if ((dlock_client_capabilities(probe->get()) & (DLOCK_CAP_FAIR | DLOCK_CAP_SHARED)) !=
+      (DLOCK_CAP_FAIR | DLOCK_CAP_SHARED)) {
+    GTEST_SKIP() << "this backend does not queue shared waiters";
+  }
+  const std::string name = Name("rw-line");
+  BackendServer& srv = server();
+  Client holder(url()), newcomer(url());
+  Options exclusive;
+  exclusive.lease(20000).owner("w0");
+  Hold w0(holder.get(), name, exclusive.get());
+  ASSERT_TRUE(w0.held()) << w0.error();
+
+  // In line, in this order: two readers, a writer, a reader.
+  const char* const owners[] = {"r1", "r2", "w1", "r3"};
+  const bool shared[] = {true, true, false, true};
+  constexpr int kWaiters = 4;
+  std::vector<std::unique_ptr<StyledClient>> clients;
+  for (int i = 0; i < kWaiters; ++i) clients.push_back(Open());
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<uint32_t> attempts(kWaiters, 0);
+  std::vector<uint64_t> tokens(kWaiters, 0);
+  std::vector<dlock_lock*> held(kWaiters, nullptr);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&, i] {
+      Options o;
+      // Retries this slow cannot be what serves a waiter within the test's time: releases do.
+      o.wait(60000).retry(20000, 30000).lease(20000).owner(owners[i]);
+      if (shared[i]) o.shared();
+      dlock_lock* l = nullptr;
+      dlock_status s = clients[i]->Acquire(name.c_str(), o.get(), &l);
+      ASSERT_EQ(s, DLOCK_OK) << owners[i] << ": " << clients[i]->last_error();
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+      attempts[i] = dlock_lock_attempts(l);
+      tokens[i] = dlock_lock_fencing_token(l);
+      held[i] = l;
+    });
+    if (!WaitFor([&] { return srv.InLine(name) == i + 1; }, 20000ms)) {
+      ADD_FAILURE() << owners[i] << " never took its place in line: " << srv.InLine(name);
+      break;
+    }
+  }
+  auto served = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return order.size();
+  };
+  auto holders = [&] {
+    std::vector<std::string> names;
+    for (const auto& h : Inspect(holder.get(), name).holders) names.push_back(h.owner);
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  using Names = std::vector<std::string>;
+
+  // The writer's release serves the two readers at the head, and not the one behind the writer.
+  const auto released = Clock::now();
+  ASSERT_EQ(w0.Release(), DLOCK_OK) << w0.error();
+  ASSERT_TRUE(WaitFor([&] { return served() == 2; }, 20000ms)) << "the release served " << served();
+  EXPECT_EQ(holders(), (Names{"r1", "r2"}));
+  Options one_try;
+  one_try.shared();
+  Hold jumper(newcomer.get(), name, one_try.get());
+  EXPECT_EQ(jumper.status(), DLOCK_NOT_ACQUIRED) << "a new reader went ahead of the waiting writer";
+
+  // The writer is served when the last reader leaves, not before.
+  ASSERT_EQ(clients[0]->Release(held[0]), DLOCK_OK) << clients[0]->last_error();
+  EXPECT_EQ(holders(), (Names{"r2"})) << "the writer was served while a reader held";
+  ASSERT_EQ(clients[1]->Release(held[1]), DLOCK_OK) << clients[1]->last_error();
+  ASSERT_TRUE(WaitFor([&] { return served() == 3; }, 20000ms)) << "the last reader's release served nobody";
+  EXPECT_EQ(holders(), (Names{"w1"}));
+
+  // The reader behind it goes in when it leaves.
+  ASSERT_EQ(clients[2]->Release(held[2]), DLOCK_OK) << clients[2]->last_error();
+  for (auto& t : waiters) t.join();
+  EXPECT_LT(MsSince(released), 10000) << "the line moved by retries, not by hand-overs";
+  ASSERT_EQ(order.size(), static_cast<size_t>(kWaiters));
+  EXPECT_EQ(order[2], 2) << "the writer was not third";
+  EXPECT_EQ(order[3], 3) << "the reader behind the writer was not last";
+  for (int i = 0; i < kWaiters; ++i) {
+    EXPECT_LE(attempts[i], 2u) << owners[i] << " retried: a release woke it for nothing";
+  }
+  EXPECT_GT(tokens[2], std::max(tokens[0], tokens[1])) << "the writer's token";
+  EXPECT_GT(tokens[3], tokens[2]) << "the last reader's token";
+  EXPECT_EQ(clients[3]->Release(held[3]), DLOCK_OK) << clients[3]->last_error();
 }
 
 // A second waiter of one client finds the name watched already (the first waiter's watch is
