@@ -43,6 +43,20 @@ inline constexpr char kReleaseRequest[] = "releaseRequest";  // M: the last requ
 inline constexpr char kRequestId[] = "id";  // S: in releaseRequest: the request's id (reason: kReason)
 }  // namespace attr
 
+// Other lock clients' items (docs/dynamodb.md): an item with any of these attributes is theirs,
+// and dlock never writes a hold into it, nor takes it over.
+namespace foreign {
+// AWS's DynamoDB Lock Client for Java.
+inline constexpr char kJavaOwnerName[] = "ownerName";
+inline constexpr char kJavaRecordVersion[] = "recordVersionNumber";
+inline constexpr char kJavaLeaseDuration[] = "leaseDuration";
+// npm dynamodb-lock-client: every item has a guid; FailOpen items a fencingToken too.
+inline constexpr char kNodeGuid[] = "guid";
+inline constexpr char kNodeFencingToken[] = "fencingToken";
+inline constexpr const char* kMarkers[] = {kJavaOwnerName, kJavaRecordVersion, kJavaLeaseDuration, kNodeGuid,
+                                           kNodeFencingToken};
+}  // namespace foreign
+
 inline constexpr char kDefaultPartitionKey[] = "id";
 
 struct DynamoConfig {

@@ -237,6 +237,19 @@ void MarkerClause(Update& u, const std::string& lapsed_version) {
   u.Remove(c);
 }
 
+// Every write that adds a hold or an announcement: the item is not another lock client's (a
+// read says whose; this keeps a write that raced with theirs from landing in their item).
+void NoForeignClause(Update& u) {
+  for (const char* marker : foreign::kMarkers) u.Condition("attribute_not_exists(" + u.Name(marker) + ")");
+}
+
+// Why a call refuses another lock client's item, for its message: "it is held by another
+// lock client (...): dlock " + what dlock does not do.
+std::string ForeignRefusal(const LockItem& item, const char* what) {
+  return std::string("it is held by another lock client (") + item.foreign + " item" +
+         (item.foreign_owner.empty() ? "" : ", owner '" + item.foreign_owner + "'") + "): dlock " + what;
+}
+
 }  // namespace
 
 bool NumberAttribute(const Json& item, const char* name, uint64_t* out) {
@@ -299,6 +312,14 @@ bool ParseBreakRecords(const Json& value, std::vector<BreakRecord>* out) {
 void ParseLockItem(const Json& item, LockItem* out) {
   *out = LockItem();
   if (!item.is_object()) return;
+  for (const char* marker : foreign::kMarkers) {
+    if (!item.contains(marker)) continue;
+    const bool java = item.contains(foreign::kJavaOwnerName) || item.contains(foreign::kJavaRecordVersion) ||
+                      item.contains(foreign::kJavaLeaseDuration);
+    out->foreign = java ? "AWS Java lock client" : "dynamodb-lock-client";
+    out->foreign_owner = StringAttribute(item, java ? foreign::kJavaOwnerName : attr::kOwner);
+    return;
+  }
   uint64_t n = 0;
   out->owner = StringAttribute(item, attr::kOwner);
   out->record_version = StringAttribute(item, attr::kRecordVersion);
@@ -537,6 +558,7 @@ Json LockProtocol::ExclusiveBody(const AcquireOp& op, const LockItem* item) {
   // A marker the judge saw lapse (AcquireJudge refuses a standing one).
   MarkerClause(u, item == nullptr ? LapsedMarkerVersion(op.key_text)
                                   : item->has_closed ? item->closed.record_version : "");
+  NoForeignClause(u);
   Json body = u.Body(api_->config().table, op.key, "ALL_NEW");
   // Saves the read that follows a refusal where DynamoDB supports it.
   body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
@@ -609,6 +631,7 @@ Status LockProtocol::HoldBody(const AcquireOp& op, const LockItem* item, const J
   }
   MarkerClause(u, item == nullptr ? LapsedMarkerVersion(op.key_text)
                                   : item->has_closed ? item->closed.record_version : "");
+  NoForeignClause(u);
   *body = u.Body(api_->config().table, op.key, "NONE");
   (*body)["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD";
   return Status::Ok();
@@ -766,6 +789,12 @@ void LockProtocol::AcquireJudge(Transport* transport, std::shared_ptr<AcquireOp>
                                 TimePoint seen_at) {
   LockItem item;
   ParseLockItem(json, &item);
+  if (item.foreign != nullptr) {
+    AcquireAttempt refused;
+    refused.why_not = ForeignRefusal(item, "never holds beside it nor takes it over");
+    op->Finish(Status::Ok(), std::move(refused));
+    return;
+  }
   if (AlreadyOurs(*op, item)) return;  // an earlier round did land (its answer was lost)
   if (item.holds_malformed) {
     op->Finish(Status::BackendError("the item of lock '" + op->name + "' in " + api_->config().Describe() +
@@ -910,6 +939,7 @@ void LockProtocol::Announce(Transport* transport, std::shared_ptr<AcquireOp> op,
                    {attr::kRecordVersion, S(NewRecordVersion())},
                    {attr::kQueueMs, N(op->queue_ms)}}}};
   u.Set(u.Name(attr::kWriter) + " = " + u.Value(std::move(writer)));
+  NoForeignClause(u);
   CallWithRetries(transport, api_->credentials(), "UpdateItem",
                   u.Body(api_->config().table, op->key, "NONE"), op->deadline,
                   [op, holder_ttl_ms](ApiResult) {
@@ -1529,6 +1559,13 @@ void LockProtocol::Inspect(Transport* transport, const std::string& name,
       }
       return true;
     };
+    if (item.foreign != nullptr) {
+      // Another lock client's holder: its label and whose item it is; its lease is theirs to
+      // judge (shown as none).
+      HolderInfo holder;
+      holder.owner = (item.foreign_owner.empty() ? std::string() : item.foreign_owner + " ") + "[" + item.foreign + "]";
+      info.holders.push_back(std::move(holder));
+    }
     if (!item.owner.empty() && !ruled_out(item.lease_ms, item.renewed_at_ms, item.min_hold_ms, item.lock_delay_ms)) {
       info.holders.push_back(HolderOf(item.owner, item.has_fence ? item.fence : 0, item.value,
                                       remaining(item.lease_ms, item.renewed_at_ms)));
@@ -1644,6 +1681,11 @@ void LockProtocol::BreakRound(Transport* transport, std::shared_ptr<BreakOp> op)
 
 void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op, const LockItem& item,
                               TimePoint seen_at) {
+  if (item.foreign != nullptr) {
+    op->Finish(Status::BackendError("lock '" + op->name + "' in " + api_->config().Describe() + ": " +
+                                    ForeignRefusal(item, "does not break it")));
+    return;
+  }
   if (item.holds_malformed) {
     op->Finish(Malformed(op->name, api_->config(), attr::kHolds, "a map"));
     return;

@@ -219,6 +219,10 @@ bool ParseReleaseRequest(const Json& item, ReleaseRequestRecord* out);
 
 // A lock item as read, every field checked and clamped (no arithmetic on raw server numbers).
 struct LockItem {
+  // Another lock client's item (foreign::kMarkers): which client ("AWS Java lock client",
+  // "dynamodb-lock-client"), and its owner label ("" = none). Nothing else is read from it.
+  const char* foreign = nullptr;
+  std::string foreign_owner;
   std::string owner;           // the exclusive holder; "" = none
   std::string record_version;
   uint64_t lease_ms = 0;
