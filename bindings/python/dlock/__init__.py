@@ -15,9 +15,9 @@ redis+unix:// (on a unix socket), redis-cluster:// (a Redis Cluster), redis-sent
 master Sentinel names), redlock:// (a quorum of independent Redis masters), dynamodb:// (a
 DynamoDB table), etcd:// (an etcd v3 cluster). See Client.
 
-Durations are float seconds (lease=, timeout=, heartbeat=, retry=); the integer-millisecond
-keywords (lease_ms=, wait_ms=, ...) are accepted too. Waits are unlimited by default, like
-threading.Lock; timeout= bounds them and blocking=False makes one try.
+Durations are float seconds or datetime.timedelta (lease=, timeout=, heartbeat=, retry=); the
+integer-millisecond keywords (lease_ms=, wait_ms=, ...) are accepted too. Waits are unlimited by
+default, like threading.Lock; timeout= bounds them and blocking=False makes one try.
 Threads: a Client may be shared by any number of threads; a Lock is one holder (acquire() while
 it holds raises AlreadyHeld): give each thread or task its own client.lock(name). on_lost
 callbacks run on the "dlock-events" thread.
@@ -56,6 +56,7 @@ import asyncio
 import atexit
 import collections
 import ctypes
+import datetime
 import functools
 import itertools
 import logging
@@ -286,6 +287,8 @@ _UNSET = _Unset()
 _Name = Union[str, bytes]
 _Kind = Literal["exclusive", "shared"]
 _Value = Union[bytes, str]
+# A duration: seconds (int or float), or a datetime.timedelta.
+_Seconds = Union[float, datetime.timedelta]
 _OnLost = Callable[["Lock"], object]
 _OnReleaseRequested = Callable[["Lock", str], object]
 _DEFAULT_LEASE_MS = 10_000  # the library's default lease (dlock.h), for extend() with no lease
@@ -301,10 +304,13 @@ def _ms_arg(what, value, unit="milliseconds"):
 
 
 def _seconds_arg(what, value):
-    """A duration in seconds (int or float, not bool) as a number of microseconds (int), or
-    math.inf. NaN is refused; the sign is the caller's to check."""
+    """A duration in seconds (int or float, not bool) or a datetime.timedelta, as a number of
+    microseconds (int), or math.inf. NaN is refused; the sign is the caller's to check."""
+    if isinstance(value, datetime.timedelta):
+        return value // _MICROSECOND  # exact: a timedelta counts whole microseconds
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{what} must be a number of seconds (int or float), not {type(value).__name__}")
+        raise TypeError(f"{what} must be a number of seconds (int or float) or a datetime.timedelta, "
+                        f"not {type(value).__name__}")
     value = float(value) if not isinstance(value, int) else value
     if isinstance(value, float):
         if math.isnan(value):
@@ -313,6 +319,14 @@ def _seconds_arg(what, value):
             return math.inf if value > 0 else -math.inf
         return round(value * 1_000_000)
     return value * 1_000_000
+
+
+_MICROSECOND = datetime.timedelta(microseconds=1)
+
+
+def _shown(value):
+    """A duration as its messages show it: seconds as given, a timedelta in seconds too."""
+    return f"{value.total_seconds():g}" if isinstance(value, datetime.timedelta) else value
 
 
 def _us_to_ms(us):
@@ -334,7 +348,7 @@ def _lease_seconds(what, value, bound):
     """lease= or heartbeat= in seconds, as milliseconds for a uint64_t (as _lease_arg)."""
     us = _seconds_arg(what, value)
     if us < 0 or us == math.inf or _us_to_ms(us) > _U64_MAX:
-        raise InvalidArgument(f"{what} {value} s is {'negative' if us < 0 else 'too long'} ({bound()})")
+        raise InvalidArgument(f"{what} {_shown(value)} s is {'negative' if us < 0 else 'too long'} ({bound()})")
     return _us_to_ms(us)
 
 
@@ -367,13 +381,13 @@ def _timeout_arg(value):
     if value is None:
         return -1
     us = _seconds_arg("timeout", value)
-    if us == -1_000_000 or us == math.inf:
+    if (us == -1_000_000 and not isinstance(value, datetime.timedelta)) or us == math.inf:
         return -1
     if us < 0:
-        raise InvalidArgument(f"timeout {value} is negative (seconds >= 0, or -1 for no limit)")
+        raise InvalidArgument(f"timeout {_shown(value)} is negative (seconds >= 0, or -1 for no limit)")
     ms = _us_to_ms(us)
     if ms > _I64_MAX:
-        raise InvalidArgument(f"timeout {value} is too long (at most {_I64_MAX // 1000} s; "
+        raise InvalidArgument(f"timeout {_shown(value)} is too long (at most {_I64_MAX // 1000} s; "
                               "-1 or None for no limit)")
     return ms
 
@@ -416,7 +430,7 @@ def _retry_pair(retry, retry_ms):
         for i, v in enumerate(retry):
             us = _seconds_arg(f"retry[{i}]", v)
             if us < 0 or us == math.inf or _us_to_ms(us) > _U64_MAX:
-                raise InvalidArgument(f"retry[{i}] {v} s is out of range (1 ms to an hour)")
+                raise InvalidArgument(f"retry[{i}] {_shown(v)} s is out of range (1 ms to an hour)")
             pair.append(_us_to_ms(us))
         return tuple(pair)
     if retry_ms is not None:
@@ -2398,13 +2412,13 @@ class Client:
         shuts down. A bad name raises InvalidArgument here (NUL) or at the first iteration."""
         return AsyncObserver(self, name)
 
-    def _candidate(self, name: _Name, value: Optional[_Value], lease: Optional[float],
-                   heartbeat: Optional[float], retry: Optional[Sequence[float]],
+    def _candidate(self, name: _Name, value: Optional[_Value], lease: Optional[_Seconds],
+                   heartbeat: Optional[_Seconds], retry: Optional[Sequence[_Seconds]],
                    owner: Union[str, bytes, None], on_lost: Optional[_OnLost],
                    fair: Optional[bool], lease_ms: Optional[int], heartbeat_ms: Optional[int],
-                   retry_ms: Optional[Sequence[int]], max_hold: Optional[float],
-                   max_hold_ms: Optional[int], min_hold: Optional[float],
-                   min_hold_ms: Optional[int], lock_delay: Optional[float],
+                   retry_ms: Optional[Sequence[int]], max_hold: Optional[_Seconds],
+                   max_hold_ms: Optional[int], min_hold: Optional[_Seconds],
+                   min_hold_ms: Optional[int], lock_delay: Optional[_Seconds],
                    lock_delay_ms: Optional[int],
                    on_release_requested: Optional[_OnReleaseRequested] = None,
                    reentrant: Union[str, bytes, None] = None) -> "Lock":
@@ -2415,12 +2429,12 @@ class Client:
                                       lock_delay_ms, on_release_requested, reentrant), -1, False)
 
     def campaign(self, name: _Name, *, value: Optional[_Value] = None,
-                 lease: Optional[float] = None, heartbeat: Optional[float] = None,
-                 retry: Optional[Sequence[float]] = None, owner: Union[str, bytes, None] = None,
+                 lease: Optional[_Seconds] = None, heartbeat: Optional[_Seconds] = None,
+                 retry: Optional[Sequence[_Seconds]] = None, owner: Union[str, bytes, None] = None,
                  reentrant: Union[str, bytes, None] = None,
                  on_lost: Optional[_OnLost] = None, fair: Optional[bool] = None,
-                 max_hold: Optional[float] = None, min_hold: Optional[float] = None,
-                 lock_delay: Optional[float] = None,
+                 max_hold: Optional[_Seconds] = None, min_hold: Optional[_Seconds] = None,
+                 lock_delay: Optional[_Seconds] = None,
                  on_release_requested: Optional[_OnReleaseRequested] = None,
                  lease_ms: Optional[int] = None, heartbeat_ms: Optional[int] = None,
                  retry_ms: Optional[Sequence[int]] = None,
@@ -2445,13 +2459,13 @@ class Client:
         return lock
 
     async def acampaign(self, name: _Name, *, value: Optional[_Value] = None,
-                        lease: Optional[float] = None, heartbeat: Optional[float] = None,
-                        retry: Optional[Sequence[float]] = None,
+                        lease: Optional[_Seconds] = None, heartbeat: Optional[_Seconds] = None,
+                        retry: Optional[Sequence[_Seconds]] = None,
                         owner: Union[str, bytes, None] = None,
                         reentrant: Union[str, bytes, None] = None,
                         on_lost: Optional[_OnLost] = None,
-                        fair: Optional[bool] = None, max_hold: Optional[float] = None,
-                        min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
+                        fair: Optional[bool] = None, max_hold: Optional[_Seconds] = None,
+                        min_hold: Optional[_Seconds] = None, lock_delay: Optional[_Seconds] = None,
                         on_release_requested: Optional[_OnReleaseRequested] = None,
                         lease_ms: Optional[int] = None,
                         heartbeat_ms: Optional[int] = None,
@@ -2471,15 +2485,15 @@ class Client:
     # -- locks
 
     def lock(self, name: _Name, *, blocking: Union[bool, _Unset] = _UNSET,
-             timeout: Union[float, None, _Unset] = _UNSET, lease: Optional[float] = None,
-             heartbeat: Optional[float] = None, retry: Optional[Sequence[float]] = None,
+             timeout: Union[_Seconds, None, _Unset] = _UNSET, lease: Optional[_Seconds] = None,
+             heartbeat: Optional[_Seconds] = None, retry: Optional[Sequence[_Seconds]] = None,
              owner: Union[str, bytes, None] = None, reentrant: Union[str, bytes, None] = None,
              on_lost: Optional[_OnLost] = None,
              kind: Optional[_Kind] = None, permits: Optional[int] = None,
              take: Optional[int] = None,
              shared: Optional[bool] = None, fair: Optional[bool] = None,
-             value: Optional[_Value] = None, max_hold: Optional[float] = None,
-             min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
+             value: Optional[_Value] = None, max_hold: Optional[_Seconds] = None,
+             min_hold: Optional[_Seconds] = None, lock_delay: Optional[_Seconds] = None,
              on_release_requested: Optional[_OnReleaseRequested] = None,
              lease_ms: Optional[int] = None, wait_ms: Union[int, None, _Unset] = _UNSET,
              heartbeat_ms: Optional[int] = None,
@@ -2629,16 +2643,16 @@ class Client:
     # -- several names, all or none
 
     def lock_many(self, names: Iterable[_Name], *, blocking: Union[bool, _Unset] = _UNSET,
-                  timeout: Union[float, None, _Unset] = _UNSET, lease: Optional[float] = None,
-                  heartbeat: Optional[float] = None, retry: Optional[Sequence[float]] = None,
+                  timeout: Union[_Seconds, None, _Unset] = _UNSET, lease: Optional[_Seconds] = None,
+                  heartbeat: Optional[_Seconds] = None, retry: Optional[Sequence[_Seconds]] = None,
                   owner: Union[str, bytes, None] = None,
                   reentrant: Union[str, bytes, None] = None,
                   on_lost: Optional[_OnLost] = None,
                   kind: Optional[_Kind] = None, permits: Optional[int] = None,
                   take: Optional[int] = None,
                   shared: Optional[bool] = None, fair: Optional[bool] = None,
-                  value: Optional[_Value] = None, max_hold: Optional[float] = None,
-                  min_hold: Optional[float] = None, lock_delay: Optional[float] = None,
+                  value: Optional[_Value] = None, max_hold: Optional[_Seconds] = None,
+                  min_hold: Optional[_Seconds] = None, lock_delay: Optional[_Seconds] = None,
                   lease_ms: Optional[int] = None, wait_ms: Union[int, None, _Unset] = _UNSET,
                   heartbeat_ms: Optional[int] = None,
                   retry_ms: Optional[Sequence[int]] = None,
@@ -3119,7 +3133,7 @@ class Lock:
     def _wait_arg(self, blocking, timeout):
         return _acquire_wait(self._wait_ms, blocking, timeout)
 
-    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = None) -> bool:
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[_Seconds] = None) -> bool:
         """Acquires the lock: True once held, False when the wait ran out (blocking=True,
         timeout=S seconds; -1 = no limit) or the one try failed (blocking=False). With no
         argument, waits as client.lock(...) said (by default without limit). Raises AlreadyHeld
@@ -3226,7 +3240,7 @@ class Lock:
             ms = self._spec.lease_ms if self._spec.lease_ms is not None else _DEFAULT_LEASE_MS
         return ms
 
-    def extend(self, lease: Optional[float] = None, *, lease_ms: Optional[int] = None) -> None:
+    def extend(self, lease: Optional[_Seconds] = None, *, lease_ms: Optional[int] = None) -> None:
         """Sets the lease to `lease` seconds from now (0 = no expiry; default: this lock's
         lease= / lease_ms=, else 10 s); lease_ms= says it in milliseconds. NotHeld if this
         object does not hold the lock or it was lost."""
@@ -3323,7 +3337,7 @@ class Lock:
     # -- asyncio
 
     async def aacquire(self, blocking: Optional[bool] = None,
-                       timeout: Optional[float] = None) -> bool:
+                       timeout: Optional[_Seconds] = None) -> bool:
         """acquire() for asyncio: waits without blocking the event loop (and holds no thread:
         the library's async API). True once held, False when the wait ran out. Cancelling the
         awaiting task cancels the acquire; on_lost runs on this event loop."""
@@ -3526,7 +3540,7 @@ class Lock:
             raise _error(status)
         await self._settle(fut, True)
 
-    async def aextend(self, lease: Optional[float] = None, *,
+    async def aextend(self, lease: Optional[_Seconds] = None, *,
                       lease_ms: Optional[int] = None) -> None:
         """extend() without blocking the event loop."""
         ms = self._extend_ms(lease, lease_ms)
@@ -3805,7 +3819,7 @@ class LockGroup(Sequence[Lock]):
         for k, h in enumerate(handles):
             _give_back(h, slot.members[k][1] if slot is not None else None)
 
-    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = None) -> bool:
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[_Seconds] = None) -> bool:
         """Acquires every name, or none: True once all are held; False when the wait ran out
         (blocking=True, timeout=S seconds for the whole call; -1 = no limit) or the one try
         failed (blocking=False), and then none is held. With no argument, waits as
@@ -3874,7 +3888,7 @@ class LockGroup(Sequence[Lock]):
     # -- asyncio
 
     async def aacquire(self, blocking: Optional[bool] = None,
-                       timeout: Optional[float] = None) -> bool:
+                       timeout: Optional[_Seconds] = None) -> bool:
         """acquire() for asyncio, without blocking the event loop: the library has no
         asynchronous dlock_acquire_many, so a worker thread of its own waits in it (on the
         blocking API's client, whose dlock-events thread hands on_lost to this loop). True once

@@ -22,6 +22,7 @@ import traceback
 import unittest
 import uuid
 import warnings
+from datetime import timedelta
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
@@ -1815,6 +1816,27 @@ class Ranges(Base):
             lock.extend(0)
             lock.extend()  # no lease given: the library's default, 10 s
             self.assertTrue(9000 < int(cli("PTTL", f"dlock:{{{name}}}")) <= 10_000)
+
+    def test_timedelta_durations(self):
+        # A datetime.timedelta wherever seconds go, exactly (whole microseconds), and refused
+        # with the same words when negative.
+        c = self.client
+        name = unique("timedelta")
+        ms = timedelta(milliseconds=1)
+        with c.lock(name, lease=timedelta(seconds=1.5), heartbeat=timedelta(seconds=0.5),
+                    retry=(10 * ms, 100 * ms), timeout=timedelta(seconds=5)) as lock:
+            self.assertTrue(1000 < int(cli("PTTL", f"dlock:{{{name}}}")) <= 1500)
+            lock.extend(timedelta(seconds=2.25))
+            self.assertTrue(1500 < int(cli("PTTL", f"dlock:{{{name}}}")) <= 2250)
+            # a waiter given a timedelta gives up after it
+            with dlock.Client(URL) as other:
+                started = time.monotonic()
+                self.assertFalse(other.lock(name).acquire(timeout=timedelta(milliseconds=200)))
+                self.assertGreaterEqual(time.monotonic() - started, 0.19)
+        for kw, words in (({"timeout": timedelta(seconds=-1)}, "timeout -1 is negative"),
+                          ({"lease": -ms}, "lease -0.001 s is negative"),
+                          ({"retry": (-ms, ms)}, "retry[0] -0.001 s is out of range")):
+            self.assertIn(words, self.refused(c.lock, name="x", **kw))
 
 
 class Limits(Base):

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import queue
 import sys
+from datetime import timedelta
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Type, Union
 
 import dlock
@@ -53,7 +54,7 @@ def sync_part(client: Client, prefix: str) -> None:
     closed: bool = client.closed
 
     # lock(): not acquired yet; `with` acquires and releases, every time.
-    lk: Lock = client.lock(prefix + "sync", lease=5.0, heartbeat=1, retry=(0.01, 0.2),
+    lk: Lock = client.lock(prefix + "sync", lease=timedelta(seconds=5), heartbeat=1, retry=(0.01, 0.2),
                            owner="typed-example", on_lost=on_lost, timeout=10, fair=True,
                            max_hold=3600.0, min_hold=0.0, lock_delay=0, reentrant="typed-1")
     with lk as held:
