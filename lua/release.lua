@@ -354,9 +354,14 @@ else
       if last == 'inf' then redis.call('PERSIST', key) else redis.call('PEXPIREAT', key, string.format('%.0f', tonumber(last) + 1)) end
     end
   end
-  if late then return 0 end  -- its lease had run out: it was not held any more
+  -- What it freed goes to the line either way; a late release (its lease had run out) answers
+  -- 0: it was not held any more.
   local served = serve()
   if type(served) == 'table' then return served end
+  if late then
+    if not served then publish('released') end
+    return 0
+  end
   if served then return 1 end
 end
 publish('released')

@@ -349,6 +349,22 @@ TEST(ScriptsTest, AWritersReleaseServesTheReadersAtTheHeadOfTheLine) {
   EXPECT_EQ(redis.Cli({"ZRANGE", k.line, "0", "-1"}), "r3");
 }
 
+// A reader whose lease ran out before its release (late: it answers 0, not held) still frees
+// the name for the line: the writer waiting for it is served, not left to its retries.
+TEST(ScriptsTest, ALateReadersReleaseStillServesTheLine) {
+  dlock_test::RedisServer redis;
+  const LockKeys k("dlock:", "late");
+  const uint64_t now_ms = NowMicros() / 1000;
+  ASSERT_EQ(redis.Cli({"ZADD", k.holds, std::to_string(now_ms - 10), "reader"}), "1");
+  ASSERT_EQ(redis.Cli({"HSET", k.hold_data, "reader", "5", "~sort", "shared"}), "2");
+  ASSERT_EQ(redis.Cli({"ZADD", k.line, "1", "w"}), "1");
+  ASSERT_EQ(redis.Cli({"HSET", k.line_data, "w", std::to_string(now_ms) + " 10000 10000 writer"}), "1");
+  const std::vector<std::string> shared{k.holds, k.hold_data, k.value, k.line, k.fence, k.line_data, k.holder, k.writer};
+  EXPECT_EQ(Eval(redis, ScriptId::kRelease, shared, {"reader", k.channel, "0", "hold", "", "0", ""}), "0");
+  EXPECT_EQ(redis.Cli({"GET", k.holder}), "writer");
+  EXPECT_EQ(redis.Cli({"EXISTS", k.line}), "0");
+}
+
 TEST(ScriptsTest, AnExclusiveReleaseNamesTheValueKeyOnlyWithAValue) {
   const std::string value_key = LockKeys("dlock:", "n").value;
   HoldRef hold{"n", "owner", true, false};
