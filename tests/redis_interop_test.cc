@@ -69,12 +69,12 @@ TEST_P(RedisInteropTest, EachRefusesWhileTheOtherHolds) {
   dlock_lock* mine = nullptr;
   ASSERT_EQ(dlock_acquire(c.get(), "x", nullptr, &mine), DLOCK_OK) << dlock_last_error();
   auto refused = Peer("x", {"hold", Path("never")});
-  EXPECT_EQ(refused->AwaitLine("", 20s), "REFUSED") << refused->output();
+  EXPECT_EQ(refused->AwaitLine("RESULT ", 20s), "RESULT REFUSED") << refused->output();
   EXPECT_EQ(refused->Wait(20s), 0) << refused->output();
   ASSERT_EQ(dlock_release(mine), DLOCK_OK) << dlock_last_error();
 
   auto holder = Peer("x", {"hold", Path("release")});
-  ASSERT_EQ(holder->AwaitLine("", 20s), "HELD") << holder->output();
+  ASSERT_EQ(holder->AwaitLine("RESULT ", 20s), "RESULT HELD") << holder->output();
   dlock_lock* l = nullptr;
   EXPECT_EQ(dlock_acquire(c.get(), "x", nullptr, &l), DLOCK_NOT_ACQUIRED) << "dlock took a lock node-redlock held";
   Options shared;
@@ -108,7 +108,7 @@ TEST_P(RedisInteropTest, ASharedHoldDoesNotKeepOutAForeignSetNx) {
   dlock_lock* reader = nullptr;
   ASSERT_EQ(dlock_acquire(c.get(), "s", shared.get(), &reader), DLOCK_OK) << dlock_last_error();
   auto peer = Peer("s", {"hold", Path("release")});
-  EXPECT_EQ(peer->AwaitLine("", 20s), "HELD") << peer->output();
+  EXPECT_EQ(peer->AwaitLine("RESULT ", 20s), "RESULT HELD") << peer->output();
   std::ofstream(Path("release")) << "go";
   EXPECT_EQ(peer->Wait(20s), 0) << peer->output();
   EXPECT_EQ(dlock_release(reader), DLOCK_OK) << dlock_last_error();

@@ -47,6 +47,15 @@ Status CheckAttributeName(const std::string& param, const std::string& name) {
           "name");
     }
   }
+  for (const char* marker : foreign::kMarkers) {
+    if (name == marker) {
+      // Every item would carry it, and be judged another lock client's (docs/dynamodb.md).
+      return Status::InvalidArgument(
+          "URL parameter " + param + "='" + name + "' is an attribute by which dlock knows other "
+          "lock clients' items (ownerName, recordVersionNumber, leaseDuration, guid, "
+          "fencingToken): pick another name");
+    }
+  }
   if (!IsValidUtf8(name)) return Status::InvalidArgument("URL parameter " + param + " is not UTF-8");
   return Status::Ok();
 }

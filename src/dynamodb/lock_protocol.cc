@@ -312,10 +312,9 @@ bool ParseBreakRecords(const Json& value, std::vector<BreakRecord>* out) {
 void ParseLockItem(const Json& item, LockItem* out) {
   *out = LockItem();
   if (!item.is_object()) return;
-  for (const char* marker : foreign::kMarkers) {
-    if (!item.contains(marker)) continue;
-    const bool java = item.contains(foreign::kJavaOwnerName) || item.contains(foreign::kJavaRecordVersion) ||
-                      item.contains(foreign::kJavaLeaseDuration);
+  const bool java = item.contains(foreign::kJavaOwnerName) || item.contains(foreign::kJavaRecordVersion) ||
+                    item.contains(foreign::kJavaLeaseDuration);
+  if (java || item.contains(foreign::kNodeGuid) || item.contains(foreign::kNodeFencingToken)) {
     out->foreign = java ? "AWS Java lock client" : "dynamodb-lock-client";
     out->foreign_owner = StringAttribute(item, java ? foreign::kJavaOwnerName : attr::kOwner);
     return;

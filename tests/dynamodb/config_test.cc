@@ -114,7 +114,8 @@ TEST_F(DynamoConfigTest, BadUrlsAreRefused) {
         "dynamodb://locks?region=r&partition_key=", "dynamodb://x?region=r",
         "dynamodb://locks?region=r&endpoint=localhost:8000", "dynamodb://locks?region=r_1",
         "dynamodb://locks?region=r&tls_verify=2", "dynamodb://a:1@locks?region=r",
-        "dynamodb://locks,other?region=r"}) {
+        "dynamodb://locks,other?region=r", "dynamodb://locks?region=r&partition_key=guid",
+        "dynamodb://locks?region=r&sort_key=ownerName"}) {
     SCOPED_TRACE(text);
     Status s = Parse(text, &c);
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.message();

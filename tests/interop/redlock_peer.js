@@ -2,8 +2,8 @@
 // tests/redis_interop_test.cc.
 //
 //   node redlock_peer.js PORTS KEY hold FILE
-//       Tries KEY once: prints "HELD" (then waits until FILE exists, releases it and prints
-//       "RELEASED") or "REFUSED".
+//       Tries KEY once: prints "RESULT HELD" (then waits until FILE exists, releases it and
+//       prints "RELEASED") or "RESULT REFUSED".
 //   node redlock_peer.js PORTS KEY count FILE ROUNDS
 //       ROUNDS times: takes KEY (waiting), reads the number in FILE, sleeps 1 ms, writes it
 //       back plus one, releases. Prints "DONE ROUNDS".
@@ -31,10 +31,10 @@ async function hold() {
   try {
     lock = await redlock.acquire([key], LEASE_MS);
   } catch (e) {
-    console.log('REFUSED');
+    console.log('RESULT REFUSED');
     return;
   }
-  console.log('HELD');
+  console.log('RESULT HELD');
   while (!fs.existsSync(file)) await sleep(5);
   await lock.release();
   console.log('RELEASED');
