@@ -149,7 +149,12 @@ static void print_info_text(FILE *f, const char *name, const dlock_info *info) {
   for (uint32_t k = 0; k < n; ++k) {
     if (!one_line) fputs("  ", f);
     text_string(f, dlock_info_owner(info, k), true);
-    fprintf(f, ", fencing token %" PRIu64 ", ", dlock_info_fencing_token(info, k));
+    /* 0: the backend cannot tell (etcd's layout=mutex keeps a holder's token with the holder). */
+    if (dlock_info_fencing_token(info, k) != 0) {
+      fprintf(f, ", fencing token %" PRIu64 ", ", dlock_info_fencing_token(info, k));
+    } else {
+      fputs(", fencing token unknown, ", f);
+    }
     if (dlock_info_take(info, k) > 1) fprintf(f, "%" PRIu32 " permits, ", dlock_info_take(info, k));
     print_remaining(f, dlock_info_remaining_ms(info, k));
     size_t len = 0;
@@ -386,7 +391,11 @@ static void print_leader(const char *name, const dlock_info *leader, void *arg) 
     } else {
       fputs(": led by ", stdout);
       text_string(stdout, dlock_info_owner(leader, 0), true);
-      printf(", term %" PRIu64, dlock_info_fencing_token(leader, 0));
+      if (dlock_info_fencing_token(leader, 0) != 0) {
+        printf(", term %" PRIu64, dlock_info_fencing_token(leader, 0));
+      } else {
+        fputs(", term unknown", stdout);  /* etcd's layout=mutex */
+      }
       text_value(stdout, value, len);
       fputc('\n', stdout);
     }

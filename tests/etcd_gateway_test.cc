@@ -57,6 +57,28 @@ TEST(EtcdUrlTest, BadUrlsSayWhatIsWrong) {
   EXPECT_NE(error(many).find("at most 16"), std::string::npos);
 }
 
+// layout=mutex: etcd's recipe, whose keys carry no prefix unless one is given.
+TEST(EtcdUrlTest, MutexLayoutDropsThePrefixUnlessGiven) {
+  EtcdConfig c;
+  ASSERT_TRUE(ParseEtcd("etcd://h:1", &c).ok());
+  EXPECT_EQ(c.layout, Layout::kNative);
+  EXPECT_EQ(c.params.prefix, "dlock:");
+  ASSERT_TRUE(ParseEtcd("etcd://h:1?layout=mutex", &c).ok());
+  EXPECT_EQ(c.layout, Layout::kMutex);
+  EXPECT_EQ(c.params.prefix, "");
+  ASSERT_TRUE(ParseEtcd("etcd://h:1?prefix=app/&layout=mutex", &c).ok());
+  EXPECT_EQ(c.params.prefix, "app/");
+  ASSERT_TRUE(ParseEtcd("etcd://h:1?layout=native", &c).ok());
+  EXPECT_EQ(c.layout, Layout::kNative);
+  Status s = ParseEtcd("etcd://h:1?layout=Mutex", &c);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("layout='Mutex'"), std::string::npos) << s.message();
+  // The range of a name's keys, as etcd's clientv3.GetPrefixRangeEnd makes it.
+  EXPECT_EQ(PrefixEnd("a/"), "a0");
+  EXPECT_EQ(PrefixEnd(std::string("a\xff")), "b");
+  EXPECT_EQ(PrefixEnd(std::string("\xff\xff")), std::string(1, '\0'));
+}
+
 TEST(EtcdUrlTest, TlsWithSniConnectsToTheEndpointButChecksTheName) {
   EtcdConfig c;
   ASSERT_TRUE(ParseEtcd("etcd://127.0.0.1:2379?tls=1&sni=etcd.example&tls_verify=0", &c).ok());
@@ -202,6 +224,7 @@ TEST(EtcdGatewayTest, WatchMessagesAndErrors) {
   ASSERT_TRUE(ReadWatchMessage(Parse(R"({"result":{"header":{"revision":"8"},"events":[{"kv":{"key":"dw=="}},{"type":"DELETE","kv":{"key":"dw==","mod_revision":"8"}}]}})"), &m).ok());
   EXPECT_EQ(m.events, 2);
   EXPECT_EQ(m.deletes, 1);
+  EXPECT_EQ(m.deleted, std::vector<std::string>{"w"});  // whose deletion wakes whom (layout=mutex)
   ASSERT_TRUE(ReadWatchMessage(Parse(R"({"result":{"header":{},"canceled":true,"compact_revision":"6"}})"), &m).ok());
   EXPECT_TRUE(m.canceled);
   EXPECT_EQ(m.compact_revision, 6);

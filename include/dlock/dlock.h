@@ -507,7 +507,9 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             etcd
  *   DLOCK_CAP_FAIR            waiting acquires of every kind are served in arrival order,
  *                             each release handing the lock to the first in line
- *                             (dlock_options_set_fair): Redis (one server, Cluster, Sentinel)
+ *                             (dlock_options_set_fair): Redis (one server, Cluster, Sentinel);
+ *                             etcd with layout=mutex (exclusive locks only, its only bit
+ *                             beside FENCING_STRICT and NOTIFIES)
  *   DLOCK_CAP_OBSERVE_PUSH    observers (dlock_observe) are told of every release, hand-over
  *                             and new value by the server, not by polling: Redis (one server,
  *                             Cluster, Sentinel). Elsewhere new values are polled (500 ms); a
@@ -588,7 +590,8 @@ DLOCK_API const char *dlock_info_owner(const dlock_info *i, uint32_t k);
  * DynamoDB keeps no server-side expiry: this is the lease the holder last wrote (it is taken
  * over once it has stood unrenewed that long). */
 DLOCK_API int64_t dlock_info_remaining_ms(const dlock_info *i, uint32_t k);
-/* Holder k's fencing token; 0 = unknown (or k out of range). */
+/* Holder k's fencing token; 0 = unknown (etcd's layout=mutex: a token is known to its holder
+ * only), or k out of range. */
 DLOCK_API uint64_t dlock_info_fencing_token(const dlock_info *i, uint32_t k);
 /* The kind of hold the holders have; DLOCK_EXCLUSIVE when free and for a semaphore. */
 DLOCK_API dlock_kind dlock_info_kind(const dlock_info *i);

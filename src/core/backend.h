@@ -293,7 +293,7 @@ class Backend {
   virtual Status Break(const std::string& name, const std::string& /*reason*/, bool /*now*/,
                        BreakResult* /*out*/) {
     return Status::InvalidArgument("this backend cannot break lock '" + name +
-                                   "' (no DLOCK_CAP_BREAK in dlock_client_capabilities)");
+                                   "' (no DLOCK_CAP_BREAK in dlock_client_capabilities)" + CapabilityNote());
   }
   // Release request (kCapReleaseRequest): tells every current holder of name that someone asks
   // it to let go, with reason and a fresh request id; takes nothing. *asked: how many holds
@@ -302,7 +302,7 @@ class Backend {
                                 uint32_t* /*asked*/) {
     return Status::InvalidArgument("this backend cannot ask the holder of lock '" + name +
                                    "' to let go (no DLOCK_CAP_RELEASE_REQUEST in "
-                                   "dlock_client_capabilities)");
+                                   "dlock_client_capabilities)" + CapabilityNote());
   }
   // Any thread: tell watcher (a holder's listener) about release requests for name, through
   // OnReleaseRequested, until UnwatchReleaseRequests returns. Backends that hear of requests
@@ -312,6 +312,9 @@ class Backend {
   virtual void UnwatchReleaseRequests(const std::string& /*name*/, ReleaseWatcher* /*watcher*/) {}
   // What the backend promises: kCap* bits, the same as the ABI's DLOCK_CAP_* bits.
   virtual uint32_t Capabilities() const = 0;
+  // Said after a refusal for a capability the backend lacks, when it lacks it for a reason the
+  // user chose (" (etcd's lock recipe, layout=mutex, has exclusive locks only)"); "" otherwise.
+  virtual std::string CapabilityNote() const { return ""; }
   // Whether Watch delivers release notifications (e.g. pub/sub). Without them, waiters rely on
   // holder_ttl_ms and the jittered retry alone, and do not wait for a subscription.
   bool NotifiesReleases() const { return (Capabilities() & kCapNotifies) != 0; }

@@ -163,27 +163,32 @@ Status Client::MakeRequest(const std::string& name, const AcquireOptions& option
   if (options.kind == LockKind::kShared && (caps & kCapShared) == 0) {
     return Status::InvalidArgument("lock '" + name +
                                    "': this backend does not offer shared locks (see "
-                                   "dlock_client_capabilities)");
+                                   "dlock_client_capabilities)" +
+                                   backend_->CapabilityNote());
   }
   if (options.permits != 0 && (caps & kCapPermits) == 0) {
     return Status::InvalidArgument("lock '" + name +
                                    "': this backend does not offer semaphores (permits; see "
-                                   "dlock_client_capabilities)");
+                                   "dlock_client_capabilities)" +
+                                   backend_->CapabilityNote());
   }
   if (options.min_hold_ms != 0 && (caps & kCapMinHold) == 0) {
     return Status::InvalidArgument("lock '" + name +
                                    "': this backend does not offer min_hold_ms (see "
-                                   "dlock_client_capabilities)");
+                                   "dlock_client_capabilities)" +
+                                   backend_->CapabilityNote());
   }
   if (options.lock_delay_ms != 0 && (caps & kCapLockDelay) == 0) {
     return Status::InvalidArgument("lock '" + name +
                                    "': this backend does not offer lock_delay_ms (see "
-                                   "dlock_client_capabilities)");
+                                   "dlock_client_capabilities)" +
+                                   backend_->CapabilityNote());
   }
   if (options.on_release_requested && (caps & kCapReleaseRequest) == 0) {
     return Status::InvalidArgument("lock '" + name +
                                    "': this backend cannot deliver release requests "
-                                   "(on_release_requested; see dlock_client_capabilities)");
+                                   "(on_release_requested; see dlock_client_capabilities)" +
+                                   backend_->CapabilityNote());
   }
   if (options.kind == LockKind::kExclusive && options.permits == 0) {
     // No upgrade: an exclusive acquire would wait for this client's own shared hold forever.

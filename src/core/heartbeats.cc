@@ -378,7 +378,8 @@ LossCause ClassifyRefusal(const LockState& lock, const Status& looked, LockInfo 
     return LossCause::kDeleted;
   }
   const HolderInfo& first = info.holders.front();
-  std::string who = "fencing token " + std::to_string(first.fencing_token);
+  // 0: the backend cannot show it (etcd's layout=mutex keeps a holder's token with the holder).
+  std::string who = "fencing token " + (first.fencing_token != 0 ? std::to_string(first.fencing_token) : "unknown");
   if (!first.owner.empty()) who += ", label '" + first.owner + "'";
   *reason = "another owner holds it now (" + who + ")";
   return LossCause::kTakenOver;

@@ -89,13 +89,19 @@ bool Observer::News(const HolderInfo* leader) {
   if (reported_) {
     if (term < term_) return false;                // an older leader: a stale read
     if (term == term_ && term != 0 && !leading_) return false;  // its end was reported already
-    if (term == term_ && leader->value == value_ && leader->owner == owner_) return false;
+    // The same leader saying the same: where the backend shows no term (0: etcd's layout=
+    // mutex), its hold id tells one leader from the next.
+    if (leading_ && term == term_ && leader->value == value_ && leader->owner == owner_ &&
+        (term != 0 || leader->hold_id == hold_id_)) {
+      return false;
+    }
   }
   reported_ = true;
   leading_ = true;
   term_ = term;
   owner_ = leader->owner;
   value_ = leader->value;
+  hold_id_ = leader->hold_id;
   return true;
 }
 

@@ -68,7 +68,7 @@ class Observer : public ReleaseWatcher, public std::enable_shared_from_this<Obse
   bool reported_ = false;
   bool leading_ = false;
   uint64_t term_ = 0;  // the highest term reported
-  std::string owner_, value_;
+  std::string owner_, value_, hold_id_;
 };
 
 }  // namespace dlock

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -45,6 +46,11 @@ class Watchers {
       if (was_live) w->OnWatchReady(false);
       w->OnReleased();
     }
+  }
+  // Each watcher in turn, for a backend that tells them apart itself (etcd's lock recipe wakes
+  // only the waiter right behind a deleted key).
+  void TellEach(const std::function<void(ReleaseWatcher&)>& tell) const {
+    for (ReleaseWatcher* w : list_) tell(*w);
   }
   // A release that handed the lock to one waiter: only that one hears of it.
   // The holder's value changed: observers look again, waiters sleep on.

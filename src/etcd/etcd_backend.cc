@@ -46,7 +46,8 @@ class EtcdBackend : public Backend {
   }
 
   // lock_protocol.h, "Several names": exclusive holds without job rules in one transaction.
-  bool AcquiresManyAtOnce() const override { return true; }
+  // (layout=mutex: the names one at a time, each in its own line.)
+  bool AcquiresManyAtOnce() const override { return !protocol_.mutex_layout(); }
   Status TryAcquireMany(const std::vector<LockRequest>& requests, std::vector<AcquireAttempt>* out,
                         size_t* refused) override {
     out->assign(requests.size(), AcquireAttempt());
@@ -129,6 +130,7 @@ class EtcdBackend : public Backend {
 
   // lock_protocol.h, "Break": holds deleted in one transaction that leaves the closed marker.
   Status Break(const std::string& name, const std::string& reason, bool now, BreakResult* out) override {
+    if (protocol_.mutex_layout()) return Backend::Break(name, reason, now, out);
     Status status;
     protocol_.Break(&blocking_, name, reason, now, CallDeadline(), [&](Status s, BreakResult result) {
       status = std::move(s);
@@ -141,6 +143,7 @@ class EtcdBackend : public Backend {
   // has holds (after a lease grant when the shared one is due: two round trips at most, three
   // when etcd lost that lease), bounded by timeout_ms.
   Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked) override {
+    if (protocol_.mutex_layout()) return Backend::RequestRelease(name, reason, asked);
     Status status;
     protocol_.RequestRelease(&blocking_, name, reason, CallDeadline(), [&](Status s, uint32_t n) {
       status = std::move(s);
@@ -160,15 +163,44 @@ class EtcdBackend : public Backend {
   // shared holds and semaphores (lock_protocol.h, "Kinds"); breaks ("Break"); min holds and
   // lock-delays as markers on leases of their own ("Job rules"); release requests put on a key
   // that listening holders watch ("Release requests").
+  // layout=mutex: etcd's recipe has exclusive locks only, and no markers beside them; its
+  // waiters stand in line by their keys' create revisions (fair).
   uint32_t Capabilities() const override {
+    if (protocol_.mutex_layout()) return kCapFencingStrict | kCapNotifies | kCapFair;
     return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapBreak | kCapMinHold | kCapLockDelay |
            kCapReleaseRequest;
   }
+  std::string CapabilityNote() const override {
+    return protocol_.mutex_layout() ? " (etcd's lock recipe, layout=mutex, has exclusive locks only)" : "";
+  }
+  // layout=mutex: the deletions of every key under NAME/ (holders' and waiters' alike).
   void Watch(const std::string& name, ReleaseWatcher* watcher) override {
+    if (protocol_.mutex_layout()) {
+      // A waiter in line wakes when the key right before its own goes (Go's waitDeletes);
+      // others (unfair waiters, observers) at every deletion.
+      return watches_.WatchPrefix(protocol_.LinePrefix(name), watcher,
+                                  [this](const Watchers& watchers, const std::vector<std::string>& deleted) {
+        watchers.TellEach([&](ReleaseWatcher& w) {
+          const LineWake wake = w.waiter_id().empty() ? LineWake::kRelease : protocol_.WakeOf(w.waiter_id(), deleted);
+          if (wake == LineWake::kRelease || w.hears_every_change()) {
+            w.OnReleased();
+          } else if (wake == LineWake::kHandOver) {
+            w.OnHandedOver(0);  // a claim its next attempt confirms, as a Redis grant is
+          }
+        });
+      });
+    }
     watches_.Watch(protocol_.KeyFor(name), watcher);
   }
   void Unwatch(const std::string& name, ReleaseWatcher* watcher) override {
+    if (protocol_.mutex_layout()) return watches_.UnwatchPrefix(protocol_.LinePrefix(name), watcher);
     watches_.Unwatch(protocol_.KeyFor(name), watcher);
+  }
+  // layout=mutex: the waiter's key goes (its place in line). Blocking off the loop thread.
+  void LeaveLine(const LockRequest& request) override {
+    if (!protocol_.mutex_layout() || request.waiter_id.empty()) return;
+    if (loop_->InLoopThread()) return protocol_.LeaveLine(&async_, request, CallDeadline(), [](Status) {});
+    protocol_.LeaveLine(&blocking_, request, CallDeadline(), [](Status) {});
   }
 
   // Watch streams never end by themselves: they are not work close waits for.

@@ -1,5 +1,7 @@
 #include "etcd/etcd_config.h"
 
+#include <algorithm>
+
 namespace dlock::etcd {
 namespace {
 
@@ -67,9 +69,25 @@ Status ReadEtcdUrl(const Url& url, EtcdConfig* out) {
     out->endpoints.push_back(hp);
   }
   std::vector<std::pair<std::string, std::string>> values;
-  Status s = ParseCommonParams(url, TlsParamNames(), &out->params, &values);
+  std::vector<std::string> names = TlsParamNames();
+  names.push_back("layout");
+  Status s = ParseCommonParams(url, names, &out->params, &values);
   if (s.ok()) s = ParseTlsParams(url, values, /*on_by_scheme=*/false, "add tls=1", &out->tls);
   if (!s.ok()) return s;
+  for (const auto& [param, value] : values) {
+    if (param != "layout") continue;
+    if (value == "mutex") {
+      out->layout = Layout::kMutex;
+    } else if (value != "native") {
+      return Status::InvalidArgument("URL parameter layout='" + value +
+                                     "' is neither 'native' (dlock's keys, the default) nor 'mutex' "
+                                     "(etcd's lock recipe, shared with etcdctl lock)");
+    }
+  }
+  // In etcd's recipe the name is the key prefix itself: no "dlock:" before it unless asked for.
+  const bool prefix_given = std::any_of(url.query.begin(), url.query.end(),
+                                        [](const auto& kv) { return kv.first == "prefix"; });
+  if (out->layout == Layout::kMutex && !prefix_given) out->params.prefix.clear();
   for (const auto& [param, path] : {std::pair<const char*, const std::string*>{"ca", &out->tls.ca},
                                     {"cert", &out->tls.cert},
                                     {"key", &out->tls.key}}) {

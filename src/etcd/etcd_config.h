@@ -1,6 +1,8 @@
-// etcd://host[:port][,host[:port]...][?prefix=&connect_timeout_ms=&timeout_ms=&tls=1&ca=&cert=
-//       &key=&sni=&tls_verify=0]: the endpoints of one etcd cluster (v3, its JSON gateway), tried
-// in order, port 2379 unless given.
+// etcd://host[:port][,host[:port]...][?prefix=&connect_timeout_ms=&timeout_ms=&layout=&tls=1&ca=
+//       &cert=&key=&sni=&tls_verify=0]: the endpoints of one etcd cluster (v3, its JSON gateway),
+// tried in order, port 2379 unless given. layout=mutex speaks etcd's own lock recipe (the keys
+// of `etcdctl lock` and Go's concurrency.Mutex: lock_protocol.h, "layout=mutex"); prefix=
+// defaults to empty there, so that both meet on the same keys.
 #ifndef DLOCK_ETCD_ETCD_CONFIG_H_
 #define DLOCK_ETCD_ETCD_CONFIG_H_
 
@@ -17,8 +19,12 @@ inline constexpr int kDefaultPort = 2379;
 // Endpoints in one URL, at most: each may cost a connect on the way to a working one.
 inline constexpr size_t kMaxEndpoints = 16;
 
+// How lock names map onto keys: dlock's own (the default) or etcd's recipe.
+enum class Layout { kNative, kMutex };
+
 struct EtcdConfig {
   std::vector<HostPort> endpoints;
+  Layout layout = Layout::kNative;
   CommonParams params;
   TlsParams tls;
 

@@ -213,6 +213,33 @@ Json RangeRequest(const std::string& key, const std::string& range_end) {
   return {{"request_range", {{"key", Base64Encode(key)}, {"range_end", Base64Encode(range_end)}}}};
 }
 
+Json RangeFirstCreatedRequest(const std::string& key, const std::string& range_end) {
+  return {{"request_range",
+           {{"key", Base64Encode(key)},
+            {"range_end", Base64Encode(range_end)},
+            {"limit", "1"},
+            {"sort_order", "ASCEND"},
+            {"sort_target", "CREATE"}}}};
+}
+
+Json RangeLastCreatedRequest(const std::string& key, const std::string& range_end, int64_t max_create_revision) {
+  Json range = {{"key", Base64Encode(key)},
+                {"range_end", Base64Encode(range_end)},
+                {"limit", "1"},
+                {"sort_order", "DESCEND"},
+                {"sort_target", "CREATE"}};
+  if (max_create_revision > 0) range["max_create_revision"] = std::to_string(max_create_revision);
+  return {{"request_range", std::move(range)}};
+}
+
+std::string PrefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (end.empty()) return std::string(1, '\0');
+  end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  return end;
+}
+
 std::string TxnBody(const Json& compare, const Json& success, const Json& failure) {
   return Txn(compare, success, failure);
 }
@@ -353,6 +380,11 @@ Status ReadWatchMessage(const Json& line, WatchMessage* out) {
     ++out->events;
     if (ReadString(e, "type") == "DELETE") {
       ++out->deletes;
+      const Json* kv = Field(e, "kv");
+      std::string key;
+      if (kv != nullptr && kv->is_object() && ReadBytes(*kv, "key", &key) && !key.empty()) {
+        out->deleted.push_back(std::move(key));
+      }
       continue;
     }
     // A PUT (the type at its zero value is left out).

@@ -104,6 +104,15 @@ Json DeleteRequest(const std::string& key);
 // Deletes every key in [key, range_end).
 Json DeleteRangeRequest(const std::string& key, const std::string& range_end);
 Json RangeRequest(const std::string& key, const std::string& range_end);
+// The key in [key, range_end) created first (lowest create revision): how etcd's lock recipe
+// finds the holder (Go's WithFirstCreate).
+Json RangeFirstCreatedRequest(const std::string& key, const std::string& range_end);
+// The key in [key, range_end) created last, among those created at max_create_revision or
+// before (0: any): a waiter's predecessor in etcd's lock recipe (Go's waitDeletes).
+Json RangeLastCreatedRequest(const std::string& key, const std::string& range_end, int64_t max_create_revision);
+// The end of the range of every key that starts with prefix (etcd's prefix end: the last byte
+// that is not 0xff, plus one; "\0" for a prefix of 0xff bytes only: to the end of the keys).
+std::string PrefixEnd(const std::string& prefix);
 // A transaction inside a transaction's branch (etcd 3.3 and later): compares are ANDed, so an
 // "or" is a branch's nested transaction.
 Json TxnRequest(const Json& compare, const Json& success, const Json& failure);
@@ -140,6 +149,7 @@ struct WatchMessage {
   int deletes = 0;              // DELETE events in it
   int events = 0;
   std::vector<KeyValue> puts;   // its PUT events' keys and values (a watch of puts)
+  std::vector<std::string> deleted;  // its DELETE events' keys (one unreadable: not listed)
   std::string cancel_reason;
 };
 Status ReadWatchMessage(const Json& line, WatchMessage* out);

@@ -57,6 +57,12 @@ int64_t TokenOf(const LockState& lock) { return static_cast<int64_t>(std::min<ui
 
 EtcdLockData* DataOf(const LockState& lock) { return static_cast<EtcdLockData*>(lock.backend_data.get()); }
 
+// The create revision a write to the hold's key is conditional on ("Owner checks").
+int64_t OwnedRevisionOf(const LockState& lock) {
+  const EtcdLockData* data = DataOf(lock);
+  return data != nullptr && data->owned_revision != 0 ? data->owned_revision : TokenOf(lock);
+}
+
 bool LeaseNotFound(const CallResult& r) {
   return r.grpc_code == kGrpcNotFound && r.status.message().find("lease not found") != std::string::npos;
 }
@@ -104,38 +110,6 @@ class NameKeys {
  private:
   std::string k_;
 };
-
-// A hold's ID: the first 16 bytes of SHA-256(owner value), in hex.
-std::string HoldId(const std::string& owner_value) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  if (EVP_Digest(owner_value.data(), owner_value.size(), digest, &n, EVP_sha256(), nullptr) != 1 || n < 16) {
-    // Cannot happen with a working libcrypto; the owner value is unique all the same.
-    return Base64Encode(owner_value);
-  }
-  static const char kHex[] = "0123456789abcdef";
-  std::string id;
-  for (unsigned int i = 0; i < 16; ++i) {
-    id += kHex[digest[i] >> 4];
-    id += kHex[digest[i] & 15];
-  }
-  return id;
-}
-
-// A hold key's value: the owner value, then NUL and the value stored with the hold when it has
-// one (an owner value is a C string: it holds no NUL).
-std::string Stored(const std::string& owner_value, const std::string& value) {
-  if (value.empty()) return owner_value;
-  std::string stored = owner_value;
-  stored += '\0';
-  stored += value;
-  return stored;
-}
-std::string_view OwnerPart(std::string_view stored) { return stored.substr(0, stored.find('\0')); }
-std::string_view ValuePart(std::string_view stored) {
-  const size_t nul = stored.find('\0');
-  return nul == std::string_view::npos ? std::string_view() : stored.substr(nul + 1);
-}
 
 // A permit key as a read shows it.
 struct PermitHold {
@@ -247,12 +221,42 @@ Status NotHeld(const EtcdConfig& config, const std::string& name) {
 
 }  // namespace
 
+std::string HoldId(const std::string& owner_value) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(owner_value.data(), owner_value.size(), digest, &n, EVP_sha256(), nullptr) != 1 || n < 16) {
+    // Cannot happen with a working libcrypto; the owner value is unique all the same.
+    return Base64Encode(owner_value);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string id;
+  for (unsigned int i = 0; i < 16; ++i) {
+    id += kHex[digest[i] >> 4];
+    id += kHex[digest[i] & 15];
+  }
+  return id;
+}
+
+std::string Stored(const std::string& owner_value, const std::string& value) {
+  if (value.empty()) return owner_value;
+  std::string stored = owner_value;
+  stored += '\0';
+  stored += value;
+  return stored;
+}
+std::string_view OwnerPart(std::string_view stored) { return stored.substr(0, stored.find('\0')); }
+std::string_view ValuePart(std::string_view stored) {
+  const size_t nul = stored.find('\0');
+  return nul == std::string_view::npos ? std::string_view() : stored.substr(nul + 1);
+}
+
 int64_t LeaseTtlSeconds(uint64_t lease_ms) {
   return static_cast<int64_t>((lease_ms + 999) / 1000) + 1;
 }
 
 std::string LockProtocol::HoldKey(const std::string& name, LockKind kind, uint32_t permits, uint32_t take,
                                   const std::string& owner_value) const {
+  if (mutex_layout()) return LinePrefix(name) + HoldId(owner_value);  // exclusive only
   NameKeys keys(KeyFor(name));
   if (permits != 0) return keys.Permit(permits, HoldId(owner_value), take);
   if (kind == LockKind::kShared) return keys.Shared(HoldId(owner_value));
@@ -460,7 +464,7 @@ void LockProtocol::AcquireMany(Transport* t, std::vector<LockRequest> requests, 
 }
 
 void LockProtocol::Won(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, int64_t kv_lease,
-                       int64_t token) {
+                       int64_t token, int64_t owned_revision) {
   if (kv_lease != sent_lease) {  // an earlier try's lease: count the key where it hangs
     Uncount(sent_lease, op->key);
     Count(kv_lease, op->key);
@@ -469,7 +473,9 @@ void LockProtocol::Won(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent
   AcquireAttempt attempt;
   attempt.acquired = true;
   attempt.fencing_token = static_cast<uint64_t>(token);
-  attempt.backend_data = std::make_shared<EtcdLockData>(kv_lease, op->key);
+  auto data = std::make_shared<EtcdLockData>(kv_lease, op->key);
+  data->owned_revision = owned_revision;
+  attempt.backend_data = std::move(data);
   if (op->request.min_hold_ms != 0 || op->request.lock_delay_ms != 0) return PutRules(t, op, std::move(attempt), token);
   op->done(Status::Ok(), attempt);
 }
@@ -585,6 +591,7 @@ void LockProtocol::PutRules(Transport* t, std::shared_ptr<AcquireOp> op, Acquire
 }
 
 void LockProtocol::AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op) {
+  if (mutex_layout()) return MutexRound(t, std::move(op));
   EnsureLease(t, op->request.lease_ms, op->deadline, [this, t, op](Status s, int64_t lease) {
     if (!s.ok()) return op->done(s, AcquireAttempt());
     Count(lease, op->key);  // before it is sent: a renewal sweeping the lease must spare it
@@ -597,12 +604,18 @@ void LockProtocol::AcquireUnknown(Transport* t, std::shared_ptr<AcquireOp> op, i
   // Settle: did our create land?
   ReadOwner(t, op->key, op->request.owner_value, 0, op->deadline,
             [this, t, op, lease, failed = r.status](Status s, bool ours, KeyValue kv) {
-    if (s.ok() && ours) return Won(t, op, lease, kv.lease, kv.create_revision);
+    if (s.ok() && ours && !mutex_layout()) return Won(t, op, lease, kv.lease, kv.create_revision);
+    // layout=mutex: a waiter's key keeps its place in line (its next attempt, or its leaving
+    // the line, settles it); a single try's is given back below.
+    if (s.ok() && ours && !op->request.waiter_id.empty()) {
+      InLine(op->request, op->key, lease, kv, "");
+      return op->done(failed, AcquireAttempt());
+    }
     // Not there yet is not never: a proposal queued on a node without a leader commits
     // when the partition heals. See "An acquire whose outcome stays unknown".
     Uncount(lease, op->key);
     Forget(lease);
-    if (lease == 0 && background_) {
+    if ((lease == 0 || mutex_layout()) && background_) {
       background_(kTxn, IfValueDeleteTxn(op->key, Stored(op->request.owner_value, op->request.value)));
     }
     op->done(failed, AcquireAttempt());
@@ -962,7 +975,7 @@ void LockProtocol::ExtendDelay(Transport* t, std::shared_ptr<const LockState> lo
   EtcdLockData* data = DataOf(*lock);
   const int64_t old = data->delay_lease.load();
   const std::string key = KeyOf(*lock);
-  const Json owned = Json::array({CompareCreateEqual(key, TokenOf(*lock))});
+  const Json owned = Json::array({CompareCreateEqual(key, OwnedRevisionOf(*lock))});
   if (lease_ms == 0) {  // no expiry: the hold never ends uncleanly, and its marker goes
     if (old == 0) return done(Status::Ok());
     t->Call(kTxn, TxnBody(owned, Json::array({DeleteRequest(data->delay_key)}), Json()), deadline,
@@ -1060,7 +1073,7 @@ void LockProtocol::ChangeLease(Transport* t, std::shared_ptr<const LockState> lo
     }
     data->lease = now_on;
   };
-  t->Call(kTxn, IfOwnedMoveTxn(key, TokenOf(*lock), lease), deadline,
+  t->Call(kTxn, IfOwnedMoveTxn(key, OwnedRevisionOf(*lock), lease), deadline,
           [this, t, lock, lease, deadline, retried, key, moved, done](CallResult r) {
     if (LeaseNotFound(r) && !retried) {  // the shared lease was forgotten: a new one, once
       Uncount(lease, key);
@@ -1084,7 +1097,7 @@ void LockProtocol::ChangeLease(Transport* t, std::shared_ptr<const LockState> lo
       Uncount(lease, key);
       return done(r.status);
     }
-    ReadOwner(t, key, lock->owner_value, TokenOf(*lock), deadline,
+    ReadOwner(t, key, lock->owner_value, OwnedRevisionOf(*lock), deadline,
               [this, lock, lease, key, moved, failed = r.status, done](Status s, bool ours, KeyValue kv) {
       if (s.ok() && ours) {
         moved(kv.lease);  // where the key hangs now, whichever write landed
@@ -1125,7 +1138,7 @@ void LockProtocol::ReleaseRound(Transport* t, std::shared_ptr<const LockState> l
     if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
     if (r.status.ok()) return done(txn.succeeded ? Status::Ok() : NotHeld(*config_, lock->name));
     if (!r.maybe_applied) return done(r.status);
-    ReadOwner(t, key, lock->owner_value, TokenOf(*lock), deadline,
+    ReadOwner(t, key, lock->owner_value, OwnedRevisionOf(*lock), deadline,
               [this, t, lock, deadline, failed = r.status, done](Status s, bool ours, KeyValue) {
       if (!s.ok()) return done(failed);
       if (!ours) return done(Status::Ok());  // our delete landed (or the key went anyway)
@@ -1139,27 +1152,27 @@ std::string LockProtocol::ReleaseTxn(const LockState& lock) const {
   const EtcdLockData* data = DataOf(lock);
   const std::string key = KeyOf(lock);
   const bool drop_min_hold = data != nullptr && !data->min_key.empty() && lock.given_back.load();
-  if (data == nullptr || (data->delay_key.empty() && !drop_min_hold)) return IfOwnedDeleteTxn(key, TokenOf(lock));
+  if (data == nullptr || (data->delay_key.empty() && !drop_min_hold)) return IfOwnedDeleteTxn(key, OwnedRevisionOf(lock));
   // The lock-delay marker goes with the hold: a clean end. The min hold's marker stays, unless
   // the hold is given back (an acquire nobody took: as if it had not happened).
   Json deletes = Json::array({DeleteRequest(key)});
   if (!data->delay_key.empty()) deletes.push_back(DeleteRequest(data->delay_key));
   if (drop_min_hold) deletes.push_back(DeleteRequest(data->min_key));
-  return TxnBody(Json::array({CompareCreateEqual(key, TokenOf(lock))}), deletes, Json());
+  return TxnBody(Json::array({CompareCreateEqual(key, OwnedRevisionOf(lock))}), deletes, Json());
 }
 
 void LockProtocol::SetValue(Transport* t, std::shared_ptr<const LockState> lock, const std::string& value,
                             TimePoint deadline, Done done) {
   const std::string key = KeyOf(*lock);
   const std::string stored = Stored(lock->owner_value, value);
-  t->Call(kTxn, IfOwnedSetTxn(key, stored, TokenOf(*lock)), deadline,
+  t->Call(kTxn, IfOwnedSetTxn(key, stored, OwnedRevisionOf(*lock)), deadline,
           [this, t, lock, key, stored, deadline, done](CallResult r) {
     TxnAnswer txn;
     if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
     if (r.status.ok()) return done(txn.succeeded ? Status::Ok() : NotHeld(*config_, lock->name));
     if (!r.maybe_applied) return done(r.status);
     // Settled by reading it: ours with this value, or not ours any more.
-    ReadOwner(t, key, lock->owner_value, TokenOf(*lock), deadline,
+    ReadOwner(t, key, lock->owner_value, OwnedRevisionOf(*lock), deadline,
               [this, lock, stored, failed = r.status, done](Status s, bool ours, KeyValue kv) {
       if (!s.ok()) return done(failed);
       if (!ours) return done(NotHeld(*config_, lock->name));
@@ -1201,7 +1214,7 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
     // The marker's last move stayed unknown: put over on the lease kept alive (ExtendDelay).
     // Until that is known to land, each round tries again; an error here is no verdict.
     ++(*verdicts)[k].left;
-    const Json owned = Json::array({CompareCreateEqual(KeyOf(*locks[k]), TokenOf(*locks[k]))});
+    const Json owned = Json::array({CompareCreateEqual(KeyOf(*locks[k]), OwnedRevisionOf(*locks[k]))});
     const Json put = Json::array({PutRequest(DataOf(*locks[k])->delay_key, kClosedByLockDelay, delay_lease)});
     t->Call(kTxn, TxnBody(owned, put, Json()), deadline, [this, k, lock = locks[k], delay_lease, done](CallResult r) {
       TxnAnswer txn;
@@ -1219,7 +1232,7 @@ void LockProtocol::Renew(Transport* t, const std::vector<std::shared_ptr<const L
     const std::vector<size_t>& members = group.second;  // named: clang 14 cannot capture a binding
     if (lease == 0) {  // no lease to keep alive: only check the key is still ours
       for (size_t k : members) {
-        ReadOwner(t, KeyOf(*locks[k]), locks[k]->owner_value, TokenOf(*locks[k]), deadline,
+        ReadOwner(t, KeyOf(*locks[k]), locks[k]->owner_value, OwnedRevisionOf(*locks[k]), deadline,
                   [this, k, lock = locks[k], done](Status s, bool ours, KeyValue) {
           done(k, !s.ok() ? s : ours ? Status::Ok() : NotHeld(*config_, lock->name));
         });
@@ -1338,6 +1351,7 @@ void LockProtocol::ReadName(Transport* t, const std::string& name, TimePoint dea
 
 void LockProtocol::Inspect(Transport* t, const std::string& name, TimePoint deadline,
                            std::function<void(Status, LockInfo)> done) {
+  if (mutex_layout()) return InspectMutex(t, name, deadline, std::move(done));
   ReadName(t, name, deadline, [this, t, name, deadline, done](Status s, NameKvs kvs, int64_t) {
     if (!s.ok()) return done(s, LockInfo());
     auto info = std::make_shared<LockInfo>();

@@ -183,6 +183,32 @@
 //   a pub/sub message on Redis may). A watch whose stream failed resumes after the last
 //   revision it saw, so that a request put meanwhile still arrives, unless a new holder joined
 //   the watch meanwhile (it must not hear an older request: that watch starts from now).
+//
+// layout=mutex (mutex_layout.cc): etcd's own lock recipe, the keys of `etcdctl lock`, the v3lock
+// service and Go's concurrency.Mutex, so that dlock and those tools exclude each other. Lock
+// NAME's keys lie under L = prefix + NAME + "/" (prefix "" by default there). A hold's key is
+// L + ID (ID as above: unguessable, 32 hex digits; etcdctl's are its lease id, 16 at most), its
+// value the owner value [+ NUL + the hold's value], on the client's shared lease. The key with
+// the lowest create revision under L holds the lock, whoever wrote it (so NAME also waits for
+// the holders of NAME/x, as etcd's recipe does).
+//   A single try (or an unfair waiter): one transaction, if no key lies under L: put ours, else
+//     read the first. Nothing is left behind when refused.
+//   A fair waiter (LockRequest::waiter_id) keeps its key, and so its place in line (Go's
+//     tryAcquire): one transaction, if our key is absent: read the last key before, put ours,
+//     read the first; else read ours, the last key created before ours, and the first. Ours
+//     first: acquired. Otherwise it waits, counted in line_ on its key's lease, until the key
+//     right before its own is deleted (the watch of L's deletions tells that one waiter only:
+//     WakeOf), or its retry (within a third of its lease) keeps its lease alive. A waiter whose
+//     hold has no lease waits on a 10 s one, moved off it when it wins. LeaveLine deletes it.
+//   The token is the header revision of the transaction that found our key first (what
+//     `etcdctl lock` exports as ETCD_LOCK_REV, and Go's Mutex.Header().Revision): above every
+//     earlier holder's, whose key was deleted before. Not the key's create revision, which
+//     does not rise across holders of either tool. The create revision is the owner check
+//     (EtcdLockData::owned_revision), as in dlock's layout. Inspect cannot know a holder's
+//     token: it shows 0 (unknown), the first key's owner label, or "etcd lock key K" for
+//     another tool's key, and the key's ID as its hold id (observers tell leaders apart by it).
+//   Exclusive only: no shared holds, semaphores, job rules, breaks or release requests
+//     (Capabilities); several names are taken one at a time, each in its own line.
 #ifndef DLOCK_ETCD_LOCK_PROTOCOL_H_
 #define DLOCK_ETCD_LOCK_PROTOCOL_H_
 
@@ -208,6 +234,9 @@ struct EtcdLockData : BackendLockData {
   const std::string key;               // the hold's key: K, or a shared hold's or permit's
   std::atomic<int64_t> lease;          // the etcd lease the key hangs on; 0: none
   std::atomic<bool> counted{true};     // in LockProtocol::attached_ (until released or lost)
+  // The key's create revision, which owner checks compare, when it is not the token (layout=
+  // mutex: the token is a read's revision); 0: the token is.
+  int64_t owned_revision = 0;
   // Lock-delay ("Job rules"): the marker's key and its own lease (0: none), and the TTL that
   // lease was asked for (an extend to another length grants a new one). Set before the acquire
   // returns; the lease changes on the heartbeat's turn only (extends and renewals never overlap).
@@ -223,6 +252,14 @@ struct EtcdLockData : BackendLockData {
   std::atomic<bool> delay_unsettled{false};
 };
 
+// A hold's ID: the first 16 bytes of SHA-256(owner value), in hex.
+std::string HoldId(const std::string& owner_value);
+// A hold key's value: the owner value, then NUL and the value stored with the hold when it has
+// one (an owner value is a C string: it holds no NUL); and its two parts.
+std::string Stored(const std::string& owner_value, const std::string& value);
+std::string_view OwnerPart(std::string_view stored);
+std::string_view ValuePart(std::string_view stored);
+
 // The lease length in whole seconds a lock of lease_ms gets (before etcd's own minimum).
 int64_t LeaseTtlSeconds(uint64_t lease_ms);
 
@@ -232,6 +269,8 @@ int64_t LeaseTtlSeconds(uint64_t lease_ms);
 inline constexpr size_t kMaxRequestIdBytes = 64;
 std::string EncodeReleaseRequest(const std::string& id, const std::string& reason);
 bool DecodeReleaseRequest(std::string_view value, std::string* id, std::string* reason);
+
+enum class LineWake { kNone, kHandOver, kRelease };
 
 class LockProtocol {
  public:
@@ -271,6 +310,15 @@ class LockProtocol {
   void ReleaseAll(Transport* t, const std::vector<std::shared_ptr<LockState>>& locks, TimePoint deadline);
   // A read that proves the cluster answers (and has a leader): Check at open.
   void Probe(Transport* t, TimePoint deadline, Done done);
+  // layout=mutex: a fair waiter that stops waiting deletes its key (its place in line).
+  void LeaveLine(Transport* t, const LockRequest& request, TimePoint deadline, Done done);
+  bool mutex_layout() const { return config_->layout == Layout::kMutex; }
+  // layout=mutex: what the deletion of these keys (under the waiter's name) means to a waiter:
+  // nothing, a hand-over (the key right before its own went: it may be first now), or a
+  // release (the client does not know what was before it: it looks again).
+  LineWake WakeOf(const std::string& waiter_id, const std::vector<std::string>& deleted);
+  // layout=mutex: the prefix under which lock name's keys lie (NAME + "/").
+  std::string LinePrefix(const std::string& name) const { return KeyFor(name) + "/"; }
 
   std::string KeyFor(const std::string& name) const { return config_->params.prefix + name; }
   // The key a hold of request / of lock lives at (K for an exclusive lock).
@@ -314,6 +362,23 @@ class LockProtocol {
   void Refreshed(int64_t lease, int64_t ttl_s, TimePoint sent);
   void Forget(int64_t lease);
   void AcquireRound(Transport* t, std::shared_ptr<AcquireOp> op);
+  // layout=mutex (mutex_layout.cc): one transaction per attempt; a waiter in line keeps its key.
+  void MutexRound(Transport* t, std::shared_ptr<AcquireOp> op);
+  void MutexTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease);
+  // Our key was found first at revision token: the hold, once the key hangs where the hold's
+  // lease says (moved there when a waiter's key hangs elsewhere).
+  void MutexWon(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, KeyValue mine, int64_t token);
+  void InspectMutex(Transport* t, const std::string& name, TimePoint deadline,
+                    std::function<void(Status, LockInfo)> done);
+  // A waiter's key while it waits in line: counted on the lease it hangs on (once), so that
+  // renewals spare it; InLine moves the attempt's count (on sent_lease) there, and notes the
+  // key right before it (predecessor; "" unknown). Attempting: an attempt of the waiter leaves
+  // (any deletion wakes it until its answer says who is before it); its key's create revision
+  // (0: unknown).
+  void InLine(const LockRequest& request, const std::string& key, int64_t sent_lease, const KeyValue& mine,
+              std::string predecessor);
+  void OutOfLine(const std::string& waiter_id);
+  int64_t Attempting(const std::string& waiter_id);
   // Exclusive and shared: one transaction.
   // join: a shared hold standing beside job rules' markers, which this shared acquire joins
   // ("Job rules"): the compare asks that it still stand instead of that no marker does.
@@ -382,7 +447,8 @@ class LockProtocol {
   void ReleaseRound(Transport* t, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
   // The acquire won: the key hangs on kv_lease (normally the lease it was sent with). A hold
   // with job rules gets its markers first (PutRules).
-  void Won(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, int64_t kv_lease, int64_t token);
+  void Won(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, int64_t kv_lease, int64_t token,
+           int64_t owned_revision = 0);
   // "Job rules": grants the markers' leases and puts the markers if the hold is still ours.
   void PutRules(Transport* t, std::shared_ptr<AcquireOp> op, AcquireAttempt attempt, int64_t token);
   // Refused because job rules' markers close the name and no hold stands in the way.
@@ -407,6 +473,13 @@ class LockProtocol {
   std::map<int64_t, SharedLease> leases_;  // by the TTL asked for, in seconds
   std::map<int64_t, std::multiset<std::string>> counted_;  // lease -> the client's keys on it
   std::map<std::string, Announcement> announces_;          // by the waiting writer's owner value
+  struct LineEntry {              // layout=mutex: a waiter's place
+    std::string key;
+    int64_t lease = 0;            // what its key hangs on (counted there)
+    int64_t create_revision = 0;  // its key's (0: unknown)
+    std::string predecessor;      // the key right before it ("": unknown)
+  };
+  std::map<std::string, LineEntry> line_;                  // by waiter id
   SharedLease record_lease_;                               // RecordLease's
   SharedLease request_lease_;                              // RequestLease's
   BackgroundSend background_;

@@ -9,6 +9,7 @@ target_sources(dlock_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/etcd_config.cc
   ${CMAKE_CURRENT_LIST_DIR}/gateway.cc
   ${CMAKE_CURRENT_LIST_DIR}/lock_protocol.cc
+  ${CMAKE_CURRENT_LIST_DIR}/mutex_layout.cc
   ${CMAKE_CURRENT_LIST_DIR}/transport.cc
   ${CMAKE_CURRENT_LIST_DIR}/watches.cc)
 target_link_libraries(dlock_core PUBLIC nlohmann_json::nlohmann_json OpenSSL::Crypto)

@@ -23,17 +23,24 @@ void Watches::Watch(const std::string& key, ReleaseWatcher* watcher) { Add('d' +
 
 void Watches::Unwatch(const std::string& key, ReleaseWatcher* watcher) { Remove('d' + key, watcher); }
 
+void Watches::WatchPrefix(const std::string& prefix, ReleaseWatcher* watcher, DeletesHandler on_deletes) {
+  Add('r' + prefix, watcher, nullptr, std::move(on_deletes));
+}
+
+void Watches::UnwatchPrefix(const std::string& prefix, ReleaseWatcher* watcher) { Remove('r' + prefix, watcher); }
+
 void Watches::WatchPuts(const std::string& key, ReleaseWatcher* watcher, PutHandler on_put) {
   Add('p' + key, watcher, on_put);
 }
 
 void Watches::UnwatchPuts(const std::string& key, ReleaseWatcher* watcher) { Remove('p' + key, watcher); }
 
-void Watches::Add(const std::string& id, ReleaseWatcher* watcher, PutHandler on_put) {
+void Watches::Add(const std::string& id, ReleaseWatcher* watcher, PutHandler on_put, DeletesHandler on_deletes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (shut_down_) return;
   Entry& e = entries_[id];
   e.on_put = on_put;
+  if (on_deletes) e.on_deletes = std::move(on_deletes);
   e.watchers.Add(watcher, e.live);
   if (!e.live) e.joined_while_down = true;
   if (e.stream == 0 && !e.starting) {
@@ -59,7 +66,7 @@ void Watches::Start(const std::string& id) {
   const std::string key = id.substr(1);
   std::string body;
   if (e.on_put == nullptr) {
-    body = WatchDeletesBody(key, key + '\x01');
+    body = WatchDeletesBody(key, id[0] == 'r' ? PrefixEnd(key) : key + '\x01');
   } else {
     // From now, unless the stream that failed delivered up to seen_revision to the same watchers.
     if (e.joined_while_down) e.seen_revision = 0;
@@ -90,7 +97,8 @@ void Watches::OnChunk(const std::string& id, std::string_view chunk) {
   std::vector<WatchMessage> messages;
   // An error line, or a watch the server cancelled (compaction): start again.
   bool broken = !TakeWatchLines(&e.partial, &messages).ok();
-  bool released = false, became_live = false;
+  bool released = false, became_live = false, keys_known = true;
+  std::vector<std::string> deleted;
   for (const WatchMessage& m : messages) {
     if (m.canceled) broken = true;
     // Compacted past what a resumed watch asked for: the next start is from now.
@@ -102,6 +110,8 @@ void Watches::OnChunk(const std::string& id, std::string_view chunk) {
       if (!e.resuming) e.seen_revision = std::max(e.seen_revision, m.revision);
     }
     if (m.deletes > 0) released = true;
+    keys_known = keys_known && static_cast<size_t>(m.deletes) == m.deleted.size();
+    deleted.insert(deleted.end(), m.deleted.begin(), m.deleted.end());
     if (e.on_put != nullptr && !m.canceled) {
       for (const KeyValue& put : m.puts) {
         e.seen_revision = std::max(e.seen_revision, put.mod_revision);
@@ -113,7 +123,11 @@ void Watches::OnChunk(const std::string& id, std::string_view chunk) {
   }
   if (became_live) e.pause = Millis(0);
   if (became_live) e.watchers.TellLive();
-  if (released) e.watchers.TellReleased();
+  if (released && e.on_deletes && keys_known) {
+    e.on_deletes(e.watchers, deleted);
+  } else if (released) {
+    e.watchers.TellReleased();
+  }
   if (broken) {
     http::AsyncClient::StreamId id = e.stream;
     // Cancel runs Ended, which takes mu_: after this call returns.

@@ -16,6 +16,7 @@
 #ifndef DLOCK_ETCD_WATCHES_H_
 #define DLOCK_ETCD_WATCHES_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,13 @@ class Watches {
   // inside Watch).
   void Watch(const std::string& key, ReleaseWatcher* watcher);
   void Unwatch(const std::string& key, ReleaseWatcher* watcher);
+  // The same for the deletions of every key that starts with prefix (etcd's lock recipe:
+  // lock_protocol.h, "layout=mutex").
+  // on_deletes is told the keys deleted, and tells the watchers it concerns (called as
+  // PutHandler is).
+  using DeletesHandler = std::function<void(const Watchers& watchers, const std::vector<std::string>& deleted)>;
+  void WatchPrefix(const std::string& prefix, ReleaseWatcher* watcher, DeletesHandler on_deletes);
+  void UnwatchPrefix(const std::string& prefix, ReleaseWatcher* watcher);
   // The other flavor: the puts of key, each told to the watchers through on_put (called on the
   // loop thread under our lock, as the ReleaseWatcher calls are). A key is watched in one
   // flavor by everyone (the backend's keys of each flavor never meet).
@@ -52,6 +60,7 @@ class Watches {
   struct Entry {
     Watchers watchers;
     PutHandler on_put = nullptr;  // null: a watch of deletions in [key, key + "\x01")
+    DeletesHandler on_deletes;    // a watch of deletions under a prefix: who hears of them
     http::AsyncClient::StreamId stream = 0;  // 0: none
     bool live = false;
     bool starting = false;  // a start is posted or its pause is running
@@ -64,9 +73,10 @@ class Watches {
     bool joined_while_down = false;
     bool resuming = false;  // the stream in flight started after seen_revision
   };
-  void Add(const std::string& id, ReleaseWatcher* watcher, PutHandler on_put);
+  void Add(const std::string& id, ReleaseWatcher* watcher, PutHandler on_put, DeletesHandler on_deletes = nullptr);
   void Remove(const std::string& id, ReleaseWatcher* watcher);
-  // Entries are by id: the flavor ('d' deletes, 'p' puts), then the key.
+  // Entries are by id: the flavor ('d' deletes, 'r' deletes under a prefix, 'p' puts), then
+  // the key.
   void Start(const std::string& id);                   // loop thread
   void OnChunk(const std::string& id, std::string_view chunk);
   void Ended(const std::string& id, const Status& error);

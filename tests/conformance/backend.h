@@ -88,6 +88,8 @@ struct BackendFactory {
   uint32_t capabilities;  // what dlock_client_capabilities must say for this backend
   // Starts a server; ADD_FAILURE()s and returns one that is not running() when it cannot.
   std::function<std::unique_ptr<BackendServer>()> start;
+  // dlock_inspect shows each holder's fencing token (etcd's layout=mutex cannot: 0, unknown).
+  bool inspect_shows_tokens = true;
 };
 
 inline void PrintTo(const BackendFactory& f, std::ostream* os) { *os << f.name; }
@@ -152,6 +154,7 @@ BackendFactory Redlock3BackendFactory();
 BackendFactory Redlock5BackendFactory();
 BackendFactory DynamoDbBackend();
 BackendFactory EtcdBackendFactory();
+BackendFactory EtcdMutexBackendFactory();  // etcd with layout=mutex
 
 }  // namespace dlock_test
 

@@ -17,6 +17,7 @@ const std::vector<BackendFactory>& AllBackends() {
 #endif
 #ifdef DLOCK_CONFORMANCE_ETCD
     v.push_back(EtcdBackendFactory());
+    v.push_back(EtcdMutexBackendFactory());
 #endif
     return v;
   }();

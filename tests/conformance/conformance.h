@@ -144,6 +144,8 @@ class BackendTest : public ::testing::TestWithParam<BackendFactory> {
   BackendServer& server() const { return SharedServer(GetParam()); }
   std::string url() const { return server().url(); }
   std::string Name(const std::string& what) const { return UniqueName(what); }
+  // What dlock_inspect shows of a hold's token: 0 where the backend cannot show it.
+  uint64_t Shown(uint64_t token) const { return backend().inspect_shows_tokens ? token : 0; }
 };
 
 class StyleTest : public ::testing::TestWithParam<std::tuple<BackendFactory, Style>> {
@@ -153,6 +155,8 @@ class StyleTest : public ::testing::TestWithParam<std::tuple<BackendFactory, Sty
   BackendServer& server() const { return SharedServer(backend()); }
   std::string url() const { return server().url(); }
   std::string Name(const std::string& what) const { return UniqueName(what); }
+  // What dlock_inspect shows of a hold's token: 0 where the backend cannot show it.
+  uint64_t Shown(uint64_t token) const { return backend().inspect_shows_tokens ? token : 0; }
   // A client of the style under test.
   std::unique_ptr<StyledClient> Open() const { return StyledClient::Open(style(), url()); }
 };

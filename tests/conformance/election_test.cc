@@ -125,6 +125,10 @@ void ExpectNeverBackwards(const std::vector<Seen>& all) {
       ended = true;
       continue;
     }
+    if (s.term == 0) {  // unknown (etcd's layout=mutex shows none): nothing to compare
+      ended = false;
+      continue;
+    }
     EXPECT_GE(s.term, highest) << "a term went down: " << Describe(all);
     if (ended) {
       EXPECT_GT(s.term, highest) << "an ended term came back: " << Describe(all);
@@ -205,7 +209,7 @@ TEST_P(Election, ADeposedLeaderIsToldAndItsWritesAreRefused) {
   dlock_info* info = nullptr;
   ASSERT_EQ(dlock_leader(b.get(), name.c_str(), &info), DLOCK_OK) << dlock_last_error();
   ASSERT_EQ(dlock_info_holders(info), 1u);
-  EXPECT_EQ(dlock_info_fencing_token(info, 0), new_term);
+  EXPECT_EQ(dlock_info_fencing_token(info, 0), Shown(new_term));
   size_t len = 0;
   EXPECT_EQ(std::string(static_cast<const char*>(dlock_info_value(info, 0, &len))), "b");
   dlock_info_free(info);
@@ -222,7 +226,7 @@ TEST_P(Election, AKilledLeaderIsReplacedOnceItsLeaseRanOutAndObserversSeeIt) {
   Client c(url()), watcher(url());
   Reports reports;
   Observing observing(watcher.get(), name, &reports);
-  ASSERT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == old_term; }))
+  ASSERT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == Shown(old_term); }))
       << Describe(reports.All());
 
   std::optional<uint64_t> new_term;
@@ -232,7 +236,7 @@ TEST_P(Election, AKilledLeaderIsReplacedOnceItsLeaseRanOutAndObserversSeeIt) {
     dlock_lock* l = nullptr;
     ASSERT_EQ(dlock_campaign(c.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
     new_term = dlock_lock_fencing_token(l);
-    EXPECT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == *new_term; }))
+    EXPECT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == Shown(*new_term); }))
         << "observers never saw the successor: " << Describe(reports.All());
     EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
   });
@@ -245,7 +249,7 @@ TEST_P(Election, AKilledLeaderIsReplacedOnceItsLeaseRanOutAndObserversSeeIt) {
   auto all = reports.All();
   ExpectNeverBackwards(all);
   bool successor_seen = false;
-  for (const Seen& s : all) successor_seen |= s.leads && s.term == *new_term && s.value == "successor";
+  for (const Seen& s : all) successor_seen |= s.leads && s.term == Shown(*new_term) && s.value == "successor";
   EXPECT_TRUE(successor_seen) << Describe(all);
 }
 
@@ -302,14 +306,14 @@ TEST_P(Election, ObserversSeeTheLeaderFirstThenEveryChangeAndNothingAfterCancel)
   // Started late: the current leader first.
   Reports reports;
   Observing observing(watcher.get(), name, &reports);
-  ASSERT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == term; }))
+  ASSERT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == Shown(term); }))
       << Describe(reports.All());
   EXPECT_EQ(reports.All().front().value, "one");
   EXPECT_EQ(reports.All().front().owner, "first");
 
   // A new value (proclaim) within the poll interval; the same term.
   ASSERT_EQ(dlock_lock_set_value(l, "two", 3), DLOCK_OK) << dlock_last_error();
-  EXPECT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == term && s.value == "two"; }))
+  EXPECT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == Shown(term) && s.value == "two"; }))
       << Describe(reports.All());
   // Resigned: nobody leads.
   ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
@@ -321,7 +325,7 @@ TEST_P(Election, ObserversSeeTheLeaderFirstThenEveryChangeAndNothingAfterCancel)
   ASSERT_EQ(dlock_campaign(d.get(), name.c_str(), o2.get(), &l2), DLOCK_OK) << dlock_last_error();
   const uint64_t term2 = dlock_lock_fencing_token(l2);
   EXPECT_GT(term2, term);
-  EXPECT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == term2 && s.value == "three"; }))
+  EXPECT_TRUE(reports.AwaitLast([&](const Seen& s) { return s.leads && s.term == Shown(term2) && s.value == "three"; }))
       << Describe(reports.All());
   ExpectNeverBackwards(reports.All());
 
@@ -444,7 +448,7 @@ TEST_P(Election, AQueuedObserverHandsEachChangeToTheCallersThread) {
   dlock_lock* l = nullptr;
   ASSERT_EQ(dlock_campaign(c.get(), name.c_str(), o.get(), &l), DLOCK_OK) << dlock_last_error();
   const uint64_t term = dlock_lock_fencing_token(l);
-  EXPECT_TRUE(await_last([&](const Seen& s) { return s.leads && s.term == term && s.value == "queued leader"; }))
+  EXPECT_TRUE(await_last([&](const Seen& s) { return s.leads && s.term == Shown(term) && s.value == "queued leader"; }))
       << Describe(seen);
   ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
   EXPECT_TRUE(await_last([](const Seen& s) { return !s.leads; })) << Describe(seen);

@@ -277,7 +277,7 @@ TEST_P(OnCallersLoop, AnObserverReportsOnTheLoopAndLeavesNothingOnIt) {
   dlock_lock* l = nullptr;
   ASSERT_EQ(dlock_campaign(other.get(), name.c_str(), nullptr, &l), DLOCK_OK) << dlock_last_error();
   const uint64_t term = dlock_lock_fencing_token(l);
-  EXPECT_TRUE(loop().RunUntil([&] { return told.leads && told.term == term; }, 10s)) << "the leader was not reported";
+  EXPECT_TRUE(loop().RunUntil([&] { return told.leads && told.term == Shown(term); }, 10s)) << "the leader was not reported";
   ASSERT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
   EXPECT_TRUE(loop().RunUntil([&] { return !told.leads; }, 10s)) << "the resignation was not reported";
 
@@ -339,7 +339,7 @@ TEST_P(OnCallersLoop, InspectAndLeaderAnswerOnTheLoopAndThroughAQueue) {
     EXPECT_EQ(a->holders, 1u);
     EXPECT_EQ(a->owner, "the-leader");
     EXPECT_EQ(a->value, "10.0.0.7:80");
-    EXPECT_EQ(a->token, term);
+    EXPECT_EQ(a->token, Shown(term));
     EXPECT_EQ(a->thread, std::this_thread::get_id()) << "answered off the loop's thread";
   }
   EXPECT_EQ(free_name.status, DLOCK_OK);
@@ -370,7 +370,7 @@ TEST_P(OnCallersLoop, InspectAndLeaderAnswerOnTheLoopAndThroughAQueue) {
           EXPECT_EQ(st, DLOCK_OK);
           EXPECT_NE(info, nullptr);
           if (info != nullptr) {
-            EXPECT_EQ(dlock_info_fencing_token(info, 0), term);
+            EXPECT_EQ(dlock_info_fencing_token(info, 0), Shown(term));
             dlock_info_free(info);
           }
           tags.push_back(tag);

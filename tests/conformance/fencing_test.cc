@@ -117,7 +117,7 @@ TEST_P(Fencing, KilledHolderIsTakenOverOnceItsLeaseRanOut) {
   Snapshot held = Inspect(waiter.get(), name);
   ASSERT_EQ(held.holders.size(), 1u) << held;
   EXPECT_EQ(held.holders[0].owner, "doomed-worker");
-  EXPECT_EQ(held.holders[0].token, victim_token);
+  EXPECT_EQ(held.holders[0].token, Shown(victim_token));
 
   // Alive, it renews its lease: a waiter gets nothing, however many leases go by.
   Options brief;
@@ -140,7 +140,7 @@ TEST_P(Fencing, KilledHolderIsTakenOverOnceItsLeaseRanOut) {
   EXPECT_GT(dlock_lock_fencing_token(l), victim_token);
   Snapshot taken = Inspect(waiter.get(), name);
   ASSERT_EQ(taken.holders.size(), 1u) << taken;
-  EXPECT_EQ(taken.holders[0].token, dlock_lock_fencing_token(l));
+  EXPECT_EQ(taken.holders[0].token, Shown(dlock_lock_fencing_token(l)));
   EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
 }
 

@@ -34,7 +34,7 @@ TEST_P(Holding, AcquireExtendReleaseAsEveryoneSeesIt) {
   EXPECT_EQ(held.holders[0].owner, "conformance-holder");
   EXPECT_GT(held.holders[0].remaining_ms, 0) << held;
   EXPECT_LE(held.holders[0].remaining_ms, 5000) << held;
-  EXPECT_EQ(held.holders[0].token, token);
+  EXPECT_EQ(held.holders[0].token, Shown(token));
   // ...and cannot take it.
   EXPECT_EQ(TryToTake(other.get(), name).status, DLOCK_NOT_ACQUIRED);
 
@@ -50,7 +50,7 @@ TEST_P(Holding, AcquireExtendReleaseAsEveryoneSeesIt) {
     return extended.holders.size() == 1 && extended.holders[0].remaining_ms > 50000;
   }, 2000ms)) << extended;
   ASSERT_EQ(extended.holders.size(), 1u) << extended;
-  EXPECT_EQ(extended.holders[0].token, token);
+  EXPECT_EQ(extended.holders[0].token, Shown(token));
 
   // A lease of 0 never expires (fail-closed): others are told so.
   ASSERT_EQ(c->Extend(l, 0), DLOCK_OK) << c->last_error();
@@ -90,7 +90,7 @@ TEST_P(Holding, HeartbeatsKeepTheLockWellPastItsLease) {
   Snapshot s = Inspect(other.get(), name);
   ASSERT_EQ(s.holders.size(), 1u) << s;
   EXPECT_GT(s.holders[0].remaining_ms, 0) << s;
-  EXPECT_EQ(s.holders[0].token, token) << "heartbeats keep the token";
+  EXPECT_EQ(s.holders[0].token, Shown(token)) << "heartbeats keep the token";
   EXPECT_EQ(TryToTake(other.get(), name).status, DLOCK_NOT_ACQUIRED);
   EXPECT_EQ(c->Release(l), DLOCK_OK) << c->last_error();
 }

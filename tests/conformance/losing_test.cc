@@ -73,7 +73,7 @@ TEST_P(Losing, ExpiredLockIsTakenOverAndItsHolderToldItIsNotHeld) {
   EXPECT_EQ(c->Release(l), DLOCK_NOT_HELD);
   Snapshot taken = Inspect(other.get(), name);
   ASSERT_EQ(taken.holders.size(), 1u) << taken;
-  EXPECT_EQ(taken.holders[0].token, dlock_lock_fencing_token(taker));
+  EXPECT_EQ(taken.holders[0].token, Shown(dlock_lock_fencing_token(taker)));
   EXPECT_EQ(dlock_release(taker), DLOCK_OK) << dlock_last_error();
 }
 

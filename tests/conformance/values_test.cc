@@ -47,7 +47,7 @@ TEST_P(Values, StoredWithTheHoldReplacedByItsOwnerAndGoneWithIt) {
   ASSERT_EQ(snap.holders.size(), 1u) << snap;
   EXPECT_EQ(snap.holders[0].value, first);
   EXPECT_EQ(snap.holders[0].owner, "node-7");
-  EXPECT_EQ(snap.holders[0].token, h.token());
+  EXPECT_EQ(snap.holders[0].token, Shown(h.token()));
 
   // Renewals keep it (on Redis the value key's expiry follows the hold's; on etcd the key moves
   // leases with its value): after several leases it is still there.
@@ -103,7 +103,7 @@ TEST_P(Values, ADeposedHolderCannotWriteItsValue) {
   Snapshot snap = Inspect(other.get(), name);
   ASSERT_EQ(snap.holders.size(), 1u) << snap;
   EXPECT_EQ(snap.holders[0].value, "new leader") << "the deposed holder's write landed";
-  EXPECT_EQ(snap.holders[0].token, b.token());
+  EXPECT_EQ(snap.holders[0].token, Shown(b.token()));
   EXPECT_EQ(a.Release(), DLOCK_NOT_HELD);
   EXPECT_EQ(ShownValue(other.get(), name), "new leader") << "the deposed holder's release took it";
 }
@@ -213,7 +213,7 @@ TEST_P(Values, AFairHandOverCarriesTheWaitersOwnValue) {
   ASSERT_TRUE(b.held()) << b.error();
   Snapshot snap = Inspect(look.get(), name);
   ASSERT_EQ(snap.holders.size(), 1u) << snap;
-  EXPECT_EQ(snap.holders[0].token, b.token());
+  EXPECT_EQ(snap.holders[0].token, Shown(b.token()));
   EXPECT_EQ(snap.holders[0].value, "second");
   // And it is that holder's to replace.
   std::string error;

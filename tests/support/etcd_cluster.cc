@@ -403,6 +403,15 @@ bool EtcdCluster::DeleteRange(const std::string& key, const std::string& range_e
   return body && !JsonString(*body, "deleted").empty();
 }
 
+int EtcdCluster::Count(const std::string& key, const std::string& range_end) {
+  std::optional<std::string> body =
+      Post("/v3/kv/range", R"({"key":")" + Base64(key) + R"(","range_end":")" + Base64(range_end) +
+                               R"(","count_only":true})");
+  if (!body) return -1;
+  const std::string count = JsonString(*body, "count");  // left out when 0
+  return count.empty() ? 0 : std::stoi(count);
+}
+
 std::string EtcdCluster::LogTail(int i) const {
   return dir_.empty() ? "" : ReadTail(LogPath(i), 3000);
 }

@@ -98,6 +98,8 @@ class EtcdCluster {
   bool Delete(const std::string& key);                      // true when a key was deleted
   // Deletes every key in [key, range_end); true when one was.
   bool DeleteRange(const std::string& key, const std::string& range_end);
+  // How many keys lie in [key, range_end); -1 when no node answered.
+  int Count(const std::string& key, const std::string& range_end);
   // POST json to path ("/v3/...") on node i, or as above when i is -1: the body of a 200
   // answer, nullopt otherwise. For what the helpers above do not cover (leases...).
   std::optional<std::string> Post(const std::string& path, const std::string& json, int i = -1);
