@@ -372,10 +372,11 @@ class LockProtocol {
                     std::function<void(Status, LockInfo)> done);
   // A waiter's key while it waits in line: counted on the lease it hangs on (once), so that
   // renewals spare it; InLine moves the attempt's count (on sent_lease) there, and notes the
-  // key right before it (predecessor; "" unknown). Attempting: an attempt of the waiter leaves
-  // (any deletion wakes it until its answer says who is before it); its key's create revision
-  // (0: unknown).
-  void InLine(const LockRequest& request, const std::string& key, int64_t sent_lease, const KeyValue& mine,
+  // key right before it (predecessor; "" unknown). Attempting: an attempt of the waiter leaves;
+  // the keys deleted while it is out are kept, and InLine is true when its predecessor is among
+  // them (gone before the waiter could listen for it: it reads again). Attempting returns its
+  // key's create revision (0: unknown).
+  bool InLine(const LockRequest& request, const std::string& key, int64_t sent_lease, const KeyValue& mine,
               std::string predecessor);
   void OutOfLine(const std::string& waiter_id);
   int64_t Attempting(const std::string& waiter_id);
@@ -475,9 +476,13 @@ class LockProtocol {
   std::map<std::string, Announcement> announces_;          // by the waiting writer's owner value
   struct LineEntry {              // layout=mutex: a waiter's place
     std::string key;
-    int64_t lease = 0;            // what its key hangs on (counted there)
+    bool counted = false;         // its key counted on lease
+    int64_t lease = 0;            // what its key hangs on
     int64_t create_revision = 0;  // its key's (0: unknown)
     std::string predecessor;      // the key right before it ("": unknown)
+    bool asking = false;          // an attempt is out
+    std::vector<std::string> gone;  // keys deleted meanwhile (at most kMaxGone)
+    bool gone_overflow = false;     // more than that
   };
   std::map<std::string, LineEntry> line_;                  // by waiter id
   SharedLease record_lease_;                               // RecordLease's

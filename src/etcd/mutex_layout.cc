@@ -12,29 +12,42 @@ constexpr char kMutexTxn[] = "/v3/kv/txn";
 // A waiter in line whose hold will have no lease still waits on one, so that its key goes when
 // it dies: a lease this long, kept alive by its attempts (at least every half of it).
 constexpr uint64_t kNoLeaseWaiterMs = 10000;
+// Reads an attempt makes again when the key before its own went while it asked.
+constexpr int kMaxLineReads = 8;
+// Keys deleted while a waiter's attempt is out that it keeps to look through (more: it reads
+// again whatever its answer says).
+constexpr size_t kMaxGone = 64;
 
 // The read of one key, as a transaction's request.
 Json RangeKeyRequest(const std::string& key) { return RangeRequest(key, key + '\0'); }
 
 }  // namespace
 
-void LockProtocol::InLine(const LockRequest& request, const std::string& key, int64_t sent_lease,
+bool LockProtocol::InLine(const LockRequest& request, const std::string& key, int64_t sent_lease,
                           const KeyValue& mine, std::string predecessor) {
   Uncount(sent_lease, key);  // the attempt's own count
-  int64_t counted = -1;      // the count it kept in line before (-1: none)
+  int64_t counted = -1;      // the lease it was counted on in line before (-1: none)
+  bool went = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, added] = line_.try_emplace(request.waiter_id);
-    LineEntry& e = it->second;
-    if (!added) counted = e.lease;
+    LineEntry& e = line_[request.waiter_id];
+    if (e.counted) counted = e.lease;
     e.key = key;
+    e.counted = true;
     e.lease = mine.lease;
     e.create_revision = mine.create_revision;
+    went = predecessor.empty() ? (!e.gone.empty() || e.gone_overflow)
+                               : (e.gone_overflow || std::find(e.gone.begin(), e.gone.end(), predecessor) != e.gone.end());
     e.predecessor = std::move(predecessor);
+    e.asking = false;
+    e.gone.clear();
+    e.gone_overflow = false;
   }
-  if (counted == mine.lease) return;
-  if (counted != -1) Uncount(counted, key);
-  Count(mine.lease, key);
+  if (counted != mine.lease) {
+    if (counted != -1) Uncount(counted, key);
+    Count(mine.lease, key);
+  }
+  return went;
 }
 
 void LockProtocol::OutOfLine(const std::string& waiter_id) {
@@ -46,22 +59,36 @@ void LockProtocol::OutOfLine(const std::string& waiter_id) {
     e = std::move(it->second);
     line_.erase(it);
   }
-  Uncount(e.lease, e.key);
+  if (e.counted) Uncount(e.lease, e.key);
 }
 
 int64_t LockProtocol::Attempting(const std::string& waiter_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = line_.find(waiter_id);
-  if (it == line_.end()) return 0;
-  it->second.predecessor.clear();
-  return it->second.create_revision;
+  LineEntry& e = line_[waiter_id];
+  e.asking = true;
+  e.gone.clear();
+  e.gone_overflow = false;
+  return e.create_revision;
 }
 
 LineWake LockProtocol::WakeOf(const std::string& waiter_id, const std::vector<std::string>& deleted) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = line_.find(waiter_id);
-  if (it == line_.end() || it->second.predecessor.empty()) return LineWake::kRelease;
-  const bool behind = std::find(deleted.begin(), deleted.end(), it->second.predecessor) != deleted.end();
+  if (it == line_.end()) return LineWake::kRelease;
+  LineEntry& e = it->second;
+  const bool behind =
+      !e.predecessor.empty() && std::find(deleted.begin(), deleted.end(), e.predecessor) != deleted.end();
+  if (e.asking) {  // its answer may name one of these as its predecessor: InLine will tell
+    for (const std::string& key : deleted) {
+      if (e.gone.size() < kMaxGone) {
+        e.gone.push_back(key);
+      } else {
+        e.gone_overflow = true;
+      }
+    }
+    return behind ? LineWake::kHandOver : LineWake::kNone;
+  }
+  if (e.predecessor.empty()) return LineWake::kRelease;
   return behind ? LineWake::kHandOver : LineWake::kNone;
 }
 
@@ -141,7 +168,9 @@ void LockProtocol::MutexTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t
       return MutexWon(t, op, lease, std::move(mine), txn.revision);
     }
     if (in_line && mine.create_revision != 0) {
-      InLine(op->request, op->key, lease, mine, before != nullptr ? before->key : std::string());
+      const bool went = InLine(op->request, op->key, lease, mine, before != nullptr ? before->key : std::string());
+      // The key before ours went while we asked, before we could listen for it: read again.
+      if (went && ++op->joins < kMaxLineReads && Now() < op->deadline) return MutexRound(t, op);
     } else {
       Uncount(lease, op->key);
     }
