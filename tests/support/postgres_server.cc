@@ -1,0 +1,177 @@
+#include "support/postgres_server.h"
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+namespace dlock_test {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr int kStartAttempts = 3;
+
+// PostgreSQL's bin dir: DLOCK_PG_BIN, else the newest /usr/lib/postgresql/<major>/bin.
+std::string FindPgBin() {
+  if (const char* bin = std::getenv("DLOCK_PG_BIN"); bin != nullptr && *bin != '\0') return bin;
+  int newest = -1;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/usr/lib/postgresql", ec)) {
+    const std::string major = entry.path().filename().string();
+    if (major.empty() || major.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!fs::exists(entry.path() / "bin" / "postgres")) continue;
+    newest = std::max(newest, std::atoi(major.c_str()));
+  }
+  return newest < 0 ? "" : "/usr/lib/postgresql/" + std::to_string(newest) + "/bin";
+}
+
+}  // namespace
+
+PostgresServer::PostgresServer() {
+  bin_ = FindPgBin();
+  if (bin_.empty()) {
+    ADD_FAILURE() << "PostgresServer: no PostgreSQL in /usr/lib/postgresql (scripts/setup installs "
+                     "postgresql; DLOCK_PG_BIN names another bin dir)";
+    return;
+  }
+  std::string why;
+  dir_ = MakeTempDir("postgres", &why);
+  if (dir_.empty()) {
+    ADD_FAILURE() << "PostgresServer: " << why;
+    return;
+  }
+  as_root_ = geteuid() == 0;
+  if (as_root_) {
+    const passwd* pw = getpwnam("postgres");
+    if (pw == nullptr) {
+      ADD_FAILURE() << "PostgresServer: running as root, and there is no `postgres` user to run the "
+                       "server as (Debian's postgresql package creates it)";
+      return;
+    }
+    uid_ = pw->pw_uid;
+    gid_ = pw->pw_gid;
+    if (chown(dir_.c_str(), uid_, gid_) != 0) {
+      ADD_FAILURE() << "PostgresServer: chown " << dir_ << " to the postgres user failed";
+      return;
+    }
+  }
+  ChildProcess initdb(AsServerUser({bin_ + "/initdb", "-D", dir_ + "/data", "-U", "dlock", "--auth=trust",
+                                    "--encoding=UTF8", "--locale=C", "--no-sync"}));
+  if (initdb.Wait(120s) != 0) {
+    ADD_FAILURE() << "PostgresServer: initdb failed: " << initdb.error() << initdb.output();
+    return;
+  }
+  for (int attempt = 1; attempt <= kStartAttempts; ++attempt) {
+    port_ = FreeTcpPort();
+    if (port_ > 0 && Start()) return;
+    const std::string log = LogTail();
+    Kill();
+    if (log.find("could not bind") == std::string::npos && log.find("already in use") == std::string::npos) break;
+  }
+  ADD_FAILURE() << "PostgresServer: could not start postgres on port " << port_ << "\n--- server log ---\n"
+                << LogTail();
+}
+
+PostgresServer::~PostgresServer() {
+  if (::testing::Test::HasFailure() && running()) {
+    fprintf(stderr, "--- postgres on port %d (pid %d), end of its log ---\n%s\n", port_, static_cast<int>(pid()),
+            LogTail().c_str());
+  }
+  if (server_ != nullptr) {
+    Cont();
+    server_->Stop(SIGQUIT, 5000ms);  // immediate shutdown; SIGKILL after the grace
+    server_.reset();
+  }
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+std::vector<std::string> PostgresServer::AsServerUser(std::vector<std::string> argv) const {
+  if (!as_root_) return argv;
+  std::vector<std::string> wrapped{"/usr/bin/setpriv", "--reuid=" + std::to_string(uid_),
+                                   "--regid=" + std::to_string(gid_), "--clear-groups", "--"};
+  wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+  return wrapped;
+}
+
+bool PostgresServer::Start() {
+  server_ = std::make_unique<ChildProcess>(
+      AsServerUser({bin_ + "/postgres", "-D", dir_ + "/data", "-p", std::to_string(port_), "-c",
+                    "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir_, "-c", "fsync=off",
+                    "-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "log_min_messages=warning"}),
+      ChildOptions::LogTo(dir_ + "/server.log"));
+  if (!server_->started()) return false;
+  // Ready once a query through its socket answers.
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (Sql("SELECT 1") == "1\n") {
+      // The clients' database, made once (a restart finds it).
+      if (Sql("SELECT datname FROM pg_database WHERE datname = 'dlock'") == "dlock\n") return true;
+      return Sql("CREATE DATABASE dlock").has_value();
+    }
+    if (server_->Wait(0ms) != -1) return false;  // it exited (a port taken, a bad setting)
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+pid_t PostgresServer::pid() const { return server_ == nullptr ? -1 : server_->pid(); }
+
+std::string PostgresServer::url() const { return "postgres://dlock@127.0.0.1:" + std::to_string(port_) + "/dlock"; }
+
+std::optional<std::string> PostgresServer::Sql(const std::string& sql, std::string* error) {
+  ChildProcess psql(AsServerUser({bin_ + "/psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", dir_, "-p",
+                                  std::to_string(port_), "-U", "dlock", "-d", "postgres", "-c", sql}));
+  const int code = psql.Wait(30s);
+  if (code != 0) {
+    if (error != nullptr) *error = psql.error() + psql.output();
+    return std::nullopt;
+  }
+  return psql.output();
+}
+
+void PostgresServer::Kill() {
+  if (server_ == nullptr) return;
+  Cont();
+  server_->Kill();
+  server_.reset();
+}
+
+bool PostgresServer::Restart() {
+  Kill();
+  // The killed postmaster's children leave on their own, soon after (they watch for its
+  // death); until then its shared memory is in use and a new postmaster refuses to start.
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (!Start()) {
+    const std::string log = LogTail();
+    Kill();
+    if (std::chrono::steady_clock::now() >= until ||
+        (log.find("shared memory block") == std::string::npos && log.find("lock file") == std::string::npos)) {
+      return false;
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  return true;
+}
+
+void PostgresServer::Stop() {
+  if (server_ != nullptr) server_->Signal(SIGSTOP);
+}
+
+void PostgresServer::Cont() {
+  if (server_ != nullptr) server_->Signal(SIGCONT);
+}
+
+std::string PostgresServer::LogTail() const { return dir_.empty() ? "" : ReadTail(dir_ + "/server.log", 4000); }
+
+}  // namespace dlock_test

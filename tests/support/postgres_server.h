@@ -1,0 +1,73 @@
+// A real, throwaway PostgreSQL server for integration tests (Debian's postgresql).
+//
+//   dlock_test::PostgresServer pg;                // initdb in a temp dir, postgres on a free
+//   ASSERT_TRUE(pg.running());                    // loopback port; or ADD_FAILURE()s
+//   pg.url();                                     // "postgres://dlock@127.0.0.1:PORT/dlock"
+//   pg.Sql("SELECT 1");                           // psql's answer (unaligned, tuples only)
+//   pg.Kill();  pg.Restart();                     // a crash, then back on its port and data
+//   pg.Stop();  pg.Cont();                        // SIGSTOP, SIGCONT: a server that hangs
+//
+// PostgreSQL refuses to run as root. As root, initdb, postgres and psql run as the `postgres`
+// system user that Debian's postgresql package creates, through setpriv (which execs: the
+// pid is the server's own), and the temp dir is handed to that user. The binaries are
+// PostgreSQL's, /usr/lib/postgresql/<newest major>/bin (DLOCK_PG_BIN overrides). The server
+// listens on 127.0.0.1 only, trusts every local connection (the superuser is `dlock`, its
+// database `dlock`), keeps its socket in its temp dir, and runs with fsync off: its data need
+// not survive the machine, only the process (Kill, then Restart, keeps what was committed).
+// It dies with the thread that started it (ChildProcess's PR_SET_PDEATHSIG) and is stopped by
+// pid, and its temp dir removed, by the destructor.
+#ifndef DLOCK_TESTS_SUPPORT_POSTGRES_SERVER_H_
+#define DLOCK_TESTS_SUPPORT_POSTGRES_SERVER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/child_process.h"
+
+namespace dlock_test {
+
+class PostgresServer {
+ public:
+  PostgresServer();
+  ~PostgresServer();
+  PostgresServer(const PostgresServer&) = delete;
+  PostgresServer& operator=(const PostgresServer&) = delete;
+
+  bool running() const { return server_ != nullptr; }
+  int port() const { return port_; }
+  pid_t pid() const;  // -1 when it is not running
+  // "postgres://dlock@127.0.0.1:PORT/dlock"
+  std::string url() const;
+  // Runs sql through psql as the superuser: its output, unaligned and without headers (rows one
+  // a line, columns joined by '|'); nullopt when psql failed (its message is in *error).
+  std::optional<std::string> Sql(const std::string& sql, std::string* error = nullptr);
+
+  void Kill();     // SIGKILL, reaped: its clients see their connections reset
+  bool Restart();  // after Kill: the same port and data dir (crash recovery runs)
+  void Stop();     // SIGSTOP: the server hangs, its connections stay open
+  void Cont();     // SIGCONT
+
+  // The end of its log, for a failure message.
+  std::string LogTail() const;
+
+ private:
+  bool Start();
+  // argv run as the server's user (setpriv as root; as is otherwise).
+  std::vector<std::string> AsServerUser(std::vector<std::string> argv) const;
+
+  std::string bin_;  // PostgreSQL's bin dir
+  std::string dir_;  // temp dir: data/, the socket, server.log
+  int port_ = -1;
+  bool as_root_ = false;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+  std::unique_ptr<ChildProcess> server_;
+};
+
+}  // namespace dlock_test
+
+#endif  // DLOCK_TESTS_SUPPORT_POSTGRES_SERVER_H_
