@@ -311,6 +311,17 @@ Status CheckReadableFile(const std::string& param, const std::string& path) {
   return Status::Ok();
 }
 
+Status CheckTlsFiles(const TlsParams& tls) {
+  for (const auto& [param, path] : {std::pair<const char*, const std::string*>{"ca", &tls.ca},
+                                    {"cert", &tls.cert},
+                                    {"key", &tls.key}}) {
+    if (path->empty()) continue;
+    Status s = CheckReadableFile(param, *path);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 const std::vector<std::string>& TlsParamNames() {
   static const std::vector<std::string> names = {"tls", "ca", "cert", "key", "sni", "tls_verify"};
   return names;

@@ -119,6 +119,9 @@ Status ParseTlsParams(const Url& url, const std::vector<std::pair<std::string, s
 
 // EINVAL naming URL parameter param=path when the file cannot be opened for reading.
 Status CheckReadableFile(const std::string& param, const std::string& path);
+// CheckReadableFile for each of ca=, cert= and key= that is set (backends that hand the paths
+// to a library, which would fail later and less clearly).
+Status CheckTlsFiles(const TlsParams& tls);
 
 // Parses a decimal integer in [lo, hi]; what names the value in the error.
 Status ParseInt(const std::string& text, int64_t lo, int64_t hi, const std::string& what,

@@ -88,13 +88,7 @@ Status ReadEtcdUrl(const Url& url, EtcdConfig* out) {
   const bool prefix_given = std::any_of(url.query.begin(), url.query.end(),
                                         [](const auto& kv) { return kv.first == "prefix"; });
   if (out->layout == Layout::kMutex && !prefix_given) out->params.prefix.clear();
-  for (const auto& [param, path] : {std::pair<const char*, const std::string*>{"ca", &out->tls.ca},
-                                    {"cert", &out->tls.cert},
-                                    {"key", &out->tls.key}}) {
-    if (!path->empty()) s = CheckReadableFile(param, *path);
-    if (!s.ok()) return s;
-  }
-  return Status::Ok();
+  return CheckTlsFiles(out->tls);
 }
 
 }  // namespace

@@ -65,13 +65,7 @@ Status ReadPostgresUrl(const Url& url, PostgresConfig* out) {
       out->target_session_attrs = value;
     }
   }
-  for (const auto& [param, path] : {std::pair<const char*, const std::string*>{"ca", &out->tls.ca},
-                                    {"cert", &out->tls.cert},
-                                    {"key", &out->tls.key}}) {
-    if (!path->empty()) s = CheckReadableFile(param, *path);
-    if (!s.ok()) return s;
-  }
-  return Status::Ok();
+  return CheckTlsFiles(out->tls);
 }
 
 }  // namespace
