@@ -18,8 +18,9 @@ namespace dlock::postgres {
 inline constexpr int kDefaultPort = 5432;
 inline constexpr size_t kMaxHosts = 16;
 inline constexpr char kDefaultTable[] = "dlock_locks";
-// PostgreSQL's identifiers: at most NAMEDATALEN - 1 bytes.
-inline constexpr size_t kMaxTableBytes = 63;
+// PostgreSQL's identifiers are at most NAMEDATALEN - 1 = 63 bytes, and the table's functions are
+// named after it (table + "_acquire": schema.sql).
+inline constexpr size_t kMaxTableBytes = 48;
 
 struct PostgresConfig {
   std::vector<HostPort> hosts;

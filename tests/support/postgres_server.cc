@@ -129,9 +129,17 @@ pid_t PostgresServer::pid() const { return server_ == nullptr ? -1 : server_->pi
 
 std::string PostgresServer::url() const { return "postgres://dlock@127.0.0.1:" + std::to_string(port_) + "/dlock"; }
 
+std::vector<std::string> PostgresServer::PsqlArgs(const std::string& sql) const {
+  return AsServerUser({bin_ + "/psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", dir_, "-p",
+                       std::to_string(port_), "-U", "dlock", "-d", "postgres", "-c", sql});
+}
+
+std::unique_ptr<ChildProcess> PostgresServer::SqlInBackground(const std::string& sql) {
+  return std::make_unique<ChildProcess>(PsqlArgs(sql));
+}
+
 std::optional<std::string> PostgresServer::Sql(const std::string& sql, std::string* error) {
-  ChildProcess psql(AsServerUser({bin_ + "/psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", dir_, "-p",
-                                  std::to_string(port_), "-U", "dlock", "-d", "postgres", "-c", sql}));
+  ChildProcess psql(PsqlArgs(sql));
   const int code = psql.Wait(30s);
   if (code != 0) {
     if (error != nullptr) *error = psql.error() + psql.output();

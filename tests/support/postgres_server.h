@@ -45,6 +45,8 @@ class PostgresServer {
   // Runs sql through psql as the superuser: its output, unaligned and without headers (rows one
   // a line, columns joined by '|'); nullopt when psql failed (its message is in *error).
   std::optional<std::string> Sql(const std::string& sql, std::string* error = nullptr);
+  // The same psql, started and left running (a session that holds something, or waits).
+  std::unique_ptr<ChildProcess> SqlInBackground(const std::string& sql);
 
   void Kill();     // SIGKILL, reaped: its clients see their connections reset
   bool Restart();  // after Kill: the same port and data dir (crash recovery runs)
@@ -58,6 +60,7 @@ class PostgresServer {
   bool Start();
   // argv run as the server's user (setpriv as root; as is otherwise).
   std::vector<std::string> AsServerUser(std::vector<std::string> argv) const;
+  std::vector<std::string> PsqlArgs(const std::string& sql) const;
 
   std::string bin_;  // PostgreSQL's bin dir
   std::string dir_;  // temp dir: data/, the socket, server.log
