@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace dlock_test {
@@ -172,13 +174,31 @@ bool PostgresServer::Restart() {
   return true;
 }
 
-void PostgresServer::Stop() {
-  if (server_ != nullptr) server_->Signal(SIGSTOP);
+void PostgresServer::SignalAll(int sig) {
+  if (server_ == nullptr || server_->pid() <= 0) return;
+  // The postmaster and every process it forked: each client's backend is a child of its own.
+  std::vector<pid_t> pids{server_->pid()};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == server_->pid()) pids.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  for (pid_t pid : pids) kill(pid, sig);
 }
 
-void PostgresServer::Cont() {
-  if (server_ != nullptr) server_->Signal(SIGCONT);
-}
+void PostgresServer::Stop() { SignalAll(SIGSTOP); }
+
+void PostgresServer::Cont() { SignalAll(SIGCONT); }
 
 std::string PostgresServer::LogTail() const { return dir_.empty() ? "" : ReadTail(dir_ + "/server.log", 4000); }
 

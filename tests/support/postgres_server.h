@@ -50,8 +50,8 @@ class PostgresServer {
 
   void Kill();     // SIGKILL, reaped: its clients see their connections reset
   bool Restart();  // after Kill: the same port and data dir (crash recovery runs)
-  void Stop();     // SIGSTOP: the server hangs, its connections stay open
-  void Cont();     // SIGCONT
+  void Stop();     // SIGSTOP to it and every backend it forked: it hangs, connections stay open
+  void Cont();     // SIGCONT to the same
 
   // The end of its log, for a failure message.
   std::string LogTail() const;
@@ -61,6 +61,7 @@ class PostgresServer {
   // argv run as the server's user (setpriv as root; as is otherwise).
   std::vector<std::string> AsServerUser(std::vector<std::string> argv) const;
   std::vector<std::string> PsqlArgs(const std::string& sql) const;
+  void SignalAll(int sig);
 
   std::string bin_;  // PostgreSQL's bin dir
   std::string dir_;  // temp dir: data/, the socket, server.log

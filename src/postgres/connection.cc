@@ -1,0 +1,237 @@
+#include "postgres/connection.h"
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+
+#include "core/server_text.h"
+
+namespace dlock::postgres {
+namespace {
+
+// SQLSTATE classes that mean the connection, not the statement, failed, and those that mean
+// the credentials were refused.
+bool ConnectionClass(const char* state) {
+  return state != nullptr && (std::string_view(state).substr(0, 2) == "08" || std::string_view(state).substr(0, 3) == "57P");
+}
+bool AuthClass(const char* state) { return state != nullptr && std::string_view(state).substr(0, 2) == "28"; }
+
+}  // namespace
+
+Connection::Connection(EventLoop* loop, const PostgresConfig* config, OnNotify on_notify)
+    : loop_(loop),
+      config_(config),
+      on_notify_(std::move(on_notify)),
+      timer_(loop, [this] { OnTimer(); }),
+      kick_(loop, [this] { SendNext(); }) {}
+
+Connection::~Connection() { Close(Status::Cancelled(config_->Describe() + ": connection closed")); }
+
+Status Connection::ConnectionError(const std::string& what) const {
+  std::string detail = conn_ != nullptr ? PQerrorMessage(conn_) : "out of memory";
+  while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
+  const std::string message = config_->Describe() + ": " + what + ": " + ServerText(detail);
+  if (detail.find("authentication failed") != std::string::npos || detail.find("password") != std::string::npos) {
+    return Status::AuthError(message);
+  }
+  return Status::IoError(message);
+}
+
+void Connection::Query(std::string sql, std::vector<Value> params, TimePoint deadline, Done done) {
+  queue_.push_back(Pending{std::move(sql), std::move(params), deadline, std::move(done)});
+  kick_.StartAfter(Millis(0));
+}
+
+void Connection::Close(const Status& why) {
+  timer_.Cancel();
+  kick_.Cancel();
+  watch_.reset();
+  if (conn_ != nullptr) PQfinish(conn_);
+  conn_ = nullptr;
+  fd_ = -1;
+  const bool sent = state_ == State::kBusy;
+  state_ = State::kClosed;
+  std::deque<Pending> failed;
+  failed.swap(queue_);
+  for (size_t i = 0; i < failed.size(); ++i) {
+    Answer answer;
+    answer.maybe_applied = sent && i == 0;
+    failed[i].done(why, std::move(answer));
+  }
+}
+
+void Connection::Drop(const Status& why) {
+  timer_.Cancel();
+  watch_.reset();
+  if (conn_ != nullptr) PQfinish(conn_);
+  conn_ = nullptr;
+  fd_ = -1;
+  const bool sent = state_ == State::kBusy;
+  state_ = State::kClosed;
+  if (!queue_.empty()) {
+    Pending front = std::move(queue_.front());
+    queue_.pop_front();
+    Answer answer;
+    answer.maybe_applied = sent;
+    // The statements behind it go on over a new connection, from the loop.
+    if (!queue_.empty()) kick_.StartAfter(Millis(0));
+    front.done(why, std::move(answer));
+  }
+}
+
+void Connection::Connect() {
+  std::vector<std::pair<std::string, std::string>> params = config_->ConnectParams();
+  std::vector<const char*> keys, values;
+  for (const auto& [k, v] : params) {
+    keys.push_back(k.c_str());
+    values.push_back(v.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  conn_ = PQconnectStartParams(keys.data(), values.data(), 0);
+  state_ = State::kConnecting;
+  connect_deadline_ = Now() + Millis(config_->params.connect_timeout_ms);
+  if (conn_ == nullptr || PQstatus(conn_) == CONNECTION_BAD) return Drop(ConnectionError("cannot connect"));
+  ArmTimer();
+  // libpq's first step is a write (PGRES_POLLING_WRITING), as PQconnectStart documents.
+  Watch(false, true);
+}
+
+void Connection::Watch(bool read, bool write) {
+  const int fd = conn_ != nullptr ? PQsocket(conn_) : -1;
+  if (fd < 0) return Drop(ConnectionError("no socket"));
+  if (fd != fd_ || watch_ == nullptr) {  // libpq moves to another socket for the next host
+    watch_ = std::make_unique<FdWatch>(loop_, fd, &Connection::OnSocket, this);
+    fd_ = fd;
+  }
+  watch_->Want(read, write);
+}
+
+void Connection::OnSocket(void* arg, bool readable, bool writable) {
+  auto* self = static_cast<Connection*>(arg);
+  if (self->state_ == State::kConnecting) return self->PollConnect();
+  if (writable && self->conn_ != nullptr) {
+    const int flushed = PQflush(self->conn_);
+    if (flushed < 0) return self->Drop(self->ConnectionError("the connection broke"));
+    if (flushed == 0) self->Watch(true, false);
+  }
+  if (readable) self->Read();
+}
+
+void Connection::PollConnect() {
+  switch (PQconnectPoll(conn_)) {
+    case PGRES_POLLING_READING:
+      return Watch(true, false);
+    case PGRES_POLLING_WRITING:
+      return Watch(false, true);
+    case PGRES_POLLING_OK:
+      if (PQsetnonblocking(conn_, 1) != 0) return Drop(ConnectionError("cannot make it non-blocking"));
+      state_ = State::kReady;
+      timer_.Cancel();
+      Watch(true, false);  // notifications arrive while idle too
+      return SendNext();
+    default:
+      return Drop(ConnectionError("cannot connect"));
+  }
+}
+
+void Connection::SendNext() {
+  if (queue_.empty()) return;
+  if (state_ == State::kClosed) return Connect();
+  if (state_ != State::kReady) return;
+  Pending& next = queue_.front();
+  if (Now() >= next.deadline) {  // waited out its bound behind others: never sent
+    Pending late = std::move(next);
+    queue_.pop_front();
+    late.done(Status::IoError(config_->Describe() + ": the statement's time ran out before it was sent"), Answer());
+    return SendNext();
+  }
+  std::vector<const char*> values;
+  for (const Value& v : next.params) values.push_back(v ? v->c_str() : nullptr);
+  if (PQsendQueryParams(conn_, next.sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
+                        nullptr, 0) != 1) {
+    return Drop(ConnectionError("cannot send"));
+  }
+  state_ = State::kBusy;
+  answer_ = Answer();
+  error_ = Status::Ok();
+  const int flushed = PQflush(conn_);
+  if (flushed < 0) return Drop(ConnectionError("the connection broke"));
+  Watch(true, flushed == 1);
+  ArmTimer();
+}
+
+void Connection::Read() {
+  if (PQconsumeInput(conn_) != 1) return Drop(ConnectionError("the connection broke"));
+  ReadNotifications();
+  while (state_ == State::kBusy && PQisBusy(conn_) == 0) {
+    PGresult* result = PQgetResult(conn_);
+    if (result == nullptr) {  // the statement is answered
+      state_ = State::kReady;
+      timer_.Cancel();
+      Finish(error_, std::move(answer_));
+      if (state_ == State::kReady) SendNext();
+      return;
+    }
+    const ExecStatusType status = PQresultStatus(result);
+    if (status == PGRES_TUPLES_OK) {
+      const int rows = PQntuples(result), cols = PQnfields(result);
+      for (int r = 0; r < rows; ++r) {
+        Row row;
+        for (int c = 0; c < cols; ++c) {
+          if (PQgetisnull(result, r, c)) {
+            row.emplace_back(std::nullopt);
+          } else {
+            row.emplace_back(std::string(PQgetvalue(result, r, c), static_cast<size_t>(PQgetlength(result, r, c))));
+          }
+        }
+        answer_.rows.push_back(std::move(row));
+      }
+    } else if (status != PGRES_COMMAND_OK && error_.ok()) {
+      const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+      std::string message = PQresultErrorMessage(result);
+      while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+      message = config_->Describe() + ": " + ServerText(message);
+      error_ = AuthClass(state) ? Status::AuthError(message)
+               : ConnectionClass(state) ? Status::IoError(message)
+                                        : Status::BackendError(message);
+    }
+    PQclear(result);
+  }
+}
+
+void Connection::ReadNotifications() {
+  while (PGnotify* n = PQnotifies(conn_)) {
+    const std::string channel = n->relname != nullptr ? n->relname : "";
+    const std::string payload = n->extra != nullptr ? n->extra : "";
+    PQfreemem(n);
+    if (on_notify_) on_notify_(channel, payload);
+  }
+}
+
+void Connection::Finish(const Status& s, Answer answer) {
+  Pending done = std::move(queue_.front());
+  queue_.pop_front();
+  done.done(s, std::move(answer));
+}
+
+void Connection::ArmTimer() {
+  TimePoint at = state_ == State::kConnecting ? connect_deadline_ : TimePoint::max();
+  if (!queue_.empty() && state_ == State::kBusy) at = std::min(at, queue_.front().deadline);
+  if (state_ == State::kConnecting && !queue_.empty()) at = std::min(at, queue_.front().deadline);
+  if (at == TimePoint::max()) return timer_.Cancel();
+  timer_.StartAt(at);
+}
+
+void Connection::OnTimer() {
+  if (state_ == State::kConnecting) {
+    return Drop(Status::IoError(config_->Describe() + ": no connection within " +
+                                std::to_string(config_->params.connect_timeout_ms) + " ms (connect_timeout_ms)"));
+  }
+  if (state_ == State::kBusy) {
+    Drop(Status::IoError(config_->Describe() + ": no answer within the call's bound (timeout_ms " +
+                         std::to_string(config_->params.timeout_ms) + ")"));
+  }
+}
+
+}  // namespace dlock::postgres

@@ -1,0 +1,100 @@
+// One libpq connection on the client's loop (issue 40, the PostgreSQL backend being built).
+//
+// It connects on first use, without blocking (PQconnectStartParams, PQconnectPoll driven by its
+// socket's readiness through the loop seam; libpq's multi-host list tried as libpq tries it),
+// sends one statement at a time with every value as a parameter (PQsendQueryParams: unnamed
+// statements only, never PQprepare, which PgBouncer's transaction pooling cannot carry),
+// answers each in order, and hands every notification it reads (LISTEN) to on_notify.
+//
+// Bounds: libpq bounds nothing in ms, so the loop does. A connect that has not finished by
+// connect_timeout_ms, or a statement unanswered at its deadline, drops the connection: the
+// statement fails with EIO (Answer::maybe_applied: it was sent, it may have run) and the
+// statements queued behind it go on over a new connection. A connection that breaks fails its
+// statement the same way. Loop thread only; callbacks never run inside Query.
+#ifndef DLOCK_POSTGRES_CONNECTION_H_
+#define DLOCK_POSTGRES_CONNECTION_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "loop/event_loop.h"
+#include "loop/fd_watch.h"
+#include "postgres/postgres_config.h"
+
+typedef struct pg_conn PGconn;
+
+namespace dlock::postgres {
+
+using Value = std::optional<std::string>;  // nullopt: SQL NULL
+using Row = std::vector<Value>;
+
+struct Answer {
+  std::vector<Row> rows;      // text format
+  bool maybe_applied = false; // failed after the statement was sent
+};
+
+class Connection {
+ public:
+  using Done = std::function<void(const Status&, Answer)>;
+  using OnNotify = std::function<void(const std::string& channel, const std::string& payload)>;
+
+  Connection(EventLoop* loop, const PostgresConfig* config, OnNotify on_notify = nullptr);
+  // Fails what is queued with CANCELLED (their callbacks run inside) and closes.
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends sql with params ($1, $2, ... as text) once the statements before it are answered.
+  void Query(std::string sql, std::vector<Value> params, TimePoint deadline, Done done);
+  // Fails everything queued with why and closes; the next Query connects again.
+  void Close(const Status& why);
+  bool connected() const { return state_ == State::kReady || state_ == State::kBusy; }
+  // Statements sent or queued, not answered yet.
+  size_t pending() const { return queue_.size(); }
+
+ private:
+  enum class State { kClosed, kConnecting, kReady, kBusy };
+  struct Pending {
+    std::string sql;
+    std::vector<Value> params;
+    TimePoint deadline;
+    Done done;
+  };
+  static void OnSocket(void* self, bool readable, bool writable);
+  void Connect();
+  void PollConnect();
+  void Watch(bool read, bool write);
+  void SendNext();
+  void Read();
+  void ReadNotifications();
+  void ArmTimer();
+  void OnTimer();
+  // The connection failed (why); the statement in flight fails with it, the rest are retried.
+  void Drop(const Status& why);
+  void Finish(const Status& s, Answer answer);
+  Status ConnectionError(const std::string& what) const;
+
+  EventLoop* loop_;
+  const PostgresConfig* config_;
+  OnNotify on_notify_;
+  PGconn* conn_ = nullptr;
+  int fd_ = -1;
+  std::unique_ptr<FdWatch> watch_;
+  Timer timer_;
+  Timer kick_;  // runs SendNext from the loop (never inside Query)
+  State state_ = State::kClosed;
+  TimePoint connect_deadline_{};
+  std::deque<Pending> queue_;  // front() is in flight while kBusy
+  Answer answer_;              // the front's, as its results arrive
+  Status error_;               // the first error among them
+};
+
+}  // namespace dlock::postgres
+
+#endif  // DLOCK_POSTGRES_CONNECTION_H_

@@ -1,0 +1,148 @@
+// The PostgreSQL backend's connection on the loop (src/postgres/connection.h, issue 40) against a
+// real PostgreSQL: statements with parameters answered in order, errors that name what failed,
+// notifications, and every call bounded, whatever the server does (stopped, killed, gone).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/url.h"
+#include "loop/event_loop.h"
+#include "postgres/connection.h"
+#include "support/postgres_server.h"
+
+namespace dlock::postgres {
+namespace {
+
+using namespace std::chrono_literals;
+using dlock_test::PostgresServer;
+
+struct Outcome {
+  Status status;
+  Answer answer;
+};
+
+class PostgresConnectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(pg_.running());
+    ASSERT_TRUE(EventLoop::Start(&loop_).ok());
+  }
+  void TearDown() override {
+    if (loop_) loop_->RunSync([this] { conns_.clear(); });
+    if (loop_) loop_->Stop();
+  }
+  // A config that outlives the connections that use it (kept until the fixture goes).
+  const PostgresConfig* Config(const std::string& url_text) {
+    Url url;
+    configs_.emplace_back();
+    EXPECT_TRUE(ParseUrl(url_text, &url).ok());
+    EXPECT_TRUE(ParsePostgresUrl(url, &configs_.back()).ok());
+    return &configs_.back();
+  }
+  // A connection on the loop (kept until TearDown), told notifications into notes_.
+  Connection* Open(const PostgresConfig* config) {
+    Connection* c = nullptr;
+    loop_->RunSync([&] {
+      conns_.push_back(std::make_unique<Connection>(loop_.get(), config, [this](const std::string& ch, const std::string& p) {
+        std::lock_guard<std::mutex> lock(mu_);
+        notes_.push_back(ch + ":" + p);
+      }));
+      c = conns_.back().get();
+    });
+    return c;
+  }
+  // One statement, waited for.
+  Outcome Run(Connection* c, const std::string& sql, std::vector<Value> params = {}, Millis bound = Millis(3000)) {
+    auto promise = std::make_shared<std::promise<Outcome>>();
+    auto future = promise->get_future();
+    loop_->Post([c, sql, params, bound, promise] {
+      c->Query(sql, params, Now() + bound, [promise](const Status& s, Answer a) { promise->set_value({s, std::move(a)}); });
+    });
+    EXPECT_EQ(future.wait_for(30s), std::future_status::ready) << sql;
+    return future.get();
+  }
+
+  PostgresServer pg_;
+  std::deque<PostgresConfig> configs_;
+  std::unique_ptr<EventLoop> loop_;
+  std::vector<std::unique_ptr<Connection>> conns_;  // loop thread
+  std::mutex mu_;
+  std::vector<std::string> notes_;
+};
+
+TEST_F(PostgresConnectionTest, ParametersRowsErrorsAndNotifications) {
+  const PostgresConfig* config = Config(pg_.url());
+  Connection* c = Open(config);
+  Outcome o = Run(c, "SELECT $1::text || '!', NULL::text, $2::int + 1", {std::string("x'); DROP TABLE t; --"), std::string("41")});
+  ASSERT_TRUE(o.status.ok()) << o.status.message();
+  ASSERT_EQ(o.answer.rows.size(), 1u);
+  EXPECT_EQ(o.answer.rows[0][0], std::optional<std::string>("x'); DROP TABLE t; --!")) << "a value went as text, verbatim";
+  EXPECT_EQ(o.answer.rows[0][1], std::nullopt);
+  EXPECT_EQ(o.answer.rows[0][2], std::optional<std::string>("42"));
+
+  o = Run(c, "SELECT * FROM no_such_table");
+  EXPECT_EQ(o.status.code(), Code::kBackendError);
+  EXPECT_NE(o.status.message().find("no_such_table"), std::string::npos) << o.status.message();
+  EXPECT_NE(o.status.message().find("postgres 127.0.0.1:"), std::string::npos) << o.status.message();
+  EXPECT_FALSE(o.answer.maybe_applied);
+  EXPECT_TRUE(Run(c, "SELECT 1").status.ok()) << "an error left the connection unusable";
+
+  // Notifications reach the listening connection while it is idle.
+  ASSERT_TRUE(Run(c, "LISTEN dlock_test_channel").status.ok());
+  Connection* other = Open(config);
+  ASSERT_TRUE(Run(other, "SELECT pg_notify('dlock_test_channel', $1)", {std::string("lock a")}).status.ok());
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!notes_.empty()) break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "no notification";
+    std::this_thread::sleep_for(10ms);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(notes_, std::vector<std::string>{"dlock_test_channel:lock a"});
+}
+
+TEST_F(PostgresConnectionTest, EveryCallIsBoundedWhateverTheServerDoes) {
+  const PostgresConfig* config = Config(pg_.url() + "?connect_timeout_ms=500");
+  Connection* c = Open(config);
+  ASSERT_TRUE(Run(c, "SELECT 1").status.ok());
+
+  // A server that hangs: the statement fails at its bound, and may have run.
+  pg_.Stop();
+  auto start = std::chrono::steady_clock::now();
+  Outcome o = Run(c, "SELECT 2", {}, Millis(400));
+  EXPECT_EQ(o.status.code(), Code::kIoError) << o.status.message();
+  EXPECT_TRUE(o.answer.maybe_applied);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  // A connect to a hung server fails at connect_timeout_ms.
+  start = std::chrono::steady_clock::now();
+  o = Run(c, "SELECT 3", {}, Millis(5000));
+  EXPECT_EQ(o.status.code(), Code::kIoError) << o.status.message();
+  EXPECT_NE(o.status.message().find("connect_timeout_ms"), std::string::npos) << o.status.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  pg_.Cont();
+  EXPECT_TRUE(Run(c, "SELECT 4").status.ok()) << "no new connection after the server came back";
+
+  // A server that died: its connection's statement fails at once; after a restart, the next works.
+  pg_.Kill();
+  o = Run(c, "SELECT 5");
+  EXPECT_EQ(o.status.code(), Code::kIoError) << o.status.message();
+  ASSERT_TRUE(pg_.Restart());
+  EXPECT_TRUE(Run(c, "SELECT 6").status.ok());
+
+  // Nobody there at all.
+  o = Run(Open(Config("postgres://dlock@127.0.0.1:1/dlock")), "SELECT 7");
+  EXPECT_EQ(o.status.code(), Code::kIoError);
+  EXPECT_NE(o.status.message().find("127.0.0.1:1/dlock"), std::string::npos) << o.status.message();
+}
+
+}  // namespace
+}  // namespace dlock::postgres
