@@ -42,15 +42,20 @@ void Connection::Query(std::string sql, std::vector<Value> params, TimePoint dea
   kick_.StartAfter(Millis(0));
 }
 
-void Connection::Close(const Status& why) {
+bool Connection::Disconnect() {
   timer_.Cancel();
-  kick_.Cancel();
   watch_.reset();
   if (conn_ != nullptr) PQfinish(conn_);
   conn_ = nullptr;
   fd_ = -1;
   const bool sent = state_ == State::kBusy;
   state_ = State::kClosed;
+  return sent;
+}
+
+void Connection::Close(const Status& why) {
+  kick_.Cancel();
+  const bool sent = Disconnect();
   std::deque<Pending> failed;
   failed.swap(queue_);
   for (size_t i = 0; i < failed.size(); ++i) {
@@ -61,13 +66,7 @@ void Connection::Close(const Status& why) {
 }
 
 void Connection::Drop(const Status& why) {
-  timer_.Cancel();
-  watch_.reset();
-  if (conn_ != nullptr) PQfinish(conn_);
-  conn_ = nullptr;
-  fd_ = -1;
-  const bool sent = state_ == State::kBusy;
-  state_ = State::kClosed;
+  const bool sent = Disconnect();
   if (!queue_.empty()) {
     Pending front = std::move(queue_.front());
     queue_.pop_front();

@@ -75,6 +75,8 @@ class Connection {
   void ReadNotifications();
   void ArmTimer();
   void OnTimer();
+  // Closes the connection; true when a statement was in flight on it.
+  bool Disconnect();
   // The connection failed (why); the statement in flight fails with it, the rest are retried.
   void Drop(const Status& why);
   void Finish(const Status& s, Answer answer);
