@@ -77,6 +77,10 @@ void AsyncAcquire::Send() {
 void AsyncAcquire::OnAttempt(const Status& s, const AcquireAttempt& attempt, TimePoint sent) {
   if (acquisition_.finished()) {  // cancelled while the attempt was out: give back what it won
     (void)acquisition_.Answered(s, attempt, Now());
+    const LockRequest& in_line = acquisition_.request();
+    // The attempt may have put the waiter back in line after it left (etcd's layout=mutex: its
+    // key made again): it leaves again.
+    if (!in_line.waiter_id.empty() && !(s.ok() && attempt.acquired)) client_->backend()->LeaveLine(in_line);
     if (s.ok() && attempt.acquired) {
       const LockRequest& request = acquisition_.request();
       auto orphan = std::make_shared<LockState>(request.name, request.owner_value,

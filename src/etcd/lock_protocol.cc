@@ -465,9 +465,9 @@ void LockProtocol::AcquireMany(Transport* t, std::vector<LockRequest> requests, 
 
 void LockProtocol::Won(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, int64_t kv_lease,
                        int64_t token, int64_t owned_revision) {
-  if (kv_lease != sent_lease) {  // an earlier try's lease: count the key where it hangs
+  if (kv_lease != sent_lease) {  // an earlier try's lease: count the key where it hangs (first:
+    Count(kv_lease, op->key);     // a renewal's sweep never finds it uncounted in between)
     Uncount(sent_lease, op->key);
-    Count(kv_lease, op->key);
   }
   if (op->Exclusive()) WriterDone(op->request.owner_value);
   AcquireAttempt attempt;
@@ -1779,10 +1779,14 @@ void LockProtocol::ReleaseAll(Transport* t, const std::vector<std::shared_ptr<Lo
     }
   }
   {
-    // Waiting writers' announcements go too.
+    // Waiting writers' announcements go too, and so does every shared lease of the client: the
+    // keys on it are all its own (layout=mutex: its waiters' places in line; acquires whose
+    // outcome stayed unknown).
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& entry : announces_) leases.insert(entry.second.id);
     announces_.clear();
+    for (const auto& entry : leases_) leases.insert(entry.second.id);
+    line_.clear();
   }
   for (int64_t lease : leases) {
     Forget(lease);

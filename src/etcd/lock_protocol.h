@@ -378,7 +378,11 @@ class LockProtocol {
   // key's create revision (0: unknown).
   bool InLine(const LockRequest& request, const std::string& key, int64_t sent_lease, const KeyValue& mine,
               std::string predecessor);
-  void OutOfLine(const std::string& waiter_id);
+  // Returns the lease its key was counted on (-1: none).
+  int64_t OutOfLine(const std::string& waiter_id);
+  // A refused waiter's place, kept (InLine), and its answer: see mutex_layout.cc.
+  void StandInLine(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, const KeyValue& mine,
+                   const std::string& predecessor, int64_t holder_lease);
   int64_t Attempting(const std::string& waiter_id);
   // Exclusive and shared: one transaction.
   // join: a shared hold standing beside job rules' markers, which this shared acquire joins

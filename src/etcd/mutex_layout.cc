@@ -25,8 +25,7 @@ Json RangeKeyRequest(const std::string& key) { return RangeRequest(key, key + '\
 
 bool LockProtocol::InLine(const LockRequest& request, const std::string& key, int64_t sent_lease,
                           const KeyValue& mine, std::string predecessor) {
-  Uncount(sent_lease, key);  // the attempt's own count
-  int64_t counted = -1;      // the lease it was counted on in line before (-1: none)
+  int64_t counted = -1;  // the lease it was counted on in line before (-1: none)
   bool went = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -43,23 +42,26 @@ bool LockProtocol::InLine(const LockRequest& request, const std::string& key, in
     e.gone.clear();
     e.gone_overflow = false;
   }
-  if (counted != mine.lease) {
-    if (counted != -1) Uncount(counted, key);
-    Count(mine.lease, key);
-  }
+  // Counted where it hangs before any other count goes: a renewal's sweep never finds it
+  // uncounted in between.
+  if (counted != mine.lease) Count(mine.lease, key);
+  Uncount(sent_lease, key);  // the attempt's own count
+  if (counted != -1 && counted != mine.lease) Uncount(counted, key);
   return went;
 }
 
-void LockProtocol::OutOfLine(const std::string& waiter_id) {
+int64_t LockProtocol::OutOfLine(const std::string& waiter_id) {
   LineEntry e;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = line_.find(waiter_id);
-    if (it == line_.end()) return;
+    if (it == line_.end()) return -1;
     e = std::move(it->second);
     line_.erase(it);
   }
-  if (e.counted) Uncount(e.lease, e.key);
+  if (!e.counted) return -1;
+  Uncount(e.lease, e.key);
+  return e.lease;
 }
 
 int64_t LockProtocol::Attempting(const std::string& waiter_id) {
@@ -163,19 +165,41 @@ void LockProtocol::MutexTxn(Transport* t, std::shared_ptr<AcquireOp> op, int64_t
     const bool first_is_ours =
         mine.create_revision != 0 && (head == nullptr || head->create_revision == mine.create_revision);
     if (first_is_ours) {
-      if (in_line) OutOfLine(op->request.waiter_id);
       mine.key = op->key;
       return MutexWon(t, op, lease, std::move(mine), txn.revision);
     }
-    if (in_line && mine.create_revision != 0) {
-      const bool went = InLine(op->request, op->key, lease, mine, before != nullptr ? before->key : std::string());
-      // The key before ours went while we asked, before we could listen for it: read again.
-      if (went && ++op->joins < kMaxLineReads && Now() < op->deadline) return MutexRound(t, op);
-    } else {
+    if (!in_line || mine.create_revision == 0) {
       Uncount(lease, op->key);
+      return RefusedBy(t, op, head == nullptr ? std::vector<int64_t>() : std::vector<int64_t>{head->lease});
     }
-    RefusedBy(t, op, head == nullptr ? std::vector<int64_t>() : std::vector<int64_t>{head->lease});
+    const std::string predecessor = before != nullptr ? before->key : std::string();
+    const int64_t holder_lease = head != nullptr ? head->lease : 0;  // not ours first: head is there
+    // A waiting key on a lease the client no longer keeps alive (replaced after an unknown
+    // outcome) would lapse, and its place with it: moved onto this attempt's lease, which keeps
+    // its create revision (its place).
+    if (lease != 0 && mine.lease != lease) {
+      return t->Call(kMutexTxn, IfOwnedMoveTxn(op->key, mine.create_revision, lease), op->deadline,
+                     [this, t, op, lease, mine, predecessor, holder_lease](CallResult r) mutable {
+        TxnAnswer moved;
+        if (r.status.ok() && ReadTxn(r.answer, &moved).ok() && moved.succeeded) mine.lease = lease;
+        StandInLine(t, op, lease, mine, predecessor, holder_lease);
+      });
+    }
+    StandInLine(t, op, lease, mine, predecessor, holder_lease);
   });
+}
+
+void LockProtocol::StandInLine(Transport* t, std::shared_ptr<AcquireOp> op, int64_t lease, const KeyValue& mine,
+                               const std::string& predecessor, int64_t holder_lease) {
+  const bool went = InLine(op->request, op->key, lease, mine, predecessor);
+  if (went) {
+    // The key before ours went while we asked, before we could listen for it: read again, or,
+    // out of reads or time, try again at once (holder_ttl_ms 0) rather than sleep on a wake
+    // that already came.
+    if (++op->joins < kMaxLineReads && Now() < op->deadline) return MutexRound(t, op);
+    return RefusedBy(t, op, {});
+  }
+  RefusedBy(t, op, {holder_lease});  // the first key's (0: it has no lease: never expires)
 }
 
 void LockProtocol::MutexWon(Transport* t, std::shared_ptr<AcquireOp> op, int64_t sent_lease, KeyValue mine,
@@ -184,13 +208,25 @@ void LockProtocol::MutexWon(Transport* t, std::shared_ptr<AcquireOp> op, int64_t
   // without one, or on a lease this client no longer keeps alive (replaced meanwhile). Moved in
   // one conditional put, which keeps the key's create revision (its place) and value.
   const int64_t wanted = op->request.lease_ms == 0 ? 0 : sent_lease;
-  if (mine.lease == wanted) return Won(t, op, sent_lease, mine.lease, token, mine.create_revision);
+  // Out of line once the key is counted where the hold keeps it (Won moves the attempt's count
+  // there): a renewal's sweep never finds it uncounted in between.
+  const std::string waiter = op->request.waiter_id;
+  if (mine.lease == wanted) {
+    Won(t, op, sent_lease, mine.lease, token, mine.create_revision);
+    OutOfLine(waiter);
+    return;
+  }
   t->Call(kMutexTxn, IfOwnedMoveTxn(op->key, mine.create_revision, wanted), op->deadline,
-          [this, t, op, sent_lease, mine, wanted, token](CallResult r) {
+          [this, t, op, sent_lease, mine, wanted, token, waiter](CallResult r) {
     TxnAnswer txn;
     if (r.status.ok()) r.status = ReadTxn(r.answer, &txn);
-    if (r.status.ok() && txn.succeeded) return Won(t, op, sent_lease, wanted, token, mine.create_revision);
+    if (r.status.ok() && txn.succeeded) {
+      Won(t, op, sent_lease, wanted, token, mine.create_revision);
+      OutOfLine(waiter);
+      return;
+    }
     Uncount(sent_lease, op->key);
+    OutOfLine(waiter);
     if (r.status.ok()) {  // the key went meanwhile (its lease ran out): not held, try again
       AcquireAttempt attempt;
       attempt.holder_ttl_ms = 0;
@@ -204,10 +240,18 @@ void LockProtocol::MutexWon(Transport* t, std::shared_ptr<AcquireOp> op, int64_t
 
 void LockProtocol::LeaveLine(Transport* t, const LockRequest& request, TimePoint deadline, Done done) {
   const std::string key = HoldKey(request.name, request.kind, request.permits, request.take, request.owner_value);
-  OutOfLine(request.waiter_id);
+  const int64_t lease = OutOfLine(request.waiter_id);
   // Our key, whatever its place: were it first by now, this is the hold given back.
-  t->Call(kMutexTxn, IfValueDeleteTxn(key, Stored(request.owner_value, request.value)), deadline,
-          [done = std::move(done)](CallResult r) { done(r.status); });
+  std::string body = IfValueDeleteTxn(key, Stored(request.owner_value, request.value));
+  t->Call(kMutexTxn, body, deadline, [this, lease, body, done = std::move(done)](CallResult r) {
+    if (!r.status.ok()) {
+      // Not deleted, or not known to be: sent again in the background, and its lease takes no
+      // new locks, so that the renewals of those on it sweep the key (it is no longer counted).
+      if (background_) background_(kMutexTxn, body);
+      if (lease > 0) Forget(lease);
+    }
+    done(r.status);
+  });
 }
 
 void LockProtocol::InspectMutex(Transport* t, const std::string& name, TimePoint deadline,
