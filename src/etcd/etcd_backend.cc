@@ -1,6 +1,9 @@
 #include "etcd/etcd_backend.h"
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "core/connection_count.h"
 #include "etcd/lock_protocol.h"
@@ -80,6 +83,13 @@ class EtcdBackend : public Backend {
   }
 
   void TryAcquireAsync(const LockRequest& request, AttemptCallback done) override {
+    auto leaving = leaving_.find(request.name);
+    if (leaving != leaving_.end()) {  // after the waiter's key is gone (LeaveLine)
+      leaving->second.then.push_back([this, request, done = std::move(done)]() mutable {
+        protocol_.Acquire(&async_, request, CallDeadline(), std::move(done));
+      });
+      return;
+    }
     protocol_.Acquire(&async_, request, CallDeadline(), std::move(done));
   }
 
@@ -196,11 +206,20 @@ class EtcdBackend : public Backend {
     if (protocol_.mutex_layout()) return watches_.UnwatchPrefix(protocol_.LinePrefix(name), watcher);
     watches_.Unwatch(protocol_.KeyFor(name), watcher);
   }
-  // layout=mutex: the waiter's key goes (its place in line). Blocking off the loop thread.
+  // layout=mutex: the waiter's key goes (its place in line). Blocking off the loop thread. On
+  // it, the async acquires of the name wait for the deletion: the client's next try must not
+  // find its own waiter's key (the HTTP connections of one client keep no order between them).
   void LeaveLine(const LockRequest& request) override {
     if (!protocol_.mutex_layout() || request.waiter_id.empty()) return;
-    if (loop_->InLoopThread()) return protocol_.LeaveLine(&async_, request, CallDeadline(), [](Status) {});
-    protocol_.LeaveLine(&blocking_, request, CallDeadline(), [](Status) {});
+    if (!loop_->InLoopThread()) return protocol_.LeaveLine(&blocking_, request, CallDeadline(), [](Status) {});
+    ++leaving_[request.name].pending;
+    protocol_.LeaveLine(&async_, request, CallDeadline(), [this, name = request.name](Status) {
+      auto it = leaving_.find(name);
+      if (it == leaving_.end() || --it->second.pending > 0) return;
+      std::vector<std::function<void()>> then = std::move(it->second.then);
+      leaving_.erase(it);
+      for (auto& fn : then) fn();
+    });
   }
 
   // Watch streams never end by themselves: they are not work close waits for.
@@ -249,6 +268,13 @@ class EtcdBackend : public Backend {
   http::LoopTransport loop_http_;
   Watches watches_;
   bool shut_down_ = false;  // loop thread
+  // layout=mutex, loop thread: names whose waiters' keys are being deleted (LeaveLine), and the
+  // async acquires of them that wait for that.
+  struct Leaving {
+    int pending = 0;
+    std::vector<std::function<void()>> then;
+  };
+  std::map<std::string, Leaving> leaving_;
 };
 
 }  // namespace
