@@ -212,10 +212,20 @@ class EtcdBackend : public Backend {
   void LeaveLine(const LockRequest& request) override {
     if (!protocol_.mutex_layout() || request.waiter_id.empty()) return;
     if (!loop_->InLoopThread()) return protocol_.LeaveLine(&blocking_, request, CallDeadline(), [](Status) {});
-    ++leaving_[request.name].pending;
-    protocol_.LeaveLine(&async_, request, CallDeadline(), [this, name = request.name](Status) {
-      auto it = leaving_.find(name);
-      if (it == leaving_.end() || --it->second.pending > 0) return;
+    Leaving& leaving = leaving_[request.name];
+    ++leaving.pending;
+    leaving.requests.push_back(request);
+    protocol_.LeaveLine(&async_, request, CallDeadline(), [this, request](Status) {
+      auto it = leaving_.find(request.name);
+      if (it == leaving_.end()) return;
+      auto& requests = it->second.requests;
+      for (auto r = requests.begin(); r != requests.end(); ++r) {
+        if (r->waiter_id == request.waiter_id) {
+          requests.erase(r);
+          break;
+        }
+      }
+      if (--it->second.pending > 0) return;
       std::vector<std::function<void()>> then = std::move(it->second.then);
       leaving_.erase(it);
       for (auto& fn : then) fn();
@@ -223,10 +233,21 @@ class EtcdBackend : public Backend {
   }
 
   // Watch streams never end by themselves: they are not work close waits for.
-  size_t PendingAsync() const override { return loop_http_.requests_in_flight(); }
+  // A waiter's LeaveLine counts until its key is gone (it may wait for an endpoint before its
+  // request is in flight): a client closed after a give-up leaves no place in line behind.
+  size_t PendingAsync() const override {
+    size_t leaving = 0;
+    for (const auto& entry : leaving_) leaving += static_cast<size_t>(entry.second.pending);
+    return loop_http_.requests_in_flight() + leaving;
+  }
   void ShutdownOnLoop() override {
     shut_down_ = true;
     watches_.Shutdown();
+    // A waiter that left the line just before the close (a give-up) must not leave its key
+    // behind: its deletion, still in flight, is made now, blocking (each bounded by timeout_ms).
+    std::vector<LockRequest> leaving;
+    for (const auto& entry : leaving_) leaving.insert(leaving.end(), entry.second.requests.begin(), entry.second.requests.end());
+    for (const LockRequest& request : leaving) protocol_.LeaveLine(&blocking_, request, CallDeadline(), [](Status) {});
     // The background writes' next tries run now, and stop (shut down).
     loop_http_.Shutdown(config_.Describe() + ": client closed");
   }
@@ -272,6 +293,7 @@ class EtcdBackend : public Backend {
   // async acquires of them that wait for that.
   struct Leaving {
     int pending = 0;
+    std::vector<LockRequest> requests;  // their deletions in flight
     std::vector<std::function<void()>> then;
   };
   std::map<std::string, Leaving> leaving_;
