@@ -278,7 +278,10 @@ void LockProtocol::InspectMutex(Transport* t, const std::string& name, TimePoint
       }
       h.remaining_ms = holder.lease == 0 ? -1 : ttl_ms;
       h.fencing_token = 0;  // a read's revision when it was won: kept by its holder alone
-      h.hold_id = holder.key.substr(begin.size());  // dlock's HoldId, or etcdctl's lease id
+      // dlock's HoldId, or etcdctl's lease id: what follows NAME/ (a server that answered a key
+      // outside the range asked for gets its whole key), at most 256 bytes.
+      const bool under = holder.key.compare(0, begin.size(), begin) == 0;
+      h.hold_id = holder.key.substr(under ? begin.size() : 0, 256);
       info.holders.push_back(std::move(h));
       done(Status::Ok(), std::move(info));
     });
