@@ -4,14 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <fstream>
 #include <functional>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "postgres/lock_protocol.h"
 #include "support/postgres_server.h"
 
 namespace dlock_test {
@@ -19,22 +18,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// schema.sql with its placeholders filled in for table t (a plain identifier here).
+// schema.sql with its placeholders filled in for table t (a plain identifier here), as the
+// backend's prepare fills them in.
 std::string Schema(const std::string& t, bool unlogged) {
-  std::ifstream in(std::string(DLOCK_SOURCE_DIR) + "/src/postgres/schema.sql");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  auto replace = [&](const std::string& from, const std::string& to) {
-    for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
-  };
-  for (const char* f : {"acquire", "release", "renew", "inspect"}) {
-    replace(std::string("{{t_") + f + "}}", "\"" + t + "_" + f + "\"");
-  }
-  replace("{{t}}", "\"" + t + "\"");
-  replace("{{channel}}", "'" + t + "'");
-  replace("{{unlogged}}", unlogged ? "UNLOGGED " : "");
-  return s;
+  dlock::postgres::PostgresConfig config;
+  config.table = t;
+  config.unlogged = unlogged;
+  return dlock::postgres::SchemaFor(config, "\"" + t + "\"", [&](const std::string& f) { return "\"" + t + "_" + f + "\""; });
 }
 
 // An answer's fields: one row, columns split on '|'.

@@ -9,6 +9,9 @@
 #if DLOCK_WITH_ETCD
 #include "etcd/etcd_backend.h"
 #endif
+#if DLOCK_WITH_POSTGRES
+#include "postgres/postgres_backend.h"
+#endif
 
 namespace dlock {
 namespace {
@@ -25,6 +28,10 @@ const BackendEntry kBackends[] = {
 #endif
 #if DLOCK_WITH_ETCD
     {"etcd", NewEtcdBackend, PrepareEtcd},
+#endif
+#if DLOCK_WITH_POSTGRES
+    {"postgres", NewPostgresBackend, PreparePostgres},
+    {"postgresql", NewPostgresBackend, PreparePostgres},
 #endif
 };
 

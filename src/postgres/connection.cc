@@ -4,37 +4,21 @@
 
 #include <algorithm>
 
-#include "core/server_text.h"
-
 namespace dlock::postgres {
-namespace {
 
-// SQLSTATE classes that mean the connection, not the statement, failed, and those that mean
-// the credentials were refused.
-bool ConnectionClass(const char* state) {
-  return state != nullptr && (std::string_view(state).substr(0, 2) == "08" || std::string_view(state).substr(0, 3) == "57P");
-}
-bool AuthClass(const char* state) { return state != nullptr && std::string_view(state).substr(0, 2) == "28"; }
-
-}  // namespace
-
-Connection::Connection(EventLoop* loop, const PostgresConfig* config, OnNotify on_notify)
+Connection::Connection(EventLoop* loop, const PostgresConfig* config, OnNotify on_notify,
+                       std::shared_ptr<ConnectionCount> count)
     : loop_(loop),
       config_(config),
       on_notify_(std::move(on_notify)),
+      count_(std::move(count)),
       timer_(loop, [this] { OnTimer(); }),
       kick_(loop, [this] { SendNext(); }) {}
 
 Connection::~Connection() { Close(Status::Cancelled(config_->Describe() + ": connection closed")); }
 
 Status Connection::ConnectionError(const std::string& what) const {
-  std::string detail = conn_ != nullptr ? PQerrorMessage(conn_) : "out of memory";
-  while (!detail.empty() && (detail.back() == '\n' || detail.back() == ' ')) detail.pop_back();
-  const std::string message = config_->Describe() + ": " + what + ": " + ServerText(detail);
-  if (detail.find("authentication failed") != std::string::npos || detail.find("password") != std::string::npos) {
-    return Status::AuthError(message);
-  }
-  return Status::IoError(message);
+  return LibpqConnectionError(conn_ != nullptr ? PQerrorMessage(conn_) : nullptr, config_->Describe(), what);
 }
 
 void Connection::Query(std::string sql, std::vector<Value> params, TimePoint deadline, Done done) {
@@ -47,6 +31,7 @@ bool Connection::Disconnect() {
   watch_.reset();
   if (conn_ != nullptr) PQfinish(conn_);
   conn_ = nullptr;
+  counted_.Reset();
   fd_ = -1;
   const bool sent = state_ == State::kBusy;
   state_ = State::kClosed;
@@ -67,6 +52,7 @@ void Connection::Close(const Status& why) {
 
 void Connection::Drop(const Status& why) {
   const bool sent = Disconnect();
+  if (on_drop_) on_drop_(why);
   if (!queue_.empty()) {
     Pending front = std::move(queue_.front());
     queue_.pop_front();
@@ -79,15 +65,8 @@ void Connection::Drop(const Status& why) {
 }
 
 void Connection::Connect() {
-  std::vector<std::pair<std::string, std::string>> params = config_->ConnectParams();
-  std::vector<const char*> keys, values;
-  for (const auto& [k, v] : params) {
-    keys.push_back(k.c_str());
-    values.push_back(v.c_str());
-  }
-  keys.push_back(nullptr);
-  values.push_back(nullptr);
-  conn_ = PQconnectStartParams(keys.data(), values.data(), 0);
+  conn_ = StartConnecting(*config_);
+  counted_ = CountedConnection(count_);
   state_ = State::kConnecting;
   connect_deadline_ = Now() + Millis(config_->params.connect_timeout_ms);
   if (conn_ == nullptr || PQstatus(conn_) == CONNECTION_BAD) return Drop(ConnectionError("cannot connect"));
@@ -172,29 +151,7 @@ void Connection::Read() {
       if (state_ == State::kReady) SendNext();
       return;
     }
-    const ExecStatusType status = PQresultStatus(result);
-    if (status == PGRES_TUPLES_OK) {
-      const int rows = PQntuples(result), cols = PQnfields(result);
-      for (int r = 0; r < rows; ++r) {
-        Row row;
-        for (int c = 0; c < cols; ++c) {
-          if (PQgetisnull(result, r, c)) {
-            row.emplace_back(std::nullopt);
-          } else {
-            row.emplace_back(std::string(PQgetvalue(result, r, c), static_cast<size_t>(PQgetlength(result, r, c))));
-          }
-        }
-        answer_.rows.push_back(std::move(row));
-      }
-    } else if (status != PGRES_COMMAND_OK && error_.ok()) {
-      const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
-      std::string message = PQresultErrorMessage(result);
-      while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-      message = config_->Describe() + ": " + ServerText(message);
-      error_ = AuthClass(state) ? Status::AuthError(message)
-               : ConnectionClass(state) ? Status::IoError(message)
-                                        : Status::BackendError(message);
-    }
+    ReadResult(result, config_->Describe(), &answer_, &error_);
     PQclear(result);
   }
 }

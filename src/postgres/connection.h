@@ -22,36 +22,34 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/connection_count.h"
 #include "core/status.h"
 #include "loop/event_loop.h"
 #include "loop/fd_watch.h"
 #include "postgres/postgres_config.h"
+#include "postgres/session.h"
 
 typedef struct pg_conn PGconn;
 
 namespace dlock::postgres {
 
-using Value = std::optional<std::string>;  // nullopt: SQL NULL
-using Row = std::vector<Value>;
-
-struct Answer {
-  std::vector<Row> rows;      // text format
-  bool maybe_applied = false; // failed after the statement was sent
-};
-
-class Connection {
+class Connection : public Session {
  public:
-  using Done = std::function<void(const Status&, Answer)>;
   using OnNotify = std::function<void(const std::string& channel, const std::string& payload)>;
 
-  Connection(EventLoop* loop, const PostgresConfig* config, OnNotify on_notify = nullptr);
+  // count: the client's open connections (core/connection_count.h); null counts nothing.
+  Connection(EventLoop* loop, const PostgresConfig* config, OnNotify on_notify = nullptr,
+             std::shared_ptr<ConnectionCount> count = nullptr);
   // Fails what is queued with CANCELLED (their callbacks run inside) and closes.
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
   // Sends sql with params ($1, $2, ... as text) once the statements before it are answered.
-  void Query(std::string sql, std::vector<Value> params, TimePoint deadline, Done done);
+  void Query(std::string sql, std::vector<Value> params, TimePoint deadline, Done done) override;
+  // Called (on the loop) whenever the connection breaks or times out, idle or not: a listener
+  // must LISTEN again on the next one. Not called by Close.
+  void SetOnDrop(std::function<void(const Status&)> on_drop) { on_drop_ = std::move(on_drop); }
   // Fails everything queued with why and closes; the next Query connects again.
   void Close(const Status& why);
   bool connected() const { return state_ == State::kReady || state_ == State::kBusy; }
@@ -85,7 +83,10 @@ class Connection {
   EventLoop* loop_;
   const PostgresConfig* config_;
   OnNotify on_notify_;
+  std::function<void(const Status&)> on_drop_;
+  std::shared_ptr<ConnectionCount> count_;
   PGconn* conn_ = nullptr;
+  CountedConnection counted_;  // while conn_ is open
   int fd_ = -1;
   std::unique_ptr<FdWatch> watch_;
   Timer timer_;

@@ -1,5 +1,5 @@
--- dlock's lock table on PostgreSQL and the functions that are its protocol (issue 40: the
--- backend that calls them over libpq is being built). dlock_backend_prepare runs this file with
+-- dlock's lock table on PostgreSQL and the functions that are its protocol, called by the
+-- backend over libpq (lock_protocol.h). dlock_backend_prepare runs this file with
 -- {{t}} replaced by the table's quoted name (table=, default dlock_locks), {{t_NAME}} by the
 -- quoted name of the table's function NAME (table + "_" + NAME), {{channel}} by the table's
 -- name as a string literal, and {{unlogged}} by "UNLOGGED " with unlogged=1. Every name and
@@ -19,7 +19,8 @@
 CREATE {{unlogged}}TABLE IF NOT EXISTS {{t}} (
   name    text        NOT NULL,
   hold    text        NOT NULL,
-  kind    "char"      NOT NULL,            -- 'n' the name's row, 'x' exclusive, 's' shared, 'p' permit
+  kind    "char"      NOT NULL,            -- 'n' the name's row, 'x' exclusive, 's' shared, 'p' permit,
+                                           -- 'w' a waiting writer's announcement
   permits integer     NOT NULL DEFAULT 0,  -- a permit's semaphore size
   take    integer     NOT NULL DEFAULT 1,  -- the permits a hold takes
   owner   text        NOT NULL DEFAULT '',
@@ -34,8 +35,14 @@ CREATE {{unlogged}}TABLE IF NOT EXISTS {{t}} (
 -- held as a semaphore of N permits, or as a lock for N = 0, and this acquire asked for the
 -- other: an error, not a refusal). An earlier try of the same hold whose answer was lost
 -- answers acquired again, with its token.
+--
+-- Writer preference: an exclusive acquire refused with p_queue_ms > 0 (it will wait) leaves a
+-- row of kind 'w' under its hold id for that long, and while one stands no new shared hold is
+-- granted. The writer's next tries renew it; its acquire replaces it; a writer that gave up
+-- leaves it to lapse.
 CREATE OR REPLACE FUNCTION {{t_acquire}}(p_name text, p_hold text, p_kind "char", p_permits integer,
-                                         p_take integer, p_owner text, p_lease_ms bigint, p_value bytea)
+                                         p_take integer, p_owner text, p_lease_ms bigint, p_value bytea,
+                                         p_queue_ms bigint DEFAULT 0)
 RETURNS TABLE (acquired boolean, fencing_token bigint, holder_ttl_ms bigint, why text)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -53,7 +60,8 @@ BEGIN
   v_now := clock_timestamp();
   DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= v_now;
 
-  SELECT t.token INTO v_token FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner;
+  SELECT t.token INTO v_token FROM {{t}} t
+   WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind <> 'w';
   IF FOUND THEN
     RETURN QUERY SELECT true, v_token, NULL::bigint, ''::text;
     RETURN;
@@ -61,7 +69,7 @@ BEGIN
 
   -- What the name is while held: a semaphore of N (its permits' N), or a lock (0).
   SELECT max(CASE WHEN t.kind = 'p' THEN t.permits ELSE 0 END), coalesce(sum(t.take), 0)
-    INTO v_sort, v_taken FROM {{t}} t WHERE t.name = p_name AND t.hold <> '';
+    INTO v_sort, v_taken FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.kind <> 'w';
   IF v_sort IS NOT NULL AND v_sort <> (CASE WHEN p_kind = 'p' THEN p_permits ELSE 0 END) THEN
     RETURN QUERY SELECT false, 0::bigint, NULL::bigint, 'sort ' || v_sort;
     RETURN;
@@ -69,13 +77,19 @@ BEGIN
   IF p_kind = 'x' THEN
     v_blocked := v_sort IS NOT NULL;
   ELSIF p_kind = 's' THEN
-    v_blocked := EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind = 'x');
+    v_blocked := EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND (t.kind = 'x' OR t.kind = 'w'));
   ELSE
     v_blocked := v_taken + p_take > p_permits;
   END IF;
   IF v_blocked THEN
+    IF p_kind = 'x' AND p_queue_ms > 0 THEN
+      INSERT INTO {{t}} (name, hold, kind, owner, expires)
+        VALUES (p_name, p_hold, 'w', p_owner, v_now + p_queue_ms * interval '1 millisecond')
+        ON CONFLICT (name, hold) DO UPDATE SET expires = excluded.expires WHERE {{t}}.kind = 'w';
+    END IF;
     SELECT min(t.expires), bool_or(t.expires IS NULL) INTO v_until, v_forever
-      FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND (p_kind <> 's' OR t.kind = 'x');
+      FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.hold <> p_hold
+                     AND (t.kind <> 'w' OR p_kind = 's') AND (p_kind <> 's' OR t.kind IN ('x', 'w'));
     RETURN QUERY SELECT false, 0::bigint,
       CASE WHEN v_forever THEN -1::bigint
            ELSE greatest(0, ceil(extract(epoch FROM v_until - v_now) * 1000))::bigint END, ''::text;
@@ -84,6 +98,7 @@ BEGIN
 
   v_token := greatest(v_last + 1, floor(extract(epoch FROM v_now) * 1000000)::bigint);
   UPDATE {{t}} t SET token = v_token WHERE t.name = p_name AND t.hold = '';
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.kind = 'w';
   INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value)
     VALUES (p_name, p_hold, p_kind, p_permits, p_take, p_owner, v_token,
             CASE WHEN p_lease_ms = 0 THEN NULL ELSE v_now + p_lease_ms * interval '1 millisecond' END, p_value);
@@ -99,7 +114,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_expires timestamptz;
 BEGIN
-  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind <> 'w'
     RETURNING t.expires INTO v_expires;
   IF NOT FOUND THEN
     RETURN false;
@@ -118,9 +133,21 @@ LANGUAGE sql AS $$
      SET expires = CASE WHEN r.lease_ms = 0 THEN NULL
                         ELSE clock_timestamp() + r.lease_ms * interval '1 millisecond' END
     FROM unnest(p_names, p_holds, p_owners, p_lease_ms) WITH ORDINALITY AS r(name, hold, owner, lease_ms, k)
-   WHERE t.name = r.name AND t.hold = r.hold AND t.owner = r.owner
+   WHERE t.name = r.name AND t.hold = r.hold AND t.owner = r.owner AND t.kind <> 'w'
      AND (t.expires IS NULL OR t.expires > clock_timestamp())
   RETURNING r.k
+$$;
+
+-- A held lock's new value (NULL: none): true when the hold was still the owner's.
+CREATE OR REPLACE FUNCTION {{t_set_value}}(p_name text, p_hold text, p_owner text, p_value bytea)
+RETURNS boolean
+LANGUAGE sql AS $$
+  WITH changed AS (
+    UPDATE {{t}} t SET value = p_value
+     WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind <> 'w'
+       AND (t.expires IS NULL OR t.expires > clock_timestamp())
+    RETURNING 1)
+  SELECT EXISTS (SELECT 1 FROM changed)
 $$;
 
 -- Who holds name now, oldest token first: the holds not expired, each owner's label (what
@@ -137,6 +164,6 @@ LANGUAGE sql AS $$
               ELSE ceil(extract(epoch FROM t.expires - clock_timestamp()) * 1000)::bigint END,
          t.value
     FROM {{t}} t
-   WHERE t.name = p_name AND t.hold <> '' AND (t.expires IS NULL OR t.expires > clock_timestamp())
+   WHERE t.name = p_name AND t.hold <> '' AND t.kind <> 'w' AND (t.expires IS NULL OR t.expires > clock_timestamp())
    ORDER BY t.token
 $$;

@@ -1,16 +1,24 @@
-# The PostgreSQL backend (postgres:// and postgresql:// URLs), issue 40: being built. So far its
-# URL (postgres_config.h), its protocol as SQL (schema.sql, tested in tests/postgres_schema_test.cc)
-# and its connection on the loop (connection.h, over libpq's asynchronous API). Until the backend
-# that puts them together is registered (src/backends/registry.cc), they are a static library of
-# their own that only the tests link, beside dlock_core: libdlock.so does not link libpq yet, so
-# the packages and the bindings' bundled library need nothing more from the system.
+# The PostgreSQL backend (postgres:// and postgresql:// URLs): libpq's asynchronous API on the
+# loop (connection.h), a blocking pool for callers' threads (blocking_session.h), the protocol as
+# SQL functions on a lock table (schema.sql, embedded at build time) called once over either
+# (lock_protocol.h). Included by the top-level CMakeLists.txt right after dlock_core exists.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
 
-add_library(dlock_postgres STATIC
+set(DLOCK_SCHEMA_GEN ${PROJECT_BINARY_DIR}/generated/postgres_schema.cc)
+add_custom_command(
+  OUTPUT ${DLOCK_SCHEMA_GEN}
+  COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_CURRENT_LIST_DIR}/schema.sql -DOUT=${DLOCK_SCHEMA_GEN}
+          -DNAMESPACE=dlock::postgres -DSYMBOL=kSchemaSql -P ${PROJECT_SOURCE_DIR}/cmake/embed_text.cmake
+  DEPENDS ${CMAKE_CURRENT_LIST_DIR}/schema.sql ${PROJECT_SOURCE_DIR}/cmake/embed_text.cmake
+  COMMENT "Embedding the PostgreSQL schema" VERBATIM)
+
+target_sources(dlock_core PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/blocking_session.cc
   ${CMAKE_CURRENT_LIST_DIR}/connection.cc
-  ${CMAKE_CURRENT_LIST_DIR}/postgres_config.cc)
-# dlock_core's headers and dependencies, not its objects (the tests link those themselves).
-target_include_directories(dlock_postgres PUBLIC $<TARGET_PROPERTY:dlock_core,INTERFACE_INCLUDE_DIRECTORIES>)
-target_compile_definitions(dlock_postgres PRIVATE DLOCK_BUILDING)
-target_link_libraries(dlock_postgres PUBLIC PkgConfig::LIBPQ $<TARGET_PROPERTY:dlock_core,INTERFACE_LINK_LIBRARIES>)
+  ${CMAKE_CURRENT_LIST_DIR}/lock_protocol.cc
+  ${CMAKE_CURRENT_LIST_DIR}/postgres_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/postgres_config.cc
+  ${CMAKE_CURRENT_LIST_DIR}/session.cc
+  ${DLOCK_SCHEMA_GEN})
+target_link_libraries(dlock_core PUBLIC PkgConfig::LIBPQ)

@@ -155,6 +155,7 @@ BackendFactory Redlock5BackendFactory();
 BackendFactory DynamoDbBackend();
 BackendFactory EtcdBackendFactory();
 BackendFactory EtcdMutexBackendFactory();  // etcd with layout=mutex
+BackendFactory PostgresBackendFactory();
 
 }  // namespace dlock_test
 

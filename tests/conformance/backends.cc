@@ -19,6 +19,9 @@ const std::vector<BackendFactory>& AllBackends() {
     v.push_back(EtcdBackendFactory());
     v.push_back(EtcdMutexBackendFactory());
 #endif
+#ifdef DLOCK_CONFORMANCE_POSTGRES
+    v.push_back(PostgresBackendFactory());
+#endif
     return v;
   }();
   return all;

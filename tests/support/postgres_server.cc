@@ -116,10 +116,10 @@ bool PostgresServer::Start() {
   // Ready once a query through its socket answers.
   const auto until = std::chrono::steady_clock::now() + 60s;
   while (std::chrono::steady_clock::now() < until) {
-    if (Sql("SELECT 1") == "1\n") {
+    if (Sql("SELECT 1", nullptr, "postgres") == "1\n") {
       // The clients' database, made once (a restart finds it).
-      if (Sql("SELECT datname FROM pg_database WHERE datname = 'dlock'") == "dlock\n") return true;
-      return Sql("CREATE DATABASE dlock").has_value();
+      if (Sql("SELECT datname FROM pg_database WHERE datname = 'dlock'", nullptr, "postgres") == "dlock\n") return true;
+      return Sql("CREATE DATABASE dlock", nullptr, "postgres").has_value();
     }
     if (server_->Wait(0ms) != -1) return false;  // it exited (a port taken, a bad setting)
     std::this_thread::sleep_for(50ms);
@@ -131,17 +131,17 @@ pid_t PostgresServer::pid() const { return server_ == nullptr ? -1 : server_->pi
 
 std::string PostgresServer::url() const { return "postgres://dlock@127.0.0.1:" + std::to_string(port_) + "/dlock"; }
 
-std::vector<std::string> PostgresServer::PsqlArgs(const std::string& sql) const {
+std::vector<std::string> PostgresServer::PsqlArgs(const std::string& sql, const std::string& database) const {
   return AsServerUser({bin_ + "/psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", dir_, "-p",
-                       std::to_string(port_), "-U", "dlock", "-d", "postgres", "-c", sql});
+                       std::to_string(port_), "-U", "dlock", "-d", database, "-c", sql});
 }
 
 std::unique_ptr<ChildProcess> PostgresServer::SqlInBackground(const std::string& sql) {
   return std::make_unique<ChildProcess>(PsqlArgs(sql));
 }
 
-std::optional<std::string> PostgresServer::Sql(const std::string& sql, std::string* error) {
-  ChildProcess psql(PsqlArgs(sql));
+std::optional<std::string> PostgresServer::Sql(const std::string& sql, std::string* error, const std::string& database) {
+  ChildProcess psql(PsqlArgs(sql, database));
   const int code = psql.Wait(30s);
   if (code != 0) {
     if (error != nullptr) *error = psql.error() + psql.output();

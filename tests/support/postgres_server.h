@@ -42,9 +42,10 @@ class PostgresServer {
   pid_t pid() const;  // -1 when it is not running
   // "postgres://dlock@127.0.0.1:PORT/dlock"
   std::string url() const;
-  // Runs sql through psql as the superuser: its output, unaligned and without headers (rows one
+  // Runs sql through psql as the superuser, in database (the clients' `dlock` by default): its output, unaligned and without headers (rows one
   // a line, columns joined by '|'); nullopt when psql failed (its message is in *error).
-  std::optional<std::string> Sql(const std::string& sql, std::string* error = nullptr);
+  std::optional<std::string> Sql(const std::string& sql, std::string* error = nullptr,
+                                 const std::string& database = "dlock");
   // The same psql, started and left running (a session that holds something, or waits).
   std::unique_ptr<ChildProcess> SqlInBackground(const std::string& sql);
 
@@ -60,7 +61,7 @@ class PostgresServer {
   bool Start();
   // argv run as the server's user (setpriv as root; as is otherwise).
   std::vector<std::string> AsServerUser(std::vector<std::string> argv) const;
-  std::vector<std::string> PsqlArgs(const std::string& sql) const;
+  std::vector<std::string> PsqlArgs(const std::string& sql, const std::string& database = "dlock") const;
   void SignalAll(int sig);
 
   std::string bin_;  // PostgreSQL's bin dir

@@ -62,7 +62,7 @@ function load() {
   // The bundled file is there but would not load: most likely a library it needs is missing.
   if (!explicit && fs.existsSync(BUNDLED)) {
     hint += '. The bundled library needs the libraries it links from the system (Debian: `apt-get install ' +
-      'libcurl4 libevent-core-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7 libhiredis0.14 libssl3`)';
+      'libcurl4 libevent-core-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7 libhiredis0.14 libpq5 libssl3`)';
   }
   const e = new Error(`libdlock: cannot load libdlock.so. ${hint}. Tried: ${tried.join('; ')}`);
   e.code = 'ERR_DLOCK_LIBRARY';

@@ -23,7 +23,7 @@ BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), SONAME)
 # dependencies, less libc and the C++ runtime). tests/test_build.py checks it against the
 # library's DT_NEEDED entries.
 SYSTEM_PACKAGES = ("libcurl4", "libevent-core-2.1-7",
-                   "libevent-pthreads-2.1-7", "libhiredis0.14", "libssl3")
+                   "libevent-pthreads-2.1-7", "libhiredis0.14", "libpq5", "libssl3")
 
 
 def _candidates() -> Tuple[List[Tuple[str, str]], bool]:

@@ -1,0 +1,264 @@
+#include "postgres/lock_protocol.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/token.h"
+
+namespace dlock::postgres {
+namespace {
+
+// The longest wait a refusal may report (a year): a server's number is clamped before use.
+constexpr int64_t kMaxHolderTtlMs = 365LL * 24 * 3600 * 1000;
+
+void ReplaceAll(std::string* s, const std::string& from, const std::string& to) {
+  for (size_t at = 0; (at = s->find(from, at)) != std::string::npos; at += to.size()) s->replace(at, from.size(), to);
+}
+
+std::string Hex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out = "\\x";
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+// bytea's text form ("\x" + hex) as bytes; false for anything else.
+bool Unhex(const std::string& text, std::string* out) {
+  if (text.size() < 2 || text[0] != '\\' || text[1] != 'x' || text.size() % 2 != 0) return false;
+  out->clear();
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 2; i < text.size(); i += 2) {
+    const int hi = digit(text[i]), lo = digit(text[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return true;
+}
+
+// A text[] literal: each element double-quoted, its quotes and backslashes escaped.
+std::string ArrayLiteral(const std::vector<std::string>& items) {
+  std::string out = "{";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += i == 0 ? "\"" : ",\"";
+    for (char c : items[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+bool ParseInt(const Value& v, int64_t* out) {
+  if (!v || v->empty() || v->size() > 20) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(v->c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = n;
+  return true;
+}
+
+std::string HoldIdOf(const std::string& owner_value) { return WaiterId(owner_value); }
+char KindCode(const LockRequest& r) {
+  if (r.permits != 0) return 'p';
+  return r.kind == LockKind::kShared ? 's' : 'x';
+}
+
+}  // namespace
+
+std::string SchemaFor(const PostgresConfig& config, const std::string& quoted,
+                      const std::function<std::string(const std::string&)>& quoted_fn) {
+  std::string s = kSchemaSql;
+  for (const char* f : {"acquire", "release", "renew", "set_value", "inspect"}) {
+    ReplaceAll(&s, std::string("{{t_") + f + "}}", quoted_fn(f));
+  }
+  ReplaceAll(&s, "{{t}}", quoted);
+  // The channel is the table's name as given: a string literal, its quotes doubled.
+  std::string literal = config.table;
+  ReplaceAll(&literal, "'", "''");
+  ReplaceAll(&s, "{{channel}}", "'" + literal + "'");
+  ReplaceAll(&s, "{{unlogged}}", config.unlogged ? "UNLOGGED " : "");
+  return s;
+}
+
+Statements StatementsFor(const std::function<std::string(const std::string&)>& quoted_fn,
+                         const std::string& quoted_table) {
+  Statements s;
+  s.acquire = "SELECT acquired, fencing_token, holder_ttl_ms, why FROM " + quoted_fn("acquire") +
+              "($1, $2, $3::\"char\", $4::integer, $5::integer, $6, $7::bigint, $8::bytea, $9::bigint)";
+  s.release = "SELECT " + quoted_fn("release") + "($1, $2, $3)";
+  s.renew = "SELECT " + quoted_fn("renew") + "($1::text[], $2::text[], $3::text[], $4::bigint[])";
+  s.set_value = "SELECT " + quoted_fn("set_value") + "($1, $2, $3, $4::bytea)";
+  s.inspect = "SELECT kind, permits, take, label, fencing_token, remaining_ms, value FROM " +
+              quoted_fn("inspect") + "($1)";
+  // The channel pg_notify names is the table's name as given; LISTEN takes it as an identifier.
+  s.listen = "LISTEN " + quoted_table;
+  return s;
+}
+
+void LockProtocol::Run(Session* s, const std::string& sql, std::vector<Value> params, TimePoint deadline,
+                       std::function<void(const Status&, Answer, bool maybe_ran)> done, int tries) {
+  std::vector<Value> again = params;
+  s->Query(sql, std::move(params), deadline,
+           [this, s, sql, again = std::move(again), deadline, done = std::move(done), tries](const Status& st,
+                                                                                              Answer a) mutable {
+    const bool lost_answer = !st.ok() && a.maybe_applied && a.sqlstate.empty();
+    if (lost_answer && tries == 0 && Now() < deadline) {
+      return Run(s, sql, std::move(again), deadline,
+                 [done = std::move(done)](const Status& st2, Answer a2, bool) { done(st2, std::move(a2), true); },
+                 tries + 1);
+    }
+    done(st, std::move(a), lost_answer);
+  });
+}
+
+Status LockProtocol::Explained(const Status& s, const Answer& a) const {
+  // 42883: no such function; 42P01: no such table.
+  if (a.sqlstate == "42883" || a.sqlstate == "42P01") {
+    return Status::BackendError(config_->Describe() + ": the lock table '" + config_->table +
+                                "' is not prepared (run `dlock prepare`, or dlock_backend_prepare, for this URL): " +
+                                s.message());
+  }
+  return s;
+}
+
+Status LockProtocol::Garbage(const std::string& what) const {
+  return Status::BackendError(config_->Describe() + ": the server answered " + what +
+                              " with something that is not the lock table's answer");
+}
+
+Status LockProtocol::NotHeld(const std::string& name) const {
+  return Status::NotHeld(config_->Describe() + ": lock '" + name +
+                         "' is not held by this owner any more (its row expired, was taken over or deleted)");
+}
+
+bool LockProtocol::TableGone(const Answer& a) const { return a.sqlstate == "42P01"; }
+
+void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint deadline, AttemptDone done) {
+  std::vector<Value> params = {request.name,
+                               HoldIdOf(request.owner_value),
+                               std::string(1, KindCode(request)),
+                               std::to_string(request.permits),
+                               std::to_string(request.permits == 0 ? 1 : request.take),
+                               request.owner_value,
+                               std::to_string(request.lease_ms),
+                               request.value.empty() ? Value() : Value(Hex(request.value)),
+                               std::to_string(request.kind == LockKind::kExclusive && request.permits == 0 ? request.queue_ms : 0)};
+  Run(s, sql_.acquire, std::move(params), deadline,
+      [this, request, done = std::move(done)](const Status& st, Answer a, bool) {
+    AcquireAttempt attempt;
+    if (!st.ok()) return done(Explained(st, a), attempt);
+    if (a.rows.size() != 1 || a.rows[0].size() != 4 || !a.rows[0][0]) return done(Garbage("an acquire"), attempt);
+    const Row& row = a.rows[0];
+    if (*row[0] == "t") {
+      int64_t token = 0;
+      if (!ParseInt(row[1], &token) || token <= 0) return done(Garbage("an acquire"), attempt);
+      attempt.acquired = true;
+      attempt.fencing_token = static_cast<uint64_t>(token);
+      return done(Status::Ok(), attempt);
+    }
+    const std::string why = row[3].value_or("");
+    if (why.rfind("sort ", 0) == 0) {
+      int64_t held = 0;
+      if (!ParseInt(Value(why.substr(5)), &held) || held < 0 || held > UINT32_MAX) return done(Garbage("an acquire"), attempt);
+      return done(SortMismatch(request.name, static_cast<uint32_t>(held), request.permits), attempt);
+    }
+    int64_t ttl = -2;
+    if (row[2] && !ParseInt(row[2], &ttl)) return done(Garbage("an acquire"), attempt);
+    attempt.holder_ttl_ms = std::clamp<int64_t>(ttl, -2, kMaxHolderTtlMs);
+    done(Status::Ok(), attempt);
+  });
+}
+
+void LockProtocol::Release(Session* s, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done) {
+  std::vector<Value> params = {lock->name, HoldIdOf(lock->owner_value), lock->owner_value};
+  Run(s, sql_.release, std::move(params), deadline, [this, lock, done = std::move(done)](const Status& st, Answer a, bool maybe_ran) {
+    if (!st.ok()) return done(TableGone(a) ? NotHeld(lock->name) : Explained(st, a));
+    if (a.rows.size() != 1 || a.rows[0].size() != 1 || !a.rows[0][0]) return done(Garbage("a release"));
+    if (*a.rows[0][0] == "t") return done(Status::Ok());
+    // Nothing found after a try that may have run: that try's delete landed.
+    done(maybe_ran ? Status::Ok() : NotHeld(lock->name));
+  });
+}
+
+void LockProtocol::Renew(Session* s, std::vector<std::shared_ptr<const LockState>> locks, std::vector<uint64_t> leases,
+                         TimePoint deadline, RenewDone done) {
+  std::vector<std::string> names, holds, owners, lease_texts;
+  for (size_t k = 0; k < locks.size(); ++k) {
+    names.push_back(locks[k]->name);
+    holds.push_back(HoldIdOf(locks[k]->owner_value));
+    owners.push_back(locks[k]->owner_value);
+    lease_texts.push_back(std::to_string(leases[k]));
+  }
+  std::vector<Value> params = {ArrayLiteral(names), ArrayLiteral(holds), ArrayLiteral(owners), ArrayLiteral(lease_texts)};
+  Run(s, sql_.renew, std::move(params), deadline, [this, locks, done = std::move(done)](const Status& st, Answer a, bool) {
+    std::vector<bool> renewed(locks.size(), false);
+    Status failed = st.ok() ? Status::Ok() : (TableGone(a) ? Status::Ok() : Explained(st, a));
+    if (st.ok() || TableGone(a)) {
+      for (const Row& row : a.rows) {
+        int64_t k = 0;
+        if (row.size() != 1 || !ParseInt(row[0], &k) || k < 1 || k > static_cast<int64_t>(locks.size())) {
+          failed = Garbage("a renewal");
+          break;
+        }
+        renewed[static_cast<size_t>(k - 1)] = true;
+      }
+    }
+    for (size_t k = 0; k < locks.size(); ++k) {
+      if (!failed.ok()) {
+        done(k, failed);
+      } else {
+        done(k, renewed[k] ? Status::Ok() : NotHeld(locks[k]->name));
+      }
+    }
+  });
+}
+
+void LockProtocol::SetValue(Session* s, std::shared_ptr<const LockState> lock, const std::string& value,
+                            TimePoint deadline, Done done) {
+  std::vector<Value> params = {lock->name, HoldIdOf(lock->owner_value), lock->owner_value,
+                               value.empty() ? Value() : Value(Hex(value))};
+  Run(s, sql_.set_value, std::move(params), deadline, [this, lock, done = std::move(done)](const Status& st, Answer a, bool) {
+    if (!st.ok()) return done(TableGone(a) ? NotHeld(lock->name) : Explained(st, a));
+    if (a.rows.size() != 1 || a.rows[0].size() != 1 || !a.rows[0][0]) return done(Garbage("a value's write"));
+    done(*a.rows[0][0] == "t" ? Status::Ok() : NotHeld(lock->name));
+  });
+}
+
+void LockProtocol::Inspect(Session* s, const std::string& name, TimePoint deadline, InspectDone done) {
+  Run(s, sql_.inspect, {name}, deadline, [this, done = std::move(done)](const Status& st, Answer a, bool) {
+    LockInfo info;
+    if (!st.ok()) return done(Explained(st, a), info);
+    for (const Row& row : a.rows) {
+      int64_t permits = 0, take = 0, token = 0, remaining = -1;
+      HolderInfo h;
+      if (row.size() != 7 || !row[0] || row[0]->size() != 1 || !ParseInt(row[1], &permits) || !ParseInt(row[2], &take) ||
+          !ParseInt(row[4], &token) || (row[5] && !ParseInt(row[5], &remaining)) ||
+          (row[6] && !Unhex(*row[6], &h.value)) || permits < 0 || permits > UINT32_MAX || take < 1 ||
+          take > UINT32_MAX || token < 0) {
+        return done(Garbage("an inspect"), LockInfo());
+      }
+      const char kind = (*row[0])[0];
+      info.kind = kind == 's' ? LockKind::kShared : LockKind::kExclusive;
+      if (kind == 'p') info.permits = static_cast<uint32_t>(permits);
+      h.owner = row[3].value_or("");
+      h.fencing_token = static_cast<uint64_t>(token);
+      h.remaining_ms = row[5] ? std::clamp<int64_t>(remaining, 0, kMaxHolderTtlMs) : -1;
+      h.take = static_cast<uint32_t>(take);
+      info.holders.push_back(std::move(h));
+    }
+    done(Status::Ok(), std::move(info));
+  });
+}
+
+}  // namespace dlock::postgres

@@ -1,0 +1,79 @@
+// The PostgreSQL backend's lock protocol: calls of the lock table's functions (schema.sql), with
+// every name and value as a parameter, written once over a Session (blocking or on the loop).
+//
+// - Holds are rows keyed by (name, hold id), the hold id WaiterId(owner value): public, while
+//   the owner value (the secret token) is stored for the server to check and never read back.
+// - Every function is idempotent for its hold, so a statement whose answer was lost (the
+//   connection broke after it was sent) is sent once more over a new connection while its
+//   deadline lasts: an acquire answers its hold again, a renewal renews again, and a release
+//   that finds nothing after its first try may have landed is Ok.
+// - A table dropped by hand is a loss: a hold's call that finds no table answers NotHeld.
+#ifndef DLOCK_POSTGRES_LOCK_PROTOCOL_H_
+#define DLOCK_POSTGRES_LOCK_PROTOCOL_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "postgres/postgres_config.h"
+#include "postgres/session.h"
+
+namespace dlock::postgres {
+
+// The schema's text (schema.sql, embedded at build time), and it made ready to run for a
+// table: quoted is the table's quoted name (PQescapeIdentifier), quoted_fn(suffix) the quoted
+// name of its function table + "_" + suffix.
+extern const char kSchemaSql[];
+std::string SchemaFor(const PostgresConfig& config, const std::string& quoted,
+                      const std::function<std::string(const std::string&)>& quoted_fn);
+
+// The statements for one table, quoted once the client can ask libpq (PostgresBackend::Check).
+struct Statements {
+  std::string acquire, release, renew, set_value, inspect;
+  std::string listen;  // LISTEN on the table's channel
+};
+Statements StatementsFor(const std::function<std::string(const std::string&)>& quoted_fn,
+                         const std::string& quoted_table);
+
+class LockProtocol {
+ public:
+  using Done = std::function<void(Status)>;
+  using AttemptDone = std::function<void(Status, AcquireAttempt)>;
+  using InspectDone = std::function<void(Status, LockInfo)>;
+  using RenewDone = std::function<void(size_t k, Status)>;
+
+  explicit LockProtocol(const PostgresConfig* config) : config_(config) {}
+  // Set once, before any other call (PostgresBackend::Check).
+  void SetStatements(Statements statements) { sql_ = std::move(statements); }
+  const Statements& statements() const { return sql_; }
+
+  void Acquire(Session* s, const LockRequest& request, TimePoint deadline, AttemptDone done);
+  void Release(Session* s, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
+  // Renews locks[k] for leases[k] each, in one statement; done(k, status) once per lock.
+  void Renew(Session* s, std::vector<std::shared_ptr<const LockState>> locks, std::vector<uint64_t> leases,
+             TimePoint deadline, RenewDone done);
+  void SetValue(Session* s, std::shared_ptr<const LockState> lock, const std::string& value, TimePoint deadline,
+                Done done);
+  void Inspect(Session* s, const std::string& name, TimePoint deadline, InspectDone done);
+
+ private:
+  // Runs a statement; one whose answer was lost is sent again while deadline lasts. done gets
+  // whether any try may have run (for a release's settling).
+  void Run(Session* s, const std::string& sql, std::vector<Value> params, TimePoint deadline,
+           std::function<void(const Status&, Answer, bool maybe_ran)> done, int tries = 0);
+  // An error of a statement, in words a user can act on (the table not prepared, or gone).
+  Status Explained(const Status& s, const Answer& a) const;
+  Status Garbage(const std::string& what) const;
+  Status NotHeld(const std::string& name) const;
+  // A hold's call that found no table: the hold is gone with it.
+  bool TableGone(const Answer& a) const;
+
+  const PostgresConfig* config_;
+  Statements sql_;
+};
+
+}  // namespace dlock::postgres
+
+#endif  // DLOCK_POSTGRES_LOCK_PROTOCOL_H_

@@ -1,0 +1,51 @@
+// Where the lock protocol's statements go: a connection on the client's loop (connection.h) or
+// the blocking pool for callers' threads (blocking_session.h). The protocol is written once
+// over this (lock_protocol.h).
+#ifndef DLOCK_POSTGRES_SESSION_H_
+#define DLOCK_POSTGRES_SESSION_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "postgres/postgres_config.h"
+
+typedef struct pg_result PGresult;
+typedef struct pg_conn PGconn;
+
+namespace dlock::postgres {
+
+using Value = std::optional<std::string>;  // nullopt: SQL NULL
+using Row = std::vector<Value>;
+
+struct Answer {
+  std::vector<Row> rows;      // text format
+  bool maybe_applied = false; // failed after the statement was sent: it may have run
+  std::string sqlstate;       // the server's error code when it refused the statement
+};
+
+class Session {
+ public:
+  using Done = std::function<void(const Status&, Answer)>;
+  virtual ~Session() = default;
+  // Runs sql with params ($1, $2, ... as text), over by deadline. done runs exactly once: before
+  // Query returns on a blocking session, later on the loop on the loop's.
+  virtual void Query(std::string sql, std::vector<Value> params, TimePoint deadline, Done done) = 0;
+};
+
+// A connection to config's servers begun without blocking (PQconnectStartParams); the caller
+// drives PQconnectPoll. nullptr when libpq is out of memory.
+PGconn* StartConnecting(const PostgresConfig& config);
+// What one of libpq's results adds to an answer: its rows, or the first error among a
+// statement's results (*error, when it is still Ok). where names the deployment in messages.
+void ReadResult(PGresult* result, const std::string& where, Answer* answer, Status* error);
+// A connection-level failure in libpq's words (PQerrorMessage), EAUTH when credentials were
+// refused, EIO otherwise.
+Status LibpqConnectionError(const char* libpq_message, const std::string& where, const std::string& what);
+
+}  // namespace dlock::postgres
+
+#endif  // DLOCK_POSTGRES_SESSION_H_
