@@ -76,10 +76,30 @@ char KindCode(const LockRequest& r) {
 
 }  // namespace
 
+bool ParseNotification(const std::string& payload, Notification* out) {
+  *out = Notification();
+  if (payload.rfind("r ", 0) == 0) {
+    out->name = payload.substr(2);
+    return !out->name.empty();
+  }
+  if (payload.rfind("g ", 0) != 0) return false;
+  const size_t hold_end = payload.find(' ', 2);
+  if (hold_end == std::string::npos) return false;
+  const size_t token_end = payload.find(' ', hold_end + 1);
+  if (token_end == std::string::npos) return false;
+  int64_t token = 0;
+  if (!ParseInt(payload.substr(hold_end + 1, token_end - hold_end - 1), &token) || token <= 0) return false;
+  out->granted = true;
+  out->hold = payload.substr(2, hold_end - 2);
+  out->token = static_cast<uint64_t>(token);
+  out->name = payload.substr(token_end + 1);
+  return !out->hold.empty() && !out->name.empty();
+}
+
 std::string SchemaFor(const PostgresConfig& config, const std::string& quoted,
                       const std::function<std::string(const std::string&)>& quoted_fn) {
   std::string s = kSchemaSql;
-  for (const char* f : {"acquire", "release", "renew", "set_value", "inspect"}) {
+  for (const char* f : {"acquire", "release", "renew", "set_value", "inspect", "serve", "leave"}) {
     ReplaceAll(&s, std::string("{{t_") + f + "}}", quoted_fn(f));
   }
   ReplaceAll(&s, "{{t}}", quoted);
@@ -95,7 +115,8 @@ Statements StatementsFor(const std::function<std::string(const std::string&)>& q
                          const std::string& quoted_table) {
   Statements s;
   s.acquire = "SELECT acquired, fencing_token, holder_ttl_ms, why FROM " + quoted_fn("acquire") +
-              "($1, $2, $3::\"char\", $4::integer, $5::integer, $6, $7::bigint, $8::bytea, $9::bigint)";
+              "($1, $2, $3::\"char\", $4::integer, $5::integer, $6, $7::bigint, $8::bytea, $9::bigint, $10::boolean)";
+  s.leave = "SELECT " + quoted_fn("leave") + "($1, $2, $3)";
   s.release = "SELECT " + quoted_fn("release") + "($1, $2, $3)";
   s.renew = "SELECT " + quoted_fn("renew") + "($1::text[], $2::text[], $3::text[], $4::bigint[])";
   s.set_value = "SELECT " + quoted_fn("set_value") + "($1, $2, $3, $4::bytea)";
@@ -153,7 +174,8 @@ void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint dea
                                request.owner_value,
                                std::to_string(request.lease_ms),
                                request.value.empty() ? Value() : Value(Hex(request.value)),
-                               std::to_string(request.kind == LockKind::kExclusive && request.permits == 0 ? request.queue_ms : 0)};
+                               std::to_string(request.queue_ms),
+                               std::string(request.waiter_id.empty() ? "f" : "t")};
   Run(s, sql_.acquire, std::move(params), deadline,
       [this, request, done = std::move(done)](const Status& st, Answer a, bool) {
     AcquireAttempt attempt;
@@ -165,6 +187,9 @@ void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint dea
       if (!ParseInt(row[1], &token) || token <= 0) return done(Garbage("an acquire"), attempt);
       attempt.acquired = true;
       attempt.fencing_token = static_cast<uint64_t>(token);
+      int64_t left = 0;  // what is left of a lease the hold got before this try
+      if (row[2] && !ParseInt(row[2], &left)) return done(Garbage("an acquire"), attempt);
+      if (row[2]) attempt.remaining_ms = std::clamp<int64_t>(left, 0, kMaxHolderTtlMs);
       return done(Status::Ok(), attempt);
     }
     const std::string why = row[3].value_or("");
@@ -178,6 +203,11 @@ void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint dea
     attempt.holder_ttl_ms = std::clamp<int64_t>(ttl, -2, kMaxHolderTtlMs);
     done(Status::Ok(), attempt);
   });
+}
+
+void LockProtocol::Leave(Session* s, const LockRequest& request, TimePoint deadline, Done done) {
+  Run(s, sql_.leave, {request.name, HoldIdOf(request.owner_value), request.owner_value}, deadline,
+      [this, done = std::move(done)](const Status& st, Answer a, bool) { done(st.ok() ? st : Explained(st, a)); });
 }
 
 void LockProtocol::Release(Session* s, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done) {

@@ -8,6 +8,9 @@
 //   deadline lasts: an acquire answers its hold again, a renewal renews again, and a release
 //   that finds nothing after its first try may have landed is Ok.
 // - A table dropped by hand is a loss: a hold's call that finds no table answers NotHeld.
+// - Fair waiting: an acquire that will wait keeps a place in the name's line on the server;
+//   releases serve the line's head and tell each waiter served by a notification, parsed by
+//   ParseNotification.
 #ifndef DLOCK_POSTGRES_LOCK_PROTOCOL_H_
 #define DLOCK_POSTGRES_LOCK_PROTOCOL_H_
 
@@ -31,11 +34,20 @@ std::string SchemaFor(const PostgresConfig& config, const std::string& quoted,
 
 // The statements for one table, quoted once the client can ask libpq (PostgresBackend::Check).
 struct Statements {
-  std::string acquire, release, renew, set_value, inspect;
+  std::string acquire, release, renew, set_value, inspect, leave;
   std::string listen;  // LISTEN on the table's channel
 };
 Statements StatementsFor(const std::function<std::string(const std::string&)>& quoted_fn,
                          const std::string& quoted_table);
+
+// A notification on the table's channel: "r NAME" (released: waiters outside the line may try)
+// or "g HOLD TOKEN NAME" (the line's waiter HOLD was served, with TOKEN). False for anything else.
+struct Notification {
+  bool granted = false;
+  std::string name, hold;
+  uint64_t token = 0;
+};
+bool ParseNotification(const std::string& payload, Notification* out);
 
 class LockProtocol {
  public:
@@ -51,6 +63,8 @@ class LockProtocol {
 
   void Acquire(Session* s, const LockRequest& request, TimePoint deadline, AttemptDone done);
   void Release(Session* s, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
+  // A fair waiter that stops waiting leaves the line (and gives back a hold it was served).
+  void Leave(Session* s, const LockRequest& request, TimePoint deadline, Done done);
   // Renews locks[k] for leases[k] each, in one statement; done(k, status) once per lock.
   void Renew(Session* s, std::vector<std::shared_ptr<const LockState>> locks, std::vector<uint64_t> leases,
              TimePoint deadline, RenewDone done);

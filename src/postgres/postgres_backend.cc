@@ -18,14 +18,14 @@ namespace {
 Status QuoteNames(BlockingSession* session, const PostgresConfig& config, TimePoint deadline, std::string* table,
                   std::map<std::string, std::string>* functions) {
   Status s = session->QuoteIdentifier(config.table, deadline, table);
-  for (const char* f : {"acquire", "release", "renew", "set_value", "inspect"}) {
+  for (const char* f : {"acquire", "release", "renew", "set_value", "inspect", "serve", "leave"}) {
     if (s.ok()) s = session->QuoteIdentifier(config.table + "_" + f, deadline, &(*functions)[f]);
   }
   return s;
 }
 
 // Release notifications: one connection per client LISTENs on the table's channel, and every
-// release's NOTIFY (its payload the lock's name) wakes the watchers of that name. A listener
+// release's NOTIFY (lock_protocol.h, Notification) wakes the watchers of that name. A listener
 // that breaks tells its watchers (a release may have been missed: they try again), and LISTENs
 // again on a new connection. Loop thread, but for Add and Remove (any thread).
 class Listener {
@@ -35,7 +35,8 @@ class Listener {
       : loop_(loop),
         config_(config),
         sql_(sql),
-        conn_(loop, config, [this](const std::string&, const std::string& name) { Heard(name); }, std::move(count)),
+        conn_(loop, config, [this](const std::string&, const std::string& payload) { Heard(payload); },
+              std::move(count)),
         retry_(loop, [this] { Listen(); }) {
     conn_.SetOnDrop([this](const Status&) { Dropped(); });
   }
@@ -98,10 +99,23 @@ class Listener {
     });
   }
 
-  void Heard(const std::string& name) {
+  // A release wakes the name's watchers; a waiter served from the line wakes that waiter only
+  // (and the observers, who hear every change).
+  void Heard(const std::string& payload) {
+    Notification n;
+    if (!ParseNotification(payload, &n)) return;  // not dlock's
     std::lock_guard<std::mutex> lock(mu_);
-    auto [from, to] = watchers_.equal_range(name);
-    for (auto it = from; it != to; ++it) it->second->OnReleased();
+    auto [from, to] = watchers_.equal_range(n.name);
+    for (auto it = from; it != to; ++it) {
+      ReleaseWatcher* w = it->second;
+      if (!n.granted) {
+        w->OnReleased();
+      } else if (w->waiter_id() == n.hold) {
+        w->OnHandedOver(n.token);
+      } else if (w->hears_every_change()) {
+        w->OnReleased();
+      }
+    }
   }
 
   void Dropped() {
@@ -129,7 +143,8 @@ class Listener {
 class PostgresBackend : public Backend {
  public:
   PostgresBackend(EventLoop* loop, PostgresConfig config)
-      : config_(std::move(config)),
+      : loop_(loop),
+        config_(std::move(config)),
         protocol_(&config_),
         blocking_(&config_, connections_),
         async_(loop, &config_, nullptr, connections_),
@@ -213,7 +228,20 @@ class PostgresBackend : public Backend {
 
   // Tokens: max(counter + 1, the server's clock in µs) under the name's row lock (schema.sql).
   // Releases NOTIFY the table's channel; one LISTEN connection per client hears them.
-  uint32_t Capabilities() const override { return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits; }
+  // Waiters that will wait keep a place in the name's line (schema.sql, the serve function).
+  uint32_t Capabilities() const override {
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair;
+  }
+
+  // Off the loop (a blocking waiter) it waits for the answer; on it, fire and forget.
+  void LeaveLine(const LockRequest& request) override {
+    if (request.waiter_id.empty()) return;
+    if (loop_->InLoopThread()) {
+      protocol_.Leave(&async_, request, CallDeadline(), [](Status) {});
+    } else {
+      protocol_.Leave(&blocking_, request, CallDeadline(), [](Status) {});
+    }
+  }
 
   void Watch(const std::string& name, ReleaseWatcher* watcher) override { listener_.Add(name, watcher); }
   void Unwatch(const std::string& name, ReleaseWatcher* watcher) override { listener_.Remove(name, watcher); }
@@ -230,6 +258,7 @@ class PostgresBackend : public Backend {
   // A caller's call ends by timeout_ms (docs/urls.md, "How long a call can take").
   TimePoint CallDeadline() const { return Now() + Millis(config_.params.timeout_ms); }
 
+  EventLoop* loop_;
   const std::shared_ptr<ConnectionCount> connections_ = std::make_shared<ConnectionCount>();
   PostgresConfig config_;
   LockProtocol protocol_;

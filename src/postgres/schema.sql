@@ -6,8 +6,9 @@
 -- value reaches these functions as a parameter.
 --
 -- One row per lock name (hold '', kind 'n') carries the name's fencing counter and is never
--- deleted; one row per hold (hold = the hold's public id) carries its kind, owner value (the
--- secret token [|label] that release, renew and extend must match), token, expiry and value.
+-- deleted, and every call that changes a name locks it first; one row per hold (hold = the
+-- hold's public id) carries its kind, owner value (the secret token [|label] that release,
+-- renew and extend must match), token, expiry and value; waiters keep rows too (the line).
 -- Expiry is on the server's clock (clock_timestamp()); NULL never expires.
 --
 -- Fencing: an acquire locks its name's row (FOR UPDATE) before it reads the clock, and issues
@@ -17,38 +18,102 @@
 -- clock does not trail the old one's by more than the time the loss took.
 
 CREATE {{unlogged}}TABLE IF NOT EXISTS {{t}} (
-  name    text        NOT NULL,
-  hold    text        NOT NULL,
-  kind    "char"      NOT NULL,            -- 'n' the name's row, 'x' exclusive, 's' shared, 'p' permit,
-                                           -- 'w' a waiting writer's announcement
-  permits integer     NOT NULL DEFAULT 0,  -- a permit's semaphore size
-  take    integer     NOT NULL DEFAULT 1,  -- the permits a hold takes
-  owner   text        NOT NULL DEFAULT '',
-  token   bigint      NOT NULL DEFAULT 0,  -- a hold's token; the name's row: the last one issued
-  expires timestamptz,
-  value   bytea,
+  name     text        NOT NULL,
+  hold     text        NOT NULL,
+  -- 'n' the name's row; holds: 'x' exclusive, 's' shared, 'p' a semaphore's; 'w' a waiting
+  -- writer's announcement; waiters in line: 'X', 'S', 'P' (the hold each waits for).
+  kind     "char"      NOT NULL,
+  permits  integer     NOT NULL DEFAULT 0,  -- a semaphore's size
+  take     integer     NOT NULL DEFAULT 1,  -- the permits a hold takes
+  owner    text        NOT NULL DEFAULT '',
+  -- a hold's token; the name's row: the last one issued; a waiter: its place in line
+  token    bigint      NOT NULL DEFAULT 0,
+  expires  timestamptz,                     -- a waiter's: when its place lapses
+  value    bytea,
+  lease_ms bigint      NOT NULL DEFAULT 0,  -- a waiter's lease, counted from since
+  since    timestamptz,                     -- a waiter's last try
   PRIMARY KEY (name, hold)
 );
 
--- One try. acquired: fencing_token is the hold's. Refused: holder_ttl_ms is how long until the
--- first blocking hold may end (-1: one never expires), and why is '' or 'sort N' (the name is
--- held as a semaphore of N permits, or as a lock for N = 0, and this acquire asked for the
--- other: an error, not a refusal). An earlier try of the same hold whose answer was lost
--- answers acquired again, with its token.
+-- The fair line: waiters that will wait (p_in_line) keep a row in it, renewed by each try, and
+-- a release (or an expiry that a try finds, or a waiter leaving) serves its head, in order:
+-- an exclusive waiter once nothing is held; shared waiters together while no exclusive hold
+-- stands, up to the first exclusive waiter; semaphore waiters while their takes fit, never
+-- overtaken by one behind them. A waiter served gets its hold and token there, its lease
+-- counted from its last try, and is told by a notification 'g HOLD TOKEN NAME'. The caller
+-- holds the name's row lock. Returns how many were served.
+CREATE OR REPLACE FUNCTION {{t_serve}}(p_name text, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_last bigint;
+  v_token bigint;
+  v_exclusive boolean;
+  v_sort integer;
+  v_taken bigint;
+  v_held boolean;
+  v_served integer := 0;
+  w record;
+BEGIN
+  SELECT t.token INTO v_last FROM {{t}} t WHERE t.name = p_name AND t.hold = '';
+  SELECT coalesce(bool_or(t.kind = 'x'), false), max(CASE WHEN t.kind = 'p' THEN t.permits ELSE 0 END),
+         coalesce(sum(t.take), 0), count(*) > 0
+    INTO v_exclusive, v_sort, v_taken, v_held
+    FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('x', 's', 'p');
+  FOR w IN SELECT t.hold, t.kind, t.permits, t.take, t.lease_ms, t.since FROM {{t}} t
+            WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P') ORDER BY t.token LOOP
+    IF w.kind = 'X' THEN
+      EXIT WHEN v_held;
+    ELSIF w.kind = 'S' THEN
+      EXIT WHEN v_exclusive OR coalesce(v_sort, 0) <> 0;
+    ELSE
+      EXIT WHEN (v_sort IS NOT NULL AND v_sort <> w.permits) OR v_taken + w.take > w.permits;
+    END IF;
+    v_token := greatest(v_last + 1, floor(extract(epoch FROM p_now) * 1000000)::bigint);
+    v_last := v_token;
+    UPDATE {{t}} t
+       SET kind = lower(w.kind::text)::"char", token = v_token,
+           expires = CASE WHEN w.lease_ms = 0 THEN NULL ELSE w.since + w.lease_ms * interval '1 millisecond' END
+     WHERE t.name = p_name AND t.hold = w.hold;
+    PERFORM pg_notify({{channel}}, 'g ' || w.hold || ' ' || v_token || ' ' || p_name);
+    v_served := v_served + 1;
+    v_held := true;
+    IF w.kind = 'X' THEN
+      EXIT;
+    ELSIF w.kind = 'S' THEN
+      v_sort := 0;
+    ELSE
+      v_sort := w.permits;
+      v_taken := v_taken + w.take;
+    END IF;
+  END LOOP;
+  UPDATE {{t}} t SET token = v_last WHERE t.name = p_name AND t.hold = '';
+  RETURN v_served;
+END
+$$;
+
+-- One try. acquired: fencing_token is the hold's, and holder_ttl_ms what is left of its lease
+-- when the hold was made before this try (a waiter served from the line, or an earlier try
+-- whose answer was lost; NULL: the whole lease, or none). Refused: holder_ttl_ms is how long
+-- until the first blocking hold may end (-1: one never expires; NULL: unknown), and why is ''
+-- or 'sort N' (the name is held as a semaphore of N permits, or as a lock for N = 0, and this
+-- acquire asked for the other: an error, not a refusal).
 --
--- Writer preference: an exclusive acquire refused with p_queue_ms > 0 (it will wait) leaves a
+-- p_in_line: the acquire will wait, and keeps its place in the fair line (the serve function
+-- above) for p_queue_ms. A try not in line is refused while anyone waits in line.
+-- Writer preference without a line: an exclusive acquire refused with p_queue_ms > 0 leaves a
 -- row of kind 'w' under its hold id for that long, and while one stands no new shared hold is
--- granted. The writer's next tries renew it; its acquire replaces it; a writer that gave up
--- leaves it to lapse.
+-- granted; its acquire replaces it, and one that gave up leaves it to lapse.
 CREATE OR REPLACE FUNCTION {{t_acquire}}(p_name text, p_hold text, p_kind "char", p_permits integer,
                                          p_take integer, p_owner text, p_lease_ms bigint, p_value bytea,
-                                         p_queue_ms bigint DEFAULT 0)
+                                         p_queue_ms bigint DEFAULT 0, p_in_line boolean DEFAULT false)
 RETURNS TABLE (acquired boolean, fencing_token bigint, holder_ttl_ms bigint, why text)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_now timestamptz;
   v_last bigint;
   v_token bigint;
+  v_expires timestamptz;
   v_sort integer;
   v_taken bigint;
   v_blocked boolean;
@@ -60,21 +125,39 @@ BEGIN
   v_now := clock_timestamp();
   DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= v_now;
 
-  SELECT t.token INTO v_token FROM {{t}} t
-   WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind <> 'w';
-  IF FOUND THEN
-    RETURN QUERY SELECT true, v_token, NULL::bigint, ''::text;
-    RETURN;
-  END IF;
-
   -- What the name is while held: a semaphore of N (its permits' N), or a lock (0).
   SELECT max(CASE WHEN t.kind = 'p' THEN t.permits ELSE 0 END), coalesce(sum(t.take), 0)
-    INTO v_sort, v_taken FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.kind <> 'w';
+    INTO v_sort, v_taken FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('x', 's', 'p') AND t.hold <> p_hold;
   IF v_sort IS NOT NULL AND v_sort <> (CASE WHEN p_kind = 'p' THEN p_permits ELSE 0 END) THEN
     RETURN QUERY SELECT false, 0::bigint, NULL::bigint, 'sort ' || v_sort;
     RETURN;
   END IF;
-  IF p_kind = 'x' THEN
+
+  IF p_in_line AND p_queue_ms > 0 THEN
+    INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value, lease_ms, since)
+      VALUES (p_name, p_hold, upper(p_kind::text)::"char", p_permits, p_take, p_owner,
+              (SELECT coalesce(max(t.token), 0) + 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')),
+              v_now + p_queue_ms * interval '1 millisecond', p_value, p_lease_ms, v_now)
+      ON CONFLICT (name, hold) DO UPDATE
+        SET expires = excluded.expires, since = excluded.since, lease_ms = excluded.lease_ms, value = excluded.value
+        WHERE {{t}}.kind IN ('X', 'S', 'P') AND {{t}}.owner = p_owner;
+    PERFORM {{t_serve}}(p_name, v_now);
+  END IF;
+
+  SELECT t.token, t.expires INTO v_token, v_expires FROM {{t}} t
+   WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind IN ('x', 's', 'p');
+  IF FOUND THEN
+    RETURN QUERY SELECT true, v_token,
+      CASE WHEN v_expires IS NULL THEN NULL
+           ELSE greatest(0, floor(extract(epoch FROM v_expires - v_now) * 1000))::bigint END, ''::text;
+    RETURN;
+  END IF;
+
+  IF p_in_line AND p_queue_ms > 0 THEN
+    v_blocked := true;
+  ELSIF EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P') AND t.hold <> p_hold) THEN
+    v_blocked := true;
+  ELSIF p_kind = 'x' THEN
     v_blocked := v_sort IS NOT NULL;
   ELSIF p_kind = 's' THEN
     v_blocked := EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND (t.kind = 'x' OR t.kind = 'w'));
@@ -82,14 +165,14 @@ BEGIN
     v_blocked := v_taken + p_take > p_permits;
   END IF;
   IF v_blocked THEN
-    IF p_kind = 'x' AND p_queue_ms > 0 THEN
+    IF p_kind = 'x' AND p_queue_ms > 0 AND NOT p_in_line THEN
       INSERT INTO {{t}} (name, hold, kind, owner, expires)
         VALUES (p_name, p_hold, 'w', p_owner, v_now + p_queue_ms * interval '1 millisecond')
         ON CONFLICT (name, hold) DO UPDATE SET expires = excluded.expires WHERE {{t}}.kind = 'w';
     END IF;
     SELECT min(t.expires), bool_or(t.expires IS NULL) INTO v_until, v_forever
-      FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.hold <> p_hold
-                     AND (t.kind <> 'w' OR p_kind = 's') AND (p_kind <> 's' OR t.kind IN ('x', 'w'));
+      FROM {{t}} t WHERE t.name = p_name AND t.hold <> p_hold
+                     AND (t.kind IN ('x', 'p') OR (t.kind = 's' AND p_kind <> 's') OR (t.kind = 'w' AND p_kind = 's'));
     RETURN QUERY SELECT false, 0::bigint,
       CASE WHEN v_forever THEN -1::bigint
            ELSE greatest(0, ceil(extract(epoch FROM v_until - v_now) * 1000))::bigint END, ''::text;
@@ -98,7 +181,7 @@ BEGIN
 
   v_token := greatest(v_last + 1, floor(extract(epoch FROM v_now) * 1000000)::bigint);
   UPDATE {{t}} t SET token = v_token WHERE t.name = p_name AND t.hold = '';
-  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.kind = 'w';
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.kind IN ('w', 'X', 'S', 'P');
   INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value)
     VALUES (p_name, p_hold, p_kind, p_permits, p_take, p_owner, v_token,
             CASE WHEN p_lease_ms = 0 THEN NULL ELSE v_now + p_lease_ms * interval '1 millisecond' END, p_value);
@@ -106,21 +189,51 @@ BEGIN
 END
 $$;
 
--- Release: true when the hold was still the owner's (not expired); its row goes either way,
--- and the waiters listening on the table's channel are told the name.
+-- Release: true when the hold was still the owner's (not expired); its row goes either way.
+-- The line's head is served; when nobody waits in line any more, the waiters that wait
+-- outside it are told 'r NAME'.
 CREATE OR REPLACE FUNCTION {{t_release}}(p_name text, p_hold text, p_owner text)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
   v_expires timestamptz;
+  v_now timestamptz;
 BEGIN
-  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind <> 'w'
+  PERFORM 1 FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind IN ('x', 's', 'p')
     RETURNING t.expires INTO v_expires;
   IF NOT FOUND THEN
     RETURN false;
   END IF;
-  PERFORM pg_notify({{channel}}, p_name);
-  RETURN v_expires IS NULL OR v_expires > clock_timestamp();
+  v_now := clock_timestamp();
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= v_now;
+  PERFORM {{t_serve}}(p_name, v_now);
+  IF NOT EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
+    PERFORM pg_notify({{channel}}, 'r ' || p_name);
+  END IF;
+  RETURN v_expires IS NULL OR v_expires > v_now;
+END
+$$;
+
+-- A waiter that stops waiting leaves the line; a hold the line gave it meanwhile, which it will
+-- not take, is given back and handed on.
+CREATE OR REPLACE FUNCTION {{t_leave}}(p_name text, p_hold text, p_owner text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_now timestamptz;
+BEGIN
+  PERFORM 1 FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner
+     AND t.kind IN ('x', 's', 'p', 'X', 'S', 'P');
+  IF FOUND THEN
+    v_now := clock_timestamp();
+    DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= v_now;
+    PERFORM {{t_serve}}(p_name, v_now);
+    IF NOT EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
+      PERFORM pg_notify({{channel}}, 'r ' || p_name);
+    END IF;
+  END IF;
 END
 $$;
 
@@ -133,7 +246,7 @@ LANGUAGE sql AS $$
      SET expires = CASE WHEN r.lease_ms = 0 THEN NULL
                         ELSE clock_timestamp() + r.lease_ms * interval '1 millisecond' END
     FROM unnest(p_names, p_holds, p_owners, p_lease_ms) WITH ORDINALITY AS r(name, hold, owner, lease_ms, k)
-   WHERE t.name = r.name AND t.hold = r.hold AND t.owner = r.owner AND t.kind <> 'w'
+   WHERE t.name = r.name AND t.hold = r.hold AND t.owner = r.owner AND t.kind IN ('x', 's', 'p')
      AND (t.expires IS NULL OR t.expires > clock_timestamp())
   RETURNING r.k
 $$;
@@ -144,7 +257,7 @@ RETURNS boolean
 LANGUAGE sql AS $$
   WITH changed AS (
     UPDATE {{t}} t SET value = p_value
-     WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind <> 'w'
+     WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind IN ('x', 's', 'p')
        AND (t.expires IS NULL OR t.expires > clock_timestamp())
     RETURNING 1)
   SELECT EXISTS (SELECT 1 FROM changed)
@@ -164,6 +277,6 @@ LANGUAGE sql AS $$
               ELSE ceil(extract(epoch FROM t.expires - clock_timestamp()) * 1000)::bigint END,
          t.value
     FROM {{t}} t
-   WHERE t.name = p_name AND t.hold <> '' AND t.kind <> 'w' AND (t.expires IS NULL OR t.expires > clock_timestamp())
+   WHERE t.name = p_name AND t.hold <> '' AND t.kind IN ('x', 's', 'p') AND (t.expires IS NULL OR t.expires > clock_timestamp())
    ORDER BY t.token
 $$;

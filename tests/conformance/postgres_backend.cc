@@ -32,6 +32,12 @@ class PostgresBackend : public BackendServer {
                 "SELECT count(*) FROM d");
     return deleted && *deleted != "0\n" && *deleted != "0";
   }
+  // The name's waiters in line whose place has not lapsed.
+  int InLine(const std::string& name) override {
+    std::optional<std::string> n = pg_.Sql("SELECT count(*) FROM dlock_locks WHERE name = " + Literal(name) +
+                                           " AND kind IN ('X', 'S', 'P') AND expires > clock_timestamp()");
+    return n ? std::atoi(n->c_str()) : -1;
+  }
   void Kill() override { pg_.Kill(); }
   // Back on the same port, its table emptied: as an unlogged table comes back from a crash (the
   // tokens then rise on the clock floor alone).
@@ -62,7 +68,7 @@ class PostgresBackend : public BackendServer {
 }  // namespace
 
 BackendFactory PostgresBackendFactory() {
-  return {"postgres", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS,
+  return {"postgres", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS | DLOCK_CAP_FAIR,
           [] { return std::make_unique<PostgresBackend>(); }};
 }
 
