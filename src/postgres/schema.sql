@@ -40,9 +40,10 @@ CREATE {{unlogged}}TABLE IF NOT EXISTS {{t}} (
 -- an exclusive waiter once nothing is held; shared waiters together while no exclusive hold
 -- stands, up to the first exclusive waiter; semaphore waiters while their takes fit, never
 -- overtaken by one behind them. A waiter served gets its hold and token there, its lease
--- counted from its last try, and is told by a notification 'g HOLD TOKEN NAME'. The caller
--- holds the name's row lock. Returns how many were served.
-CREATE OR REPLACE FUNCTION {{t_serve}}(p_name text, p_now timestamptz)
+-- counted from its last try, and is told by a notification 'g HOLD TOKEN NAME'. Rows expired
+-- by p_now go first. p_tell: when nobody waits in line any more, the waiters that wait outside
+-- it are told 'r NAME'. The caller holds the name's row lock. Returns how many were served.
+CREATE OR REPLACE FUNCTION {{t_serve}}(p_name text, p_now timestamptz, p_tell boolean)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -55,6 +56,7 @@ DECLARE
   v_served integer := 0;
   w record;
 BEGIN
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= p_now;
   SELECT t.token INTO v_last FROM {{t}} t WHERE t.name = p_name AND t.hold = '';
   SELECT coalesce(bool_or(t.kind = 'x'), false), max(CASE WHEN t.kind = 'p' THEN t.permits ELSE 0 END),
          coalesce(sum(t.take), 0), count(*) > 0
@@ -88,6 +90,9 @@ BEGIN
     END IF;
   END LOOP;
   UPDATE {{t}} t SET token = v_last WHERE t.name = p_name AND t.hold = '';
+  IF p_tell AND NOT EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
+    PERFORM pg_notify({{channel}}, 'r ' || p_name);
+  END IF;
   RETURN v_served;
 END
 $$;
@@ -141,7 +146,7 @@ BEGIN
       ON CONFLICT (name, hold) DO UPDATE
         SET expires = excluded.expires, since = excluded.since, lease_ms = excluded.lease_ms, value = excluded.value
         WHERE {{t}}.kind IN ('X', 'S', 'P') AND {{t}}.owner = p_owner;
-    PERFORM {{t_serve}}(p_name, v_now);
+    PERFORM {{t_serve}}(p_name, v_now, false);
   END IF;
 
   SELECT t.token, t.expires INTO v_token, v_expires FROM {{t}} t
@@ -206,11 +211,7 @@ BEGIN
     RETURN false;
   END IF;
   v_now := clock_timestamp();
-  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= v_now;
-  PERFORM {{t_serve}}(p_name, v_now);
-  IF NOT EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
-    PERFORM pg_notify({{channel}}, 'r ' || p_name);
-  END IF;
+  PERFORM {{t_serve}}(p_name, v_now, true);
   RETURN v_expires IS NULL OR v_expires > v_now;
 END
 $$;
@@ -220,19 +221,12 @@ $$;
 CREATE OR REPLACE FUNCTION {{t_leave}}(p_name text, p_hold text, p_owner text)
 RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-  v_now timestamptz;
 BEGIN
   PERFORM 1 FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
   DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner
      AND t.kind IN ('x', 's', 'p', 'X', 'S', 'P');
   IF FOUND THEN
-    v_now := clock_timestamp();
-    DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= v_now;
-    PERFORM {{t_serve}}(p_name, v_now);
-    IF NOT EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
-      PERFORM pg_notify({{channel}}, 'r ' || p_name);
-    END IF;
+    PERFORM {{t_serve}}(p_name, clock_timestamp(), true);
   END IF;
 END
 $$;
