@@ -39,13 +39,21 @@ Status BlockingSession::QuoteIdentifier(const std::string& name, TimePoint deadl
 }
 
 Status BlockingSession::Take(TimePoint deadline, PGconn** out) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!idle_.empty()) {
-      *out = idle_.back();
+  for (;;) {
+    PGconn* pooled = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (idle_.empty()) break;
+      pooled = idle_.back();
       idle_.pop_back();
+    }
+    // One the server closed while it was idle (a restart, pg_terminate_backend, a pooler) has
+    // said so in its socket: reading that, without waiting, finds it broken.
+    if (PQconsumeInput(pooled) == 1 && PQstatus(pooled) == CONNECTION_OK && PQisBusy(pooled) == 0) {
+      *out = pooled;
       return Status::Ok();
     }
+    Discard(pooled);
   }
   PGconn* conn = StartConnecting(*config_);
   if (count_ != nullptr) count_->Opened();
@@ -122,8 +130,6 @@ Status BlockingSession::Finish(PGconn* conn, TimePoint deadline, Answer* answer)
 Status BlockingSession::Run(const std::string& sql, const std::vector<Value>* params, TimePoint deadline,
                             Answer* answer) {
   *answer = Answer();
-  // A pooled connection may have been closed by the server while idle: the statement then
-  // fails before it was sent anywhere it could run, and goes once more over a new connection.
   for (int tries = 0;; ++tries) {
     PGconn* conn = nullptr;
     Status s = Take(deadline, &conn);
@@ -140,7 +146,7 @@ Status BlockingSession::Run(const std::string& sql, const std::vector<Value>* pa
     if (sent != 1) {
       s = LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send");
       Discard(conn);
-      if (tries == 0) continue;
+      if (tries == 0) continue;  // it reached no server: once more, over a new connection
       return s;
     }
     s = Finish(conn, deadline, answer);

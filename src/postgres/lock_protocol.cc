@@ -133,7 +133,8 @@ void LockProtocol::Run(Session* s, const std::string& sql, std::vector<Value> pa
   s->Query(sql, std::move(params), deadline,
            [this, s, sql, again = std::move(again), deadline, done = std::move(done), tries](const Status& st,
                                                                                               Answer a) mutable {
-    const bool lost_answer = !st.ok() && a.maybe_applied && a.sqlstate.empty();
+    // The connection broke or was closed by the server after the statement was sent.
+    const bool lost_answer = !st.ok() && a.maybe_applied && st.code() == Code::kIoError;
     if (lost_answer && tries == 0 && Now() < deadline) {
       return Run(s, sql, std::move(again), deadline,
                  [done = std::move(done)](const Status& st2, Answer a2, bool) { done(st2, std::move(a2), true); },

@@ -1,0 +1,143 @@
+// What only the PostgreSQL backend does, through the public C API against a real PostgreSQL
+// (support/postgres_server.h): its behaviour shared with every backend is in conformance/.
+// Connections dropped by the server do not drop locks (they are rows, not sessions); a lock
+// table dropped by hand is a loss, reported; names and table names that look like SQL are
+// stored as they are; a server that hangs (SIGSTOP) cannot hold a call past its bound.
+#include <dlock/dlock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "support/postgres_server.h"
+
+namespace dlock_test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string Literal(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+struct Lost {
+  std::atomic<int> count{0};
+  static void Told(const char*, uint64_t, void* arg) { ++static_cast<Lost*>(arg)->count; }
+};
+
+class PostgresBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(pg_.running()); }
+  void TearDown() override {
+    if (client_ != nullptr) dlock_client_close(client_);
+    if (options_ != nullptr) dlock_options_free(options_);
+  }
+  // A client of url (prepared first), and options with lease and heartbeat.
+  void Open(const std::string& url, uint64_t lease_ms, uint64_t heartbeat_ms) {
+    ASSERT_EQ(dlock_backend_prepare(url.c_str(), 10000), DLOCK_OK) << dlock_last_error();
+    ASSERT_EQ(dlock_client_open(url.c_str(), &client_), DLOCK_OK) << dlock_last_error();
+    options_ = dlock_options_new();
+    dlock_options_set_lease_ms(options_, lease_ms);
+    dlock_options_set_heartbeat_ms(options_, heartbeat_ms);
+    dlock_options_set_wait_ms(options_, 0);
+    dlock_options_set_on_lost(options_, &Lost::Told, &lost_);
+  }
+  // Holders the server lists for name (rows of holds in table).
+  std::string Holds(const std::string& table, const std::string& name) {
+    return pg_.Sql("SELECT count(*) FROM " + table + " WHERE name = " + Literal(name) + " AND kind IN ('x', 's', 'p')")
+        .value_or("error");
+  }
+
+  PostgresServer pg_;
+  dlock_client* client_ = nullptr;
+  dlock_options* options_ = nullptr;
+  Lost lost_;
+};
+
+TEST_F(PostgresBackendTest, ADroppedConnectionDropsNoLockAndTheHeartbeatReconnects) {
+  Open(pg_.url(), 1500, 300);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(client_, "dropped", options_, &l), DLOCK_OK) << dlock_last_error();
+  // Every connection of the client, closed by the server, as a restart of a pooler would.
+  auto dropped = pg_.Sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'dlock'");
+  ASSERT_TRUE(dropped.has_value());
+  EXPECT_NE(*dropped, "0\n") << "no connection of the client was found to drop";
+  // Past the lease: only renewals over new connections keep it.
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(dlock_lock_is_valid(l), 1) << dlock_lock_lost_cause(l);
+  EXPECT_EQ(lost_.count.load(), 0);
+  EXPECT_EQ(Holds("dlock_locks", "dropped"), "1\n");
+  EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(Holds("dlock_locks", "dropped"), "0\n");
+}
+
+TEST_F(PostgresBackendTest, ALockTableDroppedByHandIsALossReported) {
+  const std::string url = pg_.url() + "?table=dropped_by_hand";
+  Open(url, 10000, 100);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(client_, "gone", options_, &l), DLOCK_OK) << dlock_last_error();
+  ASSERT_TRUE(pg_.Sql("DROP TABLE dropped_by_hand"));
+  const auto dropped_at = Clock::now();
+  while (lost_.count.load() == 0 && MsSince(dropped_at) < 5000) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(lost_.count.load(), 1) << "the loss was not reported";
+  EXPECT_LT(MsSince(dropped_at), 3000) << "found by a renewal, not at the lease's end";
+  EXPECT_EQ(dlock_lock_is_valid(l), 0);
+  ASSERT_NE(dlock_lock_lost_cause(l), nullptr);
+  EXPECT_EQ(dlock_release(l), DLOCK_NOT_HELD);
+  // The next acquire says what to do.
+  EXPECT_EQ(dlock_acquire(client_, "gone", options_, &l), DLOCK_EBACKEND);
+  EXPECT_NE(std::string(dlock_last_error()).find("not prepared"), std::string::npos) << dlock_last_error();
+}
+
+TEST_F(PostgresBackendTest, NamesAndTableNamesThatLookLikeSqlAreStoredAsTheyAre) {
+  Open(pg_.url() + "?table=we%22ird%3B%20DROP%20TABLE%20x", 10000, 0);
+  const std::string quoted_table = "\"we\"\"ird; DROP TABLE x\"";
+  for (const std::string name : {"x'); DROP TABLE dlock_locks; --", "\"quoted\"", "$1", "%s %n", "back\\slash",
+                                 "new\nline", "\xc3\xa9t\xc3\xa9"}) {
+    dlock_lock* l = nullptr;
+    ASSERT_EQ(dlock_acquire(client_, name.c_str(), options_, &l), DLOCK_OK) << name << ": " << dlock_last_error();
+    EXPECT_EQ(Holds(quoted_table, name), "1\n") << name;
+    dlock_info* info = nullptr;
+    ASSERT_EQ(dlock_inspect(client_, name.c_str(), &info), DLOCK_OK) << dlock_last_error();
+    EXPECT_EQ(dlock_info_holders(info), 1u) << name;
+    dlock_info_free(info);
+    EXPECT_EQ(dlock_release(l), DLOCK_OK) << name;
+    EXPECT_EQ(Holds(quoted_table, name), "0\n") << name;
+  }
+  EXPECT_EQ(pg_.Sql("SELECT count(*) FROM " + quoted_table + " WHERE hold = ''"), "7\n");
+}
+
+TEST_F(PostgresBackendTest, AHungServerHoldsNoCallPastItsBound) {
+  Open(pg_.url() + "?timeout_ms=600&connect_timeout_ms=600", 10000, 0);
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(client_, "hung", options_, &held), DLOCK_OK) << dlock_last_error();
+  pg_.Stop();
+  auto t = Clock::now();
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(dlock_acquire(client_, "hung-2", options_, &l), DLOCK_EIO);
+  EXPECT_LT(MsSince(t), 600 + 1500);
+  EXPECT_NE(std::string(dlock_last_error()).find("timeout_ms"), std::string::npos) << dlock_last_error();
+  t = Clock::now();
+  dlock_info* info = nullptr;
+  EXPECT_EQ(dlock_inspect(client_, "hung", &info), DLOCK_EIO);
+  EXPECT_LT(MsSince(t), 600 + 1500);
+  t = Clock::now();
+  EXPECT_EQ(dlock_release(held), DLOCK_EIO);
+  EXPECT_LT(MsSince(t), 600 + 1500);
+  pg_.Cont();
+  // Answering again: a new connection works at once.
+  ASSERT_EQ(dlock_acquire(client_, "hung-3", options_, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+}  // namespace
+}  // namespace dlock_test
