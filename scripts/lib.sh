@@ -161,6 +161,46 @@ stop_etcd() {
   stop_pid "$pid"
 }
 
+# A throwaway PostgreSQL (Debian's postgresql) on a free loopback port, its data under dir/pg,
+# trusting local connections; the superuser `dlock` and its database `dlock`. PostgreSQL refuses
+# to run as root: as root it runs as the `postgres` user Debian's package creates (setpriv execs,
+# so the pid is the server's own). Sets POSTGRES_ENDPOINT (host:port) and POSTGRES_PID.
+start_postgres() {
+  local dir=$1 bin port attempt as=()
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [[ -x $bin/postgres ]] || { echo "start_postgres: PostgreSQL missing (run scripts/setup)" >&2; return 1; }
+  mkdir -p "$dir/pg"
+  if [[ $(id -u) == 0 ]]; then
+    chmod o+x "$dir"
+    chown postgres:postgres "$dir/pg"
+    as=(setpriv --reuid=postgres --regid=postgres --init-groups)
+  fi
+  "${as[@]}" "$bin/initdb" -D "$dir/pg/data" -U dlock --auth=trust -E UTF8 --no-sync \
+    >"$dir/pg/initdb.log" 2>&1 || { tail -n 5 "$dir/pg/initdb.log" >&2; return 1; }
+  for attempt in 1 2 3; do
+    port=$(free_port)
+    "${as[@]}" "$bin/postgres" -D "$dir/pg/data" -p "$port" -k "$dir/pg" -c listen_addresses=127.0.0.1 \
+      -c fsync=off </dev/null >"$dir/pg/server.log" 2>&1 &
+    POSTGRES_PID=$!
+    if await_ready "$POSTGRES_PID" "'$bin/pg_isready' -q -h 127.0.0.1 -p $port" &&
+       "${as[@]}" "$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U dlock -d postgres -c "CREATE DATABASE dlock" \
+         >>"$dir/pg/server.log" 2>&1; then
+      POSTGRES_ENDPOINT="127.0.0.1:$port"
+      return 0
+    fi
+    stop_postgres
+    echo "start_postgres: attempt $attempt on port $port failed:" >&2
+    tail -n 5 "$dir/pg/server.log" >&2 2>/dev/null || true
+  done
+  return 1
+}
+
+stop_postgres() {
+  local pid=${POSTGRES_PID:-}
+  POSTGRES_PID=""
+  stop_pid "$pid"
+}
+
 use_dlock_library() {
   if [[ -n ${DLOCK_LIBRARY:-} ]]; then
     if [[ $DLOCK_LIBRARY != /* && ($DLOCK_LIBRARY == */* || -e $DLOCK_LIBRARY) ]]; then

@@ -1,4 +1,4 @@
-// The PostgreSQL backend's URL (issue 40): what libpq is given, and clear refusals that never
+// The PostgreSQL backend's URL: what libpq is given, and clear refusals that never
 // show the password.
 #include <gtest/gtest.h>
 
@@ -68,6 +68,7 @@ TEST(PostgresUrlTest, BadUrlsSayWhatIsWrongAndNeverThePassword) {
   EXPECT_NE(error("postgres://u:s3cret@h").find("name the database"), std::string::npos);
   EXPECT_NE(error("postgres://u:s3cret@h/a/b").find("one segment"), std::string::npos);
   EXPECT_NE(error("postgres://u:s3cret@h/d?unlogged=yes").find("unlogged="), std::string::npos);
+  EXPECT_NE(error("postgres://u:s3cret@h/d?prefix=app:").find("takes no prefix="), std::string::npos);
   EXPECT_NE(error("postgres://u:s3cret@h/d?table=").find("table="), std::string::npos);
   EXPECT_NE(error("postgres://u:s3cret@h/d?table=" + std::string(49, 't')).find("table="), std::string::npos);
   EXPECT_NE(error("postgres://u:s3cret@h/d?target_session_attrs=leader").find("target_session_attrs='leader'"),

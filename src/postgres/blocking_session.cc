@@ -121,7 +121,12 @@ Status BlockingSession::Finish(PGconn* conn, TimePoint deadline, Answer* answer)
       }
     }
     PGresult* result = PQgetResult(conn);
-    if (result == nullptr) return error;
+    if (result == nullptr) {
+      // Notifications nobody here listens for (a pooler may deliver another client's): freed,
+      // not kept by libpq for as long as the connection lives.
+      while (PGnotify* n = PQnotifies(conn)) PQfreemem(n);
+      return error;
+    }
     ReadResult(result, config_->Describe(), answer, &error);
     PQclear(result);
   }

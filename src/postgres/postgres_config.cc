@@ -35,6 +35,13 @@ Status ReadPostgresUrl(const Url& url, PostgresConfig* out) {
   if (url.user.has_value()) out->user = *url.user;
   if (url.password.has_value()) out->password = *url.password;
 
+  for (const auto& [param, value] : url.query) {
+    if (param == "prefix") {
+      return Status::InvalidArgument(url.scheme + ":// takes no prefix=: a lock is a row of the table= table "
+                                     "(default dlock_locks), named by its lock name; give each set of "
+                                     "locks a table of its own");
+    }
+  }
   std::vector<std::string> names = TlsParamNames();
   for (const char* name : {"table", "unlogged", "target_session_attrs"}) names.push_back(name);
   std::vector<std::pair<std::string, std::string>> values;

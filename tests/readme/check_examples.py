@@ -7,11 +7,12 @@ must build (C and C++ with -Wall -Wextra -Werror against the build tree) and exi
 otherwise are not run: sh for commands, text for URLs and grammar, c++ or cmake for fragments
 that are not whole programs, crontab, none. The one liberty taken: the addresses the documents
 print for a local server (127.0.0.1:6379 for Redis, http://127.0.0.1:4567 for dynalite,
-127.0.0.1:2379 for etcd) are replaced with the throwaway servers' addresses.
+127.0.0.1:2379 for etcd, 127.0.0.1:5432 for PostgreSQL) are replaced with the throwaway
+servers' addresses.
 AWS_* variables are cleared, as on a new user's machine.
 
     check_examples.py --source-dir . --build-dir build --redis 127.0.0.1:PORT \\
-        --dynalite http://127.0.0.1:PORT --etcd 127.0.0.1:PORT \\
+        --dynalite http://127.0.0.1:PORT --etcd 127.0.0.1:PORT --postgres 127.0.0.1:PORT \\
         --docs-dir docs README.md bindings/*/README.md
 
 Every README named must hold at least one example. Every Markdown file under each --docs-dir
@@ -110,6 +111,7 @@ def main():
     parser.add_argument("--redis", required=True, help="host:port of a throwaway redis-server")
     parser.add_argument("--dynalite", required=True, help="http://host:port of a throwaway dynalite")
     parser.add_argument("--etcd", required=True, help="host:port of a throwaway etcd")
+    parser.add_argument("--postgres", required=True, help="host:port of a throwaway PostgreSQL")
     parser.add_argument("--docs-dir", action="append", default=[],
                         help="a folder whose Markdown files (recursively) are checked too; "
                              "they may hold no example")
@@ -139,6 +141,7 @@ def main():
             code = code.replace("http://127.0.0.1:4567", args.dynalite)
             code = code.replace("127.0.0.1:6379", args.redis)
             code = code.replace("127.0.0.1:2379", args.etcd)
+            code = code.replace("127.0.0.1:5432", args.postgres)
             work = tempfile.mkdtemp(prefix="dlock-readme-")
             started = time.monotonic()
             ok, output = True, ""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every code example of README.md, the bindings' READMEs and every page under docs/ as
-# printed (see check_examples.py), against a throwaway redis-server, dynalite and etcd on free
+# printed (see check_examples.py), against a throwaway redis-server, dynalite, etcd and PostgreSQL on free
 # loopback ports.
 #
 #   tests/readme/run.sh [BUILD_DIR]      # default: build
@@ -11,13 +11,15 @@ build=$(abs_path "${1:-build}")
 [[ -e $build/libdlock.so ]] || { echo "readme examples: no $build/libdlock.so (build first)" >&2; exit 1; }
 
 work=$(mktemp -d)
-trap 'stop_redis; stop_dynalite; stop_etcd; rm -rf "$work"' EXIT
+trap 'stop_redis; stop_dynalite; stop_etcd; stop_postgres; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 start_redis "$work"
 start_dynalite "$work"
 start_etcd "$work"
+start_postgres "$work"
 cd "$repo"
 python3 tests/readme/check_examples.py --source-dir "$repo" --build-dir "$build" \
   --redis "127.0.0.1:$REDIS_PORT" --dynalite "$DYNALITE_ENDPOINT" --etcd "$ETCD_ENDPOINT" \
+  --postgres "$POSTGRES_ENDPOINT" \
   --docs-dir docs \
   README.md bindings/python/README.md bindings/node/README.md bindings/luajit/README.md
