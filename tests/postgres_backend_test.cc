@@ -10,6 +10,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/postgres_server.h"
 
@@ -137,6 +138,59 @@ TEST_F(PostgresBackendTest, AHungServerHoldsNoCallPastItsBound) {
   // Answering again: a new connection works at once.
   ASSERT_EQ(dlock_acquire(client_, "hung-3", options_, &l), DLOCK_OK) << dlock_last_error();
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
+}
+
+// PgBouncer in transaction pooling, two server connections shared by every client: locks are
+// rows, not sessions, so they hold while the pool hands connections around; LISTEN does not
+// work through it, so waiters fall back to the holder's lease and the jittered retry, and still
+// take turns with no overlap.
+TEST_F(PostgresBackendTest, LocksHoldThroughPgBouncersTransactionPooling) {
+  const int port = pg_.StartPgBouncer(2);
+  ASSERT_GT(port, 0);
+  const std::string url = "postgres://dlock@127.0.0.1:" + std::to_string(port) + "/dlock";
+  Open(url, 1500, 300);
+  dlock_client* other = nullptr;
+  ASSERT_EQ(dlock_client_open(url.c_str(), &other), DLOCK_OK) << dlock_last_error();
+  dlock_lock* held = nullptr;
+  ASSERT_EQ(dlock_acquire(client_, "pooled", options_, &held), DLOCK_OK) << dlock_last_error();
+  dlock_lock* l = nullptr;
+  EXPECT_EQ(dlock_acquire(other, "pooled", options_, &l), DLOCK_NOT_ACQUIRED);
+  std::this_thread::sleep_for(2000ms);  // past the lease: renewed through the pool
+  EXPECT_EQ(dlock_lock_is_valid(held), 1) << dlock_lock_lost_cause(held);
+  EXPECT_EQ(dlock_acquire(other, "pooled", options_, &l), DLOCK_NOT_ACQUIRED);
+  EXPECT_EQ(dlock_release(held), DLOCK_OK) << dlock_last_error();
+  dlock_client_close(other);
+
+  // Three clients take turns on one counter, each waiting for the others.
+  constexpr int kClients = 3, kRounds = 4;
+  std::atomic<int> inside{0}, overlaps{0}, done{0};
+  int counter = 0;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&] {
+      dlock_client* c = nullptr;
+      if (dlock_client_open(url.c_str(), &c) != DLOCK_OK) return;
+      dlock_options* o = dlock_options_new();
+      dlock_options_set_lease_ms(o, 1500);
+      dlock_options_set_wait_ms(o, 20000);
+      for (int r = 0; r < kRounds; ++r) {
+        dlock_lock* mine = nullptr;
+        if (dlock_acquire(c, "pooled-counter", o, &mine) != DLOCK_OK) continue;
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        const int seen = counter;
+        std::this_thread::sleep_for(5ms);
+        counter = seen + 1;
+        inside.fetch_sub(1);
+        if (dlock_release(mine) == DLOCK_OK) ++done;
+      }
+      dlock_options_free(o);
+      dlock_client_close(c);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(done.load(), kClients * kRounds);
+  EXPECT_EQ(counter, kClients * kRounds);
 }
 
 }  // namespace

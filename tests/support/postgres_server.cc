@@ -37,7 +37,11 @@ std::string FindPgBin() {
 
 }  // namespace
 
-PostgresServer::PostgresServer() {
+PostgresServer::PostgresServer() { Init(nullptr); }
+
+PostgresServer::PostgresServer(const PostgresServer& primary, StandbyOf) { Init(&primary); }
+
+void PostgresServer::Init(const PostgresServer* primary) {
   bin_ = FindPgBin();
   if (bin_.empty()) {
     ADD_FAILURE() << "PostgresServer: no PostgreSQL in /usr/lib/postgresql (scripts/setup installs "
@@ -65,11 +69,21 @@ PostgresServer::PostgresServer() {
       return;
     }
   }
-  ChildProcess initdb(AsServerUser({bin_ + "/initdb", "-D", dir_ + "/data", "-U", "dlock", "--auth=trust",
-                                    "--encoding=UTF8", "--locale=C", "--no-sync"}));
-  if (initdb.Wait(120s) != 0) {
-    ADD_FAILURE() << "PostgresServer: initdb failed: " << initdb.error() << initdb.output();
-    return;
+  if (primary != nullptr) {
+    // A copy of the primary's data, streaming from it (-R: standby.signal, primary_conninfo).
+    ChildProcess copy(AsServerUser({bin_ + "/pg_basebackup", "-h", "127.0.0.1", "-p", std::to_string(primary->port()),
+                                    "-U", "dlock", "-D", dir_ + "/data", "-R", "-X", "stream", "--no-sync"}));
+    if (copy.Wait(120s) != 0) {
+      ADD_FAILURE() << "PostgresServer: pg_basebackup failed: " << copy.error() << copy.output();
+      return;
+    }
+  } else {
+    ChildProcess initdb(AsServerUser({bin_ + "/initdb", "-D", dir_ + "/data", "-U", "dlock", "--auth=trust",
+                                      "--encoding=UTF8", "--locale=C", "--no-sync"}));
+    if (initdb.Wait(120s) != 0) {
+      ADD_FAILURE() << "PostgresServer: initdb failed: " << initdb.error() << initdb.output();
+      return;
+    }
   }
   for (int attempt = 1; attempt <= kStartAttempts; ++attempt) {
     port_ = FreeTcpPort();
@@ -82,7 +96,40 @@ PostgresServer::PostgresServer() {
                 << LogTail();
 }
 
+bool PostgresServer::Promote() {
+  ChildProcess promote(AsServerUser({bin_ + "/pg_ctl", "promote", "-D", dir_ + "/data", "-w", "-t", "60"}));
+  return promote.Wait(70s) == 0;
+}
+
+int PostgresServer::StartPgBouncer(int pool_size) {
+  const int port = FreeTcpPort();
+  const std::string ini = dir_ + "/pgbouncer.ini";
+  {
+    std::ofstream out(ini);
+    out << "[databases]\ndlock = host=127.0.0.1 port=" << port_ << " dbname=dlock user=dlock\n"
+        << "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = " << port << "\nunix_socket_dir =\n"
+        << "auth_type = any\npool_mode = transaction\ndefault_pool_size = " << pool_size
+        << "\nmax_client_conn = 500\nlogfile = " << dir_ << "/pgbouncer.log\n";
+  }
+  if (as_root_ && chown(ini.c_str(), uid_, gid_) != 0) return -1;
+  bouncer_ = std::make_unique<ChildProcess>(AsServerUser({"/usr/sbin/pgbouncer", ini}),
+                                            ChildOptions::LogTo(dir_ + "/pgbouncer.out"));
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < until) {
+    ChildProcess psql(AsServerUser({bin_ + "/psql", "-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p",
+                                    std::to_string(port), "-U", "dlock", "-d", "dlock", "-c", "SELECT 1"}));
+    if (psql.Wait(10s) == 0) return port;
+    if (bouncer_->Wait(0ms) != -1) break;  // it exited
+    std::this_thread::sleep_for(50ms);
+  }
+  ADD_FAILURE() << "PostgresServer: pgbouncer did not start\n" << ReadTail(dir_ + "/pgbouncer.log", 2000)
+                << ReadTail(dir_ + "/pgbouncer.out", 2000);
+  bouncer_.reset();
+  return -1;
+}
+
 PostgresServer::~PostgresServer() {
+  bouncer_.reset();
   if (::testing::Test::HasFailure() && running()) {
     fprintf(stderr, "--- postgres on port %d (pid %d), end of its log ---\n%s\n", port_, static_cast<int>(pid()),
             LogTail().c_str());

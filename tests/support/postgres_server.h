@@ -33,6 +33,9 @@ namespace dlock_test {
 class PostgresServer {
  public:
   PostgresServer();
+  // A hot standby of primary, streaming from it (pg_basebackup -R), on a port of its own.
+  struct StandbyOf {};
+  PostgresServer(const PostgresServer& primary, StandbyOf);
   ~PostgresServer();
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
@@ -53,11 +56,18 @@ class PostgresServer {
   bool Restart();  // after Kill: the same port and data dir (crash recovery runs)
   void Stop();     // SIGSTOP to it and every backend it forked: it hangs, connections stay open
   void Cont();     // SIGCONT to the same
+  // A standby becomes a primary (pg_ctl promote, waited for). True on success.
+  bool Promote();
+  // Debian's PgBouncer in front of it, in transaction pooling (pool_size server connections
+  // shared by every client), as the server's user: its port, or -1 (after ADD_FAILURE). Stopped
+  // by pid with the server.
+  int StartPgBouncer(int pool_size = 4);
 
   // The end of its log, for a failure message.
   std::string LogTail() const;
 
  private:
+  void Init(const PostgresServer* primary);
   bool Start();
   // argv run as the server's user (setpriv as root; as is otherwise).
   std::vector<std::string> AsServerUser(std::vector<std::string> argv) const;
@@ -71,6 +81,7 @@ class PostgresServer {
   uid_t uid_ = 0;
   gid_t gid_ = 0;
   std::unique_ptr<ChildProcess> server_;
+  std::unique_ptr<ChildProcess> bouncer_;
 };
 
 }  // namespace dlock_test
