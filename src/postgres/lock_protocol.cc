@@ -178,9 +178,12 @@ void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint dea
                                std::to_string(request.queue_ms),
                                std::string(request.waiter_id.empty() ? "f" : "t")};
   Run(s, sql_.acquire, std::move(params), deadline,
-      [this, request, done = std::move(done)](const Status& st, Answer a, bool) {
+      [this, request, done = std::move(done)](const Status& st, Answer a, bool maybe_ran) {
     AcquireAttempt attempt;
-    if (!st.ok()) return done(Explained(st, a), attempt);
+    if (!st.ok()) {
+      if (maybe_ran && give_back_) give_back_(request.name, HoldIdOf(request.owner_value), request.owner_value);
+      return done(Explained(st, a), attempt);
+    }
     if (a.rows.size() != 1 || a.rows[0].size() != 4 || !a.rows[0][0]) return done(Garbage("an acquire"), attempt);
     const Row& row = a.rows[0];
     if (*row[0] == "t") {
@@ -207,13 +210,21 @@ void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint dea
 }
 
 void LockProtocol::Leave(Session* s, const LockRequest& request, TimePoint deadline, Done done) {
-  Run(s, sql_.leave, {request.name, HoldIdOf(request.owner_value), request.owner_value}, deadline,
+  Leave(s, request.name, HoldIdOf(request.owner_value), request.owner_value, deadline, std::move(done));
+}
+
+void LockProtocol::Leave(Session* s, const std::string& name, const std::string& hold, const std::string& owner,
+                         TimePoint deadline, Done done) {
+  Run(s, sql_.leave, {name, hold, owner}, deadline,
       [this, done = std::move(done)](const Status& st, Answer a, bool) { done(st.ok() ? st : Explained(st, a)); });
 }
 
 void LockProtocol::Release(Session* s, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done) {
   std::vector<Value> params = {lock->name, HoldIdOf(lock->owner_value), lock->owner_value};
   Run(s, sql_.release, std::move(params), deadline, [this, lock, done = std::move(done)](const Status& st, Answer a, bool maybe_ran) {
+    if (!st.ok() && st.code() == Code::kIoError && give_back_) {
+      give_back_(lock->name, HoldIdOf(lock->owner_value), lock->owner_value);
+    }
     if (!st.ok()) return done(TableGone(a) ? NotHeld(lock->name) : Explained(st, a));
     if (a.rows.size() != 1 || a.rows[0].size() != 1 || !a.rows[0][0]) return done(Garbage("a release"));
     if (*a.rows[0][0] == "t") return done(Status::Ok());

@@ -6,7 +6,8 @@
 // - Every function is idempotent for its hold, so a statement whose answer was lost (the
 //   connection broke after it was sent) is sent once more over a new connection while its
 //   deadline lasts: an acquire answers its hold again, a renewal renews again, and a release
-//   that finds nothing after its first try may have landed is Ok.
+//   that finds nothing after its first try may have landed is Ok. An acquire still unanswered
+//   then, or a release that failed, is given back in the background (SetGiveBack).
 // - A table dropped by hand is a loss: a hold's call that finds no table answers NotHeld.
 // - Fair waiting: an acquire that will wait keeps a place in the name's line on the server;
 //   releases serve the line's head and tell each waiter served by a notification, parsed by
@@ -59,6 +60,14 @@ class LockProtocol {
   explicit LockProtocol(const PostgresConfig* config) : config_(config) {}
   // Set once, before any other call (PostgresBackend::Check).
   void SetStatements(Statements statements) { sql_ = std::move(statements); }
+  // Called (any thread) with a hold's name, id and owner value when an acquire may have taken
+  // it but its answer was lost, or a release could not be confirmed: the backend gives it back
+  // in the background (the leave function), so that no lock is left behind for its lease.
+  using GiveBack = std::function<void(std::string name, std::string hold, std::string owner)>;
+  void SetGiveBack(GiveBack give_back) { give_back_ = std::move(give_back); }
+  // The leave function's call for a hold by its parts (a give-back).
+  void Leave(Session* s, const std::string& name, const std::string& hold, const std::string& owner,
+             TimePoint deadline, Done done);
   const Statements& statements() const { return sql_; }
 
   void Acquire(Session* s, const LockRequest& request, TimePoint deadline, AttemptDone done);
@@ -86,6 +95,7 @@ class LockProtocol {
 
   const PostgresConfig* config_;
   Statements sql_;
+  GiveBack give_back_;
 };
 
 }  // namespace dlock::postgres

@@ -1,6 +1,7 @@
 #include "postgres/postgres_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -148,7 +149,17 @@ class PostgresBackend : public Backend {
         protocol_(&config_),
         blocking_(&config_, connections_),
         async_(loop, &config_, nullptr, connections_),
-        listener_(loop, &config_, &protocol_.statements(), connections_) {}
+        listener_(loop, &config_, &protocol_.statements(), connections_),
+        retries_(loop) {
+    protocol_.SetGiveBack([this](std::string name, std::string hold, std::string owner) {
+      loop_->Post([this, name = std::move(name), hold = std::move(hold), owner = std::move(owner)] {
+        GiveBack(name, hold, owner, kGiveBackTries);
+      });
+    });
+  }
+
+  // Give-backs are not sent again from here on.
+  ~PostgresBackend() override { shut_down_ = true; }
 
   // Connects, and learns the quoted names its statements use.
   Status Check() override {
@@ -250,14 +261,29 @@ class PostgresBackend : public Backend {
   // The blocking pool's, the loop's and the listener's.
   int64_t OpenConnections() const override { return connections_->open(); }
   void ShutdownOnLoop() override {
+    shut_down_ = true;
+    retries_.RunAllNow();
     listener_.Shutdown();
     async_.Close(Status::Cancelled(config_.Describe() + ": client closed"));
   }
 
  private:
+  // A give-back is tried this many times, 250 ms apart, while the server cannot be reached.
+  static constexpr int kGiveBackTries = 8;
+
+  // Loop thread: the leave function for a hold whose acquire or release went unanswered.
+  void GiveBack(const std::string& name, const std::string& hold, const std::string& owner, int tries) {
+    if (shut_down_) return;
+    protocol_.Leave(&async_, name, hold, owner, CallDeadline(), [this, name, hold, owner, tries](Status s) {
+      if (s.code() != Code::kIoError || tries <= 1 || shut_down_) return;
+      retries_.After(Millis(250), [this, name, hold, owner, tries] { GiveBack(name, hold, owner, tries - 1); });
+    });
+  }
+
   // A caller's call ends by timeout_ms (docs/urls.md, "How long a call can take").
   TimePoint CallDeadline() const { return Now() + Millis(config_.params.timeout_ms); }
 
+  std::atomic<bool> shut_down_{false};
   EventLoop* loop_;
   const std::shared_ptr<ConnectionCount> connections_ = std::make_shared<ConnectionCount>();
   PostgresConfig config_;
@@ -265,6 +291,7 @@ class PostgresBackend : public Backend {
   BlockingSession blocking_;
   Connection async_;  // loop thread only
   Listener listener_;
+  DelayedCalls retries_;  // loop thread only
 };
 
 }  // namespace

@@ -1,7 +1,7 @@
 /* One worker of the fault-injection suite (tests/faults/run.py), public C API only.
  *
  *   fault_worker URL NAME STORE_PORT SECONDS LEASE_MS PAUSE_FLAG HOLD_MS [STOP_FLAG]
- *   fault_worker --prepare DYNAMODB_URL      creates the table
+ *   fault_worker --prepare URL      what the backend needs (the DynamoDB table, PostgreSQL's)
  *
  * For SECONDS (and, with STOP_FLAG, until that file exists: the harness says when it has seen
  * what it waits for, so that the run's end never depends on how fast the machine is; at most
@@ -98,8 +98,8 @@ static void on_lost(const char *name, uint64_t token, void *arg) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "--prepare") == 0) {  /* the DynamoDB table, for the harness */
-    dlock_status s = dlock_dynamodb_create_table(argv[2], 30000);
+  if (argc == 3 && strcmp(argv[1], "--prepare") == 0) {  /* the lock table, for the harness */
+    dlock_status s = dlock_backend_prepare(argv[2], 30000);
     if (s != DLOCK_OK) fprintf(stderr, "prepare: %s\n", dlock_last_error());
     return s == DLOCK_OK ? 0 : 1;
   }

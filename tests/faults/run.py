@@ -35,6 +35,12 @@ leader (recovery counts from there), the killed member started again at once on 
 (it rejoins as a follower); a holder paused past its lease; the leader SIGSTOPped for 2 leases
 (the others elect a new leader meanwhile; healed at the SIGCONT, when it steps down).
 
+PostgreSQL runs a primary and a hot standby (pg_basebackup -R), the workers on both hosts with
+target_session_attrs=read-write. Its faults: a holder paused past its lease; the primary
+SIGSTOPped (every process of it) for 2 leases; the primary killed and restarted on its data;
+the primary SIGKILLed, the standby promoted (pg_ctl promote; recovery counts from there), and
+the killed node copied again from it as the new standby.
+
 The last line reads `faults: N passed, N failed`; a Markdown table of figures precedes it. A
 failed scenario's directory is kept: the servers' logs, each worker's events (workerN.events,
 s from the workers' start) and, for the failovers, faults.timeline.
@@ -848,6 +854,174 @@ class EtcdDeployment(Deployment):
             words[1], min(self.settle_s), max(self.settle_s))
 
 
+def pg_bin():
+    """PostgreSQL's bin dir: the newest /usr/lib/postgresql/<major>/bin, or None."""
+    majors = sorted((int(d) for d in os.listdir("/usr/lib/postgresql") if d.isdigit()), reverse=True) \
+        if os.path.isdir("/usr/lib/postgresql") else []
+    for major in majors:
+        path = "/usr/lib/postgresql/%d/bin" % major
+        if os.path.exists(os.path.join(path, "postgres")):
+            return path
+    return None
+
+
+def as_postgres(argv):
+    """argv run as the `postgres` user when we are root (PostgreSQL refuses to run as root;
+    setpriv execs, so the pid is the program's own)."""
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"] + argv
+
+
+class PostgresNode(Process):
+    """One PostgreSQL server on a free loopback port, its data and log in directory: a primary
+    (initdb) or a hot standby streaming from one (pg_basebackup -R). signal() reaches the
+    postmaster and every backend it forked (each client's connection is a process of its own)."""
+
+    def __init__(self, directory, port, primary_port=None):
+        self.directory, self.port, self.bin = directory, port, pg_bin()
+        self.data = os.path.join(directory, "data")
+        self.prepare(primary_port)
+        super().__init__(as_postgres([os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(port),
+                                      "-k", directory, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                                      "-c", "wal_keep_size=256MB", "-c", "log_min_messages=warning"]),
+                         os.path.join(directory, "server.log"))
+        poll("postgres on port %d ready" % port, self.unready, 30)
+
+    def prepare(self, primary_port):
+        shutil.rmtree(self.directory, ignore_errors=True)
+        os.makedirs(self.directory)
+        if os.geteuid() == 0:  # the server's user reaches its folder through the work dir
+            os.chmod(os.path.dirname(self.directory), 0o711)
+            shutil.chown(self.directory, "postgres", "postgres")
+        if primary_port is None:
+            argv = [os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "dlock", "--auth=trust",
+                    "--encoding=UTF8", "--locale=C", "--no-sync"]
+        else:
+            argv = [os.path.join(self.bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
+                    "-U", "dlock", "-D", self.data, "-R", "-X", "stream", "--no-sync"]
+        r = subprocess.run(as_postgres(argv), capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError("%s failed: %s" % (os.path.basename(argv[0]), (r.stderr or r.stdout).strip()[-500:]))
+
+    def sql(self, query, database="postgres"):
+        """psql's answer (unaligned, no headers), or None when it failed."""
+        r = subprocess.run(as_postgres([os.path.join(self.bin, "psql"), "-X", "-q", "-A", "-t", "-h", "127.0.0.1",
+                                        "-p", str(self.port), "-U", "dlock", "-d", database, "-c", query]),
+                           capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    def unready(self):
+        if self.proc.poll() is not None:
+            raise RuntimeError("postgres on port %d exited (see %s)" % (self.port, self.log))
+        return "" if self.sql("SELECT 1") == "1" else "not answering yet"
+
+    def signal(self, sig):
+        if not self.proc or self.proc.poll() is not None:
+            return
+        pids = [self.proc.pid]
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open("/proc/%s/stat" % entry) as f:
+                        stat = f.read()
+                    if int(stat[stat.rfind(")") + 2:].split()[1]) == self.proc.pid:
+                        pids.append(int(entry))
+                except (OSError, ValueError, IndexError):
+                    pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def kill(self):
+        self.signal(signal.SIGCONT)
+        super().kill()
+
+    def standby(self):
+        return self.sql("SELECT pg_is_in_recovery()") == "t"
+
+
+class PostgresDeployment(Deployment):
+    """A primary and a hot standby streaming from it, the workers on the two-host URL with
+    target_session_attrs=read-write (libpq skips the standby). A failover SIGKILLs the primary,
+    promotes the standby (pg_ctl promote), and makes the killed node a new standby of it (its
+    data copied again, on the same port), so that the next fault fails over the other way.
+    Replication is asynchronous: a promotion may lose the last commits, which the tokens' clock
+    floor covers (docs/postgres.md)."""
+
+    def start(self, work):
+        self.work = work
+        ports = free_ports(2)
+        self.servers.append(PostgresNode(os.path.join(work, "pg0"), ports[0]))
+        if self.servers[0].sql("CREATE DATABASE dlock") is None:
+            raise RuntimeError("CREATE DATABASE failed")
+        self.servers.append(PostgresNode(os.path.join(work, "pg1"), ports[1], primary_port=ports[0]))
+        poll("the standby streaming", self.unsettled, 30)
+
+    def url(self, params):
+        return "postgres://dlock@%s/dlock?target_session_attrs=read-write&%s" % (
+            ",".join("127.0.0.1:%d" % n.port for n in self.servers), params)
+
+    def master(self):
+        primaries = [n for n in self.servers if n.proc.poll() is None and n.sql("SELECT pg_is_in_recovery()") == "f"]
+        if len(primaries) != 1:
+            return None, "%d primaries answer" % len(primaries)
+        return primaries[0], ""
+
+    def unsettled(self):
+        primary, problem = self.master()
+        if problem:
+            return problem
+        streaming = primary.sql("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
+        return "" if streaming == "1" else "the standby is not streaming yet (%s)" % streaming
+
+    def signal(self, sig):
+        """SIGSTOP to the primary (every process of it), SIGCONT to the one stopped."""
+        if sig == signal.SIGSTOP:
+            self.stopped = self.master()[0]
+        self.stopped.signal(sig)
+
+    def restart(self):
+        """The primary SIGKILLed and started again at once on its data (crash recovery)."""
+        primary, problem = self.master()
+        if problem:
+            raise RuntimeError(problem)
+        primary.kill()
+        until = time.monotonic() + 20
+        while True:  # its killed backends hold its shared memory for a moment
+            primary.start()
+            try:
+                poll("postgres back", primary.unready, 10)
+                return
+            except RuntimeError:
+                if time.monotonic() > until:
+                    raise
+                time.sleep(0.2)
+
+    def fail_over(self):
+        old, problem = self.master()
+        if problem:
+            raise RuntimeError(problem)
+        new = next(n for n in self.servers if n is not old)
+        killed = time.monotonic()
+        old.kill()
+        subprocess.run(as_postgres([os.path.join(new.bin, "pg_ctl"), "promote", "-D", new.data, "-w", "-t", "30"]),
+                       check=True, capture_output=True, timeout=40)
+        at = poll("the standby promoted", lambda: "" if new.sql("SELECT pg_is_in_recovery()") == "f" else "not yet", 30)
+        restarted = time.monotonic()
+        old.prepare(new.port)  # a standby of the new primary, on the old port
+        old.start()
+        poll("the old primary back as a standby", old.unready, 30)
+        done = poll("settled", self.unsettled, 40)
+        self.failover_s.append(at - killed)
+        self.settle_s.append(done - restarted)
+        self.timeline += [(killed, "killed port %d" % old.port), (at, "port %d promoted" % new.port),
+                          (restarted, "port %d being made a standby" % old.port), (done, "settled")]
+        return at
+
+
 # ----- workers --------------------------------------------------------------------------------
 
 
@@ -920,6 +1094,15 @@ def start_servers(sc, args, work):
     if sc.backend == "etcd":
         server = EtcdDeployment(work)
         return server, None, server.url(REDIS_PARAMS)  # the same timeouts as on Redis
+    if sc.backend == "postgres":
+        server = PostgresDeployment(work)
+        url = server.url(REDIS_PARAMS)
+        try:
+            subprocess.run([args.worker, "--prepare", url], check=True, timeout=30)
+        except BaseException:
+            server.stop()
+            raise
+        return server, None, url
     server = Redis(work) if sc.backend == "redis" else Dynalite(work)
     proxy = Proxy(server.port) if sc.fault.startswith("proxy") else None
     if sc.backend == "redis":
@@ -1179,6 +1362,16 @@ SCENARIOS = [
              timing=((12, 2), (30, 6))),
     Scenario("etcd: holder SIGSTOPped past its lease", "etcd", "holder_stop", 5.0, timing=((12, 2), (30, 6))),
     Scenario("etcd: the leader SIGSTOPped 2 leases", "etcd", "leader_stop", 5.0, timing=((12, 2), (30, 6))),
+    # PostgreSQL: a primary and a streaming standby, the workers on both with
+    # target_session_attrs=read-write. A lease ends on the server's clock: a paused holder's
+    # row expires 1 s on, and the next acquire drops it: lease + C + T = 2 s again, bounds with
+    # slack. A failover: the primary SIGKILLed, the standby promoted (pg_ctl promote, ~0.5 s),
+    # the killed node copied again as the new standby (~2 s): 2 faults in 14 s.
+    Scenario("postgres: holder SIGSTOPped past its lease", "postgres", "holder_stop", 4.0),
+    Scenario("postgres: the primary SIGSTOPped 2 leases", "postgres", "server_stop", 4.0),
+    Scenario("postgres: the primary killed, restarted on its data", "postgres", "restart", 4.0),
+    Scenario("postgres: the primary SIGKILLed, the standby promoted, the old one copied again", "postgres",
+             "failover", 5.0, timing=((14, 2), (36, 6))),
     Scenario("control: fencing off, holder paused between read and write", "redis", "holder_stop", 99.0,
              fenced=False, expect_lost_updates=True),
 ]
@@ -1194,6 +1387,9 @@ def main():
     scenarios = [s for s in SCENARIOS if not args.only or any(o in s.name for o in args.only)]
     if not os.path.exists(FAKETIME_LIB):
         print("faults: %s missing (apt-get install libfaketime)" % FAKETIME_LIB)
+        return 1
+    if any(s.backend == "postgres" for s in scenarios) and not pg_bin():
+        print("faults: PostgreSQL missing from /usr/lib/postgresql (apt-get install postgresql)")
         return 1
     if any(s.backend == "etcd" for s in scenarios) and not shutil.which("etcd"):
         print("faults: etcd not on PATH (apt-get install etcd-server)")
