@@ -99,7 +99,7 @@ bool ParseNotification(const std::string& payload, Notification* out) {
 std::string SchemaFor(const PostgresConfig& config, const std::string& quoted,
                       const std::function<std::string(const std::string&)>& quoted_fn) {
   std::string s = kSchemaSql;
-  for (const char* f : {"acquire", "release", "renew", "set_value", "inspect", "serve", "leave"}) {
+  for (const char* f : kFunctionNames) {
     ReplaceAll(&s, std::string("{{t_") + f + "}}", quoted_fn(f));
   }
   ReplaceAll(&s, "{{t}}", quoted);

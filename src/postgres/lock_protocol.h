@@ -26,6 +26,10 @@
 
 namespace dlock::postgres {
 
+// The table's functions (schema.sql): each named table + "_" + one of these.
+inline constexpr const char* kFunctionNames[] = {"acquire", "release", "renew", "set_value", "inspect",
+                                                 "serve", "leave", "sweep"};
+
 // The schema's text (schema.sql, embedded at build time), and it made ready to run for a
 // table: quoted is the table's quoted name (PQescapeIdentifier), quoted_fn(suffix) the quoted
 // name of its function table + "_" + suffix.

@@ -19,7 +19,7 @@ namespace {
 Status QuoteNames(BlockingSession* session, const PostgresConfig& config, TimePoint deadline, std::string* table,
                   std::map<std::string, std::string>* functions) {
   Status s = session->QuoteIdentifier(config.table, deadline, table);
-  for (const char* f : {"acquire", "release", "renew", "set_value", "inspect", "serve", "leave"}) {
+  for (const char* f : kFunctionNames) {
     if (s.ok()) s = session->QuoteIdentifier(config.table + "_" + f, deadline, &(*functions)[f]);
   }
   return s;

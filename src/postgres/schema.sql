@@ -34,6 +34,17 @@ CREATE {{unlogged}}TABLE IF NOT EXISTS {{t}} (
   since    timestamptz,                     -- a waiter's last try
   PRIMARY KEY (name, hold)
 );
+-- Deletes name's rows expired by p_now, but those another transaction has locked (a release or
+-- a renewal of that row, which takes the name's row lock after it: waiting for it here, with
+-- the name's row locked, could deadlock). Those go at the next look; every reader treats an
+-- expired row as gone meanwhile.
+CREATE OR REPLACE FUNCTION {{t_sweep}}(p_name text, p_now timestamptz)
+RETURNS void
+LANGUAGE sql AS $$
+  DELETE FROM {{t}} t WHERE t.ctid IN (
+    SELECT e.ctid FROM {{t}} e WHERE e.name = p_name AND e.hold <> '' AND e.expires <= p_now
+       FOR UPDATE SKIP LOCKED)
+$$;
 
 -- The fair line: waiters that will wait (p_in_line) keep a row in it, renewed by each try, and
 -- a release (or an expiry that a try finds, or a waiter leaving) serves its head, in order:
@@ -56,7 +67,9 @@ DECLARE
   v_served integer := 0;
   w record;
 BEGIN
-  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= p_now;
+  IF EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= p_now) THEN
+    PERFORM {{t_sweep}}(p_name, p_now);
+  END IF;
   SELECT t.token INTO v_last FROM {{t}} t WHERE t.name = p_name AND t.hold = '';
   SELECT coalesce(bool_or(t.kind = 'x'), false), max(CASE WHEN t.kind = 'p' THEN t.permits ELSE 0 END),
          coalesce(sum(t.take), 0), count(*) > 0
@@ -89,7 +102,9 @@ BEGIN
       v_taken := v_taken + w.take;
     END IF;
   END LOOP;
-  UPDATE {{t}} t SET token = v_last WHERE t.name = p_name AND t.hold = '';
+  IF v_served > 0 THEN
+    UPDATE {{t}} t SET token = v_last WHERE t.name = p_name AND t.hold = '';
+  END IF;
   IF p_tell AND NOT EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
     PERFORM pg_notify({{channel}}, 'r ' || p_name);
   END IF;
@@ -119,26 +134,48 @@ DECLARE
   v_last bigint;
   v_token bigint;
   v_expires timestamptz;
+  v_expired bigint;
   v_sort integer;
   v_taken bigint;
+  v_mine bigint;
+  v_marks boolean;    -- this hold's own rows that are not holds (a writer's announcement, a place in line)
+  v_line boolean;     -- others wait in line
+  v_writers boolean;  -- an exclusive hold, or a writer's announcement
   v_blocked boolean;
   v_until timestamptz;
   v_forever boolean;
 BEGIN
-  INSERT INTO {{t}} (name, hold, kind) VALUES (p_name, '', 'n') ON CONFLICT (name, hold) DO NOTHING;
   SELECT t.token INTO v_last FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO {{t}} (name, hold, kind) VALUES (p_name, '', 'n') ON CONFLICT (name, hold) DO NOTHING;
+    SELECT t.token INTO v_last FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
+  END IF;
   v_now := clock_timestamp();
-  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= v_now;
+
+  -- One look at the name's rows; expired ones count as gone.
+  SELECT count(*) FILTER (WHERE t.expires <= v_now),
+         max(CASE WHEN t.kind = 'p' THEN t.permits ELSE 0 END)
+           FILTER (WHERE t.kind IN ('x', 's', 'p') AND t.hold <> p_hold AND (t.expires IS NULL OR t.expires > v_now)),
+         coalesce(sum(t.take) FILTER (WHERE t.kind IN ('x', 's', 'p') AND t.hold <> p_hold
+                                        AND (t.expires IS NULL OR t.expires > v_now)), 0),
+         max(t.token) FILTER (WHERE t.kind IN ('x', 's', 'p') AND t.hold = p_hold AND t.owner = p_owner
+                                AND (t.expires IS NULL OR t.expires > v_now)),
+         coalesce(bool_or(t.hold = p_hold AND t.kind NOT IN ('x', 's', 'p')), false),
+         coalesce(bool_or(t.kind IN ('X', 'S', 'P') AND t.hold <> p_hold AND t.expires > v_now), false),
+         coalesce(bool_or(t.kind IN ('x', 'w') AND t.hold <> p_hold AND (t.expires IS NULL OR t.expires > v_now)), false)
+    INTO v_expired, v_sort, v_taken, v_mine, v_marks, v_line, v_writers
+    FROM {{t}} t WHERE t.name = p_name AND t.hold <> '';
+  IF v_expired > 0 THEN
+    PERFORM {{t_sweep}}(p_name, v_now);
+  END IF;
 
   -- What the name is while held: a semaphore of N (its permits' N), or a lock (0).
-  SELECT max(CASE WHEN t.kind = 'p' THEN t.permits ELSE 0 END), coalesce(sum(t.take), 0)
-    INTO v_sort, v_taken FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('x', 's', 'p') AND t.hold <> p_hold;
   IF v_sort IS NOT NULL AND v_sort <> (CASE WHEN p_kind = 'p' THEN p_permits ELSE 0 END) THEN
     RETURN QUERY SELECT false, 0::bigint, NULL::bigint, 'sort ' || v_sort;
     RETURN;
   END IF;
 
-  IF p_in_line AND p_queue_ms > 0 THEN
+  IF p_in_line AND p_queue_ms > 0 AND v_mine IS NULL THEN
     INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value, lease_ms, since)
       VALUES (p_name, p_hold, upper(p_kind::text)::"char", p_permits, p_take, p_owner,
               (SELECT coalesce(max(t.token), 0) + 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')),
@@ -147,25 +184,24 @@ BEGIN
         SET expires = excluded.expires, since = excluded.since, lease_ms = excluded.lease_ms, value = excluded.value
         WHERE {{t}}.kind IN ('X', 'S', 'P') AND {{t}}.owner = p_owner;
     PERFORM {{t_serve}}(p_name, v_now, false);
+    SELECT t.token INTO v_mine FROM {{t}} t
+     WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind IN ('x', 's', 'p');
   END IF;
 
-  SELECT t.token, t.expires INTO v_token, v_expires FROM {{t}} t
-   WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind IN ('x', 's', 'p');
-  IF FOUND THEN
-    RETURN QUERY SELECT true, v_token,
+  IF v_mine IS NOT NULL THEN  -- served from the line, or an earlier try whose answer was lost
+    SELECT t.expires INTO v_expires FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold;
+    RETURN QUERY SELECT true, v_mine,
       CASE WHEN v_expires IS NULL THEN NULL
            ELSE greatest(0, floor(extract(epoch FROM v_expires - v_now) * 1000))::bigint END, ''::text;
     RETURN;
   END IF;
 
-  IF p_in_line AND p_queue_ms > 0 THEN
-    v_blocked := true;
-  ELSIF EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P') AND t.hold <> p_hold) THEN
+  IF (p_in_line AND p_queue_ms > 0) OR v_line THEN
     v_blocked := true;
   ELSIF p_kind = 'x' THEN
     v_blocked := v_sort IS NOT NULL;
   ELSIF p_kind = 's' THEN
-    v_blocked := EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND (t.kind = 'x' OR t.kind = 'w'));
+    v_blocked := v_writers;
   ELSE
     v_blocked := v_taken + p_take > p_permits;
   END IF;
@@ -176,7 +212,7 @@ BEGIN
         ON CONFLICT (name, hold) DO UPDATE SET expires = excluded.expires WHERE {{t}}.kind = 'w';
     END IF;
     SELECT min(t.expires), bool_or(t.expires IS NULL) INTO v_until, v_forever
-      FROM {{t}} t WHERE t.name = p_name AND t.hold <> p_hold
+      FROM {{t}} t WHERE t.name = p_name AND t.hold <> p_hold AND (t.expires IS NULL OR t.expires > v_now)
                      AND (t.kind IN ('x', 'p') OR (t.kind = 's' AND p_kind <> 's') OR (t.kind = 'w' AND p_kind = 's'));
     RETURN QUERY SELECT false, 0::bigint,
       CASE WHEN v_forever THEN -1::bigint
@@ -186,10 +222,15 @@ BEGIN
 
   v_token := greatest(v_last + 1, floor(extract(epoch FROM v_now) * 1000000)::bigint);
   UPDATE {{t}} t SET token = v_token WHERE t.name = p_name AND t.hold = '';
-  DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.kind IN ('w', 'X', 'S', 'P');
+  IF v_marks THEN
+    DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold;
+  END IF;
   INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value)
     VALUES (p_name, p_hold, p_kind, p_permits, p_take, p_owner, v_token,
-            CASE WHEN p_lease_ms = 0 THEN NULL ELSE v_now + p_lease_ms * interval '1 millisecond' END, p_value);
+            CASE WHEN p_lease_ms = 0 THEN NULL ELSE v_now + p_lease_ms * interval '1 millisecond' END, p_value)
+    ON CONFLICT (name, hold) DO UPDATE
+      SET kind = excluded.kind, permits = excluded.permits, take = excluded.take, owner = excluded.owner,
+          token = excluded.token, expires = excluded.expires, value = excluded.value, lease_ms = 0, since = NULL;
   RETURN QUERY SELECT true, v_token, NULL::bigint, ''::text;
 END
 $$;
@@ -211,7 +252,11 @@ BEGIN
     RETURN false;
   END IF;
   v_now := clock_timestamp();
-  PERFORM {{t_serve}}(p_name, v_now, true);
+  IF EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
+    PERFORM {{t_serve}}(p_name, v_now, true);
+  ELSE
+    PERFORM pg_notify({{channel}}, 'r ' || p_name);
+  END IF;
   RETURN v_expires IS NULL OR v_expires > v_now;
 END
 $$;
