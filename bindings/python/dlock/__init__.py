@@ -13,7 +13,8 @@ A thin ctypes layer over libdlock.so. See README.md beside this package for the 
 The URL names the backend (docs/urls.md): redis:// (one Redis server), rediss:// (over TLS),
 redis+unix:// (on a unix socket), redis-cluster:// (a Redis Cluster), redis-sentinel:// (the
 master Sentinel names), redlock:// (a quorum of independent Redis masters), dynamodb:// (a
-DynamoDB table), etcd:// (an etcd v3 cluster). See Client.
+DynamoDB table), etcd:// (an etcd v3 cluster), postgres:// (a PostgreSQL lock table). See
+Client.
 
 Durations are float seconds or datetime.timedelta (lease=, timeout=, heartbeat=, retry=); the
 integer-millisecond keywords (lease_ms=, wait_ms=, ...) are accepted too. Waits are unlimited by
@@ -1897,8 +1898,10 @@ class Client:
                                                   one DynamoDB table
         etcd://host[:port][,host[:port]...][?params]
                                                   an etcd v3 cluster (JSON gateway; port 2379)
+        postgres://[user[:password]@]host[:port][,...]/DATABASE[?table=T&unlogged=1&params]
+                                                  a PostgreSQL database's lock table (port 5432)
 
-    params: prefix= (default "dlock:"), connect_timeout_ms= (2000), timeout_ms= (3000), and
+    params: prefix= (default "dlock:"; not postgres://), connect_timeout_ms= (2000), timeout_ms= (3000), and
     TLS (tls=1, ca=, cert=, key=, sni=, tls_verify=0) where the scheme has it. Unknown
     parameters are an InvalidArgument.
 
