@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +63,33 @@ static inline int cmp_double(const void *a, const void *b) {
 static inline double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* CPU seconds of this process (every thread), user and system. */
+static inline double own_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* The q-quantile of sorted v (nearest rank). */
+static inline double quantile(const double *sorted, int n, double q) {
+  if (n == 0) return 0;
+  int k = (int)(q * n + 0.999999) - 1;
+  if (k < 0) k = 0;
+  if (k >= n) k = n - 1;
+  return sorted[k];
+}
+
+/* "a/b/c" of n figures, each with fmt. */
+static inline void print_list(const char *key, const double *v, int n, const char *fmt) {
+  printf("%s=", key);
+  for (int i = 0; i < n; i++) {
+    if (i > 0) putchar('/');
+    printf(fmt, v[i]);
+  }
+  putchar('\n');
 }
 
 #endif /* DLOCK_BENCH_BENCH_UTIL_H_ */

@@ -53,13 +53,6 @@
 
 /* ----- small helpers ------------------------------------------------------------------------ */
 
-static double process_cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
 /* CPU seconds of this process and its waited-for children. */
 static double total_cpu_s(void) {
   struct rusage a, b;
@@ -67,24 +60,6 @@ static double total_cpu_s(void) {
   getrusage(RUSAGE_CHILDREN, &b);
   return (double)(a.ru_utime.tv_sec + a.ru_stime.tv_sec + b.ru_utime.tv_sec + b.ru_stime.tv_sec) +
          (double)(a.ru_utime.tv_usec + a.ru_stime.tv_usec + b.ru_utime.tv_usec + b.ru_stime.tv_usec) / 1e6;
-}
-
-/* The q-quantile of sorted v (nearest rank). */
-static double quantile(const double *sorted, int n, double q) {
-  int k = (int)(q * n + 0.999999) - 1;
-  if (k < 0) k = 0;
-  if (k >= n) k = n - 1;
-  return sorted[k];
-}
-
-/* "a/b/c" of n figures, each with fmt. */
-static void print_list(const char *key, const double *v, int n, const char *fmt) {
-  printf("%s=", key);
-  for (int i = 0; i < n; i++) {
-    if (i > 0) putchar('/');
-    printf(fmt, v[i]);
-  }
-  putchar('\n');
 }
 
 static void b64(const char *in, char *out) {
@@ -439,7 +414,7 @@ static dlock_client *open_client(const char *url) {
 /* One round of variant v for `seconds`: cycles/s, client CPU per cycle (all threads), and the
  * mean time of the acquire (lock) call and of the release (unlock) call. */
 static void run_round(contender *k, int v, double seconds, side_figures *f, int r) {
-  double acq = 0, rel = 0, t, cpu0 = process_cpu_s();
+  double acq = 0, rel = 0, t, cpu0 = own_cpu_s();
   long n = 0;
   char key[256];
   double t0 = now_s(), t_end = t0 + seconds;
@@ -463,7 +438,7 @@ static void run_round(contender *k, int v, double seconds, side_figures *f, int 
     acq += t1 - t, rel += t2 - t1, t = t2;
     n++;
   } while (t < t_end);
-  double el = t - t0, cpu = process_cpu_s() - cpu0;
+  double el = t - t0, cpu = own_cpu_s() - cpu0;
   f->rate[r] = n / el, f->cpu_us[r] = cpu * 1e6 / n, f->acq_us[r] = acq * 1e6 / n, f->rel_us[r] = rel * 1e6 / n;
   f->cycles += n;
 }
@@ -820,9 +795,9 @@ static int bench_hold(const char *url, int nlocks, double hold_s) {
   counters a[3], b[3], req;
   memset(&req, 0, sizeof req);
   for (int e = 0; e < g_nendpoints; e++) read_counters(&mon, g_endpoints[e], &a[e]);
-  double cpu0 = process_cpu_s(), w0 = now_s();
+  double cpu0 = own_cpu_s(), w0 = now_s();
   sleep_s(hold_s);
-  double cpu1 = process_cpu_s(), w1 = now_s();
+  double cpu1 = own_cpu_s(), w1 = now_s();
   for (int e = 0; e < g_nendpoints; e++) read_counters(&mon, g_endpoints[e], &b[e]);
   for (int e = 0; e < g_nendpoints; e++) add_delta(&req, &a[e], &b[e]);
   long rss2 = rss_bytes();

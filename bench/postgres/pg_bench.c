@@ -66,36 +66,10 @@
 
 /* ----- small helpers ------------------------------------------------------------------------ */
 
-static double process_cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
 static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* The q-quantile of sorted v (nearest rank). */
-static double quantile(const double *sorted, int n, double q) {
-  if (n == 0) return 0;
-  int k = (int)(q * n + 0.999999) - 1;
-  if (k < 0) k = 0;
-  if (k >= n) k = n - 1;
-  return sorted[k];
-}
-
-/* "a/b/c" of n figures, each with fmt. */
-static void print_list(const char *key, const double *v, int n, const char *fmt) {
-  printf("%s=", key);
-  for (int i = 0; i < n; i++) {
-    if (i > 0) putchar('/');
-    printf(fmt, v[i]);
-  }
-  putchar('\n');
 }
 
 /* CPU seconds of the server: the postmaster (BENCH_PG_PID) and its children (every backend,
@@ -332,7 +306,7 @@ static void cycle(contender *k, int v, double *t_mid) {
 /* One round of variant v for `seconds`: cycles/s, client CPU per cycle (all threads), the mean
  * time of the acquire call and of the release call. */
 static void run_round(contender *k, int v, double seconds, side_figures *f, int r) {
-  double acq = 0, rel = 0, t, cpu0 = process_cpu_s(), srv0 = server_cpu_s();
+  double acq = 0, rel = 0, t, cpu0 = own_cpu_s(), srv0 = server_cpu_s();
   long n = 0;
   double t0 = now_s(), t_end = t0 + seconds;
   do {
@@ -343,7 +317,7 @@ static void run_round(contender *k, int v, double seconds, side_figures *f, int 
     acq += t1 - t, rel += t2 - t1, t = t2;
     n++;
   } while (t < t_end);
-  double el = t - t0, cpu = process_cpu_s() - cpu0;
+  double el = t - t0, cpu = own_cpu_s() - cpu0;
   f->rate[r] = n / el, f->cpu_us[r] = cpu * 1e6 / n, f->acq_us[r] = acq * 1e6 / n, f->rel_us[r] = rel * 1e6 / n;
   f->cycles += n;
   f->server_cpu_s += server_cpu_s() - srv0;
@@ -707,13 +681,13 @@ static void contend(board *b, int me, int side, double poll_s, int handoff, doub
   }
   __atomic_add_fetch(&b->ready, 1, __ATOMIC_SEQ_CST);
   while (!load(&b->go)) sleep_s(0.001);
-  double cpu0 = process_cpu_s();
+  double cpu0 = own_cpu_s();
   if (handoff) {
     loop_handoff(b, me, &p, delay_s, jitter_s);
   } else {
     loop_free(b, me, &p);
   }
-  b->proc[me].cpu_s = process_cpu_s() - cpu0;
+  b->proc[me].cpu_s = own_cpu_s() - cpu0;
   if (side == V_PEER) {
     PQfinish(p.pg);
   } else {
