@@ -4,7 +4,7 @@ lock while faults are injected into the lock server, the network and the workers
 
     tests/faults/run.py --worker build/tests/faults/fault_worker [--full] [--only NAME...]
 
-Each scenario starts its own servers on free loopback ports (always stopped by pid), runs 3
+Each scenario starts its own servers on free loopback ports (always stopped by pid), runs 3 (or 4)
 workers (tests/faults/fault_worker.c) for a bounded time, injects its fault a few times, and
 checks what a user would:
   - acknowledged increments == the store's final counter (no lost update);
@@ -1075,9 +1075,11 @@ class Scenario:
     # (seconds the workers run, faults injected): the default set, then --full.
     TIMING = ((9, 2), (24, 6))
 
-    def __init__(self, name, backend, fault, bound_s, fenced=True, expect_lost_updates=False, timing=TIMING):
+    def __init__(self, name, backend, fault, bound_s, fenced=True, expect_lost_updates=False, timing=TIMING,
+                 workers=3):
         self.name, self.backend, self.fault, self.bound_s = name, backend, fault, bound_s
         self.fenced, self.expect_lost_updates, self.timing = fenced, expect_lost_updates, timing
+        self.workers = workers
 
 
 REDIS_PARAMS = "timeout_ms=500&connect_timeout_ms=500"
@@ -1134,7 +1136,7 @@ def run_scenario(sc, args, work):
         stop_flag = os.path.join(work, "stop")
         workers = [Worker(args.worker, url, store, seconds, pause_flag, stop_flag,
                           os.path.join(work, "worker%d.log" % i), faketime_file if i == 0 else None)
-                   for i in range(3)]
+                   for i in range(sc.workers)]
         start = time.monotonic()
         heals, injected = inject_faults(sc, work, server, proxy, seconds, faults, pause_flag, faketime_file)
         await_recovery(workers, heals, sc.bound_s)
@@ -1370,8 +1372,8 @@ SCENARIOS = [
     Scenario("postgres: holder SIGSTOPped past its lease", "postgres", "holder_stop", 4.0),
     Scenario("postgres: the primary SIGSTOPped 2 leases", "postgres", "server_stop", 4.0),
     Scenario("postgres: the primary killed, restarted on its data", "postgres", "restart", 4.0),
-    Scenario("postgres: the primary SIGKILLed, the standby promoted, the old one copied again", "postgres",
-             "failover", 5.0, timing=((14, 2), (36, 6))),
+    Scenario("postgres: the primary SIGKILLed, the standby promoted, the old one copied again (4 workers)",
+             "postgres", "failover", 5.0, timing=((14, 2), (36, 6)), workers=4),
     Scenario("control: fencing off, holder paused between read and write", "redis", "holder_stop", 99.0,
              fenced=False, expect_lost_updates=True),
 ]
