@@ -899,7 +899,7 @@ class PostgresNode(Process):
                     "--encoding=UTF8", "--locale=C", "--no-sync"]
         else:
             argv = [os.path.join(self.bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
-                    "-U", "dlock", "-D", self.data, "-R", "-X", "stream", "--no-sync"]
+                    "-U", "dlock", "-D", self.data, "-R", "-X", "stream", "--no-sync", "--checkpoint=fast"]
         r = subprocess.run(as_postgres(argv), capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError("%s failed: %s" % (os.path.basename(argv[0]), (r.stderr or r.stdout).strip()[-500:]))

@@ -72,7 +72,8 @@ void PostgresServer::Init(const PostgresServer* primary) {
   if (primary != nullptr) {
     // A copy of the primary's data, streaming from it (-R: standby.signal, primary_conninfo).
     ChildProcess copy(AsServerUser({bin_ + "/pg_basebackup", "-h", "127.0.0.1", "-p", std::to_string(primary->port()),
-                                    "-U", "dlock", "-D", dir_ + "/data", "-R", "-X", "stream", "--no-sync"}));
+                                    "-U", "dlock", "-D", dir_ + "/data", "-R", "-X", "stream", "--no-sync",
+                                    "--checkpoint=fast"}));
     if (copy.Wait(120s) != 0) {
       ADD_FAILURE() << "PostgresServer: pg_basebackup failed: " << copy.error() << copy.output();
       return;
