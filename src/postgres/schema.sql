@@ -115,8 +115,9 @@ $$;
 -- One try. acquired: fencing_token is the hold's, and holder_ttl_ms what is left of its lease
 -- when the hold was made before this try (a waiter served from the line, or an earlier try
 -- whose answer was lost; NULL: the whole lease, or none). Refused: holder_ttl_ms is how long
--- until the first blocking hold may end (-1: one never expires; NULL: unknown), and why is ''
--- or 'sort N' (the name is held as a semaphore of N permits, or as a lock for N = 0, and this
+-- until the first blocking hold may end (-1: one never expires; NULL: unknown, as when only
+-- waiters in line stand in the way: no hold's end would let this try in), and why is '' or
+-- 'sort N' (the name is held as a semaphore of N permits, or as a lock for N = 0, and this
 -- acquire asked for the other: an error, not a refusal).
 --
 -- p_in_line: the acquire will wait, and keeps its place in the fair line (the serve function
@@ -216,6 +217,7 @@ BEGIN
                      AND (t.kind IN ('x', 'p') OR (t.kind = 's' AND p_kind <> 's') OR (t.kind = 'w' AND p_kind = 's'));
     RETURN QUERY SELECT false, 0::bigint,
       CASE WHEN v_forever THEN -1::bigint
+           WHEN v_until IS NULL THEN NULL::bigint  -- only the line stands in the way: unknown
            ELSE greatest(0, ceil(extract(epoch FROM v_until - v_now) * 1000))::bigint END, ''::text;
     RETURN;
   END IF;

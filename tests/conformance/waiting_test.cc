@@ -262,10 +262,11 @@ TEST_P(Waiting, FairReadersAndWritersAreServedInLine) {
   Hold w0(holder.get(), name, exclusive.get());
   ASSERT_TRUE(w0.held()) << w0.error();
 
-  // In line, in this order: two readers, a writer, a reader.
-  const char* const owners[] = {"r1", "r2", "w1", "r3"};
-  const bool shared[] = {true, true, false, true};
-  constexpr int kWaiters = 4;
+  // In line, in this order: two readers, a writer, a reader; and a last reader who comes once
+  // the first two hold, when only the line stands in its way (no hold that blocks it ends).
+  const char* const owners[] = {"r1", "r2", "w1", "r3", "r4"};
+  const bool shared[] = {true, true, false, true, true};
+  constexpr int kWaiters = 5;
   std::vector<std::unique_ptr<StyledClient>> clients;
   for (int i = 0; i < kWaiters; ++i) clients.push_back(Open());
   std::mutex mu;
@@ -274,7 +275,8 @@ TEST_P(Waiting, FairReadersAndWritersAreServedInLine) {
   std::vector<uint64_t> tokens(kWaiters, 0);
   std::vector<dlock_lock*> held(kWaiters, nullptr);
   std::vector<std::thread> waiters;
-  for (int i = 0; i < kWaiters; ++i) {
+  // Starts waiter i, and waits until the line is `line` long with it.
+  auto wait_in_line = [&](int i, int line) {
     waiters.emplace_back([&, i] {
       Options o;
       // Retries this slow cannot be what serves a waiter within the test's time: releases do.
@@ -289,10 +291,12 @@ TEST_P(Waiting, FairReadersAndWritersAreServedInLine) {
       tokens[i] = dlock_lock_fencing_token(l);
       held[i] = l;
     });
-    if (!WaitFor([&] { return srv.InLine(name) == i + 1; }, 20000ms)) {
-      ADD_FAILURE() << owners[i] << " never took its place in line: " << srv.InLine(name);
-      break;
-    }
+    if (WaitFor([&] { return srv.InLine(name) == line; }, 20000ms)) return true;
+    ADD_FAILURE() << owners[i] << " never took its place in line: " << srv.InLine(name);
+    return false;
+  };
+  for (int i = 0; i < 4; ++i) {
+    if (!wait_in_line(i, i + 1)) break;
   }
   auto served = [&] {
     std::lock_guard<std::mutex> lock(mu);
@@ -315,6 +319,7 @@ TEST_P(Waiting, FairReadersAndWritersAreServedInLine) {
   one_try.shared();
   Hold jumper(newcomer.get(), name, one_try.get());
   EXPECT_EQ(jumper.status(), DLOCK_NOT_ACQUIRED) << "a new reader went ahead of the waiting writer";
+  wait_in_line(4, 3);  // behind w1 and r3
 
   // The writer is served when the last reader leaves, not before.
   ASSERT_EQ(clients[0]->Release(held[0]), DLOCK_OK) << clients[0]->last_error();
@@ -323,26 +328,23 @@ TEST_P(Waiting, FairReadersAndWritersAreServedInLine) {
   ASSERT_TRUE(WaitFor([&] { return served() == 3; }, 20000ms)) << "the last reader's release served nobody";
   EXPECT_EQ(holders(), (Names{"w1"}));
 
-  // The reader behind it goes in when it leaves.
+  // The readers behind it go in together when it leaves.
   ASSERT_EQ(clients[2]->Release(held[2]), DLOCK_OK) << clients[2]->last_error();
   for (auto& t : waiters) t.join();
   EXPECT_LT(MsSince(released), 10000) << "the line moved by retries, not by hand-overs";
   ASSERT_EQ(order.size(), static_cast<size_t>(kWaiters));
   EXPECT_EQ(order[2], 2) << "the writer was not third";
-  EXPECT_EQ(order[3], 3) << "the reader behind the writer was not last";
+  EXPECT_EQ(std::min(order[3], order[4]), 3) << "a reader behind the writer was served before it";
+  EXPECT_EQ(std::max(order[3], order[4]), 4) << "a reader behind the writer was served before it";
+  EXPECT_EQ(holders(), (Names{"r3", "r4"}));
   for (int i = 0; i < kWaiters; ++i) {
-    // PostgreSQL (issue 40, still open): under load a waiter is sometimes woken for nothing (up
-    // to 5 attempts seen, once in about ten runs beside other tests; the cause not found yet).
-    // Its count is shown, not asserted, there until it is.
-    if (backend().name == "postgres") {
-      if (attempts[i] > 2u) std::printf("note: postgres: %s took %u attempts\n", owners[i], attempts[i]);
-      continue;
-    }
-    EXPECT_LE(attempts[i], 2u) << owners[i] << " retried: a release woke it for nothing";
+    // Its first try, and one more if its watch went live after that try left (WatchLive).
+    EXPECT_LE(attempts[i], 2u) << owners[i] << " retried: a release woke it for nothing, or a refusal "
+                               << "said a hold would end that does not block it";
   }
   EXPECT_GT(tokens[2], std::max(tokens[0], tokens[1])) << "the writer's token";
-  EXPECT_GT(tokens[3], tokens[2]) << "the last reader's token";
-  EXPECT_EQ(clients[3]->Release(held[3]), DLOCK_OK) << clients[3]->last_error();
+  EXPECT_GT(std::min(tokens[3], tokens[4]), tokens[2]) << "the last readers' tokens";
+  for (int i = 3; i < kWaiters; ++i) EXPECT_EQ(clients[i]->Release(held[i]), DLOCK_OK) << clients[i]->last_error();
 }
 
 // A second waiter of one client finds the name watched already (the first waiter's watch is
