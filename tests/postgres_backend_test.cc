@@ -144,9 +144,11 @@ TEST_F(PostgresBackendTest, AHungServerHoldsNoCallPastItsBound) {
 }
 
 // PgBouncer in transaction pooling, two server connections shared by every client: locks are
-// rows, not sessions, so they hold while the pool hands connections around; LISTEN does not
-// work through it, so waiters fall back to the holder's lease and the jittered retry, and still
-// take turns with no overlap.
+// rows, not sessions, so they hold while the pool hands connections around. LISTEN does not
+// work through it: a notification reaches whichever client the pool lends the listening server
+// connection to at the time, so a waiter may be woken by chance and otherwise comes in by the
+// holder's lease and the jittered retry (docs/postgres.md). Either way, they take turns with
+// no overlap.
 TEST_F(PostgresBackendTest, LocksHoldThroughPgBouncersTransactionPooling) {
   const int port = pg_.StartPgBouncer(2);
   ASSERT_GT(port, 0);

@@ -103,25 +103,31 @@ bool PostgresServer::Promote() {
 }
 
 int PostgresServer::StartPgBouncer(int pool_size) {
-  const int port = FreeTcpPort();
-  const std::string ini = dir_ + "/pgbouncer.ini";
-  {
-    std::ofstream out(ini);
-    out << "[databases]\ndlock = host=127.0.0.1 port=" << port_ << " dbname=dlock user=dlock\n"
-        << "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = " << port << "\nunix_socket_dir =\n"
-        << "auth_type = any\npool_mode = transaction\ndefault_pool_size = " << pool_size
-        << "\nmax_client_conn = 500\nlogfile = " << dir_ << "/pgbouncer.log\n";
-  }
-  if (as_root_ && chown(ini.c_str(), uid_, gid_) != 0) return -1;
-  bouncer_ = std::make_unique<ChildProcess>(AsServerUser({"/usr/sbin/pgbouncer", ini}),
-                                            ChildOptions::LogTo(dir_ + "/pgbouncer.out"));
-  const auto until = std::chrono::steady_clock::now() + 20s;
-  while (std::chrono::steady_clock::now() < until) {
-    ChildProcess psql(AsServerUser({bin_ + "/psql", "-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p",
-                                    std::to_string(port), "-U", "dlock", "-d", "dlock", "-c", "SELECT 1"}));
-    if (psql.Wait(10s) == 0) return port;
-    if (bouncer_->Wait(0ms) != -1) break;  // it exited
-    std::this_thread::sleep_for(50ms);
+  // A free port may be taken by someone else before pgbouncer binds it: then it exits, and a
+  // new port is tried.
+  for (int tries = 0; tries < 3; ++tries) {
+    const int port = FreeTcpPort();
+    const std::string ini = dir_ + "/pgbouncer.ini";
+    {
+      std::ofstream out(ini);
+      out << "[databases]\ndlock = host=127.0.0.1 port=" << port_ << " dbname=dlock user=dlock\n"
+          << "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = " << port << "\nunix_socket_dir =\n"
+          << "auth_type = any\npool_mode = transaction\ndefault_pool_size = " << pool_size
+          << "\nmax_client_conn = 500\nlogfile = " << dir_ << "/pgbouncer.log\n";
+    }
+    if (as_root_ && chown(ini.c_str(), uid_, gid_) != 0) return -1;
+    bouncer_ = std::make_unique<ChildProcess>(AsServerUser({"/usr/sbin/pgbouncer", ini}),
+                                              ChildOptions::LogTo(dir_ + "/pgbouncer.out"));
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    bool exited = false;
+    while (!exited && std::chrono::steady_clock::now() < until) {
+      ChildProcess psql(AsServerUser({bin_ + "/psql", "-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p",
+                                      std::to_string(port), "-U", "dlock", "-d", "dlock", "-c", "SELECT 1"}));
+      if (psql.Wait(10s) == 0) return port;
+      exited = bouncer_->Wait(0ms) != -1;
+      if (!exited) std::this_thread::sleep_for(50ms);
+    }
+    if (!exited) break;  // running, and not answering
   }
   ADD_FAILURE() << "PostgresServer: pgbouncer did not start\n" << ReadTail(dir_ + "/pgbouncer.log", 2000)
                 << ReadTail(dir_ + "/pgbouncer.out", 2000);
