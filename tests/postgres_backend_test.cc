@@ -2,7 +2,8 @@
 // (support/postgres_server.h): its behaviour shared with every backend is in conformance/.
 // Connections dropped by the server do not drop locks (they are rows, not sessions); a lock
 // table dropped by hand is a loss, reported; names and table names that look like SQL are
-// stored as they are; a server that hangs (SIGSTOP) cannot hold a call past its bound.
+// stored as they are; a server that hangs (SIGSTOP) cannot hold a call past its bound; tls=1
+// checks the server's certificate, and cert= and key= show the client's.
 #include <dlock/dlock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "support/postgres_server.h"
+#include "support/tls_certs.h"
 
 namespace dlock_test {
 namespace {
@@ -196,6 +198,58 @@ TEST_F(PostgresBackendTest, LocksHoldThroughPgBouncersTransactionPooling) {
   EXPECT_EQ(overlaps.load(), 0);
   EXPECT_EQ(done.load(), kClients * kRounds);
   EXPECT_EQ(counter, kClients * kRounds);
+}
+
+// The connections of every client of this database that are (encrypted) or not, as
+// "encrypted|plain", from the server's pg_stat_ssl.
+std::string TlsCounts(PostgresServer& pg) {
+  return pg.Sql("SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl) FROM pg_stat_ssl s "
+                "JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'dlock'")
+      .value_or("error");
+}
+
+// tls=1 is sslmode=verify-full: the server's certificate must come from ca= and name the host.
+// tls_verify=0 encrypts without checking.
+TEST_F(PostgresBackendTest, TlsChecksTheServersCertificate) {
+  TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  ASSERT_TRUE(pg_.EnableTls(certs.server_cert(), certs.server_key()));
+  const std::string url = pg_.url() + "?tls=1&ca=" + certs.ca_cert();
+  Open(url, 10000, 0);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(client_, "over-tls", options_, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_GT(dlock_lock_fencing_token(l), 0u);
+  EXPECT_EQ(TlsCounts(pg_), "1|0\n") << "the client's connection is not encrypted";
+  EXPECT_EQ(Holds("dlock_locks", "over-tls"), "1\n");
+  EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+
+  // A server whose certificate another CA issued is refused, and the error says why.
+  dlock_client* other = nullptr;
+  const std::string wrong_ca = pg_.url() + "?tls=1&ca=" + certs.other_ca_cert();
+  EXPECT_EQ(dlock_client_open(wrong_ca.c_str(), &other), DLOCK_EIO);
+  EXPECT_NE(std::string(dlock_last_error()).find("certificate verify failed"), std::string::npos) << dlock_last_error();
+  // tls_verify=0: encrypted, unchecked.
+  const std::string unchecked = wrong_ca + "&tls_verify=0";
+  ASSERT_EQ(dlock_client_open(unchecked.c_str(), &other), DLOCK_OK) << dlock_last_error();
+  ASSERT_EQ(dlock_acquire(other, "over-tls", options_, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(TlsCounts(pg_), "2|0\n");
+  EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
+  dlock_client_close(other);
+}
+
+// cert= and key= are the client's certificate, for a server that asks for one.
+TEST_F(PostgresBackendTest, TlsShowsTheClientsCertificate) {
+  TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  ASSERT_TRUE(pg_.EnableTls(certs.server_cert(), certs.server_key(), certs.ca_cert()));
+  const std::string url = pg_.url() + "?tls=1&ca=" + certs.ca_cert();
+  dlock_client* c = nullptr;
+  EXPECT_NE(dlock_client_open(url.c_str(), &c), DLOCK_OK) << "a client with no certificate was let in";
+  EXPECT_NE(std::string(dlock_last_error()).find("certificate"), std::string::npos) << dlock_last_error();
+  Open(url + "&cert=" + certs.client_cert() + "&key=" + certs.client_key(), 10000, 0);
+  dlock_lock* l = nullptr;
+  ASSERT_EQ(dlock_acquire(client_, "with-cert", options_, &l), DLOCK_OK) << dlock_last_error();
+  EXPECT_EQ(dlock_release(l), DLOCK_OK) << dlock_last_error();
 }
 
 }  // namespace

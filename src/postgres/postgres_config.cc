@@ -101,8 +101,14 @@ std::vector<std::pair<std::string, std::string>> PostgresConfig::ConnectParams()
   if (!target_session_attrs.empty()) p.emplace_back("target_session_attrs", target_session_attrs);
   if (tls.enabled) {
     // tls=1 checks the certificate and its name, as on every scheme; tls_verify=0 encrypts only.
+    // libpq's require checks the chain whenever it finds a root certificate (ca=, or its default
+    // ~/.postgresql/root.crt): with tls_verify=0 it is given a path that cannot exist instead.
     p.emplace_back("sslmode", tls.verify ? "verify-full" : "require");
-    if (!tls.ca.empty()) p.emplace_back("sslrootcert", tls.ca);
+    if (!tls.verify) {
+      p.emplace_back("sslrootcert", "/dev/null/no-root-certificate");
+    } else if (!tls.ca.empty()) {
+      p.emplace_back("sslrootcert", tls.ca);
+    }
     if (!tls.cert.empty()) p.emplace_back("sslcert", tls.cert);
     if (!tls.key.empty()) p.emplace_back("sslkey", tls.key);
   } else {

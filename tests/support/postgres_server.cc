@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -100,6 +102,50 @@ void PostgresServer::Init(const PostgresServer* primary) {
 bool PostgresServer::Promote() {
   ChildProcess promote(AsServerUser({bin_ + "/pg_ctl", "promote", "-D", dir_ + "/data", "-w", "-t", "60"}));
   return promote.Wait(70s) == 0;
+}
+
+bool PostgresServer::EnableTls(const std::string& cert, const std::string& key, const std::string& client_ca) {
+  // The server reads them as its user, and refuses a key others may read.
+  auto place = [&](const std::string& from, const std::string& name) {
+    const std::string to = dir_ + "/" + name;
+    std::error_code ec;
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec || chmod(to.c_str(), 0600) != 0 || (as_root_ && chown(to.c_str(), uid_, gid_) != 0)) {
+      ADD_FAILURE() << "PostgresServer: cannot place " << from << " as " << to << ": " << ec.message();
+      return std::string();
+    }
+    return to;
+  };
+  std::vector<std::string> settings = {"ssl_cert_file = '" + place(cert, "tls_server.crt") + "'",
+                                       "ssl_key_file = '" + place(key, "tls_server.key") + "'"};
+  if (!client_ca.empty()) {
+    settings.push_back("ssl_ca_file = '" + place(client_ca, "tls_client_ca.crt") + "'");
+    const std::string hba = dir_ + "/data/pg_hba.conf";
+    std::ifstream in(hba);
+    const std::string rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream out(hba, std::ios::trunc);
+    out << "hostssl all all 127.0.0.1/32 trust clientcert=verify-ca\nhostnossl all all 127.0.0.1/32 reject\n" << rest;
+  }
+  settings.push_back("ssl = on");
+  std::string error;
+  for (const std::string& setting : settings) {
+    if (!Sql("ALTER SYSTEM SET " + setting, &error)) {
+      ADD_FAILURE() << "PostgresServer: ALTER SYSTEM SET " << setting << ": " << error;
+      return false;
+    }
+  }
+  if (!Sql("SELECT pg_reload_conf()", &error)) {
+    ADD_FAILURE() << "PostgresServer: reload: " << error;
+    return false;
+  }
+  // The postmaster rereads its files when it gets to the signal: until then, new sessions say off.
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (Sql("SHOW ssl").value_or("") == "on\n") return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  ADD_FAILURE() << "PostgresServer: ssl still off after a reload\n" << LogTail();
+  return false;
 }
 
 int PostgresServer::StartPgBouncer(int pool_size) {

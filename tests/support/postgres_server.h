@@ -58,6 +58,11 @@ class PostgresServer {
   void Cont();     // SIGCONT to the same
   // A standby becomes a primary (pg_ctl promote, waited for). True on success.
   bool Promote();
+  // TLS on its TCP port from now on (ssl=on, a configuration reload): cert and key are PEM files,
+  // copied into its dir. With client_ca, TCP connections must also show a client certificate
+  // issued by that CA (pg_hba: hostssl ... clientcert=verify-ca; hostnossl ... reject). Its own
+  // psql goes through the socket, unchanged. True once new connections get it.
+  bool EnableTls(const std::string& cert, const std::string& key, const std::string& client_ca = "");
   // Debian's PgBouncer in front of it, in transaction pooling (pool_size server connections
   // shared by every client), as the server's user: its port, or -1 (after ADD_FAILURE). Stopped
   // by pid with the server.
