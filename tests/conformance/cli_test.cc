@@ -276,7 +276,9 @@ TEST_P(Cli, ReleaseRequestBadInputIsTheUsageCode) {
   for (const std::string good : {"USR2", "SIGHUP", "term", "10"}) {
     Outcome o = Dlock({"--url", server().url(), "exec", "--on-release-request=" + good, name, "--", "true"});
     EXPECT_EQ(o.code, delivers ? 0 : 64) << good << ": " << o.output;
-    if (!delivers) EXPECT_NE(o.output.find("cannot deliver release requests"), std::string::npos) << o.output;
+    if (!delivers) {
+      EXPECT_NE(o.output.find("cannot deliver release requests"), std::string::npos) << o.output;
+    }
   }
   Outcome elected = Dlock({"--url", server().url(), "elect", "--on-release-request", "TERM", name, "--", "true"});
   EXPECT_EQ(elected.code, delivers ? 0 : 64) << elected.output;
