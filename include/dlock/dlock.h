@@ -104,6 +104,14 @@
  *   are whole seconds on etcd: a lock's key may outlive a dead holder by up to about 2 s beyond
  *   lease_ms (lease_ms rounded up, plus one), while the holder's own validity keeps to
  *   lease_ms. Bounds: every call T (open, acquire, release, extend, inspect); waiting W + T.
+ *
+ *   postgres://[user[:password]@]host[:port][,host[:port]...]/DATABASE[?table=T&unlogged=1
+ *              &target_session_attrs=A&tls=1&ca=&cert=&key=&tls_verify=0&params]
+ *   (postgresql:// too) PostgreSQL through libpq, the hosts tried in turn (port 5432 unless
+ *   given). Lock NAME is rows of table T (default dlock_locks; create it with
+ *   dlock_backend_prepare or `dlock prepare`); leases run on the server's clock; the fencing
+ *   token is max(counter + 1, the server's clock in microseconds). prefix= is refused.
+ *   Bounds: every call T, connects included (C bounds a connect); waiting W + T.
  */
 #ifndef DLOCK_DLOCK_H_
 #define DLOCK_DLOCK_H_
@@ -500,28 +508,28 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             expiry, takeover, the item deleted, as long as clocks move forward;
  *                             etcd: the key's create revision). Not Redlock: best effort there
  *   DLOCK_CAP_NOTIFIES        waiters are woken by releases, not only by retries (Redis,
- *                             Redlock, etcd)
+ *                             Redlock, etcd, PostgreSQL)
  *   DLOCK_CAP_SHARED          shared holds (dlock_options_set_kind): Redis, Redlock, DynamoDB,
- *                             etcd
+ *                             etcd, PostgreSQL
  *   DLOCK_CAP_PERMITS         counting semaphores (dlock_options_set_permits): Redis, DynamoDB,
- *                             etcd
+ *                             etcd, PostgreSQL
  *   DLOCK_CAP_FAIR            waiting acquires of every kind are served in arrival order,
  *                             each release handing the lock to the first in line
  *                             (dlock_options_set_fair): Redis (one server, Cluster, Sentinel);
- *                             etcd with layout=mutex (exclusive locks only, its only bit
- *                             beside FENCING_STRICT and NOTIFIES)
+ *                             PostgreSQL; etcd with layout=mutex (exclusive locks only, its
+ *                             only bit beside FENCING_STRICT and NOTIFIES)
  *   DLOCK_CAP_OBSERVE_PUSH    observers (dlock_observe) are told of every release, hand-over
  *                             and new value by the server, not by polling: Redis (one server,
  *                             Cluster, Sentinel). Elsewhere new values are polled (500 ms); a
  *                             new holder of a free name is polled on every backend
  *   DLOCK_CAP_BREAK           an operator can break a lock (dlock_break): Redis (every
  *                             topology), DynamoDB, etcd
- *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend
- *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: every backend
+ *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend but PostgreSQL
+ *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: every backend but PostgreSQL
  *   DLOCK_CAP_RELEASE_REQUEST dlock_request_release reaches holders that listen
  *                             (dlock_options_set_on_release_requested): every backend; pushed
- *                             by Redis (pub/sub) and etcd (a watch), heard at the next renewal
- *                             on DynamoDB
+ *                             by Redis (pub/sub), etcd (a watch) and PostgreSQL (NOTIFY),
+ *                             heard at the next renewal on DynamoDB
  * docs/guarantees.md has the whole matrix.
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u
