@@ -9,9 +9,6 @@
 namespace dlock::postgres {
 namespace {
 
-// The longest wait a refusal may report (a year): a server's number is clamped before use.
-constexpr int64_t kMaxHolderTtlMs = 365LL * 24 * 3600 * 1000;
-
 void ReplaceAll(std::string* s, const std::string& from, const std::string& to) {
   for (size_t at = 0; (at = s->find(from, at)) != std::string::npos; at += to.size()) s->replace(at, from.size(), to);
 }
@@ -82,6 +79,26 @@ bool ParseNotification(const std::string& payload, Notification* out) {
     out->name = payload.substr(2);
     return !out->name.empty();
   }
+  if (payload.rfind("q ", 0) == 0) {
+    const size_t id_end = payload.find(' ', 2);
+    if (id_end == std::string::npos) return false;
+    const size_t length_end = payload.find(' ', id_end + 1);
+    if (length_end == std::string::npos) return false;
+    int64_t length = 0;
+    const size_t reason_at = length_end + 1;
+    const std::string length_text = payload.substr(id_end + 1, length_end - id_end - 1);
+    if (!ParseInt(length_text, &length) || length < 0 || std::to_string(length) != length_text ||
+        static_cast<uint64_t>(length) >= payload.size() - reason_at) {
+      return false;
+    }
+    const size_t reason_end = reason_at + static_cast<size_t>(length);
+    if (payload[reason_end] != ' ') return false;
+    out->requested = true;
+    out->id = payload.substr(2, id_end - 2);
+    out->reason = payload.substr(reason_at, static_cast<size_t>(length));
+    out->name = payload.substr(reason_end + 1);
+    return !out->id.empty() && !out->name.empty();
+  }
   if (payload.rfind("g ", 0) != 0) return false;
   const size_t hold_end = payload.find(' ', 2);
   if (hold_end == std::string::npos) return false;
@@ -118,6 +135,7 @@ Statements StatementsFor(const std::function<std::string(const std::string&)>& q
               "($1, $2, $3::\"char\", $4::integer, $5::integer, $6, $7::bigint, $8::bytea, $9::bigint, $10::boolean)";
   s.leave = "SELECT " + quoted_fn("leave") + "($1, $2, $3)";
   s.release = "SELECT " + quoted_fn("release") + "($1, $2, $3)";
+  s.request = "SELECT " + quoted_fn("request") + "($1, $2, $3)";
   s.renew = "SELECT " + quoted_fn("renew") + "($1::text[], $2::text[], $3::text[], $4::bigint[])";
   s.set_value = "SELECT " + quoted_fn("set_value") + "($1, $2, $3, $4::bytea)";
   s.inspect = "SELECT kind, permits, take, label, fencing_token, remaining_ms, value FROM " +
@@ -300,6 +318,21 @@ void LockProtocol::Inspect(Session* s, const std::string& name, TimePoint deadli
       info.holders.push_back(std::move(h));
     }
     done(Status::Ok(), std::move(info));
+  });
+}
+
+void LockProtocol::RequestRelease(Session* s, const std::string& name, const std::string& id, const std::string& reason,
+                                  TimePoint deadline, std::function<void(Status, uint32_t)> done) {
+  // Sent again after a lost answer, it may tell the holders twice: with the same id, which
+  // they hear once (ReleaseRequestListener).
+  Run(s, sql_.request, {name, id, reason}, deadline, [this, done = std::move(done)](const Status& st, Answer a, bool) {
+    if (!st.ok()) return done(Explained(st, a), 0);
+    int64_t asked = 0;
+    if (a.rows.size() != 1 || a.rows[0].size() != 1 || !ParseInt(a.rows[0][0], &asked) || asked < 0 ||
+        asked > UINT32_MAX) {
+      return done(Garbage("a release request"), 0);
+    }
+    done(Status::Ok(), static_cast<uint32_t>(asked));
   });
 }
 

@@ -15,6 +15,7 @@
 #ifndef DLOCK_POSTGRES_LOCK_PROTOCOL_H_
 #define DLOCK_POSTGRES_LOCK_PROTOCOL_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,9 +27,13 @@
 
 namespace dlock::postgres {
 
+// The longest wait or lease left an answer may report (a year): a server's number is clamped
+// to it before use.
+inline constexpr int64_t kMaxHolderTtlMs = 365LL * 24 * 3600 * 1000;
+
 // The table's functions (schema.sql): each named table + "_" + one of these.
 inline constexpr const char* kFunctionNames[] = {"acquire", "release", "renew", "set_value", "inspect",
-                                                 "serve", "leave", "sweep"};
+                                                 "serve", "leave", "sweep", "request"};
 
 // The schema's text (schema.sql, embedded at build time), and it made ready to run for a
 // table: quoted is the table's quoted name (PQescapeIdentifier), quoted_fn(suffix) the quoted
@@ -39,18 +44,20 @@ std::string SchemaFor(const PostgresConfig& config, const std::string& quoted,
 
 // The statements for one table, quoted once the client can ask libpq (PostgresBackend::Check).
 struct Statements {
-  std::string acquire, release, renew, set_value, inspect, leave;
+  std::string acquire, release, renew, set_value, inspect, leave, request;
   std::string listen;  // LISTEN on the table's channel
 };
 Statements StatementsFor(const std::function<std::string(const std::string&)>& quoted_fn,
                          const std::string& quoted_table);
 
-// A notification on the table's channel: "r NAME" (released: waiters outside the line may try)
-// or "g HOLD TOKEN NAME" (the line's waiter HOLD was served, with TOKEN). False for anything else.
+// A notification on the table's channel: "r NAME" (released: waiters outside the line may try),
+// "g HOLD TOKEN NAME" (the line's waiter HOLD was served, with TOKEN), or "q ID N REASON NAME"
+// (a release request ID, REASON N bytes long, for NAME's holders). False for anything else.
 struct Notification {
-  bool granted = false;
+  bool granted = false, requested = false;
   std::string name, hold;
   uint64_t token = 0;
+  std::string id, reason;  // a release request's
 };
 bool ParseNotification(const std::string& payload, Notification* out);
 
@@ -84,6 +91,9 @@ class LockProtocol {
   void SetValue(Session* s, std::shared_ptr<const LockState> lock, const std::string& value, TimePoint deadline,
                 Done done);
   void Inspect(Session* s, const std::string& name, TimePoint deadline, InspectDone done);
+  // Asks name's holders to let go (request id, reason); done gets how many holds were asked.
+  void RequestRelease(Session* s, const std::string& name, const std::string& id, const std::string& reason,
+                      TimePoint deadline, std::function<void(Status, uint32_t asked)> done);
 
  private:
   // Runs a statement; one whose answer was lost is sent again while deadline lasts. done gets

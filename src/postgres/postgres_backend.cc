@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/token.h"
 #include "postgres/blocking_session.h"
 #include "postgres/connection.h"
 #include "postgres/lock_protocol.h"
@@ -101,7 +102,7 @@ class Listener {
   }
 
   // A release wakes the name's watchers; a waiter served from the line wakes that waiter only
-  // (and the observers, who hear every change).
+  // (and the observers, who hear every change); a release request reaches the holders'.
   void Heard(const std::string& payload) {
     Notification n;
     if (!ParseNotification(payload, &n)) return;  // not dlock's
@@ -109,7 +110,9 @@ class Listener {
     auto [from, to] = watchers_.equal_range(n.name);
     for (auto it = from; it != to; ++it) {
       ReleaseWatcher* w = it->second;
-      if (!n.granted) {
+      if (n.requested) {
+        w->OnReleaseRequested(n.id, n.reason);  // holders' listeners (waiters do nothing with it)
+      } else if (!n.granted) {
         w->OnReleased();
       } else if (w->waiter_id() == n.hold) {
         w->OnHandedOver(n.token);
@@ -237,11 +240,28 @@ class PostgresBackend : public Backend {
     protocol_.Inspect(&async_, name, CallDeadline(), std::move(done));
   }
 
+  Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked) override {
+    std::string id;
+    Status status = NewOwnerToken(&id);  // 128 random bits: tells this request from any other
+    if (!status.ok()) return status;
+    protocol_.RequestRelease(&blocking_, name, id, reason, CallDeadline(), [&](Status s, uint32_t n) {
+      status = std::move(s);
+      *asked = n;
+    });
+    return status;
+  }
+  // A holder listens where waiters do: the client's LISTEN connection.
+  void WatchReleaseRequests(const std::string& name, ReleaseWatcher* watcher) override { listener_.Add(name, watcher); }
+  void UnwatchReleaseRequests(const std::string& name, ReleaseWatcher* watcher) override {
+    listener_.Remove(name, watcher);
+  }
+
   // Tokens: max(counter + 1, the server's clock in µs) under the name's row lock (schema.sql).
   // Releases NOTIFY the table's channel; one LISTEN connection per client hears them.
   // Waiters that will wait keep a place in the name's line (schema.sql, the serve function).
+  // Release requests are notifications too.
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair;
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapReleaseRequest;
   }
 
   // Off the loop (a blocking waiter) it waits for the answer; on it, fire and forget.

@@ -278,6 +278,24 @@ BEGIN
 END
 $$;
 
+-- A release request (dlock_request_release): tells the holders of p_name that someone asks
+-- them to let go, by a notification 'q ID N REASON NAME' (N: REASON's length in bytes); takes
+-- nothing. Returns how many holds were asked (0: nobody holds the name, and nothing is sent).
+CREATE OR REPLACE FUNCTION {{t_request}}(p_name text, p_id text, p_reason text)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_held integer;
+BEGIN
+  SELECT count(*) INTO v_held FROM {{t}} t
+   WHERE t.name = p_name AND t.kind IN ('x', 's', 'p') AND (t.expires IS NULL OR t.expires > clock_timestamp());
+  IF v_held > 0 THEN
+    PERFORM pg_notify({{channel}}, 'q ' || p_id || ' ' || octet_length(p_reason) || ' ' || p_reason || ' ' || p_name);
+  END IF;
+  RETURN v_held;
+END
+$$;
+
 -- Renewals, several in one call: each hold k that is still its owner's gets a new expiry, its
 -- lease from now (0: none); the answer lists the k renewed (1-based). An extend is one of them.
 CREATE OR REPLACE FUNCTION {{t_renew}}(p_names text[], p_holds text[], p_owners text[], p_lease_ms bigint[])

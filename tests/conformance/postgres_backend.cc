@@ -68,7 +68,8 @@ class PostgresBackend : public BackendServer {
 }  // namespace
 
 BackendFactory PostgresBackendFactory() {
-  return {"postgres", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS | DLOCK_CAP_FAIR,
+  return {"postgres", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS | DLOCK_CAP_FAIR |
+                          DLOCK_CAP_RELEASE_REQUEST,
           [] { return std::make_unique<PostgresBackend>(); }};
 }
 
