@@ -6,8 +6,8 @@
 //
 // Asserted (a crash otherwise): a parsed notification names a lock and, for a release request,
 // an id, its reason exactly as long as the payload says, and the payload rebuilt from its parts;
-// a served waiter's token is above 0; an acquire's holder_ttl_ms and remaining_ms stay within
-// kMaxHolderTtlMs; every reader answers exactly once.
+// a served waiter's token is above 0; an acquire's holder_ttl_ms and remaining_ms, an inspect's
+// and a break's leases left, stay within kMaxHolderTtlMs; every reader answers exactly once.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   AcquireOptions options;
   auto lock = std::make_shared<LockState>("name", "owner", 1, 1, options, Now());
   int answered = 0;
-  switch (static_cast<uint8_t>(text[0]) % 6) {
+  switch (static_cast<uint8_t>(text[0]) % 7) {
     case 0: {
       LockRequest request;
       request.name = "name";
@@ -105,6 +105,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         ++answered;
         for (const HolderInfo& h : info.holders) {
           if (s.ok() && (h.remaining_ms < -1 || h.remaining_ms > kMaxHolderTtlMs)) __builtin_trap();
+        }
+      });
+      break;
+    case 5:
+      protocol.Break(&session, "name", "reason", false, deadline, [&](Status s, BreakResult r) {
+        ++answered;
+        if (s.ok() && (r.closed_ms < 0 || r.closed_ms > kMaxHolderTtlMs)) __builtin_trap();
+        for (const HolderInfo& h : r.holders) {
+          if (s.ok() && (h.fencing_token == 0 || h.remaining_ms < -1 || h.remaining_ms > kMaxHolderTtlMs)) __builtin_trap();
         }
       });
       break;

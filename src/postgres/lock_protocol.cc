@@ -136,6 +136,8 @@ Statements StatementsFor(const std::function<std::string(const std::string&)>& q
   s.leave = "SELECT " + quoted_fn("leave") + "($1, $2, $3)";
   s.release = "SELECT " + quoted_fn("release") + "($1, $2, $3)";
   s.request = "SELECT " + quoted_fn("request") + "($1, $2, $3)";
+  s.break_lock = "SELECT b_kind, b_permits, b_closed_ms, b_label, b_remaining_ms, b_token, b_hold FROM " +
+                 quoted_fn("break") + "($1, $2, $3::boolean, $4::bigint, $5::integer)";
   s.renew = "SELECT " + quoted_fn("renew") + "($1::text[], $2::text[], $3::text[], $4::bigint[])";
   s.set_value = "SELECT " + quoted_fn("set_value") + "($1, $2, $3, $4::bytea)";
   s.inspect = "SELECT kind, permits, take, label, fencing_token, remaining_ms, value FROM " +
@@ -220,6 +222,7 @@ void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint dea
       if (!ParseInt(Value(why.substr(5)), &held) || held < 0 || held > UINT32_MAX) return done(Garbage("an acquire"), attempt);
       return done(SortMismatch(request.name, static_cast<uint32_t>(held), request.permits), attempt);
     }
+    if (why == "closed broken") attempt.closed_by = "broken";  // a break's marker closes the name
     int64_t ttl = -2;
     if (row[2] && !ParseInt(row[2], &ttl)) return done(Garbage("an acquire"), attempt);
     attempt.holder_ttl_ms = std::clamp<int64_t>(ttl, -2, kMaxHolderTtlMs);
@@ -309,6 +312,17 @@ void LockProtocol::Inspect(Session* s, const std::string& name, TimePoint deadli
         return done(Garbage("an inspect"), LockInfo());
       }
       const char kind = (*row[0])[0];
+      if (kind == 'b') {  // a break's marker: closed, with no holder
+        info.closed_ms = row[5] ? std::clamp<int64_t>(remaining, 0, kMaxHolderTtlMs) : 0;
+        info.closed_by = info.closed_ms > 0 ? "broken" : "";
+        continue;
+      }
+      if (kind == 'r') {  // a break's record, for a broken holder's loss report
+        if (info.broken.size() < kMaxBrokenRecords) {
+          info.broken.push_back({static_cast<uint64_t>(token), std::move(h.value)});
+        }
+        continue;
+      }
       info.kind = kind == 's' ? LockKind::kShared : LockKind::kExclusive;
       if (kind == 'p') info.permits = static_cast<uint32_t>(permits);
       h.owner = row[3].value_or("");
@@ -333,6 +347,41 @@ void LockProtocol::RequestRelease(Session* s, const std::string& name, const std
       return done(Garbage("a release request"), 0);
     }
     done(Status::Ok(), static_cast<uint32_t>(asked));
+  });
+}
+
+void LockProtocol::Break(Session* s, const std::string& name, const std::string& reason, bool now, TimePoint deadline,
+                         std::function<void(Status, BreakResult)> done) {
+  std::vector<Value> params = {name, reason, std::string(now ? "t" : "f"), std::to_string(kBrokenRecordMs),
+                               std::to_string(kMaxBrokenRecords)};
+  Run(s, sql_.break_lock, std::move(params), deadline, [this, done = std::move(done)](const Status& st, Answer a, bool) {
+    BreakResult result;
+    if (!st.ok()) return done(Explained(st, a), result);
+    if (a.rows.empty()) return done(Garbage("a break"), BreakResult());
+    for (const Row& row : a.rows) {
+      int64_t permits = 0, closed = 0, left = -1, token = 0;
+      if (row.size() != 7 || !ParseInt(row[1], &permits) || !ParseInt(row[2], &closed) || permits < 0 ||
+          permits > UINT32_MAX) {
+        return done(Garbage("a break"), BreakResult());
+      }
+      result.closed_ms = std::clamp<int64_t>(closed, 0, kMaxHolderTtlMs);
+      result.closed_by = result.closed_ms > 0 ? "broken" : "";
+      if (!row[3]) continue;  // nobody held the name
+      if (!row[0] || row[0]->size() != 1 || (row[4] && !ParseInt(row[4], &left)) || !ParseInt(row[5], &token) ||
+          token <= 0 || !row[6]) {
+        return done(Garbage("a break"), BreakResult());
+      }
+      const char kind = (*row[0])[0];
+      result.kind = kind == 's' ? LockKind::kShared : LockKind::kExclusive;
+      if (kind == 'p') result.permits = static_cast<uint32_t>(permits);
+      HolderInfo h;
+      h.owner = *row[3];
+      h.remaining_ms = row[4] ? std::clamp<int64_t>(left, 0, kMaxHolderTtlMs) : -1;
+      h.fencing_token = static_cast<uint64_t>(token);
+      h.hold_id = *row[6];
+      result.holders.push_back(std::move(h));
+    }
+    done(Status::Ok(), std::move(result));
   });
 }
 

@@ -33,7 +33,7 @@ inline constexpr int64_t kMaxHolderTtlMs = 365LL * 24 * 3600 * 1000;
 
 // The table's functions (schema.sql): each named table + "_" + one of these.
 inline constexpr const char* kFunctionNames[] = {"acquire", "release", "renew", "set_value", "inspect",
-                                                 "serve", "leave", "sweep", "request"};
+                                                 "serve", "leave", "sweep", "request", "break"};
 
 // The schema's text (schema.sql, embedded at build time), and it made ready to run for a
 // table: quoted is the table's quoted name (PQescapeIdentifier), quoted_fn(suffix) the quoted
@@ -44,7 +44,7 @@ std::string SchemaFor(const PostgresConfig& config, const std::string& quoted,
 
 // The statements for one table, quoted once the client can ask libpq (PostgresBackend::Check).
 struct Statements {
-  std::string acquire, release, renew, set_value, inspect, leave, request;
+  std::string acquire, release, renew, set_value, inspect, leave, request, break_lock;
   std::string listen;  // LISTEN on the table's channel
 };
 Statements StatementsFor(const std::function<std::string(const std::string&)>& quoted_fn,
@@ -91,6 +91,9 @@ class LockProtocol {
   void SetValue(Session* s, std::shared_ptr<const LockState> lock, const std::string& value, TimePoint deadline,
                 Done done);
   void Inspect(Session* s, const std::string& name, TimePoint deadline, InspectDone done);
+  // Breaks name (now: frees it at once); done gets what was broken (Backend::Break).
+  void Break(Session* s, const std::string& name, const std::string& reason, bool now, TimePoint deadline,
+             std::function<void(Status, BreakResult)> done);
   // Asks name's holders to let go (request id, reason); done gets how many holds were asked.
   void RequestRelease(Session* s, const std::string& name, const std::string& id, const std::string& reason,
                       TimePoint deadline, std::function<void(Status, uint32_t asked)> done);

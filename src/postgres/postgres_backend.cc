@@ -240,6 +240,15 @@ class PostgresBackend : public Backend {
     protocol_.Inspect(&async_, name, CallDeadline(), std::move(done));
   }
 
+  Status Break(const std::string& name, const std::string& reason, bool now, BreakResult* out) override {
+    Status status;
+    protocol_.Break(&blocking_, name, reason, now, CallDeadline(), [&](Status s, BreakResult r) {
+      status = std::move(s);
+      *out = std::move(r);
+    });
+    return status;
+  }
+
   Status RequestRelease(const std::string& name, const std::string& reason, uint32_t* asked) override {
     std::string id;
     Status status = NewOwnerToken(&id);  // 128 random bits: tells this request from any other
@@ -259,9 +268,9 @@ class PostgresBackend : public Backend {
   // Tokens: max(counter + 1, the server's clock in µs) under the name's row lock (schema.sql).
   // Releases NOTIFY the table's channel; one LISTEN connection per client hears them.
   // Waiters that will wait keep a place in the name's line (schema.sql, the serve function).
-  // Release requests are notifications too.
+  // Release requests are notifications too; a break leaves a marker and records (schema.sql).
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapReleaseRequest;
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapReleaseRequest | kCapBreak;
   }
 
   // Off the loop (a blocking waiter) it waits for the answer; on it, fire and forget.

@@ -21,7 +21,9 @@ CREATE {{unlogged}}TABLE IF NOT EXISTS {{t}} (
   name     text        NOT NULL,
   hold     text        NOT NULL,
   -- 'n' the name's row; holds: 'x' exclusive, 's' shared, 'p' a semaphore's; 'w' a waiting
-  -- writer's announcement; waiters in line: 'X', 'S', 'P' (the hold each waits for).
+  -- writer's announcement; waiters in line: 'X', 'S', 'P' (the hold each waits for); a break's
+  -- marker 'b' (hold '~broken': the name closed until it expires) and records 'r' (hold
+  -- '~broken TOKEN': a broken hold's token, the operator's reason as its value).
   kind     "char"      NOT NULL,
   permits  integer     NOT NULL DEFAULT 0,  -- a semaphore's size
   take     integer     NOT NULL DEFAULT 1,  -- the permits a hold takes
@@ -69,6 +71,9 @@ DECLARE
 BEGIN
   IF EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.hold <> '' AND t.expires <= p_now) THEN
     PERFORM {{t_sweep}}(p_name, p_now);
+  END IF;
+  IF EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind = 'b' AND t.expires > p_now) THEN
+    RETURN 0;  -- closed by a break: nobody is served before its marker ends
   END IF;
   SELECT t.token INTO v_last FROM {{t}} t WHERE t.name = p_name AND t.hold = '';
   SELECT coalesce(bool_or(t.kind = 'x'), false), max(CASE WHEN t.kind = 'p' THEN t.permits ELSE 0 END),
@@ -118,7 +123,8 @@ $$;
 -- until the first blocking hold may end (-1: one never expires; NULL: unknown, as when only
 -- waiters in line stand in the way: no hold's end would let this try in), and why is '' or
 -- 'sort N' (the name is held as a semaphore of N permits, or as a lock for N = 0, and this
--- acquire asked for the other: an error, not a refusal).
+-- acquire asked for the other: an error, not a refusal), or 'closed broken' (a break's marker
+-- closes the name; holder_ttl_ms: until it ends).
 --
 -- p_in_line: the acquire will wait, and keeps its place in the fair line (the serve function
 -- above) for p_queue_ms. A try not in line is refused while anyone waits in line.
@@ -145,6 +151,7 @@ DECLARE
   v_blocked boolean;
   v_until timestamptz;
   v_forever boolean;
+  v_closed timestamptz;  -- a break's marker stands until then
 BEGIN
   SELECT t.token INTO v_last FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
   IF NOT FOUND THEN
@@ -163,8 +170,9 @@ BEGIN
                                 AND (t.expires IS NULL OR t.expires > v_now)),
          coalesce(bool_or(t.hold = p_hold AND t.kind NOT IN ('x', 's', 'p')), false),
          coalesce(bool_or(t.kind IN ('X', 'S', 'P') AND t.hold <> p_hold AND t.expires > v_now), false),
-         coalesce(bool_or(t.kind IN ('x', 'w') AND t.hold <> p_hold AND (t.expires IS NULL OR t.expires > v_now)), false)
-    INTO v_expired, v_sort, v_taken, v_mine, v_marks, v_line, v_writers
+         coalesce(bool_or(t.kind IN ('x', 'w') AND t.hold <> p_hold AND (t.expires IS NULL OR t.expires > v_now)), false),
+         max(t.expires) FILTER (WHERE t.kind = 'b' AND t.expires > v_now)
+    INTO v_expired, v_sort, v_taken, v_mine, v_marks, v_line, v_writers, v_closed
     FROM {{t}} t WHERE t.name = p_name AND t.hold <> '';
   IF v_expired > 0 THEN
     PERFORM {{t_sweep}}(p_name, v_now);
@@ -197,7 +205,7 @@ BEGIN
     RETURN;
   END IF;
 
-  IF (p_in_line AND p_queue_ms > 0) OR v_line THEN
+  IF (p_in_line AND p_queue_ms > 0) OR v_line OR v_closed IS NOT NULL THEN
     v_blocked := true;
   ELSIF p_kind = 'x' THEN
     v_blocked := v_sort IS NOT NULL;
@@ -214,11 +222,12 @@ BEGIN
     END IF;
     SELECT min(t.expires), bool_or(t.expires IS NULL) INTO v_until, v_forever
       FROM {{t}} t WHERE t.name = p_name AND t.hold <> p_hold AND (t.expires IS NULL OR t.expires > v_now)
-                     AND (t.kind IN ('x', 'p') OR (t.kind = 's' AND p_kind <> 's') OR (t.kind = 'w' AND p_kind = 's'));
+                     AND (t.kind IN ('x', 'p', 'b') OR (t.kind = 's' AND p_kind <> 's') OR (t.kind = 'w' AND p_kind = 's'));
     RETURN QUERY SELECT false, 0::bigint,
       CASE WHEN v_forever THEN -1::bigint
            WHEN v_until IS NULL THEN NULL::bigint  -- only the line stands in the way: unknown
-           ELSE greatest(0, ceil(extract(epoch FROM v_until - v_now) * 1000))::bigint END, ''::text;
+           ELSE greatest(0, ceil(extract(epoch FROM v_until - v_now) * 1000))::bigint END,
+      CASE WHEN v_closed IS NOT NULL THEN 'closed broken' ELSE '' END;
     RETURN;
   END IF;
 
@@ -278,6 +287,79 @@ BEGIN
 END
 $$;
 
+-- Break (dlock_break): an operator's takeover. Deletes every hold of p_name, never its counter,
+-- so the next token is still above every earlier one. Records each broken hold's token with
+-- the reason (kind 'r', for p_keep_ms; the newest p_max_records kept), so that a broken
+-- holder's next renewal, extend or release can say why it was refused (the inspect function).
+-- Unless p_now, closes the name (kind 'b', no owner) until the broken holds' leases would have
+-- ended, or as long as an earlier break's marker has left: a broken holder works on until it
+-- hears, and nobody may overlap it. Waiters are woken; p_now serves the line. One row per
+-- broken hold (one with b_label NULL when none was): its kind and permits, how long the name
+-- stays closed (ms; 0: free now), and the hold's label, lease left (NULL: none), token and id.
+CREATE OR REPLACE FUNCTION {{t_break}}(p_name text, p_reason text, p_now boolean, p_keep_ms bigint,
+                                       p_max_records integer)
+RETURNS TABLE (b_kind "char", b_permits integer, b_closed_ms bigint, b_label text, b_remaining_ms bigint,
+               b_token bigint, b_hold text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_now timestamptz;
+  v_closing bigint;
+  v_left bigint;
+  v_kinds "char"[] := '{}';
+  v_permits integer[] := '{}';
+  v_labels text[] := '{}';
+  v_lefts bigint[] := '{}';
+  v_tokens bigint[] := '{}';
+  v_holds text[] := '{}';
+  w record;
+BEGIN
+  PERFORM 1 FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
+  v_now := clock_timestamp();
+  -- An earlier break's marker keeps what is left of it: its broken holders may not know yet.
+  SELECT coalesce(max(ceil(extract(epoch FROM t.expires - v_now) * 1000)), 0)::bigint INTO v_closing
+    FROM {{t}} t WHERE t.name = p_name AND t.kind = 'b' AND t.expires > v_now;
+  FOR w IN DELETE FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('x', 's', 'p')
+           RETURNING t.kind, t.permits, t.owner, t.token, t.expires, t.hold LOOP
+    CONTINUE WHEN w.expires <= v_now;  -- already over: nobody's to break
+    v_left := CASE WHEN w.expires IS NULL THEN NULL
+                   ELSE greatest(0, ceil(extract(epoch FROM w.expires - v_now) * 1000))::bigint END;
+    v_closing := greatest(v_closing, coalesce(v_left, 0));
+    v_kinds := v_kinds || w.kind;
+    v_permits := v_permits || w.permits;
+    v_labels := v_labels || CASE WHEN position('|' IN w.owner) = 0 THEN ''
+                                 ELSE substr(w.owner, position('|' IN w.owner) + 1) END;
+    v_lefts := v_lefts || v_left;
+    v_tokens := v_tokens || w.token;
+    v_holds := v_holds || w.hold;
+    INSERT INTO {{t}} (name, hold, kind, token, expires, value)
+      VALUES (p_name, '~broken ' || w.token, 'r', w.token, v_now + p_keep_ms * interval '1 millisecond',
+              convert_to(p_reason, 'UTF8'))
+      ON CONFLICT (name, hold) DO UPDATE SET expires = excluded.expires, value = excluded.value;
+  END LOOP;
+  -- Only the newest records stay (the greatest tokens).
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.kind = 'r' AND t.hold NOT IN (
+    SELECT r.hold FROM {{t}} r WHERE r.name = p_name AND r.kind = 'r' ORDER BY r.token DESC LIMIT p_max_records);
+  IF p_now THEN
+    v_closing := 0;
+  END IF;
+  IF v_closing > 0 THEN
+    INSERT INTO {{t}} (name, hold, kind, expires)
+      VALUES (p_name, '~broken', 'b', v_now + v_closing * interval '1 millisecond')
+      ON CONFLICT (name, hold) DO UPDATE SET expires = excluded.expires;
+    PERFORM pg_notify({{channel}}, 'r ' || p_name);  -- waiters learn how long it stays closed
+  ELSE
+    DELETE FROM {{t}} t WHERE t.name = p_name AND t.kind = 'b';
+    PERFORM {{t_serve}}(p_name, v_now, true);  -- serves the line, or tells the waiters outside it
+  END IF;
+  IF cardinality(v_holds) = 0 THEN
+    RETURN QUERY SELECT NULL::"char", 0, v_closing, NULL::text, NULL::bigint, NULL::bigint, NULL::text;
+  ELSE
+    RETURN QUERY SELECT u.k, u.p, v_closing, u.l, u.r, u.tk, u.h
+      FROM unnest(v_kinds, v_permits, v_labels, v_lefts, v_tokens, v_holds) AS u(k, p, l, r, tk, h);
+  END IF;
+END
+$$;
+
 -- A release request (dlock_request_release): tells the holders of p_name that someone asks
 -- them to let go, by a notification 'q ID N REASON NAME' (N: REASON's length in bytes); takes
 -- nothing. Returns how many holds were asked (0: nobody holds the name, and nothing is sent).
@@ -324,7 +406,8 @@ $$;
 
 -- Who holds name now, oldest token first: the holds not expired, each owner's label (what
 -- follows the first '|' of its owner value: the secret token before it never leaves the
--- server here), what is left of each lease in ms (NULL: no expiry).
+-- server here), what is left of each lease in ms (NULL: no expiry); and a break's marker and
+-- records (kinds 'b' and 'r'), for the client to read apart.
 CREATE OR REPLACE FUNCTION {{t_inspect}}(p_name text)
 RETURNS TABLE (kind "char", permits integer, take integer, label text, fencing_token bigint,
                remaining_ms bigint, value bytea)
@@ -336,6 +419,7 @@ LANGUAGE sql AS $$
               ELSE ceil(extract(epoch FROM t.expires - clock_timestamp()) * 1000)::bigint END,
          t.value
     FROM {{t}} t
-   WHERE t.name = p_name AND t.hold <> '' AND t.kind IN ('x', 's', 'p') AND (t.expires IS NULL OR t.expires > clock_timestamp())
+   WHERE t.name = p_name AND t.hold <> '' AND t.kind IN ('x', 's', 'p', 'b', 'r')
+     AND (t.expires IS NULL OR t.expires > clock_timestamp())
    ORDER BY t.token
 $$;
