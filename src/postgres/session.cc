@@ -31,7 +31,11 @@ PGconn* StartConnecting(const PostgresConfig& config) {
   }
   keys.push_back(nullptr);
   values.push_back(nullptr);
-  return PQconnectStartParams(keys.data(), values.data(), 0);
+  PGconn* conn = PQconnectStartParams(keys.data(), values.data(), 0);
+  // libpq prints a server's notices (e.g. dlock prepare's "already exists, skipping") to
+  // stderr unless told otherwise: a library's callers' stderr is not ours to write to.
+  if (conn != nullptr) PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  return conn;
 }
 
 void ReadResult(PGresult* result, const std::string& where, Answer* answer, Status* error) {
