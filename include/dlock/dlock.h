@@ -524,8 +524,8 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             new holder of a free name is polled on every backend
  *   DLOCK_CAP_BREAK           an operator can break a lock (dlock_break): Redis (every
  *                             topology), DynamoDB, etcd, PostgreSQL
- *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend but PostgreSQL
- *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: every backend but PostgreSQL
+ *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend
+ *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: every backend
  *   DLOCK_CAP_RELEASE_REQUEST dlock_request_release reaches holders that listen
  *                             (dlock_options_set_on_release_requested): every backend; pushed
  *                             by Redis (pub/sub), etcd (a watch) and PostgreSQL (NOTIFY),

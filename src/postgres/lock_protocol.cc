@@ -132,7 +132,8 @@ Statements StatementsFor(const std::function<std::string(const std::string&)>& q
                          const std::string& quoted_table) {
   Statements s;
   s.acquire = "SELECT acquired, fencing_token, holder_ttl_ms, why FROM " + quoted_fn("acquire") +
-              "($1, $2, $3::\"char\", $4::integer, $5::integer, $6, $7::bigint, $8::bytea, $9::bigint, $10::boolean)";
+              "($1, $2, $3::\"char\", $4::integer, $5::integer, $6, $7::bigint, $8::bytea, $9::bigint, $10::boolean, "
+              "$11::bigint, $12::bigint)";
   s.leave = "SELECT " + quoted_fn("leave") + "($1, $2, $3)";
   s.release = "SELECT " + quoted_fn("release") + "($1, $2, $3)";
   s.request = "SELECT " + quoted_fn("request") + "($1, $2, $3)";
@@ -196,7 +197,9 @@ void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint dea
                                std::to_string(request.lease_ms),
                                request.value.empty() ? Value() : Value(Hex(request.value)),
                                std::to_string(request.queue_ms),
-                               std::string(request.waiter_id.empty() ? "f" : "t")};
+                               std::string(request.waiter_id.empty() ? "f" : "t"),
+                               std::to_string(request.min_hold_ms),
+                               std::to_string(request.lock_delay_ms)};
   Run(s, sql_.acquire, std::move(params), deadline,
       [this, request, done = std::move(done)](const Status& st, Answer a, bool maybe_ran) {
     AcquireAttempt attempt;
@@ -222,7 +225,10 @@ void LockProtocol::Acquire(Session* s, const LockRequest& request, TimePoint dea
       if (!ParseInt(Value(why.substr(5)), &held) || held < 0 || held > UINT32_MAX) return done(Garbage("an acquire"), attempt);
       return done(SortMismatch(request.name, static_cast<uint32_t>(held), request.permits), attempt);
     }
-    if (why == "closed broken") attempt.closed_by = "broken";  // a break's marker closes the name
+    // A marker closes the name: a break's, or a job rule's.
+    for (const char* by : {"broken", "min_hold", "lock_delay"}) {
+      if (why == std::string("closed ") + by) attempt.closed_by = by;
+    }
     int64_t ttl = -2;
     if (row[2] && !ParseInt(row[2], &ttl)) return done(Garbage("an acquire"), attempt);
     attempt.holder_ttl_ms = std::clamp<int64_t>(ttl, -2, kMaxHolderTtlMs);
@@ -241,6 +247,10 @@ void LockProtocol::Leave(Session* s, const std::string& name, const std::string&
 }
 
 void LockProtocol::Release(Session* s, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done) {
+  // An acquire nobody took is given back as if it had not happened: no job rule's marker stays.
+  if (lock->given_back.load()) {
+    return Leave(s, lock->name, HoldIdOf(lock->owner_value), lock->owner_value, deadline, std::move(done));
+  }
   std::vector<Value> params = {lock->name, HoldIdOf(lock->owner_value), lock->owner_value};
   Run(s, sql_.release, std::move(params), deadline, [this, lock, done = std::move(done)](const Status& st, Answer a, bool maybe_ran) {
     if (!st.ok() && st.code() == Code::kIoError && give_back_) {
@@ -301,6 +311,8 @@ void LockProtocol::SetValue(Session* s, std::shared_ptr<const LockState> lock, c
 void LockProtocol::Inspect(Session* s, const std::string& name, TimePoint deadline, InspectDone done) {
   Run(s, sql_.inspect, {name}, deadline, [this, done = std::move(done)](const Status& st, Answer a, bool) {
     LockInfo info;
+    int64_t rule_ms = 0;  // the latest job rule's marker: how long it closes the name, and which
+    std::string rule_by;
     if (!st.ok()) return done(Explained(st, a), info);
     for (const Row& row : a.rows) {
       int64_t permits = 0, take = 0, token = 0, remaining = -1;
@@ -317,6 +329,14 @@ void LockProtocol::Inspect(Session* s, const std::string& name, TimePoint deadli
         info.closed_by = info.closed_ms > 0 ? "broken" : "";
         continue;
       }
+      if (kind == 'm' || kind == 'd') {  // a job rule's marker: it closes the name while nobody holds it
+        const int64_t left = row[5] ? std::clamp<int64_t>(remaining, 0, kMaxHolderTtlMs) : 0;
+        if (left > rule_ms) {
+          rule_ms = left;
+          rule_by = kind == 'm' ? "min_hold" : "lock_delay";
+        }
+        continue;
+      }
       if (kind == 'r') {  // a break's record, for a broken holder's loss report
         if (info.broken.size() < kMaxBrokenRecords) {
           info.broken.push_back({static_cast<uint64_t>(token), std::move(h.value)});
@@ -330,6 +350,10 @@ void LockProtocol::Inspect(Session* s, const std::string& name, TimePoint deadli
       h.remaining_ms = row[5] ? std::clamp<int64_t>(remaining, 0, kMaxHolderTtlMs) : -1;
       h.take = static_cast<uint32_t>(take);
       info.holders.push_back(std::move(h));
+    }
+    if (info.holders.empty() && rule_ms > info.closed_ms) {
+      info.closed_ms = rule_ms;
+      info.closed_by = rule_by;
     }
     done(Status::Ok(), std::move(info));
   });

@@ -268,9 +268,10 @@ class PostgresBackend : public Backend {
   // Tokens: max(counter + 1, the server's clock in µs) under the name's row lock (schema.sql).
   // Releases NOTIFY the table's channel; one LISTEN connection per client hears them.
   // Waiters that will wait keep a place in the name's line (schema.sql, the serve function).
-  // Release requests are notifications too; a break leaves a marker and records (schema.sql).
+  // Release requests are notifications too; a break and the job rules leave markers (schema.sql).
   uint32_t Capabilities() const override {
-    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapReleaseRequest | kCapBreak;
+    return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapReleaseRequest | kCapBreak |
+           kCapMinHold | kCapLockDelay;
   }
 
   // Off the loop (a blocking waiter) it waits for the answer; on it, fire and forget.

@@ -23,7 +23,8 @@ CREATE {{unlogged}}TABLE IF NOT EXISTS {{t}} (
   -- 'n' the name's row; holds: 'x' exclusive, 's' shared, 'p' a semaphore's; 'w' a waiting
   -- writer's announcement; waiters in line: 'X', 'S', 'P' (the hold each waits for); a break's
   -- marker 'b' (hold '~broken': the name closed until it expires) and records 'r' (hold
-  -- '~broken TOKEN': a broken hold's token, the operator's reason as its value).
+  -- '~broken TOKEN': a broken hold's token, the operator's reason as its value); job rules'
+  -- markers 'm' (hold '~min_hold') and 'd' (hold '~lock_delay'), owner-less, until expires.
   kind     "char"      NOT NULL,
   permits  integer     NOT NULL DEFAULT 0,  -- a semaphore's size
   take     integer     NOT NULL DEFAULT 1,  -- the permits a hold takes
@@ -34,18 +35,39 @@ CREATE {{unlogged}}TABLE IF NOT EXISTS {{t}} (
   value    bytea,
   lease_ms bigint      NOT NULL DEFAULT 0,  -- a waiter's lease, counted from since
   since    timestamptz,                     -- a waiter's last try
+  -- Job rules: a hold's min hold ends at min_until (a waiter's: min_hold_ms after it is
+  -- served), and an unclean end (its lease ran out) closes the name delay_ms more.
+  min_hold_ms bigint   NOT NULL DEFAULT 0,
+  min_until   timestamptz,
+  delay_ms    bigint   NOT NULL DEFAULT 0,
   PRIMARY KEY (name, hold)
 );
+-- A table prepared before the job rules came gets their columns.
+ALTER TABLE {{t}} ADD COLUMN IF NOT EXISTS min_hold_ms bigint NOT NULL DEFAULT 0,
+                  ADD COLUMN IF NOT EXISTS min_until timestamptz,
+                  ADD COLUMN IF NOT EXISTS delay_ms bigint NOT NULL DEFAULT 0;
 -- Deletes name's rows expired by p_now, but those another transaction has locked (a release or
 -- a renewal of that row, which takes the name's row lock after it: waiting for it here, with
 -- the name's row locked, could deadlock). Those go at the next look; every reader treats an
--- expired row as gone meanwhile.
+-- expired row as gone meanwhile. A hold that ended so (an unclean end) leaves its job rules'
+-- markers: its min hold's end, and its lease's end + its lock-delay, those still to come.
 CREATE OR REPLACE FUNCTION {{t_sweep}}(p_name text, p_now timestamptz)
 RETURNS void
 LANGUAGE sql AS $$
-  DELETE FROM {{t}} t WHERE t.ctid IN (
-    SELECT e.ctid FROM {{t}} e WHERE e.name = p_name AND e.hold <> '' AND e.expires <= p_now
-       FOR UPDATE SKIP LOCKED)
+  WITH gone AS (
+    DELETE FROM {{t}} t WHERE t.ctid IN (
+      SELECT e.ctid FROM {{t}} e WHERE e.name = p_name AND e.hold <> '' AND e.expires <= p_now
+         FOR UPDATE SKIP LOCKED)
+    RETURNING t.kind, t.expires, t.min_until, t.delay_ms)
+  INSERT INTO {{t}} AS t (name, hold, kind, expires)
+  SELECT p_name, m.hold, m.kind, max(m.ends) FROM (
+      SELECT '~min_hold' AS hold, 'm'::"char" AS kind, g.min_until AS ends FROM gone g
+       WHERE g.kind IN ('x', 's', 'p') AND g.min_until > p_now
+      UNION ALL
+      SELECT '~lock_delay', 'd'::"char", g.expires + g.delay_ms * interval '1 millisecond' FROM gone g
+       WHERE g.kind IN ('x', 's', 'p') AND g.delay_ms > 0 AND g.expires + g.delay_ms * interval '1 millisecond' > p_now
+    ) m GROUP BY m.hold, m.kind
+  ON CONFLICT (name, hold) DO UPDATE SET expires = greatest(t.expires, excluded.expires)
 $$;
 
 -- The fair line: waiters that will wait (p_in_line) keep a row in it, renewed by each try, and
@@ -80,7 +102,10 @@ BEGIN
          coalesce(sum(t.take), 0), count(*) > 0
     INTO v_exclusive, v_sort, v_taken, v_held
     FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('x', 's', 'p');
-  FOR w IN SELECT t.hold, t.kind, t.permits, t.take, t.lease_ms, t.since FROM {{t}} t
+  IF NOT v_held AND EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('m', 'd') AND t.expires > p_now) THEN
+    RETURN 0;  -- a job rule's marker closes the name while no hold stands
+  END IF;
+  FOR w IN SELECT t.hold, t.kind, t.permits, t.take, t.lease_ms, t.since, t.min_hold_ms FROM {{t}} t
             WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P') ORDER BY t.token LOOP
     IF w.kind = 'X' THEN
       EXIT WHEN v_held;
@@ -93,7 +118,8 @@ BEGIN
     v_last := v_token;
     UPDATE {{t}} t
        SET kind = lower(w.kind::text)::"char", token = v_token,
-           expires = CASE WHEN w.lease_ms = 0 THEN NULL ELSE w.since + w.lease_ms * interval '1 millisecond' END
+           expires = CASE WHEN w.lease_ms = 0 THEN NULL ELSE w.since + w.lease_ms * interval '1 millisecond' END,
+           min_until = CASE WHEN w.min_hold_ms > 0 THEN p_now + w.min_hold_ms * interval '1 millisecond' END
      WHERE t.name = p_name AND t.hold = w.hold;
     PERFORM pg_notify({{channel}}, 'g ' || w.hold || ' ' || v_token || ' ' || p_name);
     v_served := v_served + 1;
@@ -123,17 +149,24 @@ $$;
 -- until the first blocking hold may end (-1: one never expires; NULL: unknown, as when only
 -- waiters in line stand in the way: no hold's end would let this try in), and why is '' or
 -- 'sort N' (the name is held as a semaphore of N permits, or as a lock for N = 0, and this
--- acquire asked for the other: an error, not a refusal), or 'closed broken' (a break's marker
--- closes the name; holder_ttl_ms: until it ends).
+-- acquire asked for the other: an error, not a refusal), or 'closed broken', 'closed
+-- min_hold', 'closed lock_delay' (a marker closes the name; holder_ttl_ms: until it ends).
+--
+-- Job rules (p_min_hold_ms, p_lock_delay_ms; 0: none): the hold won keeps them (min_until,
+-- delay_ms). While no hold stands, the name stays closed until every min hold's end, and
+-- until every uncleanly ended hold's lease end + its delay (the markers that sweeping or a
+-- release left, and the expired holds not swept yet alike).
 --
 -- p_in_line: the acquire will wait, and keeps its place in the fair line (the serve function
 -- above) for p_queue_ms. A try not in line is refused while anyone waits in line.
 -- Writer preference without a line: an exclusive acquire refused with p_queue_ms > 0 leaves a
 -- row of kind 'w' under its hold id for that long, and while one stands no new shared hold is
 -- granted; its acquire replaces it, and one that gave up leaves it to lapse.
+DROP FUNCTION IF EXISTS {{t_acquire}}(text, text, "char", integer, integer, text, bigint, bytea, bigint, boolean);
 CREATE OR REPLACE FUNCTION {{t_acquire}}(p_name text, p_hold text, p_kind "char", p_permits integer,
                                          p_take integer, p_owner text, p_lease_ms bigint, p_value bytea,
-                                         p_queue_ms bigint DEFAULT 0, p_in_line boolean DEFAULT false)
+                                         p_queue_ms bigint DEFAULT 0, p_in_line boolean DEFAULT false,
+                                         p_min_hold_ms bigint DEFAULT 0, p_lock_delay_ms bigint DEFAULT 0)
 RETURNS TABLE (acquired boolean, fencing_token bigint, holder_ttl_ms bigint, why text)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -152,6 +185,9 @@ DECLARE
   v_until timestamptz;
   v_forever boolean;
   v_closed timestamptz;  -- a break's marker stands until then
+  v_min_end timestamptz;    -- a min hold's end
+  v_delay_end timestamptz;  -- an unclean end's lock-delay's end
+  v_delay bigint := CASE WHEN p_lease_ms = 0 THEN 0 ELSE p_lock_delay_ms END;  -- no lease: no unclean end
 BEGIN
   SELECT t.token INTO v_last FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
   IF NOT FOUND THEN
@@ -171,12 +207,19 @@ BEGIN
          coalesce(bool_or(t.hold = p_hold AND t.kind NOT IN ('x', 's', 'p')), false),
          coalesce(bool_or(t.kind IN ('X', 'S', 'P') AND t.hold <> p_hold AND t.expires > v_now), false),
          coalesce(bool_or(t.kind IN ('x', 'w') AND t.hold <> p_hold AND (t.expires IS NULL OR t.expires > v_now)), false),
-         max(t.expires) FILTER (WHERE t.kind = 'b' AND t.expires > v_now)
-    INTO v_expired, v_sort, v_taken, v_mine, v_marks, v_line, v_writers, v_closed
+         max(t.expires) FILTER (WHERE t.kind = 'b' AND t.expires > v_now),
+         max(CASE WHEN t.kind = 'm' THEN t.expires ELSE t.min_until END)
+           FILTER (WHERE t.kind = 'm' OR (t.kind IN ('x', 's', 'p') AND t.expires <= v_now)),
+         max(CASE WHEN t.kind = 'd' THEN t.expires ELSE t.expires + t.delay_ms * interval '1 millisecond' END)
+           FILTER (WHERE t.kind = 'd' OR (t.kind IN ('x', 's', 'p') AND t.expires <= v_now AND t.delay_ms > 0))
+    INTO v_expired, v_sort, v_taken, v_mine, v_marks, v_line, v_writers, v_closed, v_min_end, v_delay_end
     FROM {{t}} t WHERE t.name = p_name AND t.hold <> '';
   IF v_expired > 0 THEN
     PERFORM {{t_sweep}}(p_name, v_now);
   END IF;
+  -- Job rules close the name only while no hold stands.
+  IF v_min_end <= v_now OR v_sort IS NOT NULL THEN v_min_end := NULL; END IF;
+  IF v_delay_end <= v_now OR v_sort IS NOT NULL THEN v_delay_end := NULL; END IF;
 
   -- What the name is while held: a semaphore of N (its permits' N), or a lock (0).
   IF v_sort IS NOT NULL AND v_sort <> (CASE WHEN p_kind = 'p' THEN p_permits ELSE 0 END) THEN
@@ -185,12 +228,14 @@ BEGIN
   END IF;
 
   IF p_in_line AND p_queue_ms > 0 AND v_mine IS NULL THEN
-    INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value, lease_ms, since)
+    INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value, lease_ms, since, min_hold_ms,
+                       delay_ms)
       VALUES (p_name, p_hold, upper(p_kind::text)::"char", p_permits, p_take, p_owner,
               (SELECT coalesce(max(t.token), 0) + 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')),
-              v_now + p_queue_ms * interval '1 millisecond', p_value, p_lease_ms, v_now)
+              v_now + p_queue_ms * interval '1 millisecond', p_value, p_lease_ms, v_now, p_min_hold_ms, v_delay)
       ON CONFLICT (name, hold) DO UPDATE
-        SET expires = excluded.expires, since = excluded.since, lease_ms = excluded.lease_ms, value = excluded.value
+        SET expires = excluded.expires, since = excluded.since, lease_ms = excluded.lease_ms, value = excluded.value,
+            min_hold_ms = excluded.min_hold_ms, delay_ms = excluded.delay_ms
         WHERE {{t}}.kind IN ('X', 'S', 'P') AND {{t}}.owner = p_owner;
     PERFORM {{t_serve}}(p_name, v_now, false);
     SELECT t.token INTO v_mine FROM {{t}} t
@@ -205,7 +250,8 @@ BEGIN
     RETURN;
   END IF;
 
-  IF (p_in_line AND p_queue_ms > 0) OR v_line OR v_closed IS NOT NULL THEN
+  IF (p_in_line AND p_queue_ms > 0) OR v_line OR v_closed IS NOT NULL OR v_min_end IS NOT NULL
+     OR v_delay_end IS NOT NULL THEN
     v_blocked := true;
   ELSIF p_kind = 'x' THEN
     v_blocked := v_sort IS NOT NULL;
@@ -219,6 +265,12 @@ BEGIN
       INSERT INTO {{t}} (name, hold, kind, owner, expires)
         VALUES (p_name, p_hold, 'w', p_owner, v_now + p_queue_ms * interval '1 millisecond')
         ON CONFLICT (name, hold) DO UPDATE SET expires = excluded.expires WHERE {{t}}.kind = 'w';
+    END IF;
+    IF v_closed IS NULL AND (v_min_end IS NOT NULL OR v_delay_end IS NOT NULL) THEN
+      RETURN QUERY SELECT false, 0::bigint,
+        greatest(0, ceil(extract(epoch FROM greatest(v_min_end, v_delay_end) - v_now) * 1000))::bigint,
+        CASE WHEN v_delay_end >= coalesce(v_min_end, v_delay_end) THEN 'closed lock_delay' ELSE 'closed min_hold' END;
+      RETURN;
     END IF;
     SELECT min(t.expires), bool_or(t.expires IS NULL) INTO v_until, v_forever
       FROM {{t}} t WHERE t.name = p_name AND t.hold <> p_hold AND (t.expires IS NULL OR t.expires > v_now)
@@ -236,33 +288,47 @@ BEGIN
   IF v_marks THEN
     DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold;
   END IF;
-  INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value)
+  INSERT INTO {{t}} (name, hold, kind, permits, take, owner, token, expires, value, min_until, delay_ms)
     VALUES (p_name, p_hold, p_kind, p_permits, p_take, p_owner, v_token,
-            CASE WHEN p_lease_ms = 0 THEN NULL ELSE v_now + p_lease_ms * interval '1 millisecond' END, p_value)
+            CASE WHEN p_lease_ms = 0 THEN NULL ELSE v_now + p_lease_ms * interval '1 millisecond' END, p_value,
+            CASE WHEN p_min_hold_ms > 0 THEN v_now + p_min_hold_ms * interval '1 millisecond' END, v_delay)
     ON CONFLICT (name, hold) DO UPDATE
       SET kind = excluded.kind, permits = excluded.permits, take = excluded.take, owner = excluded.owner,
-          token = excluded.token, expires = excluded.expires, value = excluded.value, lease_ms = 0, since = NULL;
+          token = excluded.token, expires = excluded.expires, value = excluded.value, lease_ms = 0, since = NULL,
+          min_until = excluded.min_until, delay_ms = excluded.delay_ms;
   RETURN QUERY SELECT true, v_token, NULL::bigint, ''::text;
 END
 $$;
 
 -- Release: true when the hold was still the owner's (not expired); its row goes either way.
--- The line's head is served; when nobody waits in line any more, the waiters that wait
--- outside it are told 'r NAME'.
+-- Its min hold, still to come, leaves a marker; a release after the lease ran out (an unclean
+-- end) leaves its lock-delay's too. The line's head is served; when nobody waits in line any
+-- more, the waiters that wait outside it are told 'r NAME'.
 CREATE OR REPLACE FUNCTION {{t_release}}(p_name text, p_hold text, p_owner text)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
   v_expires timestamptz;
+  v_min_until timestamptz;
+  v_delay bigint;
   v_now timestamptz;
 BEGIN
   PERFORM 1 FROM {{t}} t WHERE t.name = p_name AND t.hold = '' FOR UPDATE;
   DELETE FROM {{t}} t WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind IN ('x', 's', 'p')
-    RETURNING t.expires INTO v_expires;
+    RETURNING t.expires, t.min_until, t.delay_ms INTO v_expires, v_min_until, v_delay;
   IF NOT FOUND THEN
     RETURN false;
   END IF;
   v_now := clock_timestamp();
+  IF v_min_until > v_now THEN
+    INSERT INTO {{t}} AS t (name, hold, kind, expires) VALUES (p_name, '~min_hold', 'm', v_min_until)
+      ON CONFLICT (name, hold) DO UPDATE SET expires = greatest(t.expires, excluded.expires);
+  END IF;
+  IF v_expires <= v_now AND v_delay > 0 AND v_expires + v_delay * interval '1 millisecond' > v_now THEN
+    INSERT INTO {{t}} AS t (name, hold, kind, expires)
+      VALUES (p_name, '~lock_delay', 'd', v_expires + v_delay * interval '1 millisecond')
+      ON CONFLICT (name, hold) DO UPDATE SET expires = greatest(t.expires, excluded.expires);
+  END IF;
   IF EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
     PERFORM {{t_serve}}(p_name, v_now, true);
   ELSE
@@ -287,7 +353,8 @@ BEGIN
 END
 $$;
 
--- Break (dlock_break): an operator's takeover. Deletes every hold of p_name, never its counter,
+-- Break (dlock_break): an operator's takeover. Deletes every hold of p_name and every job
+-- rule's marker, never its counter,
 -- so the next token is still above every earlier one. Records each broken hold's token with
 -- the reason (kind 'r', for p_keep_ms; the newest p_max_records kept), so that a broken
 -- holder's next renewal, extend or release can say why it was refused (the inspect function).
@@ -336,6 +403,7 @@ BEGIN
               convert_to(p_reason, 'UTF8'))
       ON CONFLICT (name, hold) DO UPDATE SET expires = excluded.expires, value = excluded.value;
   END LOOP;
+  DELETE FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('m', 'd');  -- job rules' markers
   -- Only the newest records stay (the greatest tokens).
   DELETE FROM {{t}} t WHERE t.name = p_name AND t.kind = 'r' AND t.hold NOT IN (
     SELECT r.hold FROM {{t}} r WHERE r.name = p_name AND r.kind = 'r' ORDER BY r.token DESC LIMIT p_max_records);
@@ -406,8 +474,8 @@ $$;
 
 -- Who holds name now, oldest token first: the holds not expired, each owner's label (what
 -- follows the first '|' of its owner value: the secret token before it never leaves the
--- server here), what is left of each lease in ms (NULL: no expiry); and a break's marker and
--- records (kinds 'b' and 'r'), for the client to read apart.
+-- server here), what is left of each lease in ms (NULL: no expiry); and markers and records
+-- (kinds 'b', 'r', 'm', 'd'; job rules also of expired holds), for the client to read apart.
 CREATE OR REPLACE FUNCTION {{t_inspect}}(p_name text)
 RETURNS TABLE (kind "char", permits integer, take integer, label text, fencing_token bigint,
                remaining_ms bigint, value bytea)
@@ -419,7 +487,15 @@ LANGUAGE sql AS $$
               ELSE ceil(extract(epoch FROM t.expires - clock_timestamp()) * 1000)::bigint END,
          t.value
     FROM {{t}} t
-   WHERE t.name = p_name AND t.hold <> '' AND t.kind IN ('x', 's', 'p', 'b', 'r')
+   WHERE t.name = p_name AND t.hold <> '' AND t.kind IN ('x', 's', 'p', 'b', 'r', 'm', 'd')
      AND (t.expires IS NULL OR t.expires > clock_timestamp())
-   ORDER BY t.token
+  UNION ALL  -- the rules of holds that ended uncleanly, not swept yet
+  SELECT r.kind, 0, 1, '', 0::bigint, ceil(extract(epoch FROM r.ends - clock_timestamp()) * 1000)::bigint, NULL::bytea
+    FROM (SELECT 'm'::"char" AS kind, e.min_until AS ends FROM {{t}} e
+           WHERE e.name = p_name AND e.kind IN ('x', 's', 'p') AND e.expires <= clock_timestamp()
+          UNION ALL
+          SELECT 'd'::"char", e.expires + e.delay_ms * interval '1 millisecond' FROM {{t}} e
+           WHERE e.name = p_name AND e.kind IN ('x', 's', 'p') AND e.expires <= clock_timestamp() AND e.delay_ms > 0) r
+   WHERE r.ends > clock_timestamp()
+   ORDER BY 5
 $$;
