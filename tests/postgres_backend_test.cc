@@ -145,6 +145,36 @@ TEST_F(PostgresBackendTest, AHungServerHoldsNoCallPastItsBound) {
   EXPECT_EQ(dlock_release(l), DLOCK_OK);
 }
 
+// A closing client releases every lock it still holds in one statement: all of them go, and a
+// hung server holds the close for one timeout_ms, not one per lock.
+TEST_F(PostgresBackendTest, AClosingClientReleasesEveryLockInOneStatement) {
+  constexpr int kLocks = 16;
+  Open(pg_.url() + "?timeout_ms=600&connect_timeout_ms=600", 10000, 0);
+  for (int round = 0; round < 2; ++round) {
+    dlock_client* c = nullptr;
+    ASSERT_EQ(dlock_client_open((pg_.url() + "?timeout_ms=600&connect_timeout_ms=600").c_str(), &c), DLOCK_OK)
+        << dlock_last_error();
+    for (int i = 0; i < kLocks; ++i) {
+      dlock_lock* l = nullptr;  // left to the close
+      ASSERT_EQ(dlock_acquire(c, ("closing-" + std::to_string(i)).c_str(), options_, &l), DLOCK_OK)
+          << dlock_last_error();
+    }
+    EXPECT_EQ(pg_.Sql("SELECT count(*) FROM dlock_locks WHERE name LIKE 'closing-%' AND kind = 'x'").value_or(""),
+              std::to_string(kLocks) + "\n");
+    if (round == 1) pg_.Stop();
+    const auto t = Clock::now();
+    dlock_client_close(c);
+    if (round == 0) {
+      EXPECT_EQ(pg_.Sql("SELECT count(*) FROM dlock_locks WHERE name LIKE 'closing-%' AND kind = 'x'").value_or(""),
+                "0\n")
+          << "the close left locks behind";
+    } else {
+      EXPECT_LT(MsSince(t), 600 + 1500) << "a hung server held the close once per lock";
+      pg_.Cont();
+    }
+  }
+}
+
 // PgBouncer in transaction pooling, two server connections shared by every client: locks are
 // rows, not sessions, so they hold while the pool hands connections around. LISTEN does not
 // work through it: a notification reaches whichever client the pool lends the listening server

@@ -137,6 +137,7 @@ Statements StatementsFor(const std::function<std::string(const std::string&)>& q
   s.leave = "SELECT " + quoted_fn("leave") + "($1, $2, $3)";
   s.release = "SELECT " + quoted_fn("release") + "($1, $2, $3)";
   s.request = "SELECT " + quoted_fn("request") + "($1, $2, $3)";
+  s.release_all = "SELECT " + quoted_fn("release_all") + "($1::text[], $2::text[], $3::text[])";
   s.break_lock = "SELECT b_kind, b_permits, b_closed_ms, b_label, b_remaining_ms, b_token, b_hold FROM " +
                  quoted_fn("break") + "($1, $2, $3::boolean, $4::bigint, $5::integer)";
   s.renew = "SELECT " + quoted_fn("renew") + "($1::text[], $2::text[], $3::text[], $4::bigint[])";
@@ -262,6 +263,19 @@ void LockProtocol::Release(Session* s, std::shared_ptr<const LockState> lock, Ti
     // Nothing found after a try that may have run: that try's delete landed.
     done(maybe_ran ? Status::Ok() : NotHeld(lock->name));
   });
+}
+
+void LockProtocol::ReleaseAll(Session* s, const std::vector<std::shared_ptr<LockState>>& locks, TimePoint deadline,
+                              Done done) {
+  std::vector<std::string> names, holds, owners;
+  for (const auto& l : locks) {
+    names.push_back(l->name);
+    holds.push_back(HoldIdOf(l->owner_value));
+    owners.push_back(l->owner_value);
+  }
+  std::vector<Value> params = {ArrayLiteral(names), ArrayLiteral(holds), ArrayLiteral(owners)};
+  Run(s, sql_.release_all, std::move(params), deadline,
+      [this, done = std::move(done)](const Status& st, Answer a, bool) { done(st.ok() ? st : Explained(st, a)); });
 }
 
 void LockProtocol::Renew(Session* s, std::vector<std::shared_ptr<const LockState>> locks, std::vector<uint64_t> leases,

@@ -33,7 +33,7 @@ inline constexpr int64_t kMaxHolderTtlMs = 365LL * 24 * 3600 * 1000;
 
 // The table's functions (schema.sql): each named table + "_" + one of these.
 inline constexpr const char* kFunctionNames[] = {"acquire", "release", "renew", "set_value", "inspect",
-                                                 "serve", "leave", "sweep", "request", "break"};
+                                                 "serve", "leave", "sweep", "request", "break", "release_all"};
 
 // The schema's text (schema.sql, embedded at build time), and it made ready to run for a
 // table: quoted is the table's quoted name (PQescapeIdentifier), quoted_fn(suffix) the quoted
@@ -44,7 +44,7 @@ std::string SchemaFor(const PostgresConfig& config, const std::string& quoted,
 
 // The statements for one table, quoted once the client can ask libpq (PostgresBackend::Check).
 struct Statements {
-  std::string acquire, release, renew, set_value, inspect, leave, request, break_lock;
+  std::string acquire, release, renew, set_value, inspect, leave, request, break_lock, release_all;
   std::string listen;  // LISTEN on the table's channel
 };
 Statements StatementsFor(const std::function<std::string(const std::string&)>& quoted_fn,
@@ -83,6 +83,8 @@ class LockProtocol {
 
   void Acquire(Session* s, const LockRequest& request, TimePoint deadline, AttemptDone done);
   void Release(Session* s, std::shared_ptr<const LockState> lock, TimePoint deadline, Done done);
+  // Releases every lock of locks in one statement (a closing client's; best effort).
+  void ReleaseAll(Session* s, const std::vector<std::shared_ptr<LockState>>& locks, TimePoint deadline, Done done);
   // A fair waiter that stops waiting leaves the line (and gives back a hold it was served).
   void Leave(Session* s, const LockRequest& request, TimePoint deadline, Done done);
   // Renews locks[k] for leases[k] each, in one statement; done(k, status) once per lock.

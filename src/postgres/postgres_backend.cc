@@ -189,6 +189,12 @@ class PostgresBackend : public Backend {
     return status;
   }
 
+  // A closing client's locks, in one statement (bounded by one T); what it cannot release ends
+  // with its lease.
+  void ReleaseAll(const std::vector<std::shared_ptr<LockState>>& locks) override {
+    protocol_.ReleaseAll(&blocking_, locks, CallDeadline(), [](Status) {});
+  }
+
   void TryAcquireAsync(const LockRequest& request, AttemptCallback done) override {
     protocol_.Acquire(&async_, request, CallDeadline(), std::move(done));
   }

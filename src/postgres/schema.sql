@@ -338,6 +338,26 @@ BEGIN
 END
 $$;
 
+-- Several releases in one statement (a closing client's): each as the release function does,
+-- in name order, so that two clients releasing the same names never wait for each other in a
+-- cycle. Returns how many holds were still their owners'.
+CREATE OR REPLACE FUNCTION {{t_release_all}}(p_names text[], p_holds text[], p_owners text[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_released integer := 0;
+  r record;
+BEGIN
+  FOR r IN SELECT u.name, u.hold, u.owner FROM unnest(p_names, p_holds, p_owners) AS u(name, hold, owner)
+            ORDER BY u.name, u.hold LOOP
+    IF {{t_release}}(r.name, r.hold, r.owner) THEN
+      v_released := v_released + 1;
+    END IF;
+  END LOOP;
+  RETURN v_released;
+END
+$$;
+
 -- A waiter that stops waiting leaves the line; a hold the line gave it meanwhile, which it will
 -- not take, is given back and handed on.
 CREATE OR REPLACE FUNCTION {{t_leave}}(p_name text, p_hold text, p_owner text)
