@@ -19,6 +19,10 @@ TEST(PostgresNotificationTest, ReleasesAndHandOversNameTheirLock) {
   EXPECT_EQ(n.hold, "0a1b");
   EXPECT_EQ(n.token, 1700000000000001u);
   EXPECT_EQ(n.name, "jobs nightly");
+  ASSERT_TRUE(ParseNotification("v jobs nightly", &n));
+  EXPECT_TRUE(n.changed);
+  EXPECT_FALSE(n.granted);
+  EXPECT_EQ(n.name, "jobs nightly");
 }
 
 // The reason's length comes first, so that a reason and a name may both hold spaces.
@@ -37,7 +41,7 @@ TEST(PostgresNotificationTest, AReleaseRequestCarriesItsIdReasonAndName) {
 
 TEST(PostgresNotificationTest, AnythingElseIsIgnored) {
   Notification n;
-  for (const char* payload : {"", "r ", "x name", "g hold 0 name", "g hold -3 name", "g hold 12", "q", "q id",
+  for (const char* payload : {"", "r ", "v ", "x name", "g hold 0 name", "g hold -3 name", "g hold 12", "q", "q id",
                               "q id 5", "q id 5 abc", "q id 99999999999999999999 a b", "q id -1 a b", "q id 05 abcde n",
                               "q id +5 abcde n", "q id 5 abcdefname", "q id 5 abcde ", "q  5 abcde n"}) {
     EXPECT_FALSE(ParseNotification(payload, &n)) << '"' << payload << '"';

@@ -520,8 +520,8 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             only bit beside FENCING_STRICT and NOTIFIES)
  *   DLOCK_CAP_OBSERVE_PUSH    observers (dlock_observe) are told of every release, hand-over
  *                             and new value by the server, not by polling: Redis (one server,
- *                             Cluster, Sentinel). Elsewhere new values are polled (500 ms); a
- *                             new holder of a free name is polled on every backend
+ *                             Cluster, Sentinel), PostgreSQL. Elsewhere new values are polled
+ *                             (500 ms); a new holder of a free name is polled on every backend
  *   DLOCK_CAP_BREAK           an operator can break a lock (dlock_break): Redis (every
  *                             topology), DynamoDB, etcd, PostgreSQL
  *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend

@@ -79,6 +79,11 @@ bool ParseNotification(const std::string& payload, Notification* out) {
     out->name = payload.substr(2);
     return !out->name.empty();
   }
+  if (payload.rfind("v ", 0) == 0) {
+    out->changed = true;
+    out->name = payload.substr(2);
+    return !out->name.empty();
+  }
   if (payload.rfind("q ", 0) == 0) {
     const size_t id_end = payload.find(' ', 2);
     if (id_end == std::string::npos) return false;

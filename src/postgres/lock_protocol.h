@@ -52,9 +52,10 @@ Statements StatementsFor(const std::function<std::string(const std::string&)>& q
 
 // A notification on the table's channel: "r NAME" (released: waiters outside the line may try),
 // "g HOLD TOKEN NAME" (the line's waiter HOLD was served, with TOKEN), or "q ID N REASON NAME"
-// (a release request ID, REASON N bytes long, for NAME's holders). False for anything else.
+// (a release request ID, REASON N bytes long, for NAME's holders), or "v NAME" (NAME's holders
+// or values changed: for observers). False for anything else.
 struct Notification {
-  bool granted = false, requested = false;
+  bool granted = false, requested = false, changed = false;
   std::string name, hold;
   uint64_t token = 0;
   std::string id, reason;  // a release request's

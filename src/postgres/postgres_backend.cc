@@ -102,7 +102,8 @@ class Listener {
   }
 
   // A release wakes the name's watchers; a waiter served from the line wakes that waiter only
-  // (and the observers, who hear every change); a release request reaches the holders'.
+  // (and the observers, who hear every change, new values too); a release request reaches the
+  // holders'.
   void Heard(const std::string& payload) {
     Notification n;
     if (!ParseNotification(payload, &n)) return;  // not dlock's
@@ -112,6 +113,8 @@ class Listener {
       ReleaseWatcher* w = it->second;
       if (n.requested) {
         w->OnReleaseRequested(n.id, n.reason);  // holders' listeners (waiters do nothing with it)
+      } else if (n.changed) {
+        if (w->hears_every_change()) w->OnReleased();  // observers read again; waiters sleep on
       } else if (!n.granted) {
         w->OnReleased();
       } else if (w->waiter_id() == n.hold) {
@@ -274,10 +277,11 @@ class PostgresBackend : public Backend {
   // Tokens: max(counter + 1, the server's clock in µs) under the name's row lock (schema.sql).
   // Releases NOTIFY the table's channel; one LISTEN connection per client hears them.
   // Waiters that will wait keep a place in the name's line (schema.sql, the serve function).
-  // Release requests are notifications too; a break and the job rules leave markers (schema.sql).
+  // Release requests and new values are notifications too; a break and the job rules leave
+  // markers (schema.sql).
   uint32_t Capabilities() const override {
     return kCapFencingStrict | kCapNotifies | kCapShared | kCapPermits | kCapFair | kCapReleaseRequest | kCapBreak |
-           kCapMinHold | kCapLockDelay;
+           kCapMinHold | kCapLockDelay | kCapObservePush;
   }
 
   // Off the loop (a blocking waiter) it waits for the answer; on it, fire and forget.

@@ -330,7 +330,9 @@ BEGIN
       ON CONFLICT (name, hold) DO UPDATE SET expires = greatest(t.expires, excluded.expires);
   END IF;
   IF EXISTS (SELECT 1 FROM {{t}} t WHERE t.name = p_name AND t.kind IN ('X', 'S', 'P')) THEN
-    PERFORM {{t_serve}}(p_name, v_now, true);
+    IF {{t_serve}}(p_name, v_now, true) = 0 THEN
+      PERFORM pg_notify({{channel}}, 'v ' || p_name);  -- nobody served: observers still hear of it
+    END IF;
   ELSE
     PERFORM pg_notify({{channel}}, 'r ' || p_name);
   END IF;
@@ -480,16 +482,21 @@ LANGUAGE sql AS $$
   RETURNING r.k
 $$;
 
--- A held lock's new value (NULL: none): true when the hold was still the owner's.
+-- A held lock's new value (NULL: none): true when the hold was still the owner's. Observers
+-- are told 'v NAME' (the name's holders or values changed).
 CREATE OR REPLACE FUNCTION {{t_set_value}}(p_name text, p_hold text, p_owner text, p_value bytea)
 RETURNS boolean
-LANGUAGE sql AS $$
-  WITH changed AS (
-    UPDATE {{t}} t SET value = p_value
-     WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind IN ('x', 's', 'p')
-       AND (t.expires IS NULL OR t.expires > clock_timestamp())
-    RETURNING 1)
-  SELECT EXISTS (SELECT 1 FROM changed)
+LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE {{t}} t SET value = p_value
+   WHERE t.name = p_name AND t.hold = p_hold AND t.owner = p_owner AND t.kind IN ('x', 's', 'p')
+     AND (t.expires IS NULL OR t.expires > clock_timestamp());
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  PERFORM pg_notify({{channel}}, 'v ' || p_name);
+  RETURN true;
+END
 $$;
 
 -- Who holds name now, oldest token first: the holds not expired, each owner's label (what

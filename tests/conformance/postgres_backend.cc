@@ -69,7 +69,8 @@ class PostgresBackend : public BackendServer {
 
 BackendFactory PostgresBackendFactory() {
   return {"postgres", DLOCK_CAP_FENCING_STRICT | DLOCK_CAP_NOTIFIES | DLOCK_CAP_SHARED | DLOCK_CAP_PERMITS | DLOCK_CAP_FAIR |
-                          DLOCK_CAP_RELEASE_REQUEST | DLOCK_CAP_BREAK | DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY,
+                          DLOCK_CAP_RELEASE_REQUEST | DLOCK_CAP_BREAK | DLOCK_CAP_MIN_HOLD | DLOCK_CAP_LOCK_DELAY |
+                          DLOCK_CAP_OBSERVE_PUSH,
           [] { return std::make_unique<PostgresBackend>(); }};
 }
 
