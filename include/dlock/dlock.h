@@ -523,13 +523,15 @@ DLOCK_API dlock_status dlock_backend_prepare(const char *url, int64_t wait_ms);
  *                             Cluster, Sentinel), PostgreSQL. Elsewhere new values are polled
  *                             (500 ms); a new holder of a free name is polled on every backend
  *   DLOCK_CAP_BREAK           an operator can break a lock (dlock_break): Redis (every
- *                             topology), DynamoDB, etcd, PostgreSQL
- *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend
- *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: every backend
+ *                             topology), DynamoDB, etcd (not layout=mutex), PostgreSQL
+ *   DLOCK_CAP_MIN_HOLD        dlock_options_set_min_hold_ms: every backend but etcd's
+ *                             layout=mutex
+ *   DLOCK_CAP_LOCK_DELAY      dlock_options_set_lock_delay_ms: every backend but etcd's
+ *                             layout=mutex
  *   DLOCK_CAP_RELEASE_REQUEST dlock_request_release reaches holders that listen
- *                             (dlock_options_set_on_release_requested): every backend; pushed
- *                             by Redis (pub/sub), etcd (a watch) and PostgreSQL (NOTIFY),
- *                             heard at the next renewal on DynamoDB
+ *                             (dlock_options_set_on_release_requested): every backend but
+ *                             etcd's layout=mutex; pushed by Redis (pub/sub), etcd (a watch)
+ *                             and PostgreSQL (NOTIFY), heard at the next renewal on DynamoDB
  * docs/guarantees.md has the whole matrix.
  * 0 for NULL. */
 #define DLOCK_CAP_FENCING_STRICT 0x1u
