@@ -66,6 +66,19 @@ bool ParseInt(const Value& v, int64_t* out) {
 }
 
 std::string HoldIdOf(const std::string& owner_value) { return WaiterId(owner_value); }
+
+// Each lock's name, hold id and owner value, as three array parameters (renew, release_all).
+template <typename Lock>
+std::vector<Value> HoldArrays(const std::vector<std::shared_ptr<Lock>>& locks) {
+  std::vector<std::string> names, holds, owners;
+  for (const auto& l : locks) {
+    names.push_back(l->name);
+    holds.push_back(HoldIdOf(l->owner_value));
+    owners.push_back(l->owner_value);
+  }
+  return {ArrayLiteral(names), ArrayLiteral(holds), ArrayLiteral(owners)};
+}
+
 char KindCode(const LockRequest& r) {
   if (r.permits != 0) return 'p';
   return r.kind == LockKind::kShared ? 's' : 'x';
@@ -272,27 +285,16 @@ void LockProtocol::Release(Session* s, std::shared_ptr<const LockState> lock, Ti
 
 void LockProtocol::ReleaseAll(Session* s, const std::vector<std::shared_ptr<LockState>>& locks, TimePoint deadline,
                               Done done) {
-  std::vector<std::string> names, holds, owners;
-  for (const auto& l : locks) {
-    names.push_back(l->name);
-    holds.push_back(HoldIdOf(l->owner_value));
-    owners.push_back(l->owner_value);
-  }
-  std::vector<Value> params = {ArrayLiteral(names), ArrayLiteral(holds), ArrayLiteral(owners)};
-  Run(s, sql_.release_all, std::move(params), deadline,
+  Run(s, sql_.release_all, HoldArrays(locks), deadline,
       [this, done = std::move(done)](const Status& st, Answer a, bool) { done(st.ok() ? st : Explained(st, a)); });
 }
 
 void LockProtocol::Renew(Session* s, std::vector<std::shared_ptr<const LockState>> locks, std::vector<uint64_t> leases,
                          TimePoint deadline, RenewDone done) {
-  std::vector<std::string> names, holds, owners, lease_texts;
-  for (size_t k = 0; k < locks.size(); ++k) {
-    names.push_back(locks[k]->name);
-    holds.push_back(HoldIdOf(locks[k]->owner_value));
-    owners.push_back(locks[k]->owner_value);
-    lease_texts.push_back(std::to_string(leases[k]));
-  }
-  std::vector<Value> params = {ArrayLiteral(names), ArrayLiteral(holds), ArrayLiteral(owners), ArrayLiteral(lease_texts)};
+  std::vector<std::string> lease_texts;
+  for (uint64_t lease : leases) lease_texts.push_back(std::to_string(lease));
+  std::vector<Value> params = HoldArrays(locks);
+  params.push_back(ArrayLiteral(lease_texts));
   Run(s, sql_.renew, std::move(params), deadline, [this, locks, done = std::move(done)](const Status& st, Answer a, bool) {
     std::vector<bool> renewed(locks.size(), false);
     Status failed = st.ok() ? Status::Ok() : (TableGone(a) ? Status::Ok() : Explained(st, a));
