@@ -29,6 +29,10 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 // Writes of one break: a share of kMaxRemovalsPerWrite holds each, and rewrites after refusals
 // (a holder renewed, released, or the name was acquired between the read and the write).
 constexpr int kMaxBreakWrites = kMaxCleanups + kMaxAcquireRounds;
+// Writes of one break refused before it stops racing renewals: it then lets a hold be renewed
+// under it (not extended to another lease) and closes the name for each whole lease, the most a
+// renewal landing before its write can have left.
+constexpr int kBreakRefusalsBeforeWholeLeases = 2;
 // What a break's marker says left it (LockInfo::closed_by, AcquireAttempt::closed_by).
 constexpr char kClosedByBreak[] = "broken";
 // What keeps a name closed by a job rule: an early release's marker, or a hold whose lease ran
@@ -1607,6 +1611,7 @@ struct LockProtocol::BreakOp {
   std::string key_text;
   TimePoint deadline;
   int writes = 0;
+  int refusals = 0;  // writes refused because the item changed since its read
   bool sort_known = false;  // result.kind/permits were taken from the first read
   int64_t hold_closed_ms = 0;  // the longest remaining lease of the holds broken so far
   // An earlier break's marker (unless now): the name stays closed until earlier_until, as this
@@ -1725,8 +1730,13 @@ void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op,
                                     std::to_string(kMaxBreakWrites) + " writes refused): try again"));
     return;
   }
-  auto remaining = [](int64_t in, uint64_t lease_ms) -> int64_t {
-    return in == kNever ? -1 : std::clamp<int64_t>(in, 0, static_cast<int64_t>(lease_ms));
+  // Renewing back to back, a holder can change its record between every read and write: after
+  // a few refusals a hold written by dlock (it has a record version) is judged at its whole lease,
+  // and the write holds while its lease length stays what was read.
+  const bool whole_leases = op->refusals >= kBreakRefusalsBeforeWholeLeases;
+  auto remaining = [whole_leases](int64_t in, uint64_t lease_ms) -> int64_t {
+    if (in == kNever) return -1;
+    return whole_leases ? static_cast<int64_t>(lease_ms) : std::clamp<int64_t>(in, 0, static_cast<int64_t>(lease_ms));
   };
   BreakOp::Write w;
   w.hold_closed_ms = op->hold_closed_ms;
@@ -1748,8 +1758,13 @@ void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op,
   } else {
     const std::string rv = u.Name(attr::kRecordVersion);
     u.Condition(o + " = " + u.Value(S(item.owner)));
-    u.Condition(item.record_version.empty() ? "attribute_not_exists(" + rv + ")"
-                                            : rv + " = " + u.Value(S(item.record_version)));
+    if (item.record_version.empty()) {
+      u.Condition("attribute_not_exists(" + rv + ")");
+    } else if (whole_leases) {
+      u.Condition(u.Name(attr::kLeaseMs) + " = " + u.Value(N(item.lease_ms)));
+    } else {
+      u.Condition(rv + " = " + u.Value(S(item.record_version)));
+    }
     u.Remove(o);
     for (const char* a : {attr::kRecordVersion, attr::kLeaseMs, attr::kRenewedAtMs, attr::kData, attr::kMinHoldMs,
                           attr::kLockDelayMs}) {
@@ -1820,6 +1835,7 @@ void LockProtocol::BreakWrite(Transport* transport, std::shared_ptr<BreakOp> op,
       return;
     }
     if (r.outcome == Outcome::kConditionFailed || HoldPathGone(r)) {  // changed since the read
+      ++op->refusals;
       BreakRound(transport, op);
       return;
     }

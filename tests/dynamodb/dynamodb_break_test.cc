@@ -376,8 +376,9 @@ TEST_F(DynamoBreakTest, StoredAttributesDlockDidNotWriteAreClearErrors) {
 }
 
 // A renewal that lands between the break's read and its write refuses the write (the lease
-// judged may have changed): the break reads again and wins. Renewing back to back, the holder
-// makes that race likely in some of these rounds.
+// judged may have changed). Renewing back to back, the holder can win that race every time on
+// a slow server (CI saw 19 refusals in a row under ASan): after two refusals the break lets
+// renewals pass and closes the name for the whole lease, so it wins in every round.
 TEST_F(DynamoBreakTest, ABreakWinsAgainstAHolderRenewingAllTheTime) {
   Client holder(url()), breaker(url());
   for (int round = 0; round < 5; ++round) {
@@ -391,6 +392,7 @@ TEST_F(DynamoBreakTest, ABreakWinsAgainstAHolderRenewingAllTheTime) {
     ASSERT_EQ(b.status, DLOCK_OK) << b.error;
     ASSERT_EQ(b.tokens, std::vector<uint64_t>{dlock_lock_fencing_token(busy)});
     EXPECT_GT(b.closed_ms, 1500);
+    EXPECT_LE(b.closed_ms, 2000) << "never longer than the lease broken";
     ASSERT_TRUE(WaitFor([&] { return dlock_lock_is_valid(busy) == 0; }, 3000ms));
     EXPECT_EQ(dlock_release(busy), DLOCK_NOT_HELD);
   }
