@@ -1,6 +1,8 @@
 // The PostgreSQL backend's connection on the loop (src/postgres/connection.h, issue 40) against a
 // real PostgreSQL: statements with parameters answered in order, errors that name what failed,
-// notifications, and every call bounded, whatever the server does (stopped, killed, gone).
+// notifications, and every call bounded, whatever the server does (stopped, killed, gone). With
+// the blocking pool (blocking_session.h): statements prepared once per connection, and sent
+// again as text, or over a new connection, when the server cannot run them by name.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 
 #include "core/url.h"
 #include "loop/event_loop.h"
+#include "postgres/blocking_session.h"
 #include "postgres/connection.h"
 #include "support/postgres_server.h"
 
@@ -142,6 +145,89 @@ TEST_F(PostgresConnectionTest, EveryCallIsBoundedWhateverTheServerDoes) {
   o = Run(Open(Config("postgres://dlock@127.0.0.1:1/dlock")), "SELECT 7");
   EXPECT_EQ(o.status.code(), Code::kIoError);
   EXPECT_NE(o.status.message().find("127.0.0.1:1/dlock"), std::string::npos) << o.status.message();
+}
+
+// Both sessions, one statement at a time: the loop's connection, or the blocking pool (whose
+// one connection is reused when calls come one after another).
+class PreparedStatementsTest : public PostgresConnectionTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    PostgresConnectionTest::SetUp();
+    const PostgresConfig* config = Config(pg_.url());
+    if (GetParam()) {
+      blocking_ = std::make_unique<BlockingSession>(config, nullptr);
+    } else {
+      loop_connection_ = Open(config);
+    }
+  }
+  Outcome Send(const std::string& sql, std::vector<Value> params = {}) {
+    if (loop_connection_ != nullptr) return Run(loop_connection_, sql, std::move(params));
+    Outcome out;
+    blocking_->Query(sql, std::move(params), Now() + Millis(3000), [&out](const Status& s, Answer a) {
+      out = {s, std::move(a)};
+    });
+    return out;
+  }
+  // The statements prepared on the session's connection, as the server lists them there:
+  // "name|text|times run" each.
+  std::vector<std::string> Prepared() {
+    Outcome o = Send("SELECT name, statement, generic_plans + custom_plans FROM pg_prepared_statements ORDER BY name");
+    EXPECT_TRUE(o.status.ok()) << o.status.message();
+    std::vector<std::string> out;
+    for (const Row& row : o.answer.rows) out.push_back(*row.at(0) + "|" + *row.at(1) + "|" + *row.at(2));
+    return out;
+  }
+
+  Connection* loop_connection_ = nullptr;
+  std::unique_ptr<BlockingSession> blocking_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Sessions, PreparedStatementsTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "blocking" : "loop"; });
+
+TEST_P(PreparedStatementsTest, PreparedOncePerConnectionRunByNameAndAsTextWhereTheServerLacksIt) {
+  const std::string sql = "SELECT $1::int + 1";
+  const std::string listed = PreparedName(sql) + "|" + sql + "|";
+  for (int i = 0; i < 3; ++i) {
+    Outcome o = Send(sql, {std::to_string(i)});
+    ASSERT_TRUE(o.status.ok()) << o.status.message();
+    EXPECT_EQ(o.answer.rows.at(0).at(0), std::optional<std::string>(std::to_string(i + 1)));
+  }
+  EXPECT_EQ(Prepared(), std::vector<std::string>{listed + "3"}) << "parsed once, run three times by name";
+
+  // A connection the server closed: the next one prepares it anew.
+  EXPECT_FALSE(Send("SELECT pg_terminate_backend(pg_backend_pid())").status.ok());
+  ASSERT_TRUE(Send(sql, {std::string("7")}).status.ok());
+  EXPECT_EQ(Prepared(), std::vector<std::string>{listed + "1"});
+
+  // The statement gone from the connection, as on a transaction pooler's other server
+  // connection: the call runs as text, and the session sends text from then on.
+  ASSERT_TRUE(Send("DEALLOCATE ALL").status.ok());
+  Outcome o = Send(sql, {std::string("41")});
+  ASSERT_TRUE(o.status.ok()) << o.status.message();
+  EXPECT_EQ(o.answer.rows.at(0).at(0), std::optional<std::string>("42"));
+  ASSERT_TRUE(Send(sql, {std::string("1")}).status.ok());
+  EXPECT_EQ(Prepared(), std::vector<std::string>{}) << "prepared again after a pooler showed itself";
+}
+
+// A prepared statement whose plan no longer fits (its result's columns changed, as when a newer
+// dlock replaces the table's functions) runs over a new connection, where it is planned anew.
+TEST_P(PreparedStatementsTest, AStatementWhosePlanNoLongerFitsRunsOverANewConnection) {
+  for (const char* step : {"DROP TABLE IF EXISTS shape", "CREATE TABLE shape (a int)", "INSERT INTO shape VALUES (1)"}) {
+    ASSERT_TRUE(Send(step).status.ok()) << step;
+  }
+  const std::string sql = "SELECT * FROM shape WHERE a >= $1::int";
+  Outcome o = Send(sql, {std::string("0")});
+  ASSERT_TRUE(o.status.ok()) << o.status.message();
+  EXPECT_EQ(o.answer.rows.at(0).size(), 1u);
+  const Outcome before = Send("SELECT pg_backend_pid()");
+  ASSERT_TRUE(Send("ALTER TABLE shape ADD COLUMN b int DEFAULT 2").status.ok());
+  o = Send(sql, {std::string("0")});
+  ASSERT_TRUE(o.status.ok()) << o.status.message();
+  ASSERT_EQ(o.answer.rows.at(0).size(), 2u);
+  EXPECT_EQ(o.answer.rows.at(0).at(1), std::optional<std::string>("2"));
+  EXPECT_NE(Send("SELECT pg_backend_pid()").answer.rows, before.answer.rows) << "the same connection";
+  EXPECT_EQ(Prepared(), std::vector<std::string>{PreparedName(sql) + "|" + sql + "|1"});
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace dlock::postgres {
 
 BlockingSession::~BlockingSession() {
-  for (PGconn* conn : idle_) Discard(conn);
+  for (Pooled& pooled : idle_) Discard(pooled.conn);
 }
 
 void BlockingSession::Query(std::string sql, std::vector<Value> params, TimePoint deadline, Done done) {
@@ -24,9 +24,10 @@ Status BlockingSession::Script(const std::string& sql, TimePoint deadline) {
 }
 
 Status BlockingSession::QuoteIdentifier(const std::string& name, TimePoint deadline, std::string* out) {
-  PGconn* conn = nullptr;
-  Status s = Take(deadline, &conn);
+  Pooled pooled;
+  Status s = Take(deadline, &pooled);
   if (!s.ok()) return s;
+  PGconn* conn = pooled.conn;
   char* quoted = PQescapeIdentifier(conn, name.data(), name.size());
   if (quoted == nullptr) {
     s = Status::InvalidArgument(config_->Describe() + ": table name '" + name + "': " + PQerrorMessage(conn));
@@ -34,26 +35,27 @@ Status BlockingSession::QuoteIdentifier(const std::string& name, TimePoint deadl
     *out = quoted;
     PQfreemem(quoted);
   }
-  Give(conn);
+  Give(std::move(pooled));
   return s;
 }
 
-Status BlockingSession::Take(TimePoint deadline, PGconn** out) {
+Status BlockingSession::Take(TimePoint deadline, Pooled* out) {
   for (;;) {
-    PGconn* pooled = nullptr;
+    Pooled pooled;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (idle_.empty()) break;
-      pooled = idle_.back();
+      pooled = std::move(idle_.back());
       idle_.pop_back();
     }
     // One the server closed while it was idle (a restart, pg_terminate_backend, a pooler) has
     // said so in its socket: reading that, without waiting, finds it broken.
-    if (PQconsumeInput(pooled) == 1 && PQstatus(pooled) == CONNECTION_OK && PQisBusy(pooled) == 0) {
-      *out = pooled;
+    PGconn* conn = pooled.conn;
+    if (PQconsumeInput(conn) == 1 && PQstatus(conn) == CONNECTION_OK && PQisBusy(conn) == 0) {
+      *out = std::move(pooled);
       return Status::Ok();
     }
-    Discard(pooled);
+    Discard(conn);
   }
   PGconn* conn = StartConnecting(*config_);
   if (count_ != nullptr) count_->Opened();
@@ -74,13 +76,13 @@ Status BlockingSession::Take(TimePoint deadline, PGconn** out) {
     Discard(conn);
     return s;
   }
-  *out = conn;
+  *out = Pooled{conn, {}};
   return Status::Ok();
 }
 
-void BlockingSession::Give(PGconn* conn) {
+void BlockingSession::Give(Pooled pooled) {
   std::lock_guard<std::mutex> lock(mu_);
-  idle_.push_back(conn);
+  idle_.push_back(std::move(pooled));
 }
 
 void BlockingSession::Discard(PGconn* conn) {
@@ -132,36 +134,85 @@ Status BlockingSession::Finish(PGconn* conn, TimePoint deadline, Answer* answer)
   }
 }
 
-Status BlockingSession::Run(const std::string& sql, const std::vector<Value>* params, TimePoint deadline,
-                            Answer* answer) {
-  *answer = Answer();
-  for (int tries = 0;; ++tries) {
-    PGconn* conn = nullptr;
-    Status s = Take(deadline, &conn);
-    if (!s.ok()) return s;
-    int sent = 0;
-    if (params == nullptr) {
-      sent = PQsendQuery(conn, sql.c_str());
-    } else {
-      std::vector<const char*> values;
-      for (const Value& v : *params) values.push_back(v ? v->c_str() : nullptr);
-      sent = PQsendQueryParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
-                               nullptr, nullptr, 0);
+Status BlockingSession::Prepare(Pooled* pooled, const std::string& name, const std::string& sql, int params,
+                                TimePoint deadline, Answer* answer) {
+  if (pooled->prepared.count(name) != 0) return Status::Ok();
+  if (PQsendPrepare(pooled->conn, name.c_str(), sql.c_str(), params, nullptr) != 1) {
+    return LibpqConnectionError(PQerrorMessage(pooled->conn), config_->Describe(), "cannot send");
+  }
+  Status s = Finish(pooled->conn, deadline, answer);
+  // 42P05: a pooler's server connection has it already, prepared by another client (the same
+  // text: the name is its hash).
+  if (s.ok() || answer->sqlstate == "42P05") {
+    pooled->prepared.insert(name);
+    *answer = Answer();
+    return Status::Ok();
+  }
+  return s;
+}
+
+Status BlockingSession::Exchange(Pooled* pooled, const std::string& sql, const std::vector<Value>* params,
+                                 const std::string& name, TimePoint deadline, Answer* answer, bool* sent) {
+  PGconn* conn = pooled->conn;
+  *sent = false;
+  if (params == nullptr) {
+    if (PQsendQuery(conn, sql.c_str()) != 1) {
+      return LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send");
     }
-    if (sent != 1) {
-      s = LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send");
-      Discard(conn);
-      if (tries == 0) continue;  // it reached no server: once more, over a new connection
+    *sent = true;
+    return Finish(conn, deadline, answer);
+  }
+  std::vector<const char*> values;
+  for (const Value& v : *params) values.push_back(v ? v->c_str() : nullptr);
+  const int n = static_cast<int>(values.size());
+  if (!name.empty()) {
+    Status s = Prepare(pooled, name, sql, n, deadline, answer);
+    if (!s.ok()) return s;
+    if (PQsendQueryPrepared(conn, name.c_str(), n, values.data(), nullptr, nullptr, 0) != 1) {
+      return LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send");
+    }
+    *sent = true;
+    s = Finish(conn, deadline, answer);
+    if (s.ok()) return s;
+    if (PreparedPlanStale(answer->sqlstate)) {
+      *sent = false;  // it never ran: Run sends it over a new connection
       return s;
     }
-    s = Finish(conn, deadline, answer);
+    if (!PreparedStatementMissing(answer->sqlstate)) return s;
+    prepare_ = false;  // it never ran: as text, over the same connection
+    *answer = Answer();
+  }
+  if (PQsendQueryParams(conn, sql.c_str(), n, nullptr, values.data(), nullptr, nullptr, 0) != 1) {
+    return LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send");
+  }
+  *sent = true;
+  return Finish(conn, deadline, answer);
+}
+
+Status BlockingSession::Run(const std::string& sql, const std::vector<Value>* params, TimePoint deadline,
+                            Answer* answer) {
+  const std::string name = params != nullptr && !params->empty() && prepare_ ? PreparedName(sql) : "";
+  for (int tries = 0;; ++tries) {
+    *answer = Answer();
+    Pooled pooled;
+    Status s = Take(deadline, &pooled);
+    if (!s.ok()) return s;
+    bool sent = false;
+    s = Exchange(&pooled, sql, params, prepare_ ? name : "", deadline, answer, &sent);
+    const bool stale = !sent && PreparedPlanStale(answer->sqlstate);
     // A statement's own error leaves the connection usable; a broken or late one does not.
-    if (s.ok() || (!answer->sqlstate.empty() && s.code() != Code::kIoError)) {
-      Give(conn);
-    } else {
-      Discard(conn);
-      answer->maybe_applied = true;
+    if (!stale && (s.ok() || (!answer->sqlstate.empty() && s.code() != Code::kIoError))) {
+      Give(std::move(pooled));
+      return s;
     }
+    Discard(pooled.conn);
+    if (!sent) {
+      // It did not run (a broken pooled connection, a prepare that failed on one, or a stale
+      // plan): once more, over a new connection.
+      if (tries == 0 && Now() < deadline) continue;
+      return s;
+    }
+    answer->maybe_applied = true;
     return s;
   }
 }

@@ -2,13 +2,16 @@
 // call takes an idle connection or opens one, and gives it back when answered. Bounded as the
 // loop's connection is (connection.h): the connect by connect_timeout_ms, each statement by its
 // deadline, measured on the monotonic clock while poll() waits on libpq's socket. A connection
-// that fails or times out is closed, never pooled again.
+// that fails or times out is closed, never pooled again. Statements with parameters are prepared
+// once per connection and run by name (session.h: PreparedName).
 #ifndef DLOCK_POSTGRES_BLOCKING_SESSION_H_
 #define DLOCK_POSTGRES_BLOCKING_SESSION_H_
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/connection_count.h"
@@ -36,21 +39,34 @@ class BlockingSession : public Session {
   Status QuoteIdentifier(const std::string& name, TimePoint deadline, std::string* out);
 
  private:
+  struct Pooled {
+    PGconn* conn = nullptr;
+    std::unordered_set<std::string> prepared;  // the statements prepared on it, by name
+  };
   // A connection from the pool, or a new one connected by deadline.
-  Status Take(TimePoint deadline, PGconn** out);
-  void Give(PGconn* conn);
+  Status Take(TimePoint deadline, Pooled* out);
+  void Give(Pooled pooled);
   void Discard(PGconn* conn);
+  // Prepares sql as name on pooled, unless it is already: Ok, or the statement's error (its
+  // text refused, Answer::sqlstate set; the connection still usable), or the connection's.
+  Status Prepare(Pooled* pooled, const std::string& name, const std::string& sql, int params, TimePoint deadline,
+                 Answer* answer);
   // Waits until conn's socket is readable (and writable, when write), or deadline.
   bool WaitFor(PGconn* conn, bool write, TimePoint deadline);
   // Sends what libpq holds and reads every result of the statement sent.
   Status Finish(PGconn* conn, TimePoint deadline, Answer* answer);
   // params == nullptr: sql is a script (PQsendQuery).
   Status Run(const std::string& sql, const std::vector<Value>* params, TimePoint deadline, Answer* answer);
+  // Sends sql over pooled, by name (prepared first if it is not yet) when name is not empty, and
+  // reads its answer. *sent: the statement itself was handed to the server (it may have run).
+  Status Exchange(Pooled* pooled, const std::string& sql, const std::vector<Value>* params, const std::string& name,
+                  TimePoint deadline, Answer* answer, bool* sent);
 
   const PostgresConfig* config_;
   std::shared_ptr<ConnectionCount> count_;
   std::mutex mu_;
-  std::vector<PGconn*> idle_;
+  std::vector<Pooled> idle_;
+  std::atomic<bool> prepare_{true};  // false once a pooler showed it cannot carry them
 };
 
 }  // namespace dlock::postgres

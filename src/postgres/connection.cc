@@ -22,7 +22,8 @@ Status Connection::ConnectionError(const std::string& what) const {
 }
 
 void Connection::Query(std::string sql, std::vector<Value> params, TimePoint deadline, Done done) {
-  queue_.push_back(Pending{std::move(sql), std::move(params), deadline, std::move(done)});
+  std::string name = params.empty() ? "" : PreparedName(sql);
+  queue_.push_back(Pending{std::move(sql), std::move(params), deadline, std::move(done), std::move(name)});
   kick_.StartAfter(Millis(0));
 }
 
@@ -33,7 +34,9 @@ bool Connection::Disconnect() {
   conn_ = nullptr;
   counted_.Reset();
   fd_ = -1;
-  const bool sent = state_ == State::kBusy;
+  prepared_.clear();
+  // A prepare in flight is not the statement: it has not run.
+  const bool sent = state_ == State::kBusy && step_ != Step::kPrepare;
   state_ = State::kClosed;
   return sent;
 }
@@ -126,10 +129,19 @@ void Connection::SendNext() {
   }
   std::vector<const char*> values;
   for (const Value& v : next.params) values.push_back(v ? v->c_str() : nullptr);
-  if (PQsendQueryParams(conn_, next.sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
-                        nullptr, 0) != 1) {
-    return Drop(ConnectionError("cannot send"));
+  const int n = static_cast<int>(values.size());
+  int sent = 0;
+  if (next.name.empty() || !prepare_) {
+    step_ = Step::kText;
+    sent = PQsendQueryParams(conn_, next.sql.c_str(), n, nullptr, values.data(), nullptr, nullptr, 0);
+  } else if (prepared_.count(next.name) == 0) {
+    step_ = Step::kPrepare;
+    sent = PQsendPrepare(conn_, next.name.c_str(), next.sql.c_str(), n, nullptr);
+  } else {
+    step_ = Step::kByName;
+    sent = PQsendQueryPrepared(conn_, next.name.c_str(), n, values.data(), nullptr, nullptr, 0);
   }
+  if (sent != 1) return Drop(ConnectionError("cannot send"));
   state_ = State::kBusy;
   answer_ = Answer();
   error_ = Status::Ok();
@@ -144,10 +156,10 @@ void Connection::Read() {
   ReadNotifications();
   while (state_ == State::kBusy && PQisBusy(conn_) == 0) {
     PGresult* result = PQgetResult(conn_);
-    if (result == nullptr) {  // the statement is answered
+    if (result == nullptr) {  // the step is answered
       state_ = State::kReady;
       timer_.Cancel();
-      Finish(error_, std::move(answer_));
+      if (StepAnswered()) Finish(error_, std::move(answer_));
       if (state_ == State::kReady) SendNext();
       return;
     }
@@ -163,6 +175,29 @@ void Connection::ReadNotifications() {
     PQfreemem(n);
     if (on_notify_) on_notify_(channel, payload);
   }
+}
+
+bool Connection::StepAnswered() {
+  if (step_ == Step::kPrepare) {
+    // 42P05: a pooler's server connection has it already, from another client (the same text:
+    // the name is its hash). Any other error is the statement's own (its text refused).
+    if (!error_.ok() && answer_.sqlstate != "42P05") return true;
+    prepared_.insert(queue_.front().name);
+    return false;  // SendNext runs it by name
+  }
+  if (step_ != Step::kByName || error_.ok()) return true;
+  if (PreparedStatementMissing(answer_.sqlstate)) {  // it never ran: as text next
+    prepare_ = false;
+    return false;
+  }
+  if (PreparedPlanStale(answer_.sqlstate)) {  // it never ran: over a new connection
+    const Status why = error_;
+    Disconnect();
+    if (on_drop_) on_drop_(why);
+    kick_.StartAfter(Millis(0));
+    return false;
+  }
+  return true;
 }
 
 void Connection::Finish(const Status& s, Answer answer) {

@@ -2,9 +2,10 @@
 //
 // It connects on first use, without blocking (PQconnectStartParams, PQconnectPoll driven by its
 // socket's readiness through the loop seam; libpq's multi-host list tried as libpq tries it),
-// sends one statement at a time with every value as a parameter (PQsendQueryParams: unnamed
-// statements only, never PQprepare, which PgBouncer's transaction pooling cannot carry),
-// answers each in order, and hands every notification it reads (LISTEN) to on_notify.
+// sends one statement at a time with every value as a parameter, answers each in order, and
+// hands every notification it reads (LISTEN) to on_notify. A statement with parameters is
+// prepared on the connection the first time it is sent there, and run by name after (session.h:
+// PreparedName); behind a transaction pooler, which cannot carry that, it goes as text.
 //
 // Bounds: libpq bounds nothing in ms, so the loop does. A connect that has not finished by
 // connect_timeout_ms, or a statement unanswered at its deadline, drops the connection: the
@@ -19,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/clock.h"
@@ -63,7 +65,10 @@ class Connection : public Session {
     std::vector<Value> params;
     TimePoint deadline;
     Done done;
+    std::string name;  // its prepared statement's name; "" = sent as text
   };
+  // What is in flight for the front statement.
+  enum class Step { kText, kPrepare, kByName };
   static void OnSocket(void* self, bool readable, bool writable);
   void Connect();
   void PollConnect();
@@ -77,6 +82,8 @@ class Connection : public Session {
   bool Disconnect();
   // The connection failed (why); the statement in flight fails with it, the rest are retried.
   void Drop(const Status& why);
+  // The front statement's step is answered: true when it is done (its answer is final).
+  bool StepAnswered();
   void Finish(const Status& s, Answer answer);
   Status ConnectionError(const std::string& what) const;
 
@@ -96,6 +103,9 @@ class Connection : public Session {
   std::deque<Pending> queue_;  // front() is in flight while kBusy
   Answer answer_;              // the front's, as its results arrive
   Status error_;               // the first error among them
+  Step step_ = Step::kText;    // while kBusy
+  std::unordered_set<std::string> prepared_;  // on this connection, by name
+  bool prepare_ = true;        // false once a pooler showed it cannot carry prepared statements
 };
 
 }  // namespace dlock::postgres

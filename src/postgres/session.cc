@@ -38,6 +38,15 @@ PGconn* StartConnecting(const PostgresConfig& config) {
   return conn;
 }
 
+std::string PreparedName(const std::string& sql) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : sql) hash = (hash ^ c) * 1099511628211ull;
+  static const char kHex[] = "0123456789abcdef";
+  std::string name = "dlock_";
+  for (int shift = 60; shift >= 0; shift -= 4) name += kHex[(hash >> shift) & 0xf];
+  return name;
+}
+
 void ReadResult(PGresult* result, const std::string& where, Answer* answer, Status* error) {
   const ExecStatusType status = PQresultStatus(result);
   if (status == PGRES_TUPLES_OK) {
