@@ -37,7 +37,7 @@ class Session {
 };
 
 // Statements with parameters are prepared once per connection and then run by name: parsing
-// and planning the protocol's calls as text took a third of an uncontended cycle
+// and planning the protocol's calls as text took about a quarter of an uncontended cycle
 // (bench/README.md). The name is "dlock_" and a 64-bit FNV-1a hash of the text in hex, so a
 // name means one text wherever it is found (a pooler's server connection lent to several
 // clients).
