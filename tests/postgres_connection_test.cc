@@ -2,7 +2,7 @@
 // real PostgreSQL: statements with parameters answered in order, errors that name what failed,
 // notifications, and every call bounded, whatever the server does (stopped, killed, gone). With
 // the blocking pool (blocking_session.h): statements prepared once per connection, and sent
-// again as text, or over a new connection, when the server cannot run them by name.
+// again as text when the server cannot run them by name.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -160,13 +160,16 @@ class PreparedStatementsTest : public PostgresConnectionTest, public ::testing::
       loop_connection_ = Open(config);
     }
   }
-  Outcome Send(const std::string& sql, std::vector<Value> params = {}) {
-    if (loop_connection_ != nullptr) return Run(loop_connection_, sql, std::move(params));
+  Outcome SendWithin(const std::string& sql, std::vector<Value> params, Millis bound) {
+    if (loop_connection_ != nullptr) return Run(loop_connection_, sql, std::move(params), bound);
     Outcome out;
-    blocking_->Query(sql, std::move(params), Now() + Millis(3000), [&out](const Status& s, Answer a) {
+    blocking_->Query(sql, std::move(params), Now() + bound, [&out](const Status& s, Answer a) {
       out = {s, std::move(a)};
     });
     return out;
+  }
+  Outcome Send(const std::string& sql, std::vector<Value> params = {}) {
+    return SendWithin(sql, std::move(params), Millis(3000));
   }
   // The statements prepared on the session's connection, as the server lists them there:
   // "name|text|times run" each.
@@ -211,8 +214,9 @@ TEST_P(PreparedStatementsTest, PreparedOncePerConnectionRunByNameAndAsTextWhereT
 }
 
 // A prepared statement whose plan no longer fits (its result's columns changed, as when a newer
-// dlock replaces the table's functions) runs over a new connection, where it is planned anew.
-TEST_P(PreparedStatementsTest, AStatementWhosePlanNoLongerFitsRunsOverANewConnection) {
+// dlock replaces the table's functions) is deallocated and runs as text; the next call prepares
+// it anew. The connection stays.
+TEST_P(PreparedStatementsTest, AStatementWhosePlanNoLongerFitsIsDeallocatedAndPreparedAnew) {
   for (const char* step : {"DROP TABLE IF EXISTS shape", "CREATE TABLE shape (a int)", "INSERT INTO shape VALUES (1)"}) {
     ASSERT_TRUE(Send(step).status.ok()) << step;
   }
@@ -226,8 +230,30 @@ TEST_P(PreparedStatementsTest, AStatementWhosePlanNoLongerFitsRunsOverANewConnec
   ASSERT_TRUE(o.status.ok()) << o.status.message();
   ASSERT_EQ(o.answer.rows.at(0).size(), 2u);
   EXPECT_EQ(o.answer.rows.at(0).at(1), std::optional<std::string>("2"));
-  EXPECT_NE(Send("SELECT pg_backend_pid()").answer.rows, before.answer.rows) << "the same connection";
+  EXPECT_EQ(Send("SELECT pg_backend_pid()").answer.rows, before.answer.rows) << "a new connection";
+  EXPECT_EQ(Prepared(), std::vector<std::string>{}) << "the stale statement is still there";
+  ASSERT_TRUE(Send(sql, {std::string("0")}).status.ok());
   EXPECT_EQ(Prepared(), std::vector<std::string>{PreparedName(sql) + "|" + sql + "|1"});
+}
+
+// A server that hangs while a statement is being prepared: the call ends at its bound, and says
+// the statement did not run (only its prepare was sent); a statement run by name that hangs may
+// have run.
+TEST_P(PreparedStatementsTest, APrepareCutShortByTheBoundSaysTheStatementDidNotRun) {
+  ASSERT_TRUE(Send("SELECT $1::int", {std::string("1")}).status.ok());
+  pg_.Stop();
+  auto start = std::chrono::steady_clock::now();
+  Outcome o = SendWithin("SELECT $1::int + 2", {std::string("1")}, Millis(400));
+  EXPECT_EQ(o.status.code(), Code::kIoError) << o.status.message();
+  EXPECT_FALSE(o.answer.maybe_applied) << "only its prepare was sent";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  pg_.Cont();
+  ASSERT_TRUE(Send("SELECT $1::int", {std::string("1")}).status.ok());  // prepared on this connection
+  pg_.Stop();
+  o = SendWithin("SELECT $1::int", {std::string("1")}, Millis(400));
+  EXPECT_EQ(o.status.code(), Code::kIoError) << o.status.message();
+  EXPECT_TRUE(o.answer.maybe_applied) << "run by name, it may have run";
+  pg_.Cont();
 }
 
 }  // namespace

@@ -155,10 +155,14 @@ Status BlockingSession::Exchange(Pooled* pooled, const std::string& sql, const s
                                  const std::string& name, TimePoint deadline, Answer* answer, bool* sent) {
   PGconn* conn = pooled->conn;
   *sent = false;
+  // After a step of its own (a prepare, a DEALLOCATE), the statement may find its time gone:
+  // it is not sent then, rather than sent to fail its bound at once while it runs on.
+  auto late = [&] {
+    return Status::IoError(config_->Describe() + ": the statement's time ran out before it was sent");
+  };
+  auto cannot_send = [&] { return LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send"); };
   if (params == nullptr) {
-    if (PQsendQuery(conn, sql.c_str()) != 1) {
-      return LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send");
-    }
+    if (PQsendQuery(conn, sql.c_str()) != 1) return cannot_send();
     *sent = true;
     return Finish(conn, deadline, answer);
   }
@@ -168,23 +172,28 @@ Status BlockingSession::Exchange(Pooled* pooled, const std::string& sql, const s
   if (!name.empty()) {
     Status s = Prepare(pooled, name, sql, n, deadline, answer);
     if (!s.ok()) return s;
-    if (PQsendQueryPrepared(conn, name.c_str(), n, values.data(), nullptr, nullptr, 0) != 1) {
-      return LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send");
-    }
+    if (Now() >= deadline) return late();
+    if (PQsendQueryPrepared(conn, name.c_str(), n, values.data(), nullptr, nullptr, 0) != 1) return cannot_send();
     *sent = true;
     s = Finish(conn, deadline, answer);
     if (s.ok()) return s;
-    if (PreparedPlanStale(answer->sqlstate)) {
-      *sent = false;  // it never ran: Run sends it over a new connection
-      return s;
+    if (!PreparedStatementMissing(answer->sqlstate) && !PreparedPlanStale(answer->sqlstate)) return s;
+    *sent = false;  // refused before it ran
+    if (PreparedStatementMissing(answer->sqlstate)) {
+      prepare_ = false;  // it never ran: as text, over the same connection, from now on
+    } else if (PreparedPlanStale(answer->sqlstate)) {
+      // It never ran: the stale statement goes (the next call prepares it anew), and this one
+      // runs as text.
+      if (PQsendQuery(conn, ("DEALLOCATE " + name).c_str()) != 1) return cannot_send();
+      *answer = Answer();
+      s = Finish(conn, deadline, answer);
+      if (!s.ok() && answer->sqlstate.empty()) return s;  // the connection failed
+      pooled->prepared.erase(name);
     }
-    if (!PreparedStatementMissing(answer->sqlstate)) return s;
-    prepare_ = false;  // it never ran: as text, over the same connection
     *answer = Answer();
+    if (Now() >= deadline) return late();
   }
-  if (PQsendQueryParams(conn, sql.c_str(), n, nullptr, values.data(), nullptr, nullptr, 0) != 1) {
-    return LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send");
-  }
+  if (PQsendQueryParams(conn, sql.c_str(), n, nullptr, values.data(), nullptr, nullptr, 0) != 1) return cannot_send();
   *sent = true;
   return Finish(conn, deadline, answer);
 }
@@ -199,16 +208,15 @@ Status BlockingSession::Run(const std::string& sql, const std::vector<Value>* pa
     if (!s.ok()) return s;
     bool sent = false;
     s = Exchange(&pooled, sql, params, prepare_ ? name : "", deadline, answer, &sent);
-    const bool stale = !sent && PreparedPlanStale(answer->sqlstate);
     // A statement's own error leaves the connection usable; a broken or late one does not.
-    if (!stale && (s.ok() || (!answer->sqlstate.empty() && s.code() != Code::kIoError))) {
+    if (s.ok() || (!answer->sqlstate.empty() && s.code() != Code::kIoError)) {
       Give(std::move(pooled));
       return s;
     }
     Discard(pooled.conn);
     if (!sent) {
-      // It did not run (a broken pooled connection, a prepare that failed on one, or a stale
-      // plan): once more, over a new connection.
+      // It did not run (a broken pooled connection, or a step before it failed on one): once
+      // more, over a new connection, while there is time.
       if (tries == 0 && Now() < deadline) continue;
       return s;
     }

@@ -58,7 +58,8 @@ class BlockingSession : public Session {
   // params == nullptr: sql is a script (PQsendQuery).
   Status Run(const std::string& sql, const std::vector<Value>* params, TimePoint deadline, Answer* answer);
   // Sends sql over pooled, by name (prepared first if it is not yet) when name is not empty, and
-  // reads its answer. *sent: the statement itself was handed to the server (it may have run).
+  // reads its answer. *sent: the statement, as last sent, may have run (false when it was not
+  // sent, or was refused before it ran and not sent again).
   Status Exchange(Pooled* pooled, const std::string& sql, const std::vector<Value>* params, const std::string& name,
                   TimePoint deadline, Answer* answer, bool* sent);
 

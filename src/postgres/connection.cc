@@ -35,8 +35,8 @@ bool Connection::Disconnect() {
   counted_.Reset();
   fd_ = -1;
   prepared_.clear();
-  // A prepare in flight is not the statement: it has not run.
-  const bool sent = state_ == State::kBusy && step_ != Step::kPrepare;
+  // A prepare or a DEALLOCATE in flight is not the statement: it has not run.
+  const bool sent = state_ == State::kBusy && step_ != Step::kPrepare && step_ != Step::kDeallocate;
   state_ = State::kClosed;
   return sent;
 }
@@ -131,7 +131,10 @@ void Connection::SendNext() {
   for (const Value& v : next.params) values.push_back(v ? v->c_str() : nullptr);
   const int n = static_cast<int>(values.size());
   int sent = 0;
-  if (next.name.empty() || !prepare_) {
+  if (next.deallocate) {
+    step_ = Step::kDeallocate;
+    sent = PQsendQuery(conn_, ("DEALLOCATE " + next.name).c_str());
+  } else if (next.name.empty() || next.as_text || !prepare_) {
     step_ = Step::kText;
     sent = PQsendQueryParams(conn_, next.sql.c_str(), n, nullptr, values.data(), nullptr, nullptr, 0);
   } else if (prepared_.count(next.name) == 0) {
@@ -185,16 +188,20 @@ bool Connection::StepAnswered() {
     prepared_.insert(queue_.front().name);
     return false;  // SendNext runs it by name
   }
+  Pending& front = queue_.front();
+  if (step_ == Step::kDeallocate) {  // gone (or never there): the next call prepares it anew
+    prepared_.erase(front.name);
+    front.deallocate = false;
+    front.as_text = true;
+    return false;
+  }
   if (step_ != Step::kByName || error_.ok()) return true;
-  if (PreparedStatementMissing(answer_.sqlstate)) {  // it never ran: as text next
+  if (PreparedStatementMissing(answer_.sqlstate)) {  // it never ran: as text, from now on
     prepare_ = false;
     return false;
   }
-  if (PreparedPlanStale(answer_.sqlstate)) {  // it never ran: over a new connection
-    const Status why = error_;
-    Disconnect();
-    if (on_drop_) on_drop_(why);
-    kick_.StartAfter(Millis(0));
+  if (PreparedPlanStale(answer_.sqlstate)) {  // it never ran: its statement goes, it runs as text
+    front.deallocate = true;
     return false;
   }
   return true;

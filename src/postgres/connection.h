@@ -66,9 +66,12 @@ class Connection : public Session {
     TimePoint deadline;
     Done done;
     std::string name;  // its prepared statement's name; "" = sent as text
+    bool deallocate = false;  // its prepared statement's plan is stale: DEALLOCATE it first
+    bool as_text = false;     // then send it as text, this once
   };
-  // What is in flight for the front statement.
-  enum class Step { kText, kPrepare, kByName };
+  // What is in flight for the front statement: it as text, its prepare, it by name, or the
+  // DEALLOCATE of its stale prepared statement.
+  enum class Step { kText, kPrepare, kByName, kDeallocate };
   static void OnSocket(void* self, bool readable, bool writable);
   void Connect();
   void PollConnect();
@@ -78,11 +81,14 @@ class Connection : public Session {
   void ReadNotifications();
   void ArmTimer();
   void OnTimer();
-  // Closes the connection; true when a statement was in flight on it.
+  // Closes the connection; true when a statement was in flight on it (not a step of its own
+  // before it: a prepare or a DEALLOCATE).
   bool Disconnect();
   // The connection failed (why); the statement in flight fails with it, the rest are retried.
   void Drop(const Status& why);
-  // The front statement's step is answered: true when it is done (its answer is final).
+  // The front statement's step is answered: true when it is done (its answer is final); false
+  // when SendNext has a step to send for it (it by name after its prepare; as text after a
+  // refusal before it ran).
   bool StepAnswered();
   void Finish(const Status& s, Answer answer);
   Status ConnectionError(const std::string& what) const;

@@ -44,10 +44,10 @@ class Session {
 std::string PreparedName(const std::string& sql);
 // Why running a prepared statement failed before it ran, when it did: the server has no
 // statement of that name (26000: a transaction pooler lent a server connection it was not
-// prepared on; the session sends text from then on), or its plan no longer fits (0A000: "cached
-// plan must not change result type", the table's functions replaced by a newer dlock; the
-// statement goes again over a new connection, where it is planned anew). Either way it may go
-// again: a statement runs in a transaction of its own, so no error leaves its writes behind.
+// prepared on; it runs as text, and the session sends text from then on), or its plan no longer
+// fits (0A000: "cached plan must not change result type", the table's functions replaced by a
+// newer dlock; the statement is deallocated, it runs as text this once, and the next call
+// prepares it anew). Running it again is safe: it never ran.
 inline bool PreparedStatementMissing(const std::string& sqlstate) { return sqlstate == "26000"; }
 inline bool PreparedPlanStale(const std::string& sqlstate) { return sqlstate == "0A000"; }
 
