@@ -191,17 +191,22 @@ INSTANTIATE_TEST_SUITE_P(Sessions, PreparedStatementsTest, ::testing::Values(fal
 TEST_P(PreparedStatementsTest, PreparedOncePerConnectionRunByNameAndAsTextWhereTheServerLacksIt) {
   const std::string sql = "SELECT $1::int + 1";
   const std::string listed = PreparedName(sql) + "|" + sql + "|";
+  // Its name taken already, with its text (as on a pooler's server connection where another
+  // client prepared it): used as it is.
+  const std::string by_hand = "PREPARE " + PreparedName(sql) + " AS " + sql;
+  ASSERT_TRUE(Send(by_hand).status.ok());
   for (int i = 0; i < 3; ++i) {
     Outcome o = Send(sql, {std::to_string(i)});
     ASSERT_TRUE(o.status.ok()) << o.status.message();
     EXPECT_EQ(o.answer.rows.at(0).at(0), std::optional<std::string>(std::to_string(i + 1)));
   }
-  EXPECT_EQ(Prepared(), std::vector<std::string>{listed + "3"}) << "parsed once, run three times by name";
+  EXPECT_EQ(Prepared(), std::vector<std::string>{PreparedName(sql) + "|" + by_hand + "|3"}) << "run three times by name";
 
-  // A connection the server closed: the next one prepares it anew.
+  // A connection the server closed: the next one prepares it anew, once.
   EXPECT_FALSE(Send("SELECT pg_terminate_backend(pg_backend_pid())").status.ok());
   ASSERT_TRUE(Send(sql, {std::string("7")}).status.ok());
-  EXPECT_EQ(Prepared(), std::vector<std::string>{listed + "1"});
+  ASSERT_TRUE(Send(sql, {std::string("8")}).status.ok());
+  EXPECT_EQ(Prepared(), std::vector<std::string>{listed + "2"}) << "parsed once, run twice by name";
 
   // The statement gone from the connection, as on a transaction pooler's other server
   // connection: the call runs as text, and the session sends text from then on.
