@@ -252,15 +252,18 @@ std::optional<std::string> PostgresServer::Sql(const std::string& sql, std::stri
 
 void PostgresServer::Kill() {
   if (server_ == nullptr) return;
-  Cont();
+  // Every process of it at once, as a crash of its machine: a backend left alone answers its
+  // client until it notices the postmaster gone (a statement sent just after the kill could
+  // still succeed).
+  SignalAll(SIGKILL);
   server_->Kill();
   server_.reset();
 }
 
 bool PostgresServer::Restart() {
   Kill();
-  // The killed postmaster's children leave on their own, soon after (they watch for its
-  // death); until then its shared memory is in use and a new postmaster refuses to start.
+  // The killed processes may hold its shared memory a moment longer (until they are reaped);
+  // until then a new postmaster refuses to start.
   const auto until = std::chrono::steady_clock::now() + 20s;
   while (!Start()) {
     const std::string log = LogTail();

@@ -52,7 +52,7 @@ class PostgresServer {
   // The same psql, started and left running (a session that holds something, or waits).
   std::unique_ptr<ChildProcess> SqlInBackground(const std::string& sql);
 
-  void Kill();     // SIGKILL, reaped: its clients see their connections reset
+  void Kill();     // SIGKILL to it and every backend it forked: its clients' connections reset
   bool Restart();  // after Kill: the same port and data dir (crash recovery runs)
   void Stop();     // SIGSTOP to it and every backend it forked: it hangs, connections stay open
   void Cont();     // SIGCONT to the same
