@@ -141,9 +141,7 @@ Status BlockingSession::Prepare(Pooled* pooled, const std::string& name, const s
     return LibpqConnectionError(PQerrorMessage(pooled->conn), config_->Describe(), "cannot send");
   }
   Status s = Finish(pooled->conn, deadline, answer);
-  // 42P05: a pooler's server connection has it already, prepared by another client (the same
-  // text: the name is its hash).
-  if (s.ok() || answer->sqlstate == "42P05") {
+  if (s.ok() || PreparedAlready(answer->sqlstate)) {
     pooled->prepared.insert(name);
     *answer = Answer();
     return Status::Ok();
@@ -155,11 +153,6 @@ Status BlockingSession::Exchange(Pooled* pooled, const std::string& sql, const s
                                  const std::string& name, TimePoint deadline, Answer* answer, bool* sent) {
   PGconn* conn = pooled->conn;
   *sent = false;
-  // After a step of its own (a prepare, a DEALLOCATE), the statement may find its time gone:
-  // it is not sent then, rather than sent to fail its bound at once while it runs on.
-  auto late = [&] {
-    return Status::IoError(config_->Describe() + ": the statement's time ran out before it was sent");
-  };
   auto cannot_send = [&] { return LibpqConnectionError(PQerrorMessage(conn), config_->Describe(), "cannot send"); };
   if (params == nullptr) {
     if (PQsendQuery(conn, sql.c_str()) != 1) return cannot_send();
@@ -172,7 +165,9 @@ Status BlockingSession::Exchange(Pooled* pooled, const std::string& sql, const s
   if (!name.empty()) {
     Status s = Prepare(pooled, name, sql, n, deadline, answer);
     if (!s.ok()) return s;
-    if (Now() >= deadline) return late();
+    // After a step of its own (a prepare, a DEALLOCATE), the statement may find its time gone:
+    // it is not sent then, rather than sent to fail its bound at once while it runs on.
+    if (Now() >= deadline) return StatementLate(config_->Describe());
     if (PQsendQueryPrepared(conn, name.c_str(), n, values.data(), nullptr, nullptr, 0) != 1) return cannot_send();
     *sent = true;
     s = Finish(conn, deadline, answer);
@@ -191,7 +186,7 @@ Status BlockingSession::Exchange(Pooled* pooled, const std::string& sql, const s
       pooled->prepared.erase(name);
     }
     *answer = Answer();
-    if (Now() >= deadline) return late();
+    if (Now() >= deadline) return StatementLate(config_->Describe());
   }
   if (PQsendQueryParams(conn, sql.c_str(), n, nullptr, values.data(), nullptr, nullptr, 0) != 1) return cannot_send();
   *sent = true;
@@ -200,7 +195,7 @@ Status BlockingSession::Exchange(Pooled* pooled, const std::string& sql, const s
 
 Status BlockingSession::Run(const std::string& sql, const std::vector<Value>* params, TimePoint deadline,
                             Answer* answer) {
-  const std::string name = params != nullptr && !params->empty() && prepare_ ? PreparedName(sql) : "";
+  const std::string name = params != nullptr && !params->empty() ? PreparedName(sql) : "";
   for (int tries = 0;; ++tries) {
     *answer = Answer();
     Pooled pooled;

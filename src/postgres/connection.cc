@@ -124,7 +124,7 @@ void Connection::SendNext() {
   if (Now() >= next.deadline) {  // waited out its bound behind others: never sent
     Pending late = std::move(next);
     queue_.pop_front();
-    late.done(Status::IoError(config_->Describe() + ": the statement's time ran out before it was sent"), Answer());
+    late.done(StatementLate(config_->Describe()), Answer());
     return SendNext();
   }
   std::vector<const char*> values;
@@ -182,9 +182,8 @@ void Connection::ReadNotifications() {
 
 bool Connection::StepAnswered() {
   if (step_ == Step::kPrepare) {
-    // 42P05: a pooler's server connection has it already, from another client (the same text:
-    // the name is its hash). Any other error is the statement's own (its text refused).
-    if (!error_.ok() && answer_.sqlstate != "42P05") return true;
+    // Any error but PreparedAlready is the statement's own (its text refused).
+    if (!error_.ok() && !PreparedAlready(answer_.sqlstate)) return true;
     prepared_.insert(queue_.front().name);
     return false;  // SendNext runs it by name
   }

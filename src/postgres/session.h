@@ -49,6 +49,9 @@ std::string PreparedName(const std::string& sql);
 // newer dlock; the statement is deallocated, it runs as text this once, and the next call
 // prepares it anew). Running it again is safe: it never ran.
 inline bool PreparedStatementMissing(const std::string& sqlstate) { return sqlstate == "26000"; }
+// A prepare refused because the name is taken (42P05): by the same text, as the name is its
+// hash (another client prepared it on a pooler's server connection). It counts as prepared.
+inline bool PreparedAlready(const std::string& sqlstate) { return sqlstate == "42P05"; }
 inline bool PreparedPlanStale(const std::string& sqlstate) { return sqlstate == "0A000"; }
 
 // A connection to config's servers begun without blocking (PQconnectStartParams); the caller
@@ -57,6 +60,10 @@ PGconn* StartConnecting(const PostgresConfig& config);
 // What one of libpq's results adds to an answer: its rows, or the first error among a
 // statement's results (*error, when it is still Ok). where names the deployment in messages.
 void ReadResult(PGresult* result, const std::string& where, Answer* answer, Status* error);
+// A statement whose deadline passed before it could be sent (it did not run).
+inline Status StatementLate(const std::string& where) {
+  return Status::IoError(where + ": the statement's time ran out before it was sent");
+}
 // A connection-level failure in libpq's words (PQerrorMessage), EAUTH when credentials were
 // refused, EIO otherwise.
 Status LibpqConnectionError(const char* libpq_message, const std::string& where, const std::string& what);
